@@ -1,0 +1,3 @@
+from envforge.cli import main
+
+raise SystemExit(main())

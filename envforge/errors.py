@@ -1,0 +1,93 @@
+"""One error hierarchy, one table of exit codes.
+
+Every failure a user can cause or meet is an :class:`EnvforgeError` whose class fixes
+the process exit code. The CLI is the only place that turns one into an exit; library
+callers catch them like any exception.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    """Process exit codes; documented in README.md ("Exit codes")."""
+
+    OK = 0
+    CERTIFICATION_FAILED = 1
+    INVALID_INPUT = 2
+    BUILD_FAILED = 3
+    UNAVAILABLE = 4
+    PUBLISH_REFUSED = 5
+    INTERRUPTED = 130
+
+
+class EnvforgeError(Exception):
+    """Base of every error envforge reports to a user as one line."""
+
+    exit_code: ExitCode = ExitCode.INVALID_INPUT
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def one_line(self) -> str:
+        text = self.message if not self.hint else f"{self.message} (fix: {self.hint})"
+        return " ".join(text.split())
+
+
+class InvalidInput(EnvforgeError):
+    """Bad usage, a bad recipe file, or an impossible combination. Exit 2."""
+
+    exit_code = ExitCode.INVALID_INPUT
+
+
+class RecipeError(InvalidInput):
+    """A recipe file that cannot be loaded: names the file and the key path."""
+
+    def __init__(self, source: str, key: str, message: str, *, hint: str | None = None) -> None:
+        where = f"{source}: {key}" if key else source
+        super().__init__(f"{where}: {message}", hint=hint)
+        self.source = source
+        self.key = key
+
+
+class ConstraintViolation(InvalidInput):
+    """A recipe that loads but asks for a combination the compatibility table refuses."""
+
+    def __init__(self, source: str, rule: str, message: str, *, evidence: str, hint: str) -> None:
+        super().__init__(f"{source}: [{rule}] {message} (source: {evidence})", hint=hint)
+        self.source = source
+        self.rule = rule
+        self.evidence = evidence
+
+
+class CertificationFailed(EnvforgeError):
+    """The probe ran and at least one step did not pass. Exit 1."""
+
+    exit_code = ExitCode.CERTIFICATION_FAILED
+
+
+class BuildFailed(EnvforgeError):
+    """The backend could not build the environment. Exit 3."""
+
+    exit_code = ExitCode.BUILD_FAILED
+
+
+class Unavailable(EnvforgeError):
+    """Something the command needs is missing: engine, interpreter, device. Exit 4."""
+
+    exit_code = ExitCode.UNAVAILABLE
+
+
+class PublishRefused(EnvforgeError):
+    """Publishing was refused (no passing certificate) or failed. Exit 5."""
+
+    exit_code = ExitCode.PUBLISH_REFUSED
+
+
+class Interrupted(EnvforgeError):
+    """The user pressed Ctrl-C; everything started was stopped. Exit 130."""
+
+    exit_code = ExitCode.INTERRUPTED

@@ -1,0 +1,57 @@
+"""Find recipes by name (shipped catalogue plus ENVFORGE_RECIPE_PATH) or by path."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from envforge.errors import InvalidInput
+from envforge.recipe.load import did_you_mean, load_recipe_file
+from envforge.recipe.model import Recipe
+from envforge.resources import recipes_dir
+
+ENV_PATH = "ENVFORGE_RECIPE_PATH"
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    """Recipe folders in search order: user folders first, the shipped one last."""
+
+    folders: tuple[Path, ...]
+
+    @classmethod
+    def default(cls, environ: Mapping[str, str] | None = None) -> Catalogue:
+        env = os.environ if environ is None else environ
+        extra = [Path(p).expanduser() for p in env.get(ENV_PATH, "").split(os.pathsep) if p]
+        return cls(folders=(*extra, recipes_dir()))
+
+    def files(self) -> dict[str, Path]:
+        """Recipe name (file stem) → file; the first folder that has a name wins."""
+        found: dict[str, Path] = {}
+        for folder in self.folders:
+            if not folder.is_dir():
+                continue
+            for path in sorted(folder.glob("*.y*ml")):
+                if path.suffix in (".yaml", ".yml"):
+                    found.setdefault(path.stem, path)
+        return dict(sorted(found.items()))
+
+    def resolve(self, ref: str) -> Path:
+        """A recipe name or a path to a recipe file → the file."""
+        looks_like_path = os.sep in ref or ref.endswith((".yaml", ".yml"))
+        if looks_like_path:
+            return Path(ref).expanduser()
+        files = self.files()
+        if ref in files:
+            return files[ref]
+        near = did_you_mean(ref, files)
+        hint = f"did you mean {near!r}?" if near else "run `envforge list` to see the recipes"
+        raise InvalidInput(f"no recipe named {ref!r}", hint=hint)
+
+    def load(self, ref: str, overrides: Sequence[str] = ()) -> Recipe:
+        return load_recipe_file(self.resolve(ref), overrides)
+
+    def load_all(self, overrides: Sequence[str] = ()) -> list[Recipe]:
+        return [load_recipe_file(p, overrides) for p in self.files().values()]

@@ -1,0 +1,155 @@
+"""Recipes as frozen, typed values: what the rest of the pipeline receives.
+
+A :class:`Recipe` is only ever made by :func:`envforge.recipe.load.load_recipe`, which
+validates the YAML once; every later stage trusts these types.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+Vendor = Literal["amd", "nvidia", "none"]
+Confidence = Literal["verified", "community", "uncertain"]
+Level = Literal["quick", "full"]
+
+VENDORS: tuple[Vendor, ...] = ("amd", "nvidia", "none")
+CONFIDENCES: tuple[Confidence, ...] = ("verified", "community", "uncertain")
+LEVELS: tuple[Level, ...] = ("quick", "full")
+
+
+@dataclass(frozen=True)
+class Gpu:
+    vendor: Vendor
+    arch: str | None
+    products: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Torch:
+    version: str
+    index: str | None
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """One environment variable a recipe sets, with why, evidence and how sure we are."""
+
+    name: str
+    value: str
+    why: str
+    evidence: tuple[str, ...]
+    confidence: Confidence
+
+
+@dataclass(frozen=True)
+class KnownIssue:
+    symptom: str
+    workaround: str
+    evidence: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CertifySettings:
+    step_timeout: float = 60.0
+    level: Level = "full"
+    #: Absolute paths (relative ones are resolved against the recipe file at load).
+    extra_checks: tuple[Path, ...] = ()
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    description: str
+    gpu: Gpu
+    base_image: str
+    python: str
+    torch: Torch
+    numpy: str
+    rocm: str | None = None
+    cuda: str | None = None
+    packages: tuple[str, ...] = ()
+    env: tuple[EnvVar, ...] = ()
+    known_issues: tuple[KnownIssue, ...] = ()
+    certify: CertifySettings = field(default_factory=CertifySettings)
+    sources: tuple[str, ...] = ()
+    #: Where the recipe was read from ("<builtin>/cpu.yaml" style for display).
+    origin: str = "<memory>"
+
+    @property
+    def env_map(self) -> dict[str, str]:
+        return {e.name: e.value for e in self.env}
+
+    @property
+    def accelerator(self) -> str:
+        """``rocm5.2``, ``cu126`` or ``cpu``: the wheel variant this recipe asks for."""
+        if self.rocm:
+            return f"rocm{self.rocm}"
+        if self.cuda:
+            return "cu" + self.cuda.replace(".", "")
+        return "cpu"
+
+    @property
+    def stack_tag(self) -> str:
+        """Tag naming the stack, e.g. ``torch1.13.1-rocm5.2-py3.10`` (see README)."""
+        version = self.torch.version.split("+", 1)[0]
+        return f"torch{version}-{self.accelerator}-py{self.python}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data, in the recipe file's own key names (for ``--json`` and hashing)."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "gpu": {
+                "vendor": self.gpu.vendor,
+                "arch": self.gpu.arch,
+                "products": list(self.gpu.products),
+            },
+            "base_image": self.base_image,
+            "python": self.python,
+            "rocm": self.rocm,
+            "cuda": self.cuda,
+            "torch": {"version": self.torch.version, "index": self.torch.index},
+            "numpy": self.numpy,
+            "packages": list(self.packages),
+            "env": {
+                e.name: {
+                    "value": e.value,
+                    "why": e.why,
+                    "evidence": list(e.evidence),
+                    "confidence": e.confidence,
+                }
+                for e in self.env
+            },
+            "known_issues": [
+                {"symptom": k.symptom, "workaround": k.workaround, "evidence": list(k.evidence)}
+                for k in self.known_issues
+            ],
+            "certify": {
+                "step_timeout": self.certify.step_timeout,
+                "level": self.certify.level,
+                "extra_checks": [str(p) for p in self.certify.extra_checks],
+            },
+            "sources": list(self.sources),
+        }
+
+    @property
+    def hash(self) -> str:
+        """sha256 over the recipe's content and the content of its extra check files.
+
+        Paths are left out so that the same recipe hashes the same on every machine.
+        """
+        data = self.to_dict()
+        data["certify"]["extra_checks"] = [_file_digest(p) for p in self.certify.extra_checks]
+        blob = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+        return "sha256:" + hashlib.sha256(blob).hexdigest()
+
+
+def _file_digest(path: Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return f"missing:{path.name}"
