@@ -1,0 +1,734 @@
+"""Host detection: which GPUs this machine has, their arch, driver and device nodes.
+
+Sources, most reliable first (the first that knows a fact wins):
+
+1. **sysfs / procfs** under ``root`` (a parameter, ``/`` on a real host, a fixture tree in
+   tests): ``sys/class/kfd/kfd/topology/nodes/*/properties`` (AMD: ``gfx_target_version``,
+   ``vendor_id``, ``device_id``, ``drm_render_minor``; ``simd_count > 0`` marks a GPU node),
+   ``sys/module/amdgpu/version``, ``sys/class/drm/card*/device/{vendor,device}``,
+   ``proc/driver/nvidia/version`` and ``proc/driver/nvidia/gpus/*/information``.
+2. **tools**, when present on ``PATH``: ``rocminfo``, ``rocm_agent_enumerator`` and
+   ``nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader``, each
+   run through :func:`envforge.proc.run` under a short deadline (a hung driver must not hang
+   ``envforge detect``). They fill in what sysfs cannot say (NVIDIA compute capability,
+   marketing names) or stand in when sysfs is not mounted.
+3. **override variables**, for build machines without the GPU (see :data:`OVERRIDE_VARS`).
+   When ``ENVFORGE_GPU_ARCH`` or ``ENVFORGE_GPU_VENDOR`` is set it *replaces* what was
+   detected (an explicit request beats a guess; the detected GPUs are kept in ``notes``).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from envforge import proc
+from envforge.errors import InvalidInput
+
+GpuVendor = Literal["amd", "nvidia"]
+
+AMD_PCI_VENDOR = 0x1002
+NVIDIA_PCI_VENDOR = 0x10DE
+INTEL_PCI_VENDOR = 0x8086
+
+#: Seconds each detection tool may run before its whole process group is stopped.
+TOOL_TIMEOUT = 10.0
+
+#: Override variables (documented in README.md, "Host detection").
+OVERRIDE_VARS: dict[str, str] = {
+    "ENVFORGE_GPU_ARCH": "arch to assume, e.g. gfx1031 or sm_90 (replaces detection)",
+    "ENVFORGE_GPU_VENDOR": "amd, nvidia or none (default: inferred from the arch; none = no GPU)",
+    "ENVFORGE_GPU_COUNT": "how many such GPUs to assume (default 1)",
+    "ENVFORGE_GPU_PRODUCT": "product name to report (default: derived from the arch)",
+    "ENVFORGE_DRIVER_VERSION": "driver version to assume (also applies to detected GPUs)",
+}
+
+#: PCI device id → (product, arch) for cards whose sysfs entry lacks a target version
+#: (DRM only, no KFD) or whose marketing name sysfs cannot give. Small on purpose: the
+#: arch normally comes from ``gfx_target_version`` or the tools.
+AMD_DEVICES: dict[int, tuple[str, str]] = {
+    0x731F: ("AMD Radeon RX 5700 XT", "gfx1010"),
+    0x7340: ("AMD Radeon RX 5500 XT", "gfx1012"),
+    0x73BF: ("AMD Radeon RX 6800 XT", "gfx1030"),
+    0x73DF: ("AMD Radeon RX 6700 XT", "gfx1031"),
+    0x73FF: ("AMD Radeon RX 6600 XT", "gfx1032"),
+    0x744C: ("AMD Radeon RX 7900 XTX", "gfx1100"),
+    0x66AF: ("AMD Radeon VII", "gfx906"),
+    0x66A1: ("AMD Instinct MI50", "gfx906"),
+    0x740C: ("AMD Instinct MI250X", "gfx90a"),
+    0x740F: ("AMD Instinct MI210", "gfx90a"),
+    0x74A1: ("AMD Instinct MI300X", "gfx942"),
+    0x74A0: ("AMD Instinct MI300A", "gfx942"),
+}
+
+#: NVIDIA product-name fragment → SM arch, used when ``nvidia-smi`` is not there to say
+#: the compute capability. Longest fragment first wins.
+NVIDIA_PRODUCTS: dict[str, str] = {
+    "H100": "sm_90",
+    "H200": "sm_90",
+    "GH200": "sm_90",
+    "B200": "sm_100",
+    "A100": "sm_80",
+    "A30": "sm_80",
+    "A10": "sm_86",
+    "L40": "sm_89",
+    "L4": "sm_89",
+    "V100": "sm_70",
+    "T4": "sm_75",
+    "P100": "sm_60",
+    "P40": "sm_61",
+    "RTX 50": "sm_120",
+    "RTX 40": "sm_89",
+    "RTX 30": "sm_86",
+    "RTX 20": "sm_75",
+    "GTX 16": "sm_75",
+    "GTX 10": "sm_61",
+    "TITAN Xp": "sm_61",
+    "TITAN X (Pascal)": "sm_61",
+}
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One GPU as the host sees it."""
+
+    vendor: GpuVendor
+    product: str
+    #: ``gfx1031``, ``sm_90``; None when no source could tell.
+    arch: str | None
+    driver_version: str | None
+    #: Device nodes a process needs to use this GPU (``/dev/kfd``, ``/dev/dri/renderD128``).
+    device_nodes: tuple[str, ...]
+    #: Where the arch came from: ``sysfs``, ``rocminfo``, ``nvidia-smi``, ``override``…
+    source: str
+    pci_id: str | None = None
+    index: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "vendor": self.vendor,
+            "product": self.product,
+            "arch": self.arch,
+            "driver_version": self.driver_version,
+            "device_nodes": list(self.device_nodes),
+            "pci_id": self.pci_id,
+            "source": self.source,
+        }
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    """What :func:`detect` found: the GPUs, plus notes on what it could not tell."""
+
+    gpus: tuple[GpuInfo, ...]
+    kernel: str
+    machine: str
+    sources: tuple[str, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def count(self) -> int:
+        return len(self.gpus)
+
+    @property
+    def has_gpu(self) -> bool:
+        return bool(self.gpus)
+
+    @property
+    def archs(self) -> tuple[str, ...]:
+        """Distinct archs in device order."""
+        seen: list[str] = []
+        for gpu in self.gpus:
+            if gpu.arch and gpu.arch not in seen:
+                seen.append(gpu.arch)
+        return tuple(seen)
+
+    @property
+    def primary(self) -> GpuInfo | None:
+        """The GPU a recipe is chosen for: the first one with a known arch."""
+        for gpu in self.gpus:
+            if gpu.arch:
+                return gpu
+        return self.gpus[0] if self.gpus else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "count": self.count,
+            "gpus": [g.to_dict() for g in self.gpus],
+            "archs": list(self.archs),
+            "kernel": self.kernel,
+            "machine": self.machine,
+            "sources": list(self.sources),
+            "notes": list(self.notes),
+        }
+
+
+#: Runs a tool: argv → stdout, or None when it is missing, fails or times out.
+ToolRunner = Callable[[Sequence[str]], "str | None"]
+
+
+def system_tools(environ: Mapping[str, str] | None = None) -> ToolRunner:
+    """A :data:`ToolRunner` for the real host: looks tools up on ``PATH``, runs them timed."""
+    env = dict(os.environ if environ is None else environ)
+
+    def run_tool(argv: Sequence[str]) -> str | None:
+        exe = shutil.which(argv[0], path=env.get("PATH"))
+        if exe is None:
+            return None
+        try:
+            done = proc.run([exe, *argv[1:]], timeout=TOOL_TIMEOUT, env=env)
+        except OSError:
+            return None
+        return done.stdout if done.ok else None
+
+    return run_tool
+
+
+def no_tools(argv: Sequence[str]) -> str | None:
+    """A :data:`ToolRunner` for fixture trees: no tool is present."""
+    return None
+
+
+# --------------------------------------------------------------------------- parsers
+
+
+def gfx_from_target_version(value: int) -> str | None:
+    """KFD ``gfx_target_version`` → LLVM target name.
+
+    The number is major*10000 + minor*100 + stepping, each a decimal field; the name
+    writes minor and stepping as one hex digit each: 100100 → gfx1010, 90010 → gfx90a,
+    90402 → gfx942. 0 (a CPU node) → None.
+    """
+    if value <= 0:
+        return None
+    major, rest = divmod(value, 10000)
+    minor, stepping = divmod(rest, 100)
+    if minor > 15 or stepping > 15:
+        return None
+    return f"gfx{major}{minor:x}{stepping:x}"
+
+
+def parse_kfd_properties(text: str) -> dict[str, int]:
+    """``key value`` lines of a KFD topology ``properties`` file → ints."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            try:
+                out[parts[0]] = int(parts[1], 0)
+            except ValueError:
+                continue
+    return out
+
+
+_NVRM_RE = re.compile(r"Kernel Module\s+(?:for\s+\S+\s+)?(\d+(?:\.\d+)+)")
+
+
+def parse_nvidia_version(text: str) -> str | None:
+    """``/proc/driver/nvidia/version`` → driver version (``550.127.05``)."""
+    match = _NVRM_RE.search(text)
+    return match.group(1) if match else None
+
+
+def parse_nvidia_information(text: str) -> dict[str, str]:
+    """``/proc/driver/nvidia/gpus/<bus>/information`` → ``{"Model": …, "Device Minor": …}``."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+@dataclass(frozen=True)
+class SmiRow:
+    name: str
+    arch: str | None
+    driver_version: str | None
+
+
+def parse_nvidia_smi_csv(text: str) -> list[SmiRow]:
+    """``nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader``."""
+    rows: list[SmiRow] = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) < 3 or not cells[0]:
+            continue
+        name, cap, driver = cells[0], cells[1], cells[2]
+        rows.append(SmiRow(name=name, arch=sm_from_compute_cap(cap), driver_version=driver or None))
+    return rows
+
+
+def sm_from_compute_cap(cap: str) -> str | None:
+    """``9.0`` → ``sm_90``; ``12.0`` → ``sm_120``; anything else → None."""
+    match = re.fullmatch(r"(\d+)\.(\d+)", cap.strip())
+    if not match:
+        return None
+    return f"sm_{int(match.group(1))}{int(match.group(2))}"
+
+
+@dataclass(frozen=True)
+class RocmAgent:
+    name: str
+    marketing_name: str | None
+    device_type: str
+
+
+def parse_rocminfo(text: str) -> list[RocmAgent]:
+    """``rocminfo`` → its agents (CPU and GPU), in order."""
+    agents: list[RocmAgent] = []
+    blocks = re.split(r"^\*{5,}\s*\nAgent \d+\s*\n\*{5,}\s*$", text, flags=re.MULTILINE)
+    for block in blocks[1:]:
+        fields: dict[str, str] = {}
+        for line in block.splitlines():
+            key, sep, value = line.partition(":")
+            key = key.strip()
+            # Only the agent's own top-level fields (two-space indent), not pool/ISA detail.
+            if (
+                sep
+                and key
+                and key not in fields
+                and line.startswith("  ")
+                and not line.startswith("    ")
+            ):
+                fields[key] = value.strip()
+        # ``gfx942:sramecc+:xnack-`` style target-feature suffixes are not part of the arch.
+        name = fields.get("Name", "").split(":", 1)[0].strip()
+        if not name:
+            continue
+        agents.append(
+            RocmAgent(
+                name=name,
+                marketing_name=fields.get("Marketing Name") or None,
+                device_type=fields.get("Device Type", "").upper(),
+            )
+        )
+    return agents
+
+
+def parse_rocm_agent_enumerator(text: str) -> list[str]:
+    """``rocm_agent_enumerator`` → GPU archs (``gfx000`` is the CPU agent and is dropped)."""
+    return [
+        line.strip()
+        for line in text.splitlines()
+        if re.fullmatch(r"gfx[0-9a-f]+", line.strip()) and line.strip() != "gfx000"
+    ]
+
+
+def nvidia_arch_for_product(product: str) -> str | None:
+    for fragment in sorted(NVIDIA_PRODUCTS, key=len, reverse=True):
+        if fragment.lower() in product.lower():
+            return NVIDIA_PRODUCTS[fragment]
+    return None
+
+
+# --------------------------------------------------------------------------- sources
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def _read_hex(path: Path) -> int | None:
+    text = _read(path)
+    if text is None:
+        return None
+    try:
+        return int(text.strip(), 16)
+    except ValueError:
+        return None
+
+
+def _numeric_dirs(folder: Path) -> list[Path]:
+    try:
+        entries = [p for p in folder.iterdir() if p.name.isdigit()]
+    except OSError:
+        return []
+    return sorted(entries, key=lambda p: int(p.name))
+
+
+def _amd_driver(root: Path, kernel: str) -> str | None:
+    version = _read(root / "sys/module/amdgpu/version")
+    if version and version.strip():
+        return version.strip()
+    if (root / "sys/module/amdgpu").is_dir():
+        # The in-kernel driver has no version file: its version is the kernel's.
+        return f"in-kernel ({kernel})" if kernel else "in-kernel"
+    return None
+
+
+def _amd_from_kfd(root: Path, kernel: str) -> list[GpuInfo]:
+    nodes_dir = root / "sys/class/kfd/kfd/topology/nodes"
+    driver = _amd_driver(root, kernel)
+    gpus: list[GpuInfo] = []
+    for node in _numeric_dirs(nodes_dir):
+        text = _read(node / "properties")
+        if text is None:
+            continue
+        props = parse_kfd_properties(text)
+        if props.get("simd_count", 0) <= 0:
+            continue
+        arch = gfx_from_target_version(props.get("gfx_target_version", 0))
+        device_id = props.get("device_id")
+        known = AMD_DEVICES.get(device_id) if device_id is not None else None
+        product = known[0] if known else (f"AMD GPU 0x{device_id:04x}" if device_id else "AMD GPU")
+        nodes = ["/dev/kfd"]
+        minor = props.get("drm_render_minor")
+        if minor:
+            nodes.append(f"/dev/dri/renderD{minor}")
+        gpus.append(
+            GpuInfo(
+                vendor="amd",
+                product=product,
+                arch=arch or (known[1] if known else None),
+                driver_version=driver,
+                device_nodes=tuple(nodes),
+                source="sysfs:kfd",
+                pci_id=f"1002:{device_id:04x}" if device_id else None,
+                index=len(gpus),
+            )
+        )
+    return gpus
+
+
+def _drm_cards(root: Path) -> list[tuple[str, int, int, str | None]]:
+    """(card name, vendor, device, render node) for each DRM card with a PCI device."""
+    out: list[tuple[str, int, int, str | None]] = []
+    drm = root / "sys/class/drm"
+    try:
+        cards = sorted(
+            (p for p in drm.iterdir() if re.fullmatch(r"card\d+", p.name)),
+            key=lambda p: int(p.name[4:]),
+        )
+    except OSError:
+        return out
+    for card in cards:
+        vendor = _read_hex(card / "device/vendor")
+        device = _read_hex(card / "device/device")
+        if vendor is None or device is None:
+            continue
+        render: str | None = None
+        try:
+            renders = sorted(
+                p.name for p in (card / "device/drm").iterdir() if p.name.startswith("renderD")
+            )
+        except OSError:
+            renders = []
+        if renders:
+            render = f"/dev/dri/{renders[0]}"
+        out.append((card.name, vendor, device, render))
+    return out
+
+
+def _amd_from_drm(root: Path, kernel: str) -> list[GpuInfo]:
+    """AMD cards DRM knows about when KFD does not (no compute driver loaded)."""
+    driver = _amd_driver(root, kernel)
+    gpus: list[GpuInfo] = []
+    for _card, vendor, device, render in _drm_cards(root):
+        if vendor != AMD_PCI_VENDOR:
+            continue
+        known = AMD_DEVICES.get(device)
+        gpus.append(
+            GpuInfo(
+                vendor="amd",
+                product=known[0] if known else f"AMD GPU 0x{device:04x}",
+                arch=known[1] if known else None,
+                driver_version=driver,
+                device_nodes=("/dev/kfd", *((render,) if render else ())),
+                source="sysfs:drm",
+                pci_id=f"1002:{device:04x}",
+                index=len(gpus),
+            )
+        )
+    return gpus
+
+
+def _nvidia_from_proc(root: Path) -> list[GpuInfo]:
+    base = root / "proc/driver/nvidia"
+    version_text = _read(base / "version")
+    driver = parse_nvidia_version(version_text) if version_text else None
+    gpus: list[GpuInfo] = []
+    try:
+        buses = sorted(p for p in (base / "gpus").iterdir() if p.is_dir())
+    except OSError:
+        buses = []
+    for bus in buses:
+        info = parse_nvidia_information(_read(bus / "information") or "")
+        model = info.get("Model", "NVIDIA GPU")
+        minor = info.get("Device Minor", str(len(gpus)))
+        device = _read_hex(root / "sys/bus/pci/devices" / bus.name / "device")
+        gpus.append(
+            GpuInfo(
+                vendor="nvidia",
+                product=model,
+                arch=nvidia_arch_for_product(model),
+                driver_version=driver,
+                device_nodes=(f"/dev/nvidia{minor}", "/dev/nvidiactl", "/dev/nvidia-uvm"),
+                source="procfs:nvidia",
+                pci_id=f"10de:{device:04x}" if device is not None else None,
+                index=len(gpus),
+            )
+        )
+    return gpus
+
+
+def _nvidia_from_drm(root: Path) -> list[GpuInfo]:
+    gpus: list[GpuInfo] = []
+    for _card, vendor, device, _render in _drm_cards(root):
+        if vendor != NVIDIA_PCI_VENDOR:
+            continue
+        gpus.append(
+            GpuInfo(
+                vendor="nvidia",
+                product=f"NVIDIA GPU 0x{device:04x}",
+                arch=None,
+                driver_version=None,
+                device_nodes=(f"/dev/nvidia{len(gpus)}", "/dev/nvidiactl", "/dev/nvidia-uvm"),
+                source="sysfs:drm",
+                pci_id=f"10de:{device:04x}",
+                index=len(gpus),
+            )
+        )
+    return gpus
+
+
+def _merge_rocminfo(
+    gpus: list[GpuInfo], agents: list[RocmAgent], kernel: str, root: Path
+) -> list[GpuInfo]:
+    gpu_agents = [
+        a
+        for a in agents
+        if a.device_type == "GPU" or (a.name.startswith("gfx") and a.name != "gfx000")
+    ]
+    if not gpus:
+        driver = _amd_driver(root, kernel)
+        return [
+            GpuInfo(
+                vendor="amd",
+                product=a.marketing_name or "AMD GPU",
+                arch=a.name if a.name.startswith("gfx") else None,
+                driver_version=driver,
+                device_nodes=("/dev/kfd",),
+                source="rocminfo",
+                index=i,
+            )
+            for i, a in enumerate(gpu_agents)
+        ]
+    merged: list[GpuInfo] = []
+    for i, gpu in enumerate(gpus):
+        agent = gpu_agents[i] if i < len(gpu_agents) else None
+        if agent is None:
+            merged.append(gpu)
+            continue
+        product = gpu.product
+        if agent.marketing_name and (gpu.product.startswith("AMD GPU")):
+            product = agent.marketing_name
+        arch = gpu.arch or (agent.name if agent.name.startswith("gfx") else None)
+        merged.append(replace(gpu, product=product, arch=arch))
+    return merged
+
+
+def _merge_smi(gpus: list[GpuInfo], rows: list[SmiRow]) -> list[GpuInfo]:
+    if not gpus:
+        return [
+            GpuInfo(
+                vendor="nvidia",
+                product=r.name,
+                arch=r.arch,
+                driver_version=r.driver_version,
+                device_nodes=(f"/dev/nvidia{i}", "/dev/nvidiactl", "/dev/nvidia-uvm"),
+                source="nvidia-smi",
+                index=i,
+            )
+            for i, r in enumerate(rows)
+        ]
+    merged: list[GpuInfo] = []
+    for i, gpu in enumerate(gpus):
+        row = rows[i] if i < len(rows) else None
+        if row is None:
+            merged.append(gpu)
+            continue
+        # compute_cap from the driver itself beats the product-name table.
+        merged.append(
+            replace(
+                gpu,
+                product=row.name if gpu.product.startswith("NVIDIA GPU") else gpu.product,
+                arch=row.arch or gpu.arch,
+                driver_version=gpu.driver_version or row.driver_version,
+                source=gpu.source if gpu.arch == row.arch else f"{gpu.source}+nvidia-smi",
+            )
+        )
+    return merged
+
+
+def _overridden(
+    env: Mapping[str, str], detected: list[GpuInfo]
+) -> tuple[list[GpuInfo], list[str]] | None:
+    arch = env.get("ENVFORGE_GPU_ARCH", "").strip()
+    vendor = env.get("ENVFORGE_GPU_VENDOR", "").strip().lower()
+    if not arch and not vendor:
+        return None
+    notes = []
+    if detected:
+        seen = ", ".join(f"{g.product} ({g.arch or 'arch unknown'})" for g in detected)
+        notes.append(f"override variables replace the detected GPU(s): {seen}")
+    if vendor == "none":
+        return [], [*notes, "ENVFORGE_GPU_VENDOR=none: assuming no GPU"]
+    if arch and not re.fullmatch(r"gfx[0-9a-f]{3,4}|sm_\d{2,3}", arch):
+        raise InvalidInput(
+            f"ENVFORGE_GPU_ARCH={arch!r} is not a GPU arch",
+            hint="use an LLVM target like gfx1031 or an SM like sm_90",
+        )
+    if not arch:
+        raise InvalidInput(
+            f"ENVFORGE_GPU_VENDOR={vendor} needs ENVFORGE_GPU_ARCH",
+            hint="set ENVFORGE_GPU_ARCH too (e.g. gfx1031 or sm_90), or ENVFORGE_GPU_VENDOR=none",
+        )
+    inferred: str = "amd" if arch.startswith("gfx") else "nvidia" if arch.startswith("sm_") else ""
+    vendor = vendor or inferred
+    if vendor not in ("amd", "nvidia"):
+        raise InvalidInput(
+            f"ENVFORGE_GPU_VENDOR={vendor!r} is not a vendor"
+            if vendor
+            else "ENVFORGE_GPU_VENDOR needs ENVFORGE_GPU_ARCH",
+            hint="set ENVFORGE_GPU_VENDOR to amd, nvidia or none",
+        )
+    if inferred and inferred != vendor:
+        raise InvalidInput(
+            f"ENVFORGE_GPU_ARCH={arch} is not an {vendor} arch",
+            hint="gfx… archs are amd, sm_… archs are nvidia",
+        )
+    count_text = env.get("ENVFORGE_GPU_COUNT", "1").strip() or "1"
+    if not count_text.isdigit() or int(count_text) < 1:
+        raise InvalidInput(
+            f"ENVFORGE_GPU_COUNT={count_text!r} is not a positive count",
+            hint="e.g. ENVFORGE_GPU_COUNT=2",
+        )
+    product = (
+        env.get("ENVFORGE_GPU_PRODUCT", "").strip()
+        or f"{vendor.upper()} GPU {arch} (override)".strip()
+    )
+    gpus: list[GpuInfo] = []
+    for i in range(int(count_text)):
+        nodes = (
+            ("/dev/kfd", f"/dev/dri/renderD{128 + i}")
+            if vendor == "amd"
+            else (f"/dev/nvidia{i}", "/dev/nvidiactl", "/dev/nvidia-uvm")
+        )
+        gpus.append(
+            GpuInfo(
+                vendor="amd" if vendor == "amd" else "nvidia",
+                product=product,
+                arch=arch or None,
+                driver_version=None,
+                device_nodes=nodes,
+                source="override",
+                index=i,
+            )
+        )
+    return gpus, notes
+
+
+def _kernel(root: Path) -> str:
+    text = _read(root / "proc/sys/kernel/osrelease")
+    if text and text.strip():
+        return text.strip()
+    return platform.release() if root == Path("/") else ""
+
+
+def detect(
+    root: Path = Path("/"),
+    environ: Mapping[str, str] | None = None,
+    tools: ToolRunner | None = None,
+) -> HostInfo:
+    """Detect the host's GPUs. Never raises for a missing GPU: that is ``count == 0``.
+
+    ``root`` is where ``sys/`` and ``proc/`` are read from. ``tools`` runs detection tools;
+    by default the real ones when ``root`` is ``/`` and none otherwise (a fixture tree has
+    no tools). Raises :class:`InvalidInput` only for a malformed override variable.
+    """
+    env = os.environ if environ is None else environ
+    if tools is None:
+        tools = system_tools(env) if root == Path("/") else no_tools
+    kernel = _kernel(root)
+    sources: list[str] = []
+    notes: list[str] = []
+
+    amd = _amd_from_kfd(root, kernel)
+    if amd:
+        sources.append("sysfs:kfd")
+    else:
+        amd = _amd_from_drm(root, kernel)
+        if amd:
+            sources.append("sysfs:drm")
+            notes.append(
+                "AMD GPU seen by DRM but not by KFD: the compute interface (/dev/kfd) is missing"
+            )
+    if not amd or any(g.arch is None or g.product.startswith("AMD GPU") for g in amd):
+        rocminfo = tools(["rocminfo"])
+        agents = parse_rocminfo(rocminfo) if rocminfo else []
+        if not agents:
+            enum_text = tools(["rocm_agent_enumerator"])
+            agents = [
+                RocmAgent(a, None, "GPU") for a in parse_rocm_agent_enumerator(enum_text or "")
+            ]
+            if agents:
+                sources.append("rocm_agent_enumerator")
+        else:
+            sources.append("rocminfo")
+        if agents:
+            amd = _merge_rocminfo(amd, agents, kernel, root)
+
+    nvidia = _nvidia_from_proc(root)
+    if nvidia:
+        sources.append("procfs:nvidia")
+    else:
+        nvidia = _nvidia_from_drm(root)
+        if nvidia:
+            sources.append("sysfs:drm")
+            notes.append(
+                "NVIDIA GPU on PCI but no /proc/driver/nvidia: is the nvidia driver loaded?"
+            )
+    smi = tools(
+        ["nvidia-smi", "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"]
+    )
+    rows = parse_nvidia_smi_csv(smi) if smi else []
+    if rows:
+        sources.append("nvidia-smi")
+        nvidia = _merge_smi(nvidia, rows)
+
+    if any(vendor == INTEL_PCI_VENDOR for _c, vendor, _d, _r in _drm_cards(root)):
+        notes.append("Intel GPU present: envforge has no recipes for it (ignored)")
+
+    gpus = [replace(g, index=i) for i, g in enumerate([*amd, *nvidia])]
+    forced = _overridden(env, gpus)
+    if forced is not None:
+        gpus, more = forced
+        notes.extend(more)
+        sources.append("override")
+    driver = env.get("ENVFORGE_DRIVER_VERSION", "").strip()
+    if driver:
+        gpus = [replace(g, driver_version=driver) for g in gpus]
+        sources.append("override:driver")
+    for gpu in gpus:
+        if gpu.arch is None:
+            notes.append(
+                f"GPU {gpu.index} ({gpu.product}): arch unknown; set ENVFORGE_GPU_ARCH to choose"
+            )
+    return HostInfo(
+        gpus=tuple(gpus),
+        kernel=kernel,
+        machine=platform.machine(),
+        sources=tuple(dict.fromkeys(sources)),
+        notes=tuple(notes),
+    )
