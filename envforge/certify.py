@@ -1,0 +1,264 @@
+"""Certificates: a probe report bound to an image's filesystem content.
+
+A :class:`Certificate` says "this host ran the probe on the image whose layers have these
+diff IDs (and whose config runs them with these env vars, entrypoint and user), built
+from this recipe, and the probe passed (or failed at step X)". Its ``digest`` is the
+sha256 of its canonical JSON without the digest field, so any edit is detected.
+
+Where certificates live:
+
+* the local store, ``envforge.paths.certificates_dir()/<hex digest>.json`` (one file per
+  certificate, written atomically) -- the host's own record, which ``publish`` requires;
+* the certified image itself, as the label ``io.envforge.certificate`` (compact JSON).
+  The label is added by a metadata-only build ``FROM <candidate>`` (see
+  :func:`envforge.backends.docker.label_image`), so the certified image's layer diff IDs
+  are the candidate's and the certificate travels to any registry with the image.
+
+The digest is an integrity check, not a signature: ``envforge verify`` proves that a
+pulled image's content is what the certificate names, not who issued it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from envforge import __version__, paths
+from envforge.errors import CertificationFailed
+
+SCHEMA = "envforge.certificate/1"
+
+
+def canonical_json(data: Any) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def _digest(data: Mapping[str, Any]) -> str:
+    body = {k: v for k, v in data.items() if k != "digest"}
+    return "sha256:" + hashlib.sha256(canonical_json(body).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Certificate:
+    """A probe verdict bound to image content. Build with :func:`issue`."""
+
+    data: Mapping[str, Any]
+
+    @property
+    def digest(self) -> str:
+        return str(self.data["digest"])
+
+    @property
+    def status(self) -> str:
+        return str(self.data["status"])
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "pass"
+
+    @property
+    def layers(self) -> tuple[str, ...]:
+        return tuple(self.data["image"]["layers"])
+
+    @property
+    def config(self) -> Mapping[str, Any]:
+        return dict(self.data["image"]["config"])
+
+    @property
+    def recipe_name(self) -> str:
+        return str(self.data["recipe"]["name"])
+
+    @property
+    def recipe_hash(self) -> str:
+        return str(self.data["recipe"]["hash"])
+
+    @property
+    def stack_tag(self) -> str:
+        return str(self.data["recipe"]["stack_tag"])
+
+    @property
+    def issued_at(self) -> float:
+        return float(self.data["issued_at"])
+
+    @property
+    def failing_step(self) -> str | None:
+        step = self.data.get("failing_step")
+        return str(step) if step else None
+
+    @property
+    def report(self) -> Mapping[str, Any]:
+        return dict(self.data["report"])
+
+    def to_json(self, *, compact: bool = True) -> str:
+        if compact:
+            return canonical_json(dict(self.data))
+        return json.dumps(dict(self.data), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str, *, source: str = "certificate") -> Certificate:
+        """Parse and check a certificate; :class:`CertificationFailed` when it is not one."""
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise CertificationFailed(f"{source} is not valid JSON: {exc}") from None
+        return cls.from_data(data, source=source)
+
+    @classmethod
+    def from_data(cls, data: Any, *, source: str = "certificate") -> Certificate:
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            raise CertificationFailed(f"{source} is not an envforge certificate ({SCHEMA})")
+        try:
+            layers = data["image"]["layers"]
+            ok = (
+                isinstance(layers, list)
+                and all(isinstance(x, str) for x in layers)
+                and isinstance(data["image"]["config"], dict)
+                and isinstance(data["status"], str)
+                and isinstance(data["recipe"]["name"], str)
+                and isinstance(data["recipe"]["hash"], str)
+                and isinstance(data["recipe"]["stack_tag"], str)
+                and isinstance(data["issued_at"], (int, float))
+                and isinstance(data["report"], dict)
+                and isinstance(data["digest"], str)
+            )
+        except (KeyError, TypeError):
+            ok = False
+        if not ok:
+            raise CertificationFailed(f"{source} lacks required fields")
+        if _digest(data) != data["digest"]:
+            raise CertificationFailed(
+                f"{source} was altered: its digest does not match its content"
+            )
+        return cls(data)
+
+
+def failing_step_of(report: Mapping[str, Any]) -> str | None:
+    """The first step of a report that did not pass (or skip), as ``name (status: detail)``."""
+    for step in report.get("steps") or ():
+        if not isinstance(step, Mapping):
+            continue
+        status = str(step.get("status", ""))
+        if status not in ("pass", "skip"):
+            detail = str(step.get("detail") or "").strip().splitlines()
+            text = f"{step.get('name')} ({status}"
+            if detail:
+                text += f": {detail[0][:200]}"
+            return text + ")"
+    return None
+
+
+def issue(
+    *,
+    report: Mapping[str, Any],
+    recipe_name: str,
+    recipe_hash: str,
+    stack_tag: str,
+    layers: Sequence[str],
+    config: Mapping[str, Any],
+    candidate_id: str,
+    now: float | None = None,
+) -> Certificate:
+    """Bind a probe report (its ``to_dict()``) to an image's content."""
+    status = "pass" if report.get("status") == "pass" else "fail"
+    data: dict[str, Any] = {
+        "schema": SCHEMA,
+        "status": status,
+        "failing_step": None if status == "pass" else failing_step_of(report) or "probe",
+        "recipe": {"name": recipe_name, "hash": recipe_hash, "stack_tag": stack_tag},
+        "image": {"layers": list(layers), "config": dict(config), "candidate": candidate_id},
+        "issued_at": round(time.time() if now is None else now, 3),
+        "envforge_version": __version__,
+        "report": dict(report),
+    }
+    # Round-trip through JSON so that the digest covers exactly what is stored.
+    data = json.loads(canonical_json(data))
+    data["digest"] = _digest(data)
+    return Certificate(data)
+
+
+def binding_problems(
+    cert: Certificate, layers: Sequence[str], config: Mapping[str, Any]
+) -> list[str]:
+    """Why ``cert`` does not certify an image with ``layers`` and ``config`` (empty: it does)."""
+    problems: list[str] = []
+    if not cert.passed:
+        problems.append(f"the certificate records a failed probe: {cert.failing_step or 'probe'}")
+    if tuple(layers) != cert.layers:
+        mine, theirs = list(layers), list(cert.layers)
+        if len(mine) != len(theirs):
+            problems.append(
+                f"content differs from certificate: image has {len(mine)} layers, "
+                f"certificate names {len(theirs)}"
+            )
+        else:
+            first = next(i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b)
+            problems.append(
+                f"content differs from certificate: layer {first + 1} is {mine[first][:19]}, "
+                f"certificate names {theirs[first][:19]}"
+            )
+    if dict(config) != dict(cert.config):
+        keys = sorted(
+            k for k in set(config) | set(cert.config) if config.get(k) != cert.config.get(k)
+        )
+        problems.append(f"image config differs from certificate: {', '.join(keys)}")
+    return problems
+
+
+class CertificateStore:
+    """The local store: ``<root>/<hex digest>.json``, one certificate per file."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = paths.certificates_dir() if root is None else root
+
+    def path_for(self, digest: str) -> Path:
+        return self.root / (digest.split(":", 1)[-1] + ".json")
+
+    def save(self, cert: Certificate) -> Path:
+        """Write atomically (temp file + rename); returns the path."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        target = self.path_for(cert.digest)
+        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".cert-", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(cert.to_json(compact=False) + "\n")
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return target
+
+    def load(self, digest: str) -> Certificate | None:
+        path = self.path_for(digest)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError:
+            return None
+        try:
+            cert = Certificate.from_json(text, source=str(path))
+        except CertificationFailed:
+            return None
+        return cert if cert.digest == digest else None
+
+    def all(self) -> list[Certificate]:
+        certs: list[Certificate] = []
+        if not self.root.is_dir():
+            return certs
+        for path in sorted(self.root.glob("*.json")):
+            try:
+                text = path.read_text(encoding="utf-8")
+                certs.append(Certificate.from_json(text, source=str(path)))
+            except (OSError, CertificationFailed):
+                continue
+        return certs
+
+    def latest_for(self, layers: Sequence[str]) -> Certificate | None:
+        """The newest stored certificate for exactly these layers (pass or fail)."""
+        matching = [c for c in self.all() if c.layers == tuple(layers)]
+        return max(matching, key=lambda c: c.issued_at) if matching else None

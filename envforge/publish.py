@@ -1,0 +1,128 @@
+"""Publish certified images to a registry, and verify published ones.
+
+``publish`` pushes ``envforge/<recipe>:<stack tag>`` as ``REGISTRY/<recipe>:<stack tag>``
+only when all of these hold (else :class:`PublishRefused`, exit 5):
+
+* the image carries a certificate label that parses and whose digest matches its content;
+* that certificate passed and names exactly the image's layer diff IDs and run config;
+* this host's local certificate store holds a certificate for those layers and the newest
+  one passed (so an image that a later ``envforge certify`` failed is not published);
+* the certificate was issued for the recipe as it is now (same recipe hash).
+
+``verify`` pulls a reference and checks its certificate label against the pulled content.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from envforge.backends import docker as engine
+from envforge.certify import Certificate, CertificateStore, binding_problems
+from envforge.errors import CertificationFailed, PublishRefused
+from envforge.recipe.model import Recipe
+
+
+@dataclass(frozen=True)
+class Published:
+    ref: str
+    digest: str
+    certificate: str
+    image_id: str
+
+    @property
+    def pinned_ref(self) -> str:
+        """``REGISTRY/REPO@sha256:...``: the pushed manifest, immutable."""
+        repo, _tag = engine.split_ref(self.ref)
+        return f"{repo}@{self.digest}"
+
+
+@dataclass(frozen=True)
+class Verified:
+    ref: str
+    image_id: str
+    certificate: Certificate
+
+
+def certificate_of(info: engine.ImageInfo, *, what: str) -> Certificate:
+    """The certificate a local image carries; :class:`CertificationFailed` when none is valid."""
+    text = info.labels.get(engine.CERTIFICATE_LABEL)
+    if not text:
+        raise CertificationFailed(
+            f"{what} carries no certificate (label {engine.CERTIFICATE_LABEL})",
+            hint="only images made by envforge build/certify carry one",
+        )
+    return Certificate.from_json(text, source=f"the certificate of {what}")
+
+
+def publishable(
+    client: engine.Client, recipe: Recipe, store: CertificateStore
+) -> tuple[engine.ImageInfo, Certificate]:
+    """The local certified image of ``recipe`` and its certificate, or :class:`PublishRefused`."""
+    ref = engine.certified_ref(recipe.name, recipe.stack_tag)
+    hint = f"envforge build {recipe.name}"
+    info = engine.inspect_image(client, ref)
+    if info is None:
+        raise PublishRefused(f"no certified image {ref} on this engine", hint=hint)
+    try:
+        cert = certificate_of(info, what=ref)
+    except CertificationFailed as exc:
+        raise PublishRefused(exc.message, hint=hint) from None
+    problems = binding_problems(cert, info.layers, engine.config_identity(info.config))
+    if problems:
+        raise PublishRefused(f"{ref}: {problems[0]}", hint=hint)
+    latest = store.latest_for(info.layers)
+    if latest is None:
+        raise PublishRefused(
+            f"{ref}: no certificate for its content in this host's store ({store.root})",
+            hint=f"envforge certify {recipe.name}",
+        )
+    if not latest.passed:
+        raise PublishRefused(
+            f"{ref}: the latest probe of this content on this host failed: "
+            f"{latest.failing_step or 'probe'}",
+            hint=f"fix the cause, then envforge certify {recipe.name}",
+        )
+    if cert.recipe_hash != recipe.hash:
+        raise PublishRefused(
+            f"{ref} was certified for another version of recipe {recipe.name} "
+            f"({cert.recipe_hash[:19]}, now {recipe.hash[:19]})",
+            hint=hint,
+        )
+    return info, cert
+
+
+def publish(
+    client: engine.Client,
+    recipe: Recipe,
+    registry: str,
+    *,
+    store: CertificateStore | None = None,
+    on_line: Callable[[str], None] = lambda _l: None,
+) -> Published:
+    target = engine.registry_ref(registry, recipe.name, recipe.stack_tag)
+    info, cert = publishable(client, recipe, store or CertificateStore())
+    engine.tag_image(client, info.id, target)
+    result = engine.push(client, target, on_line=on_line)
+    return Published(ref=target, digest=result.digest, certificate=cert.digest, image_id=info.id)
+
+
+def verify_local(info: engine.ImageInfo, ref: str) -> Verified:
+    """Check a local image's certificate against its content; :class:`CertificationFailed`."""
+    cert = certificate_of(info, what=ref)
+    problems = binding_problems(cert, info.layers, engine.config_identity(info.config))
+    if problems:
+        raise CertificationFailed(f"{ref}: {'; '.join(problems)}")
+    return Verified(ref=ref, image_id=info.id, certificate=cert)
+
+
+def verify(client: engine.Client, ref: str, *, pull: bool = True) -> Verified:
+    """Pull ``ref`` (unless ``pull`` is False) and verify it."""
+    if pull:
+        info = engine.pull(client, ref)
+    else:
+        found = engine.inspect_image(client, ref)
+        if found is None:
+            raise CertificationFailed(f"no image {ref} on this engine", hint="drop --no-pull")
+        info = found
+    return verify_local(info, ref)
