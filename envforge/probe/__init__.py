@@ -1,0 +1,20 @@
+"""The timed, isolated hardware probe: worker (stdlib only), runner, reports, select_device.
+
+``worker.py`` runs inside the environment under test; everything else runs on the host.
+"""
+
+from __future__ import annotations
+
+from envforge.probe.report import ProbeReport, StepResult
+from envforge.probe.runner import LocalPythonTarget, ProbeTarget, WorkerHandle, run_probe
+from envforge.probe.spec import ProbeSpec
+
+__all__ = [
+    "LocalPythonTarget",
+    "ProbeReport",
+    "ProbeSpec",
+    "ProbeTarget",
+    "StepResult",
+    "WorkerHandle",
+    "run_probe",
+]

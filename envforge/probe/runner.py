@@ -1,0 +1,488 @@
+"""The host side of the probe: start the worker in a target, enforce deadlines, classify.
+
+Targets
+=======
+The runner does not care where the worker runs. A *target* starts the worker (the source
+of ``worker.py`` plus a JSON spec) somewhere and hands back a *handle* that streams the
+worker's stdout line by line. Two implementations exist: :class:`LocalPythonTarget` here
+(an interpreter on this host: the current one, or a virtualenv's) and the Docker backend's
+container target (``envforge.backends.docker``). A target must honour this contract:
+
+``ProbeTarget.description``
+    One line naming what is probed, for reports: an interpreter path, an image id.
+
+``ProbeTarget.start(worker_source, spec_json, env)``
+    A context manager. On entry, start ``python WORKER SPEC`` (SPEC: the JSON text, a path
+    to a file holding it, or ``-`` with the JSON on stdin; ``python -c SOURCE SPEC`` works
+    too) with ``env`` added to the target's own environment, and yield a
+    :class:`WorkerHandle`. On exit, by any route (KeyboardInterrupt included), everything
+    the target started must be gone: a process group stopped and reaped, a container
+    killed and removed. Raise :class:`envforge.errors.Unavailable` when the target cannot
+    start at all (no interpreter, no engine).
+
+``WorkerHandle.read_line(timeout)``
+    The worker's next stdout line without its newline; ``None`` when ``timeout`` seconds
+    pass without one; ``""`` at end of stream (the worker closed stdout or died).
+
+``WorkerHandle.stop()``
+    Kill everything now (TERM, short grace, KILL; or kill the container), reap; idempotent.
+
+``WorkerHandle.exit_status()``
+    After end of stream or :meth:`stop`: ``(returncode, signal_name)``. ``signal_name`` is
+    ``"SIGSEGV"`` and the like when the worker died of a signal (containers: exit code
+    128+N means signal N, see :func:`container_exit_status`), else None.
+
+``WorkerHandle.stderr_tail(lines=20)``
+    The last lines the worker wrote to stderr (it must be drained continuously so the
+    worker never blocks on a full pipe).
+
+Optionally a handle may expose ``oom_killed: bool`` (Docker's ``State.OOMKilled``); a
+worker killed by SIGKILL with ``oom_killed`` true is classified ``oom``.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+from envforge import __version__
+from envforge.errors import Interrupted, Unavailable
+from envforge.probe.report import HostInfo, ProbeReport, Status, StepResult, host_info, utc_now
+from envforge.probe.spec import ProbeSpec
+from envforge.proc import signal_name, spawn, stop_group
+
+#: TERM → KILL grace for a hung worker; short, since a hung driver call rarely ends on TERM.
+HANG_GRACE = 0.5
+STDERR_KEEP = 200
+#: Statuses the worker itself reports; hang and crash come from the runner.
+WORKER_STATUSES: tuple[Status, ...] = ("pass", "fail", "oom", "no-device", "skip")
+#: Seconds to wait for the worker to exit after it said "done" or closed stdout.
+EXIT_WAIT = 5.0
+
+
+class WorkerHandle(Protocol):
+    def read_line(self, timeout: float) -> str | None: ...
+
+    def stop(self) -> None: ...
+
+    def exit_status(self) -> tuple[int | None, str | None]: ...
+
+    def stderr_tail(self, lines: int = 20) -> str: ...
+
+
+class ProbeTarget(Protocol):
+    @property
+    def description(self) -> str: ...
+
+    def start(
+        self, worker_source: str, spec_json: str, env: Mapping[str, str]
+    ) -> AbstractContextManager[WorkerHandle]: ...
+
+
+class ProbeListener(Protocol):
+    """Live progress: called as steps start and finish (the CLI's table)."""
+
+    def step_started(self, step: str, deadline: float) -> None: ...
+
+    def step_finished(self, result: StepResult) -> None: ...
+
+
+def worker_source() -> str:
+    """The worker file's text, to ship into any target."""
+    return resources.files("envforge.probe").joinpath("worker.py").read_text(encoding="utf-8")
+
+
+def container_exit_status(code: int | None) -> tuple[int | None, str | None]:
+    """A container's exit code → (code, signal name): 139 → (139, "SIGSEGV")."""
+    if code is not None and 128 < code < 128 + 65:
+        return code, signal_name(-(code - 128))
+    return code, None
+
+
+# --------------------------------------------------------------------------- local target
+
+
+class _LocalHandle:
+    def __init__(self, proc: subprocess.Popen[bytes], grace: float) -> None:
+        self._proc = proc
+        self._grace = grace
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_KEEP)
+        self._eof = False
+        self._stopped = False
+        self._out = threading.Thread(target=self._pump_stdout, name="probe-stdout", daemon=True)
+        self._err = threading.Thread(target=self._pump_stderr, name="probe-stderr", daemon=True)
+        self._out.start()
+        self._err.start()
+
+    def _pump_stdout(self) -> None:
+        stream: IO[bytes] | None = self._proc.stdout
+        try:
+            if stream is not None:
+                for raw in stream:
+                    self._lines.put(raw.decode("utf-8", errors="replace").rstrip("\r\n"))
+        except (OSError, ValueError):
+            pass
+        finally:
+            self._lines.put(None)
+
+    def _pump_stderr(self) -> None:
+        stream: IO[bytes] | None = self._proc.stderr
+        try:
+            if stream is not None:
+                for raw in stream:
+                    self._stderr.append(raw.decode("utf-8", errors="replace").rstrip("\r\n"))
+        except (OSError, ValueError):
+            pass
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    def read_line(self, timeout: float) -> str | None:
+        if self._eof:
+            return ""
+        try:
+            line = self._lines.get(timeout=max(timeout, 0.0))
+        except queue.Empty:
+            return None
+        if line is None:
+            self._eof = True
+            return ""
+        return line
+
+    def stop(self) -> None:
+        if not self._stopped:
+            self._stopped = True
+            stop_group(self._proc, self._grace)
+        self._join()
+
+    def _join(self) -> None:
+        self._out.join(timeout=2.0)
+        self._err.join(timeout=2.0)
+
+    def exit_status(self) -> tuple[int | None, str | None]:
+        try:
+            self._proc.wait(timeout=EXIT_WAIT)
+        except subprocess.TimeoutExpired:
+            self.stop()
+        self._join()
+        code = self._proc.returncode
+        return code, signal_name(code)
+
+    def stderr_tail(self, lines: int = 20) -> str:
+        if self._proc.poll() is not None:
+            self._err.join(timeout=0.5)
+        return "\n".join(list(self._stderr)[-lines:])
+
+
+@dataclass(frozen=True)
+class LocalPythonTarget:
+    """A Python interpreter on this host, run in a process group of its own."""
+
+    python: str = sys.executable
+    #: The worker's base environment; None → this process's environment.
+    env: Mapping[str, str] | None = None
+    grace: float = HANG_GRACE
+
+    @property
+    def description(self) -> str:
+        return f"python {self.python}"
+
+    def _resolve(self) -> str:
+        found = shutil.which(self.python) if os.sep not in self.python else self.python
+        if not found or not os.access(found, os.X_OK) or os.path.isdir(found):
+            raise Unavailable(
+                f"interpreter {self.python!r} not found or not executable",
+                hint="pass --python PATH to a Python interpreter (e.g. VENV/bin/python)",
+            )
+        return found
+
+    @contextmanager
+    def start(
+        self, worker_source: str, spec_json: str, env: Mapping[str, str]
+    ) -> Iterator[_LocalHandle]:
+        python = self._resolve()
+        folder = Path(tempfile.mkdtemp(prefix="envforge-probe-"))
+        try:
+            worker = folder / "envforge_probe_worker.py"
+            spec = folder / "spec.json"
+            worker.write_text(worker_source, encoding="utf-8")
+            spec.write_text(spec_json, encoding="utf-8")
+            full_env = dict(os.environ if self.env is None else self.env)
+            full_env.update(env)
+            full_env.setdefault("PYTHONIOENCODING", "utf-8")
+            try:
+                with spawn(
+                    [python, str(worker), str(spec)],
+                    env=full_env,
+                    cwd=str(folder),
+                    grace=self.grace,
+                ) as proc:
+                    handle = _LocalHandle(proc, self.grace)
+                    try:
+                        yield handle
+                    finally:
+                        handle.stop()
+            except (FileNotFoundError, PermissionError) as exc:
+                raise Unavailable(
+                    f"cannot start {python}: {exc.strerror or exc}",
+                    hint="pass --python PATH to a working Python interpreter",
+                ) from None
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- runner
+
+
+class _Run:
+    """State of one probe run: which steps ended, which one is running."""
+
+    def __init__(self, spec: ProbeSpec, listener: ProbeListener | None) -> None:
+        self.spec = spec
+        self.listener = listener
+        self.results: dict[str, StepResult] = {}
+        self.current: str | None = None
+        self.current_started = 0.0
+        self.snapshot: dict[str, Any] = {}
+        self.hello = False
+        self.done = False
+
+    def next_step(self) -> str | None:
+        for name in self.spec.steps:
+            if name not in self.results and name != self.current:
+                return name
+        return None
+
+    def finish(self, result: StepResult) -> None:
+        self.results[result.name] = result
+        if self.current == result.name:
+            self.current = None
+        if self.listener is not None:
+            self.listener.step_finished(result)
+
+    def start(self, step: str, deadline: float, now: float) -> None:
+        self.current = step
+        self.current_started = now
+        if self.listener is not None:
+            self.listener.step_started(step, deadline)
+
+
+def run_probe(
+    spec: ProbeSpec,
+    target: ProbeTarget,
+    *,
+    listener: ProbeListener | None = None,
+    host: HostInfo | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> ProbeReport:
+    """Run the probe described by ``spec`` in ``target``; always returns a full report.
+
+    Every step of ``spec.steps`` gets a result. Raises :class:`Interrupted` on Ctrl-C,
+    after the target stopped everything it started; :class:`Unavailable` when the
+    target cannot start.
+    """
+    created = utc_now()
+    began = clock()
+    run = _Run(spec, listener)
+    try:
+        with target.start(worker_source(), spec.worker_json(), spec.env_map) as handle:
+            host = host if host is not None else host_info()
+            _drive(run, handle, clock)
+    except KeyboardInterrupt:
+        raise Interrupted(
+            "probe interrupted; the worker was stopped", hint="run envforge probe again"
+        ) from None
+    steps = tuple(run.results[name] for name in spec.steps)
+    return ProbeReport(
+        steps=steps,
+        level=spec.level,
+        target=target.description,
+        host=host if host is not None else host_info(),
+        envforge_version=__version__,
+        created=created,
+        seconds=clock() - began,
+        recipe_name=spec.recipe_name,
+        recipe_hash=spec.recipe_hash,
+        snapshot=run.snapshot,
+    )
+
+
+def _drive(run: _Run, handle: WorkerHandle, clock: Callable[[], float]) -> None:
+    spec = run.spec
+    deadline_at = clock() + spec.startup_deadline
+    waiting_for = "start"  # what the current deadline guards: start, step, gap, exit
+    while True:
+        line = handle.read_line(max(deadline_at - clock(), 0.0))
+        if line is None:
+            if clock() < deadline_at:
+                continue
+            _on_hang(run, handle, clock, waiting_for)
+            return
+        if line == "":
+            _on_exit(run, handle, clock)
+            return
+        event = _parse(line)
+        if event is None:
+            continue  # not ours (nothing else should reach stdout; tolerate it)
+        kind = event.get("event")
+        now = clock()
+        if kind == "hello":
+            run.hello = True
+            deadline_at = now + spec.startup_deadline
+        elif kind == "start":
+            step = str(event.get("step"))
+            deadline = _float(event.get("deadline")) or spec.deadline(step)
+            run.start(step, deadline, now)
+            deadline_at = now + deadline
+            waiting_for = "step"
+        elif kind == "end":
+            result = _end_result(event, now - run.current_started)
+            if result.name == "env-snapshot" and isinstance(event.get("data"), dict):
+                run.snapshot = dict(event["data"])
+            run.finish(result)
+            deadline_at = now + spec.step_timeout
+            waiting_for = "gap"
+        elif kind == "done":
+            run.done = True
+            deadline_at = now + EXIT_WAIT
+            waiting_for = "exit"
+    # not reached
+
+
+def _parse(line: str) -> dict[str, Any] | None:
+    line = line.strip()
+    if not line.startswith("{"):
+        return None
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _float(value: object) -> float | None:
+    if isinstance(value, (int, float)) and value > 0:
+        return float(value)
+    return None
+
+
+def _end_result(event: Mapping[str, Any], measured: float) -> StepResult:
+    raw = event.get("status")
+    status: Status = "fail"
+    for known in WORKER_STATUSES:
+        if raw == known:
+            status = known
+    seconds = event.get("seconds")
+    return StepResult(
+        name=str(event.get("step")),
+        status=status,
+        seconds=float(seconds) if isinstance(seconds, (int, float)) else measured,
+        detail=str(event.get("detail") or ""),
+    )
+
+
+def _skip_rest(run: _Run, why: str) -> None:
+    for name in run.spec.steps:
+        if name not in run.results:
+            run.finish(StepResult(name=name, status="skip", seconds=0.0, detail=why))
+
+
+def _on_hang(run: _Run, handle: WorkerHandle, clock: Callable[[], float], waiting_for: str) -> None:
+    handle.stop()
+    if waiting_for == "exit":
+        # Every result is in; the worker only failed to exit (a runtime's teardown hung).
+        _skip_rest(run, "skipped: worker did not finish")
+        return
+    now = clock()
+    step = run.current or run.next_step()
+    if step is not None:
+        if run.current is not None:
+            seconds = now - run.current_started
+            detail = f"no result within the {run.spec.deadline(step):g}s deadline; worker stopped"
+        elif not run.hello:
+            seconds = 0.0
+            detail = (
+                f"worker did not start within {run.spec.startup_deadline:g}s; worker stopped"
+            )
+        else:
+            seconds = 0.0
+            detail = "worker stopped responding between steps; worker stopped"
+        tail = _tail(handle)
+        if tail:
+            detail += f" | stderr: {tail}"
+        run.finish(StepResult(name=step, status="hang", seconds=seconds, detail=detail))
+        _skip_rest(run, f"skipped: {step} hung")
+    else:
+        _skip_rest(run, "skipped: worker hung")
+
+
+def _on_exit(run: _Run, handle: WorkerHandle, clock: Callable[[], float]) -> None:
+    code, sig = handle.exit_status()
+    if run.done and run.current is None:
+        _skip_rest(run, "skipped: the worker did not run this step")
+        return
+    step = run.current or run.next_step()
+    if step is None:
+        return
+    tail = _tail(handle)
+    status: Status = "crash"
+    if sig:
+        how = sig
+        if sig == "SIGKILL" and getattr(handle, "oom_killed", False):
+            status, how = "oom", "SIGKILL (out of memory: killed by the kernel's OOM killer)"
+        elif sig == "SIGKILL":
+            how = "SIGKILL (killed from outside; the kernel's OOM killer does this)"
+    elif code is None:
+        how = "worker ended"
+    else:
+        how = f"worker exited with code {code}"
+    if status == "crash" and "out of memory" in tail.lower():
+        status = "oom"
+    where = "" if run.current is not None else " before the step started"
+    detail = f"{how}{where}" + (f": {tail}" if tail else "")
+    seconds = clock() - run.current_started if run.current is not None else 0.0
+    run.finish(StepResult(name=step, status=status, seconds=seconds, detail=detail))
+    _skip_rest(run, f"skipped: worker {'crashed' if status == 'crash' else 'died'} in {step}")
+
+
+def _tail(handle: WorkerHandle, lines: int = 8, limit: int = 600) -> str:
+    """The useful end of the worker's stderr, on one line.
+
+    After a fatal signal the worker's faulthandler prints a stack; keep the lines just
+    before it (the runtime's own message), the "Fatal Python error" line and the innermost
+    frame of the crashing thread instead of the whole dump.
+    """
+    text = handle.stderr_tail(STDERR_KEEP)
+    all_lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    fatal = max((i for i, ln in enumerate(all_lines) if ln.startswith("Fatal Python error")),
+                default=None)
+    if fatal is None:
+        kept = all_lines[-lines:]
+    else:
+        kept = all_lines[max(fatal - 3, 0):fatal + 1]
+        for i in range(fatal + 1, len(all_lines)):
+            if all_lines[i].startswith("Current thread"):
+                frames = [ln for ln in all_lines[i + 1:] if ln.startswith("File ")]
+                if frames:
+                    kept.append("at " + frames[0])
+                break
+    joined = " | ".join(kept)
+    if len(joined) > limit:
+        joined = "..." + joined[-(limit - 3):]
+    return joined

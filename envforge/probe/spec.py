@@ -1,0 +1,222 @@
+"""What the probe is asked to do: built on the host from a recipe or CLI flags.
+
+A :class:`ProbeSpec` is plain data. The runner sends :meth:`ProbeSpec.worker_json` to the
+worker (which runs exactly the steps listed there) and keeps the spec to know every step
+it must report, including the ones a crashed worker never reached.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from envforge.errors import InvalidInput
+from envforge.recipe.model import Level, Recipe
+
+#: ``amd``/``nvidia``: a GPU is required (none visible → ``no-device``); ``none``: every
+#: step runs on the CPU; ``auto`` (no recipe): the GPU when torch sees one, else the CPU.
+ProbeVendor = Literal["amd", "nvidia", "none", "auto"]
+
+QUICK_STEPS: tuple[str, ...] = (
+    "env-snapshot",
+    "expected-versions",
+    "device",
+    "memory",
+    "small-tensor",
+    "matmul",
+    "transfer-back",
+)
+FULL_STEPS: tuple[str, ...] = (*QUICK_STEPS, "conv2d", "autocast", "grad-checkpoint")
+CHECK_PREFIX = "check:"
+#: Seconds the worker may take to start (interpreter start, container start) at least.
+MIN_STARTUP_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True)
+class Expectations:
+    """What must be installed; None means "whatever is there" for that item."""
+
+    python: str | None = None  # "3.10"
+    torch: str | None = None  # "1.13.1" or "1.13.1+rocm5.2" (then matched exactly)
+    numpy: str | None = None  # PEP 440 specifier, "<2"
+    hip: str | None = None  # ROCm major.minor torch must be built for, "5.2"
+    cuda: str | None = None  # CUDA major.minor, "12.6"
+    accelerator: str | None = None  # "rocm5.2", "cu126", "cpu": the wheel's local label
+    arch: str | None = None  # effective GPU arch that must be compiled in, "gfx1030"
+
+    def to_dict(self) -> dict[str, str | None]:
+        return {
+            "python": self.python,
+            "torch": self.torch,
+            "numpy": self.numpy,
+            "hip": self.hip,
+            "cuda": self.cuda,
+            "accelerator": self.accelerator,
+            "arch": self.arch,
+        }
+
+    @classmethod
+    def from_recipe(cls, recipe: Recipe) -> Expectations:
+        return cls(
+            python=recipe.python,
+            torch=recipe.torch.version,
+            numpy=recipe.numpy,
+            hip=recipe.rocm,
+            cuda=recipe.cuda,
+            accelerator=recipe.accelerator,
+            arch=effective_arch(recipe),
+        )
+
+
+def effective_arch(recipe: Recipe) -> str | None:
+    """The arch the GPU runtime will look for: the override's when HSA_OVERRIDE_GFX_VERSION is set.
+
+    ``gfx1010`` with ``HSA_OVERRIDE_GFX_VERSION=10.3.0`` → ``gfx1030``. None for non-AMD
+    recipes (CUDA's forward compatibility makes a plain membership test misleading).
+    """
+    if recipe.gpu.vendor != "amd" or not recipe.gpu.arch:
+        return None
+    override = recipe.env_map.get("HSA_OVERRIDE_GFX_VERSION")
+    if override:
+        m = re.match(r"^(\d+)\.(\d+)\.(\d+)$", override.strip())
+        if m:
+            major, minor, stepping = (int(x) for x in m.groups())
+            return f"gfx{major}{minor}{stepping:x}"
+    return recipe.gpu.arch
+
+
+@dataclass(frozen=True)
+class CheckFile:
+    """A user check: a Python file run in the worker; it passes if it does not raise."""
+
+    step: str
+    path: str
+    source: str
+
+    @classmethod
+    def read(cls, path: Path | str, step: str | None = None) -> CheckFile:
+        p = Path(path)
+        try:
+            source = p.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise InvalidInput(
+                f"check file {p}: cannot be read: {reason}",
+                hint="pass an existing Python file to --check (or fix certify.extra_checks)",
+            ) from None
+        return cls(step=step or CHECK_PREFIX + p.name, path=str(p.resolve()), source=source)
+
+
+def read_checks(paths: Sequence[Path | str]) -> tuple[CheckFile, ...]:
+    """Read check files, giving each a unique step name (``check:name.py``, ``check:name.py#2``)."""
+    out: list[CheckFile] = []
+    used: set[str] = set()
+    for path in paths:
+        base = CHECK_PREFIX + Path(path).name
+        name, n = base, 1
+        while name in used:
+            n += 1
+            name = f"{base}#{n}"
+        used.add(name)
+        out.append(CheckFile.read(path, name))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    level: Level = "full"
+    vendor: ProbeVendor = "auto"
+    step_timeout: float = 60.0
+    expect: Expectations = field(default_factory=Expectations)
+    checks: tuple[CheckFile, ...] = ()
+    #: Environment variables the target must set for the worker (the recipe's env).
+    env: tuple[tuple[str, str], ...] = ()
+    #: Seconds for the worker to start and say hello; None → max(step_timeout, 30).
+    startup_timeout: float | None = None
+    recipe_name: str | None = None
+    recipe_hash: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.step_timeout > 0:
+            raise InvalidInput(
+                f"step timeout must be positive, got {self.step_timeout:g}",
+                hint="--step-timeout 60",
+            )
+
+    @property
+    def steps(self) -> tuple[str, ...]:
+        """Every step, in order. User checks run at both levels."""
+        base = QUICK_STEPS if self.level == "quick" else FULL_STEPS
+        return (*base, *(c.step for c in self.checks))
+
+    @property
+    def startup_deadline(self) -> float:
+        if self.startup_timeout is not None:
+            return self.startup_timeout
+        return max(self.step_timeout, MIN_STARTUP_TIMEOUT)
+
+    def deadline(self, step: str) -> float:
+        """Seconds ``step`` may take: one knob (``step_timeout``) for every step today."""
+        del step
+        return self.step_timeout
+
+    @property
+    def env_map(self) -> dict[str, str]:
+        return dict(self.env)
+
+    def worker_dict(self) -> dict[str, Any]:
+        """The spec as the worker reads it (see worker.py)."""
+        return {
+            "protocol": 1,
+            "level": self.level,
+            "vendor": self.vendor,
+            "steps": list(self.steps),
+            "step_timeout": self.step_timeout,
+            "deadlines": {s: self.deadline(s) for s in self.steps},
+            "expect": self.expect.to_dict(),
+            "checks": [{"step": c.step, "path": c.path, "source": c.source} for c in self.checks],
+        }
+
+    def worker_json(self) -> str:
+        return json.dumps(self.worker_dict(), sort_keys=True)
+
+    @classmethod
+    def from_recipe(
+        cls,
+        recipe: Recipe,
+        *,
+        level: Level | None = None,
+        step_timeout: float | None = None,
+        extra_checks: Sequence[Path | str] = (),
+    ) -> ProbeSpec:
+        """The recipe's expectations, device and certify settings; CLI values override."""
+        return cls(
+            level=level or recipe.certify.level,
+            vendor=recipe.gpu.vendor,
+            step_timeout=step_timeout if step_timeout is not None else recipe.certify.step_timeout,
+            expect=Expectations.from_recipe(recipe),
+            checks=read_checks([*recipe.certify.extra_checks, *extra_checks]),
+            env=tuple(recipe.env_map.items()),
+            recipe_name=recipe.name,
+            recipe_hash=recipe.hash,
+        )
+
+    @classmethod
+    def for_installed(
+        cls,
+        *,
+        level: Level = "full",
+        step_timeout: float = 60.0,
+        extra_checks: Sequence[Path | str] = (),
+    ) -> ProbeSpec:
+        """No recipe: accept what is installed; the GPU if torch sees one, else the CPU."""
+        return cls(
+            level=level,
+            vendor="auto",
+            step_timeout=step_timeout,
+            checks=read_checks(extra_checks),
+        )

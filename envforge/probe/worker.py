@@ -1,0 +1,718 @@
+# envforge probe worker: one self-contained, stdlib-only file.
+#
+# envforge runs this file *inside* the environment under test (the current interpreter,
+# a virtualenv, a container) where envforge itself is not installed. It must therefore
+# import nothing but the standard library at top level, and keep to Python 3.7 syntax
+# (tests parse it with ast.parse(feature_version=(3, 7))). torch and numpy are imported
+# only inside steps.
+#
+# Usage:  python worker.py SPEC      SPEC is a JSON text, a path to a JSON file, or "-"
+#                                    (read the JSON from stdin).
+#         python -c SOURCE SPEC      works the same (nothing relies on __file__).
+#
+# Protocol: one JSON object per line on stdout, flushed at once; nothing else ever goes
+# to stdout (fd 1 is pointed at stderr; events use a private duplicate of it):
+#   {"event": "hello", "pid": N, "python": "3.11.7", "protocol": 1}
+#   {"event": "start", "step": NAME, "deadline": SECONDS}
+#   {"event": "end", "step": NAME, "status": S, "seconds": F, "detail": TEXT, "data": {...}}
+#   {"event": "done"}
+# S is one of pass, fail, oom, no-device, skip. The host runner adds hang and crash: it
+# owns the deadlines and kills this process (its whole group, or its container) when a
+# step overruns. This file never waits on a deadline itself, except for a backstop alarm
+# that ends an orphaned worker long after the runner would have.
+
+import json
+import os
+import platform
+import signal
+import sys
+import threading
+import time
+import traceback
+
+PROTOCOL = 1
+ENV_PREFIXES = ("HSA_", "HIP_", "MIOPEN_", "ROCR_", "ROCM_", "CUDA_", "PYTORCH_", "NCCL_",
+                "TORCH_", "HCC_", "AMD_", "GPU_")
+DETAIL_MAX = 400
+#: Seconds past a step's deadline after which an orphaned worker ends itself (SIGALRM).
+BACKSTOP = 30
+
+_out = None  # the private event stream
+
+
+def emit(obj):
+    line = json.dumps(obj, sort_keys=True, default=str)
+    _out.write(line + "\n")
+    _out.flush()
+
+
+def short(text, limit=DETAIL_MAX):
+    text = " ".join(str(text).split())
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return text
+
+
+class StepFailed(Exception):
+    """A step's check did not hold (wrong number, wrong version): status fail."""
+
+
+class NoDevice(Exception):
+    """The recipe needs a GPU that torch cannot see: status no-device."""
+
+
+class Skip(Exception):
+    """The step cannot run because an earlier one broke what it needs."""
+
+
+def is_oom(exc):
+    name = type(exc).__name__
+    if name in ("OutOfMemoryError", "MemoryError"):
+        return True
+    text = str(exc).lower()
+    return ("out of memory" in text or "outofmemory" in text
+            or "hiperroroutofmemory" in text or "cuda_error_out_of_memory" in text)
+
+
+def describe(exc, prefer_file=None):
+    """'TypeName: message (at file:line)' for a Python error."""
+    msg = "%s: %s" % (type(exc).__name__, exc)
+    where = None
+    tb = traceback.extract_tb(exc.__traceback__)
+    for frame in reversed(tb):
+        if prefer_file is None or frame.filename == prefer_file:
+            where = "%s:%s" % (os.path.basename(frame.filename), frame.lineno)
+            break
+    if where:
+        msg = "%s (at %s)" % (msg, where)
+    return short(msg)
+
+
+# --------------------------------------------------------------------------- context
+
+
+class Context(object):
+    def __init__(self, spec):
+        self.spec = spec
+        self.vendor = spec.get("vendor", "auto")
+        self.expect = spec.get("expect") or {}
+        self.torch = None
+        self.torch_error = None
+        self.device = None  # "cuda" or "cpu" once the device step ran
+        self.device_error = None
+
+    def need_torch(self):
+        if self.torch is not None:
+            return self.torch
+        if self.torch_error is not None:
+            raise Skip("torch is not importable: " + self.torch_error)
+        try:
+            import torch  # noqa: F401
+        except BaseException as exc:  # ImportError, OSError from a broken .so, ...
+            self.torch_error = describe(exc)
+            raise
+        self.torch = torch
+        return torch
+
+    def need_device(self):
+        torch = self.need_torch()
+        if self.device is None:
+            raise Skip(self.device_error or "no usable device")
+        return torch, self.device
+
+    def sync(self):
+        if self.device == "cuda":
+            self.torch.cuda.synchronize()
+
+
+# --------------------------------------------------------------------------- steps
+
+
+def step_env_snapshot(ctx):
+    data = {
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "executable": sys.executable,
+        "platform": platform.platform(),
+        "env": dict(sorted((k, v) for k, v in os.environ.items()
+                           if k.startswith(ENV_PREFIXES))),
+    }
+    try:
+        import numpy
+        data["numpy"] = numpy.__version__
+    except BaseException as exc:
+        data["numpy"] = None
+        data["numpy_error"] = describe(exc)
+    try:
+        torch = ctx.need_torch()
+    except BaseException:
+        data["torch"] = None
+        data["torch_error"] = ctx.torch_error
+        return "torch not importable: " + str(ctx.torch_error), data, "fail"
+    data["torch"] = torch.__version__
+    version = getattr(torch, "version", None)
+    data["hip"] = getattr(version, "hip", None)
+    data["cuda"] = getattr(version, "cuda", None)
+    data["git"] = getattr(version, "git_version", None)
+    data["arch_flags"] = compiled_archs(torch)
+    try:
+        data["cudnn"] = torch.backends.cudnn.version()
+    except BaseException:
+        data["cudnn"] = None
+    build = "cpu build"
+    if data["hip"]:
+        build = "HIP " + str(data["hip"])
+    elif data["cuda"]:
+        build = "CUDA " + str(data["cuda"])
+    detail = "Python %s, torch %s (%s), numpy %s" % (
+        data["python"], data["torch"], build, data["numpy"] or "missing")
+    if data["arch_flags"]:
+        detail += ", archs " + " ".join(data["arch_flags"])
+    return detail, data
+
+
+def compiled_archs(torch):
+    """Arch list compiled into torch; works without a device (get_arch_list() does not)."""
+    flags = None
+    getter = getattr(torch._C, "_cuda_getArchFlags", None)
+    if getter is not None:
+        try:
+            flags = getter()
+        except BaseException:
+            flags = None
+    if not flags:
+        return []
+    return sorted(set(flags.replace(";", " ").split()))
+
+
+def release(text):
+    """'1.26.4' -> (1, 26, 4); '2.0.0rc1' -> (2, 0, 0); '2.13.0+cpu' -> (2, 13, 0)."""
+    text = text.split("+", 1)[0].strip()
+    if text.startswith("v"):
+        text = text[1:]
+    out = []
+    for part in text.split("."):
+        digits = ""
+        for ch in part:
+            if ch.isdigit():
+                digits += ch
+            else:
+                break
+        if digits == "":
+            break
+        out.append(int(digits))
+        if len(digits) != len(part):
+            break
+    return tuple(out)
+
+
+def _pad(a, n):
+    return tuple(a) + (0,) * (n - len(a))
+
+
+def _cmp(a, b):
+    n = max(len(a), len(b))
+    a, b = _pad(a, n), _pad(b, n)
+    return (a > b) - (a < b)
+
+
+def specifier_contains(spec, version):
+    """PEP 440 specifier check: packaging when importable, else a small comparator."""
+    try:
+        from packaging.specifiers import SpecifierSet
+        from packaging.version import Version
+        return SpecifierSet(spec).contains(Version(version), prereleases=True)
+    except ImportError:
+        pass
+    except Exception:  # packaging present but the text is odd: fall through
+        pass
+    have = release(version)
+    for clause in spec.split(","):
+        clause = clause.strip()
+        if not clause:
+            continue
+        op = ""
+        for candidate in ("~=", "==", "!=", "<=", ">=", "<", ">", "==="):
+            if clause.startswith(candidate) and len(candidate) > len(op):
+                op = candidate
+        want_text = clause[len(op):].strip()
+        if op in ("==", "!=") and want_text.endswith(".*"):
+            prefix = release(want_text[:-2])
+            same = _pad(have, len(prefix))[: len(prefix)] == prefix
+            if same != (op == "=="):
+                return False
+            continue
+        want = release(want_text)
+        c = _cmp(have, want)
+        if op in ("==", "===", ""):
+            ok = c == 0
+        elif op == "!=":
+            ok = c != 0
+        elif op == "<":
+            ok = c < 0
+        elif op == "<=":
+            ok = c <= 0
+        elif op == ">":
+            ok = c > 0
+        elif op == ">=":
+            ok = c >= 0
+        else:  # ~=
+            ok = c >= 0 and have[: max(len(want) - 1, 1)] == want[: max(len(want) - 1, 1)]
+        if not ok:
+            return False
+    return True
+
+
+def major_minor(text):
+    return ".".join(str(x) for x in release(str(text))[:2])
+
+
+def step_expected_versions(ctx):
+    exp = ctx.expect
+    problems = []
+    seen = []
+    py = "%d.%d" % sys.version_info[:2]
+    if exp.get("python"):
+        seen.append("python " + py)
+        if py != exp["python"]:
+            problems.append("python %s, recipe pins %s" % (py, exp["python"]))
+    if exp.get("numpy"):
+        try:
+            import numpy
+            have = numpy.__version__
+            seen.append("numpy %s %s" % (have, exp["numpy"]))
+            if not specifier_contains(exp["numpy"], have):
+                problems.append("numpy %s is outside %s" % (have, exp["numpy"]))
+        except ImportError as exc:
+            problems.append("numpy is not importable (%s), recipe wants %s"
+                            % (short(exc, 80), exp["numpy"]))
+    torch = ctx.need_torch()
+    have_torch = torch.__version__
+    want_torch = exp.get("torch")
+    seen.append("torch " + have_torch)
+    if want_torch:
+        if "+" in want_torch:
+            if have_torch != want_torch:
+                problems.append("torch %s, recipe pins %s" % (have_torch, want_torch))
+        else:
+            public, _, local = have_torch.partition("+")
+            if release(public) != release(want_torch) or public.split(".")[:3] != \
+                    want_torch.split(".")[:3]:
+                problems.append("torch %s, recipe pins %s" % (have_torch, want_torch))
+            acc = exp.get("accelerator")
+            if local and acc and local != acc:
+                problems.append("torch %s is the %s build, recipe wants %s"
+                                % (have_torch, local, acc))
+    hip = getattr(torch.version, "hip", None)
+    cuda = getattr(torch.version, "cuda", None)
+    acc = exp.get("accelerator")
+    if exp.get("hip"):
+        if not hip:
+            problems.append("torch has no HIP (ROCm) support, recipe wants ROCm %s (wrong wheel: "
+                            "it would run on the CPU)" % exp["hip"])
+        elif major_minor(hip) != major_minor(exp["hip"]):
+            problems.append("torch built for HIP %s, recipe wants ROCm %s" % (hip, exp["hip"]))
+    if exp.get("cuda"):
+        if not cuda:
+            problems.append("torch has no CUDA support, recipe wants CUDA %s (wrong wheel: "
+                            "it would run on the CPU)" % exp["cuda"])
+        elif major_minor(cuda) != major_minor(exp["cuda"]):
+            problems.append("torch built for CUDA %s, recipe wants %s" % (cuda, exp["cuda"]))
+    if acc == "cpu" and (hip or cuda):
+        problems.append("torch is a %s build, recipe wants the CPU build"
+                        % ("HIP " + str(hip) if hip else "CUDA " + str(cuda)))
+    arch = exp.get("arch")
+    if arch:
+        archs = compiled_archs(torch)
+        bases = set(a.split(":", 1)[0] for a in archs)
+        if archs and arch not in bases:
+            problems.append("torch is not compiled for %s (has %s)" % (arch, " ".join(archs)))
+        elif archs:
+            seen.append("arch %s compiled in" % arch)
+    if problems:
+        raise StepFailed("; ".join(problems))
+    return ", ".join(seen) if seen else "no pins; installed versions accepted"
+
+
+def step_device(ctx):
+    torch = ctx.need_torch()
+    vendor = ctx.vendor
+    if vendor == "none":
+        ctx.device = "cpu"
+        return "cpu (recipe has no GPU)", {"device": "cpu", "count": 0}
+    available = False
+    try:
+        available = bool(torch.cuda.is_available())
+    except BaseException as exc:
+        if vendor == "auto":
+            ctx.device = "cpu"
+            return "cpu (torch.cuda.is_available() raised %s)" % describe(exc), \
+                {"device": "cpu", "count": 0}
+        raise
+    count = torch.cuda.device_count() if available else 0
+    if not available or count == 0:
+        if vendor == "auto":
+            ctx.device = "cpu"
+            return "cpu (no GPU visible to torch)", {"device": "cpu", "count": 0}
+        build = "HIP" if getattr(torch.version, "hip", None) else (
+            "CUDA" if getattr(torch.version, "cuda", None) else "CPU-only")
+        ctx.device_error = "no GPU device"
+        raise NoDevice("torch.cuda.is_available() is False (%s torch build, %s GPU expected)"
+                       % (build, vendor))
+    names = []
+    for i in range(count):
+        props = torch.cuda.get_device_properties(i)
+        name = props.name
+        arch = getattr(props, "gcnArchName", None)
+        if arch:
+            name = "%s (%s)" % (name, arch)
+        names.append(name)
+    ctx.device = "cuda"
+    return "%d x %s" % (count, ", ".join(names)), {"device": "cuda", "count": count,
+                                                    "names": names}
+
+
+def step_memory(ctx):
+    torch, dev = ctx.need_device()
+    gib = float(1 << 30)
+    if dev == "cuda":
+        free, total = torch.cuda.mem_get_info(0)
+        return "device 0: %.2f GiB free of %.2f GiB" % (free / gib, total / gib), \
+            {"free": free, "total": total}
+    total = avail = None
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                key, _, rest = line.partition(":")
+                if key == "MemTotal":
+                    total = int(rest.split()[0]) * 1024
+                elif key == "MemAvailable":
+                    avail = int(rest.split()[0]) * 1024
+    except OSError:
+        pass
+    if total is None:
+        try:
+            total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError, AttributeError):
+            total = None
+    if total is None:
+        return "cpu memory: unknown", {}
+    if avail is None:
+        return "cpu memory: %.2f GiB total" % (total / gib), {"total": total}
+    return "cpu: %.2f GiB available of %.2f GiB" % (avail / gib, total / gib), \
+        {"free": avail, "total": total}
+
+
+def step_small_tensor(ctx):
+    torch, dev = ctx.need_device()
+    t = torch.ones(10, 10, device=dev) * 2.0
+    total = float(t.sum().item())
+    ctx.sync()
+    if total != 200.0:
+        raise StepFailed("sum of a 10x10 tensor of 2s is %r, expected 200" % total)
+    return "10x10 tensor on %s" % dev
+
+
+def _gen(torch):
+    g = torch.Generator()
+    g.manual_seed(1234)
+    return g
+
+
+def _close(torch, got, want, rtol, what):
+    """Compare against a float64 reference; tolerance relative to the reference's scale."""
+    got = got.detach().to("cpu").double()
+    want = want.detach().to("cpu").double()
+    if got.shape != want.shape:
+        raise StepFailed("%s: shape %s, expected %s" % (what, tuple(got.shape), tuple(want.shape)))
+    if not bool(torch.isfinite(got).all()):
+        raise StepFailed("%s: result has NaN/Inf" % what)
+    scale = float(want.abs().max()) or 1.0
+    err = float((got - want).abs().max()) / scale
+    if err > rtol:
+        raise StepFailed("%s: max error %.3g of scale exceeds %.3g" % (what, err, rtol))
+    return err
+
+
+def step_matmul(ctx):
+    torch, dev = ctx.need_device()
+    g = _gen(torch)
+    a = torch.randn(128, 128, generator=g)
+    b = torch.randn(128, 128, generator=g)
+    got = (a.to(dev) @ b.to(dev))
+    ctx.sync()
+    err = _close(torch, got, a.double() @ b.double(), 1e-3, "matmul 128x128")
+    return "128x128 on %s vs CPU float64: max rel error %.2g" % (dev, err)
+
+
+def step_transfer_back(ctx):
+    torch, dev = ctx.need_device()
+    src = torch.arange(4096, dtype=torch.float32)
+    back = src.to(dev).mul(3.0).to("cpu")
+    if not bool(torch.equal(back, src * 3.0)):
+        raise StepFailed("values changed on the round trip to %s and back" % dev)
+    return "4096 floats %s -> cpu intact" % dev
+
+
+#: (batch, in channels, height/width, out channels): includes the 44x44 case that hangs
+#: MIOpen on RDNA1 without MIOPEN_DEBUG_CONV_IMPLICIT_GEMM.
+CONV_CASES = ((1, 3, 16, 8), (2, 8, 44, 16), (1, 16, 64, 16))
+
+
+def step_conv2d(ctx):
+    torch, dev = ctx.need_device()
+    nn = torch.nn
+    g = _gen(torch)
+    worst = 0.0
+    for batch, cin, hw, cout in CONV_CASES:
+        what = "conv2d %dx%dx%dx%d" % (batch, cin, hw, hw)
+        x = torch.randn(batch, cin, hw, hw, generator=g)
+        conv = nn.Conv2d(cin, cout, 3, padding=1)
+        with torch.no_grad():
+            conv.weight.copy_(torch.randn(conv.weight.shape, generator=g) * 0.2)
+            conv.bias.copy_(torch.randn(conv.bias.shape, generator=g) * 0.2)
+        ref = _conv_fwd_bwd(torch, conv, x, "cpu", torch.float64)
+        got = _conv_fwd_bwd(torch, conv, x, dev, torch.float32)
+        ctx.sync()
+        for name, g_val, r_val in zip(("forward", "grad input", "grad weight"), got, ref):
+            worst = max(worst, _close(torch, g_val, r_val, 2e-3, "%s %s" % (what, name)))
+    sizes = ", ".join("%dx%d" % (c[2], c[2]) for c in CONV_CASES)
+    return "fwd+bwd %s on %s vs CPU float64: max rel error %.2g" % (sizes, dev, worst)
+
+
+def _conv_fwd_bwd(torch, conv, x, dev, dtype):
+    import copy
+    layer = copy.deepcopy(conv).to(device=dev, dtype=dtype)
+    inp = x.to(device=dev, dtype=dtype).requires_grad_(True)
+    out = layer(inp)
+    weights = torch.linspace(-1.0, 1.0, out.numel(), dtype=dtype).reshape(out.shape).to(dev)
+    (out * weights).sum().backward()
+    return out, inp.grad, layer.weight.grad
+
+
+def step_autocast(ctx):
+    torch, dev = ctx.need_device()
+    g = _gen(torch)
+    x = torch.randn(4, 8, 32, 32, generator=g)
+    conv = torch.nn.Conv2d(8, 8, 3, padding=1)
+    lin_a = torch.randn(64, 64, generator=g)
+    lin_b = torch.randn(64, 64, generator=g)
+    dtype = torch.float16 if dev == "cuda" else torch.bfloat16
+    conv_d = conv.to(dev)
+    with torch.autocast(device_type=dev, dtype=dtype):
+        y = conv_d(x.to(dev))
+        m = lin_a.to(dev) @ lin_b.to(dev)
+    y.float().sum().backward()
+    ctx.sync()
+    if m.dtype != dtype:
+        raise StepFailed("matmul under autocast gave %s, expected %s" % (m.dtype, dtype))
+    ref_conv = conv.to("cpu").double()(x.double())
+    _close(torch, y, ref_conv, 3e-2, "autocast conv2d")
+    _close(torch, m, lin_a.double() @ lin_b.double(), 3e-2, "autocast matmul")
+    if conv.weight.grad is None or not bool(torch.isfinite(conv.weight.grad).all()):
+        raise StepFailed("autocast backward gave no finite gradient")
+    return "%s autocast conv2d+matmul fwd/bwd on %s" % (str(dtype).replace("torch.", ""), dev)
+
+
+def step_grad_checkpoint(ctx):
+    torch, dev = ctx.need_device()
+    import torch.utils.checkpoint as ckpt
+    nn = torch.nn
+    g = _gen(torch)
+    torch.manual_seed(1234)
+    block = nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.ReLU(),
+                          nn.Conv2d(8, 4, 3, padding=1)).to(dev)
+    x = torch.randn(2, 4, 24, 24, generator=g).to(dev)
+
+    def run(use_ckpt):
+        block.zero_grad()
+        inp = x.detach().clone().requires_grad_(True)
+        if use_ckpt:
+            try:
+                out = ckpt.checkpoint(block, inp, use_reentrant=False)
+            except TypeError:  # torch < 1.11 has no use_reentrant
+                out = ckpt.checkpoint(block, inp)
+        else:
+            out = block(inp)
+        out.square().sum().backward()
+        return inp.grad.detach().clone(), block[0].weight.grad.detach().clone()
+
+    plain = run(False)
+    checked = run(True)
+    ctx.sync()
+    _close(torch, checked[0], plain[0], 1e-4, "checkpointed grad input")
+    _close(torch, checked[1], plain[1], 1e-4, "checkpointed grad weight")
+    return "checkpointed backward (use_reentrant=False) matches plain backward on %s" % dev
+
+
+def make_check_step(check):
+    def step_check(ctx):
+        import runpy
+        path = materialize(check)
+        if ctx.vendor != "none" and ctx.device is None and ctx.device_error:
+            raise Skip(ctx.device_error)
+        runpy.run_path(path, run_name="__main__")
+        return "finished without raising"
+    step_check.check_path = check.get("path")
+    return step_check
+
+
+def materialize(check):
+    """The check's own file when it is here unchanged; else a private copy of its source."""
+    path = check.get("path")
+    source = check.get("source")
+    if path and os.path.isfile(path):
+        try:
+            with open(path, "r") as fh:
+                if source is None or fh.read() == source:
+                    return path
+        except (OSError, UnicodeDecodeError):
+            pass
+    if source is None:
+        raise StepFailed("check file %s is missing" % path)
+    import tempfile
+    folder = tempfile.mkdtemp(prefix="envforge-check-")
+    target = os.path.join(folder, os.path.basename(path or "check.py"))
+    with open(target, "w") as fh:
+        fh.write(source)
+    return target
+
+
+STEPS = {
+    "env-snapshot": step_env_snapshot,
+    "expected-versions": step_expected_versions,
+    "device": step_device,
+    "memory": step_memory,
+    "small-tensor": step_small_tensor,
+    "matmul": step_matmul,
+    "transfer-back": step_transfer_back,
+    "conv2d": step_conv2d,
+    "autocast": step_autocast,
+    "grad-checkpoint": step_grad_checkpoint,
+}
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def run_step(ctx, name, func, deadline):
+    emit({"event": "start", "step": name, "deadline": deadline})
+    if deadline and hasattr(signal, "SIGALRM"):
+        signal.alarm(int(deadline) + BACKSTOP)
+    start = time.monotonic()
+    status, detail, data = "pass", "", None
+    try:
+        result = func(ctx)
+        if isinstance(result, tuple):
+            detail = result[0]
+            data = result[1] if len(result) > 1 else None
+            if len(result) > 2:
+                status = result[2]
+        else:
+            detail = result or ""
+    except Skip as exc:
+        status, detail = "skip", "skipped: %s" % exc
+    except NoDevice as exc:
+        status, detail = "no-device", str(exc)
+        ctx.device_error = ctx.device_error or "no GPU device"
+    except StepFailed as exc:
+        status, detail = "fail", str(exc)
+    except SystemExit as exc:  # a check calling sys.exit(0) passed; any other code failed
+        if exc.code in (None, 0):
+            status, detail = "pass", "exited with sys.exit(0)"
+        else:
+            status, detail = "fail", "check exited with sys.exit(%r)" % (exc.code,)
+    except BaseException as exc:  # everything a step raises is reported, never fatal
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        status = "oom" if is_oom(exc) else "fail"
+        detail = describe(exc, getattr(func, "check_path", None))
+        traceback.print_exc(file=sys.stderr)
+        if name == "device":
+            ctx.device_error = "device step failed: " + short(exc, 120)
+        if status == "oom" and ctx.torch is not None and ctx.device == "cuda":
+            try:
+                ctx.torch.cuda.empty_cache()
+            except BaseException:
+                pass
+    finally:
+        if deadline and hasattr(signal, "SIGALRM"):
+            signal.alarm(0)
+    event = {"event": "end", "step": name, "status": status,
+             "seconds": round(time.monotonic() - start, 4), "detail": short(detail)}
+    if data is not None:
+        event["data"] = data
+    emit(event)
+
+
+def watch_parent():
+    """End this worker when the process that started it goes away (local targets)."""
+    parent = os.getppid()
+    if parent <= 1:
+        return
+
+    def loop():
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                os._exit(3)
+
+    t = threading.Thread(target=loop, name="envforge-parent-watch")
+    t.daemon = True
+    t.start()
+
+
+def load_spec(argv):
+    if len(argv) < 2:
+        raise SystemExit("usage: worker.py SPEC  (JSON text, JSON file path, or - for stdin)")
+    arg = argv[1]
+    if arg == "-":
+        return json.loads(sys.stdin.read())
+    if arg.lstrip().startswith("{"):
+        return json.loads(arg)
+    with open(arg, "r") as fh:
+        return json.load(fh)
+
+
+def main(argv):
+    global _out
+    # Events go to a private copy of stdout; fd 1 and sys.stdout go to stderr so that
+    # prints from checks, torch warnings and C libraries never corrupt the stream.
+    sys.stdout.flush()
+    _out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    try:
+        import faulthandler
+        faulthandler.enable(file=sys.stderr, all_threads=True)
+    except Exception:
+        pass
+    spec = load_spec(argv)
+    watch_parent()
+    emit({"event": "hello", "pid": os.getpid(), "python": platform.python_version(),
+          "protocol": PROTOCOL})
+    ctx = Context(spec)
+    deadlines = spec.get("deadlines") or {}
+    default_deadline = spec.get("step_timeout")
+    checks = dict((c["step"], c) for c in spec.get("checks") or [])
+    for name in spec.get("steps") or []:
+        if name in STEPS:
+            func = STEPS[name]
+        elif name in checks:
+            func = make_check_step(checks[name])
+        else:
+            emit({"event": "start", "step": name, "deadline": 0})
+            emit({"event": "end", "step": name, "status": "fail", "seconds": 0.0,
+                  "detail": "this worker has no step named %r" % name})
+            continue
+        run_step(ctx, name, func, deadlines.get(name, default_deadline))
+    emit({"event": "done"})
+    _out.close()
+    sys.stderr.flush()
+    # Skip interpreter teardown: some GPU runtimes hang or crash in their atexit hooks,
+    # and every result is already out.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main(sys.argv)
