@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from envforge.detect import GpuInfo, HostInfo
+from envforge.errors import EnvforgeError
 from envforge.recipe.model import Recipe
 
 Severity = Literal["ok", "warn", "block"]
@@ -112,16 +113,14 @@ class DoctorReport:
 DockerPing = Callable[[], "str | None"]
 
 
-def docker_ping(timeout: int = 3) -> str | None:
-    """Ask the Docker engine (``DOCKER_HOST`` or the default socket) for a ping."""
+def docker_ping() -> str | None:
+    """Ask the engine the docker CLI would use (DOCKER_HOST, context) for a ping."""
     try:
-        import docker
+        from envforge.backends.docker import connect
 
-        client = docker.from_env(timeout=int(max(1, timeout)))
-        try:
-            client.ping()
-        finally:
-            client.close()
+        connect().close()
+    except EnvforgeError as exc:
+        return exc.message
     except Exception as exc:  # any failure means "not reachable"; say why
         text = " ".join(str(exc).split())
         return text[:200] or type(exc).__name__

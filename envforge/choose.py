@@ -1,0 +1,275 @@
+"""Recipe choice: ``auto`` → the recipe for this host's GPU.
+
+Rules, in order (see :func:`choose`):
+
+1. No GPU (or ``ENVFORGE_GPU_VENDOR=none``) → ``cpu``.
+2. A recipe whose ``gpu.arch`` is the detected arch → that recipe.
+3. AMD: an arch that runs another arch's code through ``HSA_OVERRIDE_GFX_VERSION``
+   (gfx1032 → 10.3.0) → the recipe of its family that already sets that override
+   (preferring the closest arch name: gfx1032 → gfx1031, gfx1012 → gfx1010), else the
+   recipe of the target arch itself.
+4. NVIDIA: the recipe whose CUDA wheel variant has SASS for the SM (newest torch first).
+5. Otherwise :class:`InvalidInput`, listing the nearest recipes of the same vendor.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from envforge.detect import GpuInfo, HostInfo
+from envforge.errors import EnvforgeError, InvalidInput
+from envforge.recipe.catalogue import Catalogue
+from envforge.recipe.model import Recipe
+
+CPU_RECIPE = "cpu"
+
+#: Arch → ``HSA_OVERRIDE_GFX_VERSION`` value that makes ROCm run it as a shipped arch.
+#: Used when the knowledge table does not say (matrix.md §1b; community evidence).
+#: gfx1103 is left out on purpose: the override "causes GPU page faults and hard hangs".
+LOCAL_OVERRIDES: dict[str, str] = {
+    "gfx1010": "10.3.0",
+    "gfx1011": "10.3.0",
+    "gfx1012": "10.3.0",
+    "gfx1031": "10.3.0",
+    "gfx1032": "10.3.0",
+    "gfx1034": "10.3.0",
+    "gfx1035": "10.3.0",
+    "gfx1036": "10.3.0",
+    "gfx1101": "11.0.0",
+    "gfx1102": "11.0.0",
+}
+
+#: SM archs each CUDA wheel variant carries SASS for, when the knowledge table does not
+#: say (matrix.md §2b, torch 2.9–2.14 rows; cu118 from the 2.0–2.7 rows).
+LOCAL_CUDA_SMS: dict[str, tuple[str, ...]] = {
+    "cu118": ("sm_37", "sm_50", "sm_60", "sm_61", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"),
+    "cu126": ("sm_50", "sm_60", "sm_61", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"),
+    "cu128": ("sm_70", "sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"),
+    "cu130": ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"),
+    "cu132": ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"),
+}
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Which recipe ``auto`` means on this host, and why."""
+
+    recipe: str
+    arch: str | None
+    reason: str
+    gpu: GpuInfo | None = None
+    path: Path | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "recipe": self.recipe,
+            "arch": self.arch,
+            "reason": self.reason,
+            "gpu": self.gpu.to_dict() if self.gpu else None,
+            "path": str(self.path) if self.path else None,
+        }
+
+
+def override_for(arch: str) -> str | None:
+    """``HSA_OVERRIDE_GFX_VERSION`` value for ``arch`` (knowledge table first)."""
+    try:
+        from envforge import knowledge
+
+        lookup = getattr(knowledge, "override_target", None)
+        if callable(lookup):
+            found = lookup(arch)
+            if isinstance(found, str) and found:
+                return _as_override(found)
+    except ImportError:  # pragma: no cover - shipped with envforge
+        pass
+    return LOCAL_OVERRIDES.get(arch)
+
+
+def _as_override(value: str) -> str:
+    """``gfx1030`` → ``10.3.0``; an ``X.Y.Z`` value passes through."""
+    match = re.fullmatch(r"gfx(\d+)([0-9a-f])([0-9a-f])", value)
+    if match:
+        return f"{int(match.group(1))}.{int(match.group(2), 16)}.{int(match.group(3), 16)}"
+    return value
+
+
+def _override_arch(value: str) -> str | None:
+    """``10.3.0`` → ``gfx1030``."""
+    match = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)", value.strip())
+    if not match:
+        return None
+    major, minor, stepping = (int(x) for x in match.groups())
+    return f"gfx{major}{minor:x}{stepping:x}"
+
+
+def cuda_sms(recipe: Recipe) -> tuple[str, ...]:
+    """SM archs the recipe's CUDA wheel has kernels for (knowledge table first)."""
+    if not recipe.cuda:
+        return ()
+    try:
+        from envforge import knowledge
+
+        lookup = getattr(knowledge, "cuda_archs", None)
+        if callable(lookup):
+            found = lookup(recipe)
+            if found:
+                return tuple(str(s) for s in found)
+    except ImportError:  # pragma: no cover
+        pass
+    return LOCAL_CUDA_SMS.get(recipe.accelerator, ())
+
+
+def _arch_number(arch: str) -> int | None:
+    match = re.fullmatch(r"(?:gfx|sm_)([0-9a-f]+)", arch)
+    if not match:
+        return None
+    digits = match.group(1)
+    return int(digits, 16) if arch.startswith("gfx") else int(digits)
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", version.split("+", 1)[0]))
+
+
+def nearest(arch: str, recipes: Sequence[Recipe], limit: int = 3) -> list[Recipe]:
+    """Recipes of the same vendor, closest arch first (shared prefix, then numeric distance)."""
+    vendor = "amd" if arch.startswith("gfx") else "nvidia"
+    number = _arch_number(arch) or 0
+    same = [r for r in recipes if r.gpu.vendor == vendor and r.gpu.arch]
+    same.sort(
+        key=lambda r: (
+            -_common_prefix(arch, r.gpu.arch or ""),
+            abs((_arch_number(r.gpu.arch or "") or 0) - number),
+            r.name,
+        )
+    )
+    return same[:limit]
+
+
+def load_catalogue(catalogue: Catalogue | None = None) -> tuple[list[Recipe], list[str]]:
+    """Every recipe that loads, plus one line per file that does not (they are skipped)."""
+    cat = catalogue or Catalogue.default()
+    recipes: list[Recipe] = []
+    problems: list[str] = []
+    for _name, path in cat.files().items():
+        try:
+            recipes.append(cat.load(str(path)))
+        except EnvforgeError as exc:
+            problems.append(exc.one_line())
+    return recipes, problems
+
+
+def choose_recipe(
+    host: HostInfo,
+    recipes: Sequence[Recipe],
+    *,
+    override: Callable[[str], str | None] = override_for,
+    sms: Callable[[Recipe], tuple[str, ...]] = cuda_sms,
+    paths: Mapping[str, Path] | None = None,
+) -> Choice:
+    """Pick the recipe for ``host`` from ``recipes`` (see the module docstring)."""
+    by_name = {r.name: r for r in recipes}
+    where = paths or {}
+    gpu = host.primary
+    if gpu is None:
+        if CPU_RECIPE not in by_name:
+            raise InvalidInput("no GPU detected and no cpu recipe in the catalogue")
+        return Choice(CPU_RECIPE, None, "no GPU detected", None, where.get(CPU_RECIPE))
+    if gpu.arch is None:
+        raise InvalidInput(
+            f"cannot tell the arch of {gpu.product}",
+            hint="set ENVFORGE_GPU_ARCH (e.g. gfx1031 or sm_90), or name a recipe",
+        )
+    arch = gpu.arch
+    exact = sorted(
+        (r for r in recipes if r.gpu.arch == arch), key=lambda r: (r.name != arch, r.name)
+    )
+    if exact:
+        r = exact[0]
+        return Choice(r.name, arch, f"recipe for {arch} ({gpu.product})", gpu, where.get(r.name))
+
+    if gpu.vendor == "amd":
+        value = override(arch)
+        if value:
+            family = [
+                r
+                for r in recipes
+                if r.gpu.vendor == "amd"
+                and r.gpu.arch
+                and r.env_map.get("HSA_OVERRIDE_GFX_VERSION", "").strip() == value
+            ]
+            family.sort(key=lambda r: (-_common_prefix(arch, r.gpu.arch or ""), r.name))
+            if family:
+                r = family[0]
+                return Choice(
+                    r.name,
+                    arch,
+                    f"{arch} runs as {_override_arch(value)} with HSA_OVERRIDE_GFX_VERSION={value};"
+                    f" {r.name} is the closest recipe that sets it",
+                    gpu,
+                    where.get(r.name),
+                )
+            target = _override_arch(value)
+            direct = [r for r in recipes if r.gpu.arch == target]
+            if direct:
+                r = direct[0]
+                return Choice(
+                    r.name,
+                    arch,
+                    f"{arch} runs {target} code; recipe {r.name} needs"
+                    f" HSA_OVERRIDE_GFX_VERSION={value} set (envforge shell --set or export it)",
+                    gpu,
+                    where.get(r.name),
+                )
+    elif gpu.vendor == "nvidia":
+        covering = [r for r in recipes if r.gpu.vendor == "nvidia" and arch in sms(r)]
+        covering.sort(key=lambda r: (_version_key(r.torch.version), r.name), reverse=True)
+        if covering:
+            r = covering[0]
+            return Choice(
+                r.name,
+                arch,
+                f"the {r.accelerator} wheel of torch {r.torch.version} has kernels for {arch}",
+                gpu,
+                where.get(r.name),
+            )
+
+    near = nearest(arch, recipes)
+    listed = ", ".join(f"{r.name} ({r.gpu.arch})" for r in near) or "none"
+    raise InvalidInput(
+        f"no recipe for {arch} ({gpu.product}); nearest: {listed}",
+        hint="name one of them explicitly (they may not work on this GPU), write a recipe for "
+        f"{arch}, or use the cpu recipe",
+    )
+
+
+def choose(host: HostInfo, catalogue: Catalogue | None = None) -> Choice:
+    """``auto`` for ``host`` against the catalogue (shipped plus ENVFORGE_RECIPE_PATH)."""
+    cat = catalogue or Catalogue.default()
+    recipes, _problems = load_catalogue(cat)
+    return choose_recipe(host, recipes, paths=cat.files())
+
+
+def resolve_ref(ref: str, host: HostInfo | None = None, catalogue: Catalogue | None = None) -> str:
+    """A recipe reference with ``auto`` replaced by the chosen recipe's name.
+
+    Other references (names, paths) pass through unchanged; ``host`` is detected only
+    when ``ref`` is ``auto``.
+    """
+    if ref != "auto":
+        return ref
+    from envforge.detect import detect
+
+    return choose(host if host is not None else detect(), catalogue).recipe
