@@ -3,3 +3,14 @@
 from __future__ import annotations
 
 __version__ = "0.1.0"
+
+
+def select_device(timeout: float = 30.0, python: str | None = None) -> str:
+    """The torch device to use, ``"cuda"`` or ``"cpu"``, after an isolated, timed GPU probe.
+
+    See :func:`envforge.probe.select.select_device`; imported lazily so that
+    ``import envforge`` stays light.
+    """
+    from envforge.probe.select import select_device as _select_device
+
+    return _select_device(timeout=timeout, python=python)

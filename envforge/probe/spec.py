@@ -17,9 +17,9 @@ from typing import Any, Literal
 from envforge.errors import InvalidInput
 from envforge.recipe.model import Level, Recipe
 
-#: ``amd``/``nvidia``: a GPU is required (none visible → ``no-device``); ``none``: every
-#: step runs on the CPU; ``auto`` (no recipe): the GPU when torch sees one, else the CPU.
-ProbeVendor = Literal["amd", "nvidia", "none", "auto"]
+#: ``amd``/``nvidia``/``any``: a GPU is required (none visible → ``no-device``); ``none``:
+#: every step runs on the CPU; ``auto`` (no recipe): the GPU when torch sees one, else the CPU.
+ProbeVendor = Literal["amd", "nvidia", "any", "none", "auto"]
 
 QUICK_STEPS: tuple[str, ...] = (
     "env-snapshot",
