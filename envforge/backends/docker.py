@@ -13,18 +13,19 @@ environment, so it resolves the same engine.
 
 from __future__ import annotations
 
+import collections
 import io
-import json
 import os
+import queue
 import re
+import secrets
 import shutil
 import signal
-import stat
-import tempfile
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from docker.models.images import Image
 from docker.types import DeviceRequest
 
 from envforge.errors import BuildFailed, InvalidInput, PublishRefused, Unavailable
+from envforge.probe.runner import container_exit_status
 
 #: Label every container envforge creates carries (probe, shell, helpers), so that
 #: leftovers can be found: ``docker ps -a --filter label=io.envforge.role``.
@@ -48,6 +50,8 @@ CERTIFIED_REPOSITORY_PREFIX = "envforge"
 
 _CONNECT_TIMEOUT = 10
 _STREAM_TIMEOUT = 6 * 3600
+#: API version for the reachability ping only (every engine since Docker 1.12 speaks it).
+_PING_API_VERSION = "1.24"
 
 #: The SDK's client type, for annotations in modules that must not import the SDK.
 Client = docker.DockerClient
@@ -91,14 +95,31 @@ def connect(environ: Mapping[str, str] | None = None) -> docker.DockerClient:
     """A client for the engine the CLI would use; :class:`Unavailable` when none answers."""
     env = dict(os.environ if environ is None else environ)
     address = resolve_engine(env)
-    try:
+
+    def make(version: str | None) -> docker.DockerClient:
         if address.base_url is None:
-            client = docker.DockerClient.from_env(environment=env, timeout=_CONNECT_TIMEOUT)
-        else:
-            client = docker.DockerClient(
-                base_url=address.base_url, tls=address.tls, timeout=_CONNECT_TIMEOUT
+            return docker.DockerClient.from_env(
+                environment=env, timeout=_CONNECT_TIMEOUT, version=version
             )
-        client.ping()
+        return docker.DockerClient(
+            base_url=address.base_url, tls=address.tls, timeout=_CONNECT_TIMEOUT, version=version
+        )
+
+    host = env.get("DOCKER_HOST") or address.base_url or "unix:///var/run/docker.sock"
+    if host.startswith("unix://") and not Path(host[len("unix://") :]).exists():
+        raise Unavailable(
+            f"no Docker engine answers ({address.source}): {host[len('unix://'):]} does not exist",
+            hint="start the engine (dockerd), or point DOCKER_HOST / docker context at one",
+        )
+    try:
+        # First a ping with a pinned API version (the constructor then contacts nothing,
+        # so a dead engine leaks no socket), then the client that negotiates the version.
+        probe = make(_PING_API_VERSION)
+        try:
+            probe.ping()
+        finally:
+            probe.close()
+        client = make(None)
     except (docker.errors.DockerException, OSError) as exc:
         detail = _first_line(str(exc))
         raise Unavailable(
@@ -619,13 +640,6 @@ def remove_container(container: Container) -> None:
                 time.sleep(0.5)
 
 
-def exit_signal(exit_code: int) -> int | None:
-    """The signal number behind a container exit code ``128+N`` (``139`` -> 11)."""
-    if 128 < exit_code < 128 + 65:
-        return exit_code - 128
-    return None
-
-
 def container_kwargs(
     *,
     env: Mapping[str, str],
@@ -743,16 +757,311 @@ def ensure_cache_volume(
         raise Unavailable(f"cannot prepare cache volume {name}: {_first_line(output)}")
 
 
-def is_socket(path: Path) -> bool:
+def _remove_by_name(client: docker.DockerClient, name: str) -> None:
+    """Remove the container called ``name`` if it exists (a create whose reply was lost)."""
+    with _sigint_deferred():
+        try:
+            container = client.containers.get(name)
+        except docker.errors.NotFound:
+            return
+        except docker.errors.DockerException:
+            return
+        remove_container(container)
+
+
+def unique_name(role: str) -> str:
+    return f"envforge-{role}-{secrets.token_hex(6)}"
+
+
+# --------------------------------------------------------------------------- probe target
+
+#: Where the probe worker and its spec are copied into the candidate container.
+_PROBE_DIR = "/tmp"
+_PROBE_WORKER = "envforge_probe_worker.py"
+_PROBE_SPEC = "envforge_probe_spec.json"
+_STDERR_KEEP = 200
+_EXIT_WAIT = 5.0
+
+
+class ContainerHandle:
+    """A running probe container, seen as the runner's ``WorkerHandle``.
+
+    A pump thread reads the attached (demultiplexed) stdout/stderr: stdout is split into
+    lines for :meth:`read_line`, stderr is kept as a tail for :meth:`stderr_tail`.
+    """
+
+    def __init__(self, client: docker.DockerClient, container: Container) -> None:
+        self._client = client
+        self._container = container
+        self._lines: queue.Queue[str] = queue.Queue()
+        self._stderr: collections.deque[str] = collections.deque(maxlen=_STDERR_KEEP)
+        self._eof = False
+        self._stopped = False
+        self._status: tuple[int | None, str | None] | None = None
+        self.oom_killed = False
+        self._stream = client.api.attach(
+            str(container.id), stdout=True, stderr=True, stream=True, logs=True, demux=True
+        )
+        self._thread = threading.Thread(target=self._pump, name="probe-attach", daemon=True)
+
+    def begin(self) -> None:
+        self._thread.start()
+
+    def _pump(self) -> None:
+        out_buf = b""
+        err_buf = b""
+        try:
+            for frame in self._stream:
+                out, err = frame if isinstance(frame, tuple) else (frame, None)
+                if out:
+                    out_buf += out
+                    *lines, out_buf = out_buf.split(b"\n")
+                    for raw in lines:
+                        self._lines.put(raw.decode("utf-8", errors="replace").rstrip("\r"))
+                if err:
+                    err_buf += err
+                    *lines, err_buf = err_buf.split(b"\n")
+                    for raw in lines:
+                        self._stderr.append(raw.decode("utf-8", errors="replace").rstrip("\r"))
+        except Exception:  # the stream ends with the container, however it ends
+            pass
+        finally:
+            if out_buf:
+                self._lines.put(out_buf.decode("utf-8", errors="replace"))
+            if err_buf:
+                self._stderr.append(err_buf.decode("utf-8", errors="replace"))
+            self._lines.put("")
+
+    def read_line(self, timeout: float) -> str | None:
+        if self._eof:
+            return ""
+        try:
+            line = self._lines.get(timeout=max(timeout, 0.0))
+        except queue.Empty:
+            return None
+        if line == "" and not self._thread.is_alive() and self._lines.empty():
+            self._eof = True
+        return line
+
+    def stop(self) -> None:
+        if not self._stopped:
+            self._stopped = True
+            with _sigint_deferred(), suppress(docker.errors.DockerException):
+                self._container.kill()
+        self._thread.join(timeout=5.0)
+
+    def exit_status(self) -> tuple[int | None, str | None]:
+        if self._status is not None:
+            return self._status
+        code: int | None = None
+        try:
+            result = self._container.wait(timeout=_EXIT_WAIT)
+            code = int(result.get("StatusCode", -1))
+        except Exception:  # requests' ReadTimeout: it did not exit in time
+            self.stop()
+            try:
+                code = int(self._container.wait(timeout=_EXIT_WAIT).get("StatusCode", -1))
+            except Exception:
+                code = None
+        try:
+            self._container.reload()
+            self.oom_killed = bool(self._container.attrs.get("State", {}).get("OOMKilled"))
+        except docker.errors.DockerException:
+            pass
+        self._thread.join(timeout=2.0)
+        self._status = container_exit_status(code)
+        return self._status
+
+    def stderr_tail(self, lines: int = 20) -> str:
+        return "\n".join(list(self._stderr)[-lines:])
+
+
+@dataclass(frozen=True)
+class DockerTarget:
+    """The probe runner's target for a container of ``image`` (see envforge.probe.runner).
+
+    The container has no network, the recipe's env vars (passed in by the runner) and
+    this host's device flags. The worker and its spec are copied in with ``put_archive``
+    before start. Leaving :meth:`start` by any route kills and removes the container.
+    """
+
+    client: docker.DockerClient
+    image: str
+    flags: DeviceFlags = field(default_factory=DeviceFlags)
+    python: str = "python"
+
+    @property
+    def description(self) -> str:
+        return f"docker image {self.image}"
+
+    @contextmanager
+    def start(
+        self, worker_source: str, spec_json: str, env: Mapping[str, str]
+    ) -> Iterator[ContainerHandle]:
+        name = unique_name("probe")
+        command = [self.python, f"{_PROBE_DIR}/{_PROBE_WORKER}", f"{_PROBE_DIR}/{_PROBE_SPEC}"]
+        kwargs = container_kwargs(env=env, flags=self.flags, role="probe")
+        kwargs["name"] = name
+        container: Container | None = None
+        try:
+            container = create_container(self.client, self.image, command, **kwargs)
+            put_file(container, _PROBE_DIR, _PROBE_WORKER, worker_source.encode())
+            put_file(container, _PROBE_DIR, _PROBE_SPEC, spec_json.encode())
+            handle = ContainerHandle(self.client, container)
+            try:
+                container.start()
+            except docker.errors.APIError as exc:
+                raise Unavailable(
+                    f"cannot start a probe container from {self.image[:19]}: {_api_message(exc)}",
+                    hint="check the device flags this host needs (envforge doctor)",
+                ) from None
+            handle.begin()
+            try:
+                yield handle
+            finally:
+                handle.stop()
+        finally:
+            if container is not None:
+                remove_container(container)
+            _remove_by_name(self.client, name)
+
+
+# --------------------------------------------------------------------------- shell
+
+#: Fixed paths inside a shell container.
+SHELL_WORKDIR = "/workspace"
+SHELL_HOME = "/home/envforge"
+CACHE_ROOT = "/var/cache/envforge"
+
+
+@dataclass(frozen=True)
+class CacheVolume:
+    name: str
+    mount: str
+    subdirs: tuple[str, ...]
+
+
+def cache_volumes(recipe_name: str, stack_tag: str) -> tuple[CacheVolume, ...]:
+    """Named volumes that keep kernel caches between shells (one set per recipe and stack)."""
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", f"envforge-{recipe_name}-{stack_tag}")
+    return (
+        CacheVolume(f"{stem}-miopen", f"{CACHE_ROOT}/miopen", ("db", "cache")),
+        CacheVolume(f"{stem}-torch", f"{CACHE_ROOT}/torch", ("inductor", "triton", "kernels")),
+    )
+
+
+def cache_env() -> dict[str, str]:
+    """Env vars pointing MIOpen, TorchInductor, Triton and torch's kernel cache at the volumes."""
+    return {
+        "MIOPEN_USER_DB_PATH": f"{CACHE_ROOT}/miopen/db",
+        "MIOPEN_CUSTOM_CACHE_DIR": f"{CACHE_ROOT}/miopen/cache",
+        "TORCHINDUCTOR_CACHE_DIR": f"{CACHE_ROOT}/torch/inductor",
+        "TRITON_CACHE_DIR": f"{CACHE_ROOT}/torch/triton",
+        "PYTORCH_KERNEL_CACHE_PATH": f"{CACHE_ROOT}/torch/kernels",
+    }
+
+
+def shell_env(recipe_env: Mapping[str, str], flags: DeviceFlags) -> dict[str, str]:
+    """The shell's env: cache locations and HOME, then the recipe's (which win), NPROC_PER_NODE."""
+    env = cache_env()
+    env["HOME"] = SHELL_HOME
+    env.update(recipe_env)
+    env["NPROC_PER_NODE"] = str(max(flags.gpu_count, 1))
+    return env
+
+
+def shell_argv(
+    *,
+    image: str,
+    command: Sequence[str],
+    name: str,
+    env: Mapping[str, str],
+    flags: DeviceFlags,
+    cwd: Path,
+    volumes: Sequence[CacheVolume],
+    user: str,
+    tty: bool,
+    docker_cli: str = "docker",
+) -> list[str]:
+    """``docker run --rm ...`` for :func:`run_shell` (pure; unit-tested)."""
+    argv = [docker_cli, "run", "--rm", "--name", name, "--label", f"{ROLE_LABEL}=shell", "-i"]
+    if tty:
+        argv.append("-t")
+    argv += ["--user", user, "--network", "host", "--workdir", SHELL_WORKDIR]
+    argv += ["--mount", f"type=bind,source={cwd},target={SHELL_WORKDIR}"]
+    argv += ["--tmpfs", f"{SHELL_HOME}:rw,exec,mode=1777"]
+    for vol in volumes:
+        argv += ["--mount", f"type=volume,source={vol.name},target={vol.mount}"]
+    for key, value in env.items():
+        argv += ["--env", f"{key}={value}"]
+    argv += flags.cli_args()
+    argv.append(image)
+    argv += list(command)
+    return argv
+
+
+#: Signals envforge passes on to the ``docker run`` client, which passes them on to the
+#: container (its --sig-proxy); SIGWINCH lets a TTY follow the terminal's size.
+_FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGWINCH")
+
+
+def run_shell(
+    client: docker.DockerClient,
+    *,
+    image: str,
+    command: Sequence[str],
+    recipe_name: str,
+    stack_tag: str,
+    env: Mapping[str, str],
+    flags: DeviceFlags,
+    cwd: Path,
+) -> int:
+    """Run ``command`` in ``image`` through the ``docker`` CLI; return its exit code.
+
+    The docker CLI does what the SDK makes hard: a real TTY (raw mode, resizes) and
+    signal proxying. It reads DOCKER_HOST / DOCKER_CONTEXT / the current context the same
+    way :func:`connect` does, and it runs with this process's environment. The container
+    has a unique name and is removed afterwards in every outcome (``--rm``, then by name).
+    """
+    from envforge.proc import spawn
+
+    cli = shutil.which("docker")
+    if cli is None:
+        raise Unavailable(
+            "the docker CLI is not on PATH (envforge shell runs it for TTY and signals)",
+            hint="install docker.io (or docker-ce-cli)",
+        )
+    volumes = cache_volumes(recipe_name, stack_tag)
+    for vol in volumes:
+        ensure_cache_volume(client, vol.name, image, vol.subdirs)
+    name = unique_name("shell")
+    argv = shell_argv(
+        image=image,
+        command=command,
+        name=name,
+        env=shell_env(env, flags),
+        flags=flags,
+        cwd=cwd,
+        volumes=volumes,
+        user=f"{os.getuid()}:{os.getgid()}",
+        tty=sys.stdin.isatty(),
+        docker_cli=cli,
+    )
+    handlers: dict[int, Any] = {}
     try:
-        return stat.S_ISSOCK(path.stat().st_mode)
-    except OSError:
-        return False
+        with spawn(argv, stdin=None, stdout=None, stderr=None, grace=10.0) as proc:
 
+            def forward(signum: int, _frame: object) -> None:
+                with suppress(ProcessLookupError):
+                    os.kill(proc.pid, signum)
 
-def make_temp_dir(prefix: str) -> Path:
-    return Path(tempfile.mkdtemp(prefix=prefix))
-
-
-def dumps_compact(data: Any) -> str:
-    return json.dumps(data, sort_keys=True, separators=(",", ":"))
+            for sig_name in _FORWARDED:
+                sig = getattr(signal, sig_name, None)
+                if sig is not None:
+                    handlers[int(sig)] = signal.signal(sig, forward)
+            code = proc.wait()
+    finally:
+        for signum, old in handlers.items():
+            signal.signal(signum, old)
+        _remove_by_name(client, name)
+    return code if code >= 0 else 128 - code

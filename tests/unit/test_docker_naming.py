@@ -1,0 +1,109 @@
+"""Tag names, registry references and the shell's docker run line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from envforge.backends import docker as engine
+from envforge.errors import InvalidInput
+
+
+def test_certified_ref_uses_the_documented_scheme() -> None:
+    assert (
+        engine.certified_ref("gfx1010", "torch1.13.1-rocm5.2-py3.10")
+        == "envforge/gfx1010:torch1.13.1-rocm5.2-py3.10"
+    )
+
+
+@pytest.mark.parametrize(
+    ("registry", "expected"),
+    [
+        ("127.0.0.1:5000", "127.0.0.1:5000/cpu:torch2.13.0-cpu-py3.11"),
+        ("127.0.0.1:5000/team", "127.0.0.1:5000/team/cpu:torch2.13.0-cpu-py3.11"),
+        ("registry.example/a/b/", "registry.example/a/b/cpu:torch2.13.0-cpu-py3.11"),
+        ("http://localhost:5000", "localhost:5000/cpu:torch2.13.0-cpu-py3.11"),
+    ],
+)
+def test_registry_ref(registry: str, expected: str) -> None:
+    assert engine.registry_ref(registry, "cpu", "torch2.13.0-cpu-py3.11") == expected
+
+
+@pytest.mark.parametrize(
+    "registry", ["", "host:port", "host:5000/Upper", "a b", "host:5000/x:tag", "-host"]
+)
+def test_registry_ref_refuses_bad_input(registry: str) -> None:
+    with pytest.raises(InvalidInput, match="HOST\\[:PORT\\]"):
+        engine.registry_ref(registry, "cpu", "t")
+
+
+@pytest.mark.parametrize(
+    ("ref", "expected"),
+    [
+        ("envforge/cpu:t1", ("envforge/cpu", "t1")),
+        ("127.0.0.1:5000/cpu:t1", ("127.0.0.1:5000/cpu", "t1")),
+        ("127.0.0.1:5000/cpu", ("127.0.0.1:5000/cpu", None)),
+        ("r:5000/cpu@sha256:ab", ("r:5000/cpu@sha256:ab", None)),
+    ],
+)
+def test_split_ref(ref: str, expected: tuple[str, str | None]) -> None:
+    assert engine.split_ref(ref) == expected
+
+
+def test_cache_volumes_are_per_recipe_and_stack() -> None:
+    vols = engine.cache_volumes("gfx1010", "torch1.13.1-rocm5.2-py3.10")
+    assert [v.name for v in vols] == [
+        "envforge-gfx1010-torch1.13.1-rocm5.2-py3.10-miopen",
+        "envforge-gfx1010-torch1.13.1-rocm5.2-py3.10-torch",
+    ]
+    env = engine.cache_env()
+    mounts = [v.mount for v in vols]
+    for key in (
+        "MIOPEN_USER_DB_PATH",
+        "MIOPEN_CUSTOM_CACHE_DIR",
+        "TORCHINDUCTOR_CACHE_DIR",
+        "TRITON_CACHE_DIR",
+        "PYTORCH_KERNEL_CACHE_PATH",
+    ):
+        assert any(env[key].startswith(m + "/") for m in mounts), key
+
+
+def test_shell_env_recipe_wins_and_nproc_is_gpu_count() -> None:
+    amd = engine.DeviceFlags(vendor="amd", gpu_count=4)
+    env = engine.shell_env({"MIOPEN_USER_DB_PATH": "/custom", "HSA_X": "1"}, amd)
+    assert env["MIOPEN_USER_DB_PATH"] == "/custom"
+    assert env["HSA_X"] == "1"
+    assert env["NPROC_PER_NODE"] == "4"
+    assert env["HOME"] == engine.SHELL_HOME
+    assert engine.shell_env({}, engine.DeviceFlags())["NPROC_PER_NODE"] == "1"
+
+
+@pytest.mark.parametrize("tty", [True, False])
+def test_shell_argv(tty: bool) -> None:
+    flags = engine.DeviceFlags(vendor="amd", devices=("/dev/kfd",), ipc_mode="host", gpu_count=1)
+    vols = engine.cache_volumes("cpu", "s")
+    argv = engine.shell_argv(
+        image="sha256:abc",
+        command=["python", "-c", "print(1)"],
+        name="envforge-shell-x",
+        env={"A": "b c"},
+        flags=flags,
+        cwd=Path("/home/me/proj"),
+        volumes=vols,
+        user="1000:1000",
+        tty=tty,
+    )
+    assert argv[:3] == ["docker", "run", "--rm"]
+    assert ("-t" in argv) is tty
+    assert "-i" in argv
+    assert argv[argv.index("--user") + 1] == "1000:1000"
+    assert argv[argv.index("--workdir") + 1] == "/workspace"
+    assert "type=bind,source=/home/me/proj,target=/workspace" in argv
+    for vol in vols:
+        assert f"type=volume,source={vol.name},target={vol.mount}" in argv
+    assert argv[argv.index("--env") + 1] == "A=b c"
+    assert "--device" in argv
+    assert "--ipc=host" in argv
+    # The image, then the command exactly as given (never through a shell).
+    assert argv[-4:] == ["sha256:abc", "python", "-c", "print(1)"]
