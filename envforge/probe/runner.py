@@ -175,6 +175,13 @@ class _LocalHandle:
         self._out.join(timeout=2.0)
         self._err.join(timeout=2.0)
 
+    def close(self) -> None:
+        """Stop the worker and close our ends of its pipes."""
+        self.stop()
+        for stream in (self._proc.stdout, self._proc.stderr):
+            if stream is not None:
+                stream.close()
+
     def exit_status(self) -> tuple[int | None, str | None]:
         try:
             self._proc.wait(timeout=EXIT_WAIT)
@@ -237,7 +244,7 @@ class LocalPythonTarget:
                     try:
                         yield handle
                     finally:
-                        handle.stop()
+                        handle.close()
             except (FileNotFoundError, PermissionError) as exc:
                 raise Unavailable(
                     f"cannot start {python}: {exc.strerror or exc}",

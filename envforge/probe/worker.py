@@ -226,6 +226,11 @@ def specifier_contains(spec, version):
         pass
     except Exception:  # packaging present but the text is odd: fall through
         pass
+    return fallback_contains(spec, version)
+
+
+def fallback_contains(spec, version):
+    """Release-number comparison for ==, !=, <, <=, >, >=, ~=, ===, and ==X.* clauses."""
     have = release(version)
     for clause in spec.split(","):
         clause = clause.strip()

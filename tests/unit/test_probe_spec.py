@@ -1,0 +1,117 @@
+"""ProbeSpec: steps per level, expectations from a recipe, check files, worker JSON."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from envforge.errors import InvalidInput
+from envforge.probe.spec import (
+    FULL_STEPS,
+    QUICK_STEPS,
+    CheckFile,
+    ProbeSpec,
+    effective_arch,
+    read_checks,
+)
+from envforge.recipe.model import CertifySettings, EnvVar, Gpu, Recipe, Torch
+
+
+def _recipe(**changes: object) -> Recipe:
+    base = Recipe(
+        name="gfx1010",
+        description="RDNA1",
+        gpu=Gpu(vendor="amd", arch="gfx1010"),
+        base_image="ubuntu:22.04",
+        python="3.10",
+        torch=Torch(version="1.13.1", index="https://download.pytorch.org/whl/rocm5.2"),
+        numpy="<2",
+        rocm="5.2",
+        env=(EnvVar("MIOPEN_DEBUG_CONV_IMPLICIT_GEMM", "1", "44x44 conv hang", (), "community"),),
+        certify=CertifySettings(step_timeout=15.0, level="quick"),
+    )
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def test_levels() -> None:
+    assert ProbeSpec(level="quick").steps == QUICK_STEPS
+    assert ProbeSpec(level="full").steps == FULL_STEPS
+    assert set(QUICK_STEPS) < set(FULL_STEPS)
+    assert {"conv2d", "autocast", "grad-checkpoint"} == set(FULL_STEPS) - set(QUICK_STEPS)
+
+
+def test_from_recipe_takes_pins_device_env_and_certify_settings() -> None:
+    spec = ProbeSpec.from_recipe(_recipe())
+    assert spec.level == "quick"
+    assert spec.step_timeout == 15.0
+    assert spec.vendor == "amd"
+    assert spec.expect.torch == "1.13.1"
+    assert spec.expect.hip == "5.2"
+    assert spec.expect.python == "3.10"
+    assert spec.expect.numpy == "<2"
+    assert spec.expect.accelerator == "rocm5.2"
+    assert spec.expect.arch == "gfx1010"
+    assert spec.env_map == {"MIOPEN_DEBUG_CONV_IMPLICIT_GEMM": "1"}
+    assert spec.recipe_name == "gfx1010"
+    assert spec.recipe_hash is not None
+    assert spec.recipe_hash.startswith("sha256:")
+    override = ProbeSpec.from_recipe(_recipe(), level="full", step_timeout=3.0)
+    assert (override.level, override.step_timeout) == ("full", 3.0)
+
+
+def test_effective_arch_follows_the_override() -> None:
+    override = EnvVar("HSA_OVERRIDE_GFX_VERSION", "10.3.0", "pretend RDNA2", (), "community")
+    assert effective_arch(_recipe(env=(override,))) == "gfx1030"
+    mi = EnvVar("HSA_OVERRIDE_GFX_VERSION", "9.0.10", "x", (), "uncertain")
+    assert effective_arch(_recipe(env=(mi,))) == "gfx90a"
+    assert effective_arch(_recipe()) == "gfx1010"
+    cpu = _recipe(gpu=Gpu(vendor="none", arch=None), rocm=None)
+    assert effective_arch(cpu) is None
+
+
+def test_checks_get_unique_step_names_and_carry_their_source(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    first = tmp_path / "check.py"
+    second = tmp_path / "a" / "check.py"
+    first.write_text("print(1)\n")
+    second.write_text("print(2)\n")
+    checks = read_checks([first, second])
+    assert [c.step for c in checks] == ["check:check.py", "check:check.py#2"]
+    assert checks[1].source == "print(2)\n"
+    spec = ProbeSpec(level="quick", checks=checks)
+    assert spec.steps[-2:] == ("check:check.py", "check:check.py#2")
+
+
+def test_a_missing_check_file_is_invalid_input(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInput, match=r"nope\.py"):
+        CheckFile.read(tmp_path / "nope.py")
+
+
+def test_recipe_extra_checks_come_before_command_line_checks(tmp_path: Path) -> None:
+    mine = tmp_path / "mine.py"
+    theirs = tmp_path / "theirs.py"
+    mine.write_text("")
+    theirs.write_text("")
+    recipe = _recipe(certify=CertifySettings(extra_checks=(theirs,)))
+    spec = ProbeSpec.from_recipe(recipe, extra_checks=[mine])
+    assert spec.steps[-2:] == ("check:theirs.py", "check:mine.py")
+
+
+def test_worker_json_lists_steps_deadlines_and_expectations() -> None:
+    spec = ProbeSpec.from_recipe(_recipe(), step_timeout=7.0)
+    data = json.loads(spec.worker_json())
+    assert data["steps"] == list(QUICK_STEPS)
+    assert data["deadlines"]["device"] == 7.0
+    assert data["vendor"] == "amd"
+    assert data["expect"]["hip"] == "5.2"
+
+
+def test_startup_deadline_and_bad_timeouts() -> None:
+    assert ProbeSpec(step_timeout=2.0).startup_deadline == 30.0
+    assert ProbeSpec(step_timeout=90.0).startup_deadline == 90.0
+    assert ProbeSpec(step_timeout=2.0, startup_timeout=5.0).startup_deadline == 5.0
+    with pytest.raises(InvalidInput):
+        ProbeSpec(step_timeout=0)
