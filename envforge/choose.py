@@ -3,7 +3,9 @@
 Rules, in order (see :func:`choose`):
 
 1. No GPU (or ``ENVFORGE_GPU_VENDOR=none``) → ``cpu``.
-2. A recipe whose ``gpu.arch`` is the detected arch → that recipe.
+2. The first arch of :func:`envforge.knowledge.recipe_arch_for` that has a recipe: the
+   arch itself, then archs sharing its ``HSA_OVERRIDE_GFX_VERSION`` row, then the
+   override target; NVIDIA: same-major lower SMs.
 3. AMD: an arch that runs another arch's code through ``HSA_OVERRIDE_GFX_VERSION``
    (gfx1032 → 10.3.0) → the recipe of its family that already sets that override
    (preferring the closest arch name: gfx1032 → gfx1031, gfx1012 → gfx1010), else the
@@ -19,38 +21,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from envforge import knowledge
 from envforge.detect import GpuInfo, HostInfo
 from envforge.errors import EnvforgeError, InvalidInput
 from envforge.recipe.catalogue import Catalogue
 from envforge.recipe.model import Recipe
 
 CPU_RECIPE = "cpu"
-
-#: Arch → ``HSA_OVERRIDE_GFX_VERSION`` value that makes ROCm run it as a shipped arch.
-#: Used when the knowledge table does not say (matrix.md §1b; community evidence).
-#: gfx1103 is left out on purpose: the override "causes GPU page faults and hard hangs".
-LOCAL_OVERRIDES: dict[str, str] = {
-    "gfx1010": "10.3.0",
-    "gfx1011": "10.3.0",
-    "gfx1012": "10.3.0",
-    "gfx1031": "10.3.0",
-    "gfx1032": "10.3.0",
-    "gfx1034": "10.3.0",
-    "gfx1035": "10.3.0",
-    "gfx1036": "10.3.0",
-    "gfx1101": "11.0.0",
-    "gfx1102": "11.0.0",
-}
-
-#: SM archs each CUDA wheel variant carries SASS for, when the knowledge table does not
-#: say (matrix.md §2b, torch 2.9–2.14 rows; cu118 from the 2.0–2.7 rows).
-LOCAL_CUDA_SMS: dict[str, tuple[str, ...]] = {
-    "cu118": ("sm_37", "sm_50", "sm_60", "sm_61", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"),
-    "cu126": ("sm_50", "sm_60", "sm_61", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"),
-    "cu128": ("sm_70", "sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"),
-    "cu130": ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"),
-    "cu132": ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"),
-}
 
 
 @dataclass(frozen=True)
@@ -74,18 +51,14 @@ class Choice:
 
 
 def override_for(arch: str) -> str | None:
-    """``HSA_OVERRIDE_GFX_VERSION`` value for ``arch`` (knowledge table first)."""
-    try:
-        from envforge import knowledge
+    """``HSA_OVERRIDE_GFX_VERSION`` value for ``arch``, from the knowledge table
+    (None where the table knows the override to be broken, e.g. gfx1103)."""
+    return knowledge.override_target(arch)
 
-        lookup = getattr(knowledge, "override_target", None)
-        if callable(lookup):
-            found = lookup(arch)
-            if isinstance(found, str) and found:
-                return _as_override(found)
-    except ImportError:  # pragma: no cover - shipped with envforge
-        pass
-    return LOCAL_OVERRIDES.get(arch)
+
+def candidate_archs(arch: str) -> list[str]:
+    """Archs whose recipes serve ``arch``, best first, from the knowledge table."""
+    return knowledge.recipe_arch_for(arch)
 
 
 def _as_override(value: str) -> str:
@@ -106,20 +79,8 @@ def _override_arch(value: str) -> str | None:
 
 
 def cuda_sms(recipe: Recipe) -> tuple[str, ...]:
-    """SM archs the recipe's CUDA wheel has kernels for (knowledge table first)."""
-    if not recipe.cuda:
-        return ()
-    try:
-        from envforge import knowledge
-
-        lookup = getattr(knowledge, "cuda_archs", None)
-        if callable(lookup):
-            found = lookup(recipe)
-            if found:
-                return tuple(str(s) for s in found)
-    except ImportError:  # pragma: no cover
-        pass
-    return LOCAL_CUDA_SMS.get(recipe.accelerator, ())
+    """SM archs the recipe's CUDA wheel runs on, from the knowledge table."""
+    return knowledge.cuda_archs(recipe)
 
 
 def _arch_number(arch: str) -> int | None:
@@ -175,6 +136,7 @@ def choose_recipe(
     host: HostInfo,
     recipes: Sequence[Recipe],
     *,
+    candidates: Callable[[str], list[str]] = candidate_archs,
     override: Callable[[str], str | None] = override_for,
     sms: Callable[[Recipe], tuple[str, ...]] = cuda_sms,
     paths: Mapping[str, Path] | None = None,
@@ -193,12 +155,24 @@ def choose_recipe(
             hint="set ENVFORGE_GPU_ARCH (e.g. gfx1031 or sm_90), or name a recipe",
         )
     arch = gpu.arch
-    exact = sorted(
-        (r for r in recipes if r.gpu.arch == arch), key=lambda r: (r.name != arch, r.name)
-    )
-    if exact:
-        r = exact[0]
-        return Choice(r.name, arch, f"recipe for {arch} ({gpu.product})", gpu, where.get(r.name))
+    for serving in candidates(arch):
+        found = sorted(
+            (r for r in recipes if r.gpu.vendor == gpu.vendor and r.gpu.arch == serving),
+            key=lambda r: (r.name != serving, r.name),
+        )
+        if not found:
+            continue
+        r = found[0]
+        if serving == arch:
+            reason = f"recipe for {arch} ({gpu.product})"
+        else:
+            reason = f"{r.name} serves {arch} ({gpu.product}) per the compatibility table"
+            value = override(arch) if gpu.vendor == "amd" else None
+            if value and r.env_map.get("HSA_OVERRIDE_GFX_VERSION", "").strip() != value:
+                reason += f"; set HSA_OVERRIDE_GFX_VERSION={value} for it"
+            elif value:
+                reason += f" (it sets HSA_OVERRIDE_GFX_VERSION={value})"
+        return Choice(r.name, arch, reason, gpu, where.get(r.name))
 
     if gpu.vendor == "amd":
         value = override(arch)

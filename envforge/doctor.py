@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from envforge import knowledge
 from envforge.detect import GpuInfo, HostInfo
 from envforge.errors import EnvforgeError
 from envforge.recipe.model import Recipe
@@ -30,11 +31,6 @@ Severity = Literal["ok", "warn", "block"]
 Backend = Literal["docker", "venv"]
 
 GIB = 1024**3
-
-#: Minimum NVIDIA driver per CUDA major version (NVIDIA minor-version compatibility:
-#: docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html). Used only
-#: when the knowledge table has no ``min_driver`` for the recipe's variant.
-MIN_NVIDIA_DRIVER: dict[int, str] = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
 
 #: Rough space a build takes (image layers or site-packages), by vendor and backend.
 #: ROCm wheels bundle the user-space ROCm libraries; the ROCm base images are large.
@@ -311,21 +307,9 @@ def _version_tuple(text: str) -> tuple[int, ...] | None:
 
 
 def min_driver_for(recipe: Recipe) -> str | None:
-    """The lowest NVIDIA driver the recipe's CUDA wheel runs on (None for ROCm/CPU)."""
-    if not recipe.cuda:
-        return None
-    try:
-        from envforge import knowledge
-
-        lookup = getattr(knowledge, "min_driver", None)
-        if callable(lookup):
-            found = lookup(recipe)
-            if isinstance(found, str) and found:
-                return found
-    except ImportError:  # pragma: no cover - the knowledge package ships with envforge
-        pass
-    major = _version_tuple(recipe.cuda)
-    return MIN_NVIDIA_DRIVER.get(major[0]) if major else None
+    """The lowest NVIDIA driver the recipe's CUDA wheel runs on, from the knowledge
+    table (None for ROCm/CPU, or a CUDA major the table does not know)."""
+    return knowledge.min_driver(recipe)
 
 
 def check_driver(recipe: Recipe | None, host: HostInfo) -> list[Finding]:

@@ -1,0 +1,178 @@
+"""``detect``, ``doctor`` and ``lock``: the host side of the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from envforge.choose import Choice, choose
+from envforge.cli.common import echo_json, json_option, load_checked, set_option
+from envforge.detect import HostInfo, detect
+from envforge.doctor import Backend, DoctorReport, diagnose
+from envforge.errors import EnvforgeError, InvalidInput, Unavailable
+from envforge.recipe.model import Recipe
+
+
+def register(group: click.Group) -> None:
+    for command in (detect_cmd, doctor_cmd, lock_cmd):
+        group.add_command(command)
+
+
+def _root_option(func: Any) -> Any:
+    return click.option(
+        "--root",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=Path("/"),
+        show_default=True,
+        help="Read sys/, proc/ and dev/ under ROOT (a fixture tree or a mounted host); "
+        "tools such as rocminfo run only for /.",
+    )(func)
+
+
+def _choice_or_error(host: HostInfo) -> tuple[Choice | None, str | None]:
+    try:
+        return choose(host), None
+    except EnvforgeError as exc:
+        return None, exc.one_line()
+
+
+@click.command("detect")
+@_root_option
+@json_option
+def detect_cmd(root: Path, as_json: bool) -> None:
+    """Report this host's GPUs (vendor, product, arch, driver, device nodes) and `auto`.
+
+    Override variables for build machines without the GPU: ENVFORGE_GPU_ARCH (gfx1031,
+    sm_90), ENVFORGE_GPU_VENDOR (amd, nvidia, none), ENVFORGE_GPU_COUNT,
+    ENVFORGE_GPU_PRODUCT, ENVFORGE_DRIVER_VERSION.
+    """
+    host = detect(root=root)
+    choice, problem = _choice_or_error(host)
+    if as_json:
+        data = host.to_dict()
+        data["auto"] = choice.to_dict() if choice else None
+        data["auto_error"] = problem
+        echo_json(data)
+        return
+    out = click.echo
+    if not host.gpus:
+        out("no GPU detected")
+    else:
+        out(f"{host.count} GPU(s):")
+        for g in host.gpus:
+            out(
+                f"  {g.index}  {g.vendor:<6} {g.product:<28} {g.arch or '?':<8} "
+                f"driver {g.driver_version or '?'}  {' '.join(g.device_nodes)}  [{g.source}]"
+            )
+    out(
+        f"kernel {host.kernel or '?'} ({host.machine});"
+        f" sources: {', '.join(host.sources) or 'none'}"
+    )
+    for note in host.notes:
+        out(f"note: {note}")
+    if choice is not None:
+        out(f"auto -> {choice.recipe}: {choice.reason}")
+    else:
+        out(f"auto -> no recipe: {problem}")
+
+
+def load_for_host(
+    ref: str, host: HostInfo, overrides: tuple[str, ...] = ()
+) -> tuple[Recipe, Choice | None]:
+    """``auto`` → the chosen recipe; anything else → that recipe. Both checked."""
+    if ref != "auto":
+        return load_checked(ref, overrides), None
+    choice = choose(host)
+    target = str(choice.path) if choice.path is not None else choice.recipe
+    return load_checked(target, overrides), choice
+
+
+def _print_report(report: DoctorReport, choice: Choice | None) -> None:
+    out = click.echo
+    title = report.recipe or "this host"
+    if choice is not None:
+        title += f" (auto: {choice.reason})"
+    out(f"doctor: {title}")
+    width = max((len(f.check) for f in report.findings), default=6)
+    for f in report.findings:
+        mark = {"ok": "ok   ", "warn": "warn ", "block": "BLOCK"}[f.severity]
+        out(f"  {mark} {f.check:<{width}}  {f.message}")
+        if f.fix and f.severity != "ok":
+            out(f"  {'':5} {'':<{width}}  fix: {f.fix}")
+
+
+@click.command("doctor")
+@click.argument("recipe_ref", metavar="[RECIPE|auto]", default="auto", required=False)
+@click.option(
+    "--backend",
+    type=click.Choice(["docker", "venv"]),
+    default=None,
+    help="Check for this backend only (an unreachable engine blocks only for docker).",
+)
+@_root_option
+@set_option
+@json_option
+def doctor_cmd(
+    recipe_ref: str, backend: str | None, root: Path, overrides: tuple[str, ...], as_json: bool
+) -> None:
+    """Check this host for a recipe (default: auto); print each finding with its fix.
+
+    Exit 0 when nothing blocks, 4 otherwise.
+    """
+    host = detect(root=root)
+    recipe, choice = load_for_host(recipe_ref, host, overrides)
+    chosen: Backend | None = (
+        "docker" if backend == "docker" else "venv" if backend == "venv" else None
+    )
+    report = diagnose(recipe, host, root=root, backend=chosen)
+    if as_json:
+        data = report.to_dict()
+        data["auto"] = choice.to_dict() if choice else None
+        echo_json(data)
+    else:
+        _print_report(report, choice)
+    if report.blocking:
+        first = report.blocking[0]
+        raise Unavailable(
+            f"{len(report.blocking)} problem(s) block {recipe.name} on this host;"
+            f" first: {first.message}",
+            hint=first.fix,
+        )
+
+
+@click.command("lock")
+@click.argument("recipe_ref", metavar="RECIPE")
+@click.option(
+    "--wheelhouse",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="A folder of wheels to resolve from as well (uv --find-links).",
+)
+@click.option(
+    "--ca-bundle",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="PEM file of CA certificates for the package indexes.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the lock here instead of next to the recipe (<recipe>.lock.txt).",
+)
+@set_option
+def lock_cmd(
+    recipe_ref: str,
+    wheelhouse: Path | None,
+    ca_bundle: Path | None,
+    output: Path | None,
+    overrides: tuple[str, ...],
+) -> None:
+    """Resolve a recipe's full requirement set, with hashes, into <recipe>.lock.txt."""
+    from envforge.lock import write_lock
+
+    if recipe_ref == "auto":
+        raise InvalidInput("lock needs a recipe name, not auto", hint="envforge lock cpu")
+    recipe = load_checked(recipe_ref, overrides)
+    result = write_lock(recipe, wheelhouse=wheelhouse, ca_bundle=ca_bundle, output=output)
+    click.echo(f"wrote {result.path} ({result.count} packages, hashes required)")

@@ -1,0 +1,266 @@
+"""Lock files: a recipe's full requirement set, resolved with hashes.
+
+``envforge lock RECIPE`` runs ``uv pip compile --generate-hashes`` for the recipe's
+platform (``x86_64-manylinux_2_28``) and Python, with the recipe's indexes (or a
+``--wheelhouse``), and writes ``<name>.lock.txt`` next to the recipe file.
+
+The first line of a lock records a digest of what it was resolved from (the requirement
+lines, constraint lines, torch index, Python and platform)::
+
+    # envforge-lock: recipe=cpu inputs=sha256:… python=3.11 platform=x86_64-manylinux_2_28
+
+Both backends install from :func:`lock_path` when it returns a path, with hashes required
+(``uv pip sync --require-hashes`` here; ``pip install --require-hashes -r`` in images).
+A lock whose inputs no longer match the recipe (a ``--set`` override, an edited recipe) is
+*stale*: :func:`lock_path` ignores it and :func:`stale_lock` says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from envforge import proc
+from envforge.errors import BuildFailed, InvalidInput, Unavailable
+from envforge.recipe.model import Recipe
+
+PLATFORM = "x86_64-manylinux_2_28"
+LOCK_SUFFIX = ".lock.txt"
+#: Seconds ``uv pip compile`` may take (it downloads metadata, sometimes whole wheels).
+COMPILE_TIMEOUT = 900.0
+
+_HEADER_RE = re.compile(r"^# envforge-lock: .*\binputs=(sha256:[0-9a-f]{64})\b")
+_NETWORK_MARKERS = (
+    "failed to fetch",
+    "error sending request",
+    "dns error",
+    "connection refused",
+    "could not connect",
+    "network is unreachable",
+    "timed out",
+    "failed to download",
+    "tcp connect error",
+    "certificate",
+)
+
+
+@dataclass(frozen=True)
+class LockResult:
+    path: Path
+    count: int
+
+
+def requirement_lines(recipe: Recipe) -> tuple[str, ...]:
+    """torch, the NumPy bound, then the recipe's packages (as the renderer writes them)."""
+    from envforge.render import context
+
+    return tuple(context.requirement_lines(recipe))
+
+
+def inputs_digest(recipe: Recipe) -> str:
+    """What a lock is resolved from; a lock with another digest is stale."""
+    data = {
+        "requirements": list(requirement_lines(recipe)),
+        "torch_index": recipe.torch.index,
+        "python": recipe.python,
+        "platform": PLATFORM,
+    }
+    blob = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+    return "sha256:" + hashlib.sha256(blob).hexdigest()
+
+
+def recipe_file(recipe: Recipe) -> Path | None:
+    """The file a recipe was loaded from (its ``origin`` without ``--set`` notes)."""
+    origin = recipe.origin.split(" (with --set ", 1)[0]
+    if origin.startswith("<"):
+        return None
+    path = Path(origin)
+    return path if path.is_file() else None
+
+
+def default_lock_file(recipe: Recipe) -> Path | None:
+    """``<recipe dir>/<name>.lock.txt``, whether or not it exists."""
+    source = recipe_file(recipe)
+    return source.with_name(recipe.name + LOCK_SUFFIX) if source is not None else None
+
+
+def _lock_digest(path: Path) -> str | None:
+    try:
+        with path.open(encoding="utf-8") as fh:
+            first = fh.readline()
+    except OSError:
+        return None
+    match = _HEADER_RE.match(first)
+    return match.group(1) if match else None
+
+
+def lock_path(recipe: Recipe) -> Path | None:
+    """The recipe's lock file when one exists and matches the recipe; else None.
+
+    This is how both backends find the lock: install from it with hashes required.
+    """
+    path = default_lock_file(recipe)
+    if path is None or not path.is_file():
+        return None
+    return path if _lock_digest(path) == inputs_digest(recipe) else None
+
+
+def stale_lock(recipe: Recipe) -> Path | None:
+    """A lock file next to the recipe that no longer matches it (ignored), or None."""
+    path = default_lock_file(recipe)
+    if path is None or not path.is_file():
+        return None
+    return None if _lock_digest(path) == inputs_digest(recipe) else path
+
+
+def uv_bin() -> str:
+    """The ``uv`` binary of the installed ``uv`` package (a declared dependency)."""
+    try:
+        from uv import find_uv_bin
+
+        return str(find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        raise Unavailable(
+            "the uv binary is missing", hint="pip install uv (envforge declares it as a dependency)"
+        ) from None
+
+
+def uv_env(
+    ca_bundle: Path | None = None, environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """Environment for uv: never download interpreters; trust ``ca_bundle`` when given."""
+    env = dict(os.environ if environ is None else environ)
+    env["UV_PYTHON_DOWNLOADS"] = "never"
+    env["UV_NO_PROGRESS"] = "1"
+    env.pop("VIRTUAL_ENV", None)
+    env.pop("UV_SYSTEM_PYTHON", None)
+    if ca_bundle is not None:
+        env["SSL_CERT_FILE"] = str(ca_bundle)
+        env["PIP_CERT"] = str(ca_bundle)
+    return env
+
+
+def source_args(recipe: Recipe, wheelhouse: Path | None) -> list[str]:
+    """uv options naming where packages come from.
+
+    With a wheelhouse, torch comes from there (``--find-links``) instead of the torch
+    index; everything else from the default index. Without one, the torch index is an
+    extra index, which uv searches before the default one.
+    """
+    if wheelhouse is not None:
+        return ["--find-links", str(wheelhouse)]
+    if recipe.torch.index:
+        return ["--extra-index-url", recipe.torch.index]
+    return []
+
+
+def check_inputs(wheelhouse: Path | None, ca_bundle: Path | None) -> None:
+    if wheelhouse is not None:
+        if not wheelhouse.is_dir():
+            raise InvalidInput(
+                f"--wheelhouse {wheelhouse}: not a directory", hint="name a folder of .whl files"
+            )
+        if not any(p.suffix == ".whl" for p in wheelhouse.iterdir()):
+            raise InvalidInput(
+                f"--wheelhouse {wheelhouse}: no .whl files in it",
+                hint="name a folder of .whl files",
+            )
+    if ca_bundle is not None and not ca_bundle.is_file():
+        raise InvalidInput(
+            f"--ca-bundle {ca_bundle}: not a file", hint="name a PEM file of CA certificates"
+        )
+
+
+def looks_like_network(stderr: str) -> bool:
+    text = stderr.lower()
+    return any(marker in text for marker in _NETWORK_MARKERS)
+
+
+def uv_failure(
+    what: str, done: proc.Completed, recipe: Recipe, *, hint: str
+) -> BuildFailed | Unavailable:
+    """The right error for a failed uv run: network → Unavailable (4), else BuildFailed (3)."""
+    lines = [ln.strip() for ln in done.stderr.splitlines() if ln.strip()]
+    tail = " | ".join(lines[-4:])[-500:]
+    if done.timed_out:
+        return Unavailable(f"{what} for {recipe.name} did not finish in time", hint=hint)
+    if looks_like_network(done.stderr):
+        where = recipe.torch.index or "the default index"
+        return Unavailable(
+            f"{what} for {recipe.name}: a package index cannot be reached ({where}): {tail}",
+            hint="check the network or proxy, pass --ca-bundle for a TLS-intercepting proxy, "
+            "or --wheelhouse DIR with the wheels",
+        )
+    return BuildFailed(f"{what} for {recipe.name} failed: {tail}", hint=hint)
+
+
+def write_lock(
+    recipe: Recipe,
+    *,
+    wheelhouse: Path | None = None,
+    ca_bundle: Path | None = None,
+    output: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> LockResult:
+    """Resolve ``recipe`` into a hashed lock file; written atomically."""
+    check_inputs(wheelhouse, ca_bundle)
+    target = output or default_lock_file(recipe)
+    if target is None:
+        raise InvalidInput(
+            f"recipe {recipe.name} has no file to put the lock next to", hint="pass -o FILE"
+        )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="envforge-lock-") as tmp:
+        req = Path(tmp) / "requirements.in"
+        req.write_text("\n".join(requirement_lines(recipe)) + "\n", encoding="utf-8")
+        out = Path(tmp) / "lock.txt"
+        argv = [
+            uv_bin(),
+            "pip",
+            "compile",
+            str(req),
+            "--generate-hashes",
+            "--python-version",
+            recipe.python,
+            "--python-platform",
+            PLATFORM,
+            "--no-header",
+            "--quiet",
+            "--output-file",
+            str(out),
+            *source_args(recipe, wheelhouse),
+        ]
+        done = proc.run(argv, timeout=COMPILE_TIMEOUT, env=uv_env(ca_bundle, environ))
+        if not done.ok:
+            raise uv_failure(
+                "resolving the lock",
+                done,
+                recipe,
+                hint=f"envforge lock {recipe.name} --wheelhouse DIR",
+            )
+        body = out.read_text(encoding="utf-8")
+    header = (
+        f"# envforge-lock: recipe={recipe.name} inputs={inputs_digest(recipe)}"
+        f" python={recipe.python} platform={PLATFORM}\n"
+        f"# Written by `envforge lock {recipe.name}`; installs use it with hashes required.\n"
+    )
+    count = sum(
+        1
+        for line in body.splitlines()
+        if line and not line[0].isspace() and not line.startswith("#")
+    )
+    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=".envforge-lock-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(header + body)
+        os.replace(tmp_name, target)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    return LockResult(path=target, count=count)
