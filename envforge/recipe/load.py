@@ -184,6 +184,7 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
 
     ``env.NAME=value`` on a scalar sets that variable's value; a new variable made this
     way is marked ``confidence: uncertain`` with "set on the command line" as its why.
+    ``env.NAME=null`` removes the variable.
     """
     for item in overrides:
         key, sep, raw = item.partition("=")
@@ -206,7 +207,10 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
                 raise RecipeError("--set", ".".join(parts[: i + 1]), "is not a mapping")
             node = child
         last = parts[-1]
-        if len(parts) == 2 and parts[0] == "env" and not isinstance(value, (dict, list)):
+        if len(parts) == 2 and parts[0] == "env" and value is None:
+            # ``--set env.NAME=null`` removes the variable.
+            node.pop(last, None)
+        elif len(parts) == 2 and parts[0] == "env" and not isinstance(value, (dict, list)):
             entry = node.get(last)
             if isinstance(entry, dict):
                 entry["value"] = value
@@ -314,7 +318,7 @@ def _check_requirement(r: _Reader, text: str, path: str) -> None:
 def _parse_env(r: _Reader, raw: object) -> tuple[EnvVar, ...]:
     if raw is None:
         return ()
-    entries = r.mapping(raw, "env", [k for k in raw] if isinstance(raw, dict) else [])
+    entries = r.mapping(raw, "env", list(raw) if isinstance(raw, dict) else [])
     out = []
     for name, entry in entries.items():
         path = f"env.{name}"

@@ -89,7 +89,8 @@ class Recipe:
         if self.rocm:
             return f"rocm{self.rocm}"
         if self.cuda:
-            return "cu" + self.cuda.replace(".", "")
+            # "12.6" and "12.6.3" both name the cu126 wheels (major + minor only).
+            return "cu" + "".join(self.cuda.split(".")[:2])
         return "cpu"
 
     @property

@@ -1,0 +1,565 @@
+"""The rules :func:`check` applies to a recipe, each with a stable id and its source.
+
+Rule ids (stable; tests and users match on them):
+
+==================  ==========================================================
+vendor-variant      gpu.vendor and rocm/cuda disagree (amd+cuda, nvidia+rocm, none+either)
+torch-release       torch.version is not a release the table knows
+variant-published   the release publishes no wheels for the recipe's rocm/cuda/cpu variant
+python-range        python is outside the variant's CPython range
+local-version       torch.version's +local label names another variant than rocm/cuda
+                    (a missing label is fine: the renderer adds the variant's label)
+index-url           torch.index does not serve the variant (cpu: cpu index or none)
+numpy-abi           numpy admits a NumPy the wheel breaks with (torch < 2.3 and NumPy 2)
+arch-in-wheel       gpu.arch has no kernels in the wheel and no HSA_OVERRIDE_GFX_VERSION
+                    maps it to an arch that has
+arch-broken         the arch is compiled in but the bundled libraries cannot run it
+                    (gfx906/gfx900 on ROCm >= 6.4)
+hsa-override        HSA_OVERRIDE_GFX_VERSION is malformed, contradicts the table's mapping
+                    for the arch, or points a natively supported arch elsewhere
+override-known-bad  the override for this arch is known to fault or corrupt results
+cuda-arch           the CUDA wheel has neither SASS nor PTX for the nvidia arch
+base-python         a base image the table knows ships another python3 than the recipe's
+env-name            an env var name is not a POSIX shell name
+==================  ==========================================================
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from envforge.errors import ConstraintViolation
+from envforge.knowledge.table import (
+    CompatTable,
+    Release,
+    Variant,
+    base_version,
+    gfx_from_isa,
+    load_table,
+    local_label,
+    py_tuple,
+)
+from envforge.recipe.model import Recipe
+
+SHELL_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+HSA_OVERRIDE = "HSA_OVERRIDE_GFX_VERSION"
+
+#: NumPy versions probed to decide whether a specifier admits a breaking release.
+_NUMPY_PROBES = tuple(
+    Version(f"{major}.{minor}.{micro}")
+    for major in (1, 2, 3, 4)
+    for minor in range(40)
+    for micro in range(12)
+)
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One refusal: a stable rule id, what conflicts, where the rule comes from, the fix."""
+
+    rule: str
+    message: str
+    evidence: str
+    hint: str
+
+    def error(self, origin: str) -> ConstraintViolation:
+        return ConstraintViolation(
+            origin, self.rule, self.message, evidence=self.evidence, hint=self.hint
+        )
+
+    def one_line(self, origin: str) -> str:
+        """``ORIGIN: [rule] message (source: ...) (fix: ...)`` on one line."""
+        return self.error(origin).one_line()
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why a pin is in a recipe (for ``envforge show``)."""
+
+    pin: str
+    why: str
+    source: str
+
+
+# --------------------------------------------------------------------------- check
+
+
+def check(recipe: Recipe, table: CompatTable | None = None) -> list[Violation]:
+    """Every rule the recipe breaks, most fundamental first; [] when it is consistent."""
+    t = load_table() if table is None else table
+    return list(_violations(recipe, t))
+
+
+def enforce(recipe: Recipe, table: CompatTable | None = None) -> None:
+    """Raise the first violation as a ConstraintViolation (exit 2); do nothing if none."""
+    found = check(recipe, table)
+    if not found:
+        return
+    first = found[0]
+    if len(found) > 1:
+        first = Violation(
+            first.rule, f"{first.message} (and {len(found) - 1} more)", first.evidence, first.hint
+        )
+    raise first.error(recipe.origin)
+
+
+def _violations(recipe: Recipe, t: CompatTable) -> Iterator[Violation]:
+    vendor = list(_vendor_variant(recipe))
+    yield from vendor
+    release = t.release(recipe.torch.version)
+    variant = None if release is None else release.variant(recipe.accelerator)
+    if release is None:
+        yield _unknown_release(recipe, t)
+    elif variant is None:
+        yield _unpublished(recipe, release, t)
+    else:
+        yield from _python_range(recipe, variant, t)
+        if not vendor and recipe.gpu.vendor == "amd" and variant.kind == "rocm":
+            yield from _amd_arch(recipe, variant, t)
+        elif not vendor and recipe.gpu.vendor == "nvidia" and variant.kind == "cuda":
+            yield from _cuda_arch(recipe, variant, t)
+        yield from _numpy(recipe, release, t)
+        yield from _local_version(recipe, variant)
+        yield from _index_url(recipe, variant, t)
+    yield from _base_python(recipe, t)
+    yield from _env_names(recipe)
+
+
+def _env_names(recipe: Recipe) -> Iterator[Violation]:
+    for e in recipe.env:
+        if not SHELL_NAME_RE.match(e.name):
+            yield Violation(
+                "env-name",
+                f"env var name {e.name!r} is not a valid shell name",
+                "POSIX.1-2017 XBD 8.1 / 3.235 (names: letters, digits, '_', no leading digit)",
+                "rename it with letters, digits and '_', not starting with a digit",
+            )
+
+
+def _base_python(recipe: Recipe, t: CompatTable) -> Iterator[Violation]:
+    entry = t.base_image(recipe.base_image)
+    if entry is None or entry.python == recipe.python:
+        return
+    alt = next((b for b in t.base_images if b.python == recipe.python), None)
+    hint = f'set python: "{entry.python}"'
+    if alt is not None:
+        example = alt.match[0].rstrip("*")
+        hint += f" or base_image: {example} ({alt.distro} ships {recipe.python})"
+    yield Violation(
+        "base-python",
+        f"base image {recipe.base_image} ({entry.distro}) ships Python {entry.python}, "
+        f"not {recipe.python}",
+        t.cite(entry.source),
+        hint,
+    )
+
+
+def _vendor_variant(recipe: Recipe) -> Iterator[Violation]:
+    vendor = recipe.gpu.vendor
+    evidence = "envforge recipe format: amd needs rocm, nvidia needs cuda, none neither"
+    if vendor == "amd" and (recipe.cuda or not recipe.rocm):
+        what = f"CUDA {recipe.cuda} wheels" if recipe.cuda else "no ROCm variant (CPU wheels)"
+        yield Violation(
+            "vendor-variant",
+            f"an amd recipe ({recipe.gpu.arch}) asks for {what}",
+            evidence,
+            'remove cuda and set rocm, e.g. rocm: "6.2"',
+        )
+    elif vendor == "nvidia" and (recipe.rocm or not recipe.cuda):
+        what = f"ROCm {recipe.rocm} wheels" if recipe.rocm else "no CUDA variant (CPU wheels)"
+        yield Violation(
+            "vendor-variant",
+            f"an nvidia recipe ({recipe.gpu.arch}) asks for {what}",
+            evidence,
+            'remove rocm and set cuda, e.g. cuda: "12.6"',
+        )
+    elif vendor == "none" and (recipe.rocm or recipe.cuda):
+        which = f"rocm {recipe.rocm}" if recipe.rocm else f"cuda {recipe.cuda}"
+        yield Violation(
+            "vendor-variant",
+            f"a recipe with gpu.vendor none asks for {which}",
+            evidence,
+            "remove rocm/cuda for a CPU recipe, or set gpu.vendor and gpu.arch",
+        )
+
+
+def _unknown_release(recipe: Recipe, t: CompatTable) -> Violation:
+    version = recipe.torch.version
+    series = t.series(".".join(base_version(version).split(".")[:2]))
+    if series is not None:
+        hint = f"torch {series.series} releases: {', '.join(series.versions)}"
+    else:
+        known = t.known_versions
+        hint = f"use a known release ({known[0]} ... {known[-1]})"
+    return Violation(
+        "torch-release",
+        f"torch {version} is not a release the compatibility table knows",
+        t.cite("TI; PV; PYPI"),
+        hint,
+    )
+
+
+def _variant_hint(recipe: Recipe, release: Release, t: CompatTable) -> str:
+    kind = "rocm" if recipe.rocm else "cuda" if recipe.cuda else "cpu"
+    same_kind = [v for v in release.variants if v.kind == kind]
+    parts = []
+    if same_kind and kind != "cpu":
+        latest = same_kind[-1]
+        parts.append(f'set {kind}: "{latest.version}" (torch {release.series} publishes '
+                     f"{', '.join(v.name for v in same_kind)})")
+    others = t.releases_with(recipe.accelerator)
+    if others:
+        series = ", ".join(r.series for r in others)
+        parts.append(f"or a torch release that publishes {recipe.accelerator}: {series}")
+    return " ".join(parts) or f"published variants: {', '.join(release.variant_names)}"
+
+
+def _unpublished(recipe: Recipe, release: Release, t: CompatTable) -> Violation:
+    return Violation(
+        "variant-published",
+        f"torch {base_version(recipe.torch.version)} publishes no {recipe.accelerator} wheels "
+        f"(published: {', '.join(release.variant_names)})",
+        t.cite(release.source),
+        _variant_hint(recipe, release, t),
+    )
+
+
+def _python_range(recipe: Recipe, variant: Variant, t: CompatTable) -> Iterator[Violation]:
+    version = recipe.torch.version
+    if variant.admits_python(recipe.python, version):
+        return
+    low, high = variant.python_range(version)
+    nearest = high if py_tuple(recipe.python) > py_tuple(high) else low
+    yield Violation(
+        "python-range",
+        f"torch {base_version(version)}+{variant.name} publishes wheels for CPython "
+        f"{low}-{high}, not {recipe.python}",
+        t.cite(variant.python_source),
+        f'set python: "{nearest}"',
+    )
+
+
+def _local_version(recipe: Recipe, variant: Variant) -> Iterator[Violation]:
+    version = recipe.torch.version
+    label = local_label(version)
+    base = base_version(version)
+    if label is not None and label != variant.name:
+        yield Violation(
+            "local-version",
+            f"torch.version {version} names the {label} build but the recipe asks for "
+            f"{variant.name}",
+            "PEP 440 local version labels; download.pytorch.org wheel names",
+            f'write torch.version: "{base}{variant.local}"',
+        )
+
+
+def _index_url(recipe: Recipe, variant: Variant, t: CompatTable) -> Iterator[Violation]:
+    index = recipe.torch.index
+    evidence = t.cite(f"PV; {variant.source}")
+    if index is None:
+        if variant.kind == "cpu":
+            return
+        if variant.pypi_default and local_label(recipe.torch.version) is None:
+            return
+        yield Violation(
+            "index-url",
+            f"torch.index is not set, but the {variant.name} wheels of torch "
+            f"{base_version(recipe.torch.version)} are only on {variant.index}",
+            evidence,
+            f"set torch.index: {variant.index}",
+        )
+        return
+    if index.rstrip("/") != variant.index:
+        yield Violation(
+            "index-url",
+            f"torch.index {index} does not serve the {variant.name} wheels of torch "
+            f"{base_version(recipe.torch.version)} (they are on {variant.index})",
+            evidence,
+            f"set torch.index: {variant.index}",
+        )
+
+
+def _numpy(recipe: Recipe, release: Release, t: CompatTable) -> Iterator[Violation]:
+    if release.numpy_breaks is None:
+        return
+    breaks = SpecifierSet(release.numpy_breaks)
+    wanted = SpecifierSet(recipe.numpy)
+    bad = next((v for v in _NUMPY_PROBES if v in breaks and wanted.contains(v)), None)
+    if bad is None:
+        return
+    spec = recipe.numpy.strip()
+    fix = '"<2"' if not spec else f'"{spec},<2"'
+    yield Violation(
+        "numpy-abi",
+        f"numpy {spec or '(any)'!s} admits NumPy {bad}, but torch "
+        f"{base_version(recipe.torch.version)} wheels are built against the NumPy 1.x ABI "
+        f"and fail with NumPy {release.numpy_breaks.lstrip('<>=!~ ')}+ (_ARRAY_API not found)",
+        t.cite(release.numpy_source),
+        f"set numpy: {fix}",
+    )
+
+
+def _first_release_covering(arch: str, kind: str, t: CompatTable) -> tuple[Release, Variant] | None:
+    for r in t.releases:
+        for v in r.variants:
+            if v.kind == kind and v.covers(arch) and v.broken_arch(arch) is None:
+                return r, v
+    return None
+
+
+def _last_release_covering(arch: str, kind: str, t: CompatTable) -> tuple[Release, Variant] | None:
+    found = None
+    for r in t.releases:
+        for v in r.variants:
+            if v.kind == kind and v.covers(arch) and v.broken_arch(arch) is None:
+                found = (r, v)
+    return found
+
+
+def _stack_hint(arch: str, kind: str, t: CompatTable, variant: Variant) -> str:
+    first = _first_release_covering(arch, kind, t)
+    if first is None:
+        return ""
+    last = _last_release_covering(arch, kind, t)
+    key = "rocm" if kind == "rocm" else "cuda"
+    r0, v0 = first
+    text = f'torch {r0.versions[-1]} with {key}: "{v0.version}" is the first stack with {arch}'
+    if last is not None and (last[0].series, last[1].name) != (r0.series, v0.name):
+        r1, v1 = last
+        text += f'; torch {r1.versions[-1]} with {key}: "{v1.version}" the latest'
+    return text
+
+
+def _amd_arch(recipe: Recipe, variant: Variant, t: CompatTable) -> Iterator[Violation]:
+    arch = recipe.gpu.arch
+    if arch is None:
+        return
+    stack = f"torch {base_version(recipe.torch.version)}+{variant.name}"
+    override = recipe.env_map.get(HSA_OVERRIDE)
+    known = t.override_for(arch)
+    if override is None:
+        target = arch
+    else:
+        target_or_none = gfx_from_isa(override)
+        if target_or_none is None:
+            yield Violation(
+                "hsa-override",
+                f"{HSA_OVERRIDE}={override!r} is not an ISA version like 10.3.0",
+                "ROCm HSA runtime (major.minor.stepping)",
+                f"set env.{HSA_OVERRIDE}="
+                + (known.value if known else "<major.minor.stepping>"),
+            )
+            return
+        target = target_or_none
+        if arch in variant.archs and target != arch:
+            yield Violation(
+                "hsa-override",
+                f"{arch} is in the {stack} wheel; {HSA_OVERRIDE}={override} would make it "
+                f"run {target} code",
+                t.cite(variant.arch_source(arch)),
+                f"remove env.{HSA_OVERRIDE}",
+            )
+            return
+        if known is not None and known.value != override:
+            yield Violation(
+                "hsa-override",
+                f"{HSA_OVERRIDE}={override} makes {arch} run {target} code; the known "
+                f"override for {arch} is {known.value} ({known.target})",
+                known.source,
+                f"set env.{HSA_OVERRIDE}={known.value}",
+            )
+            return
+        if known is not None and known.status == "broken":
+            yield Violation(
+                "override-known-bad",
+                f"{HSA_OVERRIDE}={override} on {arch} is known to fail: {known.note}",
+                known.source,
+                "use a stack whose wheel has the arch natively, or the CPU recipe",
+            )
+            return
+    if variant.covers(target):
+        broken = variant.broken_arch(target)
+        if broken is not None:
+            last = _last_release_covering(target, "rocm", t)
+            hint = (
+                f'use torch {last[0].versions[-1]} with rocm: "{last[1].version}" '
+                f"(last stack whose libraries still run {target})"
+                if last
+                else "use an older ROCm variant"
+            )
+            yield Violation(
+                "arch-broken",
+                f"{target} is listed in the {stack} wheel but cannot run: {broken.reason}",
+                broken.source,
+                hint,
+            )
+        return
+    via = f" ({HSA_OVERRIDE}={override} makes {arch} run {target} code)" if override else ""
+    if override is None and known is not None and known.status != "broken":
+        ok_target = variant.covers(known.target) and variant.broken_arch(known.target) is None
+        hint = (
+            f"set env.{HSA_OVERRIDE}={known.value} ({known.confidence}, {known.status}: "
+            f"runs {known.target} code)"
+            if ok_target
+            else _stack_hint(known.target, "rocm", t, variant)
+        )
+    else:
+        hint = _stack_hint(target, "rocm", t, variant) or "no official wheel has this arch"
+    yield Violation(
+        "arch-in-wheel",
+        f"{stack} has no kernels for {target}{via} (wheel archs: {', '.join(variant.archs)})",
+        t.cite("; ".join(dict.fromkeys(s for _, s in variant.arch_sources))),
+        hint,
+    )
+
+
+def _cuda_arch(recipe: Recipe, variant: Variant, t: CompatTable) -> Iterator[Violation]:
+    arch = recipe.gpu.arch
+    if arch is None or variant.covers(arch):
+        return
+    release = t.release(recipe.torch.version)
+    hint = ""
+    if release is not None:
+        same = [v for v in release.variants if v.kind == "cuda" and v.covers(arch)]
+        if same:
+            v = same[-1]
+            hint = f'set cuda: "{v.version}" and torch.index: {v.index}'
+    if not hint:
+        hint = _stack_hint(arch, "cuda", t, variant) or "no official wheel has this arch"
+    ptx = f" + PTX {variant.ptx}" if variant.ptx else ""
+    yield Violation(
+        "cuda-arch",
+        f"torch {base_version(recipe.torch.version)}+{variant.name} has no code for {arch} "
+        f"(SASS {', '.join(variant.archs)}{ptx})",
+        t.cite(variant.arch_source(variant.archs[0]) if variant.archs else variant.source),
+        hint,
+    )
+
+
+# --------------------------------------------------------------------------- explain
+
+
+def explain(recipe: Recipe, table: CompatTable | None = None) -> list[Reason]:
+    """Why each pin is in the recipe, with its source (best effort on invalid recipes)."""
+    t = load_table() if table is None else table
+    out: list[Reason] = []
+    release = t.release(recipe.torch.version)
+    variant = None if release is None else release.variant(recipe.accelerator)
+    version = base_version(recipe.torch.version)
+    if release is not None and variant is not None:
+        low, high = variant.python_range(recipe.torch.version)
+        out.append(
+            Reason(
+                f"python {recipe.python}",
+                f"torch {version}+{variant.name} wheels exist for CPython {low}-{high}",
+                t.cite(variant.python_source),
+            )
+        )
+        install = (
+            f"pip install torch=={version}{variant.local} --extra-index-url {variant.index}"
+            if variant.form == "extra-index-url"
+            else f"pip install torch=={version} --index-url {variant.index}"
+        )
+        note = f" ({variant.note})" if variant.note else ""
+        out.append(
+            Reason(
+                f"torch {recipe.torch.version}",
+                f"a published {variant.name} build of torch {release.series}"
+                f" [{variant.confidence}]; installed as: {install}{note}",
+                t.cite(variant.source),
+            )
+        )
+        if release.numpy_breaks is not None:
+            why = (
+                f"torch {version} wheels are built against the NumPy 1.x ABI; NumPy "
+                f"{release.numpy_breaks} fails at import (_ARRAY_API not found)"
+            )
+        else:
+            why = f"torch {release.series} supports NumPy 2 on Linux (NumPy 1.x also works)"
+        out.append(Reason(f"numpy {recipe.numpy}", why, t.cite(release.numpy_source or "NP2")))
+        out.extend(_accelerator_reasons(recipe, variant, t))
+    entry = t.base_image(recipe.base_image)
+    if entry is not None:
+        out.append(
+            Reason(
+                f"base_image {recipe.base_image}",
+                f"{entry.distro}: its python3 is {entry.python}",
+                t.cite(entry.source),
+            )
+        )
+    for e in recipe.env:
+        out.append(
+            Reason(
+                f"env {e.name}={e.value}",
+                f"{e.why} [{e.confidence}]",
+                ", ".join(e.evidence) or "(no evidence given)",
+            )
+        )
+    return out
+
+
+def _accelerator_reasons(recipe: Recipe, variant: Variant, t: CompatTable) -> list[Reason]:
+    out: list[Reason] = []
+    arch = recipe.gpu.arch
+    if variant.kind == "cuda" and recipe.cuda:
+        floor = t.driver_floor(recipe.cuda)
+        if floor is not None:
+            out.append(
+                Reason(
+                    f"cuda {recipe.cuda}",
+                    f"the {variant.name} wheel; needs an NVIDIA driver >= {floor.min} "
+                    f"(CUDA {floor.cuda_major}.x) [{floor.confidence}]",
+                    t.cite(floor.source),
+                )
+            )
+        if arch is not None and variant.covers(arch):
+            exact = arch in variant.archs
+            how = "SASS compiled in" if exact else (
+                "runs the same-major SASS/PTX of the wheel (CUDA binary compatibility)"
+            )
+            out.append(
+                Reason(
+                    f"gpu.arch {arch}",
+                    f"{how}; wheel SASS: {', '.join(variant.archs)}"
+                    + (f" + PTX {variant.ptx}" if variant.ptx else ""),
+                    t.cite(variant.arch_source(variant.archs[0])),
+                )
+            )
+    if variant.kind == "rocm" and recipe.rocm and arch is not None:
+        out.append(
+            Reason(
+                f"rocm {recipe.rocm}",
+                f"the {variant.name} wheel (bundles its ROCm user-space libraries; the host "
+                "needs only the amdgpu/KFD driver); archs: " + ", ".join(variant.archs),
+                t.cite(variant.source),
+            )
+        )
+        override = recipe.env_map.get(HSA_OVERRIDE)
+        known = t.override_for(arch)
+        if arch in variant.archs:
+            unc = " [uncertain]" if arch in variant.archs_uncertain else ""
+            out.append(
+                Reason(
+                    f"gpu.arch {arch}",
+                    f"compiled into the {variant.name} wheel{unc}",
+                    t.cite(variant.arch_source(arch)),
+                )
+            )
+        elif override is not None:
+            target = gfx_from_isa(override)
+            detail = (
+                f" [{known.confidence}, {known.status}]: {known.note}" if known is not None else ""
+            )
+            out.append(
+                Reason(
+                    f"gpu.arch {arch}",
+                    f"not in the wheel; {HSA_OVERRIDE}={override} runs {target} code{detail}",
+                    known.source if known is not None else "(no table entry)",
+                )
+            )
+    return out
