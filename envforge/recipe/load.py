@@ -74,6 +74,15 @@ def _all_paths(schema: Mapping[str, Any], prefix: str = "") -> list[str]:
 ALL_KEY_PATHS = tuple(_all_paths(SCHEMA))
 
 
+def _misplaced(key: str, parent: str, *, exact: bool = False) -> str | None:
+    """A key that belongs elsewhere in the schema (``index`` at top level → ``torch.index``)."""
+    elsewhere = {p.rsplit(".", 1)[-1]: p for p in ALL_KEY_PATHS if p.rpartition(".")[0] != parent}
+    if exact:
+        return elsewhere.get(key)
+    near = did_you_mean(key, elsewhere)
+    return None if near is None else elsewhere[near]
+
+
 def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
     found = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.5)
     return found[0] if found else None
@@ -98,7 +107,11 @@ class _Reader:
                 raise self.fail(path, f"key {key!r} is not a string", "quote the key")
             if key not in allowed:
                 here = f"{path}.{key}" if path else key
-                near = did_you_mean(key, allowed) or did_you_mean(here, ALL_KEY_PATHS)
+                near = (
+                    _misplaced(key, path, exact=True)
+                    or did_you_mean(key, allowed)
+                    or _misplaced(key, path)
+                )
                 hint = f"did you mean {near!r}?" if near else f"valid keys: {', '.join(allowed)}"
                 raise self.fail(here, "unknown key", hint)
         for key in required:
@@ -196,7 +209,14 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
         try:
             value = yamlsrc.load(raw) if raw.strip() else ""
         except yaml.YAMLError as exc:
-            raise RecipeError("--set", key, f"value is not valid YAML: {exc}") from None
+            # ">=1.24" or "|x" are not YAML but are obviously meant as text: take the
+            # text as written. Broken flow collections and quotes stay errors.
+            if raw.lstrip()[:1] in ("[", "{", '"', "'"):
+                problem = getattr(exc, "problem", None) or "cannot be parsed"
+                raise RecipeError(
+                    "--set", key, f"value is not valid YAML: {problem}", hint="quote the value"
+                ) from None
+            value = raw
         parts = key.split(".")
         node: dict[str, Any] = data
         for i, part in enumerate(parts[:-1]):
@@ -211,6 +231,9 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
             # ``--set env.NAME=null`` removes the variable.
             node.pop(last, None)
         elif len(parts) == 2 and parts[0] == "env" and not isinstance(value, (dict, list)):
+            # Env values are text: ``env.X=on`` or ``env.X=1.10`` mean the text as written.
+            if not isinstance(value, str):
+                value = raw.strip()
             entry = node.get(last)
             if isinstance(entry, dict):
                 entry["value"] = value
