@@ -441,8 +441,9 @@ def check_disk(recipe: Recipe | None, space_dir: Path, backend: Backend | None) 
         free = shutil.disk_usage(probe).free
     except OSError as exc:
         return [Finding("disk", "warn", f"cannot read free space of {space_dir}: {exc.strerror}")]
+    label = {"none": "CPU", "amd": "ROCm", "nvidia": "CUDA"}[vendor]
     text = (
-        f"{free / GIB:.1f} GiB free at {probe}; a {vendor} build needs about {need / GIB:.0f} GiB"
+        f"{free / GIB:.1f} GiB free at {probe}; a {label} build needs about {need / GIB:.0f} GiB"
     )
     if free < need:
         return [

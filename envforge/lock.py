@@ -141,8 +141,8 @@ def uv_env(
     env.pop("VIRTUAL_ENV", None)
     env.pop("UV_SYSTEM_PYTHON", None)
     if ca_bundle is not None:
-        env["SSL_CERT_FILE"] = str(ca_bundle)
-        env["PIP_CERT"] = str(ca_bundle)
+        env["SSL_CERT_FILE"] = str(ca_bundle.resolve())
+        env["PIP_CERT"] = str(ca_bundle.resolve())
     return env
 
 
@@ -154,7 +154,7 @@ def source_args(recipe: Recipe, wheelhouse: Path | None) -> list[str]:
     extra index, which uv searches before the default one.
     """
     if wheelhouse is not None:
-        return ["--find-links", str(wheelhouse)]
+        return ["--find-links", str(wheelhouse.resolve())]
     if recipe.torch.index:
         return ["--extra-index-url", recipe.torch.index]
     return []
@@ -224,7 +224,7 @@ def write_lock(
             uv_bin(),
             "pip",
             "compile",
-            str(req),
+            req.name,  # relative, so the lock's "via -r" notes name no temporary folder
             "--generate-hashes",
             "--python-version",
             recipe.python,
@@ -236,7 +236,7 @@ def write_lock(
             str(out),
             *source_args(recipe, wheelhouse),
         ]
-        done = proc.run(argv, timeout=COMPILE_TIMEOUT, env=uv_env(ca_bundle, environ))
+        done = proc.run(argv, timeout=COMPILE_TIMEOUT, env=uv_env(ca_bundle, environ), cwd=tmp)
         if not done.ok:
             raise uv_failure(
                 "resolving the lock",

@@ -187,7 +187,7 @@ def find_interpreter(
     for candidate in _path_candidates(version, env.get("PATH", "")):
         found = query_interpreter([candidate], env)
         if found is not None:
-            seen.append(f"{candidate} is {found.version}")
+            seen.append(found.version)
             if found.minor == version:
                 return found
     launcher = shutil.which("py", path=env.get("PATH"))
@@ -205,7 +205,8 @@ def find_interpreter(
     )
     if off_path:
         hint = f"found {off_path[0]} (not on PATH): pass --python {off_path[0]}; or " + hint
-    others = f" (on PATH: {'; '.join(seen)})" if seen else ""
+    versions = sorted(set(seen))
+    others = f" (PATH has Python {', '.join(versions)})" if versions else ""
     raise Unavailable(f"no python{version} interpreter found{others}", hint=hint)
 
 
@@ -650,9 +651,32 @@ def quick_probe(
     *,
     step_timeout: float = 30.0,
     environ: Mapping[str, str] | None = None,
+    listener: ProbeListener | None = None,
 ) -> ProbeReport:
     """The quick level, short deadlines: is the GPU usable right now?"""
-    return probe_venv(recipe, venv, level="quick", step_timeout=step_timeout, environ=environ)
+    return probe_venv(
+        recipe, venv, level="quick", step_timeout=step_timeout, environ=environ, listener=listener
+    )
+
+
+def ensure(recipe: Recipe, options: VenvOptions = VenvOptions()) -> tuple[Path, bool]:
+    """The recipe's certified venv, built first when there is none: (path, just built).
+
+    An existing certified venv is used as it is, whatever options built it (a shell does
+    not rebuild because ``--wheelhouse`` is not given this time).
+    """
+    current = state(recipe, options.environ)
+    if current.certified:
+        return current.path, False
+    return build(recipe, options).path, True
+
+
+def problem_of(report: ProbeReport) -> str:
+    bad = report.first_problem
+    if bad is None:
+        return "the probe did not pass"
+    detail = f" ({bad.detail[:200]})" if bad.detail else ""
+    return f"{bad.name}: {bad.status}{detail}"
 
 
 def shell(
@@ -664,34 +688,34 @@ def shell(
     quick_timeout: float = 30.0,
     warn: Say | None = None,
 ) -> int:
-    """Run ``argv`` in ``recipe``'s venv (built and certified first if it is not).
+    """Run ``argv`` in ``recipe``'s certified venv (built first if there is none).
 
-    With ``fallback`` (the cpu recipe) and a GPU recipe: build it and run a quick probe
-    first; when either fails (no interpreter, no device, hang, crash), say why on stderr
-    and run in ``fallback``'s venv instead.
+    With ``fallback`` (the cpu recipe) and a GPU recipe: make sure the GPU venv exists and
+    passes a quick probe *now* (a certificate from yesterday says nothing about a GPU that
+    hangs today); when that fails (no interpreter, no device, hang, crash), say why on
+    stderr and run in ``fallback``'s venv instead.
     """
     note = warn or (lambda text: sys.stderr.write(f"envforge: {text}\n"))
     chosen = recipe
     if fallback is not None and recipe.gpu.vendor != "none" and fallback.name != recipe.name:
         reason: str | None = None
         try:
-            result = build(recipe, options)
-            report = quick_probe(
-                recipe, result.path, step_timeout=quick_timeout, environ=options.environ
-            )
-            if not report.passed:
-                bad = report.first_problem
-                reason = (
-                    f"quick probe: {bad.name} {bad.status}"
-                    + (f" ({bad.detail[:200]})" if bad and bad.detail else "")
-                    if bad
-                    else "quick probe failed"
+            path, fresh = ensure(recipe, options)
+            if not fresh:
+                report = quick_probe(
+                    recipe,
+                    path,
+                    step_timeout=quick_timeout,
+                    environ=options.environ,
+                    listener=options.listener,
                 )
+                if not report.passed:
+                    reason = "quick probe: " + problem_of(report)
         except EnvforgeError as exc:
             reason = exc.one_line()
         if reason is not None:
             note(f"{recipe.name} cannot be used here: {reason}")
             note(f"falling back to {fallback.name}")
             chosen = fallback
-    result = build(chosen, options)
-    return run_in_venv(result.path, chosen, argv, options.environ)
+    path, _fresh = ensure(chosen, options)
+    return run_in_venv(path, chosen, argv, options.environ)
