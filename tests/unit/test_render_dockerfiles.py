@@ -1,0 +1,43 @@
+"""The committed Dockerfiles/ folder is exactly ``envforge render --all -o Dockerfiles``
+for the shipped catalogue (recipes/): one folder per recipe holding its Dockerfile.
+
+When this fails, regenerate (with ENVFORGE_RECIPE_PATH unset) and commit the result:
+``envforge render --all -o Dockerfiles``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from envforge.recipe.catalogue import Catalogue
+from envforge.render import render_dockerfile
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILES = ROOT / "Dockerfiles"
+SHIPPED = Catalogue(folders=(ROOT / "recipes",))
+FIX = "regenerate with `envforge render --all -o Dockerfiles` and commit it"
+
+
+def test_the_catalogue_is_not_empty() -> None:
+    assert len(SHIPPED.files()) >= 10
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED.files()))
+def test_dockerfile_is_fresh(name: str) -> None:
+    recipe = SHIPPED.load(name)
+    committed = DOCKERFILES / name / "Dockerfile"
+    assert committed.is_file(), f"{committed} is missing: {FIX}"
+    assert committed.read_bytes() == render_dockerfile(recipe).encode("utf-8"), (
+        f"{committed} is stale: {FIX}"
+    )
+
+
+def test_no_extra_files() -> None:
+    names = set(SHIPPED.files())
+    present = {p.name for p in DOCKERFILES.iterdir()}
+    assert present == names, f"Dockerfiles/ has {sorted(present - names)} extra: {FIX}"
+    for name in names:
+        files = {p.name for p in (DOCKERFILES / name).iterdir()}
+        assert files == {"Dockerfile"}, f"Dockerfiles/{name}/ holds {sorted(files)}: {FIX}"

@@ -1,0 +1,212 @@
+"""Hostile recipe values never change the instructions of the rendered Dockerfile.
+
+Recipes are built directly (``dataclasses.replace`` on a valid fixture), bypassing the
+loader, so the renderer's own checks and quoting are what is tested. Each rendered
+Dockerfile is parsed into instructions (tests/unit/dockerfile_syntax.py, the classic
+builder's rules); the keyword sequence must equal the benign render's, and the hostile
+value must come back exactly from its ENV/LABEL value or as one shell word of the RUN.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from pathlib import Path
+
+import pytest
+from dockerfile_syntax import Instruction, key_values, parse, stages
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from envforge.errors import InvalidInput
+from envforge.recipe.load import load_recipe_file
+from envforge.recipe.model import EnvVar, Recipe
+from envforge.render import RenderOptions, plan_venv, render_dockerfile
+from envforge.render.quoting import MAX_VALUE_CHARS, UNQUOTABLE
+
+FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "recipes" / "golden-rocm.yaml"
+BASE: Recipe = load_recipe_file(FIXTURE)
+OPTIONS = (RenderOptions(), RenderOptions(wheelhouse=True, ca_bundle=True))
+BENIGN = {o: [i.keyword for i in parse(render_dockerfile(BASE, o))] for o in OPTIONS}
+
+SETTINGS = settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+
+NASTY = [
+    '"',
+    "'",
+    "\\",
+    "\\\\",
+    '\\"',
+    "$(id)",
+    "`id`",
+    "${HOME}",
+    "$HOME",
+    "$",
+    "a\\",
+    '" \\ RUN id #',
+    '"\\',
+    "\t#",
+    "&& rm -rf / ;",
+    "\u00a0\u2003\u3000",
+    "é😀\U0010fffd",
+    " leading and trailing ",
+    "=",
+    "\\$(x)\\`y`",
+    "--index-url=http://x.invalid/",
+    "-r /etc/passwd",
+]
+
+#: Any text without the characters that no quoting makes safe.
+safe_text = st.one_of(
+    st.text(
+        alphabet=st.characters(
+            exclude_categories=["Cs"], exclude_characters="".join(UNQUOTABLE)
+        ),
+        max_size=200,
+    ),
+    st.sampled_from(NASTY),
+    st.lists(st.sampled_from(NASTY), min_size=1, max_size=8).map("".join),
+    st.builds(lambda s, n: (s * n)[:MAX_VALUE_CHARS], st.sampled_from(NASTY), st.integers(1, 4096)),
+)
+#: Text that contains at least one character that must be refused.
+unsafe_text = st.builds(
+    lambda a, bad, b: a + bad + b,
+    safe_text,
+    st.sampled_from(sorted(UNQUOTABLE)),
+    safe_text,
+)
+
+
+def final_stage(text: str) -> list[Instruction]:
+    return stages(parse(text))[1]
+
+
+def env_value(instructions: list[Instruction], name: str) -> str:
+    for ins in instructions:
+        if ins.keyword == "ENV":
+            for key, word in key_values(ins.args):
+                if key == name:
+                    assert word.expansions == (), word
+                    return word.text
+    raise AssertionError(f"no ENV {name}")
+
+
+def label_value(instructions: list[Instruction], name: str) -> str:
+    for ins in instructions:
+        if ins.keyword == "LABEL":
+            for key, word in key_values(ins.args):
+                if key == name:
+                    assert word.expansions == (), word
+                    return word.text
+    raise AssertionError(f"no LABEL {name}")
+
+
+def rendered(recipe: Recipe, options: RenderOptions) -> list[Instruction]:
+    instructions = parse(render_dockerfile(recipe, options))
+    assert [i.keyword for i in instructions] == BENIGN[options]
+    return instructions
+
+
+@SETTINGS
+@given(value=safe_text)
+@example(value='x" \\ RUN touch /pwned #')
+@example(value="\\")
+@example(value='"$(id)"`id`${HOME}')
+def test_hostile_env_value(value: str) -> None:
+    env = tuple(
+        dataclasses.replace(e, value=value) if e.name == "HSA_OVERRIDE_GFX_VERSION" else e
+        for e in BASE.env
+    )
+    recipe = dataclasses.replace(BASE, env=env)
+    for options in OPTIONS:
+        final = final_stage(render_dockerfile(recipe, options))
+        assert [i.keyword for i in parse(render_dockerfile(recipe, options))] == BENIGN[options]
+        assert env_value(final, "HSA_OVERRIDE_GFX_VERSION") == value
+        # the neighbours are untouched
+        assert env_value(final, "MIOPEN_DEBUG_CONV_IMPLICIT_GEMM") == "1"
+    # the activation script reads back the same value in a shell
+    export = [
+        line
+        for line in plan_venv(recipe).activate_script.splitlines()
+        if line.startswith("export HSA_OVERRIDE_GFX_VERSION=")
+    ]
+    assert len(export) == 1
+    assert shlex.split(export[0]) == ["export", f"HSA_OVERRIDE_GFX_VERSION={value}"]
+
+
+@SETTINGS
+@given(value=safe_text.filter(lambda s: s.strip() != ""))
+def test_hostile_description(value: str) -> None:
+    recipe = dataclasses.replace(BASE, description=value)
+    for options in OPTIONS:
+        final = final_stage(render_dockerfile(recipe, options))
+        assert [i.keyword for i in parse(render_dockerfile(recipe, options))] == BENIGN[options]
+        assert label_value(final, "org.opencontainers.image.description") == value
+        assert label_value(final, "io.envforge.recipe") == BASE.name
+
+
+@SETTINGS
+@given(products=st.lists(safe_text, min_size=1, max_size=3))
+def test_hostile_products(products: list[str]) -> None:
+    recipe = dataclasses.replace(BASE, gpu=dataclasses.replace(BASE.gpu, products=tuple(products)))
+    for options in OPTIONS:
+        if sum(len(p.encode()) + 2 for p in products) > 60000:
+            # all products together overflow one Dockerfile line: refused
+            with pytest.raises(InvalidInput, match="65535 bytes"):
+                render_dockerfile(recipe, options)
+            continue
+        instructions = rendered(recipe, options)
+        joined = label_value(stages(instructions)[1], "io.envforge.gpu-products")
+        assert joined == ", ".join(products)
+
+
+@SETTINGS
+@given(package=safe_text)
+@example(package="foo; touch /pwned")
+@example(package="--index-url=http://x.invalid/")
+@example(package="'")
+def test_hostile_package(package: str) -> None:
+    recipe = dataclasses.replace(BASE, packages=(BASE.packages[0], package, BASE.packages[1]))
+    for options in OPTIONS:
+        instructions = rendered(recipe, options)
+        run = stages(instructions)[0][-1]
+        assert run.keyword == "RUN"
+        words = shlex.split(run.args)
+        requirements = words[words.index("--") + 1 :]
+        assert requirements == [
+            "torch==1.13.1+rocm5.2",
+            "numpy<2",
+            BASE.packages[0],
+            package,
+            BASE.packages[1],
+        ]
+        # the torch RUN does not see it at all
+        torch_words = shlex.split(stages(instructions)[0][-2].args)
+        assert torch_words[torch_words.index("--") + 1 :] == ["torch==1.13.1+rocm5.2"]
+
+
+@SETTINGS
+@given(value=unsafe_text, where=st.sampled_from(["env", "description", "products", "packages"]))
+def test_unquotable_values_are_refused(value: str, where: str) -> None:
+    if where == "env":
+        recipe = dataclasses.replace(
+            BASE, env=(EnvVar("HSA_OVERRIDE_GFX_VERSION", value, "why", (), "uncertain"),)
+        )
+        key = "env.HSA_OVERRIDE_GFX_VERSION.value"
+    elif where == "description":
+        recipe = dataclasses.replace(BASE, description=value)
+        key = "description"
+    elif where == "products":
+        recipe = dataclasses.replace(BASE, gpu=dataclasses.replace(BASE.gpu, products=(value,)))
+        key = "gpu.products[0]"
+    else:
+        recipe = dataclasses.replace(BASE, packages=(value,))
+        key = "packages[0]"
+    for options in OPTIONS:
+        with pytest.raises(InvalidInput) as info:
+            render_dockerfile(recipe, options)
+        assert f": {key}: " in str(info.value)
+        with pytest.raises(InvalidInput):
+            plan_venv(recipe, options)
