@@ -11,6 +11,7 @@ local-version       torch.version's +local label names another variant than rocm
                     (a missing label is fine: the renderer adds the variant's label)
 index-url           torch.index does not serve the variant (cpu: cpu index or none)
 numpy-abi           numpy admits a NumPy the wheel breaks with (torch < 2.3 and NumPy 2)
+numpy-python        numpy admits no NumPy release with a wheel for the recipe's python
 arch-in-wheel       gpu.arch has no kernels in the wheel and no HSA_OVERRIDE_GFX_VERSION
                     maps it to an arch that has
 arch-broken         the arch is compiled in but the bundled libraries cannot run it
@@ -126,6 +127,7 @@ def _violations(recipe: Recipe, t: CompatTable) -> Iterator[Violation]:
         yield from _numpy(recipe, release, t)
         yield from _local_version(recipe, variant)
         yield from _index_url(recipe, variant, t)
+    yield from _numpy_python(recipe, t)
     yield from _base_python(recipe, t)
     yield from _env_names(recipe)
 
@@ -301,6 +303,30 @@ def _numpy(recipe: Recipe, release: Release, t: CompatTable) -> Iterator[Violati
         f"and fail with NumPy {release.numpy_breaks.lstrip('<>=!~ ')}+ (_ARRAY_API not found)",
         t.cite(release.numpy_source),
         f"set numpy: {fix}",
+    )
+
+
+def _numpy_python(recipe: Recipe, t: CompatTable) -> Iterator[Violation]:
+    if not t.numpy_releases:
+        return
+    wanted = SpecifierSet(recipe.numpy)
+    available = t.numpy_installable(recipe.python)
+    if any(wanted.contains(v) for v in available):
+        return
+    series = [n.series for n in t.numpy_releases if n.installable(recipe.python)]
+    if series:
+        hint = f"NumPy {series[0]}-{series[-1]} have wheels for Python {recipe.python}"
+        release = t.release(recipe.torch.version)
+        if release is not None and release.numpy_breaks is not None:
+            hint += " (this torch needs numpy<2)"
+    else:
+        hint = f"no NumPy release the table knows has wheels for Python {recipe.python}"
+    yield Violation(
+        "numpy-python",
+        f"numpy {recipe.numpy} admits no NumPy release with a wheel for CPython "
+        f"{recipe.python}",
+        t.numpy_source,
+        hint,
     )
 
 

@@ -299,6 +299,27 @@ class ArchInfo:
 
 
 @dataclass(frozen=True)
+class NumpyRelease:
+    """A NumPy minor series and the CPython versions it has Linux wheels for."""
+
+    series: str
+    versions: tuple[str, ...]
+    python_min: str
+    python_max: str
+    #: (python, first version of the series with a wheel for it)
+    python_from: tuple[tuple[str, str], ...]
+
+    def installable(self, python: str) -> tuple[str, ...]:
+        """Versions of the series that have a wheel for ``python``."""
+        if not py_tuple(self.python_min) <= py_tuple(python) <= py_tuple(self.python_max):
+            return ()
+        first = dict(self.python_from).get(python)
+        if first is None:
+            return self.versions
+        return tuple(v for v in self.versions if Version(v) >= Version(first))
+
+
+@dataclass(frozen=True)
 class CompatTable:
     releases: tuple[Release, ...]
     overrides: tuple[Override, ...]
@@ -308,6 +329,8 @@ class CompatTable:
     nvidia_archs: tuple[ArchInfo, ...]
     sources: tuple[tuple[str, str], ...]
     index_root: str
+    numpy_releases: tuple[NumpyRelease, ...] = ()
+    numpy_source: str = ""
 
     # ------------------------------------------------------------------ releases
 
@@ -453,6 +476,12 @@ class CompatTable:
         entry = self.base_image(image)
         return None if entry is None else entry.python
 
+    # ------------------------------------------------------------------ NumPy
+
+    def numpy_installable(self, python: str) -> tuple[str, ...]:
+        """Every NumPy version the table knows with a Linux wheel for ``python``."""
+        return tuple(v for n in self.numpy_releases for v in n.installable(python))
+
 
 def normalize_image(image: str) -> str:
     """Drop ``docker.io/``, ``library/`` and an ``@digest`` from an image reference."""
@@ -573,6 +602,7 @@ _TOP_KEYS = (
     "nvidia_archs",
     "nvidia_driver_floor",
     "base_images",
+    "numpy_releases",
 )
 
 
@@ -694,7 +724,10 @@ def parse_table(data: object, where: str = "compat.yaml") -> CompatTable:
             )
         )
 
+    numpy_releases, numpy_source = _numpy_releases(c, top.get("numpy_releases"))
     return CompatTable(
+        numpy_releases=numpy_releases,
+        numpy_source=numpy_source,
         releases=tuple(releases),
         overrides=tuple(overrides),
         driver_floors=tuple(floors),
@@ -704,6 +737,48 @@ def parse_table(data: object, where: str = "compat.yaml") -> CompatTable:
         sources=sources,
         index_root=index_root,
     )
+
+
+def _numpy_releases(c: _Check, raw: object) -> tuple[tuple[NumpyRelease, ...], str]:
+    if raw is None:
+        return (), ""
+    body = c.mapping(raw, "numpy_releases", ("source", "series"), ("source", "series"))
+    source = c.text(body["source"], "numpy_releases.source")
+    if not isinstance(body["series"], list):
+        raise c.fail("numpy_releases.series", "expected a list")
+    out: list[NumpyRelease] = []
+    for i, item in enumerate(body["series"]):
+        path = f"numpy_releases.series[{i}]"
+        row = c.mapping(
+            item,
+            path,
+            ("series", "versions", "python", "python_from"),
+            ("series", "versions", "python"),
+        )
+        low, high = c.python(row["python"], f"{path}.python")
+        versions = c.texts(row["versions"], f"{path}.versions")
+        for ver in versions:
+            c.version(ver, f"{path}.versions")
+        frm_raw = row.get("python_from") or {}
+        frm = c.mapping(
+            frm_raw, f"{path}.python_from", list(frm_raw) if isinstance(frm_raw, dict) else []
+        )
+        python_from = tuple(
+            (str(k), c.text(v, f"{path}.python_from.{k}")) for k, v in frm.items()
+        )
+        for py, ver in python_from:
+            if ver not in versions or not _PY_RE.match(py):
+                raise c.fail(f"{path}.python_from", f"{py}: {ver} is not a version of the series")
+        out.append(
+            NumpyRelease(
+                series=c.text(row["series"], f"{path}.series"),
+                versions=versions,
+                python_min=low,
+                python_max=high,
+                python_from=python_from,
+            )
+        )
+    return tuple(out), source
 
 
 def _items(c: _Check, top: Mapping[str, Any], key: str) -> list[tuple[int, Any]]:

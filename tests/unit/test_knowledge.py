@@ -49,6 +49,13 @@ IMPOSSIBLE: list[tuple[str, str, list[str], str]] = [
         ["torch.version=2.0.1", "rocm=5.4.2", f"torch.index={WHL}/rocm5.4.2"],
         "numpy-abi",
     ),
+    (
+        "numpy-1.x-on-py3.13",
+        "cpu",
+        ["torch.version=2.6.0", "python=3.13", "numpy=<2", "base_image=debian:trixie"],
+        "numpy-python",
+    ),
+    ("numpy-pin-without-py3.12-wheel", "gfx1100", ["numpy=~=1.25.0"], "numpy-python"),
     ("gfx1010-no-override", "gfx1010", ["env.HSA_OVERRIDE_GFX_VERSION=null"], "arch-in-wheel"),
     (
         "gfx1100-torch-2.0-rocm5.4.2",
@@ -465,6 +472,16 @@ def test_min_driver_and_distro_python() -> None:
     assert t.arch_for_product("NVIDIA H100 80GB HBM3") == "sm_90"
 
 
+def test_numpy_wheels_per_python() -> None:
+    t = load_table()
+    py311 = t.numpy_installable("3.11")
+    assert "1.23.2" in py311
+    assert "1.23.1" not in py311  # cp311 wheels start at 1.23.2
+    assert "2.3.0" in py311
+    assert "1.26.4" not in t.numpy_installable("3.13")
+    assert "2.1.0" in t.numpy_installable("3.13")
+
+
 def test_unknown_base_image_passes() -> None:
     r = Catalogue.default().load("cpu", ["base_image=registry.example/custom:1"])
     assert check(r) == []
@@ -516,6 +533,11 @@ def _raw_table() -> dict[str, Any]:
             lambda d: d["releases"][2]["versions"].append("1.13.1"), id="version-listed-twice"
         ),
         pytest.param(lambda d: d["hsa_overrides"][0].update(value="10.3"), id="bad-isa"),
+        pytest.param(lambda d: d["numpy_releases"].pop("source"), id="numpy-without-source"),
+        pytest.param(
+            lambda d: d["numpy_releases"]["series"][0]["python_from"].update({"3.9": "9.9.9"}),
+            id="numpy-python-from-unknown-version",
+        ),
         pytest.param(
             lambda d: d["releases"][8]["variants"][0].update(form="extra-index-url"),
             id="wrong-index-form",
