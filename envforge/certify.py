@@ -263,9 +263,26 @@ class CertificateStore:
                 continue
         return certs
 
-    def latest_for(self, layers: Sequence[str]) -> Certificate | None:
-        """The newest stored certificate for exactly these layers (pass or fail)."""
-        matching = [c for c in self.all() if c.layers == tuple(layers)]
+    def latest_for(
+        self,
+        layers: Sequence[str],
+        *,
+        recipe_name: str | None = None,
+        recipe_hash: str | None = None,
+    ) -> Certificate | None:
+        """The newest stored verdict (pass or fail) for exactly these layers.
+
+        A verdict is for content *and* recipe: two recipes can produce the same layers
+        (they differ only in labels) and expect different checks, so callers name the
+        recipe (and its hash) they ask about.
+        """
+        matching = [
+            c
+            for c in self.all()
+            if c.layers == tuple(layers)
+            and (recipe_name is None or c.recipe_name == recipe_name)
+            and (recipe_hash is None or c.recipe_hash == recipe_hash)
+        ]
         return max(matching, key=lambda c: c.issued_at) if matching else None
 
 

@@ -71,7 +71,13 @@ def publishable(
     problems = binding_problems(cert, info.layers, engine.config_identity(info.config))
     if problems:
         raise PublishRefused(f"{ref}: {problems[0]}", hint=hint)
-    latest = store.latest_for(info.layers)
+    if cert.recipe_hash != recipe.hash:
+        raise PublishRefused(
+            f"{ref} was certified for another version of recipe {recipe.name} "
+            f"({cert.recipe_hash[:19]}, now {recipe.hash[:19]})",
+            hint=hint,
+        )
+    latest = store.latest_for(info.layers, recipe_name=recipe.name, recipe_hash=recipe.hash)
     if latest is None:
         raise PublishRefused(
             f"{ref}: no certificate for its content in this host's store ({store.root})",
@@ -82,12 +88,6 @@ def publishable(
             f"{ref}: the latest probe of this content on this host failed: "
             f"{latest.failing_step or 'probe'}",
             hint=f"fix the cause, then envforge certify {recipe.name}",
-        )
-    if cert.recipe_hash != recipe.hash:
-        raise PublishRefused(
-            f"{ref} was certified for another version of recipe {recipe.name} "
-            f"({cert.recipe_hash[:19]}, now {recipe.hash[:19]})",
-            hint=hint,
         )
     return info, cert
 

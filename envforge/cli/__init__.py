@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import click
 
 from envforge import __version__
+from envforge.cli import docker as docker_cmd
 from envforge.cli import host as host_cmd
 from envforge.cli import probe as probe_cmd
 from envforge.cli import recipes
@@ -30,6 +31,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 recipes.register(cli)
 probe_cmd.register(cli)
+docker_cmd.register(cli)
 host_cmd.register(cli)
 
 

@@ -236,3 +236,25 @@ def test_assemble_context_links_wheels_and_ca(tmp_path: Path) -> None:
 def test_no_engine_is_unavailable() -> None:
     with pytest.raises(Unavailable, match="no Docker engine answers"):
         engine.connect({"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+
+
+def test_another_recipes_failure_on_the_same_layers_does_not_block(
+    store: CertificateStore,
+) -> None:
+    """Two recipes can build identical layers (only labels differ): verdicts are per recipe."""
+    good = _cert(now=1.0)
+    store.save(good)
+    other = issue(
+        report={"status": "fail", "steps": [{"name": "check:hang.py", "status": "hang"}]},
+        recipe_name="hangcheck",
+        recipe_hash="sha256:" + "7" * 64,
+        stack_tag=RECIPE.stack_tag,
+        layers=LAYERS,
+        config=engine.config_identity(CONFIG),
+        candidate_id="sha256:" + "3" * 64,
+        now=2.0,
+    )
+    store.save(other)
+    client = _client_with(good.to_json())
+    result = pub.publish(client, RECIPE, "127.0.0.1:5000", store=store)  # type: ignore[arg-type]
+    assert result.certificate == good.digest

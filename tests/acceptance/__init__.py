@@ -1,0 +1,1 @@
+"""Acceptance tests: real engine, real processes, no mocks."""

@@ -1,0 +1,82 @@
+"""``envforge shell``: exit codes, the working directory, caches, no container left."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from .conftest import Built, Envforge, all_containers
+
+pytestmark = pytest.mark.engine
+
+
+def test_exit_code_is_passed_through(built_cpu: Built, envforge: Envforge, tmp_path: Path) -> None:
+    before = all_containers()
+    done = envforge(
+        "shell", "cpu", "--", "python", "-c", "import sys; sys.exit(7)", cwd=tmp_path
+    )
+    assert done.returncode == 7, done.stderr
+    assert "Traceback" not in done.stderr
+    assert all_containers() == before
+
+
+def test_files_in_workdir_belong_to_the_caller(
+    built_cpu: Built, envforge: Envforge, tmp_path: Path
+) -> None:
+    script = (
+        "import os, torch; "
+        "open('made-in-shell.txt', 'w').write(os.getcwd() + ' ' + torch.__version__)"
+    )
+    done = envforge("shell", "cpu", "--", "python", "-c", script, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    made = tmp_path / "made-in-shell.txt"
+    assert made.read_text().startswith("/workspace 2.13.0")
+    st = made.stat()
+    assert (st.st_uid, st.st_gid) == (os.getuid(), os.getgid())
+
+
+def test_env_caches_and_home_are_writable(
+    built_cpu: Built, envforge: Envforge, tmp_path: Path
+) -> None:
+    script = (
+        'for d in "$MIOPEN_USER_DB_PATH" "$MIOPEN_CUSTOM_CACHE_DIR" "$TORCHINDUCTOR_CACHE_DIR" '
+        '"$TRITON_CACHE_DIR" "$HOME"; do touch "$d/probe-write" || exit 3; done; '
+        'echo "nproc=$NPROC_PER_NODE"; command -v python'
+    )
+    done = envforge("shell", "cpu", "--", "sh", "-c", script, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "nproc=1" in done.stdout
+    assert "/bin/python" in done.stdout
+
+
+def test_a_signal_reaches_the_command(built_cpu: Built, envforge: Envforge, tmp_path: Path) -> None:
+    """SIGTERM to envforge is forwarded: the command's trap runs, its code comes back."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    before = all_containers()
+    script = "trap 'exit 42' TERM; echo ready; while :; do sleep 0.2; done"
+    with subprocess.Popen(
+        [sys.executable, "-m", "envforge", "shell", "cpu", "--", "sh", "-c", script],
+        cwd=tmp_path,
+        env=envforge.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            assert proc.stdout.readline().strip() == "ready"
+            time.sleep(0.5)
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert code == 42
+    assert all_containers() == before
