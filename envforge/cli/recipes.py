@@ -12,7 +12,7 @@ from envforge.cli.common import echo_json, json_option, load_checked, set_option
 from envforge.errors import EnvforgeError, InvalidInput
 from envforge.knowledge import check, explain
 from envforge.recipe.catalogue import Catalogue
-from envforge.render import plan_venv, render_dockerfile
+from envforge.render import RenderOptions, plan_venv, render_dockerfile
 
 
 def register(group: click.Group) -> None:
@@ -146,7 +146,7 @@ def validate(refs: tuple[str, ...], overrides: tuple[str, ...], as_json: bool) -
     "-o",
     "--output",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Write DIR/<recipe>/Dockerfile (and venv files) instead of printing.",
+    help="Write DIR/<recipe>/Dockerfile (--format venv: DIR/<recipe>/venv/) instead of printing.",
 )
 @click.option(
     "--format",
@@ -154,14 +154,29 @@ def validate(refs: tuple[str, ...], overrides: tuple[str, ...], as_json: bool) -
     type=click.Choice(["dockerfile", "venv"]),
     default="dockerfile",
     show_default=True,
-    help="What to print for a single recipe.",
+    help="Dockerfile, or the venv plan (setup.sh, requirements, activation script).",
+)
+@click.option("--base-image", metavar="IMAGE", help="Use IMAGE instead of the recipe's base image.")
+@click.option(
+    "--with-wheelhouse",
+    is_flag=True,
+    help="For a build context with wheelhouse/ (torch from there, not from torch.index).",
+)
+@click.option(
+    "--with-ca-bundle",
+    is_flag=True,
+    help="For a build context with ca-bundle.pem (pip trusts it while building).",
 )
 @set_option
 def render(
+    *,
     recipe_ref: str | None,
     render_all: bool,
     output: Path | None,
     fmt: str,
+    base_image: str | None,
+    with_wheelhouse: bool,
+    with_ca_bundle: bool,
     overrides: tuple[str, ...],
 ) -> None:
     """Render a recipe's Dockerfile (or venv plan); --all -o DIR renders the catalogue."""
@@ -169,14 +184,16 @@ def render(
         raise InvalidInput("give either RECIPE or --all", hint="envforge render gfx1010")
     if render_all and output is None:
         raise InvalidInput("--all needs -o DIR", hint="envforge render --all -o Dockerfiles")
+    options = RenderOptions(
+        base_image=base_image, wheelhouse=with_wheelhouse, ca_bundle=with_ca_bundle
+    )
     if recipe_ref is not None:
         recipe = load_checked(recipe_ref, overrides)
         if output is None:
             if fmt == "dockerfile":
-                click.echo(render_dockerfile(recipe), nl=False)
+                click.echo(render_dockerfile(recipe, options), nl=False)
             else:
-                plan = plan_venv(recipe)
-                click.echo(plan.setup_script, nl=False)
+                click.echo(plan_venv(recipe, options).setup_script, nl=False)
             return
         recipes = [recipe]
     else:
@@ -189,18 +206,35 @@ def render(
                 raise violations[0].error(recipe.origin)
             recipes.append(recipe)
     assert output is not None
+    # Render everything first: a recipe that cannot be rendered leaves nothing written.
+    files: list[tuple[Path, str, bool]] = []
     for recipe in recipes:
-        _write_atomically(output / recipe.name / "Dockerfile", render_dockerfile(recipe))
-    click.echo(f"wrote {len(recipes)} Dockerfile(s) under {output}", err=True)
+        if fmt == "dockerfile":
+            dockerfile = render_dockerfile(recipe, options)
+            files.append((output / recipe.name / "Dockerfile", dockerfile, False))
+            continue
+        plan = plan_venv(recipe, options)
+        folder = output / recipe.name / "venv"
+        files += [
+            (folder / "setup.sh", plan.setup_script, True),
+            (folder / "requirements.txt", plan.requirements_txt, False),
+            (folder / "constraints.txt", plan.constraints_txt, False),
+            (folder / "activate.sh", plan.activate_script, False),
+        ]
+    for path, text, executable in files:
+        _write_atomically(path, text, executable=executable)
+    what = "Dockerfile(s)" if fmt == "dockerfile" else "venv plan(s)"
+    click.echo(f"wrote {len(recipes)} {what} under {output}", err=True)
 
 
-def _write_atomically(path: Path, text: str) -> None:
+def _write_atomically(path: Path, text: str, *, executable: bool = False) -> None:
     """Write via a temporary file and rename, so a failure leaves nothing half-written."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".envforge-", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
             fh.write(text)
+        os.chmod(tmp, 0o755 if executable else 0o644)  # mkstemp makes it 0600
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
