@@ -603,6 +603,7 @@ _TOP_KEYS = (
     "nvidia_driver_floor",
     "base_images",
     "numpy_releases",
+    "rocm_python_caveat",
 )
 
 
@@ -645,6 +646,7 @@ def parse_table(data: object, where: str = "compat.yaml") -> CompatTable:
             raw,
             f"releases[{i}]",
             index_root=index_root,
+            rocm_caveat=c.opt_text(top.get("rocm_python_caveat"), "rocm_python_caveat"),
             arch_rules=arch_rules,
             broken_rules=broken_rules,
         )
@@ -831,6 +833,7 @@ def _release(
     path: str,
     *,
     index_root: str,
+    rocm_caveat: str,
     arch_rules: Sequence[_ArchRule],
     broken_rules: Sequence[_BrokenRule],
 ) -> Release:
@@ -886,6 +889,8 @@ def _release(
             vmin, vmax, vsource = py_min, py_max, py_source
             if v.get("python_source") is not None:
                 vsource = c.text(v["python_source"], f"{vpath}.python_source") + "; " + py_source
+            elif kind == "rocm" and rocm_caveat:
+                vsource = f"{py_source}; {rocm_caveat}"
         exceptions = _python_exceptions(c, v.get("python_exceptions"), f"{vpath}.python_exceptions")
         index = c.text(v.get("index", f"{index_root}/{name}"), f"{vpath}.index").rstrip("/")
         source = c.text(v["source"], f"{vpath}.source")
