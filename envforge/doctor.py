@@ -312,6 +312,28 @@ def min_driver_for(recipe: Recipe) -> str | None:
     return knowledge.min_driver(recipe)
 
 
+def _older_cuda_hint(recipe: Recipe, have: tuple[int, ...]) -> str:
+    """A CUDA variant of the same torch release that this driver runs and that has the
+    recipe's arch, as ``--set`` options; a generic hint when the table knows none."""
+    table = knowledge.load_table()
+    release = table.release(recipe.torch.version.split("+", 1)[0])
+    fits: list[tuple[tuple[int, ...], str, str]] = []
+    for variant in release.variants if release is not None else ():
+        if variant.kind != "cuda" or variant.version is None:
+            continue
+        floor = knowledge.min_driver(variant.version, table)
+        need = _version_tuple(floor) if floor else None
+        if need is None or need > have:
+            continue
+        if recipe.gpu.arch and not variant.covers(recipe.gpu.arch):
+            continue
+        fits.append((_version_tuple(variant.version) or (0,), variant.version, variant.index))
+    if not fits:
+        return "choose a recipe with an older CUDA variant"
+    _key, version, index = max(fits)
+    return f"use the CUDA {version} wheels: --set cuda={version} --set torch.index={index}"
+
+
 def check_driver(recipe: Recipe | None, host: HostInfo) -> list[Finding]:
     if recipe is None or recipe.gpu.vendor == "none":
         return []
@@ -349,7 +371,7 @@ def check_driver(recipe: Recipe | None, host: HostInfo) -> list[Finding]:
                 "block",
                 f"NVIDIA driver {driver} is older than {floor},"
                 f" which CUDA {recipe.cuda} wheels need",
-                f"upgrade the driver to >= {floor}, or choose a recipe with an older CUDA variant",
+                f"upgrade the driver to >= {floor}, or " + _older_cuda_hint(recipe, have),
             )
         ]
     floor_text = f" (CUDA {recipe.cuda} needs >= {floor})" if floor else ""
@@ -442,9 +464,7 @@ def check_disk(recipe: Recipe | None, space_dir: Path, backend: Backend | None) 
     except OSError as exc:
         return [Finding("disk", "warn", f"cannot read free space of {space_dir}: {exc.strerror}")]
     label = {"none": "CPU", "amd": "ROCm", "nvidia": "CUDA"}[vendor]
-    text = (
-        f"{free / GIB:.1f} GiB free at {probe}; a {label} build needs about {need / GIB:.0f} GiB"
-    )
+    text = f"{free / GIB:.1f} GiB free at {probe}; a {label} build needs about {need / GIB:.0f} GiB"
     if free < need:
         return [
             Finding(
@@ -474,7 +494,7 @@ def diagnose(
         *check_groups(recipe, host, root, who),
         *check_driver(recipe, host),
         *check_busy(recipe, host, root),
-        *check_docker(ping or docker_ping, backend),
+        *(check_docker(ping or docker_ping, backend) if backend != "venv" else []),
         *check_disk(recipe, space_dir or _default_space_dir(backend, state_dir()), backend),
     ]
     for note in host.notes:

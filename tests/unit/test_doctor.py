@@ -160,6 +160,9 @@ def test_cpu_recipe_on_host_without_gpu_is_fine(tmp_path: Path) -> None:
         cpu, host, root=tmp_path, identity=who, ping=no_engine, space_dir=tmp_path, backend="venv"
     )
     assert report.ok
+    assert find(report, "docker") == []  # the venv backend does not need an engine
+    report = diagnose(cpu, host, root=tmp_path, identity=who, ping=no_engine, space_dir=tmp_path)
+    assert report.ok
     assert find(report, "docker")[0].severity == "warn"
 
 
@@ -194,13 +197,17 @@ def test_nvidia_driver_floor(cuda: str, driver: str, severity: str) -> None:
     assert [f.severity for f in findings] == [severity]
     if severity == "block":
         assert f"CUDA {cuda}" in findings[0].message
+    if (cuda, severity) == ("13.0", "block"):
+        # torch 2.5.1's newest CUDA variant a 550 driver runs is cu124 (floor 525).
+        assert findings[0].fix is not None
+        assert (
+            "--set cuda=12.4 --set torch.index=https://download.pytorch.org/whl/cu124"
+            in findings[0].fix
+        )
 
 
 def test_min_driver_table() -> None:
-    assert (
-        min_driver_for(make_recipe("sm_90", vendor="nvidia", arch="sm_90", cuda="13.0"))
-        == "580"
-    )
+    assert min_driver_for(make_recipe("sm_90", vendor="nvidia", arch="sm_90", cuda="13.0")) == "580"
     assert min_driver_for(make_recipe()) is None
 
 
