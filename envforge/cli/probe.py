@@ -160,6 +160,9 @@ def probe(  # noqa: PLR0917 - click passes options positionally
     if step_timeout is not None and not step_timeout > 0:
         raise InvalidInput(f"--step-timeout must be positive, got {step_timeout:g}",
                            hint="--step-timeout 60")
+    if report_dir is not None and report_dir.exists() and not report_dir.is_dir():
+        raise InvalidInput(f"--report {report_dir}: exists and is not a folder",
+                           hint="pass a folder (it is created when missing)")
     if recipe_ref is None:
         if overrides:
             raise InvalidInput("--set needs --recipe", hint="envforge probe --recipe cpu --set ...")

@@ -449,11 +449,16 @@ def _on_exit(run: _Run, handle: WorkerHandle, clock: Callable[[], float]) -> Non
         return
     tail = _tail(handle)
     status: Status = "crash"
+    if not sig and code is not None and 128 < code < 128 + 65:
+        # A wrapper (a shell, a PID 1 supervisor, a container runtime) reporting signal N
+        # as exit code 128+N.
+        sig = container_exit_status(code)[1]
+        sig = f"{sig} (exit code {code})" if sig else None
     if sig:
         how = sig
-        if sig == "SIGKILL" and getattr(handle, "oom_killed", False):
+        if sig.startswith("SIGKILL") and getattr(handle, "oom_killed", False):
             status, how = "oom", "SIGKILL (out of memory: killed by the kernel's OOM killer)"
-        elif sig == "SIGKILL":
+        elif sig.startswith("SIGKILL"):
             how = "SIGKILL (killed from outside; the kernel's OOM killer does this)"
     elif code is None:
         how = "worker ended"

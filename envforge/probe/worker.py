@@ -667,6 +667,39 @@ def watch_parent():
     t.start()
 
 
+def supervise_if_pid1():
+    """As PID 1 (a container without an init), run the worker in a child and mirror it.
+
+    The kernel drops signals that PID 1 sends itself while their action is the default,
+    so an abort() in PID 1 would not end with SIGABRT. The child dies normally; this
+    parent forwards TERM/INT/HUP/QUIT to it, reaps every orphan, and exits with the
+    child's code, or 128+N when signal N killed it (the container convention).
+    """
+    if os.getpid() != 1 or not hasattr(os, "fork"):
+        return
+    child = os.fork()
+    if child == 0:
+        return
+
+    def forward(signum, frame):
+        try:
+            os.kill(child, signum)
+        except OSError:
+            pass
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, forward)
+    while True:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            os._exit(1)
+        if pid == child:
+            if os.WIFSIGNALED(status):
+                os._exit(128 + os.WTERMSIG(status))
+            os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
+
+
 def load_spec(argv):
     if len(argv) < 2:
         raise SystemExit("usage: worker.py SPEC  (JSON text, JSON file path, or - for stdin)")
@@ -681,6 +714,7 @@ def load_spec(argv):
 
 def main(argv):
     global _out
+    supervise_if_pid1()
     # Events go to a private copy of stdout; fd 1 and sys.stdout go to stderr so that
     # prints from checks, torch warnings and C libraries never corrupt the stream.
     sys.stdout.flush()

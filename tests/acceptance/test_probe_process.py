@@ -283,3 +283,32 @@ def test_import_envforge_stays_light() -> None:
     done = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True,
                           text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def _pid1_python(folder: Path) -> Path | None:
+    """A wrapper that runs this interpreter as PID 1 of a new PID namespace, or None."""
+    wrapper = folder / "pid1-python"
+    wrapper.write_text(f'#!/bin/sh\nexec unshare -p -f --mount-proc {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    try:
+        done = subprocess.run([str(wrapper), "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True, timeout=30, check=False)
+    except OSError:
+        return None
+    return wrapper if done.stdout.strip() == "1" else None
+
+
+def test_as_pid1_like_in_a_container_abort_is_still_sigabrt(tmp_path: Path) -> None:
+    # PID 1 cannot kill itself with a default-action signal; the worker supervises itself.
+    wrapper = _pid1_python(tmp_path)
+    if wrapper is None:
+        pytest.skip("cannot create a PID namespace here (unshare -p needs privileges)")
+    checks = read_checks([_check(tmp_path, "abort.py", "import os\nos.abort()\n"),
+                          _check(tmp_path, "after.py", "pass\n")])
+    spec = ProbeSpec(level="quick", vendor="none", step_timeout=60.0, checks=checks)
+    report = run_probe(spec, LocalPythonTarget(python=str(wrapper)))
+    steps = _by_name(report)
+    assert steps["small-tensor"].status == "pass"
+    assert steps["check:abort.py"].status == "crash"
+    assert steps["check:abort.py"].detail.startswith("SIGABRT"), steps["check:abort.py"].detail
+    assert steps["check:after.py"].status == "skip"

@@ -109,6 +109,7 @@ emit(event="done")
         ("os.kill(os.getpid(), signal.SIGSEGV)", "SIGSEGV"),
         ("os.abort()", "SIGABRT"),
         ("os._exit(3)", "worker exited with code 3"),
+        ("os._exit(134)", "SIGABRT (exit code 134)"),  # a wrapper's 128+N
     ],
 )
 def test_a_dying_worker_is_a_crash_with_its_signal_and_stderr(how: str, starts: str) -> None:
