@@ -8,6 +8,7 @@ the KeyboardInterrupt travels on.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -51,27 +52,24 @@ def signal_name(returncode: int | None) -> str | None:
         return f"signal {-returncode}"
 
 
-def stop_group(proc: subprocess.Popen[bytes] | subprocess.Popen[str], grace: float = DEFAULT_GRACE) -> None:
+def stop_group(
+    proc: subprocess.Popen[bytes] | subprocess.Popen[str], grace: float = DEFAULT_GRACE
+) -> None:
     """End ``proc`` and every process in its group: TERM, wait ``grace``, KILL, reap."""
     if proc.poll() is None:
         _signal_group(proc.pid, signal.SIGTERM)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            pass
     # The leader may be gone while children of its group live on: KILL the group anyway.
     _signal_group(proc.pid, signal.SIGKILL)
-    try:
+    # A process stuck in the kernel (D state) may outlive KILL; there is nothing more to do.
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:  # pragma: no cover - unkillable (D state); nothing more to do
-        pass
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 @contextmanager
@@ -90,7 +88,7 @@ def spawn(
     For callers that stream the child's output themselves (the probe runner). Leaving
     the block by any route, KeyboardInterrupt included, stops and reaps the whole group.
     """
-    proc = subprocess.Popen(  # noqa: S603 - argv is built by envforge, never a shell string
+    proc = subprocess.Popen(  # argv is built by envforge, never a shell string
         list(argv),
         env=dict(env) if env is not None else None,
         cwd=cwd,

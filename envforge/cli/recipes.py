@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -25,7 +26,7 @@ def register(group: click.Group) -> None:
 def list_cmd(as_json: bool) -> None:
     """List the recipes in the catalogue (shipped and ENVFORGE_RECIPE_PATH)."""
     catalogue = Catalogue.default()
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, path in catalogue.files().items():
         recipe = catalogue.load(str(path))
         rows.append(
@@ -93,9 +94,10 @@ def show(recipe_ref: str, overrides: tuple[str, ...], as_json: bool) -> None:
             out(f"      workaround: {k.workaround}")
             for link in k.evidence:
                 out(f"      evidence: {link}")
+    checks = len(recipe.certify.extra_checks)
     out(
         f"\nCertify: level {recipe.certify.level}, {recipe.certify.step_timeout:g}s per step"
-        + (f", {len(recipe.certify.extra_checks)} extra check(s)" if recipe.certify.extra_checks else "")
+        + (f", {checks} extra check(s)" if checks else "")
     )
 
 
@@ -107,7 +109,7 @@ def validate(refs: tuple[str, ...], overrides: tuple[str, ...], as_json: bool) -
     """Check recipes against the schema and the compatibility table (default: all)."""
     catalogue = Catalogue.default()
     targets = list(refs) or [str(p) for p in catalogue.files().values()]
-    results = []
+    results: list[dict[str, Any]] = []
     first_error: EnvforgeError | None = None
     for ref in targets:
         try:
@@ -136,7 +138,9 @@ def validate(refs: tuple[str, ...], overrides: tuple[str, ...], as_json: bool) -
                 click.echo(f"FAIL  {problem}", err=True)
     if first_error is not None:
         bad = sum(1 for r in results if not r["ok"])
-        raise InvalidInput(f"{bad} of {len(results)} recipe(s) refused; first: {first_error.one_line()}")
+        raise InvalidInput(
+            f"{bad} of {len(results)} recipe(s) refused; first: {first_error.one_line()}"
+        )
 
 
 @click.command()
