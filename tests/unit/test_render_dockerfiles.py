@@ -7,12 +7,14 @@ When this fails, regenerate (with ENVFORGE_RECIPE_PATH unset) and commit the res
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
+from dockerfile_syntax import parse
 
 from envforge.recipe.catalogue import Catalogue
-from envforge.render import render_dockerfile
+from envforge.render import RenderOptions, plan_venv, render_dockerfile
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILES = ROOT / "Dockerfiles"
@@ -41,3 +43,21 @@ def test_no_extra_files() -> None:
     for name in names:
         files = {p.name for p in (DOCKERFILES / name).iterdir()}
         assert files == {"Dockerfile"}, f"Dockerfiles/{name}/ holds {sorted(files)}: {FIX}"
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED.files()))
+def test_shipped_recipes_render_valid_shell(name: str) -> None:
+    """Every RUN of every shipped Dockerfile, and every venv setup script, parses as shell."""
+    recipe = SHIPPED.load(name)
+    for options in (RenderOptions(), RenderOptions(wheelhouse=True, ca_bundle=True)):
+        for ins in parse(render_dockerfile(recipe, options)):
+            if ins.keyword == "RUN":
+                done = subprocess.run(
+                    ["sh", "-n", "-c", ins.args], capture_output=True, check=False
+                )
+                assert done.returncode == 0, (name, ins.args, done.stderr)
+        script = plan_venv(recipe, options).setup_script
+        done = subprocess.run(
+            ["bash", "-n"], input=script.encode(), capture_output=True, check=False
+        )
+        assert done.returncode == 0, (name, done.stderr)

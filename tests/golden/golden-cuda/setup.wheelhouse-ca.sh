@@ -79,6 +79,7 @@ requirements=(
 
 if [ "$installer" = "uv" ]; then
     if [ -n "$ca_bundle" ]; then export SSL_CERT_FILE="$ca_bundle"; fi
+    export UV_PYTHON_DOWNLOADS=never  # the interpreter given, never a downloaded one
     "$uv_bin" venv --quiet --python "$python" -- "$target"
     install=("$uv_bin" pip install --python "$target/bin/python" --index-strategy unsafe-best-match)
 else
