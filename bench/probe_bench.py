@@ -10,7 +10,10 @@ at most 1.3 on CPU. Not a test: timings depend on the machine.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -33,13 +36,21 @@ FLOOR_CKPT = FLOOR + (
 )
 
 
-def timed(argv: list[str]) -> float:
+def timed(argv: list[str]) -> tuple[float, float, str]:
+    """(wall seconds, CPU seconds of the process tree (user + system), stdout)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=False)
     seconds = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         sys.exit(f"{' '.join(argv)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
-    return seconds
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return seconds, cpu, done.stdout
+
+
+def step_seconds(report_json: str) -> dict[str, float]:
+    return {s["name"]: float(s["seconds"]) for s in json.loads(report_json)["steps"]}
 
 
 def main() -> int:
@@ -54,22 +65,36 @@ def main() -> int:
         "floor": [args.python, "-c", FLOOR],
         "floor+ckpt": [args.python, "-c", FLOOR_CKPT],
         "probe": [args.python, "-m", "envforge", "probe", "--recipe", args.recipe,
-                  "--level", args.level],
+                  "--level", args.level, "--json"],
     }
     for argv in commands.values():  # warm the page cache for all
         timed(argv)
-    times: dict[str, list[float]] = {name: [] for name in commands}
+    wall: dict[str, list[float]] = {name: [] for name in commands}
+    cpu: dict[str, list[float]] = {name: [] for name in commands}
+    steps: list[dict[str, float]] = []
     for i in range(args.runs):
         for name, argv in commands.items():
-            times[name].append(timed(argv))
-        print(f"run {i + 1}: " + "  ".join(f"{k} {v[-1]:.2f}s" for k, v in times.items()),
-              file=sys.stderr)
-    med = {name: statistics.median(v) for name, v in times.items()}
-    print("| host | level | runs | floor | floor+ckpt | probe | probe/floor | probe/floor+ckpt |")
-    print("|---|---|---|---|---|---|---|---|")
-    print(f"| {platform.node() or 'host'} ({platform.machine()}) | {args.level} | {args.runs} "
-          f"| {med['floor']:.2f} s | {med['floor+ckpt']:.2f} s | {med['probe']:.2f} s "
-          f"| {med['probe'] / med['floor']:.2f} | {med['probe'] / med['floor+ckpt']:.2f} |")
+            w, c, out = timed(argv)
+            wall[name].append(w)
+            cpu[name].append(c)
+            if name == "probe":
+                steps.append(step_seconds(out))
+        print(f"run {i + 1}: " + "  ".join(
+            f"{k} {wall[k][-1]:.2f}s wall/{cpu[k][-1]:.2f}s cpu" for k in commands)
+            + f"  (probe steps: {json.dumps(steps[-1])})", file=sys.stderr)
+    host = f"{platform.node() or 'host'} ({os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f})"
+    print("| host | level | runs | measure | floor | floor+ckpt | probe "
+          "| probe/floor | probe/floor+ckpt |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for label, data in (("wall", wall), ("cpu", cpu)):
+        med = {name: statistics.median(v) for name, v in data.items()}
+        print(f"| {host} | {args.level} | {args.runs} | {label} median "
+              f"| {med['floor']:.2f} s | {med['floor+ckpt']:.2f} s | {med['probe']:.2f} s "
+              f"| {med['probe'] / med['floor']:.2f} | {med['probe'] / med['floor+ckpt']:.2f} |")
+    names = list(steps[0]) if steps else []
+    medians = {n: statistics.median(s.get(n, 0.0) for s in steps) for n in names}
+    print("\nmedian seconds per probe step (worker-measured): "
+          + ", ".join(f"{n} {v:.3f}" for n, v in medians.items()))
     return 0
 
 

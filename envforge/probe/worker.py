@@ -74,9 +74,11 @@ def is_oom(exc):
             or "hiperroroutofmemory" in text or "cuda_error_out_of_memory" in text)
 
 
-def describe(exc, prefer_file=None):
+def describe(exc, prefer_file=None, where=True):
     """'TypeName: message (at file:line)' for a Python error."""
     msg = "%s: %s" % (type(exc).__name__, exc)
+    if not where:
+        return short(msg)
     where = None
     tb = traceback.extract_tb(exc.__traceback__)
     for frame in reversed(tb):
@@ -109,7 +111,7 @@ class Context(object):
         try:
             import torch  # noqa: F401
         except BaseException as exc:  # ImportError, OSError from a broken .so, ...
-            self.torch_error = describe(exc)
+            self.torch_error = describe(exc, where=False)
             raise
         self.torch = torch
         return torch
@@ -142,7 +144,7 @@ def step_env_snapshot(ctx):
         data["numpy"] = numpy.__version__
     except BaseException as exc:
         data["numpy"] = None
-        data["numpy_error"] = describe(exc)
+        data["numpy_error"] = describe(exc, where=False)
     try:
         torch = ctx.need_torch()
     except BaseException:
@@ -291,7 +293,11 @@ def step_expected_versions(ctx):
         except ImportError as exc:
             problems.append("numpy is not importable (%s), recipe wants %s"
                             % (short(exc, 80), exp["numpy"]))
-    torch = ctx.need_torch()
+    try:
+        torch = ctx.need_torch()
+    except Skip:
+        problems.append("torch is not importable (%s)" % ctx.torch_error)
+        raise StepFailed("; ".join(problems))
     have_torch = torch.__version__
     want_torch = exp.get("torch")
     seen.append("torch " + have_torch)

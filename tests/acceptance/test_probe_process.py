@@ -312,3 +312,22 @@ def test_as_pid1_like_in_a_container_abort_is_still_sigabrt(tmp_path: Path) -> N
     assert steps["check:abort.py"].status == "crash"
     assert steps["check:abort.py"].detail.startswith("SIGABRT"), steps["check:abort.py"].detail
     assert steps["check:after.py"].status == "skip"
+
+
+def test_cli_python_option_probes_another_interpreter(tmp_path: Path) -> None:
+    # A fresh virtualenv without torch: the snapshot fails, device steps skip, exit 1.
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=120)
+    python = venv / "bin" / "python"
+    done = subprocess.run(
+        _envforge("probe", "--python", str(python), "--level", "quick", "--json"),
+        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    data = json.loads(done.stdout)
+    assert data["environment"]["target"] == f"python {python}"
+    steps = {s["name"]: s for s in data["steps"]}
+    assert steps["env-snapshot"]["status"] == "fail"
+    assert "torch not importable: ModuleNotFoundError" in steps["env-snapshot"]["detail"]
+    assert steps["device"]["status"] == "skip"
