@@ -36,15 +36,15 @@ LOCK_SUFFIX = ".lock.txt"
 COMPILE_TIMEOUT = 900.0
 
 _HEADER_RE = re.compile(r"^# envforge-lock: .*\binputs=(sha256:[0-9a-f]{64})\b")
+#: uv's words for "could not talk to the index" (its generic "Failed to fetch" /
+#: "Failed to download" wrap hash mismatches too, so they are not enough on their own).
 _NETWORK_MARKERS = (
-    "failed to fetch",
     "error sending request",
     "dns error",
     "connection refused",
     "could not connect",
     "network is unreachable",
     "timed out",
-    "failed to download",
     "tcp connect error",
     "certificate",
 )
@@ -187,7 +187,12 @@ def uv_failure(
 ) -> BuildFailed | Unavailable:
     """The right error for a failed uv run: network → Unavailable (4), else BuildFailed (3)."""
     lines = [ln.strip() for ln in done.stderr.splitlines() if ln.strip()]
-    tail = " | ".join(lines[-4:])[-500:]
+    # From uv's first "error:" line on (its causes follow it), else the last lines.
+    first = next((i for i, ln in enumerate(lines) if ln.lower().startswith("error")), None)
+    kept = lines[first:] if first is not None else lines[-4:]
+    tail = " | ".join(kept)
+    if len(tail) > 600:
+        tail = tail[:597] + "..."
     if done.timed_out:
         return Unavailable(f"{what} for {recipe.name} did not finish in time", hint=hint)
     if looks_like_network(done.stderr):

@@ -106,6 +106,17 @@ def test_network_failures_are_unavailable(recipe_copy: Path) -> None:
     )
 
 
+def test_hash_mismatch_is_a_build_failure(recipe_copy: Path) -> None:
+    stderr = (
+        "Resolved 1 package in 73ms\nerror: Failed to download `torch==2.13.0+cpu`\n"
+        "  cause: Hash mismatch for `torch==2.13.0+cpu`\n\n  Expected:\n  sha256:0000\n"
+        "  Computed:\n  sha256:6746"
+    )
+    err = lock.uv_failure("installing", done(stderr), load(recipe_copy), hint="h")
+    assert isinstance(err, BuildFailed)
+    assert "Hash mismatch for `torch==2.13.0+cpu`" in err.one_line()
+
+
 def test_resolution_failures_are_build_failures(recipe_copy: Path) -> None:
     recipe = load(recipe_copy)
     err = lock.uv_failure(
