@@ -351,6 +351,13 @@ def step_device(ctx):
     if vendor == "none":
         ctx.device = "cpu"
         return "cpu (recipe has no GPU)", {"device": "cpu", "count": 0}
+    hip = getattr(torch.version, "hip", None)
+    cuda = getattr(torch.version, "cuda", None)
+    if (vendor == "amd" and not hip) or (vendor == "nvidia" and not cuda):
+        ctx.device_error = "no GPU device"
+        raise NoDevice("this torch (%s) is not a %s build, so it cannot use the %s GPU"
+                       % (torch.__version__, "ROCm" if vendor == "amd" else "CUDA",
+                          "AMD" if vendor == "amd" else "NVIDIA"))
     available = False
     try:
         available = bool(torch.cuda.is_available())
@@ -387,7 +394,11 @@ def step_memory(ctx):
     torch, dev = ctx.need_device()
     gib = float(1 << 30)
     if dev == "cuda":
-        free, total = torch.cuda.mem_get_info(0)
+        if hasattr(torch.cuda, "mem_get_info"):
+            free, total = torch.cuda.mem_get_info(0)
+        else:  # torch < 1.10
+            total = torch.cuda.get_device_properties(0).total_memory
+            free = total - torch.cuda.memory_reserved(0)
         return "device 0: %.2f GiB free of %.2f GiB" % (free / gib, total / gib), \
             {"free": free, "total": total}
     total = avail = None
@@ -510,7 +521,13 @@ def step_autocast(ctx):
     lin_b = torch.randn(64, 64, generator=g)
     dtype = torch.float16 if dev == "cuda" else torch.bfloat16
     conv_d = conv.to(dev)
-    with torch.autocast(device_type=dev, dtype=dtype):
+    if hasattr(torch, "autocast"):
+        autocast = torch.autocast(device_type=dev, dtype=dtype)
+    elif dev == "cuda":  # torch < 1.10
+        autocast = torch.cuda.amp.autocast()
+    else:
+        raise Skip("this torch has no CPU autocast (torch < 1.10)")
+    with autocast:
         y = conv_d(x.to(dev))
         m = lin_a.to(dev) @ lin_b.to(dev)
     y.float().sum().backward()
