@@ -61,23 +61,29 @@ start_engine() {
         log "engine already answers; using it"
         return
     fi
-    if [ -n "${DOCKER_HOST:-}" ]; then
-        die "DOCKER_HOST=$DOCKER_HOST does not answer; not starting a local engine for it"
-    fi
-    log "starting dockerd --bridge=none --iptables=false (log: $STATE/dockerd.log)"
-    as_root dockerd --bridge=none --iptables=false --ip6tables=false \
-        --pidfile "$STATE/dockerd.pid" >"$STATE/dockerd.log" 2>&1 &
+    local args=(--bridge=none --iptables=false --ip6tables=false --pidfile "$STATE/dockerd.pid")
+    case "${DOCKER_HOST:-}" in
+        "") ;;
+        unix://*)
+            # A private engine on that socket (its own data and exec roots under $STATE).
+            mkdir -p "$STATE/docker-data" "$STATE/docker-exec"
+            args+=(-H "$DOCKER_HOST" --data-root "$STATE/docker-data" --exec-root "$STATE/docker-exec")
+            ;;
+        *) die "DOCKER_HOST=$DOCKER_HOST does not answer; start that engine, or unset DOCKER_HOST" ;;
+    esac
+    log "starting dockerd ${args[*]} (log: $STATE/dockerd.log)"
+    as_root dockerd "${args[@]}" >"$STATE/dockerd.log" 2>&1 &
     echo "$!" >"$STATE/dockerd.launcher.pid"
+    echo started >"$STATE/dockerd.started"
     local waited=0
     until engine_answers; do
-        if [ "$waited" -ge "$ENGINE_WAIT" ]; then
+        if [ "$waited" -ge "$ENGINE_WAIT" ] || ! kill -0 "$(cat "$STATE/dockerd.launcher.pid")" 2>/dev/null; then
             tail -n 20 "$STATE/dockerd.log" >&2 || true
-            die "dockerd did not answer within ${ENGINE_WAIT}s"
+            die "dockerd did not answer within ${waited}s (log: $STATE/dockerd.log)"
         fi
         sleep 1
         waited=$((waited + 1))
     done
-    echo started >"$STATE/dockerd.started"
     local driver
     driver="$(docker info --format '{{.Driver}}' 2>/dev/null || echo unknown)"
     log "engine up after ${waited}s; storage driver: $driver"
@@ -161,6 +167,7 @@ write_env() {
     {
         echo "export ENVFORGE_TEST_REGISTRY=$(cat "$STATE/registry.addr")"
         echo "export ENVFORGE_STANDIN_IMAGE=$STANDIN"
+        if [ -n "${DOCKER_HOST:-}" ]; then echo "export DOCKER_HOST=$DOCKER_HOST"; fi
     } >"$STATE/env.tmp"
     mv "$STATE/env.tmp" "$STATE/env"
     cat "$STATE/env"
@@ -199,7 +206,11 @@ down() {
         rm -f "$STATE/registry.dir" "$STATE/registry.addr"
     fi
     if [ -f "$STATE/dockerd.started" ]; then
-        stop_pid "$STATE/dockerd.pid" dockerd
+        if [ -f "$STATE/dockerd.pid" ]; then
+            stop_pid "$STATE/dockerd.pid" dockerd
+        else
+            stop_pid "$STATE/dockerd.launcher.pid" dockerd
+        fi
         rm -f "$STATE/dockerd.started" "$STATE/dockerd.launcher.pid"
     fi
     rm -f "$STATE/env"
