@@ -500,9 +500,11 @@ def build_image(
         failing = (
             f"step {steps[-1].number} ({steps[-1].instruction[:80]})" if steps else "the build"
         )
+        hint = "see the build output above"
+        if steps and steps[-1].instruction.upper().startswith("FROM "):
+            hint = "the base image is neither local nor pullable; pass --base-image REF"
         raise BuildFailed(
-            f"{failing} failed: {_first_line(error or 'no image was produced')}",
-            hint="see the build output above",
+            f"{failing} failed: {_first_line(error or 'no image was produced')}", hint=hint
         )
     if not image_id.startswith("sha256:"):
         image = inspect_image(client, image_id)

@@ -258,3 +258,15 @@ def test_another_recipes_failure_on_the_same_layers_does_not_block(
     client = _client_with(good.to_json())
     result = pub.publish(client, RECIPE, "127.0.0.1:5000", store=store)  # type: ignore[arg-type]
     assert result.certificate == good.digest
+
+
+def test_unpullable_base_image_hints_at_base_image_option(tmp_path: Path) -> None:
+    client = FakeClient()
+    client.api.build_chunks = [
+        {"stream": "Step 1/3 : FROM debian:bookworm-slim AS build\n"},
+        {"error": 'Get "https://registry-1.docker.io/v2/": no such host'},
+    ]
+    with pytest.raises(BuildFailed) as info:
+        engine.build_image(client, tmp_path)  # type: ignore[arg-type]
+    assert info.value.hint is not None
+    assert "--base-image" in info.value.hint
