@@ -96,13 +96,21 @@ def connect(environ: Mapping[str, str] | None = None) -> docker.DockerClient:
     env = dict(os.environ if environ is None else environ)
     address = resolve_engine(env)
 
+    # ssh:// engines go through the system's ssh client (as the docker CLI does), so
+    # they work without paramiko and with the user's ssh config and agent.
+    ssh = (env.get("DOCKER_HOST") or address.base_url or "").startswith("ssh://")
+
     def make(version: str | None) -> docker.DockerClient:
         if address.base_url is None:
             return docker.DockerClient.from_env(
-                environment=env, timeout=_CONNECT_TIMEOUT, version=version
+                environment=env, timeout=_CONNECT_TIMEOUT, version=version, use_ssh_client=ssh
             )
         return docker.DockerClient(
-            base_url=address.base_url, tls=address.tls, timeout=_CONNECT_TIMEOUT, version=version
+            base_url=address.base_url,
+            tls=address.tls,
+            timeout=_CONNECT_TIMEOUT,
+            version=version,
+            use_ssh_client=ssh,
         )
 
     host = env.get("DOCKER_HOST") or address.base_url or "unix:///var/run/docker.sock"
@@ -122,9 +130,11 @@ def connect(environ: Mapping[str, str] | None = None) -> docker.DockerClient:
         client = make(None)
     except (docker.errors.DockerException, OSError) as exc:
         detail = _first_line(str(exc))
+        hint = "start the engine (dockerd), or point DOCKER_HOST / docker context at one"
+        if "paramiko" in detail:
+            hint = "pip install paramiko (the docker SDK needs it for ssh:// engines)"
         raise Unavailable(
-            f"no Docker engine answers ({address.source}): {detail}",
-            hint="start the engine (dockerd), or point DOCKER_HOST / docker context at one",
+            f"no Docker engine answers ({address.source}): {detail}", hint=hint
         ) from None
     # Builds and pushes stream for minutes: a long read timeout after the quick ping.
     client.api.timeout = _STREAM_TIMEOUT
