@@ -210,3 +210,22 @@ def test_unquotable_values_are_refused(value: str, where: str) -> None:
         assert f": {key}: " in str(info.value)
         with pytest.raises(InvalidInput):
             plan_venv(recipe, options)
+
+
+@SETTINGS
+@given(index=safe_text, numpy=safe_text)
+def test_hostile_index_and_numpy(index: str, numpy: str) -> None:
+    recipe = dataclasses.replace(
+        BASE, torch=dataclasses.replace(BASE.torch, index=index), numpy=numpy
+    )
+    for options in OPTIONS:
+        instructions = rendered(recipe, options)
+        build = stages(instructions)[0]
+        torch_words = shlex.split(build[-2].args)
+        rest_words = shlex.split(build[-1].args)
+        if not options.wheelhouse:
+            # 1.13.1: the torch index is an extra index in both steps, one word each
+            assert torch_words[torch_words.index("--extra-index-url") + 1] == index
+            assert rest_words[rest_words.index("--extra-index-url") + 1] == index
+        assert rest_words[rest_words.index("--") + 2] == "numpy" + numpy.strip()
+        assert label_value(stages(instructions)[1], "io.envforge.numpy") == numpy
