@@ -24,6 +24,12 @@ from envforge.recipe.model import EnvVar, Recipe
 from envforge.render import RenderOptions, plan_venv, render_dockerfile
 from envforge.render.quoting import MAX_VALUE_CHARS, UNQUOTABLE
 
+#: Hypothesis' failure report touches mypy_extensions.TypedDict, whose DeprecationWarning
+#: (an error under this project's filterwarnings) would hide the falsifying example.
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:mypy_extensions.TypedDict is deprecated:DeprecationWarning"
+)
+
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "recipes" / "golden-rocm.yaml"
 BASE: Recipe = load_recipe_file(FIXTURE)
 OPTIONS = (RenderOptions(), RenderOptions(wheelhouse=True, ca_bundle=True))
