@@ -53,7 +53,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -233,23 +233,24 @@ class LocalPythonTarget:
             full_env = dict(os.environ if self.env is None else self.env)
             full_env.update(env)
             full_env.setdefault("PYTHONIOENCODING", "utf-8")
-            try:
-                with spawn(
-                    [python, str(worker), str(spec)],
-                    env=full_env,
-                    cwd=str(folder),
-                    grace=self.grace,
-                ) as proc:
-                    handle = _LocalHandle(proc, self.grace)
-                    try:
-                        yield handle
-                    finally:
-                        handle.close()
-            except (FileNotFoundError, PermissionError) as exc:
-                raise Unavailable(
-                    f"cannot start {python}: {exc.strerror or exc}",
-                    hint="pass --python PATH to a working Python interpreter",
-                ) from None
+            with ExitStack() as stack:
+                try:
+                    proc = stack.enter_context(
+                        spawn(
+                            [python, str(worker), str(spec)],
+                            env=full_env,
+                            cwd=str(folder),
+                            grace=self.grace,
+                        )
+                    )
+                except (FileNotFoundError, PermissionError) as exc:
+                    raise Unavailable(
+                        f"cannot start {python}: {exc.strerror or exc}",
+                        hint="pass --python PATH to a working Python interpreter",
+                    ) from None
+                handle = _LocalHandle(proc, self.grace)
+                stack.callback(handle.close)
+                yield handle
         finally:
             shutil.rmtree(folder, ignore_errors=True)
 
