@@ -68,6 +68,8 @@ from envforge.proc import signal_name, spawn, stop_group
 #: TERM → KILL grace for a hung worker; short, since a hung driver call rarely ends on TERM.
 HANG_GRACE = 0.5
 STDERR_KEEP = 200
+#: The worker writes this, plus the step name, to stderr as each step starts.
+STDERR_MARK = "[envforge-probe] step "
 #: Statuses the worker itself reports; hang and crash come from the runner.
 WORKER_STATUSES: tuple[Status, ...] = ("pass", "fail", "oom", "no-device", "skip")
 #: Seconds to wait for the worker to exit after it said "done" or closed stdout.
@@ -483,6 +485,9 @@ def _tail(handle: WorkerHandle, lines: int = 8, limit: int = 600) -> str:
     """
     text = handle.stderr_tail(STDERR_KEEP)
     all_lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    marks = [i for i, ln in enumerate(all_lines) if ln.startswith(STDERR_MARK)]
+    if marks:  # only what the last step wrote
+        all_lines = all_lines[marks[-1] + 1:]
     fatal = max((i for i, ln in enumerate(all_lines) if ln.startswith("Fatal Python error")),
                 default=None)
     if fatal is None:

@@ -623,7 +623,13 @@ STEPS = {
 # --------------------------------------------------------------------------- driver
 
 
+#: Written to stderr as each step starts, so the host can keep only that step's stderr.
+STDERR_MARK = "[envforge-probe] step "
+
+
 def run_step(ctx, name, func, deadline):
+    sys.stderr.write(STDERR_MARK + name + "\n")
+    sys.stderr.flush()
     emit({"event": "start", "step": name, "deadline": deadline})
     if deadline and hasattr(signal, "SIGALRM"):
         signal.alarm(int(deadline) + BACKSTOP)

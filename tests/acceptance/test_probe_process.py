@@ -12,6 +12,7 @@ import importlib.util
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -339,3 +340,29 @@ def test_cli_python_option_probes_another_interpreter(tmp_path: Path) -> None:
     assert steps["env-snapshot"]["status"] == "fail"
     assert "torch not importable: ModuleNotFoundError" in steps["env-snapshot"]["detail"]
     assert steps["device"]["status"] == "skip"
+
+
+def _python37() -> str | None:
+    """A real Python 3.7 (pyenv's shims are skipped: they may run another version)."""
+    for candidate in sorted(Path.home().glob(".pyenv/versions/3.7*/bin/python")):
+        return str(candidate)
+    found = shutil.which("python3.7")
+    return found if found and "/shims/" not in found else None
+
+
+def test_the_worker_runs_on_python_37(tmp_path: Path) -> None:
+    # The grammar test always runs (unit); this runs the file for real where 3.7 exists.
+    python = _python37()
+    if python is None:
+        pytest.skip("no Python 3.7 interpreter on this machine")
+    checks = read_checks([_check(tmp_path, "raises.py", "raise KeyError('k')\n"),
+                          _check(tmp_path, "segv.py", "import ctypes\nctypes.string_at(0)\n")])
+    spec = ProbeSpec(level="full", vendor="none", step_timeout=60.0, checks=checks)
+    report = run_probe(spec, LocalPythonTarget(python=python))
+    steps = _by_name(report)
+    assert report.snapshot["python"].startswith("3.7.")
+    assert steps["check:raises.py"].status == "fail"
+    assert "KeyError" in steps["check:raises.py"].detail
+    assert steps["check:segv.py"].status == "crash"
+    assert steps["check:segv.py"].detail.startswith("SIGSEGV: Fatal Python error")
+    assert "raises.py" not in steps["check:segv.py"].detail  # only the crashing step's stderr

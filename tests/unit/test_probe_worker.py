@@ -113,3 +113,7 @@ def test_every_planned_step_exists_in_the_worker() -> None:
     from envforge.probe.spec import FULL_STEPS
 
     assert set(FULL_STEPS) <= set(_load_worker().STEPS)
+
+
+def test_worker_and_runner_agree_on_the_stderr_step_mark() -> None:
+    assert _load_worker().STDERR_MARK == runner.STDERR_MARK
