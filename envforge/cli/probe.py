@@ -25,7 +25,7 @@ from envforge.cli.common import echo_json, json_option, load_checked, set_option
 from envforge.errors import CertificationFailed, InvalidInput
 from envforge.probe.report import ProbeReport, StepResult, summarize
 from envforge.probe.runner import LocalPythonTarget, run_probe
-from envforge.probe.spec import ProbeSpec
+from envforge.probe.spec import CHECK_PREFIX, ProbeSpec
 from envforge.recipe.model import LEVELS, Level
 
 _HINTS = {
@@ -36,7 +36,7 @@ _HINTS = {
     "oom": "out of memory; close other GPU users or lower PYTORCH_HIP_ALLOC_CONF/"
     "PYTORCH_CUDA_ALLOC_CONF limits",
     "no-device": "torch sees no GPU: check the torch wheel and device access (envforge doctor)",
-    "fail": "see the step's detail; envforge show RECIPE lists the pins and known issues",
+    "fail": "see the step's detail; `envforge show RECIPE` lists the pins and known issues",
 }
 
 
@@ -199,7 +199,7 @@ def probe(  # noqa: PLR0917 - click passes options positionally
         )
     problem = report.first_problem
     if problem is not None or not report.passed:
-        _raise_failed(report, problem)
+        _raise_failed(report, problem, spec)
 
 
 def _write_report(report: ProbeReport, folder: Path) -> None:
@@ -213,7 +213,16 @@ def _write_report(report: ProbeReport, folder: Path) -> None:
     click.echo(f"wrote {json_path} and {junit_path}", err=True)
 
 
-def _raise_failed(report: ProbeReport, problem: StepResult | None) -> None:
+def _hint(problem: StepResult, spec: ProbeSpec) -> str | None:
+    if problem.name.startswith(CHECK_PREFIX) and problem.status == "fail":
+        path = next((c.path for c in spec.checks if c.step == problem.name), "the check")
+        return f"the check raised; run it with the probed interpreter to debug: python {path}"
+    if problem.status == "fail" and spec.recipe_name is None:
+        return "see the step's detail"
+    return _HINTS.get(problem.status)
+
+
+def _raise_failed(report: ProbeReport, problem: StepResult | None, spec: ProbeSpec) -> None:
     if problem is None:  # every step skipped (should not happen): name the first
         problem = report.steps[0] if report.steps else None
     if problem is None:
@@ -221,5 +230,5 @@ def _raise_failed(report: ProbeReport, problem: StepResult | None) -> None:
     detail = problem.detail if len(problem.detail) <= 300 else problem.detail[:297] + "..."
     raise CertificationFailed(
         f"probe failed at step {problem.name}: {problem.status}: {detail}",
-        hint=_HINTS.get(problem.status),
+        hint=_hint(problem, spec),
     )
