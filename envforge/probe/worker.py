@@ -689,6 +689,13 @@ def watch_parent():
         while True:
             time.sleep(1.0)
             if os.getppid() != parent:
+                # Orphaned (envforge was killed): end this worker and whatever its steps
+                # started, which share its process group when it leads one.
+                try:
+                    if os.getpgid(0) == os.getpid():
+                        os.killpg(os.getpid(), signal.SIGKILL)
+                except OSError:
+                    pass
                 os._exit(3)
 
     t = threading.Thread(target=loop, name="envforge-parent-watch")

@@ -366,3 +366,40 @@ def test_the_worker_runs_on_python_37(tmp_path: Path) -> None:
     assert steps["check:segv.py"].status == "crash"
     assert steps["check:segv.py"].detail.startswith("SIGSEGV: Fatal Python error")
     assert "raises.py" not in steps["check:segv.py"].detail  # only the crashing step's stderr
+
+
+def test_a_killed_envforge_leaves_no_worker_behind(tmp_path: Path) -> None:
+    # SIGKILL gives envforge no chance to clean up; the worker notices its parent is gone.
+    hang, marker = _hang_check(tmp_path)
+    proc = subprocess.Popen(
+        _envforge("probe", "--level", "quick", "--step-timeout", "120", "--check", str(hang)),
+        cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists() or not marker.read_text().strip():
+            assert proc.poll() is None
+            assert time.monotonic() < deadline, "the hanging check never started"
+            time.sleep(0.1)
+        worker, pgid, grandchild = (int(x) for x in marker.read_text().split())
+        proc.kill()
+        proc.wait(timeout=10)
+        gone_by = time.monotonic() + 10
+        while _alive_pid(worker) and time.monotonic() < gone_by:
+            time.sleep(0.1)
+        assert not _alive_pid(worker)
+        assert _wait_gone(pgid) == []  # the check's own child went with it
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if _alive_pid(grandchild):
+            os.kill(grandchild, signal.SIGKILL)
+
+
+def _alive_pid(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
