@@ -219,7 +219,10 @@ def _hint(problem: StepResult, spec: ProbeSpec) -> str | None:
         return f"the check raised; run it with the probed interpreter to debug: python {path}"
     if problem.status == "fail" and spec.recipe_name is None:
         return "see the step's detail"
-    return _HINTS.get(problem.status)
+    hint = _HINTS.get(problem.status)
+    if hint and spec.recipe_name:
+        hint = hint.replace("RECIPE", spec.recipe_name)
+    return hint
 
 
 def _raise_failed(report: ProbeReport, problem: StepResult | None, spec: ProbeSpec) -> None:
