@@ -305,3 +305,15 @@ def test_lock_without_network_is_exit_4(tmp_path: Path) -> None:
     assert done.returncode == 4, done.stderr
     assert "a package index cannot be reached (https://download.pytorch.org/whl/cpu)" in done.stderr
     assert not (folder / "cpu.lock.txt").exists()
+
+
+def test_shell_uses_venv_when_no_engine_answers(
+    built: tuple[subprocess.CompletedProcess[str], Path], home: Path, tmp_path: Path
+) -> None:
+    _done, path = built
+    env = base_env(home)
+    env["DOCKER_HOST"] = f"unix://{tmp_path}/no-engine.sock"
+    ran = envforge("shell", "cpu", "--", "python", "-c", "import sys; print(sys.prefix)", env=env)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == str(path)
+    assert "using the venv backend (no Docker engine answers" in ran.stderr
