@@ -453,8 +453,11 @@ def check_docker(ping: DockerPing, backend: Backend | None) -> list[Finding]:
     ]
 
 
-def check_disk(recipe: Recipe | None, space_dir: Path, backend: Backend | None) -> list[Finding]:
-    vendor = recipe.gpu.vendor if recipe is not None else "none"
+def check_disk(
+    recipe: Recipe | None, space_dir: Path, backend: Backend | None, host: HostInfo | None = None
+) -> list[Finding]:
+    gpu = host.primary if host is not None else None
+    vendor = recipe.gpu.vendor if recipe is not None else gpu.vendor if gpu is not None else "none"
     need = SPACE_ESTIMATE[(vendor, backend or "docker")]
     probe = space_dir
     while not probe.exists() and probe != probe.parent:
@@ -495,7 +498,7 @@ def diagnose(
         *check_driver(recipe, host),
         *check_busy(recipe, host, root),
         *(check_docker(ping or docker_ping, backend) if backend != "venv" else []),
-        *check_disk(recipe, space_dir or _default_space_dir(backend, state_dir()), backend),
+        *check_disk(recipe, space_dir or _default_space_dir(backend, state_dir()), backend, host),
     ]
     for note in host.notes:
         findings.append(Finding("detect", "warn", note))

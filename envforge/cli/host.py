@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import click
 from envforge.choose import Choice, choose
 from envforge.cli.common import echo_json, json_option, load_checked, set_option
 from envforge.detect import HostInfo, detect
-from envforge.doctor import Backend, DoctorReport, diagnose
+from envforge.doctor import Backend, DoctorReport, Finding, diagnose
 from envforge.errors import EnvforgeError, InvalidInput, Unavailable
 from envforge.recipe.model import Recipe
 
@@ -124,11 +125,22 @@ def doctor_cmd(
     Exit 0 when nothing blocks, 4 otherwise.
     """
     host = detect(root=root)
-    recipe, choice = load_for_host(recipe_ref, host, overrides)
+    recipe: Recipe | None
+    no_recipe: Finding | None = None
+    try:
+        recipe, choice = load_for_host(recipe_ref, host, overrides)
+    except InvalidInput as exc:
+        if recipe_ref != "auto":
+            raise
+        # No recipe for this GPU: still check the host, and say so as a blocking finding.
+        recipe, choice = None, None
+        no_recipe = Finding("recipe", "block", exc.message, exc.hint)
     chosen: Backend | None = (
         "docker" if backend == "docker" else "venv" if backend == "venv" else None
     )
     report = diagnose(recipe, host, root=root, backend=chosen)
+    if no_recipe is not None:
+        report = replace(report, findings=(no_recipe, *report.findings))
     if as_json:
         data = report.to_dict()
         data["auto"] = choice.to_dict() if choice else None
@@ -138,7 +150,7 @@ def doctor_cmd(
     if report.blocking:
         first = report.blocking[0]
         raise Unavailable(
-            f"{len(report.blocking)} problem(s) block {recipe.name} on this host;"
+            f"{len(report.blocking)} problem(s) block {report.recipe or 'auto'} on this host;"
             f" first: {first.message}",
             hint=first.fix,
         )

@@ -114,3 +114,16 @@ def test_doctor_missing_device_node_exits_4(
     captured = capsys.readouterr()
     assert code == 4
     assert "/dev/nvidia-uvm is missing" in captured.err
+
+
+def test_doctor_auto_without_a_recipe_still_checks_the_host(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("ENVFORGE_GPU_ARCH", "gfx1103")
+    code = main(["doctor", "--json", "--backend", "venv", "--root", str(SYSFS / "rx6700xt")])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 4
+    assert data["recipe"] is None
+    assert data["findings"][0]["check"] == "recipe"
+    assert data["findings"][0]["message"].startswith("no recipe for gfx1103")
+    assert "ROCm build" in next(f["message"] for f in data["findings"] if f["check"] == "disk")
