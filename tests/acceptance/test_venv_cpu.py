@@ -234,6 +234,22 @@ def test_fallback_when_the_gpu_probe_finds_no_device(
     assert any("installed set unchanged; certifying" in s for s in said)
     assert not any(s.startswith("installing") for s in said)
 
+    # Certified once (say, before the GPU went away): shell still quick-probes it first.
+    markers = state.path / ".envforge"
+    certified = {
+        "recipe": gpu.name,
+        "recipe_hash": gpu.hash,
+        "fingerprint": venv.fingerprint(state.path),
+        "level": "full",
+        "report": {},
+    }
+    (markers / "certified.json").write_text(json.dumps(certified))
+    assert venv.state(gpu, base_env(home)).certified
+    notes.clear()
+    assert venv.shell(gpu, ["true"], options, fallback=cpu, warn=notes.append) == 0
+    assert notes[0].startswith("fake-gfx1030 cannot be used here: quick probe: device: no-device")
+    assert notes[1] == "falling back to cpu"
+
 
 def test_lock_then_build_from_the_lock(tmp_path: Path) -> None:
     home = tmp_path / "home"
