@@ -274,7 +274,7 @@ def registry_ref(registry: str, recipe_name: str, stack_tag: str) -> str:
 
 def split_ref(ref: str) -> tuple[str, str | None]:
     """``repo[:tag]`` -> (repo, tag); a ``@digest`` stays in the repository part's suffix."""
-    if "@" in ref:
+    if "@" in ref or ref.startswith("sha256:"):
         return ref, None
     last = ref.rsplit("/", 1)[-1]
     if ":" in last:

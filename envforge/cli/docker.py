@@ -352,7 +352,8 @@ def certify(  # noqa: PLR0917 - click passes options positionally by name
                 raise InvalidInput(f"no image {ref} on this engine")
             recipe = _recipe_for_image(info, ref, overrides)
             image_ref = ref
-            retag = [ref] if ":" in ref and not ref.startswith("sha256:") and "@" not in ref else []
+            # A tag given by name follows the new certificate; an ID or digest cannot.
+            retag = [ref] if engine.split_ref(ref)[1] is not None else []
         else:
             recipe = load_checked(ref, overrides)
             image_ref = engine.certified_ref(recipe.name, recipe.stack_tag)

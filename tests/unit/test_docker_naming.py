@@ -45,6 +45,7 @@ def test_registry_ref_refuses_bad_input(registry: str) -> None:
         ("127.0.0.1:5000/cpu:t1", ("127.0.0.1:5000/cpu", "t1")),
         ("127.0.0.1:5000/cpu", ("127.0.0.1:5000/cpu", None)),
         ("r:5000/cpu@sha256:ab", ("r:5000/cpu@sha256:ab", None)),
+        ("sha256:" + "a" * 64, ("sha256:" + "a" * 64, None)),
     ],
 )
 def test_split_ref(ref: str, expected: tuple[str, str | None]) -> None:
