@@ -167,6 +167,13 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
     if routed is None:
         return  # built by the venv backend
     recipe = load_checked(routed, overrides)
+    reserved = [t for t in tags if t.startswith(engine.CERTIFIED_REPOSITORY_PREFIX + "/")]
+    if no_certify and reserved:
+        raise InvalidInput(
+            f"--tag {reserved[0]}: envforge/ names certified images, and --no-certify "
+            "certifies nothing",
+            hint="choose another --tag, or drop --no-certify",
+        )
     client = engine.connect()
     dockerfile = render_dockerfile(
         recipe,

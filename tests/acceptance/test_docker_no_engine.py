@@ -33,3 +33,14 @@ def test_no_engine_exits_4_without_traceback(
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1
     assert "no Docker engine answers" in lines[0]
+
+
+def test_no_certify_cannot_take_a_certified_name(envforge: Envforge, tmp_path: Path) -> None:
+    """Refused before any engine is needed: the envforge/ namespace is for certified images."""
+    done = envforge(
+        "build", "cpu", "--no-certify", "--tag", "envforge/cpu:mine",
+        extra_env=NO_ENGINE, cwd=tmp_path, timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "--no-certify" in done.stderr
+    assert "Traceback" not in done.stderr
