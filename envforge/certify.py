@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -33,6 +31,7 @@ from typing import Any
 from envforge import __version__, paths
 from envforge.backends import docker as engine
 from envforge.errors import CertificationFailed, InvalidInput
+from envforge.fsutil import write_atomically
 from envforge.probe.report import ProbeReport
 from envforge.probe.runner import ProbeListener, run_probe
 from envforge.probe.spec import ProbeSpec
@@ -227,16 +226,8 @@ class CertificateStore:
 
     def save(self, cert: Certificate) -> Path:
         """Write atomically (temp file + rename); returns the path."""
-        self.root.mkdir(parents=True, exist_ok=True)
         target = self.path_for(cert.digest)
-        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".cert-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(cert.to_json(compact=False) + "\n")
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomically(target, cert.to_json(compact=False) + "\n")
         return target
 
     def load(self, digest: str) -> Certificate | None:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from envforge import proc
 from envforge.errors import BuildFailed, InvalidInput, Unavailable
+from envforge.fsutil import write_atomically
 from envforge.recipe.model import Recipe
 
 PLATFORM = "x86_64-manylinux_2_28"
@@ -260,12 +261,5 @@ def write_lock(
         for line in body.splitlines()
         if line and not line[0].isspace() and not line.startswith("#")
     )
-    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=".envforge-lock-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(header + body)
-        os.replace(tmp_name, target)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+    write_atomically(target, header + body)
     return LockResult(path=target, count=count)

@@ -52,7 +52,8 @@ from typing import Any, Literal
 
 from envforge import __version__, lock, paths, proc
 from envforge.errors import CertificationFailed, EnvforgeError, InvalidInput, Unavailable
-from envforge.probe.report import ProbeReport, StepResult, write_atomically
+from envforge.fsutil import write_atomically
+from envforge.probe.report import ProbeReport, StepResult
 from envforge.probe.runner import LocalPythonTarget, ProbeListener, run_probe
 from envforge.probe.spec import ProbeSpec
 from envforge.recipe.model import Level, Recipe

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +9,7 @@ import click
 
 from envforge.cli.common import echo_json, json_option, load_checked, set_option
 from envforge.errors import EnvforgeError, InvalidInput
+from envforge.fsutil import write_atomically
 from envforge.knowledge import check, explain
 from envforge.recipe.catalogue import Catalogue
 from envforge.render import RenderOptions, plan_venv, render_dockerfile
@@ -226,20 +225,6 @@ def render(
             (folder / "activate.sh", plan.activate_script, False),
         ]
     for path, text, executable in files:
-        _write_atomically(path, text, executable=executable)
+        write_atomically(path, text, mode=0o755 if executable else 0o644)
     what = "Dockerfile(s)" if fmt == "dockerfile" else "venv plan(s)"
     click.echo(f"wrote {len(recipes)} {what} under {output}", err=True)
-
-
-def _write_atomically(path: Path, text: str, *, executable: bool = False) -> None:
-    """Write via a temporary file and rename, so a failure leaves nothing half-written."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".envforge-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o755 if executable else 0o644)  # mkstemp makes it 0600
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from envforge.errors import InvalidInput
+from envforge.fsutil import write_atomically
 
 Status = Literal["pass", "fail", "hang", "crash", "oom", "no-device", "skip"]
 STATUSES: tuple[Status, ...] = ("pass", "fail", "hang", "crash", "oom", "no-device", "skip")
@@ -233,18 +233,6 @@ class ProbeReport:
         write_atomically(json_path, self.to_json() + "\n")
         write_atomically(junit_path, self.to_junit())
         return json_path, junit_path
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write through a temporary file in the same folder and rename it into place."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".envforge-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def utc_now() -> str:

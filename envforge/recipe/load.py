@@ -22,6 +22,7 @@ from envforge.recipe import yamlsrc
 from envforge.recipe.model import (
     CONFIDENCES,
     LEVELS,
+    UNQUOTABLE,
     VENDORS,
     CertifySettings,
     EnvVar,
@@ -56,8 +57,6 @@ NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 SHELL_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 VERSION_RE = re.compile(r"^\d+(\.\d+)*$")
 PYTHON_RE = re.compile(r"^3\.\d{1,2}$")
-#: Characters that no quoting makes safe in a Dockerfile line or a shell script.
-UNQUOTABLE = ("\n", "\r", "\x00")
 
 T = TypeVar("T")
 
@@ -127,7 +126,7 @@ class _Reader:
             value = text
         if isinstance(value, bool) or not isinstance(value, str):
             raise self.fail(path, f"expected a string, got {_kind(value)}", "quote the value")
-        for bad in UNQUOTABLE:
+        for bad in sorted(UNQUOTABLE):
             if bad in value:
                 raise self.fail(
                     path,

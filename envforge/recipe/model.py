@@ -20,6 +20,11 @@ VENDORS: tuple[Vendor, ...] = ("amd", "nvidia", "none")
 CONFIDENCES: tuple[Confidence, ...] = ("verified", "community", "uncertain")
 LEVELS: tuple[Level, ...] = ("quick", "full")
 
+#: Characters no quoting makes safe in a Dockerfile line, a requirements file or a shell
+#: script: NUL and every line break ``str.splitlines`` knows (editors and log readers
+#: break lines there too). The loader and the renderer both refuse them.
+UNQUOTABLE = frozenset("\n\r\x00\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
+
 
 @dataclass(frozen=True)
 class Gpu:

@@ -11,10 +11,7 @@ import re
 import shlex
 
 from envforge.errors import InvalidInput
-
-#: Characters no quoting makes safe: NUL, and every character Python's
-#: ``str.splitlines`` (and many editors and log readers) treats as a line break.
-UNQUOTABLE = frozenset("\n\r\x00\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
+from envforge.recipe.model import UNQUOTABLE
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 

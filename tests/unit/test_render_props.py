@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 
 from envforge.errors import InvalidInput
 from envforge.recipe.load import load_recipe_file
-from envforge.recipe.model import EnvVar, Recipe
+from envforge.recipe.model import UNQUOTABLE, EnvVar, Recipe
 from envforge.render import RenderOptions, plan_venv, render_dockerfile
-from envforge.render.quoting import MAX_VALUE_CHARS, UNQUOTABLE
+from envforge.render.quoting import MAX_VALUE_CHARS
 
 #: Hypothesis' failure report touches mypy_extensions.TypedDict, whose DeprecationWarning
 #: (an error under this project's filterwarnings) would hide the falsifying example.
