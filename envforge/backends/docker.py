@@ -16,7 +16,6 @@ from __future__ import annotations
 import collections
 import io
 import os
-import queue
 import re
 import secrets
 import shutil
@@ -38,7 +37,7 @@ from docker.models.images import Image
 from docker.types import DeviceRequest
 
 from envforge.errors import BuildFailed, InvalidInput, PublishRefused, Unavailable
-from envforge.probe.runner import container_exit_status
+from envforge.probe.runner import LineQueue, container_exit_status
 
 #: Label every container envforge creates carries (probe, shell, helpers), so that
 #: leftovers can be found: ``docker ps -a --filter label=io.envforge.role``.
@@ -805,9 +804,8 @@ class ContainerHandle:
     def __init__(self, client: docker.DockerClient, container: Container) -> None:
         self._client = client
         self._container = container
-        self._lines: queue.Queue[str] = queue.Queue()
+        self._lines = LineQueue()
         self._stderr: collections.deque[str] = collections.deque(maxlen=_STDERR_KEEP)
-        self._eof = False
         self._stopped = False
         self._status: tuple[int | None, str | None] | None = None
         self.oom_killed = False
@@ -842,18 +840,10 @@ class ContainerHandle:
                 self._lines.put(out_buf.decode("utf-8", errors="replace"))
             if err_buf:
                 self._stderr.append(err_buf.decode("utf-8", errors="replace"))
-            self._lines.put("")
+            self._lines.close()
 
     def read_line(self, timeout: float) -> str | None:
-        if self._eof:
-            return ""
-        try:
-            line = self._lines.get(timeout=max(timeout, 0.0))
-        except queue.Empty:
-            return None
-        if line == "" and not self._thread.is_alive() and self._lines.empty():
-            self._eof = True
-        return line
+        return self._lines.read_line(timeout)
 
     def stop(self) -> None:
         if not self._stopped:

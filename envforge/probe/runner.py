@@ -115,6 +115,41 @@ def container_exit_status(code: int | None) -> tuple[int | None, str | None]:
     return code, None
 
 
+# --------------------------------------------------------------------------- line queue
+
+
+class LineQueue:
+    """Lines a reader thread hands to ``read_line``; ``""`` only ever means end of stream.
+
+    Shared by every ``WorkerHandle`` (local process, container). Blank lines carry no event
+    and are dropped, so the end-of-stream answer cannot be confused with one.
+    """
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self._eof = False
+
+    def put(self, line: str) -> None:
+        if line:
+            self._queue.put(line)
+
+    def close(self) -> None:
+        """Called once by the reader thread when its stream ends, however it ends."""
+        self._queue.put(None)
+
+    def read_line(self, timeout: float) -> str | None:
+        if self._eof:
+            return ""
+        try:
+            line = self._queue.get(timeout=max(timeout, 0.0))
+        except queue.Empty:
+            return None
+        if line is None:
+            self._eof = True
+            return ""
+        return line
+
+
 # --------------------------------------------------------------------------- local target
 
 
@@ -122,9 +157,8 @@ class _LocalHandle:
     def __init__(self, proc: subprocess.Popen[bytes], grace: float) -> None:
         self._proc = proc
         self._grace = grace
-        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._lines = LineQueue()
         self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_KEEP)
-        self._eof = False
         self._stopped = False
         self._out = threading.Thread(target=self._pump_stdout, name="probe-stdout", daemon=True)
         self._err = threading.Thread(target=self._pump_stderr, name="probe-stderr", daemon=True)
@@ -140,7 +174,7 @@ class _LocalHandle:
         except (OSError, ValueError):
             pass
         finally:
-            self._lines.put(None)
+            self._lines.close()
 
     def _pump_stderr(self) -> None:
         stream: IO[bytes] | None = self._proc.stderr
@@ -156,16 +190,7 @@ class _LocalHandle:
         return self._proc.pid
 
     def read_line(self, timeout: float) -> str | None:
-        if self._eof:
-            return ""
-        try:
-            line = self._lines.get(timeout=max(timeout, 0.0))
-        except queue.Empty:
-            return None
-        if line is None:
-            self._eof = True
-            return ""
-        return line
+        return self._lines.read_line(timeout)
 
     def stop(self) -> None:
         if not self._stopped:
