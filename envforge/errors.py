@@ -43,14 +43,29 @@ class InvalidInput(EnvforgeError):
     exit_code = ExitCode.INVALID_INPUT
 
 
-class RecipeError(InvalidInput):
-    """A recipe file that cannot be loaded: names the file and the key path."""
+class DataFileError(InvalidInput):
+    """A YAML data file (or ``--set`` value) that cannot be read: names the file and key path.
+
+    Raised by the one YAML reader (:mod:`envforge.yamlcheck`); the subclasses say which
+    kind of file it was.
+    """
 
     def __init__(self, source: str, key: str, message: str, *, hint: str | None = None) -> None:
         where = f"{source}: {key}" if key else source
         super().__init__(f"{where}: {message}", hint=hint)
         self.source = source
         self.key = key
+
+
+class RecipeError(DataFileError):
+    """A recipe file that cannot be loaded: names the file and the key path."""
+
+
+class TableError(DataFileError, ValueError):
+    """A compatibility table (shipped or an overlay) that is malformed.
+
+    For the shipped table this is a bug in envforge's data, caught by the unit tests.
+    """
 
 
 class ConstraintViolation(InvalidInput):

@@ -8,17 +8,17 @@
 
 from __future__ import annotations
 
+from envforge.errors import TableError
+from envforge.knowledge.parse import load_table
 from envforge.knowledge.rules import Reason, Violation, check, enforce, explain
 from envforge.knowledge.table import (
     NVIDIA_COMPUTE_CAPABILITIES,
     CompatTable,
     Override,
     Release,
-    TableError,
     Variant,
     gfx_from_isa,
     isa_from_gfx,
-    load_table,
     sm_covered,
 )
 from envforge.recipe.model import Recipe

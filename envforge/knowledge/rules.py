@@ -27,7 +27,6 @@ env-name            an env var name is not a POSIX shell name
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -35,19 +34,19 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from envforge.errors import ConstraintViolation
+from envforge.knowledge.parse import load_table
 from envforge.knowledge.table import (
     CompatTable,
     Release,
     Variant,
     base_version,
     gfx_from_isa,
-    load_table,
     local_label,
     py_tuple,
 )
+from envforge.patterns import ENV_NAME_RE
 from envforge.recipe.model import Recipe
 
-SHELL_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 HSA_OVERRIDE = "HSA_OVERRIDE_GFX_VERSION"
 
 #: NumPy versions probed to decide whether a specifier admits a breaking release.
@@ -134,7 +133,7 @@ def _violations(recipe: Recipe, t: CompatTable) -> Iterator[Violation]:
 
 def _env_names(recipe: Recipe) -> Iterator[Violation]:
     for e in recipe.env:
-        if not SHELL_NAME_RE.match(e.name):
+        if not ENV_NAME_RE.match(e.name):
             yield Violation(
                 "env-name",
                 f"env var name {e.name!r} is not a valid shell name",

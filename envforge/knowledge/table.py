@@ -1,7 +1,8 @@
 """The compatibility table (``envforge/data/compat.yaml``) as frozen, validated values.
 
-:func:`load_table` parses the YAML once; a malformed table raises :class:`TableError`
-(a bug in the shipped data, caught by the unit tests). The lookups other modules use:
+:func:`envforge.knowledge.parse.load_table` reads and validates the YAML once (a
+malformed table raises :class:`~envforge.errors.TableError`); this module holds the
+values and the lookups other modules use:
 
 - :meth:`CompatTable.variant` — (torch version, ``rocm5.2``/``cu126``/``cpu``) → the
   wheel variant: CPython range, index URL and form, local version label, AMD archs or
@@ -17,43 +18,28 @@
 from __future__ import annotations
 
 import fnmatch
-import functools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-import yaml
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
-from envforge.resources import data_file
+from envforge.patterns import GFX_RE, ISA_RE, SM_RE, Confidence
 
-Confidence = Literal["verified", "community", "uncertain"]
 IndexForm = Literal["index-url", "extra-index-url"]
 Kind = Literal["rocm", "cuda", "cpu"]
 OverrideStatus = Literal["works", "unreliable", "broken"]
 
-CONFIDENCES: tuple[Confidence, ...] = ("verified", "community", "uncertain")
 INDEX_FORMS: tuple[IndexForm, ...] = ("index-url", "extra-index-url")
 OVERRIDE_STATUSES: tuple[OverrideStatus, ...] = ("works", "unreliable", "broken")
 
-_GFX_RE = re.compile(r"^gfx(\d{1,2})([0-9a-f])([0-9a-f])$")
-_ISA_RE = re.compile(r"^(\d{1,2})\.(\d)\.(\d{1,2})$")
-_SM_RE = re.compile(r"^sm_(\d{2,3})(a?)$")
 #: Compute capabilities of shipped NVIDIA GPUs (CUDA GPUs list, developer.nvidia.com).
 NVIDIA_COMPUTE_CAPABILITIES = (
     "sm_35", "sm_37", "sm_50", "sm_52", "sm_53", "sm_60", "sm_61", "sm_62", "sm_70", "sm_72",
     "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_100", "sm_101", "sm_103",
     "sm_110", "sm_120", "sm_121",
 )
-_PY_RE = re.compile(r"^3\.\d{1,2}$")
-_VARIANT_RE = re.compile(r"^(rocm\d+(\.\d+)+|cu\d{3}|cpu)$")
-
-
-class TableError(ValueError):
-    """The shipped compatibility table is malformed (a bug in envforge's data)."""
 
 
 # --------------------------------------------------------------------------- helpers
@@ -82,18 +68,18 @@ def series_of(torch_version: str) -> str:
 
 def gfx_from_isa(isa: str) -> str | None:
     """``"10.3.0"`` → ``"gfx1030"``, ``"9.0.10"`` → ``"gfx90a"``; None if not an ISA."""
-    m = _ISA_RE.match(isa.strip())
+    m = ISA_RE.match(isa.strip())
     if not m:
         return None
     major, minor, stepping = int(m.group(1)), int(m.group(2)), int(m.group(3))
-    if stepping > 15:
+    if minor > 15 or stepping > 15:
         return None
-    return f"gfx{major}{minor}{stepping:x}"
+    return f"gfx{major}{minor:x}{stepping:x}"
 
 
 def isa_from_gfx(arch: str) -> str | None:
     """``"gfx1030"`` → ``"10.3.0"``, ``"gfx90a"`` → ``"9.0.10"``; None if not a gfx name."""
-    m = _GFX_RE.match(arch)
+    m = GFX_RE.match(arch)
     if not m:
         return None
     return f"{int(m.group(1))}.{int(m.group(2), 16)}.{int(m.group(3), 16)}"
@@ -101,7 +87,7 @@ def isa_from_gfx(arch: str) -> str | None:
 
 def sm_number(arch: str) -> tuple[int, int, bool] | None:
     """``"sm_86"`` → ``(8, 6, False)``, ``"sm_90a"`` → ``(9, 0, True)``."""
-    m = _SM_RE.match(arch)
+    m = SM_RE.match(arch)
     if not m:
         return None
     n = int(m.group(1))
@@ -498,543 +484,3 @@ def _norm_product(name: str) -> str:
     text = name.lower().replace("amd ", "").replace("nvidia ", "").replace("geforce ", "")
     text = text.replace("radeon rx", "rx")
     return " ".join(text.split())
-
-
-# --------------------------------------------------------------------------- loading
-
-
-class _Check:
-    def __init__(self, where: str) -> None:
-        self.where = where
-
-    def fail(self, path: str, message: str) -> TableError:
-        return TableError(f"{self.where}: {path}: {message}")
-
-    def mapping(
-        self, value: object, path: str, allowed: Sequence[str], required: Sequence[str] = ()
-    ) -> Mapping[str, Any]:
-        if not isinstance(value, dict):
-            raise self.fail(path, "expected a mapping")
-        for key in value:
-            if key not in allowed:
-                raise self.fail(f"{path}.{key}", "unknown key")
-        for key in required:
-            if value.get(key) in (None, ""):
-                raise self.fail(f"{path}.{key}", "missing")
-        return value
-
-    def text(self, value: object, path: str) -> str:
-        if not isinstance(value, str) or not value.strip():
-            raise self.fail(path, f"expected a non-empty string, got {value!r}")
-        return value
-
-    def opt_text(self, value: object, path: str) -> str:
-        return "" if value is None else self.text(value, path)
-
-    def texts(self, value: object, path: str) -> tuple[str, ...]:
-        if not isinstance(value, list) or not value:
-            raise self.fail(path, "expected a non-empty list")
-        return tuple(self.text(v, f"{path}[{i}]") for i, v in enumerate(value))
-
-    def python(self, value: object, path: str) -> tuple[str, str]:
-        pair = self.texts(value, path)
-        if len(pair) != 2 or not all(_PY_RE.match(p) for p in pair):
-            raise self.fail(path, f"expected [\"3.X\", \"3.Y\"], got {value!r}")
-        if py_tuple(pair[0]) > py_tuple(pair[1]):
-            raise self.fail(path, "minimum above maximum")
-        return pair[0], pair[1]
-
-    def confidence(self, value: object, path: str) -> Confidence:
-        for c in CONFIDENCES:
-            if value == c:
-                return c
-        raise self.fail(path, f"{value!r} is not one of {', '.join(CONFIDENCES)}")
-
-    def gfx(self, value: str, path: str) -> str:
-        if not _GFX_RE.match(value):
-            raise self.fail(path, f"{value!r} is not a gfx arch")
-        return value
-
-    def version(self, value: object, path: str) -> Version:
-        try:
-            return Version(self.text(value, path))
-        except InvalidVersion:
-            raise self.fail(path, f"{value!r} is not a version") from None
-
-
-_RELEASE_KEYS = (
-    "series",
-    "versions",
-    "python",
-    "python_source",
-    "numpy_breaks",
-    "numpy_source",
-    "source",
-    "note",
-    "variants",
-)
-_VARIANT_KEYS = (
-    "name",
-    "form",
-    "python",
-    "python_source",
-    "python_exceptions",
-    "index",
-    "confidence",
-    "source",
-    "note",
-    "pypi_default",
-    "sm",
-    "sm_source",
-    "sm_confidence",
-    "ptx",
-)
-_TOP_KEYS = (
-    "schema",
-    "sources",
-    "index_root",
-    "sm_lists",
-    "releases",
-    "rocm_archs",
-    "rocm_broken",
-    "hsa_overrides",
-    "amd_archs",
-    "nvidia_archs",
-    "nvidia_driver_floor",
-    "base_images",
-    "numpy_releases",
-    "rocm_python_caveat",
-)
-
-
-@dataclass(frozen=True)
-class _ArchRule:
-    archs: tuple[str, ...]
-    rocm_min: Version
-    torch_min: Version | None
-    confidence: Confidence
-    source: str
-
-
-@dataclass(frozen=True)
-class _BrokenRule:
-    archs: tuple[str, ...]
-    rocm_min: Version
-    reason: str
-    confidence: Confidence
-    source: str
-
-
-def parse_table(data: object, where: str = "compat.yaml") -> CompatTable:
-    """Validate raw YAML data into a :class:`CompatTable` (raises :class:`TableError`)."""
-    c = _Check(where)
-    top = c.mapping(data, "(top)", _TOP_KEYS, ("schema", "sources", "index_root", "releases"))
-    if top["schema"] != 1:
-        raise c.fail("schema", "only schema 1 is understood")
-    sources_raw = c.mapping(top["sources"], "sources", list(top["sources"] or {}))
-    sources = tuple((str(k), c.text(v, f"sources.{k}")) for k, v in sources_raw.items())
-    index_root = c.text(top["index_root"], "index_root").rstrip("/")
-
-    arch_rules = tuple(_arch_rule(c, item, i) for i, item in _items(c, top, "rocm_archs"))
-    broken_rules = tuple(_broken_rule(c, item, i) for i, item in _items(c, top, "rocm_broken"))
-
-    releases: list[Release] = []
-    seen_versions: set[str] = set()
-    for i, raw in _items(c, top, "releases"):
-        release = _release(
-            c,
-            raw,
-            f"releases[{i}]",
-            index_root=index_root,
-            rocm_caveat=c.opt_text(top.get("rocm_python_caveat"), "rocm_python_caveat"),
-            arch_rules=arch_rules,
-            broken_rules=broken_rules,
-        )
-        dup = seen_versions.intersection(release.versions)
-        if dup:
-            raise c.fail(f"releases[{i}].versions", f"listed twice: {sorted(dup)}")
-        seen_versions.update(release.versions)
-        releases.append(release)
-
-    overrides: list[Override] = []
-    for i, raw in _items(c, top, "hsa_overrides"):
-        path = f"hsa_overrides[{i}]"
-        body = c.mapping(
-            raw,
-            path,
-            ("archs", "value", "status", "confidence", "note", "source"),
-            ("archs", "value", "status", "confidence", "source"),
-        )
-        value = c.text(body["value"], f"{path}.value")
-        target = gfx_from_isa(value)
-        if target is None:
-            raise c.fail(f"{path}.value", f"{value!r} is not an ISA version like 10.3.0")
-        status = body["status"]
-        if status not in OVERRIDE_STATUSES:
-            raise c.fail(f"{path}.status", f"{status!r} is not one of {OVERRIDE_STATUSES}")
-        for arch in c.texts(body["archs"], f"{path}.archs"):
-            if any(o.arch == arch for o in overrides):
-                raise c.fail(f"{path}.archs", f"{arch} listed twice")
-            overrides.append(
-                Override(
-                    arch=c.gfx(arch, f"{path}.archs"),
-                    value=value,
-                    target=target,
-                    status=status,
-                    confidence=c.confidence(body["confidence"], f"{path}.confidence"),
-                    note=c.opt_text(body.get("note"), f"{path}.note"),
-                    source=c.text(body["source"], f"{path}.source"),
-                )
-            )
-
-    floors: list[DriverFloor] = []
-    for i, raw in _items(c, top, "nvidia_driver_floor"):
-        path = f"nvidia_driver_floor[{i}]"
-        body = c.mapping(
-            raw, path, ("cuda_major", "min", "confidence", "source"), ("min", "source")
-        )
-        major = body.get("cuda_major")
-        if not isinstance(major, int):
-            raise c.fail(f"{path}.cuda_major", "expected an integer")
-        floors.append(
-            DriverFloor(
-                cuda_major=major,
-                min=c.text(body["min"], f"{path}.min"),
-                confidence=c.confidence(body.get("confidence"), f"{path}.confidence"),
-                source=c.text(body["source"], f"{path}.source"),
-            )
-        )
-
-    images: list[BaseImage] = []
-    for i, raw in _items(c, top, "base_images"):
-        path = f"base_images[{i}]"
-        body = c.mapping(
-            raw,
-            path,
-            ("distro", "python", "match", "source", "note"),
-            ("distro", "python", "match", "source"),
-        )
-        py = c.text(body["python"], f"{path}.python")
-        if not _PY_RE.match(py):
-            raise c.fail(f"{path}.python", f"{py!r} is not like 3.10")
-        images.append(
-            BaseImage(
-                distro=c.text(body["distro"], f"{path}.distro"),
-                python=py,
-                match=c.texts(body["match"], f"{path}.match"),
-                source=c.text(body["source"], f"{path}.source"),
-            )
-        )
-
-    numpy_releases, numpy_source = _numpy_releases(c, top.get("numpy_releases"))
-    return CompatTable(
-        numpy_releases=numpy_releases,
-        numpy_source=numpy_source,
-        releases=tuple(releases),
-        overrides=tuple(overrides),
-        driver_floors=tuple(floors),
-        base_images=tuple(images),
-        amd_archs=_arch_infos(c, top.get("amd_archs"), "amd_archs", amd=True),
-        nvidia_archs=_arch_infos(c, top.get("nvidia_archs"), "nvidia_archs", amd=False),
-        sources=sources,
-        index_root=index_root,
-    )
-
-
-def _numpy_releases(c: _Check, raw: object) -> tuple[tuple[NumpyRelease, ...], str]:
-    if raw is None:
-        return (), ""
-    body = c.mapping(raw, "numpy_releases", ("source", "series"), ("source", "series"))
-    source = c.text(body["source"], "numpy_releases.source")
-    if not isinstance(body["series"], list):
-        raise c.fail("numpy_releases.series", "expected a list")
-    out: list[NumpyRelease] = []
-    for i, item in enumerate(body["series"]):
-        path = f"numpy_releases.series[{i}]"
-        row = c.mapping(
-            item,
-            path,
-            ("series", "versions", "python", "python_from"),
-            ("series", "versions", "python"),
-        )
-        low, high = c.python(row["python"], f"{path}.python")
-        versions = c.texts(row["versions"], f"{path}.versions")
-        for ver in versions:
-            c.version(ver, f"{path}.versions")
-        frm_raw = row.get("python_from") or {}
-        frm = c.mapping(
-            frm_raw, f"{path}.python_from", list(frm_raw) if isinstance(frm_raw, dict) else []
-        )
-        python_from = tuple(
-            (str(k), c.text(v, f"{path}.python_from.{k}")) for k, v in frm.items()
-        )
-        for py, ver in python_from:
-            if ver not in versions or not _PY_RE.match(py):
-                raise c.fail(f"{path}.python_from", f"{py}: {ver} is not a version of the series")
-        out.append(
-            NumpyRelease(
-                series=c.text(row["series"], f"{path}.series"),
-                versions=versions,
-                python_min=low,
-                python_max=high,
-                python_from=python_from,
-            )
-        )
-    return tuple(out), source
-
-
-def _items(c: _Check, top: Mapping[str, Any], key: str) -> list[tuple[int, Any]]:
-    value = top.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise c.fail(key, "expected a list")
-    return list(enumerate(value))
-
-
-def _arch_rule(c: _Check, raw: object, i: int) -> _ArchRule:
-    path = f"rocm_archs[{i}]"
-    body = c.mapping(
-        raw,
-        path,
-        ("archs", "rocm_min", "torch_min", "confidence", "source"),
-        ("archs", "rocm_min", "source"),
-    )
-    torch_min = body.get("torch_min")
-    return _ArchRule(
-        archs=tuple(c.gfx(a, f"{path}.archs") for a in c.texts(body["archs"], f"{path}.archs")),
-        rocm_min=c.version(body["rocm_min"], f"{path}.rocm_min"),
-        torch_min=None if torch_min is None else c.version(torch_min, f"{path}.torch_min"),
-        confidence=c.confidence(body.get("confidence"), f"{path}.confidence"),
-        source=c.text(body["source"], f"{path}.source"),
-    )
-
-
-def _broken_rule(c: _Check, raw: object, i: int) -> _BrokenRule:
-    path = f"rocm_broken[{i}]"
-    body = c.mapping(
-        raw,
-        path,
-        ("archs", "rocm_min", "reason", "confidence", "source"),
-        ("archs", "rocm_min", "reason", "source"),
-    )
-    return _BrokenRule(
-        archs=tuple(c.gfx(a, f"{path}.archs") for a in c.texts(body["archs"], f"{path}.archs")),
-        rocm_min=c.version(body["rocm_min"], f"{path}.rocm_min"),
-        reason=c.text(body["reason"], f"{path}.reason"),
-        confidence=c.confidence(body.get("confidence"), f"{path}.confidence"),
-        source=c.text(body["source"], f"{path}.source"),
-    )
-
-
-def _release(
-    c: _Check,
-    raw: object,
-    path: str,
-    *,
-    index_root: str,
-    rocm_caveat: str,
-    arch_rules: Sequence[_ArchRule],
-    broken_rules: Sequence[_BrokenRule],
-) -> Release:
-    body = c.mapping(
-        raw,
-        path,
-        _RELEASE_KEYS,
-        ("series", "versions", "python", "python_source", "source", "variants"),
-    )
-    series = c.text(body["series"], f"{path}.series")
-    versions = c.texts(body["versions"], f"{path}.versions")
-    for ver in versions:
-        if series_of(ver) != series or not re.match(r"^\d+\.\d+\.\d+$", ver):
-            raise c.fail(f"{path}.versions", f"{ver!r} is not a {series}.N version")
-    py_min, py_max = c.python(body["python"], f"{path}.python")
-    py_source = c.text(body["python_source"], f"{path}.python_source")
-    breaks = body.get("numpy_breaks")
-    if breaks is not None:
-        try:
-            SpecifierSet(c.text(breaks, f"{path}.numpy_breaks"))
-        except InvalidSpecifier:
-            raise c.fail(f"{path}.numpy_breaks", f"{breaks!r} is not a specifier") from None
-    numpy_source = c.opt_text(body.get("numpy_source"), f"{path}.numpy_source")
-    if breaks is not None and not numpy_source:
-        raise c.fail(f"{path}.numpy_source", "missing (numpy_breaks needs a source)")
-    release_source = c.text(body["source"], f"{path}.source")
-    torch_v = Version(series)
-    form_default: IndexForm = "extra-index-url" if torch_v < Version("2.0") else "index-url"
-
-    variants: list[Variant] = []
-    if not isinstance(body["variants"], list) or not body["variants"]:
-        raise c.fail(f"{path}.variants", "expected a non-empty list")
-    for j, vraw in enumerate(body["variants"]):
-        vpath = f"{path}.variants[{j}]"
-        v = c.mapping(vraw, vpath, _VARIANT_KEYS, ("name", "source"))
-        name = c.text(v["name"], f"{vpath}.name")
-        if not _VARIANT_RE.match(name):
-            raise c.fail(f"{vpath}.name", f"{name!r} is not rocmX.Y[.Z], cuXYZ or cpu")
-        if any(x.name == name for x in variants):
-            raise c.fail(f"{vpath}.name", f"{name} listed twice")
-        kind: Kind = (
-            "rocm" if name.startswith("rocm") else "cuda" if name.startswith("cu") else "cpu"
-        )
-        form = v.get("form", form_default)
-        if form not in INDEX_FORMS:
-            raise c.fail(f"{vpath}.form", f"{form!r} is not one of {INDEX_FORMS}")
-        if form != form_default:
-            raise c.fail(f"{vpath}.form", f"torch {series} wheels use --{form_default}")
-        if v.get("python") is not None:
-            vmin, vmax = c.python(v["python"], f"{vpath}.python")
-            vsource = c.text(v.get("python_source"), f"{vpath}.python_source")
-        else:
-            vmin, vmax, vsource = py_min, py_max, py_source
-            if v.get("python_source") is not None:
-                vsource = c.text(v["python_source"], f"{vpath}.python_source") + "; " + py_source
-            elif kind == "rocm" and rocm_caveat:
-                vsource = f"{py_source}; {rocm_caveat}"
-        exceptions = _python_exceptions(c, v.get("python_exceptions"), f"{vpath}.python_exceptions")
-        index = c.text(v.get("index", f"{index_root}/{name}"), f"{vpath}.index").rstrip("/")
-        source = c.text(v["source"], f"{vpath}.source")
-        confidence = c.confidence(v.get("confidence", "verified"), f"{vpath}.confidence")
-
-        archs: tuple[str, ...] = ()
-        uncertain: tuple[str, ...] = ()
-        arch_sources: tuple[tuple[str, str], ...] = ()
-        broken: tuple[BrokenArch, ...] = ()
-        ptx: str | None = None
-        if kind == "rocm":
-            if v.get("sm") is not None or v.get("ptx") is not None:
-                raise c.fail(f"{vpath}.sm", "ROCm variants take their archs from rocm_archs")
-            rocm_v = Version(name[len("rocm") :])
-            a_list: list[str] = []
-            a_unc: list[str] = []
-            a_src: list[tuple[str, str]] = []
-            for rule in arch_rules:
-                torch_ok = rule.torch_min is None or torch_v >= rule.torch_min
-                if rocm_v >= rule.rocm_min and torch_ok:
-                    for arch in rule.archs:
-                        a_list.append(arch)
-                        a_src.append((arch, rule.source))
-                        if rule.confidence == "uncertain":
-                            a_unc.append(arch)
-            if not a_list:
-                raise c.fail(vpath, f"no rocm_archs row covers {name}")
-            archs, uncertain, arch_sources = tuple(a_list), tuple(a_unc), tuple(a_src)
-            broken = tuple(
-                BrokenArch(arch=a, reason=b.reason, source=b.source, confidence=b.confidence)
-                for b in broken_rules
-                if rocm_v >= b.rocm_min
-                for a in b.archs
-                if a in archs
-            )
-        elif kind == "cuda":
-            sm = c.texts(v.get("sm"), f"{vpath}.sm")
-            for s in sm:
-                if not _SM_RE.match(s):
-                    raise c.fail(f"{vpath}.sm", f"{s!r} is not like sm_86")
-            sm_source = c.text(v.get("sm_source"), f"{vpath}.sm_source")
-            sm_conf = c.confidence(v.get("sm_confidence", "verified"), f"{vpath}.sm_confidence")
-            archs = sm
-            uncertain = sm if sm_conf == "uncertain" else ()
-            arch_sources = tuple((s, sm_source) for s in sm)
-            if v.get("ptx") is not None:
-                ptx = c.text(v["ptx"], f"{vpath}.ptx")
-                if not _SM_RE.match(ptx):
-                    raise c.fail(f"{vpath}.ptx", f"{ptx!r} is not like sm_120")
-        elif v.get("sm") is not None:
-            raise c.fail(f"{vpath}.sm", "a cpu variant has no GPU archs")
-        pypi_default = v.get("pypi_default", False)
-        if not isinstance(pypi_default, bool):
-            raise c.fail(f"{vpath}.pypi_default", "expected true or false")
-        variants.append(
-            Variant(
-                name=name,
-                kind=kind,
-                series=series,
-                python_min=vmin,
-                python_max=vmax,
-                python_source=vsource,
-                index=index,
-                form=form,
-                archs=archs,
-                archs_uncertain=uncertain,
-                arch_sources=arch_sources,
-                broken=broken,
-                ptx=ptx,
-                pypi_default=pypi_default,
-                confidence=confidence,
-                source=source,
-                note=c.opt_text(v.get("note"), f"{vpath}.note"),
-                python_exceptions=exceptions,
-            )
-        )
-    return Release(
-        series=series,
-        versions=versions,
-        python_min=py_min,
-        python_max=py_max,
-        numpy_breaks=breaks,
-        numpy_source=numpy_source,
-        source=release_source,
-        variants=tuple(variants),
-        note=c.opt_text(body.get("note"), f"{path}.note"),
-    )
-
-
-def _python_exceptions(c: _Check, raw: object, path: str) -> tuple[PythonException, ...]:
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        raise c.fail(path, "expected a list")
-    out = []
-    for i, item in enumerate(raw):
-        keys = ("versions", "python", "source")
-        body = c.mapping(item, f"{path}[{i}]", keys, keys)
-        low, high = c.python(body["python"], f"{path}[{i}].python")
-        out.append(
-            PythonException(
-                versions=c.texts(body["versions"], f"{path}[{i}].versions"),
-                python_min=low,
-                python_max=high,
-                source=c.text(body["source"], f"{path}[{i}].source"),
-            )
-        )
-    return tuple(out)
-
-
-def _arch_infos(c: _Check, raw: object, path: str, *, amd: bool) -> tuple[ArchInfo, ...]:
-    if raw is None:
-        return ()
-    body = c.mapping(raw, path, list(raw) if isinstance(raw, dict) else [])
-    out = []
-    for arch, info in body.items():
-        if amd:
-            c.gfx(arch, f"{path}.{arch}")
-        elif not _SM_RE.match(arch):
-            raise c.fail(f"{path}.{arch}", "not like sm_86")
-        entry = c.mapping(
-            info, f"{path}.{arch}", ("family", "products", "official"), ("family", "products")
-        )
-        out.append(
-            ArchInfo(
-                arch=arch,
-                family=c.text(entry["family"], f"{path}.{arch}.family"),
-                products=c.texts(entry["products"], f"{path}.{arch}.products"),
-                official=c.opt_text(entry.get("official"), f"{path}.{arch}.official"),
-            )
-        )
-    return tuple(out)
-
-
-def load_table_file(path: Path) -> CompatTable:
-    """Parse a table file (tests use this with broken copies of the shipped table)."""
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise TableError(f"{path}: cannot be read: {exc}") from None
-    return parse_table(data, str(path.name))
-
-
-@functools.lru_cache(maxsize=1)
-def load_table() -> CompatTable:
-    """The shipped table, parsed and validated once (immutable, so caching is safe)."""
-    return load_table_file(data_file("compat.yaml"))

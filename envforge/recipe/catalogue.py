@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envforge.errors import InvalidInput
-from envforge.recipe.load import did_you_mean, load_recipe_file
+from envforge.recipe.load import load_recipe_file
 from envforge.recipe.model import Recipe
 from envforge.resources import recipes_dir
+from envforge.yamlcheck import did_you_mean
 
 ENV_PATH = "ENVFORGE_RECIPE_PATH"
 

@@ -7,20 +7,28 @@ nearest valid one.
 
 from __future__ import annotations
 
-import difflib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import yaml
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
+from envforge import yamlcheck
 from envforge.errors import RecipeError
-from envforge.recipe import yamlsrc
-from envforge.recipe.model import (
+from envforge.patterns import (
     CONFIDENCES,
+    ENV_NAME_RE,
+    GFX_RE,
+    IMAGE_RE,
+    NAME_RE,
+    PYTHON_RE,
+    SM_RE,
+    URL_RE,
+    VERSION_RE,
+)
+from envforge.recipe.model import (
     LEVELS,
     UNQUOTABLE,
     VENDORS,
@@ -31,6 +39,7 @@ from envforge.recipe.model import (
     Recipe,
     Torch,
 )
+from envforge.yamlcheck import Reader, did_you_mean
 
 #: The recipe schema: key → nested schema (a dict) or None for a leaf.
 SCHEMA: dict[str, Any] = {
@@ -53,14 +62,6 @@ REQUIRED = ("name", "description", "gpu", "base_image", "python", "torch", "nump
 ENV_ENTRY = ("value", "why", "evidence", "confidence")
 ISSUE = ("symptom", "workaround", "evidence")
 
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
-SHELL_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-VERSION_RE = re.compile(r"^\d+(\.\d+)*$")
-PYTHON_RE = re.compile(r"^3\.\d{1,2}$")
-
-T = TypeVar("T")
-
-
 def _all_paths(schema: Mapping[str, Any], prefix: str = "") -> list[str]:
     out: list[str] = []
     for key, sub in schema.items():
@@ -73,7 +74,7 @@ def _all_paths(schema: Mapping[str, Any], prefix: str = "") -> list[str]:
 ALL_KEY_PATHS = tuple(_all_paths(SCHEMA))
 
 
-def _misplaced(key: str, parent: str, *, exact: bool = False) -> str | None:
+def _misplaced(key: str, parent: str, exact: bool) -> str | None:
     """A key that belongs elsewhere in the schema (``index`` at top level → ``torch.index``)."""
     elsewhere = {p.rsplit(".", 1)[-1]: p for p in ALL_KEY_PATHS if p.rpartition(".")[0] != parent}
     if exact:
@@ -82,110 +83,24 @@ def _misplaced(key: str, parent: str, *, exact: bool = False) -> str | None:
     return None if near is None else elsewhere[near]
 
 
-def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
-    found = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.5)
-    return found[0] if found else None
+def _reader(source: str) -> Reader:
+    """The recipe flavour of the one YAML reader."""
+    return Reader(
+        source,
+        RecipeError,
+        numbers_as_text=True,
+        forbidden=UNQUOTABLE,
+        misplaced=_misplaced,
+        required_hint="add {key}: to the recipe",
+    )
 
 
-class _Reader:
-    """Typed access to parsed YAML that raises RecipeError with file and key path."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-
-    def fail(self, path: str, message: str, hint: str | None = None) -> RecipeError:
-        return RecipeError(self.source, path, message, hint=hint)
-
-    def mapping(
-        self, value: object, path: str, allowed: Sequence[str], required: Sequence[str] = ()
-    ) -> dict[str, Any]:
-        if not isinstance(value, dict):
-            raise self.fail(path or "(top level)", f"expected a mapping, got {_kind(value)}")
-        for key in value:
-            if not isinstance(key, str):
-                raise self.fail(path, f"key {key!r} is not a string", "quote the key")
-            if key not in allowed:
-                here = f"{path}.{key}" if path else key
-                near = (
-                    _misplaced(key, path, exact=True)
-                    or did_you_mean(key, allowed)
-                    or _misplaced(key, path)
-                )
-                hint = f"did you mean {near!r}?" if near else f"valid keys: {', '.join(allowed)}"
-                raise self.fail(here, "unknown key", hint)
-        for key in required:
-            if key not in value or value[key] is None:
-                here = f"{path}.{key}" if path else key
-                raise self.fail(here, "missing required key", f"add {key}: to the recipe")
-        return value
-
-    def string(self, value: object, path: str, *, allow_empty: bool = False) -> str:
-        text = yamlsrc.source_text(value)
-        if text is not None:
-            # Unquoted numbers: take the text as written, so 3.10 stays "3.10".
-            value = text
-        if isinstance(value, bool) or not isinstance(value, str):
-            raise self.fail(path, f"expected a string, got {_kind(value)}", "quote the value")
-        for bad in sorted(UNQUOTABLE):
-            if bad in value:
-                raise self.fail(
-                    path,
-                    f"contains {bad!r}, which cannot be quoted safely in a Dockerfile",
-                    "put the value on one line",
-                )
-        if not allow_empty and not value.strip():
-            raise self.fail(path, "must not be empty")
-        return value
-
-    def opt_string(self, value: object, path: str) -> str | None:
-        return None if value is None else self.string(value, path)
-
-    def strings(self, value: object, path: str) -> tuple[str, ...]:
-        if value is None:
-            return ()
-        if isinstance(value, str):
-            value = [value]
-        if not isinstance(value, list):
-            raise self.fail(path, f"expected a list of strings, got {_kind(value)}")
-        return tuple(self.string(v, f"{path}[{i}]") for i, v in enumerate(value))
-
-    def version(self, value: object, path: str, pattern: re.Pattern[str] = VERSION_RE) -> str:
-        text = self.string(value, path)
-        if not pattern.match(text):
-            raise self.fail(path, f"{text!r} is not a version like {_example(pattern)}")
-        return text
-
-    def choice(self, value: object, path: str, choices: Sequence[T]) -> T:
-        text = self.string(value, path)
-        for choice in choices:
-            if text == choice:
-                return choice
-        near = did_you_mean(text, [str(c) for c in choices])
-        hint = f"did you mean {near!r}?" if near else f"one of: {', '.join(map(str, choices))}"
-        raise self.fail(path, f"{text!r} is not allowed", hint)
-
-    def number(self, value: object, path: str) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.fail(path, f"expected a number of seconds, got {_kind(value)}")
-        if value <= 0:
-            raise self.fail(path, "must be greater than zero")
-        return float(value)
-
-
-def _kind(value: object) -> str:
-    if value is None:
-        return "nothing"
-    if isinstance(value, bool):
-        return f"the boolean {str(value).lower()}"
-    if isinstance(value, (int, float)):
-        return f"the number {value}"
-    if isinstance(value, str):
-        return f"the string {value!r}"
-    return {"dict": "a mapping", "list": "a list"}.get(type(value).__name__, type(value).__name__)
-
-
-def _example(pattern: re.Pattern[str]) -> str:
-    return '"3.10"' if pattern is PYTHON_RE else '"5.2" or "1.13.1"'
+def _version(r: Reader, value: object, path: str, pattern: re.Pattern[str] = VERSION_RE) -> str:
+    text = r.text(value, path)
+    if not pattern.match(text):
+        example = '"3.10"' if pattern is PYTHON_RE else '"5.2" or "1.13.1"'
+        raise r.fail(path, f"{text!r} is not a version like {example}")
+    return text
 
 
 # --------------------------------------------------------------------------- overrides
@@ -205,15 +120,21 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
             raise RecipeError(
                 "--set", item, "expected KEY.PATH=VALUE", hint="e.g. --set torch.version=2.2.2"
             )
+        if yamlcheck.has_surrogate(item):
+            raise RecipeError(
+                "--set", key, "contains a lone surrogate (an invalid character)",
+                hint="pass the value as UTF-8 text",
+            )
         try:
-            value = yamlsrc.load(raw) if raw.strip() else ""
-        except yaml.YAMLError as exc:
+            value = yamlcheck.parse(raw, "--set", error=RecipeError) if raw.strip() else ""
+        except RecipeError as exc:
             # ">=1.24" or "|x" are not YAML but are obviously meant as text: take the
-            # text as written. Broken flow collections and quotes stay errors.
-            if raw.lstrip()[:1] in ("[", "{", '"', "'"):
-                problem = getattr(exc, "problem", None) or "cannot be parsed"
+            # text as written. Broken flow collections and quotes, and values the reader
+            # refuses (complex keys, deep nesting, huge numbers), stay errors.
+            if raw.lstrip()[:1] in ("[", "{", '"', "'") or "not valid YAML" not in exc.message:
                 raise RecipeError(
-                    "--set", key, f"value is not valid YAML: {problem}", hint="quote the value"
+                    "--set", key, f"value refused: {exc.message.removeprefix('--set: ')}",
+                    hint=exc.hint or "quote the value",
                 ) from None
             value = raw
         parts = key.split(".")
@@ -253,10 +174,10 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
 
 def parse_recipe(data: object, source: str, base_dir: Path | None = None) -> Recipe:
     """Validate raw YAML data into a Recipe. ``base_dir`` resolves relative check paths."""
-    r = _Reader(source)
+    r = _reader(source)
     top = r.mapping(data, "", list(SCHEMA), REQUIRED)
 
-    name = r.string(top["name"], "name")
+    name = r.text(top["name"], "name")
     if not NAME_RE.match(name):
         raise r.fail(
             "name",
@@ -266,35 +187,35 @@ def parse_recipe(data: object, source: str, base_dir: Path | None = None) -> Rec
 
     gpu_raw = r.mapping(top["gpu"], "gpu", list(SCHEMA["gpu"]), ("vendor",))
     vendor = r.choice(gpu_raw["vendor"], "gpu.vendor", VENDORS)
-    arch = r.opt_string(gpu_raw.get("arch"), "gpu.arch")
+    arch = r.opt_text(gpu_raw.get("arch"), "gpu.arch")
     if vendor != "none" and arch is None:
         raise r.fail("gpu.arch", f"missing for a {vendor} recipe", "e.g. arch: gfx1030 or sm_90")
     if arch is not None:
-        pattern = {"amd": r"^gfx[0-9a-f]{3,4}$", "nvidia": r"^sm_\d{2,3}[a-z]?$"}.get(vendor)
-        if pattern and not re.match(pattern, arch):
+        pattern = {"amd": GFX_RE, "nvidia": SM_RE}.get(vendor)
+        if pattern and not pattern.match(arch):
             example = "gfx1030" if vendor == "amd" else "sm_90"
             raise r.fail("gpu.arch", f"{arch!r} is not a {vendor} arch", f"write it like {example}")
-    gpu = Gpu(vendor=vendor, arch=arch, products=r.strings(gpu_raw.get("products"), "gpu.products"))
+    gpu = Gpu(vendor=vendor, arch=arch, products=r.texts(gpu_raw.get("products"), "gpu.products"))
 
-    python = r.version(top["python"], "python", PYTHON_RE)
-    rocm = None if top.get("rocm") is None else r.version(top["rocm"], "rocm")
-    cuda = None if top.get("cuda") is None else r.version(top["cuda"], "cuda")
+    python = _version(r, top["python"], "python", PYTHON_RE)
+    rocm = None if top.get("rocm") is None else _version(r, top["rocm"], "rocm")
+    cuda = None if top.get("cuda") is None else _version(r, top["cuda"], "cuda")
     if rocm and cuda:
         raise r.fail("cuda", "a recipe sets rocm or cuda, not both", "remove one of them")
 
     torch_raw = r.mapping(top["torch"], "torch", list(SCHEMA["torch"]), ("version",))
-    torch_version = r.string(torch_raw["version"], "torch.version")
-    torch = Torch(version=torch_version, index=r.opt_string(torch_raw.get("index"), "torch.index"))
-    if torch.index is not None and not re.match(r"^https?://\S+$", torch.index):
+    torch_version = r.text(torch_raw["version"], "torch.version")
+    torch = Torch(version=torch_version, index=r.opt_text(torch_raw.get("index"), "torch.index"))
+    if torch.index is not None and not URL_RE.match(torch.index):
         raise r.fail("torch.index", f"{torch.index!r} is not an http(s) URL")
 
-    numpy = r.string(top["numpy"], "numpy")
+    numpy = r.text(top["numpy"], "numpy")
     try:
         SpecifierSet(numpy)
     except InvalidSpecifier:
         raise r.fail("numpy", f"{numpy!r} is not a PEP 440 specifier", 'e.g. numpy: "<2"') from None
 
-    packages = r.strings(top.get("packages"), "packages")
+    packages = r.texts(top.get("packages"), "packages")
     for i, pkg in enumerate(packages):
         _check_requirement(r, pkg, f"packages[{i}]")
 
@@ -304,7 +225,7 @@ def parse_recipe(data: object, source: str, base_dir: Path | None = None) -> Rec
 
     return Recipe(
         name=name,
-        description=r.string(top["description"], "description"),
+        description=r.text(top["description"], "description"),
         gpu=gpu,
         base_image=_image_ref(r, top["base_image"]),
         python=python,
@@ -316,19 +237,19 @@ def parse_recipe(data: object, source: str, base_dir: Path | None = None) -> Rec
         env=env,
         known_issues=issues,
         certify=certify,
-        sources=r.strings(top.get("sources"), "sources"),
+        sources=r.texts(top.get("sources"), "sources"),
         origin=source,
     )
 
 
-def _image_ref(r: _Reader, value: object) -> str:
-    ref = r.string(value, "base_image")
-    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$", ref):
+def _image_ref(r: Reader, value: object) -> str:
+    ref = r.text(value, "base_image")
+    if not IMAGE_RE.match(ref):
         raise r.fail("base_image", f"{ref!r} is not an image reference", "e.g. ubuntu:22.04")
     return ref
 
 
-def _check_requirement(r: _Reader, text: str, path: str) -> None:
+def _check_requirement(r: Reader, text: str, path: str) -> None:
     try:
         req = Requirement(text)
     except InvalidRequirement as exc:
@@ -337,14 +258,14 @@ def _check_requirement(r: _Reader, text: str, path: str) -> None:
         raise r.fail(path, f"{text!r} is not pinned", f"write it as {req.name}==VERSION")
 
 
-def _parse_env(r: _Reader, raw: object) -> tuple[EnvVar, ...]:
+def _parse_env(r: Reader, raw: object) -> tuple[EnvVar, ...]:
     if raw is None:
         return ()
     entries = r.mapping(raw, "env", list(raw) if isinstance(raw, dict) else [])
     out = []
     for name, entry in entries.items():
         path = f"env.{name}"
-        if not SHELL_NAME_RE.match(name):
+        if not ENV_NAME_RE.match(name):
             raise r.fail(
                 path,
                 "is not a valid environment variable name (rule env-name: POSIX shell names)",
@@ -354,35 +275,35 @@ def _parse_env(r: _Reader, raw: object) -> tuple[EnvVar, ...]:
         out.append(
             EnvVar(
                 name=name,
-                value=r.string(body["value"], f"{path}.value", allow_empty=True),
-                why=r.string(body["why"], f"{path}.why"),
-                evidence=r.strings(body.get("evidence"), f"{path}.evidence"),
+                value=r.text(body["value"], f"{path}.value", allow_empty=True),
+                why=r.text(body["why"], f"{path}.why"),
+                evidence=r.texts(body.get("evidence"), f"{path}.evidence"),
                 confidence=r.choice(body["confidence"], f"{path}.confidence", CONFIDENCES),
             )
         )
     return tuple(out)
 
 
-def _parse_issues(r: _Reader, raw: object) -> tuple[KnownIssue, ...]:
+def _parse_issues(r: Reader, raw: object) -> tuple[KnownIssue, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, list):
-        raise r.fail("known_issues", f"expected a list, got {_kind(raw)}")
+        raise r.fail("known_issues", f"expected a list, got {yamlcheck.kind(raw)}")
     out = []
     for i, item in enumerate(raw):
         path = f"known_issues[{i}]"
         body = r.mapping(item, path, ISSUE, ("symptom", "workaround"))
         out.append(
             KnownIssue(
-                symptom=r.string(body["symptom"], f"{path}.symptom"),
-                workaround=r.string(body["workaround"], f"{path}.workaround"),
-                evidence=r.strings(body.get("evidence"), f"{path}.evidence"),
+                symptom=r.text(body["symptom"], f"{path}.symptom"),
+                workaround=r.text(body["workaround"], f"{path}.workaround"),
+                evidence=r.texts(body.get("evidence"), f"{path}.evidence"),
             )
         )
     return tuple(out)
 
 
-def _parse_certify(r: _Reader, raw: object, base_dir: Path | None) -> CertifySettings:
+def _parse_certify(r: Reader, raw: object, base_dir: Path | None) -> CertifySettings:
     if raw is None:
         return CertifySettings()
     body = r.mapping(raw, "certify", list(SCHEMA["certify"]))
@@ -394,7 +315,7 @@ def _parse_certify(r: _Reader, raw: object, base_dir: Path | None) -> CertifySet
     if body.get("level") is not None:
         level = r.choice(body["level"], "certify.level", LEVELS)
     checks = []
-    for i, item in enumerate(r.strings(body.get("extra_checks"), "certify.extra_checks")):
+    for i, item in enumerate(r.texts(body.get("extra_checks"), "certify.extra_checks")):
         path = Path(item).expanduser()
         if not path.is_absolute():
             path = (base_dir or Path.cwd()) / path
@@ -411,21 +332,7 @@ def _parse_certify(r: _Reader, raw: object, base_dir: Path | None) -> CertifySet
 def load_recipe_file(path: Path, overrides: Sequence[str] = ()) -> Recipe:
     """Load one recipe file and apply ``--set`` overrides."""
     source = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise RecipeError(source, "", "no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RecipeError(source, "", f"cannot be read: {exc}") from None
-    try:
-        data = yamlsrc.load(text)
-    except yamlsrc.DuplicateKey as exc:
-        raise RecipeError(source, exc.key, str(exc), hint="keep one of them") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise RecipeError(source, where, f"not valid YAML: {problem}") from None
+    data = yamlcheck.load_file(path, source, error=RecipeError)
     if overrides:
         if not isinstance(data, dict):
             data = {}

@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from envforge.patterns import Confidence
+
 Vendor = Literal["amd", "nvidia", "none"]
-Confidence = Literal["verified", "community", "uncertain"]
 Level = Literal["quick", "full"]
 
 VENDORS: tuple[Vendor, ...] = ("amd", "nvidia", "none")
-CONFIDENCES: tuple[Confidence, ...] = ("verified", "community", "uncertain")
 LEVELS: tuple[Level, ...] = ("quick", "full")
 
 #: Characters no quoting makes safe in a Dockerfile line, a requirements file or a shell

@@ -18,6 +18,7 @@ from packaging.version import InvalidVersion, Version
 
 from envforge.errors import InvalidInput
 from envforge.knowledge import variant_of
+from envforge.patterns import ENV_NAME_RE, IMAGE_RE, NAME_RE, PYTHON_RE
 from envforge.recipe.model import Recipe
 from envforge.render.quoting import check_one_line, docker_quote, shell_quote
 
@@ -34,10 +35,6 @@ RESERVED_ENV = frozenset({"PATH", "VIRTUAL_ENV", "PYTHONHOME"})
 
 IndexForm = Literal["index-url", "extra-index-url"]
 
-_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
-_PYTHON_RE = re.compile(r"^3\.\d{1,2}$")
-_IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$")
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: A PyTorch wheel index (``.../whl/rocm5.2``, ``.../whl/cu126``, ``.../whl/nightly/cpu``):
 #: these publish torch under local version labels (``+rocm5.2``).
 _PYTORCH_INDEX_RE = re.compile(r"/whl/(?:nightly/|test/)?(?:cpu|cu\d+|rocm\d+(?:\.\d+)*)/?$")
@@ -198,9 +195,9 @@ class _Checker:
 def _check_recipe(recipe: Recipe, options: RenderOptions) -> str:
     """Check every recipe value a renderer uses; return the effective base image."""
     c = _Checker(recipe)
-    c.pattern("name", recipe.name, _NAME_RE, "gfx1030 (lowercase letters, digits, '.', '_', '-')")
+    c.pattern("name", recipe.name, NAME_RE, "gfx1030 (lowercase letters, digits, '.', '_', '-')")
     c.text("description", recipe.description)
-    c.pattern("python", recipe.python, _PYTHON_RE, '"3.10"')
+    c.pattern("python", recipe.python, PYTHON_RE, '"3.10"')
     c.text("torch.version", recipe.torch.version)
     if recipe.torch.index is not None:
         c.text("torch.index", recipe.torch.index)
@@ -213,7 +210,7 @@ def _check_recipe(recipe: Recipe, options: RenderOptions) -> str:
     for i, pkg in enumerate(recipe.packages):
         c.text(f"packages[{i}]", pkg)
     for e in recipe.env:
-        c.pattern(f"env.{e.name}", e.name, _ENV_NAME_RE, "HSA_OVERRIDE_GFX_VERSION")
+        c.pattern(f"env.{e.name}", e.name, ENV_NAME_RE, "HSA_OVERRIDE_GFX_VERSION")
         if e.name in RESERVED_ENV:
             raise InvalidInput(
                 f"{recipe.origin}: env.{e.name}: is set by envforge itself",
@@ -222,13 +219,13 @@ def _check_recipe(recipe: Recipe, options: RenderOptions) -> str:
         c.text(f"env.{e.name}.value", e.value)
     if options.base_image is not None:
         check_one_line("--base-image", options.base_image, source="command line")
-        if not _IMAGE_RE.match(options.base_image):
+        if not IMAGE_RE.match(options.base_image):
             raise InvalidInput(
                 f"--base-image: {options.base_image!r} is not an image reference",
                 hint="e.g. ubuntu:22.04",
             )
         return options.base_image
-    return c.pattern("base_image", recipe.base_image, _IMAGE_RE, "ubuntu:22.04")
+    return c.pattern("base_image", recipe.base_image, IMAGE_RE, "ubuntu:22.04")
 
 
 def _env_lines(recipe: Recipe) -> tuple[EnvLine, ...]:

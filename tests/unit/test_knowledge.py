@@ -30,7 +30,8 @@ from envforge.knowledge import (
     override_target,
     recipe_arch_for,
 )
-from envforge.knowledge.table import parse_table, sm_covered
+from envforge.knowledge.parse import parse_table
+from envforge.knowledge.table import sm_covered
 from envforge.recipe.catalogue import Catalogue
 from envforge.recipe.model import Recipe
 from envforge.resources import data_file
