@@ -265,8 +265,8 @@ class _Builder:
 
 def parse(text: str, source: str, *, error: ErrorType = DataFileError) -> Any:
     """Parse one YAML document into plain values (see the module docstring)."""
-    loader = _Loader(text)
     try:
+        loader = _Loader(text)  # the reader refuses control characters here
         try:
             node = loader.get_single_node()
             if node is None:
