@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envforge import knowledge
+from envforge.arch import gfx_from_isa, vendor_of
+from envforge.arch import ordinal as arch_ordinal
 from envforge.detect import GpuInfo, HostInfo
 from envforge.errors import EnvforgeError, InvalidInput
 from envforge.recipe.catalogue import Catalogue
@@ -61,34 +63,9 @@ def candidate_archs(arch: str) -> list[str]:
     return knowledge.recipe_arch_for(arch)
 
 
-def _as_override(value: str) -> str:
-    """``gfx1030`` → ``10.3.0``; an ``X.Y.Z`` value passes through."""
-    match = re.fullmatch(r"gfx(\d+)([0-9a-f])([0-9a-f])", value)
-    if match:
-        return f"{int(match.group(1))}.{int(match.group(2), 16)}.{int(match.group(3), 16)}"
-    return value
-
-
-def _override_arch(value: str) -> str | None:
-    """``10.3.0`` → ``gfx1030``."""
-    match = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)", value.strip())
-    if not match:
-        return None
-    major, minor, stepping = (int(x) for x in match.groups())
-    return f"gfx{major}{minor:x}{stepping:x}"
-
-
 def cuda_sms(recipe: Recipe) -> tuple[str, ...]:
     """SM archs the recipe's CUDA wheel runs on, from the knowledge table."""
     return knowledge.cuda_archs(recipe)
-
-
-def _arch_number(arch: str) -> int | None:
-    match = re.fullmatch(r"(?:gfx|sm_)([0-9a-f]+)", arch)
-    if not match:
-        return None
-    digits = match.group(1)
-    return int(digits, 16) if arch.startswith("gfx") else int(digits)
 
 
 def _common_prefix(a: str, b: str) -> int:
@@ -106,13 +83,13 @@ def _version_key(version: str) -> tuple[int, ...]:
 
 def nearest(arch: str, recipes: Sequence[Recipe], limit: int = 3) -> list[Recipe]:
     """Recipes of the same vendor, closest arch first (shared prefix, then numeric distance)."""
-    vendor = "amd" if arch.startswith("gfx") else "nvidia"
-    number = _arch_number(arch) or 0
+    vendor = vendor_of(arch) or ("amd" if arch.startswith("gfx") else "nvidia")
+    number = arch_ordinal(arch) or 0
     same = [r for r in recipes if r.gpu.vendor == vendor and r.gpu.arch]
     same.sort(
         key=lambda r: (
             -_common_prefix(arch, r.gpu.arch or ""),
-            abs((_arch_number(r.gpu.arch or "") or 0) - number),
+            abs((arch_ordinal(r.gpu.arch or "") or 0) - number),
             r.name,
         )
     )
@@ -190,12 +167,12 @@ def choose_recipe(
                 return Choice(
                     r.name,
                     arch,
-                    f"{arch} runs as {_override_arch(value)} with HSA_OVERRIDE_GFX_VERSION={value};"
+                    f"{arch} runs as {gfx_from_isa(value)} with HSA_OVERRIDE_GFX_VERSION={value};"
                     f" {r.name} is the closest recipe that sets it",
                     gpu,
                     where.get(r.name),
                 )
-            target = _override_arch(value)
+            target = gfx_from_isa(value)
             direct = [r for r in recipes if r.gpu.arch == target]
             if direct:
                 r = direct[0]

@@ -29,6 +29,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from envforge import proc
+from envforge.arch import (
+    gfx_from_target_version,
+    is_device_arch,
+    parse_gfx,
+    sm_from_compute_cap,
+    strip_features,
+    vendor_of,
+)
 from envforge.errors import InvalidInput
 
 GpuVendor = Literal["amd", "nvidia"]
@@ -199,22 +207,6 @@ def no_tools(argv: Sequence[str]) -> str | None:
 # --------------------------------------------------------------------------- parsers
 
 
-def gfx_from_target_version(value: int) -> str | None:
-    """KFD ``gfx_target_version`` → LLVM target name.
-
-    The number is major*10000 + minor*100 + stepping, each a decimal field; the name
-    writes minor and stepping as one hex digit each: 100100 → gfx1010, 90010 → gfx90a,
-    90402 → gfx942. 0 (a CPU node) → None.
-    """
-    if value <= 0:
-        return None
-    major, rest = divmod(value, 10000)
-    minor, stepping = divmod(rest, 100)
-    if minor > 15 or stepping > 15:
-        return None
-    return f"gfx{major}{minor:x}{stepping:x}"
-
-
 def parse_kfd_properties(text: str) -> dict[str, int]:
     """``key value`` lines of a KFD topology ``properties`` file → ints."""
     out: dict[str, int] = {}
@@ -266,14 +258,6 @@ def parse_nvidia_smi_csv(text: str) -> list[SmiRow]:
     return rows
 
 
-def sm_from_compute_cap(cap: str) -> str | None:
-    """``9.0`` → ``sm_90``; ``12.0`` → ``sm_120``; anything else → None."""
-    match = re.fullmatch(r"(\d+)\.(\d+)", cap.strip())
-    if not match:
-        return None
-    return f"sm_{int(match.group(1))}{int(match.group(2))}"
-
-
 @dataclass(frozen=True)
 class RocmAgent:
     name: str
@@ -300,7 +284,7 @@ def parse_rocminfo(text: str) -> list[RocmAgent]:
             ):
                 fields[key] = value.strip()
         # ``gfx942:sramecc+:xnack-`` style target-feature suffixes are not part of the arch.
-        name = fields.get("Name", "").split(":", 1)[0].strip()
+        name = strip_features(fields.get("Name", ""))
         if not name:
             continue
         agents.append(
@@ -318,7 +302,7 @@ def parse_rocm_agent_enumerator(text: str) -> list[str]:
     return [
         line.strip()
         for line in text.splitlines()
-        if re.fullmatch(r"gfx[0-9a-f]+", line.strip()) and line.strip() != "gfx000"
+        if parse_gfx(line.strip()) is not None
     ]
 
 
@@ -508,7 +492,7 @@ def _merge_rocminfo(
     gpu_agents = [
         a
         for a in agents
-        if a.device_type == "GPU" or (a.name.startswith("gfx") and a.name != "gfx000")
+        if a.device_type == "GPU" or parse_gfx(a.name) is not None
     ]
     if not gpus:
         driver = _amd_driver(root, kernel)
@@ -516,7 +500,7 @@ def _merge_rocminfo(
             GpuInfo(
                 vendor="amd",
                 product=a.marketing_name or "AMD GPU",
-                arch=a.name if a.name.startswith("gfx") else None,
+                arch=a.name if parse_gfx(a.name) is not None else None,
                 driver_version=driver,
                 device_nodes=("/dev/kfd",),
                 source="rocminfo",
@@ -533,7 +517,7 @@ def _merge_rocminfo(
         product = gpu.product
         if agent.marketing_name and (gpu.product.startswith("AMD GPU")):
             product = agent.marketing_name
-        arch = gpu.arch or (agent.name if agent.name.startswith("gfx") else None)
+        arch = gpu.arch or (agent.name if parse_gfx(agent.name) is not None else None)
         merged.append(replace(gpu, product=product, arch=arch))
     return merged
 
@@ -584,7 +568,7 @@ def _overridden(
         notes.append(f"override variables replace the detected GPU(s): {seen}")
     if vendor == "none":
         return [], [*notes, "ENVFORGE_GPU_VENDOR=none: assuming no GPU"]
-    if arch and not re.fullmatch(r"gfx[0-9a-f]{3,4}|sm_\d{2,3}", arch):
+    if arch and not is_device_arch(arch):
         raise InvalidInput(
             f"ENVFORGE_GPU_ARCH={arch!r} is not a GPU arch",
             hint="use an LLVM target like gfx1031 or an SM like sm_90",
@@ -594,7 +578,7 @@ def _overridden(
             f"ENVFORGE_GPU_VENDOR={vendor} needs ENVFORGE_GPU_ARCH",
             hint="set ENVFORGE_GPU_ARCH too (e.g. gfx1031 or sm_90), or ENVFORGE_GPU_VENDOR=none",
         )
-    inferred: str = "amd" if arch.startswith("gfx") else "nvidia" if arch.startswith("sm_") else ""
+    inferred: str = vendor_of(arch) or ""
     vendor = vendor or inferred
     if vendor not in ("amd", "nvidia"):
         raise InvalidInput(

@@ -8,19 +8,11 @@
 
 from __future__ import annotations
 
+from envforge.arch import NVIDIA_COMPUTE_CAPABILITIES, gfx_from_isa, isa_from_gfx, sm_covered
 from envforge.errors import TableError
 from envforge.knowledge.parse import load_table
 from envforge.knowledge.rules import Reason, Violation, check, enforce, explain
-from envforge.knowledge.table import (
-    NVIDIA_COMPUTE_CAPABILITIES,
-    CompatTable,
-    Override,
-    Release,
-    Variant,
-    gfx_from_isa,
-    isa_from_gfx,
-    sm_covered,
-)
+from envforge.knowledge.table import CompatTable, Override, Release, Variant
 from envforge.recipe.model import Recipe
 
 

@@ -20,6 +20,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from envforge import yamlcheck
+from envforge.arch import gfx_from_isa
 from envforge.errors import TableError
 from envforge.knowledge.table import (
     INDEX_FORMS,
@@ -36,7 +37,6 @@ from envforge.knowledge.table import (
     PythonException,
     Release,
     Variant,
-    gfx_from_isa,
     py_tuple,
     series_of,
 )

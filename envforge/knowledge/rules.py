@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from envforge.arch import gfx_from_isa
 from envforge.errors import ConstraintViolation
 from envforge.knowledge.parse import load_table
 from envforge.knowledge.table import (
@@ -40,7 +41,6 @@ from envforge.knowledge.table import (
     Release,
     Variant,
     base_version,
-    gfx_from_isa,
     local_label,
     py_tuple,
 )

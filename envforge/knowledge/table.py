@@ -12,20 +12,21 @@ values and the lookups other modules use:
 - :meth:`CompatTable.min_driver` — the NVIDIA driver floor of a CUDA version.
 - :meth:`CompatTable.distro_python` — the python3 of a known base image.
 - :meth:`CompatTable.recipe_arch_for` — which recipe archs can serve a detected arch.
-- :func:`gfx_from_isa` / :func:`isa_from_gfx` — ``10.3.0`` ↔ ``gfx1030``.
+
+Arch arithmetic (gfx ↔ ISA, SASS compatibility) is :mod:`envforge.arch`.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from packaging.version import Version
 
-from envforge.patterns import GFX_RE, ISA_RE, SM_RE, Confidence
+from envforge.arch import same_major_lower, sm_covered, sm_number
+from envforge.patterns import Confidence
 
 IndexForm = Literal["index-url", "extra-index-url"]
 Kind = Literal["rocm", "cuda", "cpu"]
@@ -33,13 +34,6 @@ OverrideStatus = Literal["works", "unreliable", "broken"]
 
 INDEX_FORMS: tuple[IndexForm, ...] = ("index-url", "extra-index-url")
 OVERRIDE_STATUSES: tuple[OverrideStatus, ...] = ("works", "unreliable", "broken")
-
-#: Compute capabilities of shipped NVIDIA GPUs (CUDA GPUs list, developer.nvidia.com).
-NVIDIA_COMPUTE_CAPABILITIES = (
-    "sm_35", "sm_37", "sm_50", "sm_52", "sm_53", "sm_60", "sm_61", "sm_62", "sm_70", "sm_72",
-    "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_100", "sm_101", "sm_103",
-    "sm_110", "sm_120", "sm_121",
-)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -64,62 +58,6 @@ def local_label(torch_version: str) -> str | None:
 def series_of(torch_version: str) -> str:
     """``"2.2.2"`` → ``"2.2"``."""
     return ".".join(base_version(torch_version).split(".")[:2])
-
-
-def gfx_from_isa(isa: str) -> str | None:
-    """``"10.3.0"`` → ``"gfx1030"``, ``"9.0.10"`` → ``"gfx90a"``; None if not an ISA."""
-    m = ISA_RE.match(isa.strip())
-    if not m:
-        return None
-    major, minor, stepping = int(m.group(1)), int(m.group(2)), int(m.group(3))
-    if minor > 15 or stepping > 15:
-        return None
-    return f"gfx{major}{minor:x}{stepping:x}"
-
-
-def isa_from_gfx(arch: str) -> str | None:
-    """``"gfx1030"`` → ``"10.3.0"``, ``"gfx90a"`` → ``"9.0.10"``; None if not a gfx name."""
-    m = GFX_RE.match(arch)
-    if not m:
-        return None
-    return f"{int(m.group(1))}.{int(m.group(2), 16)}.{int(m.group(3), 16)}"
-
-
-def sm_number(arch: str) -> tuple[int, int, bool] | None:
-    """``"sm_86"`` → ``(8, 6, False)``, ``"sm_90a"`` → ``(9, 0, True)``."""
-    m = SM_RE.match(arch)
-    if not m:
-        return None
-    n = int(m.group(1))
-    return n // 10, n % 10, bool(m.group(2))
-
-
-def sm_covered(arch: str, sass: Sequence[str], ptx: str | None = None) -> bool:
-    """Can a GPU of ``arch`` run a wheel built for ``sass`` (+ PTX of ``ptx``)?
-
-    CUDA binary compatibility: SASS for sm_XY runs on sm_XZ with Z >= Y (same major);
-    ``a`` (arch-specific) builds run only on that exact arch. Embedded PTX is
-    JIT-compiled for any newer arch.
-    """
-    gpu = sm_number(arch)
-    if gpu is None:
-        return False
-    major, minor, _ = gpu
-    for item in sass:
-        built = sm_number(item)
-        if built is None:
-            continue
-        if built[2]:
-            if item == arch:
-                return True
-            continue
-        if built[0] == major and built[1] <= minor:
-            return True
-    if ptx is not None:
-        p = sm_number(ptx)
-        if p is not None and (major, minor) >= (p[0], p[1]):
-            return True
-    return False
 
 
 # --------------------------------------------------------------------------- values
@@ -419,9 +357,7 @@ class CompatTable:
                 out.append(o.target)
         sm = sm_number(arch)
         if sm is not None and not sm[2]:
-            lower = [a for a in NVIDIA_COMPUTE_CAPABILITIES if (n := sm_number(a)) is not None
-                     and n[0] == sm[0] and n[1] < sm[1]]
-            out.extend(sorted(lower, key=lambda a: sm_number(a) or (0, 0, False), reverse=True))
+            out.extend(same_major_lower(arch))
         seen: list[str] = []
         for a in out:
             if a not in seen:

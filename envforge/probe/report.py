@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
+from envforge.arch import gfx_from_target_version
 from envforge.errors import InvalidInput
 from envforge.fsutil import write_atomically
 
@@ -247,14 +248,6 @@ def _read(path: Path) -> str | None:
         return path.read_text(encoding="utf-8", errors="replace").strip()
     except OSError:
         return None
-
-
-def gfx_from_target_version(value: int) -> str | None:
-    """KFD's ``gfx_target_version`` (``100100``, ``90010``) → ``gfx1010``, ``gfx90a``."""
-    if value <= 0:
-        return None
-    major, minor, stepping = value // 10000, (value // 100) % 100, value % 100
-    return f"gfx{major}{minor}{stepping:x}"
 
 
 def _amd_archs(root: Path) -> list[str]:

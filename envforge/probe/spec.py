@@ -8,12 +8,12 @@ it must report, including the ones a crashed worker never reached.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from envforge.arch import gfx_from_isa
 from envforge.errors import InvalidInput
 from envforge.recipe.model import Level, Recipe
 
@@ -81,12 +81,8 @@ def effective_arch(recipe: Recipe) -> str | None:
     if recipe.gpu.vendor != "amd" or not recipe.gpu.arch:
         return None
     override = recipe.env_map.get("HSA_OVERRIDE_GFX_VERSION")
-    if override:
-        m = re.match(r"^(\d+)\.(\d+)\.(\d+)$", override.strip())
-        if m:
-            major, minor, stepping = (int(x) for x in m.groups())
-            return f"gfx{major}{minor}{stepping:x}"
-    return recipe.gpu.arch
+    target = gfx_from_isa(override) if override else None
+    return target or recipe.gpu.arch
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from envforge.arch import gfx_from_target_version, sm_from_compute_cap
 from envforge.detect import (
     HostInfo,
     ToolRunner,
     detect,
-    gfx_from_target_version,
     no_tools,
     parse_kfd_properties,
     parse_nvidia_information,
@@ -19,7 +19,6 @@ from envforge.detect import (
     parse_nvidia_version,
     parse_rocm_agent_enumerator,
     parse_rocminfo,
-    sm_from_compute_cap,
     system_tools,
 )
 from envforge.errors import InvalidInput

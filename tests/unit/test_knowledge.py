@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from envforge.arch import sm_covered
 from envforge.cli import main
 from envforge.errors import ConstraintViolation
 from envforge.knowledge import (
@@ -31,7 +32,6 @@ from envforge.knowledge import (
     recipe_arch_for,
 )
 from envforge.knowledge.parse import parse_table
-from envforge.knowledge.table import sm_covered
 from envforge.recipe.catalogue import Catalogue
 from envforge.recipe.model import Recipe
 from envforge.resources import data_file

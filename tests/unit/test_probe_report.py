@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from envforge.arch import gfx_from_target_version
 from envforge.errors import InvalidInput
 from envforge.probe.report import (
     GpuInfo,
     HostInfo,
     ProbeReport,
     StepResult,
-    gfx_from_target_version,
     host_info,
     summarize,
 )
