@@ -38,6 +38,8 @@ from envforge.arch import (
     vendor_of,
 )
 from envforge.errors import InvalidInput
+from envforge.knowledge.parse import load_table
+from envforge.knowledge.table import CompatTable
 
 GpuVendor = Literal["amd", "nvidia"]
 
@@ -57,49 +59,10 @@ OVERRIDE_VARS: dict[str, str] = {
     "ENVFORGE_DRIVER_VERSION": "driver version to assume (also applies to detected GPUs)",
 }
 
-#: PCI device id → (product, arch) for cards whose sysfs entry lacks a target version
-#: (DRM only, no KFD) or whose marketing name sysfs cannot give. Small on purpose: the
-#: arch normally comes from ``gfx_target_version`` or the tools.
-AMD_DEVICES: dict[int, tuple[str, str]] = {
-    0x731F: ("AMD Radeon RX 5700 XT", "gfx1010"),
-    0x7340: ("AMD Radeon RX 5500 XT", "gfx1012"),
-    0x73BF: ("AMD Radeon RX 6800 XT", "gfx1030"),
-    0x73DF: ("AMD Radeon RX 6700 XT", "gfx1031"),
-    0x73FF: ("AMD Radeon RX 6600 XT", "gfx1032"),
-    0x744C: ("AMD Radeon RX 7900 XTX", "gfx1100"),
-    0x66AF: ("AMD Radeon VII", "gfx906"),
-    0x66A1: ("AMD Instinct MI50", "gfx906"),
-    0x740C: ("AMD Instinct MI250X", "gfx90a"),
-    0x740F: ("AMD Instinct MI210", "gfx90a"),
-    0x74A1: ("AMD Instinct MI300X", "gfx942"),
-    0x74A0: ("AMD Instinct MI300A", "gfx942"),
-}
-
-#: NVIDIA product-name fragment → SM arch, used when ``nvidia-smi`` is not there to say
-#: the compute capability. Longest fragment first wins.
-NVIDIA_PRODUCTS: dict[str, str] = {
-    "H100": "sm_90",
-    "H200": "sm_90",
-    "GH200": "sm_90",
-    "B200": "sm_100",
-    "A100": "sm_80",
-    "A30": "sm_80",
-    "A10": "sm_86",
-    "L40": "sm_89",
-    "L4": "sm_89",
-    "V100": "sm_70",
-    "T4": "sm_75",
-    "P100": "sm_60",
-    "P40": "sm_61",
-    "RTX 50": "sm_120",
-    "RTX 40": "sm_89",
-    "RTX 30": "sm_86",
-    "RTX 20": "sm_75",
-    "GTX 16": "sm_75",
-    "GTX 10": "sm_61",
-    "TITAN Xp": "sm_61",
-    "TITAN X (Pascal)": "sm_61",
-}
+#: Product and PCI-id tables live in the compatibility table (``amd_pci_ids``,
+#: ``nvidia_model_names`` in envforge/data/compat.yaml); :func:`detect` takes a
+#: :class:`CompatTable` or loads the shipped one when it needs a lookup.
+TableSource = Callable[[], CompatTable]
 
 
 @dataclass(frozen=True)
@@ -117,6 +80,9 @@ class GpuInfo:
     source: str
     pci_id: str | None = None
     index: int = 0
+    #: The arch was inferred from a product name or PCI id table, not stated by the
+    #: driver, sysfs or a tool (not part of ``to_dict``).
+    arch_guessed: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -306,11 +272,9 @@ def parse_rocm_agent_enumerator(text: str) -> list[str]:
     ]
 
 
-def nvidia_arch_for_product(product: str) -> str | None:
-    for fragment in sorted(NVIDIA_PRODUCTS, key=len, reverse=True):
-        if fragment.lower() in product.lower():
-            return NVIDIA_PRODUCTS[fragment]
-    return None
+def nvidia_arch_for_product(product: str, table: CompatTable | None = None) -> str | None:
+    """An NVIDIA model name → arch, from the table's ``nvidia_model_names``."""
+    return (load_table() if table is None else table).arch_for_model(product)
 
 
 # --------------------------------------------------------------------------- sources
@@ -351,7 +315,7 @@ def _amd_driver(root: Path, kernel: str) -> str | None:
     return None
 
 
-def _amd_from_kfd(root: Path, kernel: str) -> list[GpuInfo]:
+def _amd_from_kfd(root: Path, kernel: str, table: TableSource) -> list[GpuInfo]:
     nodes_dir = root / "sys/class/kfd/kfd/topology/nodes"
     driver = _amd_driver(root, kernel)
     gpus: list[GpuInfo] = []
@@ -364,8 +328,10 @@ def _amd_from_kfd(root: Path, kernel: str) -> list[GpuInfo]:
             continue
         arch = gfx_from_target_version(props.get("gfx_target_version", 0))
         device_id = props.get("device_id")
-        known = AMD_DEVICES.get(device_id) if device_id is not None else None
-        product = known[0] if known else (f"AMD GPU 0x{device_id:04x}" if device_id else "AMD GPU")
+        known = table().amd_pci_product(device_id) if device_id else None
+        product = (
+            known.product if known else (f"AMD GPU 0x{device_id:04x}" if device_id else "AMD GPU")
+        )
         nodes = ["/dev/kfd"]
         minor = props.get("drm_render_minor")
         if minor:
@@ -374,32 +340,45 @@ def _amd_from_kfd(root: Path, kernel: str) -> list[GpuInfo]:
             GpuInfo(
                 vendor="amd",
                 product=product,
-                arch=arch or (known[1] if known else None),
+                arch=arch or (known.arch if known else None),
                 driver_version=driver,
                 device_nodes=tuple(nodes),
                 source="sysfs:kfd",
                 pci_id=f"1002:{device_id:04x}" if device_id else None,
                 index=len(gpus),
+                arch_guessed=arch is None and known is not None,
             )
         )
     return gpus
 
 
-def _drm_cards(root: Path) -> list[tuple[str, int, int, str | None]]:
-    """(card name, vendor, device, render node) for each DRM card with a PCI device."""
-    out: list[tuple[str, int, int, str | None]] = []
+@dataclass(frozen=True)
+class DrmCard:
+    """A DRM card with a PCI device (``sys/class/drm/cardN``)."""
+
+    name: str
+    vendor: int
+    device: int | None
+    #: ``/dev/dri/renderD128``, when the card has a render node.
+    render: str | None
+    #: ``device/product_name`` (amdgpu writes the marketing name there on some cards).
+    product_name: str | None
+
+
+def _drm_cards(root: Path) -> list[DrmCard]:
+    """Each DRM card with a PCI vendor, in card order."""
+    out: list[DrmCard] = []
     drm = root / "sys/class/drm"
     try:
         cards = sorted(
-            (p for p in drm.iterdir() if re.fullmatch(r"card\d+", p.name)),
+            (p for p in drm.iterdir() if re.fullmatch(r"card[0-9]+", p.name, re.ASCII)),
             key=lambda p: int(p.name[4:]),
         )
     except OSError:
         return out
     for card in cards:
         vendor = _read_hex(card / "device/vendor")
-        device = _read_hex(card / "device/device")
-        if vendor is None or device is None:
+        if vendor is None:
             continue
         render: str | None = None
         try:
@@ -410,34 +389,55 @@ def _drm_cards(root: Path) -> list[tuple[str, int, int, str | None]]:
             renders = []
         if renders:
             render = f"/dev/dri/{renders[0]}"
-        out.append((card.name, vendor, device, render))
+        product = (_read(card / "device/product_name") or "").strip() or None
+        out.append(DrmCard(card.name, vendor, _read_hex(card / "device/device"), render, product))
     return out
 
 
-def _amd_from_drm(root: Path, kernel: str) -> list[GpuInfo]:
+def _amd_from_drm(root: Path, kernel: str, table: TableSource) -> list[GpuInfo]:
     """AMD cards DRM knows about when KFD does not (no compute driver loaded)."""
     driver = _amd_driver(root, kernel)
     gpus: list[GpuInfo] = []
-    for _card, vendor, device, render in _drm_cards(root):
-        if vendor != AMD_PCI_VENDOR:
+    for card in _drm_cards(root):
+        if card.vendor != AMD_PCI_VENDOR or card.device is None:
             continue
-        known = AMD_DEVICES.get(device)
+        known = table().amd_pci_product(card.device)
         gpus.append(
             GpuInfo(
                 vendor="amd",
-                product=known[0] if known else f"AMD GPU 0x{device:04x}",
-                arch=known[1] if known else None,
+                product=(known.product if known else None)
+                or card.product_name
+                or f"AMD GPU 0x{card.device:04x}",
+                arch=known.arch if known else None,
                 driver_version=driver,
-                device_nodes=("/dev/kfd", *((render,) if render else ())),
+                device_nodes=("/dev/kfd", *((card.render,) if card.render else ())),
                 source="sysfs:drm",
-                pci_id=f"1002:{device:04x}",
+                pci_id=f"1002:{card.device:04x}",
                 index=len(gpus),
+                arch_guessed=known is not None,
             )
         )
     return gpus
 
 
-def _nvidia_from_proc(root: Path) -> list[GpuInfo]:
+def _named_by_drm(gpus: list[GpuInfo], root: Path) -> list[GpuInfo]:
+    """KFD GPUs without a product name take DRM's ``product_name`` (by render node, else
+    in card order)."""
+    cards = [c for c in _drm_cards(root) if c.vendor == AMD_PCI_VENDOR]
+    by_render = {c.render: c for c in cards if c.render}
+    out: list[GpuInfo] = []
+    for i, gpu in enumerate(gpus):
+        if not gpu.product.startswith("AMD GPU"):
+            out.append(gpu)
+            continue
+        render = next((n for n in gpu.device_nodes if n.startswith("/dev/dri/")), None)
+        card = by_render.get(render) if render else (cards[i] if i < len(cards) else None)
+        name = card.product_name if card is not None else None
+        out.append(replace(gpu, product=name) if name else gpu)
+    return out
+
+
+def _nvidia_from_proc(root: Path, table: TableSource) -> list[GpuInfo]:
     base = root / "proc/driver/nvidia"
     version_text = _read(base / "version")
     driver = parse_nvidia_version(version_text) if version_text else None
@@ -451,16 +451,18 @@ def _nvidia_from_proc(root: Path) -> list[GpuInfo]:
         model = info.get("Model", "NVIDIA GPU")
         minor = info.get("Device Minor", str(len(gpus)))
         device = _read_hex(root / "sys/bus/pci/devices" / bus.name / "device")
+        arch = table().arch_for_model(model)
         gpus.append(
             GpuInfo(
                 vendor="nvidia",
                 product=model,
-                arch=nvidia_arch_for_product(model),
+                arch=arch,
                 driver_version=driver,
                 device_nodes=(f"/dev/nvidia{minor}", "/dev/nvidiactl", "/dev/nvidia-uvm"),
                 source="procfs:nvidia",
                 pci_id=f"10de:{device:04x}" if device is not None else None,
                 index=len(gpus),
+                arch_guessed=arch is not None,
             )
         )
     return gpus
@@ -468,18 +470,18 @@ def _nvidia_from_proc(root: Path) -> list[GpuInfo]:
 
 def _nvidia_from_drm(root: Path) -> list[GpuInfo]:
     gpus: list[GpuInfo] = []
-    for _card, vendor, device, _render in _drm_cards(root):
-        if vendor != NVIDIA_PCI_VENDOR:
+    for card in _drm_cards(root):
+        if card.vendor != NVIDIA_PCI_VENDOR or card.device is None:
             continue
         gpus.append(
             GpuInfo(
                 vendor="nvidia",
-                product=f"NVIDIA GPU 0x{device:04x}",
+                product=card.product_name or f"NVIDIA GPU 0x{card.device:04x}",
                 arch=None,
                 driver_version=None,
                 device_nodes=(f"/dev/nvidia{len(gpus)}", "/dev/nvidiactl", "/dev/nvidia-uvm"),
                 source="sysfs:drm",
-                pci_id=f"10de:{device:04x}",
+                pci_id=f"10de:{card.device:04x}",
                 index=len(gpus),
             )
         )
@@ -517,8 +519,11 @@ def _merge_rocminfo(
         product = gpu.product
         if agent.marketing_name and (gpu.product.startswith("AMD GPU")):
             product = agent.marketing_name
-        arch = gpu.arch or (agent.name if parse_gfx(agent.name) is not None else None)
-        merged.append(replace(gpu, product=product, arch=arch))
+        if gpu.arch:
+            merged.append(replace(gpu, product=product))
+        else:
+            tool_arch = agent.name if parse_gfx(agent.name) is not None else None
+            merged.append(replace(gpu, product=product, arch=tool_arch))
     return merged
 
 
@@ -548,6 +553,7 @@ def _merge_smi(gpus: list[GpuInfo], rows: list[SmiRow]) -> list[GpuInfo]:
                 gpu,
                 product=row.name if gpu.product.startswith("NVIDIA GPU") else gpu.product,
                 arch=row.arch or gpu.arch,
+                arch_guessed=gpu.arch_guessed and not row.arch,
                 driver_version=gpu.driver_version or row.driver_version,
                 source=gpu.source if gpu.arch == row.arch else f"{gpu.source}+nvidia-smi",
             )
@@ -634,13 +640,20 @@ def detect(
     root: Path = Path("/"),
     environ: Mapping[str, str] | None = None,
     tools: ToolRunner | None = None,
+    table: CompatTable | None = None,
 ) -> HostInfo:
     """Detect the host's GPUs. Never raises for a missing GPU: that is ``count == 0``.
 
     ``root`` is where ``sys/`` and ``proc/`` are read from. ``tools`` runs detection tools;
     by default the real ones when ``root`` is ``/`` and none otherwise (a fixture tree has
-    no tools). Raises :class:`InvalidInput` only for a malformed override variable.
+    no tools). ``table`` gives the product and PCI-id lookups (by default the shipped
+    table, loaded only when a lookup is needed). Raises :class:`InvalidInput` only for a
+    malformed override variable.
     """
+
+    def lookups() -> CompatTable:
+        return load_table() if table is None else table
+
     env = os.environ if environ is None else environ
     if tools is None:
         tools = system_tools(env) if root == Path("/") else no_tools
@@ -648,11 +661,11 @@ def detect(
     sources: list[str] = []
     notes: list[str] = []
 
-    amd = _amd_from_kfd(root, kernel)
+    amd = _named_by_drm(_amd_from_kfd(root, kernel, lookups), root)
     if amd:
         sources.append("sysfs:kfd")
     else:
-        amd = _amd_from_drm(root, kernel)
+        amd = _amd_from_drm(root, kernel, lookups)
         if amd:
             sources.append("sysfs:drm")
             notes.append(
@@ -673,7 +686,7 @@ def detect(
         if agents:
             amd = _merge_rocminfo(amd, agents, kernel, root)
 
-    nvidia = _nvidia_from_proc(root)
+    nvidia = _nvidia_from_proc(root, lookups)
     if nvidia:
         sources.append("procfs:nvidia")
     else:
@@ -691,7 +704,7 @@ def detect(
         sources.append("nvidia-smi")
         nvidia = _merge_smi(nvidia, rows)
 
-    if any(vendor == INTEL_PCI_VENDOR for _c, vendor, _d, _r in _drm_cards(root)):
+    if any(card.vendor == INTEL_PCI_VENDOR for card in _drm_cards(root)):
         notes.append("Intel GPU present: envforge has no recipes for it (ignored)")
 
     gpus = [replace(g, index=i) for i, g in enumerate([*amd, *nvidia])]

@@ -34,6 +34,7 @@ from envforge.knowledge.table import (
     Kind,
     NumpyRelease,
     Override,
+    PciProduct,
     PythonException,
     Release,
     Variant,
@@ -126,6 +127,8 @@ _TOP_KEYS = (
     "base_images",
     "numpy_releases",
     "rocm_python_caveat",
+    "amd_pci_ids",
+    "nvidia_model_names",
 )
 
 
@@ -249,18 +252,61 @@ def parse_table(data: object, where: str = "compat.yaml") -> CompatTable:
         )
 
     numpy_releases, numpy_source = _numpy_releases(c, top.get("numpy_releases"))
+    amd_archs = _arch_infos(c, top.get("amd_archs"), "amd_archs", amd=True)
+    nvidia_archs = _arch_infos(c, top.get("nvidia_archs"), "nvidia_archs", amd=False)
     return CompatTable(
+        amd_pci_ids=_pci_ids(c, top.get("amd_pci_ids"), {a.arch for a in amd_archs}),
+        nvidia_model_names=_model_names(
+            c, top.get("nvidia_model_names"), {a.arch for a in nvidia_archs}
+        ),
         numpy_releases=numpy_releases,
         numpy_source=numpy_source,
         releases=tuple(releases),
         overrides=tuple(overrides),
         driver_floors=tuple(floors),
         base_images=tuple(images),
-        amd_archs=_arch_infos(c, top.get("amd_archs"), "amd_archs", amd=True),
-        nvidia_archs=_arch_infos(c, top.get("nvidia_archs"), "nvidia_archs", amd=False),
+        amd_archs=amd_archs,
+        nvidia_archs=nvidia_archs,
         sources=sources,
         index_root=index_root,
     )
+
+
+_PCI_ID_RE = re.compile(r"^0x[0-9a-f]{4}\Z", re.ASCII)
+
+
+def _pci_ids(c: _Check, raw: object, known: set[str]) -> tuple[PciProduct, ...]:
+    if raw is None:
+        return ()
+    body = c.mapping(raw, "amd_pci_ids", sorted(known))
+    out: list[PciProduct] = []
+    for arch, ids in body.items():
+        path = f"amd_pci_ids.{arch}"
+        entries = c.mapping(ids, path, list(ids) if isinstance(ids, dict) else [])
+        for key, product in entries.items():
+            if not _PCI_ID_RE.match(key):
+                raise c.fail(f"{path}.{key}", "not a PCI device id like \"0x73df\"")
+            device_id = int(key, 16)
+            if any(p.device_id == device_id for p in out):
+                raise c.fail(f"{path}.{key}", "listed twice")
+            out.append(PciProduct(device_id, c.text(product, f"{path}.{key}"), arch))
+    return tuple(out)
+
+
+def _model_names(c: _Check, raw: object, known: set[str]) -> tuple[tuple[str, str], ...]:
+    if raw is None:
+        return ()
+    body = c.mapping(raw, "nvidia_model_names", sorted(known))
+    pairs = [
+        (fragment, arch)
+        for arch, fragments in body.items()
+        for fragment in c.texts(fragments, f"nvidia_model_names.{arch}")
+    ]
+    lowered = [f.lower() for f, _ in pairs]
+    for fragment, _ in pairs:
+        if lowered.count(fragment.lower()) > 1:
+            raise c.fail("nvidia_model_names", f"{fragment!r} listed twice")
+    return tuple(sorted(pairs, key=lambda p: -len(p[0])))
 
 
 def _numpy_releases(c: _Check, raw: object) -> tuple[tuple[NumpyRelease, ...], str]:

@@ -223,6 +223,15 @@ class ArchInfo:
 
 
 @dataclass(frozen=True)
+class PciProduct:
+    """An AMD PCI device id, its product name and arch (``amd_pci_ids``)."""
+
+    device_id: int
+    product: str
+    arch: str
+
+
+@dataclass(frozen=True)
 class NumpyRelease:
     """A NumPy minor series and the CPython versions it has Linux wheels for."""
 
@@ -255,6 +264,9 @@ class CompatTable:
     index_root: str
     numpy_releases: tuple[NumpyRelease, ...] = ()
     numpy_source: str = ""
+    amd_pci_ids: tuple[PciProduct, ...] = ()
+    #: (fragment of an NVIDIA driver model name, arch), longest fragment first.
+    nvidia_model_names: tuple[tuple[str, str], ...] = ()
 
     # ------------------------------------------------------------------ releases
 
@@ -335,6 +347,22 @@ class CompatTable:
                 if hit and (best is None or n > best[0]):
                     best = (n, info.arch)
         return None if best is None else best[1]
+
+    def amd_pci_product(self, device_id: int) -> PciProduct | None:
+        """An AMD PCI device id (``0x73df``) → its product and arch; None if not listed."""
+        for item in self.amd_pci_ids:
+            if item.device_id == device_id:
+                return item
+        return None
+
+    def arch_for_model(self, model: str) -> str | None:
+        """An NVIDIA driver model name (``NVIDIA H100 80GB HBM3``) → arch, by the longest
+        listed fragment it contains (case-insensitive); None when none is."""
+        text = model.lower()
+        for fragment, arch in self.nvidia_model_names:
+            if fragment.lower() in text:
+                return arch
+        return None
 
     def recipe_arch_for(self, arch: str) -> list[str]:
         """Archs whose recipes can serve a GPU of ``arch``, best first.

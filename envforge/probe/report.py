@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from envforge.arch import gfx_from_target_version
+from envforge.detect import detect, no_tools
 from envforge.errors import InvalidInput
 from envforge.fsutil import write_atomically
 
@@ -59,7 +59,9 @@ class StepResult:
 
 
 @dataclass(frozen=True)
-class GpuInfo:
+class ReportGpu:
+    """A GPU as a probe report records it (a projection of :class:`envforge.detect.GpuInfo`)."""
+
     name: str
     arch: str | None = None
     vendor: str | None = None
@@ -69,10 +71,12 @@ class GpuInfo:
 
 
 @dataclass(frozen=True)
-class HostInfo:
+class ReportHost:
+    """The host as a probe report records it (JSON ``host``); made by :func:`host_info`."""
+
     kernel: str
     machine: str
-    gpus: tuple[GpuInfo, ...] = ()
+    gpus: tuple[ReportGpu, ...] = ()
     driver: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -84,12 +88,12 @@ class HostInfo:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> HostInfo:
+    def from_dict(cls, data: Mapping[str, Any]) -> ReportHost:
         return cls(
             kernel=str(data.get("kernel", "")),
             machine=str(data.get("machine", "")),
             gpus=tuple(
-                GpuInfo(name=str(g["name"]), arch=g.get("arch"), vendor=g.get("vendor"))
+                ReportGpu(name=str(g["name"]), arch=g.get("arch"), vendor=g.get("vendor"))
                 for g in data.get("gpus", [])
             ),
             driver=data.get("driver"),
@@ -102,7 +106,7 @@ class ProbeReport:
     level: str
     #: What was probed: interpreter path, image id (the target's description).
     target: str
-    host: HostInfo
+    host: ReportHost
     envforge_version: str
     created: str  # UTC, ISO 8601
     seconds: float = 0.0
@@ -154,7 +158,7 @@ class ProbeReport:
                 steps=tuple(StepResult.from_dict(s) for s in data["steps"]),
                 level=str(data["level"]),
                 target=str(env.get("target", "")),
-                host=HostInfo.from_dict(data.get("host") or {}),
+                host=ReportHost.from_dict(data.get("host") or {}),
                 envforge_version=str(data["envforge_version"]),
                 created=str(data["created"]),
                 seconds=float(data.get("seconds", 0.0)),
@@ -243,75 +247,30 @@ def utc_now() -> str:
 # --------------------------------------------------------------------------- host
 
 
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace").strip()
-    except OSError:
-        return None
+def host_info(root: Path = Path("/")) -> ReportHost:
+    """Kernel, GPUs and driver of this host, through :func:`envforge.detect.detect` reading
+    sysfs and procfs only (no tools, no override variables): best effort, cheap.
 
-
-def _amd_archs(root: Path) -> list[str]:
-    archs: list[str] = []
-    nodes = root / "sys/class/kfd/kfd/topology/nodes"
-    for props in sorted(nodes.glob("*/properties")):
-        text = _read(props) or ""
-        for line in text.splitlines():
-            key, _, value = line.partition(" ")
-            if key == "gfx_target_version" and value.strip().isdigit():
-                arch = gfx_from_target_version(int(value))
-                if arch:
-                    archs.append(arch)
-    return archs
-
-
-def _drm_gpus(root: Path) -> list[GpuInfo]:
-    gpus: list[GpuInfo] = []
-    for card in sorted((root / "sys/class/drm").glob("card[0-9]*")):
-        if "-" in card.name:  # connectors such as card0-DP-1
-            continue
-        dev = card / "device"
-        vendor_id = _read(dev / "vendor")
-        if vendor_id not in ("0x1002", "0x10de"):
-            continue
-        vendor = "amd" if vendor_id == "0x1002" else "nvidia"
-        name = _read(dev / "product_name") or f"{vendor.upper()} GPU {_read(dev / 'device') or ''}"
-        gpus.append(GpuInfo(name=name.strip(), vendor=vendor))
-    return gpus
-
-
-def _nvidia(root: Path) -> tuple[list[GpuInfo], str | None]:
-    gpus: list[GpuInfo] = []
-    for info in sorted((root / "proc/driver/nvidia/gpus").glob("*/information")):
-        for line in (_read(info) or "").splitlines():
-            if line.startswith("Model:"):
-                gpus.append(GpuInfo(name=line.split(":", 1)[1].strip(), vendor="nvidia"))
-    version = _read(root / "proc/driver/nvidia/version")
-    driver = None
-    if version:
-        first = version.splitlines()[0]
-        words = [w for w in first.split() if w[:1].isdigit() and "." in w]
-        driver = f"nvidia {words[0]}" if words else first
-    return gpus, driver
-
-
-def host_info(root: Path = Path("/")) -> HostInfo:
-    """Kernel, GPUs and driver of this host, from uname, sysfs and procfs; best effort, cheap."""
+    Archs the detector only guessed from a product name are not recorded as facts.
+    """
     uname = os.uname()
-    nv_gpus, nv_driver = _nvidia(root)
-    drm = _drm_gpus(root)
-    amd = [g for g in drm if g.vendor == "amd"]
-    archs = _amd_archs(root)
-    gpus: list[GpuInfo] = []
-    for i, g in enumerate(amd):
-        gpus.append(GpuInfo(name=g.name, arch=archs[i] if i < len(archs) else None, vendor="amd"))
-    gpus.extend(nv_gpus or [g for g in drm if g.vendor == "nvidia"])
-    driver = nv_driver
+    found = detect(root, environ={}, tools=no_tools)
+    gpus = tuple(
+        ReportGpu(name=g.product, arch=None if g.arch_guessed else g.arch, vendor=g.vendor)
+        for g in found.gpus
+    )
+    parts: list[str] = []
+    nvidia = next((g.driver_version for g in found.gpus if g.vendor == "nvidia"), None)
+    if nvidia:
+        parts.append(f"nvidia {nvidia}")
+    amd = [g for g in found.gpus if g.vendor == "amd"]
     if amd:
-        amd_version = _read(root / "sys/module/amdgpu/version")
-        kfd = "amdgpu " + (amd_version or f"(in-tree, kernel {uname.release})")
-        driver = f"{driver}; {kfd}" if driver else kfd
-    return HostInfo(kernel=f"{uname.sysname} {uname.release}", machine=uname.machine,
-                    gpus=tuple(gpus), driver=driver)
+        version = amd[0].driver_version
+        if version is None or version.startswith("in-kernel"):
+            version = f"(in-tree, kernel {uname.release})"
+        parts.append(f"amdgpu {version}")
+    return ReportHost(kernel=f"{uname.sysname} {uname.release}", machine=uname.machine,
+                      gpus=gpus, driver="; ".join(parts) or None)
 
 
 def summarize(steps: Iterable[StepResult]) -> str:

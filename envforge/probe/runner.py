@@ -61,7 +61,7 @@ from typing import IO, Any, Protocol
 
 from envforge import __version__
 from envforge.errors import Interrupted, Unavailable
-from envforge.probe.report import HostInfo, ProbeReport, Status, StepResult, host_info, utc_now
+from envforge.probe.report import ProbeReport, ReportHost, Status, StepResult, host_info, utc_now
 from envforge.probe.spec import ProbeSpec
 from envforge.proc import signal_name, spawn, stop_group
 
@@ -323,7 +323,7 @@ def run_probe(
     target: ProbeTarget,
     *,
     listener: ProbeListener | None = None,
-    host: HostInfo | None = None,
+    host: ReportHost | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> ProbeReport:
     """Run the probe described by ``spec`` in ``target``; always returns a full report.

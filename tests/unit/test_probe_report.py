@@ -11,9 +11,9 @@ import pytest
 from envforge.arch import gfx_from_target_version
 from envforge.errors import InvalidInput
 from envforge.probe.report import (
-    GpuInfo,
-    HostInfo,
     ProbeReport,
+    ReportGpu,
+    ReportHost,
     StepResult,
     host_info,
     summarize,
@@ -25,8 +25,8 @@ def _report(*steps: StepResult) -> ProbeReport:
         steps=steps,
         level="full",
         target="python /usr/bin/python3",
-        host=HostInfo(kernel="Linux 6.1", machine="x86_64",
-                      gpus=(GpuInfo("AMD Radeon RX 5700 XT", "gfx1010", "amd"),),
+        host=ReportHost(kernel="Linux 6.1", machine="x86_64",
+                      gpus=(ReportGpu("AMD Radeon RX 5700 XT", "gfx1010", "amd"),),
                       driver="amdgpu (in-tree)"),
         envforge_version="0.1.0",
         created="2026-11-22T05:00:00Z",
@@ -129,8 +129,8 @@ def test_host_info_reads_amd_and_nvidia_from_a_fake_tree(tmp_path: Path) -> None
            "Model: \t\t NVIDIA H100 80GB HBM3\nIRQ: 1\n")
     host = host_info(tmp_path)
     assert host.gpus == (
-        GpuInfo("Radeon RX 5700 XT", "gfx1010", "amd"),
-        GpuInfo("NVIDIA H100 80GB HBM3", None, "nvidia"),
+        ReportGpu("Radeon RX 5700 XT", "gfx1010", "amd"),
+        ReportGpu("NVIDIA H100 80GB HBM3", None, "nvidia"),
     )
     assert host.driver is not None
     assert host.driver.startswith("nvidia 550.54.14; amdgpu")

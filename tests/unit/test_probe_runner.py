@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from envforge.errors import Unavailable
-from envforge.probe.report import HostInfo, StepResult
+from envforge.probe.report import ReportHost, StepResult
 from envforge.probe.runner import (
     LocalPythonTarget,
     WorkerHandle,
@@ -25,7 +25,7 @@ from envforge.probe.runner import (
 )
 from envforge.probe.spec import ProbeSpec
 
-HOST = HostInfo(kernel="Linux test", machine="x86_64")
+HOST = ReportHost(kernel="Linux test", machine="x86_64")
 
 PRELUDE = """
 import json, os, signal, sys, time

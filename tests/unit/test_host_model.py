@@ -1,0 +1,82 @@
+"""One host model: detect.GpuInfo/HostInfo; the probe report records host facts through
+detect; product and PCI-id tables come from the compatibility table, not from code."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from envforge import detect as detect_module
+from envforge.detect import detect, no_tools
+from envforge.knowledge import load_table
+from envforge.probe.report import ReportGpu, host_info
+
+SYSFS = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"
+
+
+@pytest.mark.parametrize("case", ["rx5700xt", "rx6700xt", "mi300x", "h100", "none"])
+def test_report_host_is_detect_seen_through_sysfs(case: str) -> None:
+    found = detect(SYSFS / case, environ={}, tools=no_tools)
+    report = host_info(SYSFS / case)
+    assert [g.name for g in report.gpus] == [g.product for g in found.gpus]
+    assert [g.vendor for g in report.gpus] == [g.vendor for g in found.gpus]
+    # Only archs the host states are facts; product-name guesses stay out of the report.
+    assert [g.arch for g in report.gpus] == [
+        None if g.arch_guessed else g.arch for g in found.gpus
+    ]
+
+
+def test_report_json_shape_is_unchanged() -> None:
+    report = host_info(SYSFS / "rx6700xt")
+    assert list(report.to_dict()) == ["kernel", "machine", "gpus", "driver"]
+    assert report.gpus == (ReportGpu("AMD Radeon RX 6700 XT", "gfx1031", "amd"),)
+    assert report.driver == "amdgpu 6.8.5"
+
+
+def test_report_kfd_decoding_is_detects(tmp_path: Path) -> None:
+    # probe/report.py's own reader printed the minor digit in decimal: 91200 → gfx9120.
+    props = tmp_path / "sys/class/kfd/kfd/topology/nodes/1/properties"
+    props.parent.mkdir(parents=True)
+    props.write_text("simd_count 4\ngfx_target_version 91200\n")
+    assert [g.arch for g in host_info(tmp_path).gpus] == ["gfx9c0"]
+    props.write_text("simd_count 4\ngfx_target_version 91600\n")
+    assert [g.arch for g in host_info(tmp_path).gpus] == [None]
+
+
+def test_product_tables_are_data() -> None:
+    assert not hasattr(detect_module, "AMD_DEVICES")
+    assert not hasattr(detect_module, "NVIDIA_PRODUCTS")
+    table = load_table()
+    known = table.amd_pci_product(0x73DF)
+    assert known is not None
+    assert (known.product, known.arch) == ("AMD Radeon RX 6700 XT", "gfx1031")
+    assert table.arch_for_model("NVIDIA GeForce RTX 4060 Ti") == "sm_89"
+    assert table.arch_for_model("NVIDIA TITAN X (Pascal)") == "sm_61"
+    assert table.arch_for_model("Matrox G200") is None
+
+
+def test_detect_uses_the_table_it_is_given() -> None:
+    empty = dataclasses.replace(load_table(), amd_pci_ids=(), nvidia_model_names=())
+    amd = detect(SYSFS / "rx6700xt", environ={}, tools=no_tools, table=empty)
+    assert amd.gpus[0].product == "AMD GPU 0x73df"
+    assert amd.gpus[0].arch == "gfx1031"  # from gfx_target_version, not from the table
+    nvidia = detect(SYSFS / "h100", environ={}, tools=no_tools, table=empty)
+    assert nvidia.gpus[0].arch is None
+    shipped = detect(SYSFS / "h100", environ={}, tools=no_tools)
+    assert shipped.gpus[0].arch == "sm_90"
+    assert shipped.gpus[0].arch_guessed
+
+
+def test_drm_product_name_names_a_kfd_gpu(tmp_path: Path) -> None:
+    props = tmp_path / "sys/class/kfd/kfd/topology/nodes/1/properties"
+    props.parent.mkdir(parents=True)
+    props.write_text("simd_count 80\ngfx_target_version 110501\ndrm_render_minor 129\n")
+    card = tmp_path / "sys/class/drm/card1/device"
+    (card / "drm/renderD129").mkdir(parents=True)
+    (card / "vendor").write_text("0x1002\n")
+    (card / "device").write_text("0x1586\n")
+    (card / "product_name").write_text("AMD Radeon 8060S\n")
+    gpu = detect(tmp_path, environ={}, tools=no_tools).gpus[0]
+    assert (gpu.product, gpu.arch) == ("AMD Radeon 8060S", "gfx1151")
