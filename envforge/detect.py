@@ -38,6 +38,7 @@ from envforge.arch import (
     vendor_of,
 )
 from envforge.errors import InvalidInput
+from envforge.hostfs import host_int, numeric_name, read_host_text
 from envforge.knowledge.parse import load_table
 from envforge.knowledge.table import CompatTable
 
@@ -46,6 +47,11 @@ GpuVendor = Literal["amd", "nvidia"]
 AMD_PCI_VENDOR = 0x1002
 NVIDIA_PCI_VENDOR = 0x10DE
 INTEL_PCI_VENDOR = 0x8086
+
+#: The most GPUs ``ENVFORGE_GPU_COUNT`` may assume (the largest hosts have 16).
+MAX_GPU_COUNT = 256
+#: The largest device minor number used in a device path (Linux minors are 20 bits).
+MAX_DEVICE_MINOR = (1 << 20) - 1
 
 #: Seconds each detection tool may run before its whole process group is stopped.
 TOOL_TIMEOUT = 10.0
@@ -179,10 +185,9 @@ def parse_kfd_properties(text: str) -> dict[str, int]:
     for line in text.splitlines():
         parts = line.split()
         if len(parts) == 2:
-            try:
-                out[parts[0]] = int(parts[1], 0)
-            except ValueError:
-                continue
+            value = host_int(parts[1], base=0, minimum=-(2**63), maximum=2**64 - 1)
+            if value is not None:
+                out[parts[0]] = value
     return out
 
 
@@ -280,29 +285,21 @@ def nvidia_arch_for_product(product: str, table: CompatTable | None = None) -> s
 # --------------------------------------------------------------------------- sources
 
 
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
+_read = read_host_text
 
 
 def _read_hex(path: Path) -> int | None:
+    """A PCI id file (``0x1002``): 16 bits, else None."""
     text = _read(path)
-    if text is None:
-        return None
-    try:
-        return int(text.strip(), 16)
-    except ValueError:
-        return None
+    return None if text is None else host_int(text, base=16, maximum=0xFFFF)
 
 
 def _numeric_dirs(folder: Path) -> list[Path]:
     try:
-        entries = [p for p in folder.iterdir() if p.name.isdigit()]
+        entries = [(n, p) for p in folder.iterdir() if (n := numeric_name(p.name)) is not None]
     except OSError:
         return []
-    return sorted(entries, key=lambda p: int(p.name))
+    return [p for _n, p in sorted(entries)]
 
 
 def _amd_driver(root: Path, kernel: str) -> str | None:
@@ -328,13 +325,15 @@ def _amd_from_kfd(root: Path, kernel: str, table: TableSource) -> list[GpuInfo]:
             continue
         arch = gfx_from_target_version(props.get("gfx_target_version", 0))
         device_id = props.get("device_id")
+        if device_id is not None and not 0 <= device_id <= 0xFFFF:
+            device_id = None
         known = table().amd_pci_product(device_id) if device_id else None
         product = (
             known.product if known else (f"AMD GPU 0x{device_id:04x}" if device_id else "AMD GPU")
         )
         nodes = ["/dev/kfd"]
         minor = props.get("drm_render_minor")
-        if minor:
+        if minor and 0 < minor <= MAX_DEVICE_MINOR:
             nodes.append(f"/dev/dri/renderD{minor}")
         gpus.append(
             GpuInfo(
@@ -371,7 +370,7 @@ def _drm_cards(root: Path) -> list[DrmCard]:
     drm = root / "sys/class/drm"
     try:
         cards = sorted(
-            (p for p in drm.iterdir() if re.fullmatch(r"card[0-9]+", p.name, re.ASCII)),
+            (p for p in drm.iterdir() if re.fullmatch(r"card[0-9]{1,6}", p.name, re.ASCII)),
             key=lambda p: int(p.name[4:]),
         )
     except OSError:
@@ -449,7 +448,9 @@ def _nvidia_from_proc(root: Path, table: TableSource) -> list[GpuInfo]:
     for bus in buses:
         info = parse_nvidia_information(_read(bus / "information") or "")
         model = info.get("Model", "NVIDIA GPU")
-        minor = info.get("Device Minor", str(len(gpus)))
+        minor = host_int(info.get("Device Minor", ""), maximum=MAX_DEVICE_MINOR)
+        if minor is None:
+            minor = len(gpus)
         device = _read_hex(root / "sys/bus/pci/devices" / bus.name / "device")
         arch = table().arch_for_model(model)
         gpus.append(
@@ -561,6 +562,17 @@ def _merge_smi(gpus: list[GpuInfo], rows: list[SmiRow]) -> list[GpuInfo]:
     return merged
 
 
+def _printable(env: Mapping[str, str], name: str) -> str:
+    """An override variable's text; control characters and undecodable bytes refused."""
+    value = env.get(name, "").strip()
+    if len(value) > 200 or not value.isprintable():
+        raise InvalidInput(
+            f"{name} holds control characters, invalid bytes or more than 200 characters",
+            hint=f"set {name} to plain text",
+        )
+    return value
+
+
 def _overridden(
     env: Mapping[str, str], detected: list[GpuInfo]
 ) -> tuple[list[GpuInfo], list[str]] | None:
@@ -599,17 +611,18 @@ def _overridden(
             hint="gfx… archs are amd, sm_… archs are nvidia",
         )
     count_text = env.get("ENVFORGE_GPU_COUNT", "1").strip() or "1"
-    if not count_text.isdigit() or int(count_text) < 1:
+    count = host_int(count_text, minimum=1, maximum=MAX_GPU_COUNT)
+    if count is None:
         raise InvalidInput(
             f"ENVFORGE_GPU_COUNT={count_text!r} is not a positive count",
-            hint="e.g. ENVFORGE_GPU_COUNT=2",
+            hint=f"e.g. ENVFORGE_GPU_COUNT=2 (at most {MAX_GPU_COUNT})",
         )
     product = (
-        env.get("ENVFORGE_GPU_PRODUCT", "").strip()
+        _printable(env, "ENVFORGE_GPU_PRODUCT")
         or f"{vendor.upper()} GPU {arch} (override)".strip()
     )
     gpus: list[GpuInfo] = []
-    for i in range(int(count_text)):
+    for i in range(count):
         nodes = (
             ("/dev/kfd", f"/dev/dri/renderD{128 + i}")
             if vendor == "amd"
@@ -713,7 +726,7 @@ def detect(
         gpus, more = forced
         notes.extend(more)
         sources.append("override")
-    driver = env.get("ENVFORGE_DRIVER_VERSION", "").strip()
+    driver = _printable(env, "ENVFORGE_DRIVER_VERSION")
     if driver:
         gpus = [replace(g, driver_version=driver) for g in gpus]
         sources.append("override:driver")

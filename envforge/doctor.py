@@ -25,6 +25,7 @@ from typing import Any, Literal
 from envforge import knowledge
 from envforge.detect import GpuInfo, HostInfo
 from envforge.errors import EnvforgeError
+from envforge.hostfs import host_int, numeric_name, read_host_text
 from envforge.recipe.model import Recipe
 
 Severity = Literal["ok", "warn", "block"]
@@ -131,18 +132,17 @@ def parse_group_file(text: str) -> dict[str, tuple[int, tuple[str, ...]]]:
     out: dict[str, tuple[int, tuple[str, ...]]] = {}
     for line in text.splitlines():
         parts = line.strip().split(":")
-        if len(parts) < 4 or not parts[2].isdigit():
+        gid = host_int(parts[2], maximum=2**32 - 1) if len(parts) >= 4 else None
+        if gid is None:
             continue
         members = tuple(m for m in parts[3].split(",") if m)
-        out[parts[0]] = (int(parts[2]), members)
+        out[parts[0]] = (gid, members)
     return out
 
 
 def _groups(root: Path) -> dict[str, tuple[int, tuple[str, ...]]]:
-    try:
-        return parse_group_file((root / "etc/group").read_text(encoding="utf-8", errors="replace"))
-    except OSError:
-        return {}
+    text = read_host_text(root / "etc/group", max_bytes=4 << 20)
+    return {} if text is None else parse_group_file(text)
 
 
 def _group_name(
@@ -299,10 +299,11 @@ def check_groups(
 def _version_tuple(text: str) -> tuple[int, ...] | None:
     parts: list[int] = []
     for piece in text.strip().split("."):
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        if not digits:
+        digits = "".join(ch for ch in piece if ch in "0123456789")
+        number = host_int(digits, maximum=10**9) if digits else None
+        if number is None:
             break
-        parts.append(int(digits))
+        parts.append(number)
     return tuple(parts) or None
 
 
@@ -386,7 +387,7 @@ def gpu_holders(
     skip = set(exclude)
     found: list[tuple[int, str, str]] = []
     try:
-        pids = sorted(int(p.name) for p in (root / "proc").iterdir() if p.name.isdigit())
+        pids = sorted(n for p in (root / "proc").iterdir() if (n := numeric_name(p.name)))
     except OSError:
         return found
     for pid in pids:
@@ -406,10 +407,8 @@ def gpu_holders(
         hits = sorted(targets & wanted)
         if not hits:
             continue
-        try:
-            comm = (root / "proc" / str(pid) / "comm").read_text(errors="replace").strip()
-        except OSError:
-            comm = "?"
+        text = read_host_text(root / "proc" / str(pid) / "comm")
+        comm = "?" if text is None else text.strip()
         found.extend((pid, comm, node) for node in hits)
     return found
 

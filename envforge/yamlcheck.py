@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import difflib
 import math
-import os
 import re
-import stat
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -33,6 +31,7 @@ from typing import Any, TypeVar
 import yaml
 
 from envforge.errors import DataFileError
+from envforge.fsutil import FileTooLarge, NotRegularFile, read_limited
 
 #: Largest data file read (bytes). Recipes are a few kB, the shipped table about 26 kB.
 MAX_BYTES = 1 << 20
@@ -102,40 +101,24 @@ def read_text(
     """
     where = str(path) if source is None else source
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        data = read_limited(path, max_bytes)
     except FileNotFoundError:
         raise error(where, "", "no such file") from None
+    except IsADirectoryError:
+        raise error(where, "", "is a directory", hint="give the path of a .yaml file") from None
+    except NotRegularFile:
+        raise error(
+            where, "", "is not a regular file (a FIFO, socket or device)",
+            hint="give the path of a .yaml file",
+        ) from None
+    except FileTooLarge as exc:
+        size = f"is {exc.size} bytes, more than" if exc.size is not None else "is more than"
+        raise error(
+            where, "", f"{size} the {max_bytes} bytes allowed",
+            hint="data files are small text files; check the path",
+        ) from None
     except OSError as exc:
         raise error(where, "", f"cannot be read: {exc.strerror or exc}") from None
-    try:
-        info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):
-            raise error(where, "", "is a directory", hint="give the path of a .yaml file")
-        if not stat.S_ISREG(info.st_mode):
-            raise error(
-                where, "", "is not a regular file (a FIFO, socket or device)",
-                hint="give the path of a .yaml file",
-            )
-        if info.st_size > max_bytes:
-            raise error(
-                where, "", f"is {info.st_size} bytes, more than the {max_bytes} allowed",
-                hint="data files are small text files; check the path",
-            )
-        chunks: list[bytes] = []
-        left = max_bytes + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 16))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-    except OSError as exc:
-        raise error(where, "", f"cannot be read: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    data = b"".join(chunks)
-    if len(data) > max_bytes:
-        raise error(where, "", f"is more than the {max_bytes} bytes allowed")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
