@@ -264,11 +264,14 @@ def parse(text: str, source: str, *, error: ErrorType = DataFileError) -> Any:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise error(source, where, f"not valid YAML: {problem}") from None
+        raise error(source, where, f"not valid YAML: {problem}",
+                    hint="fix the YAML syntax there (quote text with special characters)") from None
     except (RecursionError, MemoryError):  # belt and braces: the limits above come first
-        raise error(source, "", "too large or too deeply nested to read") from None
+        raise error(source, "", "too large or too deeply nested to read",
+                    hint="data files are small and flat") from None
     except (ValueError, OverflowError, TypeError) as exc:  # a constructor's own refusal
-        raise error(source, "", f"not valid YAML: {exc}") from None
+        raise error(source, "", f"not valid YAML: {exc}",
+                    hint="quote the value if it is meant as text") from None
 
 
 # --------------------------------------------------------------------------- typed access

@@ -12,6 +12,8 @@ values and the lookups other modules use:
 - :meth:`CompatTable.min_driver` — the NVIDIA driver floor of a CUDA version.
 - :meth:`CompatTable.distro_python` — the python3 of a known base image.
 - :meth:`CompatTable.recipe_arch_for` — which recipe archs can serve a detected arch.
+- :meth:`CompatTable.amd_pci_product` / :meth:`CompatTable.arch_for_model` — the product
+  and arch of an AMD PCI device id or an NVIDIA driver model name (for ``detect``).
 
 Arch arithmetic (gfx ↔ ISA, SASS compatibility) is :mod:`envforge.arch`.
 """

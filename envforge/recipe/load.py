@@ -134,7 +134,7 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
             if raw.lstrip()[:1] in ("[", "{", '"', "'") or "not valid YAML" not in exc.message:
                 raise RecipeError(
                     "--set", key, f"value refused: {exc.message.removeprefix('--set: ')}",
-                    hint=exc.hint or "quote the value",
+                    hint="quote the value" if "not valid YAML" in exc.message else exc.hint,
                 ) from None
             value = raw
         parts = key.split(".")
