@@ -676,3 +676,12 @@ def test_2_5_cp313_and_1_12_sources_and_numpy_yank() -> None:
     assert rocm50.confidence == "verified"
     np24 = next(n for n in t.numpy_releases if n.series == "2.4")
     assert dict(np24.yanked).keys() == {"2.4.0"}
+
+
+def test_variant_hint_prefers_a_confirmed_variant() -> None:
+    recipe = Catalogue.default().load(
+        "sm_90", ["torch.version=2.15.0", "cuda=12.6", f"torch.index={WHL}/cu126"]
+    )
+    found = check(recipe)
+    assert found[0].rule == "variant-published"
+    assert 'set cuda: "13.2"' in found[0].hint  # not the unconfirmed cu134
