@@ -24,6 +24,7 @@ import os
 import re
 import socket
 import ssl
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -375,8 +376,16 @@ class IndexClient:
 
     def __post_init__(self) -> None:
         self._ssl = _ssl_context(self.environ)
+        #: hosts whose name did not resolve or that refused the connection: later
+        #: requests to them fail at once with the same reason
+        self._down: dict[str, str] = {}
+        self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ requests
+
+    def _count(self, what: str) -> None:
+        with self._lock:
+            setattr(self.stats, what, getattr(self.stats, what) + 1)
 
     def get(
         self, url: str, accept: str = "*/*", *, immutable: bool = False
@@ -387,12 +396,18 @@ class IndexClient:
         fresh = cached is not None and now - float(cached["stored"]) < self.max_age
         if cached is not None and cached.get("status") == 404:
             if fresh:  # a remembered 404 (wheel metadata the index does not serve)
-                self.stats.cache += 1
+                self._count("cache")
                 return IndexProblem(url, "http", "HTTP 404 Not Found (cached)", 404)
             cached = None
         elif cached is not None and (immutable or fresh):
-            self.stats.cache += 1
+            self._count("cache")
             return Response(url, _body(cached), str(cached["content_type"]), "cache")
+        host = urllib.parse.urlsplit(url).netloc
+        with self._lock:
+            down = self._down.get(host)
+        if down is not None:
+            self._count("failed")
+            return IndexProblem(url, "unreachable", down)
         headers = {"Accept": accept, "User-Agent": USER_AGENT}
         if cached is not None:
             if cached.get("etag"):
@@ -411,24 +426,27 @@ class IndexClient:
             if exc.code == 304 and cached is not None:
                 cached["stored"] = now
                 self._save(url, accept, cached)
-                self.stats.revalidated += 1
+                self._count("revalidated")
                 return Response(url, _body(cached), str(cached["content_type"]), "revalidated")
-            self.stats.failed += 1
+            self._count("failed")
             if exc.code == 404 and immutable and self.max_age > 0:
                 self._save(url, accept, {"url": url, "stored": now, "status": 404, "body": ""})
             return IndexProblem(url, "http", f"HTTP {exc.code} {exc.reason}", exc.code)
         except (TimeoutError, socket.timeout):
-            self.stats.failed += 1
+            self._count("failed")
             return IndexProblem(url, "timeout", f"no answer within {self.timeout:g} s")
         except urllib.error.URLError as exc:
-            self.stats.failed += 1
+            self._count("failed")
             if isinstance(exc.reason, (TimeoutError, socket.timeout)):
                 return IndexProblem(url, "timeout", f"no answer within {self.timeout:g} s")
+            if isinstance(exc.reason, (socket.gaierror, ConnectionRefusedError)):
+                with self._lock:
+                    self._down.setdefault(host, str(exc.reason))
             return IndexProblem(url, "unreachable", str(exc.reason))
         except (OSError, ValueError) as exc:  # connection reset, bad URL, ssl errors
-            self.stats.failed += 1
+            self._count("failed")
             return IndexProblem(url, "unreachable", str(exc) or type(exc).__name__)
-        self.stats.network += 1
+        self._count("network")
         if etag or modified or immutable or self.max_age > 0:
             self._save(
                 url,

@@ -196,3 +196,18 @@ def test_pytorch_variant_indexes(server: IndexServer, cli: Envforge) -> None:
     assert any(p["url"] == f"{server.url}/whl/rocm7.2/torch/" for p in data["problems"])
     roots = {r["role"]: r for r in data["roots"]}
     assert roots["pytorch-index"]["answered"] == 2
+
+
+def test_unreachable_pytorch_root_is_one_problem(server: IndexServer, cli: Envforge) -> None:
+    # nothing listens on port 1: every variant listing is refused, reported as one line
+    done = cli(
+        "knowledge", "refresh", "--index", f"{server.url}/simple",
+        "--pytorch-index", "http://127.0.0.1:1/whl", timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stdout.splitlines() if line.startswith("problem: ")]
+    assert len(lines) == 1
+    assert lines[0].startswith("problem: http://127.0.0.1:1/whl/... (")
+    assert "listings): unreachable: " in lines[0]
+    assert "pytorch-index http://127.0.0.1:1/whl: " in done.stdout
+    assert "did not answer (skipped)" in done.stdout
