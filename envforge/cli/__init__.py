@@ -33,6 +33,7 @@ recipes.register(cli)
 probe_cmd.register(cli)
 docker_cmd.register(cli)
 host_cmd.register(cli)
+from envforge.cli import knowledge as knowledge_cmd; knowledge_cmd.register(cli)  # noqa: E402, E702, I001
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,6 +9,7 @@ values of :mod:`envforge.knowledge.table`. Every refusal is a
 
 from __future__ import annotations
 
+import datetime
 import functools
 import re
 from collections.abc import Mapping, Sequence
@@ -95,6 +96,7 @@ _RELEASE_KEYS = (
     "source",
     "note",
     "variants",
+    "checked",
 )
 _VARIANT_KEYS = (
     "name",
@@ -139,6 +141,7 @@ class _ArchRule:
     torch_min: Version | None
     confidence: Confidence
     source: str
+    rocm_below: Version | None = None
 
 
 @dataclass(frozen=True)
@@ -322,7 +325,7 @@ def _numpy_releases(c: _Check, raw: object) -> tuple[tuple[NumpyRelease, ...], s
         row = c.mapping(
             item,
             path,
-            ("series", "versions", "python", "python_from"),
+            ("series", "versions", "python", "python_from", "yanked"),
             ("series", "versions", "python"),
         )
         low, high = c.python(row["python"], f"{path}.python")
@@ -339,6 +342,12 @@ def _numpy_releases(c: _Check, raw: object) -> tuple[tuple[NumpyRelease, ...], s
         for py, ver in python_from:
             if ver not in versions or not PYTHON_RE.match(py):
                 raise c.fail(f"{path}.python_from", f"{py}: {ver} is not a version of the series")
+        y_raw = row.get("yanked") or {}
+        y_map = c.mapping(y_raw, f"{path}.yanked", list(y_raw) if isinstance(y_raw, dict) else [])
+        yanked = tuple((str(k), c.text(v, f"{path}.yanked.{k}")) for k, v in y_map.items())
+        for ver, _ in yanked:
+            if ver not in versions:
+                raise c.fail(f"{path}.yanked", f"{ver} is not a version of the series")
         out.append(
             NumpyRelease(
                 series=c.text(row["series"], f"{path}.series"),
@@ -346,6 +355,7 @@ def _numpy_releases(c: _Check, raw: object) -> tuple[tuple[NumpyRelease, ...], s
                 python_min=low,
                 python_max=high,
                 python_from=python_from,
+                yanked=yanked,
             )
         )
     return tuple(out), source
@@ -365,14 +375,16 @@ def _arch_rule(c: _Check, raw: object, i: int) -> _ArchRule:
     body = c.mapping(
         raw,
         path,
-        ("archs", "rocm_min", "torch_min", "confidence", "source"),
+        ("archs", "rocm_min", "rocm_below", "torch_min", "confidence", "source"),
         ("archs", "rocm_min", "source"),
     )
     torch_min = body.get("torch_min")
+    below = body.get("rocm_below")
     return _ArchRule(
         archs=tuple(c.gfx(a, f"{path}.archs") for a in c.texts(body["archs"], f"{path}.archs")),
         rocm_min=c.version(body["rocm_min"], f"{path}.rocm_min"),
         torch_min=None if torch_min is None else c.version(torch_min, f"{path}.torch_min"),
+        rocm_below=None if below is None else c.version(below, f"{path}.rocm_below"),
         confidence=c.confidence(body.get("confidence"), f"{path}.confidence"),
         source=c.text(body["source"], f"{path}.source"),
     )
@@ -428,6 +440,7 @@ def _release(
     if breaks is not None and not numpy_source:
         raise c.fail(f"{path}.numpy_source", "missing (numpy_breaks needs a source)")
     release_source = c.text(body["source"], f"{path}.source")
+    checked = _checked(c, body.get("checked"), f"{path}.checked")
     torch_v = Version(series)
     form_default: IndexForm = "extra-index-url" if torch_v < Version("2.0") else "index-url"
 
@@ -478,7 +491,8 @@ def _release(
             a_src: list[tuple[str, str]] = []
             for rule in arch_rules:
                 torch_ok = rule.torch_min is None or torch_v >= rule.torch_min
-                if rocm_v >= rule.rocm_min and torch_ok:
+                below_ok = rule.rocm_below is None or rocm_v < rule.rocm_below
+                if rocm_v >= rule.rocm_min and torch_ok and below_ok:
                     for arch in rule.archs:
                         a_list.append(arch)
                         a_src.append((arch, rule.source))
@@ -545,7 +559,21 @@ def _release(
         source=release_source,
         variants=tuple(variants),
         note=c.opt_str(body.get("note"), f"{path}.note"),
+        checked=checked,
     )
+
+
+def _checked(c: _Check, raw: object, path: str) -> str:
+    """A ``checked:`` date (``2026-11-23``, quoted or not) as ISO text; "" when absent."""
+    if raw is None:
+        return ""
+    if isinstance(raw, datetime.date) and not isinstance(raw, datetime.datetime):
+        return raw.isoformat()
+    text = c.text(raw, path)
+    try:
+        return datetime.date.fromisoformat(text).isoformat()
+    except ValueError:
+        raise c.fail(path, f"{text!r} is not a date like 2026-11-23") from None
 
 
 def _python_exceptions(c: _Check, raw: object, path: str) -> tuple[PythonException, ...]:

@@ -210,7 +210,8 @@ def _variant_hint(recipe: Recipe, release: Release, t: CompatTable) -> str:
     same_kind = [v for v in release.variants if v.kind == kind]
     parts = []
     if same_kind and kind != "cpu":
-        latest = same_kind[-1]
+        sure = [v for v in same_kind if v.confidence != "uncertain"] or same_kind
+        latest = sure[-1]
         parts.append(f'set {kind}: "{latest.version}" (torch {release.series} publishes '
                      f"{', '.join(v.name for v in same_kind)})")
     others = t.releases_with(recipe.accelerator)

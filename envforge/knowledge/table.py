@@ -175,6 +175,8 @@ class Release:
     source: str
     variants: tuple[Variant, ...]
     note: str = ""
+    #: ISO date the row was last compared with the package index ("" when never).
+    checked: str = ""
 
     def variant(self, name: str) -> Variant | None:
         for v in self.variants:
@@ -243,6 +245,8 @@ class NumpyRelease:
     python_max: str
     #: (python, first version of the series with a wheel for it)
     python_from: tuple[tuple[str, str], ...]
+    #: (version, reason) of the versions the index marks yanked
+    yanked: tuple[tuple[str, str], ...] = ()
 
     def installable(self, python: str) -> tuple[str, ...]:
         """Versions of the series that have a wheel for ``python``."""

@@ -319,8 +319,8 @@ def test_show_prints_reasons(capsys: pytest.CaptureFixture[str]) -> None:
 def test_table_parses_and_every_row_has_a_source() -> None:
     t = load_table()
     assert next(r.series for r in t.releases) == "1.12"
-    assert [r.series for r in t.releases][-1] == "2.13"
-    assert len(t.releases) == 16
+    assert [r.series for r in t.releases][-1] == "2.15"
+    assert len(t.releases) == 18
     for r in t.releases:
         assert r.source
         assert r.versions
@@ -414,7 +414,9 @@ def test_cuda_arch_coverage() -> None:
     assert not cu128.covers("sm_61")
     assert cu128.covers("sm_70")
     assert not cu130.covers("sm_70")  # CUDA 13 has no Volta
-    assert cu130.covers("sm_121")  # PTX sm_120 JITs forward
+    assert cu130.covers("sm_121")  # sm_120 SASS runs on sm_121 (same major)
+    assert cu130.ptx is None  # the index's cu130 wheels carry no PTX (audit E6)
+    assert not cu130.covers("sm_110")
     assert not cu126.covers("sm_120")
     assert sm_covered("sm_90a", ["sm_90a"])
     assert not sm_covered("sm_90", ["sm_90a"])
@@ -543,6 +545,12 @@ def _raw_table() -> dict[str, Any]:
             lambda d: d["releases"][8]["variants"][0].update(form="extra-index-url"),
             id="wrong-index-form",
         ),
+        pytest.param(lambda d: d["releases"][0].update(checked="23/11/2026"), id="bad-checked"),
+        pytest.param(lambda d: d["rocm_archs"][0].update(rocm_below="x"), id="bad-rocm-below"),
+        pytest.param(
+            lambda d: d["numpy_releases"]["series"][12].update(yanked={"9.9.9": "why"}),
+            id="numpy-yanked-unknown-version",
+        ),
     ],
 )
 def test_malformed_table_is_refused(mutate: Any) -> None:
@@ -556,3 +564,125 @@ def test_shipped_table_file_is_the_one_loaded() -> None:
     assert data_file("compat.yaml").is_file()
     assert Path(data_file("compat.yaml")).parent.name == "data"
     assert parse_table(_raw_table()) == load_table()
+
+
+# --------------------------------------------------------------------------- audit 2026-11-23
+
+
+def test_every_release_row_was_checked_against_the_index() -> None:
+    for r in load_table().releases:
+        assert r.checked == "2026-11-23", r.series
+
+
+@pytest.mark.parametrize(
+    ("series", "default"),
+    [
+        ("1.12", "cu102"), ("1.13", "cu117"), ("2.0", "cu117"), ("2.1", "cu121"),
+        ("2.2", "cu121"), ("2.3", "cu121"), ("2.4", "cu121"), ("2.5", "cu124"),
+        ("2.6", "cu124"), ("2.7", "cu126"), ("2.8", "cu128"), ("2.9", "cu128"),
+        ("2.10", "cu128"), ("2.11", "cu130"), ("2.12", "cu130"), ("2.13", "cu130"),
+        ("2.14", "cu130"), ("2.15", "cu132"),
+    ],
+)
+def test_every_release_names_its_package_index_build(series: str, default: str) -> None:
+    release = load_table().series(series)
+    assert release is not None
+    assert [v.name for v in release.variants if v.pypi_default] == [default]
+
+
+def test_pypi_default_needs_no_index() -> None:
+    # torch==2.13.0 from the default index is the cu130 build (audit E3)
+    recipe = Catalogue.default().load("sm_90")
+    plain = replace(recipe, torch=replace(recipe.torch, version="2.13.0", index=None))
+    assert [v.rule for v in check(plain)] == []
+
+
+def test_new_releases_2_14_and_2_15() -> None:
+    t = load_table()
+    r214, r215 = t.series("2.14"), t.series("2.15")
+    assert r214 is not None
+    assert r215 is not None
+    assert r214.versions == ("2.14.0", "2.14.1")
+    assert (r214.python_min, r214.python_max) == ("3.10", "3.14")
+    assert r214.variant_names == ("rocm7.2", "rocm7.14", "cu126", "cu130", "cu132", "cpu")
+    assert r215.versions == ("2.15.0",)
+    assert (r215.python_min, r215.python_max) == ("3.11", "3.15")
+    assert r215.variant("cu126") is None  # removed (test-infra#8739)
+    cu132 = r215.variant("cu132")
+    assert cu132 is not None
+    assert cu132.confidence == "verified"
+    assert cu132.ptx is None
+    for name in ("rocm7.14", "rocm10.0", "cu130", "cu134", "cpu"):
+        v = r215.variant(name)
+        assert v is not None, name
+        assert v.confidence == "uncertain", name
+    rocm714 = r214.variant("rocm7.14")
+    rocm72 = r214.variant("rocm7.2")
+    assert rocm714 is not None
+    assert rocm72 is not None
+    assert "gfx906" not in rocm714.archs
+    assert "gfx900" not in rocm714.archs
+    assert "gfx906" in rocm72.archs
+
+
+def test_pascal_is_served_through_2_14_and_not_after() -> None:
+    t = load_table()
+    assert t.variant("2.14.1", "cu126") is not None
+    assert all(not v.covers("sm_61") for v in t.releases[-1].variants if v.kind == "cuda")
+    assert Catalogue.default().load("sm_61").torch.version == "2.14.1"
+
+
+def test_sass_lists_from_the_wheels() -> None:
+    t = load_table()
+    cu102 = t.variant("1.12.1", "cu102")
+    assert cu102 is not None
+    assert cu102.archs == ("sm_37", "sm_50", "sm_60", "sm_70")
+    assert not cu102.covers("sm_35")  # Kepler K40 has no kernels (audit E5)
+    for version, name in [("1.13.1", "cu117"), ("2.0.1", "cu118"), ("2.4.1", "cu121")]:
+        v = t.variant(version, name)
+        assert v is not None
+        assert "sm_61" not in v.archs, (version, name)
+        assert v.covers("sm_61"), (version, name)
+    for version in ("2.11.0", "2.12.1", "2.13.0", "2.14.1"):
+        v = t.variant(version, "cu130")
+        assert v is not None, version
+        assert v.ptx is None, version
+
+
+def test_gfx1103_is_in_2_13_wheels_with_a_caveat() -> None:
+    t = load_table()
+    v213 = t.variant("2.13.0", "rocm7.2")
+    v212 = t.variant("2.12.1", "rocm7.2")
+    assert v213 is not None
+    assert v212 is not None
+    assert "gfx1103" in v213.archs_uncertain
+    assert "Caveat" in v213.arch_source("gfx1103")
+    assert "gfx1103" not in v212.archs
+
+
+def test_2_5_cp313_and_1_12_sources_and_numpy_yank() -> None:
+    t = load_table()
+    for name in ("cu118", "cu121", "cu124", "cpu"):
+        v = t.variant("2.5.1", name)
+        assert v is not None, name
+        assert v.admits_python("3.13"), name
+    rocm = t.variant("2.5.1", "rocm6.2")
+    assert rocm is not None
+    assert not rocm.admits_python("3.13")
+    r112 = t.series("1.12")
+    assert r112 is not None
+    assert "TI" not in r112.source.split("; ")
+    rocm50 = r112.variant("rocm5.0")
+    assert rocm50 is not None
+    assert rocm50.confidence == "verified"
+    np24 = next(n for n in t.numpy_releases if n.series == "2.4")
+    assert dict(np24.yanked).keys() == {"2.4.0"}
+
+
+def test_variant_hint_prefers_a_confirmed_variant() -> None:
+    recipe = Catalogue.default().load(
+        "sm_90", ["torch.version=2.15.0", "cuda=12.6", f"torch.index={WHL}/cu126"]
+    )
+    found = check(recipe)
+    assert found[0].rule == "variant-published"
+    assert 'set cuda: "13.2"' in found[0].hint  # not the unconfirmed cu134

@@ -1,0 +1,144 @@
+"""``knowledge refresh`` and ``knowledge status``: the compatibility table against the indexes."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from envforge.cli.common import echo_json, json_option
+from envforge.errors import InvalidInput
+from envforge.fsutil import write_atomically
+from envforge.knowledge import load_table
+from envforge.knowledge.index import IndexClient, default_cache_dir, pip_index_url
+from envforge.knowledge.refresh import STALE_DAYS, refresh, status
+
+
+def register(group: click.Group) -> None:
+    group.add_command(knowledge)
+
+
+@click.group()
+def knowledge() -> None:
+    """The compatibility table: compare it with the package indexes."""
+
+
+def _client_options(func: Any) -> Any:
+    func = click.option(
+        "--timeout",
+        type=click.FloatRange(min=0.1),
+        default=10.0,
+        show_default=True,
+        help="Seconds to wait for each request.",
+    )(func)
+    return click.option(
+        "--max-age",
+        type=click.FloatRange(min=0),
+        default=600.0,
+        show_default=True,
+        help="Use a cached listing younger than this without asking the index "
+        "(0: always revalidate with ETag / Last-Modified). Cache: $ENVFORGE_HOME/cache/index.",
+    )(func)
+
+
+def _default_index() -> str:
+    url = pip_index_url()
+    if not url:
+        raise InvalidInput(
+            "no --index given and pip names no index", hint="pass --index URL (a simple-API root)"
+        )
+    return url
+
+
+@knowledge.command("refresh")
+@click.option(
+    "--index",
+    "indexes",
+    multiple=True,
+    metavar="URL",
+    help="Simple-API root (repeatable; project pages URL/torch/, URL/numpy/). "
+    "Default: the index pip is configured with.",
+)
+@click.option(
+    "--pytorch-index",
+    "pytorch_indexes",
+    multiple=True,
+    metavar="URL",
+    help="PyTorch wheel root whose variant indexes are URL/<variant>/torch/ (repeatable). "
+    "Default: the table's index_root.",
+)
+@click.option("--no-pytorch-index", is_flag=True, help="Read no PyTorch variant index.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the proposed rows (confidence: uncertain) to this overlay file.",
+)
+@_client_options
+@json_option
+def refresh_cmd(
+    *,
+    indexes: tuple[str, ...],
+    pytorch_indexes: tuple[str, ...],
+    no_pytorch_index: bool,
+    output: Path | None,
+    timeout: float,
+    max_age: float,
+    as_json: bool,
+) -> None:
+    """List what the indexes publish that the table lacks or states differently.
+
+    An index that does not answer is reported and skipped; exit 4 only when none answers.
+    """
+    table = load_table()
+    roots = list(indexes) or [_default_index()]
+    proots = [] if no_pytorch_index else (list(pytorch_indexes) or [table.index_root])
+    client = IndexClient(cache_dir=default_cache_dir(), timeout=timeout, max_age=max_age)
+    report = refresh(table, client, roots, proots)
+    if output is not None:
+        write_atomically(output, report.overlay_yaml())
+    if as_json:
+        data = report.to_dict()
+        data["output"] = None if output is None else str(output)
+        echo_json(data)
+        return
+    for line in report.lines():
+        click.echo(line)
+    if output is not None:
+        click.echo(f"wrote {len(report.proposed)} proposed row(s) to {output}")
+
+
+@knowledge.command("status")
+@click.option(
+    "--index",
+    metavar="URL",
+    help="Simple-API root to compare with (default: the index pip is configured with).",
+)
+@click.option(
+    "--stale-days",
+    type=click.IntRange(min=0),
+    default=STALE_DAYS,
+    show_default=True,
+    help="Report rows whose checked date is older than this.",
+)
+@_client_options
+@json_option
+def status_cmd(
+    *,
+    index: str | None, stale_days: int, timeout: float, max_age: float, as_json: bool
+) -> None:
+    """Is the table current? Exit 0 when it knows every release the index lists, 1 when
+    the index lists a release the table lacks (4: the index did not answer)."""
+    table = load_table()
+    client = IndexClient(cache_dir=default_cache_dir(), timeout=timeout, max_age=max_age)
+    report = status(table, client, index or _default_index(), stale_days=stale_days)
+    if as_json:
+        echo_json(report.to_dict())
+    else:
+        for line in report.lines():
+            click.echo(line)
+    if not report.current:
+        sys.stdout.flush()
+        raise SystemExit(1)

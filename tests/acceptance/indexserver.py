@@ -1,0 +1,171 @@
+"""A real HTTP server on 127.0.0.1 serving recorded index responses (tests/fixtures/index).
+
+Routes (every path ends with ``/<project>/`` like a simple-API project page):
+
+- ``/simple/<p>/``: the recorded PEP 691 JSON page when the client asks for it, else the
+  recorded PEP 503 HTML page (torch only); carries an ETag and answers ``If-None-Match``
+  with 304.
+- ``/html/<p>/``: always the PEP 503 HTML page (a server that ignores ``Accept``).
+- ``/future/<p>/``: the JSON page plus a torch 2.16.0 (the 2.15.0 files renamed): a
+  release the table does not know.
+- ``/slow/<p>/``: answers after ``SLOW_SECONDS``; ``/bad/<p>/``: a truncated JSON page;
+  anything unknown: 404.
+- ``/packages/.../<wheel>.metadata``: the recorded PEP 658 metadata of torch 2.13.0 cp311
+  (404 for every other wheel, as the real index does for many).
+- ``/pypi/torch/json``: the recorded JSON API ``info`` of the newest torch.
+- ``/whl/<variant>/torch/``: PEP 503 pages of PyTorch variant indexes, built from the
+  wheel names in ``VARIANT_FILES`` (the real variant indexes cannot be reached here).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "index"
+PEP691 = "application/vnd.pypi.simple.v1+json"
+SLOW_SECONDS = 3.0
+ETAG = '"recorded-1"'
+METADATA = "torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl.metadata"
+VARIANT_FILES: dict[str, list[str]] = {
+    "cpu": [
+        f"torch-{v}+cpu-cp{py}-cp{py}-manylinux_2_28_x86_64.whl"
+        for v, pys in (("2.13.0", range(310, 315)), ("2.14.1", range(310, 315)),
+                       ("2.15.0", range(311, 316)))
+        for py in pys
+    ],
+    # 2.15 published no cu126 wheels; a listing with one must be reported as new
+    "cu126": [f"torch-2.15.0+cu126-cp{py}-cp{py}-manylinux_2_28_x86_64.whl"
+              for py in range(311, 316)],
+}
+
+
+@dataclass
+class Seen:
+    """One request as the server saw it."""
+
+    path: str
+    headers: dict[str, str]
+    status: int = 0
+
+
+@dataclass
+class IndexServer:
+    url: str
+    requests: list[Seen] = field(default_factory=list)
+
+    def seen(self, path: str) -> list[Seen]:
+        return [r for r in self.requests if r.path == path]
+
+
+def _future_torch() -> bytes:
+    data: dict[str, Any] = json.loads((FIXTURES / "torch.json").read_text(encoding="utf-8"))
+    extra = []
+    for f in data["files"]:
+        if f["filename"].startswith("torch-2.15.0-"):
+            g = copy.deepcopy(f)
+            g["filename"] = f["filename"].replace("2.15.0", "2.16.0")
+            g["url"] = f["url"].replace("2.15.0", "2.16.0")
+            extra.append(g)
+    data["files"] += extra
+    data["versions"].append("2.16.0")
+    return json.dumps(data).encode()
+
+
+def _variant_page(variant: str) -> bytes:
+    links = "\n".join(
+        f'<a href="/whl/{variant}/{name.replace("+", "%2B")}">{name}</a><br/>'
+        for name in VARIANT_FILES[variant]
+    )
+    return f"<!DOCTYPE html>\n<html><body>\n{links}\n</body></html>\n".encode()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_state: IndexServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        return
+
+    def _send(self, status: int, body: bytes = b"", ctype: str = "", etag: str = "") -> None:
+        self.server_state.requests[-1].status = status
+        self.send_response(status)
+        if ctype:
+            self.send_header("Content-Type", ctype)
+        if etag:
+            self.send_header("ETag", etag)
+        self.send_header("Content-Length", str(len(body)))
+        try:
+            self.end_headers()
+            if body:
+                self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            return  # the client gave up (the timeout test)
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        self.server_state.requests.append(Seen(path, dict(self.headers.items())))
+        accept = self.headers.get("Accept", "")
+        parts = [p for p in path.split("/") if p]
+        if path.endswith(".metadata"):
+            if path.endswith("/" + METADATA):
+                self._send(200, (FIXTURES / METADATA).read_bytes(), "application/octet-stream")
+            else:
+                self._send(404)
+            return
+        if path == "/pypi/torch/json":
+            self._send(200, (FIXTURES / "torch-project.json").read_bytes(), "application/json")
+            return
+        if len(parts) == 3 and parts[0] == "whl" and parts[2] == "torch":
+            if parts[1] in VARIANT_FILES:
+                self._send(200, _variant_page(parts[1]), "text/html")
+            else:
+                self._send(404)
+            return
+        if len(parts) != 2 or parts[1] not in ("torch", "numpy"):
+            self._send(404)
+            return
+        kind, project = parts
+        json_page = FIXTURES / f"{project}.json"
+        if kind == "simple":
+            if self.headers.get("If-None-Match") == ETAG:
+                self._send(304, etag=ETAG)
+            elif PEP691 in accept or project == "numpy":
+                self._send(200, json_page.read_bytes(), PEP691, ETAG)
+            else:
+                self._send(200, (FIXTURES / "torch.html").read_bytes(), "text/html", ETAG)
+        elif kind == "html" and project == "torch":
+            self._send(200, (FIXTURES / "torch.html").read_bytes(), "text/html")
+        elif kind == "future":
+            body = _future_torch() if project == "torch" else json_page.read_bytes()
+            self._send(200, body, PEP691)
+        elif kind == "slow":
+            time.sleep(SLOW_SECONDS)
+            self._send(200, json_page.read_bytes(), PEP691)
+        elif kind == "bad":
+            self._send(200, json_page.read_bytes()[:1000], PEP691)
+        else:
+            self._send(404)
+
+
+def serve() -> Iterator[IndexServer]:
+    """Start the server on a free port of 127.0.0.1; stop it when the generator closes."""
+    state = IndexServer("")
+    handler = type("Handler", (_Handler,), {"server_state": state})
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    httpd.daemon_threads = True
+    state.url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=10)
