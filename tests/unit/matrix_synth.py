@@ -128,13 +128,21 @@ def make_certificate(spec: Spec, report: ProbeReport | None = None) -> dict[str,
 
 
 def corpus(n: int, seed: int = 12) -> list[Spec]:
-    """``n`` runs over :data:`FLEET` over 90 days, most passing."""
+    """``n`` runs over :data:`FLEET` over 90 days, most passing; 10 % run the cpu recipe
+    and 5 % another arch's recipe."""
     rng = random.Random(seed)
     start = datetime(2026, 8, 25, tzinfo=timezone.utc)
     outcomes = ["pass"] * 14 + ["fail", "fail", "hang", "crash", "oom", "no-device"]
     specs: list[Spec] = []
+    stacks = {f[4]: f[5] for f in FLEET}
     for _ in range(n):
         vendor, arch, products, drivers, recipe, stack = rng.choice(FLEET)
+        roll = rng.random()
+        if roll < 0.1:  # the cpu stack runs anywhere
+            recipe = "cpu"
+        elif roll < 0.15:  # someone tries another arch's recipe
+            recipe = rng.choice(sorted(stacks))
+        stack = stacks[recipe]
         specs.append(Spec(
             vendor=vendor, arch=arch, product=rng.choice(products) if products else "",
             driver=rng.choice(drivers), recipe=recipe, stack=stack,
