@@ -39,14 +39,14 @@ import json
 import os
 import re
 import socket
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
 from envforge.certify import SCHEMA as CERT_SCHEMA
-from envforge.certify import Certificate, canonical_json
+from envforge.certify import Certificate
 from envforge.detect import nvidia_arch_for_product
 from envforge.errors import EnvforgeError, InvalidInput
 from envforge.probe.report import SCHEMA as PROBE_SCHEMA
@@ -174,8 +174,9 @@ class Redactor:
         return cls(tuple(n for n in names if n and n != "root"))
 
     def __call__(self, text: str) -> str:
-        text = _HOME.sub(lambda m: m.group(1) + "~", text)
-        if self._pattern is not None:
+        if "Users" in text or "/home/" in text:
+            text = _HOME.sub(lambda m: m.group(1) + "~", text)
+        if self._pattern is not None and any(n in text for n in self.names):
             text = self._pattern.sub("<redacted>", text)
         return text
 
@@ -258,11 +259,32 @@ def _outcome(report: ProbeReport) -> Outcome:
     return status
 
 
+def _run_key(report: ProbeReport) -> str:
+    """What identifies a probe run: everything in its report but the environment snapshot
+    (equal for equal runs; the JSON form's key order differs between a ``probe.json`` and
+    a certificate, so the parsed values are hashed, not the text)."""
+    host = report.host
+    identity = (
+        report.created, report.level, report.target, report.seconds, report.recipe_name,
+        report.recipe_hash, report.envforge_version, host.kernel, host.machine, host.driver,
+        tuple((g.name, g.arch, g.vendor) for g in host.gpus),
+        tuple((s.name, s.status, s.seconds, s.detail) for s in report.steps),
+    )
+    return hashlib.sha256(repr(identity).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _redacted_step(step: StepResult, redact: Callable[[str], str]) -> StepResult:
+    name, detail = redact(step.name), redact(step.detail[:DETAIL_LIMIT])
+    if name is step.name and detail is step.detail:
+        return step
+    return StepResult(name=name, status=step.status, seconds=step.seconds, detail=detail)
+
+
 def _from_report(
     raw: Mapping[str, Any],
     *,
     kind: Kind,
-    redact: Redactor,
+    redact: Callable[[str], str],
     recipe: str = "",
     recipe_hash: str = "",
     stack: str = "",
@@ -277,6 +299,7 @@ def _from_report(
         if raw.get(key) is not None and not isinstance(raw[key], kind_of):
             raise EvidenceError(f"key {key!r} is not a JSON object")
     report = ProbeReport.from_dict(raw)
+    key = _run_key(report)
     try:
         created = parse_time(report.created)
     except ValueError:
@@ -285,17 +308,9 @@ def _from_report(
     torch, python = _str(snapshot.get("torch")), _str(snapshot.get("python"))
     runtime, variant = _runtime(snapshot)
     recipe = recipe or _str(report.recipe_name)
-    steps = tuple(
-        StepResult(
-            name=redact(s.name),
-            status=s.status,
-            seconds=round(s.seconds, 3),
-            detail=redact(s.detail[:DETAIL_LIMIT]),
-        )
-        for s in report.steps
-    )
+    steps = tuple(_redacted_step(s, redact) for s in report.steps)
     return Evidence(
-        key=hashlib.sha256(canonical_json(raw).encode()).hexdigest(),
+        key=key,
         kind=kind,
         recipe=recipe,
         recipe_hash=recipe_hash or _str(report.recipe_hash),
@@ -317,7 +332,7 @@ def _from_report(
     )
 
 
-def parse_document(data: Any, redact: Redactor) -> Evidence:
+def parse_document(data: Any, redact: Callable[[str], str]) -> Evidence:
     """One JSON document (already decoded) → :class:`Evidence`; :class:`EvidenceError`
     (never anything else) when it is not one of the recognised forms."""
     try:
@@ -330,7 +345,7 @@ def parse_document(data: Any, redact: Redactor) -> Evidence:
         raise EvidenceError(f"malformed report ({type(exc).__name__}: {exc})") from None
 
 
-def _parse(data: Any, redact: Redactor) -> Evidence:
+def _parse(data: Any, redact: Callable[[str], str]) -> Evidence:
     if not isinstance(data, dict):
         raise EvidenceError("not an envforge report: expected a JSON object")
     schema = data.get("schema")
@@ -412,17 +427,33 @@ def missing_paths(paths: Sequence[Path]) -> list[Path]:
 def read_evidence(paths: Iterable[Path], redact: Redactor | None = None) -> EvidenceSet:
     """Read every report under ``paths`` (folders recursively, files, bundles)."""
     redactor = Redactor.for_this_host() if redact is None else redact
+    memo: dict[str, str] = {}  # step names and details repeat across reports
+
+    def redact_once(text: str) -> str:
+        done = memo.get(text)
+        if done is None:
+            done = redactor(text)
+            if done == text:
+                done = text  # the same object: callers can tell nothing changed
+            if len(memo) < 100_000:
+                memo[text] = done
+        return done
+
     kept: dict[str, Evidence] = {}
     problems: list[Problem] = []
     files = 0
     total = 0
-    seen_files: set[Path] = set()
+    seen_files: set[tuple[int, int]] = set()
     for root in paths:
         for path in _files(root):
-            resolved = path.resolve()
-            if resolved in seen_files:  # the same file named twice (a folder and a file in it)
-                continue
-            seen_files.add(resolved)
+            try:
+                st = path.stat()
+            except OSError:
+                st = None
+            if st is not None:
+                if (st.st_dev, st.st_ino) in seen_files:  # named twice (a folder and a file)
+                    continue
+                seen_files.add((st.st_dev, st.st_ino))
             files += 1
             try:
                 for source, data in _documents(path):
@@ -430,7 +461,7 @@ def read_evidence(paths: Iterable[Path], redact: Redactor | None = None) -> Evid
                         problems.append(Problem(source, data.message))
                         continue
                     try:
-                        record = parse_document(data, redactor)
+                        record = parse_document(data, redact_once)
                     except EvidenceError as exc:
                         problems.append(Problem(source, exc.message))
                         continue

@@ -135,7 +135,8 @@ def corpus(n: int, seed: int = 12) -> list[Spec]:
     outcomes = ["pass"] * 14 + ["fail", "fail", "hang", "crash", "oom", "no-device"]
     specs: list[Spec] = []
     stacks = {f[4]: f[5] for f in FLEET}
-    for _ in range(n):
+    offsets = rng.sample(range(90 * 86400), n)  # distinct times: no two runs are equal
+    for offset in offsets:
         vendor, arch, products, drivers, recipe, stack = rng.choice(FLEET)
         roll = rng.random()
         if roll < 0.1:  # the cpu stack runs anywhere
@@ -147,7 +148,7 @@ def corpus(n: int, seed: int = 12) -> list[Spec]:
             vendor=vendor, arch=arch, product=rng.choice(products) if products else "",
             driver=rng.choice(drivers), recipe=recipe, stack=stack,
             outcome=rng.choice(outcomes),
-            created=start + timedelta(seconds=rng.randrange(90 * 86400)),
+            created=start + timedelta(seconds=offset),
         ))
     return specs
 
