@@ -23,6 +23,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -53,8 +54,15 @@ def write_corpus(folder: Path, n: int) -> None:
         # the report folders also hold probe.junit.xml, as --report DIR writes them
 
 
-def time_command(folder: Path, out: Path) -> tuple[float, dict[str, object]]:
+def _child_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def time_command(folder: Path, out: Path) -> tuple[float, float, dict[str, object]]:
+    """(wall seconds, CPU seconds, the --json summary) of one ``envforge matrix`` process."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
+    cpu = _child_cpu()
     started = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "envforge", "matrix", "--evidence", str(folder / "reports"),
@@ -64,7 +72,7 @@ def time_command(folder: Path, out: Path) -> tuple[float, dict[str, object]]:
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
         sys.exit(f"envforge matrix failed ({done.returncode}): {done.stderr[-2000:]}")
-    return elapsed, json.loads(done.stdout)
+    return elapsed, _child_cpu() - cpu, json.loads(done.stdout)
 
 
 def time_phases(folder: Path, out: Path) -> dict[str, float]:
@@ -118,12 +126,16 @@ def main() -> None:
             print(f"wrote {args.reports} reports under {corpus} in "
                   f"{time.perf_counter() - started:.1f} s", file=sys.stderr)
         site = work / "site"
+        load = os.getloadavg()
         walls: list[float] = []
+        cpus: list[float] = []
         summary: dict[str, object] = {}
         for i in range(args.runs):
-            wall, summary = time_command(corpus, site)
+            wall, cpu, summary = time_command(corpus, site)
             walls.append(wall)
-            print(f"run {i + 1}: envforge matrix {wall:.2f} s", file=sys.stderr)
+            cpus.append(cpu)
+            print(f"run {i + 1}: envforge matrix {wall:.2f} s wall, {cpu:.2f} s CPU",
+                  file=sys.stderr)
         phases = time_phases(corpus, site)
         sizes = {p.name: p.stat().st_size for p in (site / "index.html", site / "matrix.json")}
         print(f"\nmachine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
@@ -131,12 +143,13 @@ def main() -> None:
         print(f"summary: {json.dumps(summary)}")
         print(f"sizes: index.html {sizes['index.html'] / 1e6:.2f} MB, "
               f"matrix.json {sizes['matrix.json'] / 1e6:.2f} MB")
-        print("\n| reports | envforge matrix (median of runs) | min | read | aggregate | "
-              "render+write |")
-        print("|---|---|---|---|---|---|")
+        print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+        print("\n| reports | envforge matrix wall, median | wall, min | CPU (user+sys), median "
+              "| in-process: read | aggregate | render+write |")
+        print("|---|---|---|---|---|---|---|")
         print(f"| {args.reports} | {statistics.median(walls):.2f} s ({args.runs} runs) | "
-              f"{min(walls):.2f} s | {phases['read']:.2f} s | {phases['aggregate']:.2f} s | "
-              f"{phases['render+write']:.2f} s |")
+              f"{min(walls):.2f} s | {statistics.median(cpus):.2f} s | {phases['read']:.2f} s | "
+              f"{phases['aggregate']:.2f} s | {phases['render+write']:.2f} s |")
         if not args.no_browser:
             figures = [time_browser(site / "index.html") for _ in range(args.runs)]
             got = [f for f in figures if f is not None]

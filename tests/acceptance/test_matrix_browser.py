@@ -223,7 +223,7 @@ def test_cells_and_counts_are_drawn(chromium: str, site: Site, shots: Path,
     assert "verdict-pass" in cells[_cell_key(site, "sm_89", "sm_90")].attrs["class"]
     assert "verdict-fail" in cells[_cell_key(site, "sm_61", "sm_61")].attrs["class"]
     summary = next(n for n in page.nodes if n.attrs.get("id") == "summary")
-    assert f"of {site.data['reports']} reports shown" in summary.text
+    assert f"of {site.data['reports']:,} reports shown" in summary.text
 
     shot = shots / "matrix.png"
     fragment = "cell=" + _cell_key(site, "gfx1031", "gfx1031").replace("|", "%7C")
