@@ -381,9 +381,15 @@ def _parse(data: Any, redact: Callable[[str], str]) -> Evidence:
 # --------------------------------------------------------------------------- files
 
 
-def _files(path: Path) -> Iterator[Path]:
+def _files(path: Path, problems: list[Problem]) -> Iterator[Path]:
+    """The report files under ``path``; folders that cannot be listed become problems."""
+
+    def unreadable(exc: OSError) -> None:
+        problems.append(Problem(str(exc.filename or path),
+                                f"cannot read folder: {exc.strerror or exc}"))
+
     if path.is_dir():
-        for folder, dirs, names in os.walk(path):
+        for folder, dirs, names in os.walk(path, onerror=unreadable):
             dirs.sort()
             for name in sorted(names):
                 if name.endswith((".json", ".jsonl")) and not name.startswith(".envforge-"):
@@ -445,7 +451,7 @@ def read_evidence(paths: Iterable[Path], redact: Redactor | None = None) -> Evid
     total = 0
     seen_files: set[tuple[int, int]] = set()
     for root in paths:
-        for path in _files(root):
+        for path in _files(root, problems):
             try:
                 st = path.stat()
             except OSError:

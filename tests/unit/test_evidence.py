@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -249,3 +250,19 @@ def test_a_report_without_steps_is_a_fail_and_times_are_utc() -> None:
     assert record.column == "gfx1031"
     data["recipe"] = {"name": None, "hash": None}
     assert parse_document(data, QUIET).column == "torch2.13.0-rocm7.1-py3.12"
+
+
+def test_a_folder_that_cannot_be_listed_is_a_problem(tmp_path: Path) -> None:
+    make_report(SPEC).write(tmp_path / "ok")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0)
+    try:
+        if os.access(locked, os.R_OK):
+            pytest.skip("running as root: permissions are not enforced")
+        found = read_evidence([tmp_path], QUIET)
+    finally:
+        locked.chmod(0o755)
+    assert len(found.records) == 1
+    assert [(p.source, p.message) for p in found.problems] == [
+        (str(locked), "cannot read folder: Permission denied")]
