@@ -15,6 +15,8 @@ import click
 from envforge import __version__
 from envforge.cli import docker as docker_cmd
 from envforge.cli import host as host_cmd
+from envforge.cli import knowledge as knowledge_cmd
+from envforge.cli import matrix as matrix_cmd
 from envforge.cli import probe as probe_cmd
 from envforge.cli import recipes
 from envforge.errors import EnvforgeError, ExitCode
@@ -33,7 +35,8 @@ recipes.register(cli)
 probe_cmd.register(cli)
 docker_cmd.register(cli)
 host_cmd.register(cli)
-from envforge.cli import knowledge as knowledge_cmd; knowledge_cmd.register(cli)  # noqa: E402, E702, I001
+knowledge_cmd.register(cli)
+matrix_cmd.register(cli)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

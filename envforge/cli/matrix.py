@@ -1,0 +1,81 @@
+"""``envforge matrix``: the certified-on matrix as a static site (``index.html`` + ``matrix.json``).
+
+Evidence comes from ``--evidence PATH`` (repeatable: folders, searched recursively, report
+files, ``*.jsonl`` bundles), by default from the local certificate store. Files that are
+not readable evidence are named on stderr, one line each, and skipped.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from envforge import paths
+from envforge.cli.common import echo_json, json_option
+from envforge.errors import InvalidInput
+from envforge.evidence import missing_paths, read_evidence
+from envforge.matrix import aggregate, write_site
+
+
+def register(group: click.Group) -> None:
+    group.add_command(matrix)
+
+
+@click.command("matrix")
+@click.option(
+    "--evidence",
+    "evidence",
+    multiple=True,
+    metavar="PATH",
+    type=click.Path(path_type=Path),
+    help="A folder (searched recursively), report file or .jsonl bundle (repeatable; "
+    "default: the local certificate store).",
+)
+@click.option(
+    "-o",
+    "--output",
+    "out",
+    required=True,
+    metavar="DIR",
+    type=click.Path(path_type=Path),
+    help="Folder for index.html and matrix.json (created when missing).",
+)
+@json_option
+def matrix(evidence: tuple[Path, ...], out: Path, as_json: bool) -> None:
+    """Write the certified-on matrix (GPU arch x recipe) as a static site."""
+    sources = list(evidence) or [paths.certificates_dir()]
+    if evidence:
+        missing = missing_paths(sources)
+        if missing:
+            raise InvalidInput(
+                f"--evidence {missing[0]}: no such file or folder",
+                hint="name a report folder, a probe.json/certificate file or a .jsonl bundle",
+            )
+    found = read_evidence(p for p in sources if p.exists())
+    for problem in found.problems:
+        click.echo(f"envforge: skipped {problem.line()}", err=True)
+    result = aggregate(found)
+    site = write_site(result, out)
+    summary = {
+        "index": str(site.index),
+        "data": str(site.data),
+        "reports": result.reports,
+        "duplicates": result.duplicates,
+        "skipped": len(found.problems),
+        "files": found.files,
+        "rows": len(result.rows),
+        "columns": len(result.columns),
+        "cells": len(result.cells),
+    }
+    if as_json:
+        echo_json(summary)
+        return
+    click.echo(
+        f"wrote {site.index} and {site.data}: {result.reports} report"
+        f"{'' if result.reports == 1 else 's'} ({result.duplicates} duplicate"
+        f"{'' if result.duplicates == 1 else 's'} merged, {len(found.problems)} file"
+        f"{'' if len(found.problems) == 1 else 's'} skipped), {len(result.rows)} GPU arch"
+        f"{'' if len(result.rows) == 1 else 's'} x {len(result.columns)} recipe"
+        f"{'' if len(result.columns) == 1 else 's'}"
+    )
