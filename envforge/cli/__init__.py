@@ -19,6 +19,7 @@ from envforge.cli import knowledge as knowledge_cmd
 from envforge.cli import matrix as matrix_cmd
 from envforge.cli import probe as probe_cmd
 from envforge.cli import recipes
+from envforge.cli import solve as solve_cmd
 from envforge.errors import EnvforgeError, ExitCode
 
 
@@ -37,6 +38,7 @@ docker_cmd.register(cli)
 host_cmd.register(cli)
 knowledge_cmd.register(cli)
 matrix_cmd.register(cli)
+solve_cmd.register(cli)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
