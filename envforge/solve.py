@@ -9,9 +9,9 @@ stacks); no I/O. Rules (issue 10, section 1):
   ``works``), not marked broken for it, whose NVIDIA driver floor is met when the
   driver is known. Within a release a confirmed variant beats an uncertain one, then
   the newer ROCm/CUDA. ``--conservative`` orders by evidence instead: confidence
-  (verified > community > uncertain), native code over override over PTX, the
-  package-index default build (the most used, so the most reported), a release that is
-  not the newest one with code for the arch; then newest.
+  (verified > community > uncertain), native code over override over PTX, a release
+  older than the table's newest (reported on for longer); then the newest such release,
+  within it the package-index default build (the most used), then the older ROCm/CUDA.
 - **Python**: the newest CPython the variant has wheels for that a known base image
   ships (or the one asked for, with a base image that ships it).
 - **NumPy**: ``<2`` where the release breaks with NumPy 2, else ``>=1.26,<3``
@@ -131,7 +131,7 @@ class Stack:
     #: Why the confidence is what it is (empty when verified).
     doubts: tuple[str, ...]
     pypi_default: bool
-    #: The newest release with code for the arch (not yet widely reported on).
+    #: From the table's newest release (not yet widely reported on).
     newest_release: bool
     driver_floor: str | None
 
@@ -469,7 +469,7 @@ def solve(request: SolveRequest, table: CompatTable) -> Solution:
     all_candidates = _candidates(arch, table)
     if not all_candidates:
         raise NoStack(_no_wheel_message(arch, table), hint=_no_wheel_hint(arch, table))
-    newest_series = all_candidates[-1].release.series
+    newest_series = table.releases[-1].series
     images = _images_by_python(table)
 
     stacks: list[Stack] = []
@@ -651,14 +651,16 @@ def _newest_key(s: Stack) -> tuple[Any, ...]:
 
 
 def _evidence_key(s: Stack) -> tuple[Any, ...]:
-    """Most evidence first: confidence, native code, the default build, a settled release;
-    then newest."""
+    """Most evidence first: confidence, native code, a release that is not the table's
+    newest (it has been reported on); then the newest such release, within it the
+    package-index default build, then the older (longer used) ROCm/CUDA."""
     return (
         _CONF_RANK[s.confidence],
         _VIA_RANK[s.via],
-        not s.pypi_default and s.kind == "cuda",
         s.newest_release,
-        *_newest_key(s),
+        tuple(-x for x in _version_key(s.torch)),
+        not s.pypi_default,
+        _version_key(s.accelerator_version),
     )
 
 
@@ -679,7 +681,7 @@ def _picks(
         why_torch = (
             f"the stack with the most evidence ({s.confidence}"
             + (", the package-index default build" if s.pypi_default else "")
-            + ("" if s.newest_release else ", not the newest release")
+            + ("" if s.newest_release else ", not from the table's newest release")
             + f"); its {v.name} wheel {how}"
         )
     else:

@@ -26,6 +26,21 @@ REQUIRED = (
     "gfx906",
     "sm_90",
     "sm_61",
+    # issue 10, section 3: the GPUs people own
+    "sm_70",
+    "sm_75",
+    "sm_80",
+    "sm_86",
+    "sm_89",
+    "sm_100",
+    "sm_120",
+    "gfx908",
+    "gfx1032",
+    "gfx1101",
+    "gfx1102",
+    "gfx1200",
+    "gfx1201",
+    "gfx1151",
 )
 
 MINE = """\
@@ -68,6 +83,17 @@ def test_list_shows_all_required_recipes(capsys: pytest.CaptureFixture[str]) -> 
     assert by_name["cpu"]["stack"] == "torch2.13.0-cpu-py3.11"
     assert by_name["sm_61"]["stack"].endswith("-cu126-py3.12")
     assert by_name["gfx906"]["stack"] == "torch2.9.1-rocm6.3-py3.12"
+    # Volta: the last stack with sm_70 code is the cu126 wheels of 2.14.1.
+    assert by_name["sm_70"]["stack"] == "torch2.14.1-cu126-py3.12"
+    assert by_name["gfx908"]["stack"] == "torch2.9.1-rocm6.3-py3.12"
+    assert by_name["gfx1032"]["stack"] == by_name["gfx1031"]["stack"]
+    for name in ("sm_75", "sm_80", "sm_86", "sm_89", "sm_100", "sm_120"):
+        assert by_name[name]["stack"] == "torch2.14.1-cu130-py3.12", name
+    for name in ("gfx1101", "gfx1102", "gfx1200", "gfx1201", "gfx1151"):
+        assert by_name[name]["stack"] == "torch2.14.1-rocm7.2-py3.12", name
+    for name in REQUIRED:
+        if name != "cpu":
+            assert by_name[name]["arch"] == name, name
 
 
 def test_list_plain_text(capsys: pytest.CaptureFixture[str]) -> None:
@@ -203,3 +229,33 @@ def test_unknown_recipe_name(capsys: pytest.CaptureFixture[str]) -> None:
     assert "did you mean 'gfx1030'?" in err
     with pytest.raises(InvalidInput):
         Catalogue.default().resolve("no-such-recipe-anywhere")
+
+
+SECTION_3 = REQUIRED[REQUIRED.index("sm_70") :]
+
+
+@pytest.mark.parametrize("name", SECTION_3)
+def test_curated_recipe_has_the_rigour_of_gfx1010(name: str) -> None:
+    recipe = Catalogue.default().load(name)
+    assert len(recipe.description) > 150
+    assert recipe.gpu.products
+    assert recipe.known_issues
+    for issue in recipe.known_issues:
+        assert issue.symptom
+        assert issue.workaround
+        assert issue.evidence, issue.symptom
+        assert all(link.startswith("https://") for link in issue.evidence)
+    assert recipe.sources
+    for var in recipe.env:
+        assert var.evidence
+        assert var.why
+
+
+@pytest.mark.parametrize("name", SECTION_3)
+def test_auto_chooses_the_curated_recipe_for_its_arch(
+    name: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("ENVFORGE_GPU_ARCH", name)
+    assert main(["detect", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["auto"]["recipe"] == name
