@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from envforge.choose import Choice, choose
+from envforge.choose import ArchChoice, Choice, choose, choose_each
 from envforge.cli.common import echo_json, json_option, load_checked, set_option
 from envforge.detect import HostInfo, detect
 from envforge.doctor import Backend, DoctorReport, Finding, diagnose
@@ -53,10 +53,12 @@ def detect_cmd(root: Path, as_json: bool) -> None:
     """
     host = detect(root=root)
     choice, problem = _choice_or_error(host)
+    per_arch: tuple[ArchChoice, ...] = choose_each(host) if len(host.archs) > 1 else ()
     if as_json:
         data = host.to_dict()
         data["auto"] = choice.to_dict() if choice else None
         data["auto_error"] = problem
+        data["per_arch"] = [a.to_dict() for a in per_arch]
         echo_json(data)
         return
     out = click.echo
@@ -68,6 +70,7 @@ def detect_cmd(root: Path, as_json: bool) -> None:
             out(
                 f"  {g.index}  {g.vendor:<6} {g.product:<28} {g.arch or '?':<8} "
                 f"driver {g.driver_version or '?'}  {' '.join(g.device_nodes)}  [{g.source}]"
+                + ("  integrated" if g.integrated else "")
             )
     out(
         f"kernel {host.kernel or '?'} ({host.machine});"
@@ -79,6 +82,15 @@ def detect_cmd(root: Path, as_json: bool) -> None:
         out(f"auto -> {choice.recipe}: {choice.reason}")
     else:
         out(f"auto -> no recipe: {problem}")
+    if per_arch:
+        out("one recipe per arch:")
+        for a in per_arch:
+            which = "GPU" + ("s " if len(a.gpus) > 1 else " ") + ",".join(map(str, a.gpus))
+            kind = ", integrated" if a.integrated else ""
+            if a.choice is not None:
+                out(f"  {a.arch} ({which}{kind}) -> {a.choice.recipe}: {a.choice.reason}")
+            else:
+                out(f"  {a.arch} ({which}{kind}) -> no recipe: {a.problem}")
 
 
 def load_for_host(

@@ -608,14 +608,21 @@ def _arch_infos(c: _Check, raw: object, path: str, *, amd: bool) -> tuple[ArchIn
         elif not SM_RE.match(arch):
             raise c.fail(f"{path}.{arch}", "not like sm_86")
         entry = c.mapping(
-            info, f"{path}.{arch}", ("family", "products", "official"), ("family", "products")
+            info,
+            f"{path}.{arch}",
+            ("family", "products", "official", "integrated"),
+            ("family", "products"),
         )
+        integrated = entry.get("integrated", False)
+        if not isinstance(integrated, bool):
+            raise c.fail(f"{path}.{arch}.integrated", "expected true or false")
         out.append(
             ArchInfo(
                 arch=arch,
                 family=c.text(entry["family"], f"{path}.{arch}.family"),
                 products=c.texts(entry["products"], f"{path}.{arch}.products"),
                 official=c.opt_str(entry.get("official"), f"{path}.{arch}.official"),
+                integrated=integrated,
             )
         )
     return tuple(out)

@@ -224,6 +224,8 @@ class ArchInfo:
     family: str
     products: tuple[str, ...]
     official: str = ""
+    #: APU graphics (an iGPU): a discrete GPU beside it is preferred.
+    integrated: bool = False
 
 
 @dataclass(frozen=True)
@@ -340,6 +342,11 @@ class CompatTable:
             if info.arch == arch:
                 return info
         return None
+
+    def is_integrated(self, arch: str) -> bool:
+        """The arch is APU graphics (``integrated: true`` in ``amd_archs``)."""
+        info = self.arch_info(arch)
+        return info is not None and info.integrated
 
     def arch_for_product(self, product: str) -> str | None:
         """Marketing name (``"RX 5700 XT"``, ``"Radeon RX 6700 XT"``, ``"H100"``) → arch."""
