@@ -25,6 +25,7 @@ from typing import Any, Literal
 from envforge import knowledge
 from envforge.detect import GpuInfo, HostInfo
 from envforge.errors import EnvforgeError
+from envforge.paths import state_dir
 from envforge.recipe.model import Recipe
 
 Severity = Literal["ok", "warn", "block"]
@@ -112,7 +113,7 @@ DockerPing = Callable[[], "str | None"]
 def docker_ping() -> str | None:
     """Ask the engine the docker CLI would use (DOCKER_HOST, context) for a ping."""
     try:
-        from envforge.backends.docker import connect
+        from envforge.backends.docker.engine import connect  # noqa: PLC0415 - loads the SDK
 
         connect().close()
     except EnvforgeError as exc:
@@ -488,8 +489,6 @@ def diagnose(
     backend: Backend | None = None,
 ) -> DoctorReport:
     """Run every check for ``recipe`` (None: just the host) and collect the findings."""
-    from envforge.paths import state_dir
-
     who = identity or Identity.current()
     findings = [
         *check_gpu_present(recipe, host),

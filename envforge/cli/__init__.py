@@ -2,6 +2,13 @@
 
 This is the only place that turns an :class:`EnvforgeError` into an exit code and a
 one-line message; ``--debug`` shows the traceback as well.
+
+One module per command or command group, each parsing options and calling one library
+function: :mod:`.recipes` (list, show, validate, render), :mod:`.probe`, :mod:`.build`,
+:mod:`.images` (certify, publish, verify), :mod:`.shell` and :mod:`.host` (detect,
+doctor, lock); shared options in :mod:`.common`, progress displays in :mod:`.display`.
+Light commands never import the docker SDK: the commands that talk to the engine import
+it when they run.
 """
 
 from __future__ import annotations
@@ -13,10 +20,12 @@ from collections.abc import Sequence
 import click
 
 from envforge import __version__
-from envforge.cli import docker as docker_cmd
+from envforge.cli import build as build_cmd
 from envforge.cli import host as host_cmd
+from envforge.cli import images as images_cmd
 from envforge.cli import probe as probe_cmd
 from envforge.cli import recipes
+from envforge.cli import shell as shell_cmd
 from envforge.errors import EnvforgeError, ExitCode
 
 
@@ -31,7 +40,9 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 recipes.register(cli)
 probe_cmd.register(cli)
-docker_cmd.register(cli)
+build_cmd.register(cli)
+images_cmd.register(cli)
+shell_cmd.register(cli)
 host_cmd.register(cli)
 
 

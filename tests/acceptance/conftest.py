@@ -19,11 +19,15 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import docker
 import pytest
 
-from envforge.backends import docker as engine
+from envforge.backends.docker.client import EngineClient
+from envforge.backends.docker.engine import connect
+from envforge.backends.docker.images import inspect_image
+from envforge.backends.docker.refs import CERTIFICATE_LABEL
 from envforge.errors import Unavailable
 from envforge.proc import Completed, run
 
@@ -66,9 +70,9 @@ def unavailable(reason: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def client() -> Iterator[engine.Client]:
+def client() -> Iterator[EngineClient]:
     try:
-        c = engine.connect()
+        c = connect()
     except Unavailable as exc:
         unavailable(f"no Docker engine: {exc.one_line()} (run: bash scripts/ci-engine.sh up)")
         raise  # not reached
@@ -77,7 +81,14 @@ def client() -> Iterator[engine.Client]:
 
 
 @pytest.fixture(scope="session")
-def registry(client: engine.Client) -> str:
+def sdk(client: EngineClient) -> docker.DockerClient:
+    """The same client with the SDK's own type, for calls envforge never makes (list,
+    remove, save): envforge's ``EngineClient`` Protocol declares only what it uses."""
+    return cast("docker.DockerClient", client)
+
+
+@pytest.fixture(scope="session")
+def registry(client: EngineClient) -> str:
     value = setting("ENVFORGE_TEST_REGISTRY")
     if not value:
         unavailable("ENVFORGE_TEST_REGISTRY is not set (bash scripts/ci-engine.sh up sets it)")
@@ -86,10 +97,10 @@ def registry(client: engine.Client) -> str:
 
 
 @pytest.fixture(scope="session")
-def standin(client: engine.Client) -> str:
+def standin(client: EngineClient) -> str:
     ref = setting("ENVFORGE_STANDIN_IMAGE", DEFAULT_STANDIN)
     assert ref is not None
-    if engine.inspect_image(client, ref) is None:
+    if inspect_image(client, ref) is None:
         unavailable(f"stand-in base image {ref} is missing (scripts/ci-engine.sh up builds it)")
     return ref
 
@@ -201,7 +212,7 @@ def parse_json(completed: Completed) -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def built_cpu(  # noqa: PLR0917 - pytest fixtures
-    client: engine.Client,
+    client: EngineClient,
     envforge: Envforge,
     standin: str,
     wheelhouse: Path,
@@ -220,10 +231,10 @@ def built_cpu(  # noqa: PLR0917 - pytest fixtures
     return Built(completed, parse_json(completed), report)
 
 
-def cert_label(client: engine.Client, ref: str) -> dict[str, Any]:
-    info = engine.inspect_image(client, ref)
+def cert_label(client: EngineClient, ref: str) -> dict[str, Any]:
+    info = inspect_image(client, ref)
     assert info is not None, f"no image {ref}"
-    label = info.labels.get(engine.CERTIFICATE_LABEL)
+    label = info.labels.get(CERTIFICATE_LABEL)
     assert label, f"{ref} carries no certificate label"
     data = json.loads(label)
     assert isinstance(data, dict)
