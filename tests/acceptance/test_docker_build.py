@@ -15,7 +15,7 @@ from envforge.backends.docker.client import EngineClient
 from envforge.backends.docker.images import inspect_image
 from envforge.paths import certificates_dir
 
-from .conftest import (
+from .helpers import (
     BUILD_TIMEOUT,
     Built,
     Envforge,

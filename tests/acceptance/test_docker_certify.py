@@ -14,7 +14,7 @@ import pytest
 from envforge.backends.docker.client import EngineClient
 from envforge.backends.docker.images import inspect_image
 
-from .conftest import FIXTURES, Built, Envforge, all_containers, cert_label
+from .helpers import FIXTURES, Built, Envforge, all_containers, cert_label
 
 pytestmark = pytest.mark.engine
 

@@ -14,7 +14,7 @@ import yaml
 from envforge.backends.docker.client import EngineClient
 from envforge.backends.docker.images import inspect_image
 
-from .conftest import (
+from .helpers import (
     BUILD_TIMEOUT,
     FIXTURES,
     ROOT,

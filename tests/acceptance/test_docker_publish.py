@@ -10,7 +10,7 @@ from envforge.backends.docker.client import EngineClient
 from envforge.backends.docker.images import inspect_image
 from envforge.backends.docker.refs import CERTIFICATE_LABEL
 
-from .conftest import Built, Envforge, all_containers, docker_cli, parse_json
+from .helpers import Built, Envforge, all_containers, docker_cli, parse_json
 
 pytestmark = pytest.mark.engine
 

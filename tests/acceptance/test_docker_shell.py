@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import Built, Envforge, all_containers
+from .helpers import Built, Envforge, all_containers
 
 pytestmark = pytest.mark.engine
 

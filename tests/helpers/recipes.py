@@ -19,16 +19,17 @@ BASE = Recipe(
 )
 
 
-def make_recipe(**changes: Any) -> Recipe:
-    """:data:`BASE` with ``changes`` (any :class:`Recipe` field), plus three shortcuts.
+def make_recipe(base: Recipe = BASE, /, **changes: Any) -> Recipe:
+    """``base`` (default :data:`BASE`) with ``changes`` (any :class:`Recipe` field), plus
+    three shortcuts.
 
     * ``vendor=`` / ``arch=``: the GPU (``Gpu(vendor, arch)``; either alone keeps the other);
     * ``torch="2.5.1"``: a torch version (with ``index=`` for its index; default none).
     """
     gpu_changes = {k: changes.pop(k) for k in ("vendor", "arch") if k in changes}
     if gpu_changes:
-        changes["gpu"] = replace(changes.get("gpu", BASE.gpu), **gpu_changes)
+        changes["gpu"] = replace(changes.get("gpu", base.gpu), **gpu_changes)
     index = changes.pop("index", None)
     if isinstance(changes.get("torch"), str):
         changes["torch"] = Torch(version=changes["torch"], index=index)
-    return replace(BASE, **changes)
+    return replace(base, **changes)

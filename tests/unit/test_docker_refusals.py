@@ -14,18 +14,10 @@ from envforge.backends.docker.images import assemble_context, build_image
 from envforge.backends.docker.refs import CERTIFICATE_LABEL, ImageInfo, config_identity
 from envforge.certificate import Certificate, CertificateStore, issue
 from envforge.errors import BuildFailed, CertificationFailed, PublishRefused, Unavailable
-from envforge.recipe.model import Gpu, Recipe, Torch
 from tests.helpers.fake_engine import FakeEngine
+from tests.helpers.recipes import make_recipe
 
-RECIPE = Recipe(
-    name="cpu",
-    description="test",
-    gpu=Gpu(vendor="none", arch=None),
-    base_image="debian:bookworm",
-    python="3.11",
-    torch=Torch(version="2.13.0", index=None),
-    numpy=">=1.26",
-)
+RECIPE = make_recipe()
 REF = "envforge/cpu:torch2.13.0-cpu-py3.11"
 LAYERS = ["sha256:" + "a" * 64, "sha256:" + "b" * 64]
 CONFIG = {"Env": ["PATH=/opt/venv/bin:/usr/bin"], "Cmd": ["bash"]}
