@@ -14,7 +14,6 @@ it when they run.
 from __future__ import annotations
 
 import sys
-import traceback
 from collections.abc import Sequence
 
 import click
@@ -54,6 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         cli.main(args=args, prog_name="envforge", standalone_mode=False)
     except EnvforgeError as exc:
         if debug:
+            import traceback  # noqa: PLC0415 - only for --debug, keeps start-up light
+
             traceback.print_exc()
         click.echo(f"envforge: error: {exc.one_line()}", err=True)
         return int(exc.exit_code)

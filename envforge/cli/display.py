@@ -6,9 +6,10 @@ from __future__ import annotations
 import shutil
 import sys
 import time
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from envforge.probe.report import StepResult
+if TYPE_CHECKING:
+    from envforge.probe.report import StepResult
 
 
 class BuildDisplay:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from envforge.choose import Choice, choose
 from envforge.cli.common import (
     backend_option,
     ca_bundle_option,
@@ -19,10 +19,13 @@ from envforge.cli.common import (
     set_option,
     wheelhouse_option,
 )
-from envforge.detect import HostInfo, detect
-from envforge.doctor import Backend, DoctorReport, Finding, diagnose
 from envforge.errors import EnvforgeError, InvalidInput, Unavailable
-from envforge.recipe.model import Recipe
+
+if TYPE_CHECKING:
+    from envforge.choose import Choice
+    from envforge.detect import HostInfo
+    from envforge.doctor import Backend, DoctorReport, Finding
+    from envforge.recipe.model import Recipe
 
 
 def register(group: click.Group) -> None:
@@ -31,6 +34,8 @@ def register(group: click.Group) -> None:
 
 
 def _choice_or_error(host: HostInfo) -> tuple[Choice | None, str | None]:
+    from envforge.choose import choose  # noqa: PLC0415 - the table only when needed
+
     try:
         return choose(host), None
     except EnvforgeError as exc:
@@ -47,6 +52,8 @@ def detect_cmd(root: Path, as_json: bool) -> None:
     sm_90), ENVFORGE_GPU_VENDOR (amd, nvidia, none), ENVFORGE_GPU_COUNT,
     ENVFORGE_GPU_PRODUCT, ENVFORGE_DRIVER_VERSION.
     """
+    from envforge.detect import detect  # noqa: PLC0415 - keeps the other commands light
+
     host = detect(root=root)
     choice, problem = _choice_or_error(host)
     if as_json:
@@ -104,6 +111,9 @@ def doctor_cmd(
 
     Exit 0 when nothing blocks, 4 otherwise.
     """
+    from envforge.detect import detect  # noqa: PLC0415 - keeps the other commands light
+    from envforge.doctor import Finding, diagnose  # noqa: PLC0415 - as above
+
     host = detect(root=root)
     recipe: Recipe | None
     no_recipe: Finding | None = None

@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import click
 
@@ -31,10 +32,11 @@ from envforge.cli.common import (
 )
 from envforge.cli.display import ProbeProgress
 from envforge.errors import CertificationFailed, InvalidInput
-from envforge.probe.report import ProbeReport, StepResult, summarize
-from envforge.probe.runner import LocalPythonTarget, run_probe
-from envforge.probe.spec import CHECK_PREFIX, ProbeSpec
 from envforge.recipe.model import Level
+
+if TYPE_CHECKING:
+    from envforge.probe.report import ProbeReport, StepResult
+    from envforge.probe.spec import ProbeSpec
 
 _HINTS = {
     "hang": "a hung GPU call; see the recipe's known issues (envforge show RECIPE), "
@@ -107,6 +109,10 @@ def probe(  # noqa: PLR0917 - click passes options positionally
     Exit 0 when every step passes, 1 when one fails, hangs, crashes, runs out of memory or
     finds no device.
     """
+    from envforge.probe.report import summarize  # noqa: PLC0415 - keeps --help and list light
+    from envforge.probe.runner import LocalPythonTarget, run_probe  # noqa: PLC0415 - as above
+    from envforge.probe.spec import ProbeSpec  # noqa: PLC0415 - as above
+
     if step_timeout is not None and not step_timeout > 0:
         raise InvalidInput(f"--step-timeout must be positive, got {step_timeout:g}",
                            hint="--step-timeout 60")
@@ -164,6 +170,8 @@ def _write_report(report: ProbeReport, folder: Path) -> None:
 
 
 def _hint(problem: StepResult, spec: ProbeSpec) -> str | None:
+    from envforge.probe.spec import CHECK_PREFIX  # noqa: PLC0415 - loaded by the command already
+
     if problem.name.startswith(CHECK_PREFIX) and problem.status == "fail":
         path = next((c.path for c in spec.checks if c.step == problem.name), "the check")
         return f"the check raised; run it with the probed interpreter to debug: python {path}"
