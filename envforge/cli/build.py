@@ -31,10 +31,6 @@ from envforge.errors import InvalidInput
 from envforge.recipe.model import Level, Recipe
 
 
-def register(group: click.Group) -> None:
-    group.add_command(build)
-
-
 @click.command()
 @click.argument("recipe_ref", metavar="RECIPE")
 @click.option("--tag", "tags", multiple=True, metavar="REF", help="Also tag the certified image.")

@@ -28,11 +28,6 @@ if TYPE_CHECKING:
     from envforge.recipe.model import Recipe
 
 
-def register(group: click.Group) -> None:
-    for command in (detect_cmd, doctor_cmd, lock_cmd):
-        group.add_command(command)
-
-
 def _choice_or_error(host: HostInfo) -> tuple[Choice | None, str | None]:
     from envforge.choose import choose  # noqa: PLC0415 - the table only when needed
 

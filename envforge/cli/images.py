@@ -28,11 +28,6 @@ if TYPE_CHECKING:
     from envforge.backends.docker.refs import ImageInfo
 
 
-def register(group: click.Group) -> None:
-    for command in (certify, publish_cmd, verify_cmd):
-        group.add_command(command)
-
-
 def _looks_like_image(ref: str) -> bool:
     if Path(ref).is_file():
         return False

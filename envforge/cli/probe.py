@@ -50,10 +50,6 @@ _HINTS = {
 }
 
 
-def register(group: click.Group) -> None:
-    group.add_command(probe)
-
-
 @contextlib.contextmanager
 def _term_as_interrupt() -> Iterator[None]:
     """While probing, SIGTERM stops the worker like Ctrl-C does (nothing left running)."""

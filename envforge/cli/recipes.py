@@ -12,11 +12,6 @@ from envforge.errors import EnvforgeError, InvalidInput
 from envforge.recipe.catalogue import Catalogue
 
 
-def register(group: click.Group) -> None:
-    for command in (list_cmd, show, validate, render):
-        group.add_command(command)
-
-
 @click.command("list")
 @json_option
 def list_cmd(as_json: bool) -> None:

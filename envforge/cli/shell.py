@@ -20,10 +20,6 @@ from envforge.cli.common import (
 from envforge.errors import InvalidInput
 
 
-def register(group: click.Group) -> None:
-    group.add_command(shell)
-
-
 # Options may follow RECIPE (`envforge shell auto --fallback cpu -- CMD`); `--` ends them.
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": True})
 @click.argument("recipe_ref", metavar="RECIPE")
