@@ -16,6 +16,7 @@ The target (issue 8): ``envforge list`` at most 1.5x ``python -c "import click, 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import statistics
@@ -72,6 +73,46 @@ def measure(before: Path | None, runs: int) -> dict[str, list[float]]:
     return times
 
 
+#: Where ``envforge list`` spends its time after the interpreter started, phase by phase,
+#: in one fresh interpreter (each phase's imports are what the previous ones lacked).
+_PHASES = """
+import time, io, contextlib, json
+t0 = time.perf_counter()
+import click, yaml
+t1 = time.perf_counter()
+import packaging.requirements, packaging.specifiers
+t2 = time.perf_counter()
+from envforge.cli import main
+t3 = time.perf_counter()
+import envforge.cli.recipes
+t4 = time.perf_counter()
+with contextlib.redirect_stdout(io.StringIO()):
+    main(["list"])
+t5 = time.perf_counter()
+print(json.dumps([t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4]))
+"""
+PHASES = (
+    "import click, yaml (the floor's imports)",
+    "import packaging (recipe loader)",
+    "import the CLI group (commands load when used)",
+    "import list's module: recipe model, loader, catalogue",
+    "run list (parse and check the 10 shipped recipes)",
+)
+
+
+def breakdown(runs: int) -> str:
+    argv, env = _case(ROOT, ["-c", _PHASES])
+    samples: list[list[float]] = []
+    for _ in range(runs + 1):
+        done = subprocess.run(argv, env=env, cwd="/", capture_output=True, text=True, check=True)
+        samples.append(json.loads(done.stdout))
+    samples = samples[1:]
+    lines = ["| phase of `envforge list` (after) | median ms |", "|---|---|"]
+    for i, name in enumerate(PHASES):
+        lines.append(f"| {name} | {1000 * statistics.median(s[i] for s in samples):.1f} |")
+    return "\n".join(lines) + "\n"
+
+
 def table(times: dict[str, list[float]], before: Path | None) -> str:
     floor = statistics.median(times[FLOOR])
     lines = [
@@ -112,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--write", action="store_true", help=f"append to {RESULTS.name}")
     args = parser.parse_args(argv)
-    text = table(measure(args.before, args.runs), args.before)
+    text = table(measure(args.before, args.runs), args.before) + "\n" + breakdown(args.runs)
     print(text)
     if args.write:
         with RESULTS.open("a", encoding="utf-8") as fh:
