@@ -15,15 +15,7 @@ from typing import Any
 
 import docker.errors
 
-from envforge.backends.docker.client import (
-    ContainerModel,
-    Containers,
-    EngineClient,
-    Images,
-    LowLevelApi,
-    VolumeModel,
-    Volumes,
-)
+from envforge.backends.docker.client import ContainerModel, VolumeModel
 
 DEFAULT_LAYERS = ("sha256:" + "a" * 64, "sha256:" + "b" * 64)
 DEFAULT_CONFIG: dict[str, Any] = {"Env": ["PATH=/opt/venv/bin:/usr/bin"], "Cmd": ["bash"]}
@@ -158,7 +150,7 @@ class FakeVolumes:
 
 
 class FakeEngine:
-    """The fake ``DockerClient``."""
+    """The fake ``DockerClient``: an ``EngineClient`` (mypy checks it where tests pass it)."""
 
     def __init__(self) -> None:
         self.images = FakeImages()
@@ -170,12 +162,3 @@ class FakeEngine:
     def close(self) -> None:
         self.closed = True
 
-
-def _typed(engine: FakeEngine) -> EngineClient:
-    """mypy checks here that the fake implements the Protocols."""
-    images: Images = engine.images
-    api: LowLevelApi = engine.api
-    containers: Containers = engine.containers
-    volumes: Volumes = engine.volumes
-    del images, api, containers, volumes
-    return engine

@@ -13,7 +13,6 @@ from envforge.backends import docker
 from envforge.backends.docker.refs import CERTIFICATE_LABEL, certified_ref
 from envforge.certificate import Certificate
 from envforge.errors import InvalidInput
-from envforge.probe import report as probe_report
 from envforge.probe.report import ProbeReport, Status, StepResult
 from envforge.probe.runner import ProbeListener, ProbeTarget
 from envforge.probe.spec import ProbeSpec
@@ -50,15 +49,17 @@ class FakeProbe:
         self, spec: ProbeSpec, target: ProbeTarget, listener: ProbeListener | None
     ) -> ProbeReport:
         self.targets.append(target.description)
-        return ProbeReport(
-            steps=tuple(StepResult(step, self.status, 0.1, "") for step in spec.steps),
-            level=spec.level,
-            target=target.description,
-            host=probe_report.HostInfo(kernel="test", machine="x86_64"),
-            envforge_version="test",
-            created="2026-01-01T00:00:00Z",
-            recipe_name=spec.recipe_name,
-            recipe_hash=spec.recipe_hash,
+        steps = [StepResult(step, self.status, 0.1, "").to_dict() for step in spec.steps]
+        return ProbeReport.from_dict(
+            {
+                "steps": steps,
+                "level": spec.level,
+                "recipe": {"name": spec.recipe_name, "hash": spec.recipe_hash},
+                "environment": {"target": target.description},
+                "host": {"kernel": "test", "machine": "x86_64"},
+                "envforge_version": "test",
+                "created": "2026-01-01T00:00:00Z",
+            }
         )
 
 
