@@ -103,7 +103,7 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
         raise InvalidInput("--python is for --backend venv", hint="drop --python")
     from envforge.backends import docker  # noqa: PLC0415 - keeps the SDK out of light commands
     from envforge.backends.docker.refs import certified_ref  # noqa: PLC0415 - as above
-    from envforge.cli.display import BuildDisplay, ProbeProgress  # noqa: PLC0415 - as above
+    from envforge.cli.display import BuildDisplay, ProbeProgress  # noqa: PLC0415 - --help light
 
     recipe = load_checked(ref, overrides)
     result = docker.build(
@@ -149,7 +149,7 @@ def _build_venv(
     as_json: bool,
 ) -> None:
     from envforge.backends import venv  # noqa: PLC0415 - only for --backend venv
-    from envforge.cli.display import ProbeProgress  # noqa: PLC0415 - as above
+    from envforge.cli.display import ProbeProgress  # noqa: PLC0415 - keeps --help light
 
     options = venv.VenvOptions(
         python=python,

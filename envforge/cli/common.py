@@ -128,7 +128,7 @@ def root_option(func: F) -> F:
 def load_checked(ref: str, overrides: Sequence[str] = ()) -> Recipe:
     """Load a recipe by name or path and refuse it if the compatibility table does."""
     from envforge.knowledge import enforce  # noqa: PLC0415 - the table only when needed
-    from envforge.recipe.catalogue import Catalogue  # noqa: PLC0415 - only when needed
+    from envforge.recipe.catalogue import Catalogue  # noqa: PLC0415 - yaml when loading
 
     recipe = Catalogue.default().load(ref, overrides)
     enforce(recipe)

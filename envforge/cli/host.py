@@ -47,7 +47,7 @@ def detect_cmd(root: Path, as_json: bool) -> None:
     sm_90), ENVFORGE_GPU_VENDOR (amd, nvidia, none), ENVFORGE_GPU_COUNT,
     ENVFORGE_GPU_PRODUCT, ENVFORGE_DRIVER_VERSION.
     """
-    from envforge.detect import detect  # noqa: PLC0415 - keeps the other commands light
+    from envforge.detect import detect  # noqa: PLC0415 - keeps --help light
 
     host = detect(root=root)
     choice, problem = _choice_or_error(host)
@@ -106,7 +106,7 @@ def doctor_cmd(
 
     Exit 0 when nothing blocks, 4 otherwise.
     """
-    from envforge.detect import detect  # noqa: PLC0415 - keeps the other commands light
+    from envforge.detect import detect  # noqa: PLC0415 - keeps --help light
     from envforge.doctor import Finding, diagnose  # noqa: PLC0415 - as above
 
     host = detect(root=root)

@@ -80,7 +80,7 @@ def certify(  # noqa: PLR0917 - click passes options positionally by name
     from envforge.backends import docker  # noqa: PLC0415 - keeps the SDK out of light commands
     from envforge.backends.docker.engine import connect  # noqa: PLC0415 - as above
     from envforge.backends.docker.images import inspect_image  # noqa: PLC0415 - as above
-    from envforge.cli.display import ProbeProgress  # noqa: PLC0415 - as above
+    from envforge.cli.display import ProbeProgress  # noqa: PLC0415 - keeps --help light
 
     client = connect()
     results: list[dict[str, Any]] = []

@@ -54,7 +54,7 @@ def shell(  # noqa: PLR0917 - click passes options positionally by name
     named volumes; the command runs as you; its exit code is passed through.
     """
     from envforge import backends  # noqa: PLC0415 - keeps the SDK out of light commands
-    from envforge.cli.display import ProbeProgress  # noqa: PLC0415 - as above
+    from envforge.cli.display import ProbeProgress  # noqa: PLC0415 - keeps --help light
 
     recipe = load_checked(resolve_auto(recipe_ref))
     spare = load_checked(fallback) if fallback else None

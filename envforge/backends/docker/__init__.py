@@ -358,7 +358,7 @@ def check(
     from envforge.backends.docker.probe_target import (  # noqa: PLC0415 - loads the SDK
         DockerTarget,
     )
-    from envforge.backends.venv import problem_of  # noqa: PLC0415 - a sibling backend
+    from envforge.backends.venv import problem_of  # noqa: PLC0415 - venv loads jinja2
     from envforge.probe.runner import run_probe  # noqa: PLC0415 - only when probing
     from envforge.probe.spec import ProbeSpec  # noqa: PLC0415 - only when probing
 
