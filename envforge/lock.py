@@ -59,7 +59,7 @@ class LockResult:
 
 def requirement_lines(recipe: Recipe) -> tuple[str, ...]:
     """torch, the NumPy bound, then the recipe's packages (as the renderer writes them)."""
-    from envforge.render import context
+    from envforge.render import context  # noqa: PLC0415 - the renderer loads jinja2
 
     return tuple(context.requirement_lines(recipe))
 
@@ -123,7 +123,7 @@ def stale_lock(recipe: Recipe) -> Path | None:
 def uv_bin() -> str:
     """The ``uv`` binary of the installed ``uv`` package (a declared dependency)."""
     try:
-        from uv import find_uv_bin
+        from uv import find_uv_bin  # noqa: PLC0415 - a missing uv is an error message
 
         return str(find_uv_bin())
     except (ImportError, FileNotFoundError):

@@ -9,15 +9,7 @@ import click
 
 from envforge.cli.common import echo_json, json_option, load_checked, set_option
 from envforge.errors import EnvforgeError, InvalidInput
-from envforge.fsutil import write_atomically
-from envforge.knowledge import check, explain
 from envforge.recipe.catalogue import Catalogue
-from envforge.render import RenderOptions, plan_venv, render_dockerfile
-
-
-def register(group: click.Group) -> None:
-    for command in (list_cmd, show, validate, render):
-        group.add_command(command)
 
 
 @click.command("list")
@@ -53,6 +45,8 @@ def list_cmd(as_json: bool) -> None:
 @json_option
 def show(recipe_ref: str, overrides: tuple[str, ...], as_json: bool) -> None:
     """Show a recipe's stack, why each pin and env var is there, and how sure we are."""
+    from envforge.knowledge import explain  # noqa: PLC0415 - the table only when needed
+
     recipe = load_checked(recipe_ref, overrides)
     reasons = explain(recipe)
     if as_json:
@@ -106,6 +100,8 @@ def show(recipe_ref: str, overrides: tuple[str, ...], as_json: bool) -> None:
 @json_option
 def validate(refs: tuple[str, ...], overrides: tuple[str, ...], as_json: bool) -> None:
     """Check recipes against the schema and the compatibility table (default: all)."""
+    from envforge.knowledge import check  # noqa: PLC0415 - the table only when needed
+
     catalogue = Catalogue.default()
     targets = list(refs) or [str(p) for p in catalogue.files().values()]
     results: list[dict[str, Any]] = []
@@ -183,6 +179,14 @@ def render(
     overrides: tuple[str, ...],
 ) -> None:
     """Render a recipe's Dockerfile (or venv plan); --all -o DIR renders the catalogue."""
+    from envforge.fsutil import write_atomically  # noqa: PLC0415 - only when rendering
+    from envforge.knowledge import check  # noqa: PLC0415 - the table only when needed
+    from envforge.render import (  # noqa: PLC0415 - jinja2 only when rendering
+        RenderOptions,
+        plan_venv,
+        render_dockerfile,
+    )
+
     if render_all == (recipe_ref is not None):
         raise InvalidInput("give either RECIPE or --all", hint="envforge render gfx1010")
     if render_all and output is None:

@@ -269,7 +269,7 @@ def test_select_device_falls_back_to_cpu_with_a_logged_reason(
 ) -> None:
     with caplog.at_level(logging.INFO, logger="envforge.select"):
         device = select_device(timeout=60)
-    import torch
+    import torch  # noqa: PLC0415 - optional: the module skips without it
 
     if torch.cuda.is_available():  # pragma: no cover - GPU machines
         assert device == "cuda"
@@ -282,16 +282,6 @@ def test_select_device_with_a_missing_interpreter_is_cpu(caplog: pytest.LogCaptu
     with caplog.at_level(logging.WARNING, logger="envforge.select"):
         assert select_device(timeout=5, python="/nonexistent/python3") == "cpu"
     assert any("could not run" in r.getMessage() for r in caplog.records)
-
-
-def test_import_envforge_stays_light() -> None:
-    code = (
-        "import envforge, sys; print(sorted(m for m in sys.modules"
-        " if m.startswith(('torch', 'envforge.probe', 'click', 'docker'))))"
-    )
-    done = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True,
-                          text=True, check=True)
-    assert done.stdout.strip() == "[]"
 
 
 def _pid1_python(folder: Path) -> Path | None:
