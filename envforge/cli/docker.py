@@ -261,7 +261,9 @@ def _certify_and_tag(
     if report_dir is not None:
         json_path, junit_path = outcome.report.write(report_dir)
         cert_path = report_dir / "certificate.json"
-        cert_path.write_text(outcome.certificate.to_json(compact=False) + "\n", encoding="utf-8")
+        from envforge.fsutil import write_atomically  # one mapping of write errors
+
+        write_atomically(cert_path, outcome.certificate.to_json(compact=False) + "\n")
         _note(f"reports: {json_path}, {junit_path}, {cert_path}")
     _note(f"certificate {outcome.certificate.digest} ({outcome.certificate.status}) stored at "
           f"{outcome.stored_at}")

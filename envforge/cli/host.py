@@ -314,15 +314,13 @@ def route_build(
 
 
 def _copy_reports(recipe: Recipe, report_dir: Path) -> None:
-    import shutil
-
     from envforge.backends.venv import MARKER_DIR, venv_location
+    from envforge.fsutil import write_atomically
 
     markers = venv_location(recipe) / MARKER_DIR
     for name in ("probe.json", "probe.junit.xml", "certified.json"):
         if (markers / name).is_file():
-            report_dir.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(markers / name, report_dir / name)
+            write_atomically(report_dir / name, (markers / name).read_bytes())
 
 
 def _docker_serves(recipe: Recipe) -> tuple[bool, str]:
