@@ -114,7 +114,7 @@ def _setting_for(path: Path) -> str | None:
     mine = os.path.abspath(path)
     if mine != home and not mine.startswith(home.rstrip(os.sep) + os.sep):
         return None
-    return "ENVFORGE_HOME" if os.environ.get("ENVFORGE_HOME") else f"ENVFORGE_HOME (now {home})"
+    return "ENVFORGE_HOME"
 
 
 def os_error(
@@ -134,7 +134,10 @@ def os_error(
     culprit = Path(exc.filename) if exc.filename else target
     subject = f"cannot {verb} {target}" if known else f"cannot {verb} a file"
     where = setting or (_setting_for(target) if known else None)
-    elsewhere = f"point {where} elsewhere" if where else "choose another path"
+    if where == "ENVFORGE_HOME":
+        elsewhere = "set ENVFORGE_HOME to another folder"
+    else:
+        elsewhere = f"point {where} elsewhere" if where else "choose another path"
     code = exc.errno
     if code in PATH_ERRNOS:
         if code == errno.EISDIR:
@@ -151,7 +154,7 @@ def os_error(
             blocker = in_the_way(culprit) or in_the_way(target) or culprit
             reason = f"{blocker} is {describe(blocker)}, not a folder"
             fix = f"remove or rename {blocker}, or {elsewhere}"
-        return BadPath(f"{subject}: {reason}", path=str(target), hint=fix)
+        return BadPath(f"{subject}: {reason}{_state_note(where)}", path=str(target), hint=fix)
     reason = _REASONS.get(code or 0) or (exc.strerror or str(exc))
     if code in (errno.EACCES, errno.EPERM) and culprit != target:
         reason += f" on {culprit}"
@@ -164,10 +167,38 @@ def os_error(
         fix = f"give this user {access} there, or {elsewhere}"
     else:
         fix = f"check the file system, or {elsewhere}"
-    message = f"{subject}: {reason}"
-    if where and where.startswith("ENVFORGE_HOME"):
-        message += " (envforge keeps its state there)"
+    message = f"{subject}: {reason}{_state_note(where)}"
     return StorageUnavailable(message, path=str(target), hint=fix)
+
+
+def _state_note(where: str | None) -> str:
+    if where != "ENVFORGE_HOME":
+        return ""
+    from envforge.paths import state_dir
+
+    return f" (envforge's state folder, ENVFORGE_HOME={state_dir()})"
+
+
+def check_file_target(path: PathLike, *, setting: str | None = None) -> None:
+    """Refuse, before any work is done, a file target that cannot be written: a folder
+    there, or a file, device or broken link where one of its folders must go."""
+    target = Path(path)
+    if os.path.isdir(target):
+        folder = IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(target))
+        raise os_error(folder, target, setting=setting)
+    blocker = in_the_way(target.parent)
+    if blocker is not None:
+        in_way = NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(blocker))
+        raise os_error(in_way, target, setting=setting)
+
+
+def check_folder_target(path: PathLike, *, setting: str | None = None) -> None:
+    """Refuse, before any work is done, a folder to write into that cannot be one: a file,
+    device or broken link at ``path`` or where one of its parents must go."""
+    blocker = in_the_way(path)
+    if blocker is not None:
+        in_way = NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(blocker))
+        raise os_error(in_way, path, setting=setting)
 
 
 @contextmanager

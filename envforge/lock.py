@@ -29,7 +29,7 @@ from pathlib import Path
 
 from envforge import proc
 from envforge.errors import BuildFailed, InvalidInput, Unavailable
-from envforge.fsutil import write_atomically
+from envforge.fsutil import check_file_target, write_atomically
 from envforge.recipe.model import Recipe
 
 PLATFORM = "x86_64-manylinux_2_28"
@@ -318,7 +318,7 @@ def write_lock(
         raise InvalidInput(
             f"recipe {recipe.name} has no file to put the lock next to", hint="pass -o FILE"
         )
-    target.parent.mkdir(parents=True, exist_ok=True)
+    check_file_target(target, setting="-o" if output is not None else None)
     with tempfile.TemporaryDirectory(prefix="envforge-lock-") as tmp:
         req = Path(tmp) / "requirements.in"
         req.write_text("\n".join(requirement_lines(recipe)) + "\n", encoding="utf-8")

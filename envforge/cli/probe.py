@@ -23,6 +23,7 @@ import click
 
 from envforge.cli.common import echo_json, json_option, load_checked, set_option
 from envforge.errors import CertificationFailed, InvalidInput
+from envforge.fsutil import check_folder_target
 from envforge.probe.report import ProbeReport, StepResult, summarize
 from envforge.probe.runner import LocalPythonTarget, run_probe
 from envforge.probe.spec import CHECK_PREFIX, ProbeSpec
@@ -131,7 +132,7 @@ def _term_as_interrupt() -> Iterator[None]:
 @click.option(
     "--report",
     "report_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),  # checked by fsutil: one line, exit 2
     metavar="DIR",
     help="Write DIR/probe.json and DIR/probe.junit.xml.",
 )
@@ -160,9 +161,8 @@ def probe(  # noqa: PLR0917 - click passes options positionally
     if step_timeout is not None and not step_timeout > 0:
         raise InvalidInput(f"--step-timeout must be positive, got {step_timeout:g}",
                            hint="--step-timeout 60")
-    if report_dir is not None and report_dir.exists() and not report_dir.is_dir():
-        raise InvalidInput(f"--report {report_dir}: exists and is not a folder",
-                           hint="pass a folder (it is created when missing)")
+    if report_dir is not None:  # before the probe runs: a file in the way is exit 2 now
+        check_folder_target(report_dir, setting="--report")
     if recipe_ref is None:
         if overrides:
             raise InvalidInput("--set needs --recipe", hint="envforge probe --recipe cpu --set ...")

@@ -56,7 +56,7 @@ def test_a_path_in_envforge_home_names_the_variable(
     monkeypatch.setenv("ENVFORGE_HOME", str(tmp_path / "home"))
     target = tmp_path / "home" / "certificates" / "x.json"
     error = fsutil.os_error(oserror(errno.EROFS, str(target)), target)
-    assert "point ENVFORGE_HOME elsewhere" in error.one_line()
+    assert "set ENVFORGE_HOME to another folder" in error.one_line()
     elsewhere = fsutil.os_error(oserror(errno.EROFS, str(tmp_path)), tmp_path / "x")
     assert "ENVFORGE_HOME" not in elsewhere.one_line()
 
