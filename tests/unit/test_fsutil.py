@@ -181,3 +181,34 @@ def test_ctrl_c_while_writing_leaves_nothing_and_propagates(
 def test_error_classes_are_envforge_errors() -> None:
     assert issubclass(BadPath, EnvforgeError)
     assert issubclass(StorageUnavailable, EnvforgeError)
+
+
+def test_an_unmapped_os_error_in_a_command_is_one_line_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The CLI's last resort: an OSError no write site mapped still gets fsutil's mapping."""
+    from envforge.cli import main, recipes
+
+    def refused(*_args: object, **_kwargs: object) -> str:
+        raise PermissionError(errno.EACCES, "Permission denied", "/somewhere/x")
+
+    monkeypatch.setattr(recipes, "render_dockerfile", refused)
+    assert main(["render", "cpu"]) == 4
+    err = capsys.readouterr().err
+    assert err == (
+        "envforge: error: cannot use /somewhere/x: permission denied"
+        " (fix: give this user access there, or choose another path)\n"
+    )
+
+
+def test_render_o_onto_a_file_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from envforge.cli import main
+
+    (tmp_path / "f").write_text("keep")
+    assert main(["render", "cpu", "-o", str(tmp_path / "f")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(f"envforge: error: cannot write {tmp_path / 'f' / 'cpu' / 'Dockerfile'}")
+    assert leftovers(tmp_path) == ["f"]
