@@ -250,7 +250,11 @@ def _stage(path: Path, data: bytes, mode: int) -> Path:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
-            os.fsync(fh.fileno())
+            try:
+                os.fsync(fh.fileno())  # a full disk can show only here (delayed allocation)
+            except OSError as exc:
+                if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP):  # no fsync here
+                    raise
         os.chmod(tmp, mode)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
