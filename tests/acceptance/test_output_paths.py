@@ -303,6 +303,12 @@ def test_render_all_onto_a_full_file_system_is_exit_4_and_leaves_nothing(full_fs
 def test_render_into_a_folder_without_permission_is_exit_4_as_another_user(
     public_dir: Path, mode: int, culprit: str
 ) -> None:
+    control = public_dir / "open"
+    control.mkdir()
+    control.chmod(0o777)
+    status, stderr = run_as_nobody(["render", "cpu", "-o", str(control)])
+    if status != 0:
+        pytest.skip(f"uid {NOBODY} cannot render into an open folder here: {stderr.strip()}")
     locked = public_dir / "locked"
     locked.mkdir()
     (locked / "old").write_text("old\n")
