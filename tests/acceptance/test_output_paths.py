@@ -570,3 +570,42 @@ def test_lock_onto_a_read_only_file_system_is_exit_4(ro_fs: Path) -> None:
     target = ro_fs / "existing" / "cpu.lock.txt"
     done = envforge("lock", "cpu", "--wheelhouse", str(WHEELS), "-o", str(target), cwd=ro_fs.parent)
     assert_one_line_error(done.returncode, done.stderr, 4, target, "read-only")
+
+
+# --------------------------------------------------------------------------- lock files
+
+
+@pytest.mark.usefixtures("venv_ok")
+@pytest.mark.parametrize(
+    "line",
+    [
+        "--extra-index-url https://elsewhere.invalid/simple",
+        "-i https://elsewhere.invalid/simple",
+        "--index-url=https://elsewhere.invalid/simple",
+        "-f https://elsewhere.invalid/wheels/",
+    ],
+)
+def test_a_lock_with_an_index_option_is_refused_before_any_install(
+    tmp_path: Path, line: str
+) -> None:
+    from envforge import lock
+    from envforge.recipe.catalogue import Catalogue
+
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    shutil.copyfile(ROOT / "recipes" / "cpu.yaml", recipes / "cpu.yaml")
+    recipe = Catalogue.default().load(str(recipes / "cpu.yaml"))
+    hashes = "    --hash=sha256:" + "ab" * 32
+    (recipes / "cpu.lock.txt").write_text(
+        f"# envforge-lock: recipe=cpu inputs={lock.inputs_digest(recipe)} python=3.11\n"
+        f"torch==2.13.0+cpu \\\n{hashes}\n{line}\n"
+    )
+    done = envforge(
+        "build", str(recipes / "cpu.yaml"), "--backend", "venv", "--wheelhouse", str(WHEELS),
+        cwd=tmp_path, timeout=300,
+    )
+    option = line.split(maxsplit=1)[0].split("=", maxsplit=1)[0]
+    assert_one_line_error(
+        done.returncode, done.stderr, 2, f"{recipes / 'cpu.lock.txt'}:4: option {option}"
+    )
+    assert not (tmp_path / "home" / "venvs").exists()
