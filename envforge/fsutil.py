@@ -1,10 +1,14 @@
 """Writing files so that a failure leaves nothing half-written, and the one place where
 an ``OSError`` from a write becomes an :class:`~envforge.errors.EnvforgeError`.
 
-Every write envforge makes (renders, reports, certificates, locks, marker files in
-``$ENVFORGE_HOME``) goes through :func:`write_files` / :func:`write_atomically`, or runs
-inside :func:`writing`, so that a file system that refuses the write gives one line and
-the right exit code (:func:`os_error`):
+Every file envforge writes for the user (renders, reports, certificates, locks, marker
+files in ``$ENVFORGE_HOME``) goes through :func:`write_files` / :func:`write_atomically`;
+folders and temporary folders through :func:`make_dirs` / :func:`make_temp_dir`; other
+blocks can run inside :func:`writing`; :func:`check_folder_target` and
+:func:`check_file_target` refuse a wrong path before any work. What none of them covers
+(scratch files in temporary folders) is still mapped by the CLI's last resort
+(``envforge.cli.main``). So a file system that refuses a write gives one line and the
+right exit code (:func:`os_error`):
 
 * exit 2 (:class:`BadPath`, the path is wrong): a file, device or dangling/looping
   symbolic link where a folder must go (``ENOTDIR``, ``EEXIST``, ``ELOOP``), a folder where
