@@ -52,7 +52,7 @@ from typing import Any, Literal
 
 from envforge import __version__, lock, paths, proc
 from envforge.errors import CertificationFailed, EnvforgeError, InvalidInput, Unavailable
-from envforge.fsutil import write_atomically
+from envforge.fsutil import make_dirs, make_temp_dir, write_atomically
 from envforge.probe.report import ProbeReport, StepResult
 from envforge.probe.runner import LocalPythonTarget, ProbeListener, run_probe
 from envforge.probe.spec import ProbeSpec
@@ -590,8 +590,8 @@ def build(recipe: Recipe, options: VenvOptions = VenvOptions()) -> VenvBuildResu
         options.say(f"{target}: installed set unchanged; certifying")
     else:
         status = "reinstalled" if target.exists() else "built"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+        make_dirs(target.parent)
+        tmp = make_temp_dir(f".{target.name}.tmp-", target.parent)
         try:
             options.say(f"creating {target} with Python {interp.version} ({interp.executable})")
             shutil.rmtree(tmp)  # uv venv wants to create the folder itself

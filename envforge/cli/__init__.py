@@ -102,4 +102,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except click.ClickException as exc:
         exc.show()
         return int(ExitCode.INVALID_INPUT)
+    except OSError as exc:  # a file system error no write site mapped: still one line
+        from envforge.fsutil import os_error  # noqa: PLC0415 - only on this rare path
+
+        if debug:
+            traceback.print_exc()
+        error = os_error(exc, verb="use")
+        click.echo(f"envforge: error: {error.one_line()}", err=True)
+        return int(error.exit_code)
     return int(ExitCode.OK)

@@ -6,7 +6,6 @@ Progress and build output go to stderr; results (the certified tag or venv path,
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import click
@@ -28,6 +27,7 @@ from envforge.cli.common import (
     wheelhouse_option,
 )
 from envforge.errors import InvalidInput
+from envforge.fsutil import check_folder_target, write_atomically
 from envforge.recipe.model import Level, Recipe
 
 
@@ -71,6 +71,8 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
     The image is tagged envforge/RECIPE:STACK (e.g. envforge/gfx1010:torch1.13.1-rocm5.2-py3.10)
     only when the probe passed; a failed probe exits 1 and tags nothing.
     """
+    if report_dir is not None:  # before any work: a file in the way is exit 2, one line
+        check_folder_target(report_dir, setting="--report")
     ref = resolve_auto(recipe_ref)
     if backend == "venv":
         docker_only = [
@@ -167,8 +169,7 @@ def _build_venv(
             markers = venv.venv_location(recipe) / venv.MARKER_DIR
             for name in ("probe.json", "probe.junit.xml", "certified.json"):
                 if (markers / name).is_file():
-                    report_dir.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(markers / name, report_dir / name)
+                    write_atomically(report_dir / name, (markers / name).read_bytes())
     if as_json:
         echo_json(result.to_dict())
         return

@@ -91,7 +91,7 @@ def report_option(help: str, metavar: str | None = None) -> Callable[[F], F]:
     return click.option(
         "--report",
         "report_dir",
-        type=click.Path(file_okay=False, path_type=Path),
+        type=click.Path(path_type=Path),  # checked by fsutil.check_folder_target: one line
         metavar=metavar,
         help=help,
     )

@@ -148,7 +148,7 @@ def doctor_cmd(
 @click.option(
     "-o",
     "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),  # a folder there: fsutil's one-line error, exit 2
     help="Write the lock here instead of next to the recipe (<recipe>.lock.txt).",
 )
 @set_option

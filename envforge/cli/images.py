@@ -22,6 +22,7 @@ from envforge.cli.common import (
     step_timeout_option,
 )
 from envforge.errors import CertificationFailed, InvalidInput
+from envforge.fsutil import check_folder_target
 from envforge.recipe.model import Level, Recipe
 
 if TYPE_CHECKING:
@@ -82,6 +83,8 @@ def certify(  # noqa: PLR0917 - click passes options positionally by name
     from envforge.backends.docker.images import inspect_image  # noqa: PLC0415 - as above
     from envforge.cli.display import ProbeProgress  # noqa: PLC0415 - keeps --help light
 
+    if report_dir is not None:  # before any work: a file in the way is exit 2, one line
+        check_folder_target(report_dir, setting="--report")
     client = connect()
     results: list[dict[str, Any]] = []
     failures: list[str] = []

@@ -32,6 +32,7 @@ from envforge.cli.common import (
 )
 from envforge.cli.display import ProbeProgress
 from envforge.errors import CertificationFailed, InvalidInput
+from envforge.fsutil import check_folder_target
 from envforge.recipe.model import Level
 
 if TYPE_CHECKING:
@@ -112,9 +113,8 @@ def probe(  # noqa: PLR0917 - click passes options positionally
     if step_timeout is not None and not step_timeout > 0:
         raise InvalidInput(f"--step-timeout must be positive, got {step_timeout:g}",
                            hint="--step-timeout 60")
-    if report_dir is not None and report_dir.exists() and not report_dir.is_dir():
-        raise InvalidInput(f"--report {report_dir}: exists and is not a folder",
-                           hint="pass a folder (it is created when missing)")
+    if report_dir is not None:  # before the probe runs: a file in the way is exit 2 now
+        check_folder_target(report_dir, setting="--report")
     if recipe_ref is None:
         if overrides:
             raise InvalidInput("--set needs --recipe", hint="envforge probe --recipe cpu --set ...")

@@ -269,7 +269,7 @@ def test_select_device_falls_back_to_cpu_with_a_logged_reason(
 ) -> None:
     with caplog.at_level(logging.INFO, logger="envforge.select"):
         device = select_device(timeout=60)
-    import torch  # noqa: PLC0415 - optional: the module skips without it
+    import torch
 
     if torch.cuda.is_available():  # pragma: no cover - GPU machines
         assert device == "cuda"

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 from envforge.backends.docker.devices import device_flags
 from envforge.backends.docker.refs import CERTIFIED_REPOSITORY_PREFIX, certified_ref, split_ref
 from envforge.errors import CertificationFailed, EnvforgeError, InvalidInput, Unavailable
+from envforge.fsutil import write_atomically
 from envforge.probe.runner import ProbeListener
 from envforge.recipe.model import Level, Recipe
 
@@ -165,7 +166,7 @@ def certify_and_tag(
     if report_dir is not None:
         json_path, junit_path = outcome.report.write(report_dir)
         cert_path = report_dir / "certificate.json"
-        cert_path.write_text(outcome.certificate.to_json(compact=False) + "\n", encoding="utf-8")
+        write_atomically(cert_path, outcome.certificate.to_json(compact=False) + "\n")
         say(f"reports: {json_path}, {junit_path}, {cert_path}")
     say(
         f"certificate {outcome.certificate.digest} ({outcome.certificate.status}) stored at "
