@@ -56,7 +56,7 @@ def solve_cmd(
     """
     detected = ""
     if arch == "auto":
-        from envforge.detect import detect
+        from envforge.detect import detect  # noqa: PLC0415 - only for auto
 
         host = detect()
         gpu = host.primary
