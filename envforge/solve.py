@@ -509,6 +509,13 @@ def solve(request: SolveRequest, table: CompatTable) -> Solution:
     )
     picks = _picks(arch, best, chosen, request, table)
     notes: list[str] = []
+    if not request.conservative and best.confidence != "verified":
+        safest = min(stacks, key=_evidence_key)
+        if safest is not best and _CONF_RANK[safest.confidence] < _CONF_RANK[best.confidence]:
+            notes.append(
+                f"--conservative would choose {safest.label} on {safest.base_image} "
+                f"({safest.confidence})"
+            )
     if info is not None and info.official:
         notes.append(f"{arch} official support: {info.official}")
     o = table.override_for(arch)

@@ -145,6 +145,7 @@ def test_conservative_prefers_evidence_over_the_newest() -> None:
     newest = solve(SolveRequest("gfx1151"), TABLE)
     assert newest.stack.confidence == "uncertain"  # 2.15's ROCm variants are unconfirmed
     safe = solve(SolveRequest("gfx1151", conservative=True), TABLE)
+    assert f"--conservative would choose {safe.stack.label}" in " ".join(newest.notes)
     assert safe.stack.confidence == "verified"
     assert safe.stack.torch != "2.15.0"
     assert newest.runner_ups
