@@ -33,8 +33,12 @@ class EnvforgeError(Exception):
         self.hint = hint
 
     def one_line(self) -> str:
+        """The message and fix on one line; characters a terminal would act on (ESC,
+        other controls) or cannot print (lone surrogates) are shown escaped."""
         text = self.message if not self.hint else f"{self.message} (fix: {self.hint})"
-        return " ".join(text.split())
+        return "".join(
+            ch if ch.isprintable() else ascii(ch)[1:-1] for ch in " ".join(text.split())
+        )
 
 
 class InvalidInput(EnvforgeError):
