@@ -23,19 +23,23 @@ def register(group: click.Group) -> None:
 @click.command("list")
 @json_option
 def list_cmd(as_json: bool) -> None:
-    """List the recipes in the catalogue (shipped and ENVFORGE_RECIPE_PATH)."""
-    catalogue = Catalogue.default()
+    """List the recipes in the catalogue (shipped and ENVFORGE_RECIPE_PATH).
+
+    A recipe file that cannot be loaded is listed as BROKEN (its error on stderr; with
+    --json in its "error" field); the others are listed all the same, exit 0.
+    """
     rows: list[dict[str, Any]] = []
-    for name, path in catalogue.files().items():
-        recipe = catalogue.load(str(path))
+    for item in Catalogue.default().scan():
+        recipe = item.recipe
         rows.append(
             {
-                "name": name,
-                "vendor": recipe.gpu.vendor,
-                "arch": recipe.gpu.arch,
-                "stack": recipe.stack_tag,
-                "description": recipe.description,
-                "path": str(path),
+                "name": item.name,
+                "vendor": recipe.gpu.vendor if recipe else None,
+                "arch": recipe.gpu.arch if recipe else None,
+                "stack": recipe.stack_tag if recipe else None,
+                "description": recipe.description if recipe else None,
+                "path": str(item.path),
+                "error": item.error,
             }
         )
     if as_json:
@@ -43,6 +47,11 @@ def list_cmd(as_json: bool) -> None:
         return
     width = max((len(r["name"]) for r in rows), default=4)
     for r in rows:
+        if r["error"] is not None:
+            click.echo(f"{r['name']:<{width}}  {'-':<8} {'BROKEN':<32} (see stderr; envforge "
+                       f"validate {r['path']})")
+            click.echo(f"envforge: {r['name']}: {r['error']}", err=True)
+            continue
         arch = r["arch"] or "-"
         click.echo(f"{r['name']:<{width}}  {arch:<8} {r['stack']:<32} {r['description']}")
 
