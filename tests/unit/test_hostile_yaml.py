@@ -1,5 +1,8 @@
 """Hostile YAML (issue 11, class 1): every command that reads a recipe answers exit 0 or 2
-with one line on stderr, never a traceback, never a hang.
+with one line on stderr, never a traceback, never a hang. Classes 2 and 9 add values that
+would be changed (control characters), names the environment depends on (env.PATH),
+and what validate accepted but render refused (long values, odd names, bad pins): the
+corpus files must be refused alike by validate, show and render.
 
 Two parts: the ``tests/hostile/`` corpus (plus FIFOs, devices, directories, a sparse
 huge file and a symlink loop made at test time), and a hypothesis fuzz target over the
@@ -321,6 +324,12 @@ def test_fuzz_set(key: str, value: str) -> None:
 @given(text=st.one_of(_YAMLISH, _TREES.map(_dump)))
 @example(text="? [a]\n: 1\n")
 @example(text='name: x\ndescription: "\\udc80"\n')
+@example(text=(CORPUS / "control-esc-description.yaml").read_text(encoding="utf-8"))
+@example(text=(CORPUS / "reserved-env-path.yaml").read_text(encoding="utf-8"))
+@example(text=(CORPUS / "env-name-newline.yaml").read_text(encoding="utf-8"))
+@example(text=(CORPUS / "long-env-value.yaml").read_text(encoding="utf-8"))
+@example(text=(CORPUS / "step-timeout-huge.yaml").read_text(encoding="utf-8"))
+@example(text=(CORPUS / "malformed-pin.yaml").read_text(encoding="utf-8"))
 def test_fuzz_files_through_show(text: str) -> None:
     import contextlib
     import io
