@@ -34,6 +34,9 @@ MAX_VALUE_CHARS = 4096
 MAX_STEP_TIMEOUT = 86400.0
 #: Longest image tag the engine accepts (the stack tag becomes one).
 MAX_TAG_CHARS = 128
+#: Longest torch version and ROCm/CUDA version: with them the stack tag stays a valid tag.
+MAX_TORCH_VERSION_CHARS = 64
+MAX_ACCELERATOR_VERSION_CHARS = 32
 
 #: Environment variables a recipe may not set (README, "Recipes"): the names the built
 #: environment itself depends on. envforge sets PATH, VIRTUAL_ENV (the venv first on
@@ -251,6 +254,14 @@ def check_meaning(recipe: Recipe) -> None:
     problem = torch_version_problem(recipe.torch.version)
     if problem is not None:
         raise c.fail("torch.version", problem)
+    for key, value, most in (
+        ("torch.version", recipe.torch.version, MAX_TORCH_VERSION_CHARS),
+        ("rocm", recipe.rocm, MAX_ACCELERATOR_VERSION_CHARS),
+        ("cuda", recipe.cuda, MAX_ACCELERATOR_VERSION_CHARS),
+    ):
+        if value is not None and len(value) > most:
+            raise c.fail(key, (f"is {len(value)} characters long; at most {most} (it is part "
+                               "of the image tag)", "write the version itself"))
     problem = numpy_problem(recipe.numpy)
     if problem is not None:
         raise c.fail("numpy", problem)
@@ -268,7 +279,7 @@ def check_meaning(recipe: Recipe) -> None:
         raise c.fail("torch.version", (
             f"the stack tag {tag!r} is not a valid image tag (at most {MAX_TAG_CHARS} "
             "characters: letters, digits, '_', '.', '-')",
-            "shorten torch.version, rocm or cuda"))
+            "write torch.version like 2.5.1"))
     problem = step_timeout_problem(recipe.certify.step_timeout)
     if problem is not None:
         raise c.fail("certify.step_timeout", problem)

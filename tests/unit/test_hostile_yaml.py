@@ -225,6 +225,11 @@ def test_special_files_in_recipe_path(
         ('packages=["foo==1.0,<0.5"]', "can never be satisfied"),
         ("torch.version=v2.13.00", "is not written the standard way"),
         ("torch.version=1!2.13.0", "has an epoch"),
+        ("torch.version=2.13.0+" + "a" * 60, "torch.version: is 67 characters long"),
+        ("rocm=5." + "2" * 40, "rocm: is 42 characters long"),
+        ("rocm=\u0665.\u0662", "rocm: '\u0665.\u0662' is not a version"),
+        ("cuda=12.\u0666", "is not a version"),
+        ("certify.step_timeout=\u0661\u0660", "expected a number of seconds"),
     ],
 )
 def test_hostile_set_values(item: str, expect: str, capsys: pytest.CaptureFixture[str]) -> None:
