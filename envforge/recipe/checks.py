@@ -60,8 +60,6 @@ RESERVED_ENV: Mapping[str, str] = {
     "HOME": "the shell sets it",
     "NPROC_PER_NODE": "the shell sets it from the GPU count",
 }
-#: Prefixes a recipe may not use: envforge's own settings.
-RESERVED_ENV_PREFIXES = ("ENVFORGE_",)
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 #: A Docker image tag.
@@ -121,12 +119,6 @@ def env_name_problem(name: str) -> tuple[str, str] | None:
             f"is reserved: {RESERVED_ENV[name]}",
             f"remove env.{name}; the reserved names are listed in the README (Recipes)",
         )
-    for prefix in RESERVED_ENV_PREFIXES:
-        if name.startswith(prefix):
-            return (
-                f"is reserved: {prefix}* are envforge's own settings",
-                f"remove env.{name} or rename it",
-            )
     return None
 
 
