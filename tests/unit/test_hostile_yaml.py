@@ -12,8 +12,11 @@ turns a hang (a blocking open of a FIFO) into a failure instead of a stuck run.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import signal
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
@@ -310,8 +313,6 @@ def test_fuzz_reader(text: str) -> None:
 @example(key="certify.step_timeout", value="-1")
 @example(key="torch.version", value="1!2.13.0")
 def test_fuzz_set(key: str, value: str) -> None:
-    import contextlib
-    import io
 
     err = io.StringIO()
     out = io.StringIO()
@@ -334,9 +335,6 @@ def test_fuzz_set(key: str, value: str) -> None:
 @example(text=(CORPUS / "step-timeout-huge.yaml").read_text(encoding="utf-8"))
 @example(text=(CORPUS / "malformed-pin.yaml").read_text(encoding="utf-8"))
 def test_fuzz_files_through_show(text: str) -> None:
-    import contextlib
-    import io
-    import tempfile
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "fuzz.yaml"
