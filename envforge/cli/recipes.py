@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from envforge.cli.common import echo_json, json_option, load_checked, set_option
-from envforge.errors import EnvforgeError, InvalidInput
+from envforge.errors import EnvforgeError, InvalidInput, printable
 from envforge.recipe.catalogue import Catalogue
 
 
@@ -40,13 +40,14 @@ def list_cmd(as_json: bool) -> None:
         return
     width = max((len(r["name"]) for r in rows), default=4)
     for r in rows:
+        name = printable(r["name"])  # a file name may hold anything
         if r["error"] is not None:
-            click.echo(f"{r['name']:<{width}}  {'-':<8} {'BROKEN':<32} (see stderr; envforge "
-                       f"validate {r['path']})")
-            click.echo(f"envforge: {r['name']}: {r['error']}", err=True)
+            click.echo(f"{name:<{width}}  {'-':<8} {'BROKEN':<32} (see stderr; envforge "
+                       f"validate {printable(r['path'])})")
+            click.echo(f"envforge: {name}: {r['error']}", err=True)
             continue
         arch = r["arch"] or "-"
-        click.echo(f"{r['name']:<{width}}  {arch:<8} {r['stack']:<32} {r['description']}")
+        click.echo(f"{name:<{width}}  {arch:<8} {r['stack']:<32} {r['description']}")
 
 
 @click.command()

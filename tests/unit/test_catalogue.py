@@ -273,3 +273,17 @@ def test_validate_of_the_broken_recipe_is_exit_2(
     err = capsys.readouterr().err
     assert "descriptio: unknown key" in err
     assert "Traceback" not in err
+
+
+def test_list_escapes_a_file_name_with_control_characters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "bad\x1b[2J.yaml").write_text("name: x\n", encoding="utf-8")
+    monkeypatch.setenv("ENVFORGE_RECIPE_PATH", str(folder))
+    assert main(["list"]) == 0
+    captured = capsys.readouterr()
+    assert "\x1b" not in captured.out + captured.err
+    assert "bad\\x1b[2J  " in captured.out
+    assert "BROKEN" in captured.out

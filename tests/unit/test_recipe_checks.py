@@ -8,13 +8,13 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from test_recipe_load import GOOD, load_error, write
 
 from envforge.cli import main
 from envforge.errors import EnvforgeError, InvalidInput
 from envforge.recipe import checks
 from envforge.recipe.load import load_recipe_file
 from envforge.render import render_dockerfile
+from tests.unit.test_recipe_load import GOOD, load_error, write
 
 
 @pytest.fixture(autouse=True)
