@@ -284,7 +284,8 @@ class Reader:
     ``TableError``). ``numbers_as_text`` lets a plain number stand for the text it was
     written as (recipes: ``python: 3.10``); ``forbidden`` are characters no text value
     may hold; ``misplaced(key, parent)`` may name where an unknown key belongs;
-    ``required_hint`` is formatted with ``key`` for a missing required key.
+    ``required_hint`` is formatted with ``key`` for a missing required key; ``check``
+    returns why a text value is refused (message, fix), or None.
     """
 
     def __init__(
@@ -298,6 +299,7 @@ class Reader:
         misplaced: Callable[[str, str, bool], str | None] | None = None,
         required_hint: str | None = None,
         top: str = "(top level)",
+        check: Callable[[str], tuple[str, str] | None] | None = None,
     ) -> None:
         self.source = source
         self.error = error
@@ -307,6 +309,7 @@ class Reader:
         self.misplaced = misplaced
         self.required_hint = required_hint
         self.top = top
+        self.check = check
 
     def fail(self, path: str, message: str, hint: str | None = None) -> DataFileError:
         return self.error(self.source, path, message, hint=hint)
@@ -354,6 +357,10 @@ class Reader:
                 )
         if has_surrogate(value):
             raise self.fail(path, "contains a lone surrogate (an invalid character)")
+        if self.check is not None:
+            problem = self.check(value)
+            if problem is not None:
+                raise self.fail(path, *problem)
         if not allow_empty and not value.strip():
             raise self.fail(path, "must not be empty")
         return value

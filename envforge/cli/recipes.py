@@ -9,26 +9,30 @@ from typing import Any
 import click
 
 from envforge.cli.common import echo_json, json_option, load_checked, set_option
-from envforge.errors import EnvforgeError, InvalidInput
+from envforge.errors import EnvforgeError, InvalidInput, printable
 from envforge.recipe.catalogue import Catalogue
 
 
 @click.command("list")
 @json_option
 def list_cmd(as_json: bool) -> None:
-    """List the recipes in the catalogue (shipped and ENVFORGE_RECIPE_PATH)."""
-    catalogue = Catalogue.default()
+    """List the recipes in the catalogue (shipped and ENVFORGE_RECIPE_PATH).
+
+    A recipe file that cannot be loaded is listed as BROKEN (its error on stderr; with
+    --json in its "error" field); the others are listed all the same, exit 0.
+    """
     rows: list[dict[str, Any]] = []
-    for name, path in catalogue.files().items():
-        recipe = catalogue.load(str(path))
+    for item in Catalogue.default().scan():
+        recipe = item.recipe
         rows.append(
             {
-                "name": name,
-                "vendor": recipe.gpu.vendor,
-                "arch": recipe.gpu.arch,
-                "stack": recipe.stack_tag,
-                "description": recipe.description,
-                "path": str(path),
+                "name": item.name,
+                "vendor": recipe.gpu.vendor if recipe else None,
+                "arch": recipe.gpu.arch if recipe else None,
+                "stack": recipe.stack_tag if recipe else None,
+                "description": recipe.description if recipe else None,
+                "path": str(item.path),
+                "error": item.error,
             }
         )
     if as_json:
@@ -36,8 +40,14 @@ def list_cmd(as_json: bool) -> None:
         return
     width = max((len(r["name"]) for r in rows), default=4)
     for r in rows:
+        name = printable(r["name"])  # a file name may hold anything
+        if r["error"] is not None:
+            click.echo(f"{name:<{width}}  {'-':<8} {'BROKEN':<32} (see stderr; envforge "
+                       f"validate {printable(r['path'])})")
+            click.echo(f"envforge: {name}: {r['error']}", err=True)
+            continue
         arch = r["arch"] or "-"
-        click.echo(f"{r['name']:<{width}}  {arch:<8} {r['stack']:<32} {r['description']}")
+        click.echo(f"{name:<{width}}  {arch:<8} {r['stack']:<32} {r['description']}")
 
 
 @click.command()

@@ -7,13 +7,24 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from envforge.errors import InvalidInput
+from envforge.errors import EnvforgeError, InvalidInput
 from envforge.recipe.load import load_recipe_file
 from envforge.recipe.model import Recipe
 from envforge.resources import recipes_dir
 from envforge.yamlcheck import did_you_mean
 
 ENV_PATH = "ENVFORGE_RECIPE_PATH"
+
+
+@dataclass(frozen=True)
+class Listed:
+    """One recipe file of the catalogue: its recipe, or why it cannot be loaded."""
+
+    name: str
+    path: Path
+    recipe: Recipe | None
+    #: The one-line error (file, key, fix) when the file cannot be loaded.
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -53,6 +64,17 @@ class Catalogue:
 
     def load(self, ref: str, overrides: Sequence[str] = ()) -> Recipe:
         return load_recipe_file(self.resolve(ref), overrides)
+
+    def scan(self) -> list[Listed]:
+        """Every recipe file, loaded; a broken one is listed with its error, not raised,
+        so that one bad user recipe does not hide the others."""
+        out: list[Listed] = []
+        for name, path in self.files().items():
+            try:
+                out.append(Listed(name, path, load_recipe_file(path)))
+            except EnvforgeError as exc:
+                out.append(Listed(name, path, None, exc.one_line()))
+        return out
 
     def load_all(self, overrides: Sequence[str] = ()) -> list[Recipe]:
         return [load_recipe_file(p, overrides) for p in self.files().values()]

@@ -1,10 +1,12 @@
 """Recipe -> render contexts: every rendering decision is made here, in Python.
 
 Templates only print the fields of :class:`DockerContext` and :class:`VenvContext`.
-Every value that comes from a recipe is checked (no line breaks, NULs or lone
-surrogates) and quoted here: Dockerfile strings with :func:`docker_quote`, shell words
-with :func:`shell_quote`. Values that are spliced in unquoted (base image, Python
-version, recipe name) must match a strict pattern.
+Every value that comes from a recipe is checked by
+:func:`envforge.recipe.checks.check_renderable`, the function the loader calls too (no
+line breaks, control characters, NULs or lone surrogates; values that are spliced in
+unquoted, such as the base image, Python version and recipe name, match a strict
+pattern), and quoted here: Dockerfile strings with :func:`docker_quote`, shell words
+with :func:`shell_quote`.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from packaging.version import InvalidVersion, Version
 
 from envforge.errors import InvalidInput
 from envforge.knowledge import variant_of
-from envforge.patterns import ENV_NAME_RE, IMAGE_RE, NAME_RE, PYTHON_RE
+from envforge.patterns import IMAGE_RE
+from envforge.recipe.checks import check_renderable
 from envforge.recipe.model import Recipe
 from envforge.render.quoting import check_one_line, docker_quote, shell_quote
 
@@ -29,9 +32,6 @@ STAGING_DIR = "/tmp/envforge"
 #: File names at the root of the build context (see the Docker backend).
 CONTEXT_WHEELHOUSE = "wheelhouse"
 CONTEXT_CA_BUNDLE = "ca-bundle.pem"
-
-#: Environment variables the image and the venv set themselves; a recipe may not.
-RESERVED_ENV = frozenset({"PATH", "VIRTUAL_ENV", "PYTHONHOME"})
 
 IndexForm = Literal["index-url", "extra-index-url"]
 
@@ -173,50 +173,9 @@ class VenvContext:
     env: tuple[EnvLine, ...]
 
 
-class _Checker:
-    """Checks recipe values before they are used, naming the recipe and key."""
-
-    def __init__(self, recipe: Recipe) -> None:
-        self.source = recipe.origin
-
-    def text(self, key: str, value: str) -> str:
-        return check_one_line(key, value, source=self.source)
-
-    def pattern(self, key: str, value: str, pattern: re.Pattern[str], example: str) -> str:
-        self.text(key, value)
-        if not pattern.match(value):
-            raise InvalidInput(
-                f"{self.source}: {key}: {value!r} is not valid here",
-                hint=f"write it like {example}",
-            )
-        return value
-
-
 def _check_recipe(recipe: Recipe, options: RenderOptions) -> str:
     """Check every recipe value a renderer uses; return the effective base image."""
-    c = _Checker(recipe)
-    c.pattern("name", recipe.name, NAME_RE, "gfx1030 (lowercase letters, digits, '.', '_', '-')")
-    c.text("description", recipe.description)
-    c.pattern("python", recipe.python, PYTHON_RE, '"3.10"')
-    c.text("torch.version", recipe.torch.version)
-    if recipe.torch.index is not None:
-        c.text("torch.index", recipe.torch.index)
-    c.text("numpy", recipe.numpy)
-    for key, value in (("rocm", recipe.rocm), ("cuda", recipe.cuda), ("gpu.arch", recipe.gpu.arch)):
-        if value is not None:
-            c.text(key, value)
-    for i, product in enumerate(recipe.gpu.products):
-        c.text(f"gpu.products[{i}]", product)
-    for i, pkg in enumerate(recipe.packages):
-        c.text(f"packages[{i}]", pkg)
-    for e in recipe.env:
-        c.pattern(f"env.{e.name}", e.name, ENV_NAME_RE, "HSA_OVERRIDE_GFX_VERSION")
-        if e.name in RESERVED_ENV:
-            raise InvalidInput(
-                f"{recipe.origin}: env.{e.name}: is set by envforge itself",
-                hint=f"remove env.{e.name} from the recipe",
-            )
-        c.text(f"env.{e.name}.value", e.value)
+    check_renderable(recipe)
     if options.base_image is not None:
         check_one_line("--base-image", options.base_image, source="command line")
         if not IMAGE_RE.match(options.base_image):
@@ -225,7 +184,7 @@ def _check_recipe(recipe: Recipe, options: RenderOptions) -> str:
                 hint="e.g. ubuntu:22.04",
             )
         return options.base_image
-    return c.pattern("base_image", recipe.base_image, IMAGE_RE, "ubuntu:22.04")
+    return recipe.base_image
 
 
 def _env_lines(recipe: Recipe) -> tuple[EnvLine, ...]:

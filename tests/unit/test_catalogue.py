@@ -259,3 +259,87 @@ def test_auto_chooses_the_curated_recipe_for_its_arch(
     assert main(["detect", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["auto"]["recipe"] == name
+
+
+# --------------------------------------------------------------------------- broken recipes
+# issue 11, class 8: one broken user recipe does not make `list` fail.
+
+BROKEN = {
+    "broken-yaml": "name: [unclosed\n",
+    "broken-key": "name: broken-key\ndescriptio: typo\n",
+}
+
+
+def _broken_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "mine"
+    write_recipe(folder, "extra", "a good user recipe")
+    write_recipe(folder, "broken-esc", '"an ESC \\e[2J in the description"')
+    for name, text in BROKEN.items():
+        (folder / f"{name}.yaml").write_text(text, encoding="utf-8")
+    os.mkfifo(folder / "fifo.yaml")
+    monkeypatch.setenv("ENVFORGE_RECIPE_PATH", str(folder))
+    return folder
+
+
+def test_list_marks_broken_recipes_and_lists_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = _broken_path(tmp_path, monkeypatch)
+    assert main(["list"]) == 0
+    captured = capsys.readouterr()
+    lines = {line.split()[0]: line for line in captured.out.splitlines()}
+    for name in [*REQUIRED, "extra"]:
+        assert "BROKEN" not in lines[name], name
+    for name in [*BROKEN, "broken-esc", "fifo"]:
+        assert lines[name].split()[1:3] == ["-", "BROKEN"], lines[name]
+    errors = captured.err.splitlines()
+    assert len(errors) == len(BROKEN) + 2  # one line each
+    assert f"envforge: broken-yaml: {folder / 'broken-yaml.yaml'}: line 2: not valid YAML" in (
+        captured.err
+    )
+    assert "descriptio: unknown key" in captured.err
+    assert "broken-esc.yaml: description: contains the control character '\\x1b'" in captured.err
+    assert "\x1b" not in captured.err
+    assert "fifo.yaml: is not a regular file" in captured.err
+    assert "Traceback" not in captured.err
+
+
+def test_list_json_gives_the_error_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = _broken_path(tmp_path, monkeypatch)
+    by_name = {r["name"]: r for r in list_json(capsys)}
+    assert by_name["extra"]["error"] is None
+    assert by_name["extra"]["description"] == "a good user recipe"
+    assert by_name["cpu"]["error"] is None
+    row = by_name["broken-key"]
+    assert row["path"] == str(folder / "broken-key.yaml")
+    assert row["stack"] is None
+    assert row["error"].startswith(f"{folder / 'broken-key.yaml'}: descriptio: unknown key")
+    assert "\n" not in row["error"]
+
+
+def test_validate_of_the_broken_recipe_is_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _broken_path(tmp_path, monkeypatch)
+    assert main(["validate", "broken-key"]) == 2
+    assert main(["validate", "extra"]) == 0
+    assert main(["validate"]) == 2  # the whole catalogue, broken ones included
+    err = capsys.readouterr().err
+    assert "descriptio: unknown key" in err
+    assert "Traceback" not in err
+
+
+def test_list_escapes_a_file_name_with_control_characters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "bad\x1b[2J.yaml").write_text("name: x\n", encoding="utf-8")
+    monkeypatch.setenv("ENVFORGE_RECIPE_PATH", str(folder))
+    assert main(["list"]) == 0
+    captured = capsys.readouterr()
+    assert "\x1b" not in captured.out + captured.err
+    assert "bad\\x1b[2J  " in captured.out
+    assert "BROKEN" in captured.out
