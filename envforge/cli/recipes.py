@@ -10,6 +10,8 @@ import click
 
 from envforge.cli.common import echo_json, json_option, load_checked, set_option
 from envforge.errors import EnvforgeError, InvalidInput, printable
+from envforge.paths import state_dir
+from envforge.recipe import listing
 from envforge.recipe.catalogue import Catalogue
 
 
@@ -21,20 +23,8 @@ def list_cmd(as_json: bool) -> None:
     A recipe file that cannot be loaded is listed as BROKEN (its error on stderr; with
     --json in its "error" field); the others are listed all the same, exit 0.
     """
-    rows: list[dict[str, Any]] = []
-    for item in Catalogue.default().scan():
-        recipe = item.recipe
-        rows.append(
-            {
-                "name": item.name,
-                "vendor": recipe.gpu.vendor if recipe else None,
-                "arch": recipe.gpu.arch if recipe else None,
-                "stack": recipe.stack_tag if recipe else None,
-                "description": recipe.description if recipe else None,
-                "path": str(item.path),
-                "error": item.error,
-            }
-        )
+    files = Catalogue.default().files()
+    rows = [row.to_dict() for row in listing.rows(files, state_dir() / "cache")]
     if as_json:
         echo_json(rows)
         return

@@ -6,25 +6,15 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from envforge.errors import EnvforgeError, InvalidInput
-from envforge.recipe.load import load_recipe_file
-from envforge.recipe.model import Recipe
+from envforge.errors import InvalidInput
 from envforge.resources import recipes_dir
-from envforge.yamlcheck import did_you_mean
+
+if TYPE_CHECKING:
+    from envforge.recipe.model import Recipe
 
 ENV_PATH = "ENVFORGE_RECIPE_PATH"
-
-
-@dataclass(frozen=True)
-class Listed:
-    """One recipe file of the catalogue: its recipe, or why it cannot be loaded."""
-
-    name: str
-    path: Path
-    recipe: Recipe | None
-    #: The one-line error (file, key, fix) when the file cannot be loaded.
-    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -58,23 +48,18 @@ class Catalogue:
         files = self.files()
         if ref in files:
             return files[ref]
+        from envforge.yamlcheck import did_you_mean  # noqa: PLC0415 - keeps `list` light
+
         near = did_you_mean(ref, files)
         hint = f"did you mean {near!r}?" if near else "run `envforge list` to see the recipes"
         raise InvalidInput(f"no recipe named {ref!r}", hint=hint)
 
     def load(self, ref: str, overrides: Sequence[str] = ()) -> Recipe:
+        from envforge.recipe.load import load_recipe_file  # noqa: PLC0415 - keeps `list` light
+
         return load_recipe_file(self.resolve(ref), overrides)
 
-    def scan(self) -> list[Listed]:
-        """Every recipe file, loaded; a broken one is listed with its error, not raised,
-        so that one bad user recipe does not hide the others."""
-        out: list[Listed] = []
-        for name, path in self.files().items():
-            try:
-                out.append(Listed(name, path, load_recipe_file(path)))
-            except EnvforgeError as exc:
-                out.append(Listed(name, path, None, exc.one_line()))
-        return out
-
     def load_all(self, overrides: Sequence[str] = ()) -> list[Recipe]:
+        from envforge.recipe.load import load_recipe_file  # noqa: PLC0415 - keeps `list` light
+
         return [load_recipe_file(p, overrides) for p in self.files().values()]
