@@ -73,6 +73,8 @@ class BrokenArch:
     reason: str
     source: str
     confidence: Confidence
+    #: The table file the fact came from (``compat.yaml`` or an overlay's path).
+    origin: str = "compat.yaml"
 
 
 @dataclass(frozen=True)
@@ -161,6 +163,8 @@ class Variant:
 
     #: Torch versions of the series with another CPython range.
     python_exceptions: tuple[PythonException, ...] = ()
+    #: The table file the row came from (``compat.yaml`` or an overlay's path).
+    origin: str = "compat.yaml"
 
 
 @dataclass(frozen=True)
@@ -177,6 +181,8 @@ class Release:
     note: str = ""
     #: ISO date the row was last compared with the package index ("" when never).
     checked: str = ""
+    #: The table file the release-level facts came from (variants carry their own).
+    origin: str = "compat.yaml"
 
     def variant(self, name: str) -> Variant | None:
         for v in self.variants:
@@ -200,6 +206,7 @@ class Override:
     confidence: Confidence
     note: str
     source: str
+    origin: str = "compat.yaml"
 
 
 @dataclass(frozen=True)
@@ -208,6 +215,7 @@ class DriverFloor:
     min: str
     confidence: Confidence
     source: str
+    origin: str = "compat.yaml"
 
 
 @dataclass(frozen=True)
@@ -216,6 +224,7 @@ class BaseImage:
     python: str
     match: tuple[str, ...]
     source: str
+    origin: str = "compat.yaml"
 
 
 @dataclass(frozen=True)
@@ -224,6 +233,7 @@ class ArchInfo:
     family: str
     products: tuple[str, ...]
     official: str = ""
+    origin: str = "compat.yaml"
 
 
 @dataclass(frozen=True)
@@ -247,6 +257,7 @@ class NumpyRelease:
     python_from: tuple[tuple[str, str], ...]
     #: (version, reason) of the versions the index marks yanked
     yanked: tuple[tuple[str, str], ...] = ()
+    origin: str = "compat.yaml"
 
     def installable(self, python: str) -> tuple[str, ...]:
         """Versions of the series that have a wheel for ``python``."""
@@ -273,6 +284,9 @@ class CompatTable:
     amd_pci_ids: tuple[PciProduct, ...] = ()
     #: (fragment of an NVIDIA driver model name, arch), longest fragment first.
     nvidia_model_names: tuple[tuple[str, str], ...] = ()
+    #: The files merged into this table, shipped table first, then each overlay in the
+    #: order applied (a later file's rows replace an earlier one's).
+    layers: tuple[str, ...] = ("compat.yaml",)
 
     # ------------------------------------------------------------------ releases
 
