@@ -21,6 +21,7 @@ Not a test: it prints figures; nothing here asserts on time.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import shutil
 import sys
@@ -29,7 +30,15 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from envforge.backends import docker as engine
+from envforge.backends.docker.client import EngineClient
+from envforge.backends.docker.containers import run_capture
+from envforge.backends.docker.engine import connect
+from envforge.backends.docker.images import (
+    BuildResult,
+    assemble_context,
+    build_image,
+    inspect_image,
+)
 from envforge.cli.common import load_checked
 from envforge.render import RenderOptions, render_dockerfile
 
@@ -38,23 +47,22 @@ ENV_KEY = "ENVFORGE_BENCH"
 
 
 def _build(
-    client: engine.Client,
+    client: EngineClient,
     dockerfile: str,
     *,
     wheelhouse: Path | None,
     ca_bundle: Path | None,
     nocache: bool = False,
-) -> engine.BuildResult:
+) -> BuildResult:
     context = Path(tempfile.mkdtemp(prefix="envforge-bench-"))
     try:
-        engine.assemble_context(context, dockerfile, wheelhouse=wheelhouse, ca_bundle=ca_bundle)
-        return engine.build_image(client, context, nocache=nocache)
+        assemble_context(context, dockerfile, wheelhouse=wheelhouse, ca_bundle=ca_bundle)
+        return build_image(client, context, nocache=nocache)
     finally:
         shutil.rmtree(context, ignore_errors=True)
 
 
 def _cpus() -> int:
-    import os
 
     return os.cpu_count() or 0
 
@@ -80,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    client = engine.connect()
+    client = connect()
     base_recipe = load_checked(args.recipe)
     base_image = args.base_image or base_recipe.base_image
     options = RenderOptions(
@@ -93,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     one = render_dockerfile(load_checked(args.recipe, [f"env.{ENV_KEY}=1"]), options)
     two = render_dockerfile(load_checked(args.recipe, [f"env.{ENV_KEY}=2"]), options)
 
-    def build(dockerfile: str, nocache: bool = False) -> engine.BuildResult:
+    def build(dockerfile: str, nocache: bool = False) -> BuildResult:
         return _build(
             client,
             dockerfile,
@@ -120,13 +128,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     rebuilt_ok = env_step is not None and all(s.number >= env_step for s in changed.rebuilt)
 
-    image = engine.inspect_image(client, first.image_id)
-    base = engine.inspect_image(client, base_image)
+    image = inspect_image(client, first.image_id)
+    base = inspect_image(client, base_image)
     if image is None or base is None:
         print("image or base image vanished", file=sys.stderr)
         return 1
     # Apparent size (bytes), as layer sizes are counted; block-rounded du overstates it.
-    code, out = engine.run_capture(client, first.image_id, ["du", "-sb", args.venv])
+    code, out = run_capture(client, first.image_id, ["du", "-sb", args.venv])
     if code != 0:
         print(f"du failed: {out}", file=sys.stderr)
         return 1

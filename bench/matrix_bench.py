@@ -4,7 +4,7 @@ the page takes to draw in headless Chromium.
     python bench/matrix_bench.py [--reports 10000] [--runs 3] [--keep DIR] [--no-browser]
 
 The reports are made with the real ProbeReport and certificate classes
-(tests/unit/matrix_synth.py): every 4th run is a certificate in a store-like folder
+(tests/helpers/matrix_synth.py): every 4th run is a certificate in a store-like folder
 (``store/<hex>.json``), the others ``reports/run-N/probe.json``; one file per run, so N
 files and N distinct reports. The command is timed as a user runs it (a fresh
 ``python -m envforge matrix --evidence reports --evidence store -o site`` process: start-up,
@@ -38,10 +38,9 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 
 
 def write_corpus(folder: Path, n: int) -> None:
-    sys.path.insert(0, str(ROOT / "tests" / "unit"))
-    import matrix_synth
-
-    from envforge.certify import Certificate
+    sys.path.insert(0, str(ROOT))
+    from envforge.certificate import Certificate
+    from tests.helpers import matrix_synth
 
     for i, spec in enumerate(matrix_synth.corpus(n, seed=10_000)):
         if i % 4 == 0:

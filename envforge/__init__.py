@@ -11,6 +11,8 @@ def select_device(timeout: float = 30.0, python: str | None = None) -> str:
     See :func:`envforge.probe.select.select_device`; imported lazily so that
     ``import envforge`` stays light.
     """
-    from envforge.probe.select import select_device as _select_device
+    from envforge.probe.select import (  # noqa: PLC0415 - keeps `import envforge` light
+        select_device as _select_device,
+    )
 
     return _select_device(timeout=timeout, python=python)

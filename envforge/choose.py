@@ -211,16 +211,3 @@ def choose(host: HostInfo, catalogue: Catalogue | None = None) -> Choice:
     cat = catalogue or Catalogue.default()
     recipes, _problems = load_catalogue(cat)
     return choose_recipe(host, recipes, paths=cat.files())
-
-
-def resolve_ref(ref: str, host: HostInfo | None = None, catalogue: Catalogue | None = None) -> str:
-    """A recipe reference with ``auto`` replaced by the chosen recipe's name.
-
-    Other references (names, paths) pass through unchanged; ``host`` is detected only
-    when ``ref`` is ``auto``.
-    """
-    if ref != "auto":
-        return ref
-    from envforge.detect import detect
-
-    return choose(host if host is not None else detect(), catalogue).recipe

@@ -26,6 +26,7 @@ from envforge import knowledge
 from envforge.detect import GpuInfo, HostInfo
 from envforge.errors import EnvforgeError
 from envforge.hostfs import host_int, numeric_name, read_host_text
+from envforge.paths import state_dir
 from envforge.recipe.model import Recipe
 
 Severity = Literal["ok", "warn", "block"]
@@ -113,7 +114,7 @@ DockerPing = Callable[[], "str | None"]
 def docker_ping() -> str | None:
     """Ask the engine the docker CLI would use (DOCKER_HOST, context) for a ping."""
     try:
-        from envforge.backends.docker import connect
+        from envforge.backends.docker.engine import connect  # noqa: PLC0415 - loads the SDK
 
         connect().close()
     except EnvforgeError as exc:
@@ -487,8 +488,6 @@ def diagnose(
     backend: Backend | None = None,
 ) -> DoctorReport:
     """Run every check for ``recipe`` (None: just the host) and collect the findings."""
-    from envforge.paths import state_dir
-
     who = identity or Identity.current()
     findings = [
         *check_gpu_present(recipe, host),

@@ -106,3 +106,20 @@ class Interrupted(EnvforgeError):
     """The user pressed Ctrl-C; everything started was stopped. Exit 130."""
 
     exit_code = ExitCode.INTERRUPTED
+
+
+class BadPath(InvalidInput):
+    """A path the user gave cannot hold what goes there (a file where a folder must go,
+    a folder where a file must go, a symlink loop, a name too long). Exit 2."""
+
+    def __init__(self, message: str, *, path: str, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.path = path
+
+
+class StorageUnavailable(Unavailable):
+    """The file system refuses a write: read-only, full, over quota, no permission. Exit 4."""
+
+    def __init__(self, message: str, *, path: str, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.path = path

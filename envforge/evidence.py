@@ -5,7 +5,7 @@ What is read (each recognised by its content, not its file name):
 * a probe report, ``probe.json`` (:meth:`envforge.probe.report.ProbeReport.to_json`,
   schema ``envforge.probe/1``), as ``envforge probe --report DIR`` and ``build``/``certify
   --report DIR`` write it;
-* a certificate (:class:`envforge.certify.Certificate`, schema ``envforge.certificate/1``):
+* a certificate (:class:`envforge.certificate.Certificate`, schema ``envforge.certificate/1``):
   the files of the local store (``$ENVFORGE_HOME/certificates/<hex>.json``) and the
   ``certificate.json`` that ``--report DIR`` writes beside ``probe.json``. Its digest is
   checked: an altered certificate is reported, not read;
@@ -45,8 +45,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from envforge.certify import SCHEMA as CERT_SCHEMA
-from envforge.certify import Certificate
+from envforge.certificate import SCHEMA as CERT_SCHEMA
+from envforge.certificate import Certificate
 from envforge.detect import nvidia_arch_for_product
 from envforge.errors import EnvforgeError, InvalidInput
 from envforge.probe.report import SCHEMA as PROBE_SCHEMA

@@ -1,30 +1,333 @@
-"""Files: writing so that a failure leaves nothing half-written, reading bounded."""
+"""Files: writing so that a failure leaves nothing half-written, reading bounded, and the
+one place where an ``OSError`` from a write becomes an :class:`~envforge.errors.EnvforgeError`.
+
+Every file envforge writes for the user (renders, reports, certificates, locks, marker
+files in ``$ENVFORGE_HOME``) goes through :func:`write_files` / :func:`write_atomically`;
+folders and temporary folders through :func:`make_dirs` / :func:`make_temp_dir`; other
+blocks can run inside :func:`writing`; :func:`check_folder_target` and
+:func:`check_file_target` refuse a wrong path before any work. What none of them covers
+(scratch files in temporary folders) is still mapped by the CLI's last resort
+(``envforge.cli.main``). So a file system that refuses a write gives one line and the
+right exit code (:func:`os_error`):
+
+* exit 2 (:class:`BadPath`, the path is wrong): a file, device or dangling/looping
+  symbolic link where a folder must go (``ENOTDIR``, ``EEXIST``, ``ELOOP``), a folder where
+  a file must go (``EISDIR``), a name too long (``ENAMETOOLONG``), a folder that vanished;
+* exit 4 (:class:`StorageUnavailable`, the environment): a full file system or quota
+  (``ENOSPC``, ``EDQUOT``), a read-only one (``EROFS``), no permission (``EACCES``,
+  ``EPERM``), and any other errno.
+
+:func:`write_files` writes a set of files all or none: every file goes to a temporary file
+beside its target first; only when all are written are they renamed into place, and a
+failure (or Ctrl-C) removes the temporary files, puts back what was replaced and removes
+the folders it created.
+"""
 
 from __future__ import annotations
 
 import errno
 import os
+import secrets
 import stat
 import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Union
+
+from envforge.errors import BadPath, EnvforgeError, StorageUnavailable
+from envforge.paths import state_dir
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+#: errno values that mean "the path is wrong" (exit 2); every other one is exit 4.
+PATH_ERRNOS = frozenset(
+    {
+        errno.ENOTDIR,
+        errno.EISDIR,
+        errno.ELOOP,
+        errno.EEXIST,
+        errno.ENAMETOOLONG,
+        errno.ENOENT,
+        errno.ENXIO,
+        errno.ENODEV,
+        errno.ENOTEMPTY,
+    }
+)
+_REASONS = {
+    errno.ENOSPC: "no space left on the file system",
+    errno.EDQUOT: "the disk quota is exceeded",
+    errno.EROFS: "the file system is read-only",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.ENAMETOOLONG: "a name in it is too long for the file system",
+}
+TMP_PREFIX = ".envforge-"
 
 
-def write_atomically(path: Path, text: str, *, mode: int = 0o644) -> None:
-    """Write ``text`` to a temporary file beside ``path``, then rename it into place.
-
-    The folder is created when missing. ``mode`` is applied before the rename (mkstemp
-    alone would leave 0600). Newlines are written as given.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".envforge-", suffix=".tmp")
+def describe(path: PathLike) -> str:
+    """What is at ``path``: ``a file``, ``a folder``, ``a symbolic link that loops``, …"""
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
+        st = os.lstat(path)
+    except OSError:
+        return "missing"
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            os.stat(path)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return "a symbolic link that loops"
+            return "a symbolic link to nothing"
+        return "a symbolic link to " + describe(os.path.realpath(path))
+    for test, what in (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISREG, "a file"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(st.st_mode):
+            return what
+    return "not a folder"
+
+
+def in_the_way(path: PathLike) -> Path | None:
+    """The first component of ``path`` (``path`` itself included) that exists but cannot be
+    entered as a folder: a file, a device, a dangling or looping symbolic link."""
+    p = Path(path)
+    for prefix in [*reversed(p.parents), p]:
+        if str(prefix) == ".":
+            continue
+        try:
+            st = os.stat(prefix)
+        except OSError as exc:
+            # missing: nothing further can be in the way; dangling or looping link: it is
+            if exc.errno in (errno.ENOENT, errno.ELOOP) and os.path.lexists(prefix):
+                return prefix
+            return None
+        if not stat.S_ISDIR(st.st_mode):
+            return prefix
+    return None
+
+
+def _setting_for(path: Path) -> str | None:
+    """``ENVFORGE_HOME`` when ``path`` lies in envforge's state folder, else None."""
+    home = os.path.abspath(state_dir())
+    mine = os.path.abspath(path)
+    if mine != home and not mine.startswith(home.rstrip(os.sep) + os.sep):
+        return None
+    return "ENVFORGE_HOME"
+
+
+def os_error(
+    exc: OSError,
+    path: PathLike | None = None,
+    *,
+    setting: str | None = None,
+    verb: str = "write",
+) -> EnvforgeError:
+    """The one-line error for ``exc``, met while writing (``verb``) ``path``.
+
+    ``setting`` names what the user can change to write elsewhere (``-o``, ``--report``);
+    for a path inside the state folder it is ``ENVFORGE_HOME`` unless given.
+    """
+    known = path if path is not None else exc.filename
+    target = Path(known) if known else Path("?")
+    culprit = Path(exc.filename) if exc.filename else target
+    subject = f"cannot {verb} {target}" if known else f"cannot {verb} a file"
+    where = setting or (_setting_for(target) if known else None)
+    if where == "ENVFORGE_HOME":
+        elsewhere = "set ENVFORGE_HOME to another folder"
+    else:
+        elsewhere = f"point {where} elsewhere" if where else "choose another path"
+    code = exc.errno
+    if code in PATH_ERRNOS:
+        if code == errno.EISDIR:
+            thing = culprit if describe(culprit) == "a folder" else target
+            reason = f"{thing} is a folder, not a file"
+            fix = f"remove or rename that folder, or {elsewhere}"
+        elif code == errno.ENAMETOOLONG:
+            reason = _REASONS[code]
+            fix = f"use shorter names, or {elsewhere}"
+        elif code == errno.ENOENT and in_the_way(culprit) is None:
+            reason = f"{culprit} does not exist"
+            fix = "run the command again" if verb == "write" else "check the path"
+        else:
+            blocker = in_the_way(culprit) or in_the_way(target) or culprit
+            reason = f"{blocker} is {describe(blocker)}, not a folder"
+            fix = f"remove or rename {blocker}, or {elsewhere}"
+        return BadPath(f"{subject}: {reason}{_state_note(where)}", path=str(target), hint=fix)
+    reason = _REASONS.get(code or 0) or (exc.strerror or str(exc))
+    if code in (errno.EACCES, errno.EPERM) and culprit != target:
+        reason += f" on {culprit}"
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        fix = f"free space there, or {elsewhere}"
+    elif code == errno.EROFS:
+        fix = f"{elsewhere}, to a writable file system"
+    elif code in (errno.EACCES, errno.EPERM):
+        access = "write access" if verb == "write" else "access"
+        fix = f"give this user {access} there, or {elsewhere}"
+    else:
+        fix = f"check the file system, or {elsewhere}"
+    message = f"{subject}: {reason}{_state_note(where)}"
+    return StorageUnavailable(message, path=str(target), hint=fix)
+
+
+def _state_note(where: str | None) -> str:
+    if where != "ENVFORGE_HOME":
+        return ""
+    return f" (envforge's state folder, ENVFORGE_HOME={state_dir()})"
+
+
+def check_file_target(path: PathLike, *, setting: str | None = None) -> None:
+    """Refuse, before any work is done, a file target that cannot be written: a folder
+    there, or a file, device or broken link where one of its folders must go."""
+    target = Path(path)
+    if os.path.isdir(target):
+        folder = IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(target))
+        raise os_error(folder, target, setting=setting)
+    blocker = in_the_way(target.parent)
+    if blocker is not None:
+        in_way = NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(blocker))
+        raise os_error(in_way, target, setting=setting)
+
+
+def check_folder_target(path: PathLike, *, setting: str | None = None) -> None:
+    """Refuse, before any work is done, a folder to write into that cannot be one: a file,
+    device or broken link at ``path`` or where one of its parents must go."""
+    blocker = in_the_way(path)
+    if blocker is not None:
+        in_way = NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(blocker))
+        raise os_error(in_way, path, setting=setting)
+
+
+@contextmanager
+def writing(path: PathLike, *, setting: str | None = None) -> Iterator[None]:
+    """Run a block that writes ``path``: an ``OSError`` becomes :func:`os_error`."""
+    try:
+        yield
+    except OSError as exc:
+        raise os_error(exc, path, setting=setting) from exc
+
+
+def _make_parents(folder: Path, created: list[Path]) -> None:
+    """mkdir -p ``folder``; appends each folder it creates to ``created`` (outermost first)."""
+    missing: list[Path] = []
+    p = folder
+    while not os.path.isdir(p):
+        missing.append(p)
+        if p.parent == p:
+            break
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d)
+        except FileExistsError:
+            if not os.path.isdir(d):
+                raise
+            continue
+        created.append(d)
+
+
+def make_dirs(folder: PathLike, *, setting: str | None = None) -> list[Path]:
+    """``mkdir -p folder``; returns the folders it created. Errors as :func:`os_error`."""
+    created: list[Path] = []
+    with writing(folder, setting=setting):
+        _make_parents(Path(folder), created)
+    return created
+
+
+def make_temp_dir(prefix: str, folder: PathLike, *, setting: str | None = None) -> Path:
+    """``tempfile.mkdtemp`` in ``folder``; errors as :func:`os_error`."""
+    with writing(folder, setting=setting):
+        return Path(tempfile.mkdtemp(prefix=prefix, dir=folder))
+
+
+def _stage(path: Path, data: bytes, mode: int) -> Path:
+    """Write ``data`` to a temporary file beside ``path`` (synced, with ``mode``)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TMP_PREFIX, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            try:
+                os.fsync(fh.fileno())  # a full disk can show only here (delayed allocation)
+            except OSError as exc:
+                if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP):  # no fsync here
+                    raise
         os.chmod(tmp, mode)
-        os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return Path(tmp)
+
+
+def write_files(
+    files: Iterable[tuple[Path, str | bytes, int]], *, setting: str | None = None
+) -> None:
+    """Write every ``(path, text, mode)`` or none of them.
+
+    Text is written as UTF-8, newlines as given. Missing folders are created. On any
+    failure (an ``OSError`` becomes :func:`os_error`; Ctrl-C propagates) the temporary
+    files are removed, replaced files are put back and created folders are removed.
+    """
+    created: list[Path] = []
+    staged: list[tuple[Path, Path]] = []  # (temporary file, target)
+    moved: list[tuple[Path, Path | None]] = []  # (target, the old file moved aside)
+    current = Path(".")
+    try:
+        for path, text, mode in files:
+            current = path
+            data = text.encode("utf-8") if isinstance(text, str) else text
+            _make_parents(path.parent, created)
+            if os.path.isdir(path):
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+            staged.append((_stage(path, data, mode), path))
+        for tmp, path in staged:
+            current = path
+            backup: Path | None = None
+            if os.path.lexists(path):
+                backup = path.with_name(f"{TMP_PREFIX}{secrets.token_hex(6)}.old")
+                os.rename(path, backup)
+            moved.append((path, backup))
+            os.replace(tmp, path)
+    except BaseException as exc:
+        for path, backup in reversed(moved):
+            try:
+                if backup is not None:
+                    os.replace(backup, path)
+                else:
+                    path.unlink(missing_ok=True)
+            except OSError:
+                pass
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+        for folder in reversed(created):
+            with suppress(OSError):
+                folder.rmdir()
+        if isinstance(exc, OSError):
+            raise os_error(exc, current, setting=setting) from exc
+        raise
+    for _, backup in moved:
+        if backup is not None:
+            with suppress(OSError):
+                backup.unlink()
+
+
+def write_atomically(
+    path: Path, text: str | bytes, *, mode: int = 0o644, setting: str | None = None
+) -> None:
+    """Write ``text`` to a temporary file beside ``path``, then rename it into place.
+
+    The folder is created when missing. ``mode`` is applied before the rename (mkstemp
+    alone would leave 0600). Newlines are written as given. A failure leaves ``path`` as
+    it was and raises :func:`os_error`'s error.
+    """
+    write_files([(path, text, mode)], setting=setting)
+
+
+# --------------------------------------------------------------------------- reading
 
 
 class NotRegularFile(OSError):

@@ -17,6 +17,7 @@ A lock whose inputs no longer match the recipe (a ``--set`` override, an edited 
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -28,7 +29,7 @@ from pathlib import Path
 
 from envforge import proc
 from envforge.errors import BuildFailed, InvalidInput, Unavailable
-from envforge.fsutil import write_atomically
+from envforge.fsutil import check_file_target, write_atomically
 from envforge.mirror import mirrors_from_env, rewrite
 from envforge.recipe.model import Recipe
 
@@ -37,6 +38,15 @@ LOCK_SUFFIX = ".lock.txt"
 #: Seconds ``uv pip compile`` may take (it downloads metadata, sometimes whole wheels).
 COMPILE_TIMEOUT = 900.0
 
+#: A lock file is refused above this size (uv's locks are a few hundred KiB at most).
+MAX_LOCK_BYTES = 16 * 1024 * 1024
+_PINNED_RE = re.compile(
+    r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?(?:\[[A-Za-z0-9._,-]*\])?==[A-Za-z0-9.+!_-]+"
+)
+_HASH_RE = re.compile(r"--hash=sha(?:256:[0-9a-f]{64}|384:[0-9a-f]{96}|512:[0-9a-f]{128})")
+_OS_ERROR_RE = re.compile(r"\(os error (\d+)\)")
+#: Failures of the file system, not of the build: exit 4 like envforge's own writes.
+_STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
 _HEADER_RE = re.compile(r"^# envforge-lock: .*\binputs=(sha256:[0-9a-f]{64})\b")
 #: uv's words for "could not talk to the index" (its generic "Failed to fetch" /
 #: "Failed to download" wrap hash mismatches too, so they are not enough on their own).
@@ -60,7 +70,7 @@ class LockResult:
 
 def requirement_lines(recipe: Recipe) -> tuple[str, ...]:
     """torch, the NumPy bound, then the recipe's packages (as the renderer writes them)."""
-    from envforge.render import context
+    from envforge.render import context  # noqa: PLC0415 - the renderer loads jinja2
 
     return tuple(context.requirement_lines(recipe))
 
@@ -105,12 +115,83 @@ def _lock_digest(path: Path) -> str | None:
 def lock_path(recipe: Recipe) -> Path | None:
     """The recipe's lock file when one exists and matches the recipe; else None.
 
-    This is how both backends find the lock: install from it with hashes required.
+    This is how both backends find the lock: install from it with hashes required. A
+    matching lock that holds anything but pinned requirements and their hashes is refused
+    (:func:`check_lock`).
     """
     path = default_lock_file(recipe)
     if path is None or not path.is_file():
         return None
-    return path if _lock_digest(path) == inputs_digest(recipe) else None
+    if _lock_digest(path) != inputs_digest(recipe):
+        return None
+    check_lock(path, recipe.name)
+    return path
+
+
+def check_lock(path: Path, recipe_name: str = "RECIPE") -> None:
+    """Refuse a lock file with anything but ``name==version`` lines (with an optional
+    environment marker), ``--hash=sha256:…`` options and comments.
+
+    An option such as ``--extra-index-url``, ``-i``, ``-f``, ``-r`` or ``-e``, or a direct
+    reference (a URL, a path, ``name @ url``), would let the lock file send installs to
+    another index or source than the recipe names. Raises :class:`InvalidInput` naming the
+    file and line.
+    """
+    hint = f"regenerate it with `envforge lock {recipe_name}`, or delete it"
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(MAX_LOCK_BYTES + 1)
+    except OSError as exc:
+        raise InvalidInput(f"{path}: cannot read the lock: {exc.strerror}", hint=hint) from None
+    if len(data) > MAX_LOCK_BYTES:
+        raise InvalidInput(f"{path}: larger than {MAX_LOCK_BYTES} bytes", hint=hint)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"{path}: not UTF-8 text ({exc.reason})", hint=hint) from None
+    continued = False
+    for number, raw in enumerate(text.splitlines(), 1):
+        problem = _lock_line_problem(raw, continued)
+        if problem is not None:
+            raise InvalidInput(f"{path}:{number}: {problem}", hint=hint)
+        body = raw.split(" #", 1)[0].rstrip()
+        continued = body.endswith("\\") and not raw.lstrip().startswith("#")
+
+
+def _lock_line_problem(raw: str, continued: bool) -> str | None:
+    """What is wrong with one physical line of a lock file (None: nothing).
+
+    ``continued``: the line before ended with a backslash (this one continues it).
+    """
+    line = raw.strip()
+    if not line or line.startswith("#"):
+        return None
+    if any(ord(c) < 32 and c != "\t" for c in line):
+        return "a control character in the line"
+    line = re.split(r"\s#", line, maxsplit=1)[0].rstrip()  # an inline comment
+    if line.endswith("\\"):
+        line = line[:-1].rstrip()
+    tokens = line.split()
+    first_option = next((i for i, t in enumerate(tokens) if t.startswith("-")), len(tokens))
+    if first_option:
+        if continued:
+            return f"unexpected {tokens[0]!r} on a continuation line"
+        requirement = " ".join(tokens[:first_option]).partition(";")[0].strip()
+        if not _PINNED_RE.fullmatch(requirement):
+            return (
+                f"{requirement!r} is not a pinned requirement (name==version): URLs, paths"
+                " and direct references are not allowed in a lock file"
+            )
+    for token in tokens[first_option:]:
+        if _HASH_RE.fullmatch(token):
+            continue
+        if token.startswith("-"):
+            return (
+                f"option {token.split('=', 1)[0]} is not allowed in a lock file"
+                " (only --hash=sha256:...): it could send installs to another index or source"
+            )
+        return f"unexpected {token!r} after the hashes"
+    return None
 
 
 def stale_lock(recipe: Recipe) -> Path | None:
@@ -124,7 +205,7 @@ def stale_lock(recipe: Recipe) -> Path | None:
 def uv_bin() -> str:
     """The ``uv`` binary of the installed ``uv`` package (a declared dependency)."""
     try:
-        from uv import find_uv_bin
+        from uv import find_uv_bin  # noqa: PLC0415 - a missing uv is an error message
 
         return str(find_uv_bin())
     except (ImportError, FileNotFoundError):
@@ -184,6 +265,15 @@ def looks_like_network(stderr: str) -> bool:
     return any(marker in text for marker in _NETWORK_MARKERS)
 
 
+def _storage_errno(stderr: str) -> int | None:
+    """The errno of a full, read-only or forbidden file system in uv's ``(os error N)``."""
+    for match in _OS_ERROR_RE.finditer(stderr):
+        code = int(match.group(1))
+        if code in _STORAGE_ERRNOS:
+            return code
+    return None
+
+
 def uv_failure(
     what: str, done: proc.Completed, recipe: Recipe, *, hint: str
 ) -> BuildFailed | Unavailable:
@@ -197,6 +287,13 @@ def uv_failure(
         tail = tail[:597] + "..."
     if done.timed_out:
         return Unavailable(f"{what} for {recipe.name} did not finish in time", hint=hint)
+    storage = _storage_errno(done.stderr)
+    if storage is not None:
+        return Unavailable(
+            f"{what} for {recipe.name}: {os.strerror(storage).lower()}: {tail}",
+            hint="free space in (or make writable) the folder the message names: "
+            "ENVFORGE_HOME, TMPDIR or uv's cache (UV_CACHE_DIR)",
+        )
     if looks_like_network(done.stderr):
         where = recipe.torch.index or "the default index"
         return Unavailable(
@@ -222,7 +319,7 @@ def write_lock(
         raise InvalidInput(
             f"recipe {recipe.name} has no file to put the lock next to", hint="pass -o FILE"
         )
-    target.parent.mkdir(parents=True, exist_ok=True)
+    check_file_target(target, setting="-o" if output is not None else None)
     with tempfile.TemporaryDirectory(prefix="envforge-lock-") as tmp:
         req = Path(tmp) / "requirements.in"
         req.write_text("\n".join(requirement_lines(recipe)) + "\n", encoding="utf-8")

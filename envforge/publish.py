@@ -10,17 +10,32 @@ only when all of these hold (else :class:`PublishRefused`, exit 5):
 * the certificate was issued for the recipe as it is now (same recipe hash).
 
 ``verify`` pulls a reference and checks its certificate label against the pulled content.
+
+Only the pure :mod:`envforge.backends.docker.refs` is imported at the top: the functions
+that talk to the engine load :mod:`envforge.backends.docker.images` (and the SDK) when
+they run.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from envforge.backends import docker as engine
-from envforge.certify import Certificate, CertificateStore, binding_problems
+from envforge.backends.docker.refs import (
+    CERTIFICATE_LABEL,
+    ImageInfo,
+    certified_ref,
+    config_identity,
+    registry_ref,
+    split_ref,
+)
+from envforge.certificate import Certificate, CertificateStore, binding_problems
 from envforge.errors import CertificationFailed, PublishRefused
 from envforge.recipe.model import Recipe
+
+if TYPE_CHECKING:
+    from envforge.backends.docker.client import EngineClient
 
 
 @dataclass(frozen=True)
@@ -33,7 +48,7 @@ class Published:
     @property
     def pinned_ref(self) -> str:
         """``REGISTRY/REPO@sha256:...``: the pushed manifest, immutable."""
-        repo, _tag = engine.split_ref(self.ref)
+        repo, _tag = split_ref(self.ref)
         return f"{repo}@{self.digest}"
 
 
@@ -44,31 +59,33 @@ class Verified:
     certificate: Certificate
 
 
-def certificate_of(info: engine.ImageInfo, *, what: str) -> Certificate:
+def certificate_of(info: ImageInfo, *, what: str) -> Certificate:
     """The certificate a local image carries; :class:`CertificationFailed` when none is valid."""
-    text = info.labels.get(engine.CERTIFICATE_LABEL)
+    text = info.labels.get(CERTIFICATE_LABEL)
     if not text:
         raise CertificationFailed(
-            f"{what} carries no certificate (label {engine.CERTIFICATE_LABEL})",
+            f"{what} carries no certificate (label {CERTIFICATE_LABEL})",
             hint="only images made by envforge build/certify carry one",
         )
     return Certificate.from_json(text, source=f"the certificate of {what}")
 
 
 def publishable(
-    client: engine.Client, recipe: Recipe, store: CertificateStore
-) -> tuple[engine.ImageInfo, Certificate]:
+    client: EngineClient, recipe: Recipe, store: CertificateStore
+) -> tuple[ImageInfo, Certificate]:
     """The local certified image of ``recipe`` and its certificate, or :class:`PublishRefused`."""
-    ref = engine.certified_ref(recipe.name, recipe.stack_tag)
+    from envforge.backends.docker.images import inspect_image  # noqa: PLC0415 - loads the SDK
+
+    ref = certified_ref(recipe.name, recipe.stack_tag)
     hint = f"envforge build {recipe.name}"
-    info = engine.inspect_image(client, ref)
+    info = inspect_image(client, ref)
     if info is None:
         raise PublishRefused(f"no certified image {ref} on this engine", hint=hint)
     try:
         cert = certificate_of(info, what=ref)
     except CertificationFailed as exc:
         raise PublishRefused(exc.message, hint=hint) from None
-    problems = binding_problems(cert, info.layers, engine.config_identity(info.config))
+    problems = binding_problems(cert, info.layers, config_identity(info.config))
     if problems:
         raise PublishRefused(f"{ref}: {problems[0]}", hint=hint)
     if cert.recipe_hash != recipe.hash:
@@ -93,35 +110,39 @@ def publishable(
 
 
 def publish(
-    client: engine.Client,
+    client: EngineClient,
     recipe: Recipe,
     registry: str,
     *,
     store: CertificateStore | None = None,
     on_line: Callable[[str], None] = lambda _l: None,
 ) -> Published:
-    target = engine.registry_ref(registry, recipe.name, recipe.stack_tag)
+    from envforge.backends.docker.images import push, tag_image  # noqa: PLC0415 - loads the SDK
+
+    target = registry_ref(registry, recipe.name, recipe.stack_tag)
     info, cert = publishable(client, recipe, store or CertificateStore())
-    engine.tag_image(client, info.id, target)
-    result = engine.push(client, target, on_line=on_line)
+    tag_image(client, info.id, target)
+    result = push(client, target, on_line=on_line)
     return Published(ref=target, digest=result.digest, certificate=cert.digest, image_id=info.id)
 
 
-def verify_local(info: engine.ImageInfo, ref: str) -> Verified:
+def verify_local(info: ImageInfo, ref: str) -> Verified:
     """Check a local image's certificate against its content; :class:`CertificationFailed`."""
     cert = certificate_of(info, what=ref)
-    problems = binding_problems(cert, info.layers, engine.config_identity(info.config))
+    problems = binding_problems(cert, info.layers, config_identity(info.config))
     if problems:
         raise CertificationFailed(f"{ref}: {'; '.join(problems)}")
     return Verified(ref=ref, image_id=info.id, certificate=cert)
 
 
-def verify(client: engine.Client, ref: str, *, pull: bool = True) -> Verified:
+def verify(client: EngineClient, ref: str, *, pull: bool = True) -> Verified:
     """Pull ``ref`` (unless ``pull`` is False) and verify it."""
+    from envforge.backends.docker import images  # noqa: PLC0415 - loads the SDK
+
     if pull:
-        info = engine.pull(client, ref)
+        info = images.pull(client, ref)
     else:
-        found = engine.inspect_image(client, ref)
+        found = images.inspect_image(client, ref)
         if found is None:
             raise CertificationFailed(f"no image {ref} on this engine", hint="drop --no-pull")
         info = found

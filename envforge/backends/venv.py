@@ -52,7 +52,7 @@ from typing import Any, Literal
 
 from envforge import __version__, lock, paths, proc
 from envforge.errors import CertificationFailed, EnvforgeError, InvalidInput, Unavailable
-from envforge.fsutil import write_atomically
+from envforge.fsutil import make_dirs, make_temp_dir, write_atomically
 from envforge.probe.report import ProbeReport, StepResult
 from envforge.probe.runner import LocalPythonTarget, ProbeListener, run_probe
 from envforge.probe.spec import ProbeSpec
@@ -290,6 +290,18 @@ class VenvBuildResult:
     def certified(self) -> bool:
         return self.status == "up-to-date" or (self.report is not None and self.report.passed)
 
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "recipe": self.recipe,
+            "backend": "venv",
+            "path": str(self.path),
+            "status": self.status,
+            "certified": self.certified,
+            "python": self.interpreter.version,
+            "lock": str(self.lock) if self.lock else None,
+            "seconds": round(self.seconds, 3),
+        }
+
 
 # --------------------------------------------------------------------------- build
 
@@ -453,6 +465,79 @@ def _level_ok(certified: Mapping[str, Any], wanted: Level) -> bool:
     return have == wanted or (have == "full" and wanted == "quick")
 
 
+def _certify(recipe: Recipe, target: Path, level: Level, options: VenvOptions) -> ProbeReport:
+    """Probe the venv at ``target``; record the verdict (``certified.json`` only on a pass).
+
+    Raises :class:`CertificationFailed` when the probe did not pass.
+    """
+    markers = target / MARKER_DIR
+    options.say(f"certifying {recipe.name} ({level} probe)")
+    report = probe_venv(
+        recipe,
+        target,
+        level=level,
+        step_timeout=options.step_timeout,
+        extra_checks=options.extra_checks,
+        environ=options.environ,
+        listener=options.listener,
+    )
+    report.write(markers)
+    cert_path = markers / CERT_MARKER
+    if not report.passed:
+        cert_path.unlink(missing_ok=True)
+        problem = report.first_problem
+        what = (
+            f"{problem.name}: {problem.status}" + (f" ({problem.detail})" if problem.detail else "")
+            if problem
+            else "no steps ran"
+        )
+        raise CertificationFailed(
+            f"{recipe.name}: the probe did not pass in {target}: {what}",
+            hint=f"see {markers / 'probe.json'}; `envforge doctor {recipe.name}` checks the host",
+        )
+    write_atomically(
+        cert_path,
+        json.dumps(
+            {
+                "recipe": recipe.name,
+                "recipe_hash": recipe.hash,
+                "fingerprint": fingerprint(target),
+                "level": report.level,
+                "report": report.to_dict(),
+            },
+            indent=2,
+        )
+        + "\n",
+    )
+    return report
+
+
+def certify(recipe: Recipe, options: VenvOptions = VenvOptions()) -> VenvBuildResult:
+    """Probe the recipe's existing venv again and record the verdict (no install).
+
+    Raises :class:`InvalidInput` when there is no venv yet, :class:`CertificationFailed`
+    when the probe did not pass (the venv stays, uncertified).
+    """
+    started = time.monotonic()
+    current = state(recipe, options.environ)
+    if not current.exists:
+        raise InvalidInput(
+            f"no venv for {recipe.name} at {current.path}",
+            hint=f"envforge build {recipe.name} --backend venv",
+        )
+    built = _read_json(current.path / MARKER_DIR / BUILD_MARKER) or {}
+    interp = Interpreter(
+        path=str(venv_python(current.path)),
+        executable=str(built.get("interpreter") or venv_python(current.path)),
+        version=str(built.get("python") or recipe.python),
+    )
+    level: Level = options.level or recipe.certify.level
+    report = _certify(recipe, current.path, level, options)
+    return VenvBuildResult(
+        recipe.name, current.path, "recertified", interp, report, time.monotonic() - started
+    )
+
+
 def build(recipe: Recipe, options: VenvOptions = VenvOptions()) -> VenvBuildResult:
     """Build (or confirm) the certified venv for ``recipe``; see the module docstring.
 
@@ -505,8 +590,8 @@ def build(recipe: Recipe, options: VenvOptions = VenvOptions()) -> VenvBuildResu
         options.say(f"{target}: installed set unchanged; certifying")
     else:
         status = "reinstalled" if target.exists() else "built"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+        make_dirs(target.parent)
+        tmp = make_temp_dir(f".{target.name}.tmp-", target.parent)
         try:
             options.say(f"creating {target} with Python {interp.version} ({interp.executable})")
             shutil.rmtree(tmp)  # uv venv wants to create the folder itself
@@ -535,44 +620,7 @@ def build(recipe: Recipe, options: VenvOptions = VenvOptions()) -> VenvBuildResu
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
 
-    options.say(f"certifying {recipe.name} ({level} probe)")
-    report = probe_venv(
-        recipe,
-        target,
-        level=level,
-        step_timeout=options.step_timeout,
-        extra_checks=options.extra_checks,
-        environ=options.environ,
-        listener=options.listener,
-    )
-    report.write(markers)
-    cert_path = markers / CERT_MARKER
-    if not report.passed:
-        cert_path.unlink(missing_ok=True)
-        problem = report.first_problem
-        what = (
-            f"{problem.name}: {problem.status}" + (f" ({problem.detail})" if problem.detail else "")
-            if problem
-            else "no steps ran"
-        )
-        raise CertificationFailed(
-            f"{recipe.name}: the probe did not pass in {target}: {what}",
-            hint=f"see {markers / 'probe.json'}; `envforge doctor {recipe.name}` checks the host",
-        )
-    write_atomically(
-        cert_path,
-        json.dumps(
-            {
-                "recipe": recipe.name,
-                "recipe_hash": recipe.hash,
-                "fingerprint": fingerprint(target),
-                "level": report.level,
-                "report": report.to_dict(),
-            },
-            indent=2,
-        )
-        + "\n",
-    )
+    report = _certify(recipe, target, level, options)
     return VenvBuildResult(
         recipe.name, target, status, interp, report, time.monotonic() - started, lock_file
     )
@@ -680,43 +728,47 @@ def problem_of(report: ProbeReport) -> str:
     return f"{bad.name}: {bad.status}{detail}"
 
 
-def shell(
-    recipe: Recipe,
-    argv: Sequence[str],
-    options: VenvOptions = VenvOptions(),
-    *,
-    fallback: Recipe | None = None,
-    quick_timeout: float = 30.0,
-    warn: Say | None = None,
-) -> int:
-    """Run ``argv`` in ``recipe``'s certified venv (built first if there is none).
+# --------------------------------------------------------------------------- backend protocol
 
-    With ``fallback`` (the cpu recipe) and a GPU recipe: make sure the GPU venv exists and
-    passes a quick probe *now* (a certificate from yesterday says nothing about a GPU that
-    hangs today); when that fails (no interpreter, no device, hang, crash), say why on
-    stderr and run in ``fallback``'s venv instead.
+
+def describe(recipe: Recipe) -> str:
+    """The recipe's environment on this backend: its venv folder."""
+    return f"venv {venv_location(recipe)}"
+
+
+def serves(recipe: Recipe, options: VenvOptions = VenvOptions()) -> tuple[bool, str]:
+    """The venv backend serves any recipe: it builds the venv when there is none."""
+    current = state(recipe, options.environ)
+    return True, "" if current.certified else f"{current.path} is built first"
+
+
+def check(
+    recipe: Recipe, options: VenvOptions = VenvOptions(), *, step_timeout: float = 30.0
+) -> str | None:
+    """Make sure the recipe's venv exists and passes a quick probe now; None, else why not.
+
+    A venv built just now was certified by that build; an existing one is probed again.
     """
-    note = warn or (lambda text: sys.stderr.write(f"envforge: {text}\n"))
-    chosen = recipe
-    if fallback is not None and recipe.gpu.vendor != "none" and fallback.name != recipe.name:
-        reason: str | None = None
-        try:
-            path, fresh = ensure(recipe, options)
-            if not fresh:
-                report = quick_probe(
-                    recipe,
-                    path,
-                    step_timeout=quick_timeout,
-                    environ=options.environ,
-                    listener=options.listener,
-                )
-                if not report.passed:
-                    reason = "quick probe: " + problem_of(report)
-        except EnvforgeError as exc:
-            reason = exc.one_line()
-        if reason is not None:
-            note(f"{recipe.name} cannot be used here: {reason}")
-            note(f"falling back to {fallback.name}")
-            chosen = fallback
-    path, _fresh = ensure(chosen, options)
-    return run_in_venv(path, chosen, argv, options.environ)
+    try:
+        path, fresh = ensure(recipe, options)
+        if not fresh:
+            report = quick_probe(
+                recipe,
+                path,
+                step_timeout=step_timeout,
+                environ=options.environ,
+                listener=options.listener,
+            )
+            if not report.passed:
+                return "quick probe: " + problem_of(report)
+    except EnvforgeError as exc:
+        return exc.one_line()
+    return None
+
+
+def run(recipe: Recipe, argv: Sequence[str], options: VenvOptions = VenvOptions()) -> int:
+    """Run ``argv`` (default: ``$SHELL``, else bash) in the recipe's certified venv (built
+    first if there is none); its exit code."""
+    command = list(argv) or [os.environ.get("SHELL") or "bash"]
+    path, _fresh = ensure(recipe, options)
+    return run_in_venv(path, recipe, command, options.environ)

@@ -10,23 +10,34 @@ otherwise); the verdict and ``--json`` data go to stdout.
 from __future__ import annotations
 
 import contextlib
-import shutil
 import signal
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
-from typing import TextIO
+from typing import TYPE_CHECKING
 
 import click
 
-from envforge.cli.common import echo_json, json_option, load_checked, set_option
+from envforge.cli.common import (
+    echo_json,
+    json_option,
+    level_option,
+    load_checked,
+    python_option,
+    report_option,
+    set_option,
+    step_timeout_option,
+)
+from envforge.cli.display import ProbeProgress
 from envforge.errors import CertificationFailed, InvalidInput
-from envforge.probe.report import ProbeReport, StepResult, summarize
-from envforge.probe.runner import LocalPythonTarget, run_probe
-from envforge.probe.spec import CHECK_PREFIX, ProbeSpec
-from envforge.recipe.model import LEVELS, Level
+from envforge.fsutil import check_folder_target
+from envforge.recipe.model import Level
+
+if TYPE_CHECKING:
+    from envforge.probe.report import ProbeReport, StepResult
+    from envforge.probe.spec import ProbeSpec
 
 _HINTS = {
     "hang": "a hung GPU call; see the recipe's known issues (envforge show RECIPE), "
@@ -38,47 +49,6 @@ _HINTS = {
     "no-device": "torch sees no GPU: check the torch wheel and device access (envforge doctor)",
     "fail": "see the step's detail; `envforge show RECIPE` lists the pins and known issues",
 }
-
-
-def register(group: click.Group) -> None:
-    group.add_command(probe)
-
-
-class ProbeTable:
-    """Live table of steps (step, status, seconds, detail) as the probe runs.
-
-    On a TTY the running step shows as a "running" row that is rewritten in place when it
-    ends; elsewhere (logs, CI) one plain line per finished step.
-    """
-
-    def __init__(self, stream: TextIO | None = None, tty: bool | None = None) -> None:
-        self.stream = stream if stream is not None else sys.stderr
-        self.tty = self.stream.isatty() if tty is None else tty
-        self.width = shutil.get_terminal_size((100, 20)).columns if self.tty else 160
-
-    def header(self, text: str) -> None:
-        self.stream.write(text + "\n")
-        if self.tty:
-            self.stream.write(f"  {'STEP':<24} {'STATUS':<10} {'SECONDS':>8}  DETAIL\n")
-        self.stream.flush()
-
-    def step_started(self, step: str, deadline: float) -> None:
-        if self.tty:
-            self.stream.write(f"\r\x1b[K  {step:<24} {'running':<10} {'':>8}  "
-                              f"(deadline {deadline:g}s)")
-            self.stream.flush()
-
-    def step_finished(self, result: StepResult) -> None:
-        row = f"  {result.name:<24} {result.status:<10} {result.seconds:8.2f}  {result.detail}"
-        if self.tty:
-            row = "\r\x1b[K" + _colour(row[: self.width - 1], result.status)
-        self.stream.write(row + "\n")
-        self.stream.flush()
-
-
-def _colour(text: str, status: str) -> str:
-    code = {"pass": "32", "skip": "2"}.get(status, "31")
-    return f"\x1b[{code}m{text}\x1b[0m"
 
 
 @contextlib.contextmanager
@@ -105,20 +75,11 @@ def _term_as_interrupt() -> Iterator[None]:
     "--recipe", "recipe_ref", metavar="RECIPE", help="Check this recipe's pins and device."
 )
 @set_option
-@click.option(
-    "--level",
-    type=click.Choice(LEVELS),
-    default=None,
-    help="quick: versions, device, memory, tensor, matmul, transfer; full adds conv2d, "
-    "autocast, gradient checkpointing. Default: the recipe's, else full.",
+@level_option(
+    "quick: versions, device, memory, tensor, matmul, transfer; full adds conv2d, "
+    "autocast, gradient checkpointing. Default: the recipe's, else full."
 )
-@click.option(
-    "--step-timeout",
-    type=float,
-    default=None,
-    metavar="SECONDS",
-    help="Deadline of each step (default: the recipe's, else 60).",
-)
+@step_timeout_option("Deadline of each step (default: the recipe's, else 60).", "SECONDS")
 @click.option(
     "--check",
     "checks",
@@ -128,20 +89,8 @@ def _term_as_interrupt() -> Iterator[None]:
     help="A Python file run in the worker; passes if it does not raise (repeatable).",
 )
 @json_option
-@click.option(
-    "--report",
-    "report_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    metavar="DIR",
-    help="Write DIR/probe.json and DIR/probe.junit.xml.",
-)
-@click.option(
-    "--python",
-    "python",
-    metavar="PATH",
-    default=None,
-    help="Probe this interpreter's environment (default: the one running envforge).",
-)
+@report_option("Write DIR/probe.json and DIR/probe.junit.xml.", "DIR")
+@python_option("Probe this interpreter's environment (default: the one running envforge).")
 def probe(  # noqa: PLR0917 - click passes options positionally
     recipe_ref: str | None,
     overrides: tuple[str, ...],
@@ -157,12 +106,15 @@ def probe(  # noqa: PLR0917 - click passes options positionally
     Exit 0 when every step passes, 1 when one fails, hangs, crashes, runs out of memory or
     finds no device.
     """
+    from envforge.probe.report import summarize  # noqa: PLC0415 - keeps --help and list light
+    from envforge.probe.runner import LocalPythonTarget, run_probe  # noqa: PLC0415 - as above
+    from envforge.probe.spec import ProbeSpec  # noqa: PLC0415 - as above
+
     if step_timeout is not None and not step_timeout > 0:
         raise InvalidInput(f"--step-timeout must be positive, got {step_timeout:g}",
                            hint="--step-timeout 60")
-    if report_dir is not None and report_dir.exists() and not report_dir.is_dir():
-        raise InvalidInput(f"--report {report_dir}: exists and is not a folder",
-                           hint="pass a folder (it is created when missing)")
+    if report_dir is not None:  # before the probe runs: a file in the way is exit 2 now
+        check_folder_target(report_dir, setting="--report")
     if recipe_ref is None:
         if overrides:
             raise InvalidInput("--set needs --recipe", hint="envforge probe --recipe cpu --set ...")
@@ -177,7 +129,7 @@ def probe(  # noqa: PLR0917 - click passes options positionally
             recipe, level=level, step_timeout=step_timeout, extra_checks=checks
         )
     target = LocalPythonTarget(python=python or sys.executable)
-    table = ProbeTable()
+    table = ProbeProgress()
     live = not as_json or table.tty
     if live:
         what = f"recipe {spec.recipe_name}" if spec.recipe_name else "installed packages"
@@ -214,6 +166,8 @@ def _write_report(report: ProbeReport, folder: Path) -> None:
 
 
 def _hint(problem: StepResult, spec: ProbeSpec) -> str | None:
+    from envforge.probe.spec import CHECK_PREFIX  # noqa: PLC0415 - loaded by the command already
+
     if problem.name.startswith(CHECK_PREFIX) and problem.status == "fail":
         path = next((c.path for c in spec.checks if c.step == problem.name), "the check")
         return f"the check raised; run it with the probed interpreter to debug: python {path}"

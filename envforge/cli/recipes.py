@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -9,15 +10,7 @@ import click
 
 from envforge.cli.common import echo_json, json_option, load_checked, set_option
 from envforge.errors import EnvforgeError, InvalidInput
-from envforge.fsutil import write_atomically
-from envforge.knowledge import check, explain
 from envforge.recipe.catalogue import Catalogue
-from envforge.render import RenderOptions, plan_venv, render_dockerfile
-
-
-def register(group: click.Group) -> None:
-    for command in (list_cmd, show, validate, render):
-        group.add_command(command)
 
 
 @click.command("list")
@@ -53,6 +46,8 @@ def list_cmd(as_json: bool) -> None:
 @json_option
 def show(recipe_ref: str, overrides: tuple[str, ...], as_json: bool) -> None:
     """Show a recipe's stack, why each pin and env var is there, and how sure we are."""
+    from envforge.knowledge import explain  # noqa: PLC0415 - the table only when needed
+
     recipe = load_checked(recipe_ref, overrides)
     reasons = explain(recipe)
     if as_json:
@@ -106,6 +101,8 @@ def show(recipe_ref: str, overrides: tuple[str, ...], as_json: bool) -> None:
 @json_option
 def validate(refs: tuple[str, ...], overrides: tuple[str, ...], as_json: bool) -> None:
     """Check recipes against the schema and the compatibility table (default: all)."""
+    from envforge.knowledge import check  # noqa: PLC0415 - the table only when needed
+
     catalogue = Catalogue.default()
     targets = list(refs) or [str(p) for p in catalogue.files().values()]
     results: list[dict[str, Any]] = []
@@ -148,7 +145,7 @@ def validate(refs: tuple[str, ...], overrides: tuple[str, ...], as_json: bool) -
 @click.option(
     "-o",
     "--output",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),  # a file in the way: fsutil's one-line error, exit 2
     help="Write DIR/<recipe>/Dockerfile (--format venv: DIR/<recipe>/venv/) instead of printing.",
 )
 @click.option(
@@ -183,6 +180,14 @@ def render(
     overrides: tuple[str, ...],
 ) -> None:
     """Render a recipe's Dockerfile (or venv plan); --all -o DIR renders the catalogue."""
+    from envforge.fsutil import write_files  # noqa: PLC0415 - only when rendering
+    from envforge.knowledge import check  # noqa: PLC0415 - the table only when needed
+    from envforge.render import (  # noqa: PLC0415 - jinja2 only when rendering
+        RenderOptions,
+        plan_venv,
+        render_dockerfile,
+    )
+
     if render_all == (recipe_ref is not None):
         raise InvalidInput("give either RECIPE or --all", hint="envforge render gfx1010")
     if render_all and output is None:
@@ -194,9 +199,9 @@ def render(
         recipe = load_checked(recipe_ref, overrides)
         if output is None:
             if fmt == "dockerfile":
-                click.echo(render_dockerfile(recipe, options), nl=False)
+                _emit(render_dockerfile(recipe, options))
             else:
-                click.echo(plan_venv(recipe, options).setup_script, nl=False)
+                _emit(plan_venv(recipe, options).setup_script)
             return
         recipes = [recipe]
     else:
@@ -208,7 +213,8 @@ def render(
             if violations:
                 raise violations[0].error(recipe.origin)
             recipes.append(recipe)
-    assert output is not None
+    if output is None:  # not reached: --all without -o is refused above
+        raise InvalidInput("render needs -o DIR here", hint="envforge render --all -o Dockerfiles")
     # Render everything first: a recipe that cannot be rendered leaves nothing written.
     files: list[tuple[Path, str, bool]] = []
     for recipe in recipes:
@@ -224,7 +230,22 @@ def render(
             (folder / "constraints.txt", plan.constraints_txt, False),
             (folder / "activate.sh", plan.activate_script, False),
         ]
-    for path, text, executable in files:
-        write_atomically(path, text, mode=0o755 if executable else 0o644)
+    # Every file or none: a refused write leaves no temporary file and no partial tree.
+    write_files(
+        [(path, text, 0o755 if executable else 0o644) for path, text, executable in files],
+        setting="-o",
+    )
     what = "Dockerfile(s)" if fmt == "dockerfile" else "venv plan(s)"
     click.echo(f"wrote {len(recipes)} {what} under {output}", err=True)
+
+
+def _emit(text: str) -> None:
+    """Write ``text`` to stdout as exactly the bytes ``-o`` writes (UTF-8, unaltered).
+
+    Not ``click.echo``: it strips ANSI escapes when stdout is not a terminal and encodes
+    with the stream's encoding (``PYTHONIOENCODING``, the locale).
+    """
+    sys.stdout.flush()
+    out = sys.stdout.buffer
+    out.write(text.encode("utf-8"))
+    out.flush()

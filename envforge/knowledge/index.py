@@ -46,6 +46,7 @@ from packaging.utils import (
 from packaging.version import Version
 
 from envforge.fsutil import write_atomically
+from envforge.paths import state_dir
 
 PEP691_JSON = "application/vnd.pypi.simple.v1+json"
 PEP691_HTML = "application/vnd.pypi.simple.v1+html"
@@ -342,8 +343,6 @@ def cuda_variant(requirements: Iterable[str]) -> str | None:
 
 
 def default_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
-    from envforge.paths import state_dir
-
     return state_dir(environ) / "cache" / "index"
 
 
@@ -536,7 +535,7 @@ def pip_index_url(environ: Mapping[str, str] | None = None) -> str:
     if env.get("PIP_INDEX_URL"):
         return env["PIP_INDEX_URL"].split()[0].rstrip("/")
     try:
-        from pip._internal.configuration import Configuration
+        from pip._internal.configuration import Configuration  # noqa: PLC0415 - pip is optional
 
         config = Configuration(isolated=False)
         config.load()
@@ -550,7 +549,7 @@ def pip_index_url(environ: Mapping[str, str] | None = None) -> str:
     except Exception:
         pass
     try:
-        from pip._internal.models.index import PyPI
+        from pip._internal.models.index import PyPI  # noqa: PLC0415 - pip is optional
 
         return str(PyPI.simple_url).rstrip("/")
     except Exception:

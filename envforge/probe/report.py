@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from envforge.detect import detect, no_tools
 from envforge.errors import InvalidInput
-from envforge.fsutil import write_atomically
+from envforge.fsutil import write_files
 
 Status = Literal["pass", "fail", "hang", "crash", "oom", "no-device", "skip"]
 STATUSES: tuple[Status, ...] = ("pass", "fail", "hang", "crash", "oom", "no-device", "skip")
@@ -231,12 +231,12 @@ class ProbeReport:
         return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
 
     def write(self, folder: Path) -> tuple[Path, Path]:
-        """Write ``probe.json`` and ``probe.junit.xml`` into ``folder``, each atomically."""
-        folder.mkdir(parents=True, exist_ok=True)
+        """Write ``probe.json`` and ``probe.junit.xml`` into ``folder``: both or neither."""
         json_path = folder / JSON_NAME
         junit_path = folder / JUNIT_NAME
-        write_atomically(json_path, self.to_json() + "\n")
-        write_atomically(junit_path, self.to_junit())
+        write_files(
+            [(json_path, self.to_json() + "\n", 0o644), (junit_path, self.to_junit(), 0o644)]
+        )
         return json_path, junit_path
 
 

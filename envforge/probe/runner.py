@@ -6,7 +6,7 @@ The runner does not care where the worker runs. A *target* starts the worker (th
 of ``worker.py`` plus a JSON spec) somewhere and hands back a *handle* that streams the
 worker's stdout line by line. Two implementations exist: :class:`LocalPythonTarget` here
 (an interpreter on this host: the current one, or a virtualenv's) and the Docker backend's
-container target (``envforge.backends.docker``). A target must honour this contract:
+container target (``envforge.backends.docker.probe_target``). A target must honour this contract:
 
 ``ProbeTarget.description``
     One line naming what is probed, for reports: an interpreter path, an image id.

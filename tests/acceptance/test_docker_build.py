@@ -8,12 +8,14 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+import docker
 import pytest
 
-from envforge.backends import docker as engine
+from envforge.backends.docker.client import EngineClient
+from envforge.backends.docker.images import inspect_image
 from envforge.paths import certificates_dir
 
-from .conftest import (
+from .helpers import (
     BUILD_TIMEOUT,
     Built,
     Envforge,
@@ -30,14 +32,14 @@ FULL_STEPS = {"conv2d", "autocast", "grad-checkpoint", "matmul", "device"}
 
 
 def test_build_certifies_with_the_full_probe_and_tags(
-    client: engine.Client, built_cpu: Built, envforge_home: Path
+    client: EngineClient, built_cpu: Built, envforge_home: Path
 ) -> None:
     data = built_cpu.data
     assert data["certified"] is True
     (ref, *_) = data["tags"]
     assert ref.startswith(CPU_REF_PREFIX)
     assert ref == "envforge/cpu:torch2.13.0-cpu-py3.11"
-    info = engine.inspect_image(client, ref)
+    info = inspect_image(client, ref)
     assert info is not None
     cert = cert_label(client, ref)
     assert cert["status"] == "pass"
@@ -49,7 +51,7 @@ def test_build_certifies_with_the_full_probe_and_tags(
     assert set(steps) >= FULL_STEPS
     assert set(steps.values()) == {"pass"}
     # Bound to the content: the certified image has the candidate's layers exactly.
-    candidate = engine.inspect_image(client, data["candidate"])
+    candidate = inspect_image(client, data["candidate"])
     assert candidate is not None
     assert cert["image"]["layers"] == list(info.layers) == list(candidate.layers)
     # Stored locally, and reports written.
@@ -62,13 +64,13 @@ def test_build_certifies_with_the_full_probe_and_tags(
 
 
 def test_final_image_has_no_wheels_ca_bundle_or_pip_cache(
-    client: engine.Client, built_cpu: Built, standin: str
+    client: EngineClient, sdk: docker.DockerClient, built_cpu: Built, standin: str
 ) -> None:
     """Every layer envforge added to the base, listed from ``docker save``."""
     ref = built_cpu.data["tags"][0]
-    base = engine.inspect_image(client, standin)
+    base = inspect_image(client, standin)
     assert base is not None
-    image = client.images.get(ref)
+    image = sdk.images.get(ref)
     offending: list[str] = []
     with tempfile.TemporaryFile() as fh:
         for chunk in image.save(named=False):

@@ -11,18 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from envforge.backends import docker as engine
+from envforge.backends.docker.client import EngineClient
+from envforge.backends.docker.images import inspect_image
 
-from .conftest import FIXTURES, Built, Envforge, all_containers, cert_label
+from .helpers import FIXTURES, Built, Envforge, all_containers, cert_label
 
 pytestmark = pytest.mark.engine
 
 
 def test_certify_recipe_recertifies_and_writes_reports(
-    client: engine.Client, built_cpu: Built, envforge: Envforge, tmp_path: Path
+    client: EngineClient, built_cpu: Built, envforge: Envforge, tmp_path: Path
 ) -> None:
     ref = built_cpu.data["tags"][0]
-    layers = engine.inspect_image(client, ref)
+    layers = inspect_image(client, ref)
     assert layers is not None
     report = tmp_path / "report"
     done = envforge("certify", "cpu", "--report", str(report))
@@ -36,7 +37,7 @@ def test_certify_recipe_recertifies_and_writes_reports(
     label = cert_label(client, ref)
     assert label["digest"] == stored["digest"]
     assert label["report"]["level"] == "full"
-    after = engine.inspect_image(client, ref)
+    after = inspect_image(client, ref)
     assert after is not None
     assert after.layers == layers.layers
 

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
 
+import docker
 import pytest
 import yaml
 
-from envforge.backends import docker as engine
+from envforge.backends.docker.client import EngineClient
+from envforge.backends.docker.images import inspect_image
 
-from .conftest import (
+from .helpers import (
     BUILD_TIMEOUT,
     FIXTURES,
     ROOT,
@@ -44,7 +47,8 @@ def _hang_recipe(folder: Path) -> Path:
 
 
 def test_hanging_check_fails_within_deadline_and_leaves_nothing(  # noqa: PLR0917
-    client: engine.Client,
+    client: EngineClient,
+    sdk: docker.DockerClient,
     built_cpu: Built,  # warms the layer cache: only the labels differ
     envforge: Envforge,
     standin: str,
@@ -71,12 +75,12 @@ def test_hanging_check_fails_within_deadline_and_leaves_nothing(  # noqa: PLR091
     assert data["status"] == "fail"
     assert data["failing_step"].startswith("check:hang_forever.py (hang")
     # No certified tag for this recipe, and no container left behind.
-    tags = [t for img in client.images.list() for t in img.tags]
+    tags = [t for img in sdk.images.list() for t in img.tags]
     assert not [t for t in tags if t.startswith("envforge/hangcheck:")]
     assert all_containers() == before
     # Within the step deadline plus a few seconds: the wall time minus the build and
     # the steps that ran before the hang.
-    cert = engine.inspect_image(client, data["candidate"])
+    cert = inspect_image(client, data["candidate"])
     assert cert is not None
     report_steps = _steps(envforge, data["certificate"])
     before_hang = sum(s["seconds"] for s in report_steps if s["status"] == "pass")
@@ -87,7 +91,6 @@ def test_hanging_check_fails_within_deadline_and_leaves_nothing(  # noqa: PLR091
 
 
 def _steps(envforge: Envforge, digest: str) -> list[dict[str, Any]]:
-    import json
 
     path = envforge.home / "certificates" / (digest.split(":")[1] + ".json")
     data = json.loads(path.read_text())

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import Envforge
+from .helpers import Envforge
 
 pytestmark = pytest.mark.engine
 

@@ -6,15 +6,17 @@ import json
 
 import pytest
 
-from envforge.backends import docker as engine
+from envforge.backends.docker.client import EngineClient
+from envforge.backends.docker.images import inspect_image
+from envforge.backends.docker.refs import CERTIFICATE_LABEL
 
-from .conftest import Built, Envforge, all_containers, docker_cli, parse_json
+from .helpers import Built, Envforge, all_containers, docker_cli, parse_json
 
 pytestmark = pytest.mark.engine
 
 
 def test_publish_pull_run_and_verify(
-    client: engine.Client, built_cpu: Built, envforge: Envforge, registry: str
+    client: EngineClient, built_cpu: Built, envforge: Envforge, registry: str
 ) -> None:
     done = envforge("publish", "cpu", "--registry", f"{registry}/envforge-test", "--json")
     assert done.returncode == 0, done.stderr[-3000:]
@@ -39,7 +41,7 @@ def test_publish_pull_run_and_verify(
 
 
 def test_verify_fails_on_a_retagged_modified_image(
-    client: engine.Client, built_cpu: Built, envforge: Envforge, registry: str
+    client: EngineClient, built_cpu: Built, envforge: Envforge, registry: str
 ) -> None:
     certified = built_cpu.data["tags"][0]
     tampered = f"{registry}/envforge-test/cpu:tampered"
@@ -57,9 +59,9 @@ def test_verify_fails_on_a_retagged_modified_image(
         docker_cli("rm", "-f", name)
     assert all_containers() == before
     # Same certificate label, different content.
-    info = engine.inspect_image(client, tampered)
+    info = inspect_image(client, tampered)
     assert info is not None
-    assert info.labels.get(engine.CERTIFICATE_LABEL)
+    assert info.labels.get(CERTIFICATE_LABEL)
     pushed = docker_cli("push", tampered)
     assert pushed.returncode == 0, pushed.stderr
 

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from .conftest import Built, Envforge, all_containers
+from .helpers import Built, Envforge, all_containers
 
 pytestmark = pytest.mark.engine
 
@@ -53,10 +57,6 @@ def test_env_caches_and_home_are_writable(
 
 def test_a_signal_reaches_the_command(built_cpu: Built, envforge: Envforge, tmp_path: Path) -> None:
     """SIGTERM to envforge is forwarded: the command's trap runs, its code comes back."""
-    import signal
-    import subprocess
-    import sys
-    import time
 
     before = all_containers()
     script = "trap 'exit 42' TERM; echo ready; while :; do sleep 0.2; done"

@@ -19,7 +19,7 @@ from envforge.knowledge.parse import parse_table
 from envforge.proc import Completed
 from envforge.resources import data_file
 
-from .conftest import Envforge, parse_json
+from .helpers import Envforge, parse_json
 from .indexserver import SLOW_SECONDS, IndexServer, serve
 
 FIXTURE_VERSIONS = ["2.12.1", "2.13.0", "2.14.0", "2.14.1", "2.15.0"]

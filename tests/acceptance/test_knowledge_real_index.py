@@ -10,7 +10,7 @@ from packaging.version import Version
 
 from envforge.knowledge import load_table
 
-from .conftest import Envforge, parse_json, unavailable
+from .helpers import Envforge, parse_json, unavailable
 
 
 def test_refresh_finds_every_known_release_and_nothing_new(tmp_path: Path) -> None:

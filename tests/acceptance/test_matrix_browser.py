@@ -31,11 +31,11 @@ from typing import Any
 
 import pytest
 
-from envforge.certify import issue
+from envforge.certificate import issue
 from envforge.probe.report import ProbeReport, ReportGpu, ReportHost, StepResult
 from envforge.probe.spec import FULL_STEPS
 
-from .conftest import Envforge, unavailable
+from .helpers import Envforge, unavailable
 
 FLAGS = (
     "--headless",

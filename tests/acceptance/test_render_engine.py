@@ -12,9 +12,11 @@ import dataclasses
 import tempfile
 from pathlib import Path
 
+import docker
 import pytest
 
-from envforge.backends import docker as engine
+from envforge.backends.docker.client import EngineClient
+from envforge.backends.docker.images import build_image, inspect_image
 from envforge.recipe.load import load_recipe_file
 from envforge.recipe.model import EnvVar
 from envforge.render import render_dockerfile
@@ -52,7 +54,9 @@ HOSTILE = [
 ]
 
 
-def test_builder_reads_hostile_values_back(client: engine.Client) -> None:
+def test_builder_reads_hostile_values_back(
+    client: EngineClient, sdk: docker.DockerClient
+) -> None:
     base = load_recipe_file(FIXTURE)
     env = tuple(
         EnvVar(f"HOSTILE_{i}", value, "test", (), "uncertain") for i, value in enumerate(HOSTILE)
@@ -70,9 +74,9 @@ def test_builder_reads_hostile_values_back(client: engine.Client) -> None:
     with tempfile.TemporaryDirectory(prefix="envforge-render-engine-") as tmp:
         context = Path(tmp)
         (context / "Dockerfile").write_text(dockerfile, encoding="utf-8")
-        result = engine.build_image(client, context)
+        result = build_image(client, context)
     try:
-        info = engine.inspect_image(client, result.image_id)
+        info = inspect_image(client, result.image_id)
         assert info is not None
         seen = dict(str(item).split("=", 1) for item in info.config["Env"])
         for i, value in enumerate(HOSTILE):
@@ -84,4 +88,4 @@ def test_builder_reads_hostile_values_back(client: engine.Client) -> None:
         assert "evil" not in labels
         assert not any(key.startswith("RUN") for key in seen)
     finally:
-        client.images.remove(result.image_id, force=True)
+        sdk.images.remove(result.image_id, force=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from envforge import lock
+from envforge import backends, lock
 from envforge.backends import venv
 from envforge.recipe.catalogue import Catalogue
 from envforge.recipe.model import Gpu
@@ -216,8 +216,8 @@ def test_fallback_when_the_gpu_probe_finds_no_device(
     gpu = replace(cpu, name="fake-gfx1030", gpu=Gpu(vendor="amd", arch="gfx1030"))
     options = venv.VenvOptions(wheelhouse=WHEELS, environ=base_env(home))
     notes: list[str] = []
-    code = venv.shell(
-        gpu, ["python", "-c", "raise SystemExit(0)"], options, fallback=cpu, warn=notes.append
+    code = backends.shell(
+        venv, gpu, ["python", "-c", "raise SystemExit(0)"], options, fallback=cpu, say=notes.append
     )
     assert code == 0
     assert notes[0].startswith("fake-gfx1030 cannot be used here:")
@@ -230,7 +230,7 @@ def test_fallback_when_the_gpu_probe_finds_no_device(
     # Again: the installed set is unchanged, so only the probe runs (no reinstall).
     said: list[str] = []
     again = replace(options, say=said.append)
-    assert venv.shell(gpu, ["true"], again, fallback=cpu, warn=notes.append) == 0
+    assert backends.shell(venv, gpu, ["true"], again, fallback=cpu, say=notes.append) == 0
     assert any("installed set unchanged; certifying" in s for s in said)
     assert not any(s.startswith("installing") for s in said)
 
@@ -246,7 +246,7 @@ def test_fallback_when_the_gpu_probe_finds_no_device(
     (markers / "certified.json").write_text(json.dumps(certified))
     assert venv.state(gpu, base_env(home)).certified
     notes.clear()
-    assert venv.shell(gpu, ["true"], options, fallback=cpu, warn=notes.append) == 0
+    assert backends.shell(venv, gpu, ["true"], options, fallback=cpu, say=notes.append) == 0
     assert notes[0].startswith("fake-gfx1030 cannot be used here: quick probe: device: no-device")
     assert notes[1] == "falling back to cpu"
 

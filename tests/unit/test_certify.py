@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from envforge.certify import (
+from envforge.certificate import (
     Certificate,
     CertificateStore,
     binding_problems,

@@ -3,58 +3,44 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from envforge.choose import Choice, choose_recipe, nearest
 from envforge.detect import HostInfo, detect, no_tools
 from envforge.errors import InvalidInput
-from envforge.recipe.model import EnvVar, Gpu, Recipe, Torch
+from envforge.recipe.model import EnvVar
+from tests.helpers.recipes import make_recipe
 
 SYSFS = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"
 
 
-def recipe(
-    name: str,
-    vendor: str,
-    arch: str | None,
-    torch: str = "2.9.1",
-    *,
-    rocm: str | None = None,
-    cuda: str | None = None,
-    override: str | None = None,
-) -> Recipe:
-    env: tuple[EnvVar, ...] = ()
-    if override:
-        env = (
-            EnvVar("HSA_OVERRIDE_GFX_VERSION", override, "runs as a shipped arch", (), "community"),
-        )
-    return Recipe(
-        name=name,
-        description=name,
-        gpu=Gpu(vendor=vendor, arch=arch),  # type: ignore[arg-type]
-        base_image="ubuntu:22.04",
-        python="3.10",
-        torch=Torch(version=torch, index=None),
-        numpy=">=1.24",
-        rocm=rocm,
-        cuda=cuda,
-        env=env,
-    )
+#: What the model catalogue's recipes share.
+MODEL = make_recipe(base_image="ubuntu:22.04", python="3.10", numpy=">=1.24", torch="2.9.1")
 
+
+def _override(value: str) -> tuple[EnvVar, ...]:
+    return (EnvVar("HSA_OVERRIDE_GFX_VERSION", value, "runs as a shipped arch", (), "community"),)
+
+
+_ROWS: list[tuple[str, str, str | None, str, dict[str, Any]]] = [
+    ("cpu", "none", None, "2.13.0", {}),
+    ("gfx1010", "amd", "gfx1010", "1.13.1", {"rocm": "5.2", "env": _override("10.3.0")}),
+    ("gfx1030", "amd", "gfx1030", "2.13.0", {"rocm": "7.2"}),
+    ("gfx1031", "amd", "gfx1031", "2.13.0", {"rocm": "7.2", "env": _override("10.3.0")}),
+    ("gfx1100", "amd", "gfx1100", "2.13.0", {"rocm": "7.2"}),
+    ("gfx90a", "amd", "gfx90a", "2.13.0", {"rocm": "7.2"}),
+    ("gfx942", "amd", "gfx942", "2.13.0", {"rocm": "7.2"}),
+    ("gfx906", "amd", "gfx906", "2.9.1", {"rocm": "6.3"}),
+    ("sm_90", "nvidia", "sm_90", "2.13.0", {"cuda": "13.0"}),
+    ("sm_61", "nvidia", "sm_61", "2.12.0", {"cuda": "12.6"}),
+]
 
 #: The shape of the shipped catalogue (issue 2, part 4).
 CATALOGUE = [
-    recipe("cpu", "none", None, "2.13.0"),
-    recipe("gfx1010", "amd", "gfx1010", "1.13.1", rocm="5.2", override="10.3.0"),
-    recipe("gfx1030", "amd", "gfx1030", "2.13.0", rocm="7.2"),
-    recipe("gfx1031", "amd", "gfx1031", "2.13.0", rocm="7.2", override="10.3.0"),
-    recipe("gfx1100", "amd", "gfx1100", "2.13.0", rocm="7.2"),
-    recipe("gfx90a", "amd", "gfx90a", "2.13.0", rocm="7.2"),
-    recipe("gfx942", "amd", "gfx942", "2.13.0", rocm="7.2"),
-    recipe("gfx906", "amd", "gfx906", "2.9.1", rocm="6.3"),
-    recipe("sm_90", "nvidia", "sm_90", "2.13.0", cuda="13.0"),
-    recipe("sm_61", "nvidia", "sm_61", "2.12.0", cuda="12.6"),
+    make_recipe(MODEL, name=name, description=name, vendor=vendor, arch=arch, torch=torch, **extra)
+    for name, vendor, arch, torch, extra in _ROWS
 ]
 
 

@@ -4,6 +4,7 @@ shipped catalogue (auto must pick the shipped recipe for each fixture host)."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -105,7 +106,6 @@ def test_doctor_auto_on_fixture_host_is_fine(capsys: pytest.CaptureFixture[str])
 def test_doctor_missing_device_node_exits_4(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import shutil
 
     root = tmp_path / "root"
     shutil.copytree(SYSFS / "h100", root)

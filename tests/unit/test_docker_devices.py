@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from envforge.backends.docker import DeviceFlags, device_flags
+from envforge.backends.docker.devices import DeviceFlags, device_flags
 
 
 def _amd_tree(root: Path, renders: int = 2) -> Path:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from envforge.backends import docker as engine
+from envforge.backends.docker.engine import connect, resolve_engine
 from envforge.errors import Unavailable
 
 
@@ -38,22 +38,22 @@ def config_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_docker_host_wins(config_dir: Path) -> None:
     (config_dir / "config.json").write_text(json.dumps({"currentContext": "remote"}))
-    address = engine.resolve_engine({"DOCKER_HOST": "tcp://10.0.0.1:2376"})
+    address = resolve_engine({"DOCKER_HOST": "tcp://10.0.0.1:2376"})
     assert address.base_url is None  # the SDK reads DOCKER_HOST itself
     assert address.source == "DOCKER_HOST=tcp://10.0.0.1:2376"
 
 
 def test_current_context_is_used(config_dir: Path) -> None:
     (config_dir / "config.json").write_text(json.dumps({"currentContext": "remote"}))
-    address = engine.resolve_engine({})
+    address = resolve_engine({})
     assert address.base_url == "unix:///nonexistent/remote.sock"
     assert address.source == "docker context remote"
     with pytest.raises(Unavailable, match="docker context remote"):
-        engine.connect({})
+        connect({})
 
 
 def test_docker_context_variable_and_default(config_dir: Path) -> None:
-    assert engine.resolve_engine({"DOCKER_CONTEXT": "remote"}).source == "docker context remote"
-    assert engine.resolve_engine({}).base_url is None  # no currentContext: default socket
+    assert resolve_engine({"DOCKER_CONTEXT": "remote"}).source == "docker context remote"
+    assert resolve_engine({}).base_url is None  # no currentContext: default socket
     with pytest.raises(Unavailable, match="does not exist"):
-        engine.resolve_engine({"DOCKER_CONTEXT": "nosuch"})
+        resolve_engine({"DOCKER_CONTEXT": "nosuch"})

@@ -6,13 +6,21 @@ from pathlib import Path
 
 import pytest
 
-from envforge.backends import docker as engine
+from envforge.backends.docker.devices import DeviceFlags
+from envforge.backends.docker.refs import certified_ref, registry_ref, split_ref
+from envforge.backends.docker.shell import (
+    SHELL_HOME,
+    cache_env,
+    cache_volumes,
+    shell_argv,
+    shell_env,
+)
 from envforge.errors import InvalidInput
 
 
 def test_certified_ref_uses_the_documented_scheme() -> None:
     assert (
-        engine.certified_ref("gfx1010", "torch1.13.1-rocm5.2-py3.10")
+        certified_ref("gfx1010", "torch1.13.1-rocm5.2-py3.10")
         == "envforge/gfx1010:torch1.13.1-rocm5.2-py3.10"
     )
 
@@ -27,7 +35,7 @@ def test_certified_ref_uses_the_documented_scheme() -> None:
     ],
 )
 def test_registry_ref(registry: str, expected: str) -> None:
-    assert engine.registry_ref(registry, "cpu", "torch2.13.0-cpu-py3.11") == expected
+    assert registry_ref(registry, "cpu", "torch2.13.0-cpu-py3.11") == expected
 
 
 @pytest.mark.parametrize(
@@ -35,7 +43,7 @@ def test_registry_ref(registry: str, expected: str) -> None:
 )
 def test_registry_ref_refuses_bad_input(registry: str) -> None:
     with pytest.raises(InvalidInput, match="HOST\\[:PORT\\]"):
-        engine.registry_ref(registry, "cpu", "t")
+        registry_ref(registry, "cpu", "t")
 
 
 @pytest.mark.parametrize(
@@ -49,16 +57,16 @@ def test_registry_ref_refuses_bad_input(registry: str) -> None:
     ],
 )
 def test_split_ref(ref: str, expected: tuple[str, str | None]) -> None:
-    assert engine.split_ref(ref) == expected
+    assert split_ref(ref) == expected
 
 
 def test_cache_volumes_are_per_recipe_and_stack() -> None:
-    vols = engine.cache_volumes("gfx1010", "torch1.13.1-rocm5.2-py3.10")
+    vols = cache_volumes("gfx1010", "torch1.13.1-rocm5.2-py3.10")
     assert [v.name for v in vols] == [
         "envforge-gfx1010-torch1.13.1-rocm5.2-py3.10-miopen",
         "envforge-gfx1010-torch1.13.1-rocm5.2-py3.10-torch",
     ]
-    env = engine.cache_env()
+    env = cache_env()
     mounts = [v.mount for v in vols]
     for key in (
         "MIOPEN_USER_DB_PATH",
@@ -71,20 +79,20 @@ def test_cache_volumes_are_per_recipe_and_stack() -> None:
 
 
 def test_shell_env_recipe_wins_and_nproc_is_gpu_count() -> None:
-    amd = engine.DeviceFlags(vendor="amd", gpu_count=4)
-    env = engine.shell_env({"MIOPEN_USER_DB_PATH": "/custom", "HSA_X": "1"}, amd)
+    amd = DeviceFlags(vendor="amd", gpu_count=4)
+    env = shell_env({"MIOPEN_USER_DB_PATH": "/custom", "HSA_X": "1"}, amd)
     assert env["MIOPEN_USER_DB_PATH"] == "/custom"
     assert env["HSA_X"] == "1"
     assert env["NPROC_PER_NODE"] == "4"
-    assert env["HOME"] == engine.SHELL_HOME
-    assert engine.shell_env({}, engine.DeviceFlags())["NPROC_PER_NODE"] == "1"
+    assert env["HOME"] == SHELL_HOME
+    assert shell_env({}, DeviceFlags())["NPROC_PER_NODE"] == "1"
 
 
 @pytest.mark.parametrize("tty", [True, False])
 def test_shell_argv(tty: bool) -> None:
-    flags = engine.DeviceFlags(vendor="amd", devices=("/dev/kfd",), ipc_mode="host", gpu_count=1)
-    vols = engine.cache_volumes("cpu", "s")
-    argv = engine.shell_argv(
+    flags = DeviceFlags(vendor="amd", devices=("/dev/kfd",), ipc_mode="host", gpu_count=1)
+    vols = cache_volumes("cpu", "s")
+    argv = shell_argv(
         image="sha256:abc",
         command=["python", "-c", "print(1)"],
         name="envforge-shell-x",

@@ -3,77 +3,28 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from envforge import publish as pub
-from envforge.backends import docker as engine
-from envforge.certify import Certificate, CertificateStore, issue
+from envforge.backends.docker.engine import connect
+from envforge.backends.docker.images import assemble_context, build_image
+from envforge.backends.docker.refs import CERTIFICATE_LABEL, ImageInfo, config_identity
+from envforge.certificate import Certificate, CertificateStore, issue
 from envforge.errors import BuildFailed, CertificationFailed, PublishRefused, Unavailable
-from envforge.recipe.model import Gpu, Recipe, Torch
+from tests.helpers.fake_engine import FakeEngine
+from tests.helpers.recipes import make_recipe
 
-RECIPE = Recipe(
-    name="cpu",
-    description="test",
-    gpu=Gpu(vendor="none", arch=None),
-    base_image="debian:bookworm",
-    python="3.11",
-    torch=Torch(version="2.13.0", index=None),
-    numpy=">=1.26",
-)
+RECIPE = make_recipe()
 REF = "envforge/cpu:torch2.13.0-cpu-py3.11"
 LAYERS = ["sha256:" + "a" * 64, "sha256:" + "b" * 64]
 CONFIG = {"Env": ["PATH=/opt/venv/bin:/usr/bin"], "Cmd": ["bash"]}
 
 
-class FakeImage:
-    def __init__(self, attrs: dict[str, Any]) -> None:
-        self.attrs = attrs
-
-
-class FakeImages:
-    def __init__(self) -> None:
-        self.by_ref: dict[str, dict[str, Any]] = {}
-
-    def get(self, ref: str) -> FakeImage:
-        import docker.errors
-
-        if ref not in self.by_ref:
-            raise docker.errors.ImageNotFound(ref)
-        return FakeImage(self.by_ref[ref])
-
-
-class FakeApi:
-    def __init__(self, images: FakeImages) -> None:
-        self.images = images
-        self.tags: list[tuple[str, str, str]] = []
-        self.pushed: list[tuple[str, str | None]] = []
-        self.build_chunks: list[dict[str, Any]] = []
-
-    def tag(self, image: str, repo: str, tag: str, force: bool = False) -> bool:
-        self.tags.append((image, repo, tag))
-        return True
-
-    def push(self, repo: str, tag: str | None = None, **_: Any) -> Iterator[dict[str, Any]]:
-        self.pushed.append((repo, tag))
-        yield {"status": "Pushed", "id": "abc"}
-        yield {"aux": {"Tag": tag, "Digest": "sha256:" + "9" * 64, "Size": 1}}
-
-    def build(self, **_: Any) -> Iterator[dict[str, Any]]:
-        yield from self.build_chunks
-
-
-class FakeClient:
-    def __init__(self) -> None:
-        self.images = FakeImages()
-        self.api = FakeApi(self.images)
-
-
 def _attrs(layers: list[str], config: dict[str, Any], label: str | None) -> dict[str, Any]:
-    labels = {engine.CERTIFICATE_LABEL: label} if label is not None else {}
+    labels = {CERTIFICATE_LABEL: label} if label is not None else {}
     return {
         "Id": "sha256:" + "1" * 64,
         "RootFS": {"Layers": layers},
@@ -89,7 +40,7 @@ def _cert(status: str = "pass", *, recipe_hash: str | None = None, now: float = 
         recipe_hash=recipe_hash or RECIPE.hash,
         stack_tag=RECIPE.stack_tag,
         layers=LAYERS,
-        config=engine.config_identity(CONFIG),
+        config=config_identity(CONFIG),
         candidate_id="sha256:" + "2" * 64,
         now=now,
     )
@@ -100,8 +51,8 @@ def store(tmp_path: Path) -> CertificateStore:
     return CertificateStore(tmp_path / "certs")
 
 
-def _client_with(label: str | None, layers: list[str] = LAYERS) -> FakeClient:
-    client = FakeClient()
+def _client_with(label: str | None, layers: list[str] = LAYERS) -> FakeEngine:
+    client = FakeEngine()
     client.images.by_ref[REF] = _attrs(layers, CONFIG, label)
     return client
 
@@ -110,7 +61,7 @@ def test_publish_pushes_and_reports_digest(store: CertificateStore) -> None:
     cert = _cert()
     store.save(cert)
     client = _client_with(cert.to_json())
-    result = pub.publish(client, RECIPE, "127.0.0.1:5000/team", store=store)  # type: ignore[arg-type]
+    result = pub.publish(client, RECIPE, "127.0.0.1:5000/team", store=store)
     assert result.ref == "127.0.0.1:5000/team/cpu:torch2.13.0-cpu-py3.11"
     assert result.digest == "sha256:" + "9" * 64
     assert result.pinned_ref == "127.0.0.1:5000/team/cpu@sha256:" + "9" * 64
@@ -119,15 +70,15 @@ def test_publish_pushes_and_reports_digest(store: CertificateStore) -> None:
     assert client.api.pushed == [("127.0.0.1:5000/team/cpu", RECIPE.stack_tag)]
 
 
-def _refusal(client: FakeClient, store: CertificateStore) -> str:
+def _refusal(client: FakeEngine, store: CertificateStore) -> str:
     with pytest.raises(PublishRefused) as info:
-        pub.publish(client, RECIPE, "127.0.0.1:5000", store=store)  # type: ignore[arg-type]
+        pub.publish(client, RECIPE, "127.0.0.1:5000", store=store)
     assert client.api.pushed == []  # nothing left the host
     return info.value.message
 
 
 def test_refused_without_certified_image(store: CertificateStore) -> None:
-    assert "no certified image" in _refusal(FakeClient(), store)
+    assert "no certified image" in _refusal(FakeEngine(), store)
 
 
 def test_refused_without_label(store: CertificateStore) -> None:
@@ -172,23 +123,23 @@ def test_refused_when_recipe_changed(store: CertificateStore) -> None:
 
 def test_verify_local_passes_and_fails() -> None:
     cert = _cert()
-    ok = engine.ImageInfo(
-        id="x", layers=tuple(LAYERS), tags=(), labels={engine.CERTIFICATE_LABEL: cert.to_json()},
+    ok = ImageInfo(
+        id="x", layers=tuple(LAYERS), tags=(), labels={CERTIFICATE_LABEL: cert.to_json()},
         config=CONFIG,
     )
     assert pub.verify_local(ok, "r").certificate.digest == cert.digest
-    modified = engine.ImageInfo(
+    modified = ImageInfo(
         id="y", layers=(*LAYERS, "sha256:" + "c" * 64), tags=(), labels=ok.labels, config=CONFIG
     )
     with pytest.raises(CertificationFailed, match="content differs from certificate"):
         pub.verify_local(modified, "r")
-    bare = engine.ImageInfo(id="z", layers=tuple(LAYERS), tags=(), labels={}, config=CONFIG)
+    bare = ImageInfo(id="z", layers=tuple(LAYERS), tags=(), labels={}, config=CONFIG)
     with pytest.raises(CertificationFailed, match="carries no certificate"):
         pub.verify_local(bare, "r")
 
 
 def test_build_output_parsing_marks_cached_steps(tmp_path: Path) -> None:
-    client = FakeClient()
+    client = FakeEngine()
     client.api.build_chunks = [
         {"stream": "Step 1/3 : FROM base\n"},
         {"stream": " ---> 1234\n"},
@@ -201,7 +152,7 @@ def test_build_output_parsing_marks_cached_steps(tmp_path: Path) -> None:
         {"stream": "Successfully built ffff\n"},
     ]
     lines: list[str] = []
-    result = engine.build_image(client, tmp_path, on_line=lines.append)  # type: ignore[arg-type]
+    result = build_image(client, tmp_path, on_line=lines.append)
     assert result.image_id == "sha256:" + "f" * 64
     assert [(s.number, s.cached) for s in result.steps] == [(1, False), (2, True), (3, False)]
     assert [s.instruction for s in result.rebuilt] == ["RUN make"]
@@ -209,14 +160,14 @@ def test_build_output_parsing_marks_cached_steps(tmp_path: Path) -> None:
 
 
 def test_build_error_names_the_failing_step(tmp_path: Path) -> None:
-    client = FakeClient()
+    client = FakeEngine()
     client.api.build_chunks = [
         {"stream": "Step 1/2 : FROM base\n"},
         {"stream": "Step 2/2 : RUN pip install nothing-such\n"},
         {"error": "The command '/bin/sh -c pip install' returned a non-zero code: 1"},
     ]
     with pytest.raises(BuildFailed, match="step 2 \\(RUN pip install nothing-such\\) failed"):
-        engine.build_image(client, tmp_path)  # type: ignore[arg-type]
+        build_image(client, tmp_path)
 
 
 def test_assemble_context_links_wheels_and_ca(tmp_path: Path) -> None:
@@ -227,7 +178,7 @@ def test_assemble_context_links_wheels_and_ca(tmp_path: Path) -> None:
     ca = tmp_path / "ca.pem"
     ca.write_text("PEM")
     ctx = tmp_path / "ctx"
-    engine.assemble_context(ctx, "FROM x\n", wheelhouse=wheels, ca_bundle=ca)
+    assemble_context(ctx, "FROM x\n", wheelhouse=wheels, ca_bundle=ca)
     assert sorted(p.name for p in (ctx / "wheelhouse").iterdir()) == ["x-1-py3-none-any.whl"]
     assert (ctx / "ca-bundle.pem").read_text() == "PEM"
     assert (ctx / "Dockerfile").read_text() == "FROM x\n"
@@ -235,7 +186,7 @@ def test_assemble_context_links_wheels_and_ca(tmp_path: Path) -> None:
 
 def test_no_engine_is_unavailable() -> None:
     with pytest.raises(Unavailable, match="no Docker engine answers"):
-        engine.connect({"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+        connect({"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
 
 
 def test_another_recipes_failure_on_the_same_layers_does_not_block(
@@ -250,23 +201,23 @@ def test_another_recipes_failure_on_the_same_layers_does_not_block(
         recipe_hash="sha256:" + "7" * 64,
         stack_tag=RECIPE.stack_tag,
         layers=LAYERS,
-        config=engine.config_identity(CONFIG),
+        config=config_identity(CONFIG),
         candidate_id="sha256:" + "3" * 64,
         now=2.0,
     )
     store.save(other)
     client = _client_with(good.to_json())
-    result = pub.publish(client, RECIPE, "127.0.0.1:5000", store=store)  # type: ignore[arg-type]
+    result = pub.publish(client, RECIPE, "127.0.0.1:5000", store=store)
     assert result.certificate == good.digest
 
 
 def test_unpullable_base_image_hints_at_base_image_option(tmp_path: Path) -> None:
-    client = FakeClient()
+    client = FakeEngine()
     client.api.build_chunks = [
         {"stream": "Step 1/3 : FROM debian:bookworm-slim AS build\n"},
         {"error": 'Get "https://registry-1.docker.io/v2/": no such host'},
     ]
     with pytest.raises(BuildFailed) as info:
-        engine.build_image(client, tmp_path)  # type: ignore[arg-type]
+        build_image(client, tmp_path)
     assert info.value.hint is not None
     assert "--base-image" in info.value.hint

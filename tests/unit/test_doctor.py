@@ -20,28 +20,28 @@ from envforge.doctor import (
     min_driver_for,
     parse_group_file,
 )
-from envforge.recipe.model import Gpu, Recipe, Torch
+from envforge.recipe.model import Recipe
+from tests.helpers.recipes import make_recipe
 
 SYSFS = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"
 
 
-def make_recipe(
-    name: str = "gfx1031",
-    vendor: str = "amd",
-    arch: str | None = "gfx1031",
-    cuda: str | None = None,
-) -> Recipe:
-    return Recipe(
-        name=name,
-        description="test",
-        gpu=Gpu(vendor=vendor, arch=arch),  # type: ignore[arg-type]
-        base_image="ubuntu:22.04",
-        python="3.10",
-        torch=Torch(version="2.5.1", index=None),
-        numpy="<2",
-        rocm="6.2" if vendor == "amd" else None,
-        cuda=cuda,
-    )
+#: The recipe most checks run against: ROCm 6.2 on a gfx1031.
+GFX1031 = make_recipe(
+    name="gfx1031",
+    vendor="amd",
+    arch="gfx1031",
+    base_image="ubuntu:22.04",
+    python="3.10",
+    torch="2.5.1",
+    numpy="<2",
+    rocm="6.2",
+)
+CPU = make_recipe(GFX1031, name="cpu", vendor="none", arch=None, rocm=None)
+
+
+def nvidia(cuda: str | None) -> Recipe:
+    return make_recipe(GFX1031, name="sm_90", vendor="nvidia", arch="sm_90", rocm=None, cuda=cuda)
 
 
 def pong() -> str | None:
@@ -81,7 +81,7 @@ def test_healthy_amd_host(tmp_path: Path) -> None:
     root = amd_root(tmp_path, mode=0o666)
     host = detect(root=SYSFS / "rx6700xt", environ={}, tools=no_tools)
     who = Identity(uid=1000, user="alice", gids=frozenset({1000, 44, 109}))
-    report = diagnose(make_recipe(), host, root=root, identity=who, ping=pong, space_dir=tmp_path)
+    report = diagnose(GFX1031, host, root=root, identity=who, ping=pong, space_dir=tmp_path)
     assert report.ok, report.findings
     assert {f.check for f in report.findings} >= {
         "gpu",
@@ -98,7 +98,7 @@ def test_inaccessible_nodes_block_with_usermod_fix(tmp_path: Path) -> None:
     gid = os.stat(root / "dev/kfd").st_gid
     host = detect(root=SYSFS / "rx6700xt", environ={}, tools=no_tools)
     who = Identity(uid=1000, user="alice", gids=frozenset({1000}), group_names={gid: "render"})
-    report = diagnose(make_recipe(), host, root=root, identity=who, ping=pong, space_dir=tmp_path)
+    report = diagnose(GFX1031, host, root=root, identity=who, ping=pong, space_dir=tmp_path)
     assert not report.ok
     nodes = find(report, "device-nodes")
     assert [f.severity for f in nodes] == ["block", "block"]
@@ -112,7 +112,7 @@ def test_group_membership_findings(tmp_path: Path) -> None:
     host = detect(root=SYSFS / "rx6700xt", environ={}, tools=no_tools)
     # Listed in video (but the session predates it), not in render at all.
     who = Identity(uid=1000, user="alice", gids=frozenset({1000}))
-    report = diagnose(make_recipe(), host, root=root, identity=who, ping=pong, space_dir=tmp_path)
+    report = diagnose(GFX1031, host, root=root, identity=who, ping=pong, space_dir=tmp_path)
     groups = {f.message: f for f in find(report, "groups")}
     video = groups["alice was added to group video but this session does not have it yet"]
     assert video.fix is not None
@@ -127,7 +127,7 @@ def test_missing_kfd_blocks(tmp_path: Path) -> None:
     host = detect(root=SYSFS / "rx5700xt", environ={}, tools=no_tools)
     who = Identity(uid=0, user="root", gids=frozenset({0}))
     report = diagnose(
-        make_recipe("gfx1010", arch="gfx1010"),
+        make_recipe(GFX1031, name="gfx1010", arch="gfx1010"),
         host,
         root=root,
         identity=who,
@@ -144,7 +144,7 @@ def test_gpu_recipe_on_host_without_gpu_blocks(tmp_path: Path) -> None:
     host = detect(root=SYSFS / "none", environ={}, tools=no_tools)
     who = Identity(uid=0, user="root", gids=frozenset({0}))
     report = diagnose(
-        make_recipe(), host, root=tmp_path, identity=who, ping=pong, space_dir=tmp_path
+        GFX1031, host, root=tmp_path, identity=who, ping=pong, space_dir=tmp_path
     )
     gpu = find(report, "gpu")
     assert gpu[0].severity == "block"
@@ -155,7 +155,7 @@ def test_gpu_recipe_on_host_without_gpu_blocks(tmp_path: Path) -> None:
 def test_cpu_recipe_on_host_without_gpu_is_fine(tmp_path: Path) -> None:
     host = detect(root=SYSFS / "none", environ={}, tools=no_tools)
     who = Identity(uid=0, user="root", gids=frozenset({0}))
-    cpu = make_recipe("cpu", vendor="none", arch=None)
+    cpu = CPU
     report = diagnose(
         cpu, host, root=tmp_path, identity=who, ping=no_engine, space_dir=tmp_path, backend="venv"
     )
@@ -171,7 +171,7 @@ def test_arch_mismatch_warns(tmp_path: Path) -> None:
     host = detect(root=SYSFS / "rx6700xt", environ={}, tools=no_tools)
     who = Identity(uid=0, user="root", gids=frozenset({0}))
     report = diagnose(
-        make_recipe("gfx942", arch="gfx942"),
+        make_recipe(GFX1031, name="gfx942", arch="gfx942"),
         host,
         root=root,
         identity=who,
@@ -192,7 +192,7 @@ def test_arch_mismatch_warns(tmp_path: Path) -> None:
 )
 def test_nvidia_driver_floor(cuda: str, driver: str, severity: str) -> None:
     host = detect(root=SYSFS / "h100", environ={"ENVFORGE_DRIVER_VERSION": driver}, tools=no_tools)
-    recipe = make_recipe("sm_90", vendor="nvidia", arch="sm_90", cuda=cuda)
+    recipe = nvidia(cuda)
     findings = check_driver(recipe, host)
     assert [f.severity for f in findings] == [severity]
     if severity == "block":
@@ -207,13 +207,13 @@ def test_nvidia_driver_floor(cuda: str, driver: str, severity: str) -> None:
 
 
 def test_min_driver_table() -> None:
-    assert min_driver_for(make_recipe("sm_90", vendor="nvidia", arch="sm_90", cuda="13.0")) == "580"
-    assert min_driver_for(make_recipe()) is None
+    assert min_driver_for(nvidia("13.0")) == "580"
+    assert min_driver_for(GFX1031) is None
 
 
 def test_amd_driver_not_loaded_blocks(tmp_path: Path) -> None:
     host = detect(root=tmp_path, environ={"ENVFORGE_GPU_ARCH": "gfx1031"}, tools=no_tools)
-    findings = check_driver(make_recipe(), host)
+    findings = check_driver(GFX1031, host)
     assert findings[0].severity == "block"
     assert "amdgpu" in findings[0].message
 
@@ -243,7 +243,7 @@ def test_busy_gpu_is_a_warning_in_the_report(tmp_path: Path) -> None:
     (root / "proc/999/comm").write_text("train.py\n")
     host = detect(root=SYSFS / "rx6700xt", environ={}, tools=no_tools)
     who = Identity(uid=0, user="root", gids=frozenset({0}))
-    report = diagnose(make_recipe(), host, root=root, identity=who, ping=pong, space_dir=tmp_path)
+    report = diagnose(GFX1031, host, root=root, identity=who, ping=pong, space_dir=tmp_path)
     busy = find(report, "gpu-busy")
     assert busy[0].severity == "warn"
     assert "999 train.py" in busy[0].message
@@ -257,11 +257,11 @@ def test_docker_unreachable_blocks_only_for_docker_backend() -> None:
 
 
 def test_disk_space_against_estimate(tmp_path: Path) -> None:
-    cpu = make_recipe("cpu", vendor="none", arch=None)
+    cpu = CPU
     ok = check_disk(cpu, tmp_path / "not" / "yet", "venv")
     assert ok[0].severity in ("ok", "block")
     assert "GiB free" in ok[0].message
-    huge = check_disk(make_recipe(), tmp_path, "docker")
+    huge = check_disk(GFX1031, tmp_path, "docker")
     free = __import__("shutil").disk_usage(tmp_path).free
     assert huge[0].severity == ("block" if free < 30 * 1024**3 else "ok")
 

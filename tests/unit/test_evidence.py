@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from matrix_synth import Spec, make_certificate, make_report
 
 from envforge.evidence import EvidenceError, Redactor, parse_document, read_evidence
 from envforge.probe.report import ProbeReport, ReportGpu, ReportHost, StepResult
+from tests.helpers.matrix_synth import Spec, make_certificate, make_report
 
 WHEN = datetime(2026, 11, 20, 12, 0, tzinfo=timezone.utc)
 SPEC = Spec(vendor="amd", arch="gfx1031", product="AMD Radeon RX 6700 XT",
@@ -102,7 +102,7 @@ def test_a_bundle_is_read_line_by_line_and_bad_lines_are_named(tmp_path: Path) -
 
 
 def _valid() -> dict[str, Any]:
-    return make_report(SPEC).to_dict()
+    return dict(make_report(SPEC).to_dict())
 
 
 def _altered_certificate() -> dict[str, Any]:

@@ -9,8 +9,11 @@ turns a hang (a blocking open of a FIFO) into a failure instead of a stuck run.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import signal
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
@@ -236,8 +239,6 @@ def test_fuzz_reader(text: str) -> None:
 @example(key="description", value='"\\ud800"')
 @example(key="description", value="\udcff")
 def test_fuzz_set(key: str, value: str) -> None:
-    import contextlib
-    import io
 
     err = io.StringIO()
     out = io.StringIO()
@@ -254,9 +255,6 @@ def test_fuzz_set(key: str, value: str) -> None:
 @example(text="? [a]\n: 1\n")
 @example(text='name: x\ndescription: "\\udc80"\n')
 def test_fuzz_files_through_show(text: str) -> None:
-    import contextlib
-    import io
-    import tempfile
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "fuzz.yaml"

@@ -8,6 +8,7 @@ traceback.
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -272,7 +273,6 @@ def test_validate_without_arguments_passes(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_validate_json(capsys: pytest.CaptureFixture[str]) -> None:
-    import json
 
     assert main(["validate", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)

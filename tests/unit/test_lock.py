@@ -145,3 +145,108 @@ def test_lock_needs_a_place(recipe_copy: Path) -> None:
 
 def test_uv_binary_is_there() -> None:
     assert Path(lock.uv_bin()).is_file()
+
+
+HASH = "--hash=sha256:" + "ab" * 32
+#: What ``uv pip compile --generate-hashes`` writes: pins, extras, markers, hashes, comments.
+UV_STYLE = (
+    "torch==2.13.0+cpu \\\n"
+    f"    {HASH} \\\n"
+    f"    {HASH}\n"
+    "    # via -r requirements.in\n"
+    "jinja2[i18n]==3.1.6 ; python_full_version >= '3.9' \\\n"
+    f"    {HASH}\n"
+    "    # via\n"
+    "    #   torch\n"
+    "\n"
+    f"numpy==2.4.6 {HASH}  # inline comment\n"
+)
+
+
+def lock_file_with(recipe: Recipe, path: Path, body: str) -> Path:
+    path.write_text(
+        f"# envforge-lock: recipe={recipe.name} inputs={lock.inputs_digest(recipe)} python=3.11\n"
+        + body
+    )
+    return path
+
+
+def test_a_uv_style_lock_is_accepted(recipe_copy: Path) -> None:
+    recipe = load(recipe_copy)
+    path = lock_file_with(recipe, recipe_copy.with_name("cpu.lock.txt"), UV_STYLE)
+    assert lock.lock_path(recipe) == path
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "--extra-index-url https://elsewhere.invalid/simple",
+        "--extra-index-url=https://elsewhere.invalid/simple",
+        "-i https://elsewhere.invalid/simple",
+        "--index-url https://elsewhere.invalid/simple",
+        "-f /tmp/wheels",
+        "--find-links=/tmp/wheels",
+        "--trusted-host elsewhere.invalid",
+        "--no-index",
+        "-r other.txt",
+        "-c other.txt",
+        "-e .",
+        f"    {HASH} --index-url https://elsewhere.invalid/simple",
+        f"numpy==2.4.6 --extra-index-url https://elsewhere.invalid/simple {HASH}",
+    ],
+)
+def test_options_in_a_lock_are_refused(recipe_copy: Path, line: str) -> None:
+    recipe = load(recipe_copy)
+    path = lock_file_with(recipe, recipe_copy.with_name("cpu.lock.txt"), UV_STYLE + line + "\n")
+    with pytest.raises(InvalidInput) as err:
+        lock.lock_path(recipe)
+    text = err.value.one_line()
+    assert text.startswith(f"{path}:12: option -")
+    assert "not allowed in a lock file" in text
+    assert "envforge lock cpu" in text
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "evil @ https://elsewhere.invalid/evil-1.0-py3-none-any.whl",
+        "https://elsewhere.invalid/evil-1.0-py3-none-any.whl",
+        "./evil-1.0-py3-none-any.whl",
+        "/tmp/evil-1.0-py3-none-any.whl",
+        "git+https://elsewhere.invalid/evil.git",
+        "evil>=1.0",
+        "evil==${VERSION}",
+    ],
+)
+def test_direct_references_and_loose_pins_are_refused(recipe_copy: Path, line: str) -> None:
+    recipe = load(recipe_copy)
+    path = lock_file_with(recipe, recipe_copy.with_name("cpu.lock.txt"), UV_STYLE + line + "\n")
+    with pytest.raises(InvalidInput, match="is not a pinned requirement") as err:
+        lock.lock_path(recipe)
+    assert err.value.one_line().startswith(f"{path}:12: ")
+
+
+def test_text_on_a_continuation_line_is_refused(recipe_copy: Path) -> None:
+    recipe = load(recipe_copy)
+    body = f"torch==2.13.0+cpu \\\n    evil==1.0 {HASH}\n"
+    lock_file_with(recipe, recipe_copy.with_name("cpu.lock.txt"), body)
+    with pytest.raises(InvalidInput, match=r"cpu\.lock\.txt:3: unexpected 'evil==1\.0'"):
+        lock.lock_path(recipe)
+
+
+def test_a_stale_lock_is_ignored_not_checked(recipe_copy: Path) -> None:
+    recipe = load(recipe_copy)
+    lock_file_with(recipe, recipe_copy.with_name("cpu.lock.txt"), "--index-url https://x\n")
+    changed = load(recipe_copy, 'numpy="<2"')
+    assert lock.lock_path(changed) is None
+
+
+@pytest.mark.parametrize("code", [28, 30, 13, 122])
+def test_a_full_or_read_only_file_system_under_uv_is_unavailable(
+    recipe_copy: Path, code: int
+) -> None:
+    stderr = f"error: Failed to install: x.whl\n  cause: failed to copy file: (os error {code})"
+    err = lock.uv_failure("installing", done(stderr), load(recipe_copy), hint="h")
+    assert isinstance(err, Unavailable)
+    assert f"(os error {code})" in err.one_line()
+    assert "ENVFORGE_HOME" in err.one_line()

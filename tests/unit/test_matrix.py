@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from matrix_synth import Spec, corpus, make_certificate, make_report, write_corpus
 
 from envforge.cli import main
 from envforge.errors import InvalidInput, Unavailable
@@ -28,6 +27,7 @@ from envforge.matrix import (
     write_files,
     write_site,
 )
+from tests.helpers.matrix_synth import Spec, corpus, make_certificate, make_report, write_corpus
 
 WHEN = datetime(2026, 11, 20, 12, 0, tzinfo=timezone.utc)
 BASE = Spec(vendor="amd", arch="gfx1031", product="AMD Radeon RX 6700 XT",

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from envforge.cli import main
-from envforge.cli.probe import ProbeTable
+from envforge.cli.display import ProbeProgress
 from envforge.probe.report import StepResult
 
 
@@ -51,7 +51,7 @@ def test_a_report_path_that_is_a_file_is_refused_before_probing(
 
 def test_table_plain_lines_when_not_a_tty() -> None:
     out = io.StringIO()
-    table = ProbeTable(out, tty=False)
+    table = ProbeProgress(out, tty=False)
     table.header("Probing python")
     table.step_started("conv2d", 60.0)
     table.step_finished(StepResult("conv2d", "hang", 60.01, "no result within the 60s deadline"))
@@ -64,7 +64,7 @@ def test_table_plain_lines_when_not_a_tty() -> None:
 
 def test_table_rewrites_the_running_row_on_a_tty() -> None:
     out = io.StringIO()
-    table = ProbeTable(out, tty=True)
+    table = ProbeProgress(out, tty=True)
     table.step_started("matmul", 15.0)
     assert "running" in out.getvalue()
     assert "deadline 15s" in out.getvalue()

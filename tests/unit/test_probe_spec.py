@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,23 +16,24 @@ from envforge.probe.spec import (
     effective_arch,
     read_checks,
 )
-from envforge.recipe.model import CertifySettings, EnvVar, Gpu, Recipe, Torch
+from envforge.recipe.model import CertifySettings, EnvVar, Gpu
+from tests.helpers.recipes import make_recipe
 
-
-def _recipe(**changes: object) -> Recipe:
-    base = Recipe(
-        name="gfx1010",
-        description="RDNA1",
-        gpu=Gpu(vendor="amd", arch="gfx1010"),
-        base_image="ubuntu:22.04",
-        python="3.10",
-        torch=Torch(version="1.13.1", index="https://download.pytorch.org/whl/rocm5.2"),
-        numpy="<2",
-        rocm="5.2",
-        env=(EnvVar("MIOPEN_DEBUG_CONV_IMPLICIT_GEMM", "1", "44x44 conv hang", (), "community"),),
-        certify=CertifySettings(step_timeout=15.0, level="quick"),
-    )
-    return replace(base, **changes)  # type: ignore[arg-type]
+#: RDNA1 with ROCm 5.2, its conv workaround and a quick, short certification.
+GFX1010 = make_recipe(
+    name="gfx1010",
+    description="RDNA1",
+    vendor="amd",
+    arch="gfx1010",
+    base_image="ubuntu:22.04",
+    python="3.10",
+    torch="1.13.1",
+    index="https://download.pytorch.org/whl/rocm5.2",
+    numpy="<2",
+    rocm="5.2",
+    env=(EnvVar("MIOPEN_DEBUG_CONV_IMPLICIT_GEMM", "1", "44x44 conv hang", (), "community"),),
+    certify=CertifySettings(step_timeout=15.0, level="quick"),
+)
 
 
 def test_levels() -> None:
@@ -44,7 +44,7 @@ def test_levels() -> None:
 
 
 def test_from_recipe_takes_pins_device_env_and_certify_settings() -> None:
-    spec = ProbeSpec.from_recipe(_recipe())
+    spec = ProbeSpec.from_recipe(GFX1010)
     assert spec.level == "quick"
     assert spec.step_timeout == 15.0
     assert spec.vendor == "amd"
@@ -58,17 +58,17 @@ def test_from_recipe_takes_pins_device_env_and_certify_settings() -> None:
     assert spec.recipe_name == "gfx1010"
     assert spec.recipe_hash is not None
     assert spec.recipe_hash.startswith("sha256:")
-    override = ProbeSpec.from_recipe(_recipe(), level="full", step_timeout=3.0)
+    override = ProbeSpec.from_recipe(GFX1010, level="full", step_timeout=3.0)
     assert (override.level, override.step_timeout) == ("full", 3.0)
 
 
 def test_effective_arch_follows_the_override() -> None:
     override = EnvVar("HSA_OVERRIDE_GFX_VERSION", "10.3.0", "pretend RDNA2", (), "community")
-    assert effective_arch(_recipe(env=(override,))) == "gfx1030"
+    assert effective_arch(make_recipe(GFX1010, env=(override,))) == "gfx1030"
     mi = EnvVar("HSA_OVERRIDE_GFX_VERSION", "9.0.10", "x", (), "uncertain")
-    assert effective_arch(_recipe(env=(mi,))) == "gfx90a"
-    assert effective_arch(_recipe()) == "gfx1010"
-    cpu = _recipe(gpu=Gpu(vendor="none", arch=None), rocm=None)
+    assert effective_arch(make_recipe(GFX1010, env=(mi,))) == "gfx90a"
+    assert effective_arch(GFX1010) == "gfx1010"
+    cpu = make_recipe(GFX1010, gpu=Gpu(vendor="none", arch=None), rocm=None)
     assert effective_arch(cpu) is None
 
 
@@ -95,13 +95,13 @@ def test_recipe_extra_checks_come_before_command_line_checks(tmp_path: Path) -> 
     theirs = tmp_path / "theirs.py"
     mine.write_text("")
     theirs.write_text("")
-    recipe = _recipe(certify=CertifySettings(extra_checks=(theirs,)))
+    recipe = make_recipe(GFX1010, certify=CertifySettings(extra_checks=(theirs,)))
     spec = ProbeSpec.from_recipe(recipe, extra_checks=[mine])
     assert spec.steps[-2:] == ("check:theirs.py", "check:mine.py")
 
 
 def test_worker_json_lists_steps_deadlines_and_expectations() -> None:
-    spec = ProbeSpec.from_recipe(_recipe(), step_timeout=7.0)
+    spec = ProbeSpec.from_recipe(GFX1010, step_timeout=7.0)
     data = json.loads(spec.worker_json())
     assert data["steps"] == list(QUICK_STEPS)
     assert data["deadlines"]["device"] == 7.0

@@ -12,6 +12,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from envforge.probe import runner
+from envforge.probe.spec import FULL_STEPS
 
 
 def _source() -> str:
@@ -110,7 +111,6 @@ def test_describe_names_the_type_message_and_place() -> None:
 
 
 def test_every_planned_step_exists_in_the_worker() -> None:
-    from envforge.probe.spec import FULL_STEPS
 
     assert set(FULL_STEPS) <= set(_load_worker().STEPS)
 

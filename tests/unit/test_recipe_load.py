@@ -402,8 +402,6 @@ def test_debug_shows_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 @pytest.mark.parametrize("brk", ["\u2028", "\x85", "\x0b", "\r"])
 def test_every_line_break_is_refused_at_load(brk: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from envforge.cli import main
-
     escaped = brk.encode("unicode_escape").decode()  # YAML double quotes decode it again
     code = main(["validate", "cpu", "--set", f'description="a{escaped}b"'])
     err = capsys.readouterr().err

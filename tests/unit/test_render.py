@@ -11,7 +11,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from dockerfile_syntax import Instruction, key_values, parse, stages
 
 from envforge.errors import InvalidInput
 from envforge.recipe.load import load_recipe_file
@@ -24,6 +23,7 @@ from envforge.render import (
     render_dockerfile,
     torch_requirement,
 )
+from tests.helpers.dockerfile_syntax import Instruction, key_values, parse, stages
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "recipes"
 

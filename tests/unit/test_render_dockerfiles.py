@@ -11,10 +11,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from dockerfile_syntax import parse
 
 from envforge.recipe.catalogue import Catalogue
 from envforge.render import RenderOptions, plan_venv, render_dockerfile
+from tests.helpers.dockerfile_syntax import parse
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILES = ROOT / "Dockerfiles"

@@ -14,7 +14,6 @@ import shlex
 from pathlib import Path
 
 import pytest
-from dockerfile_syntax import Instruction, key_values, parse, stages
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +22,7 @@ from envforge.recipe.load import load_recipe_file
 from envforge.recipe.model import UNQUOTABLE, EnvVar, Recipe
 from envforge.render import RenderOptions, plan_venv, render_dockerfile
 from envforge.render.quoting import MAX_VALUE_CHARS
+from tests.helpers.dockerfile_syntax import Instruction, key_values, parse, stages
 
 #: Hypothesis' failure report touches mypy_extensions.TypedDict, whose DeprecationWarning
 #: (an error under this project's filterwarnings) would hide the falsifying example.

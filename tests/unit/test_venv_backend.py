@@ -23,20 +23,16 @@ from envforge.backends.venv import (
     venv_location,
 )
 from envforge.errors import Unavailable
-from envforge.recipe.model import EnvVar, Gpu, Recipe, Torch
+from envforge.recipe.model import EnvVar
+from tests.helpers.recipes import make_recipe
 
-
-def make_recipe(python: str = "3.11", env: tuple[EnvVar, ...] = ()) -> Recipe:
-    return Recipe(
-        name="cpu",
-        description="test",
-        gpu=Gpu(vendor="none", arch=None),
-        base_image="debian:bookworm-slim",
-        python=python,
-        torch=Torch(version="2.13.0+cpu", index="https://download.pytorch.org/whl/cpu"),
-        numpy=">=1.26,<3",
-        env=env,
-    )
+#: The shipped cpu recipe's pins.
+CPU = make_recipe(
+    base_image="debian:bookworm-slim",
+    torch="2.13.0+cpu",
+    index="https://download.pytorch.org/whl/cpu",
+    numpy=">=1.26,<3",
+)
 
 
 def fake_python(folder: Path, name: str, version: str) -> Path:
@@ -130,7 +126,7 @@ def test_real_interpreter_is_found() -> None:
 
 
 def test_location_is_recipe_stack_and_short_hash(tmp_path: Path) -> None:
-    recipe = make_recipe()
+    recipe = CPU
     path = venv_location(recipe, {"ENVFORGE_HOME": str(tmp_path)})
     short = recipe.hash.split(":")[1][:12]
     assert path == tmp_path / "venvs" / "cpu" / f"torch2.13.0-cpu-py3.11-{short}"
@@ -160,7 +156,7 @@ def test_fingerprint_follows_the_installed_set_not_the_path(tmp_path: Path) -> N
 def test_environ_puts_the_venv_first(tmp_path: Path) -> None:
     env_var = EnvVar("MIOPEN_DEBUG_CONV_IMPLICIT_GEMM", "0", "why", (), "verified")
     env = venv_environ(
-        tmp_path, make_recipe(env=(env_var,)), {"PATH": "/usr/bin", "PYTHONHOME": "/x"}
+        tmp_path, make_recipe(CPU, env=(env_var,)), {"PATH": "/usr/bin", "PYTHONHOME": "/x"}
     )
     assert env["PATH"] == f"{tmp_path / 'bin'}:/usr/bin"
     assert env["VIRTUAL_ENV"] == str(tmp_path)
@@ -170,7 +166,7 @@ def test_environ_puts_the_venv_first(tmp_path: Path) -> None:
 
 def test_up_to_date_does_no_work(tmp_path: Path) -> None:
     home = {"ENVFORGE_HOME": str(tmp_path / "home"), "PATH": os.environ.get("PATH", "")}
-    recipe = make_recipe(python=f"{sys.version_info[0]}.{sys.version_info[1]}")
+    recipe = make_recipe(CPU, python=f"{sys.version_info[0]}.{sys.version_info[1]}")
     options = VenvOptions(python=sys.executable, environ=home, use_lock=False)
     interp = find_interpreter(recipe.python, explicit=sys.executable, environ=home)
     target = fake_venv(venv_location(recipe, home))
@@ -191,7 +187,7 @@ def test_up_to_date_does_no_work(tmp_path: Path) -> None:
 
 
 def test_install_key_moves_with_sources_and_interpreter(tmp_path: Path) -> None:
-    recipe = make_recipe()
+    recipe = CPU
     interp = Interpreter("/usr/bin/python3.11", "/usr/bin/python3.11", "3.11.2")
     base = install_key(recipe, interp, VenvOptions(), None)
     wheels = tmp_path / "wheels"
@@ -208,7 +204,7 @@ def test_install_key_moves_with_sources_and_interpreter(tmp_path: Path) -> None:
 
 def test_run_passes_the_exit_code_through(tmp_path: Path) -> None:
     (tmp_path / "bin").mkdir()
-    recipe = make_recipe()
+    recipe = CPU
     assert run_in_venv(tmp_path, recipe, ["sh", "-c", "exit 7"]) == 7
     assert run_in_venv(tmp_path, recipe, ["sh", "-c", "kill -TERM $$"]) == 128 + 15
     assert run_in_venv(tmp_path, recipe, ["no-such-command-anywhere"]) == 127
@@ -220,5 +216,5 @@ def test_run_sees_the_venv_environment(tmp_path: Path, capfd: pytest.CaptureFixt
     tool.write_text('#!/bin/sh\necho "$VIRTUAL_ENV:$HSA_OVERRIDE_GFX_VERSION"\n')
     tool.chmod(0o755)
     env_var = EnvVar("HSA_OVERRIDE_GFX_VERSION", "10.3.0", "why", (), "community")
-    assert run_in_venv(tmp_path, make_recipe(env=(env_var,)), ["whereami"]) == 0
+    assert run_in_venv(tmp_path, make_recipe(CPU, env=(env_var,)), ["whereami"]) == 0
     assert capfd.readouterr().out.strip() == f"{tmp_path}:10.3.0"

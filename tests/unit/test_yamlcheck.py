@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -116,7 +117,6 @@ def test_reader_names_key_path_and_nearest_key() -> None:
     ],
 )
 def test_shared_patterns_are_ascii_and_whole(pattern: object, good: str, bad: str) -> None:
-    import re
 
     assert isinstance(pattern, re.Pattern)
     assert pattern.match(good)

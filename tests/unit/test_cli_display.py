@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from envforge.cli.docker import BuildDisplay
+from envforge.cli.display import BuildDisplay
 
 
 def test_plain_lines_when_not_a_tty() -> None:

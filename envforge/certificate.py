@@ -1,4 +1,4 @@
-"""Certificates: a probe report bound to an image's filesystem content.
+"""Certificates: a probe report bound to an image's filesystem content (pure: no SDK).
 
 A :class:`Certificate` says "this host ran the probe on the image whose layers have these
 diff IDs (and whose config runs them with these env vars, entrypoint and user), built
@@ -11,11 +11,16 @@ Where certificates live:
   certificate, written atomically) -- the host's own record, which ``publish`` requires;
 * the certified image itself, as the label ``io.envforge.certificate`` (compact JSON).
   The label is added by a metadata-only build ``FROM <candidate>`` (see
-  :func:`envforge.backends.docker.label_image`), so the certified image's layer diff IDs
+  :func:`envforge.backends.docker.images.label_image`), so the certified image's layer diff IDs
   are the candidate's and the certificate travels to any registry with the image.
 
 The digest is an integrity check, not a signature: ``envforge verify`` proves that a
 pulled image's content is what the certificate names, not who issued it.
+
+Certifying an image (probe it in a container, issue, store, label) is the Docker
+backend's :func:`envforge.backends.docker.certification.certify_image`. The venv backend records
+its verdicts in the venv itself (``.envforge/certified.json``, see
+:mod:`envforge.backends.venv`), not in this format.
 """
 
 from __future__ import annotations
@@ -29,13 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from envforge import __version__, paths
-from envforge.backends import docker as engine
-from envforge.errors import CertificationFailed, InvalidInput
+from envforge.errors import CertificationFailed
 from envforge.fsutil import write_atomically
-from envforge.probe.report import ProbeReport
-from envforge.probe.runner import ProbeListener, run_probe
-from envforge.probe.spec import ProbeSpec
-from envforge.recipe.model import Level, Recipe
 
 SCHEMA = "envforge.certificate/1"
 
@@ -275,62 +275,3 @@ class CertificateStore:
             and (recipe_hash is None or c.recipe_hash == recipe_hash)
         ]
         return max(matching, key=lambda c: c.issued_at) if matching else None
-
-
-# --------------------------------------------------------------------------- in the image
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """The result of certifying one image."""
-
-    certificate: Certificate
-    report: ProbeReport
-    #: ID of the image that carries the certificate label (only when the probe passed).
-    certified_image: str | None
-    stored_at: Path
-
-    @property
-    def passed(self) -> bool:
-        return self.certificate.passed
-
-
-def certify_image(
-    client: engine.Client,
-    recipe: Recipe,
-    image: str,
-    *,
-    level: Level | None = None,
-    step_timeout: float | None = None,
-    listener: ProbeListener | None = None,
-    store: CertificateStore | None = None,
-    flags: engine.DeviceFlags | None = None,
-) -> Outcome:
-    """Probe ``image`` in a container (no network, recipe env, host device flags).
-
-    The verdict is bound to the image's layer diff IDs and run config, saved in the local
-    store (pass or fail), and on a pass a labelled image carrying it is made. Tags are the
-    caller's business. Raises :class:`Interrupted` on Ctrl-C (container removed first).
-    """
-    info = engine.inspect_image(client, image)
-    if info is None:
-        raise InvalidInput(f"no image {image} on this engine", hint="envforge build RECIPE first")
-    spec = ProbeSpec.from_recipe(recipe, level=level, step_timeout=step_timeout)
-    target = engine.DockerTarget(
-        client, info.id, flags if flags is not None else engine.device_flags(recipe.gpu.vendor)
-    )
-    report = run_probe(spec, target, listener=listener)
-    cert = issue(
-        report=report.to_dict(),
-        recipe_name=recipe.name,
-        recipe_hash=recipe.hash,
-        stack_tag=recipe.stack_tag,
-        layers=info.layers,
-        config=engine.config_identity(info.config),
-        candidate_id=info.id,
-    )
-    stored_at = (store or CertificateStore()).save(cert)
-    certified: str | None = None
-    if cert.passed:
-        certified = engine.label_image(client, info.id, {engine.CERTIFICATE_LABEL: cert.to_json()})
-    return Outcome(cert, report, certified, stored_at)

@@ -1,7 +1,7 @@
 """Synthetic evidence for the matrix tests and bench/matrix_bench.py.
 
 Reports are made with the real :class:`envforge.probe.report.ProbeReport` (and
-certificates with the real :func:`envforge.certify.issue`), so their JSON is exactly what
+certificates with the real :func:`envforge.certificate.issue`), so their JSON is exactly what
 ``envforge probe --report`` and the certificate store hold.
 """
 
@@ -14,7 +14,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from envforge.certify import issue
+from envforge.certificate import issue
 from envforge.probe.report import ProbeReport, ReportGpu, ReportHost, StepResult
 from envforge.probe.spec import FULL_STEPS, QUICK_STEPS
 

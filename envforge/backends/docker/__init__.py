@@ -1,0 +1,429 @@
+"""The Docker backend: recipe -> Dockerfile -> image -> certified tag; shells in containers.
+
+It implements :class:`envforge.backends.Backend` with module-level functions:
+
+* :func:`build`: render the Dockerfile, assemble a temporary build context, build, then
+  (unless ``certify=False``) :func:`certify_and_tag`; returns a :class:`DockerBuildResult`;
+* :func:`certify`: probe an existing image again (by default the recipe's certified tag);
+* :func:`check`: the quick probe ``envforge shell --fallback`` runs before choosing;
+* :func:`run`: a command in the recipe's certified image (``envforge shell``);
+* :func:`serves` and :func:`describe`: can this engine run the recipe now, and where.
+
+Its modules, pure first: :mod:`.refs` (image references, labels, certificate bindings)
+and :mod:`.devices` (GPU flags) import no SDK; :mod:`.client` declares the slice of the
+SDK client envforge uses as Protocols. :mod:`.engine` (connect), :mod:`.images`,
+:mod:`.containers`, :mod:`.probe_target`, :mod:`.shell` and :mod:`.certification` talk to the
+engine through the ``docker`` SDK. This package's ``__init__`` imports only the pure
+modules, so that importing it (or :mod:`.refs`) does not load the SDK; the functions
+below import the engine-bound modules when they run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+from envforge.backends.docker.devices import device_flags
+from envforge.backends.docker.refs import CERTIFIED_REPOSITORY_PREFIX, certified_ref, split_ref
+from envforge.errors import CertificationFailed, EnvforgeError, InvalidInput, Unavailable
+from envforge.fsutil import write_atomically
+from envforge.probe.runner import ProbeListener
+from envforge.recipe.model import Level, Recipe
+
+if TYPE_CHECKING:
+    from envforge.backends.docker.certification import Outcome, Prober
+    from envforge.backends.docker.client import EngineClient
+    from envforge.backends.docker.images import BuildResult
+
+Say = Callable[[str], None]
+
+
+class LineSink(Protocol):
+    """Where build and push output goes, line by line (``envforge.cli.display.BuildDisplay``)."""
+
+    def __call__(self, line: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class _Discard:
+    def __call__(self, line: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _quiet(_text: str) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class DockerOptions:
+    """How to build, certify and run (none of this is part of the recipe hash)."""
+
+    wheelhouse: Path | None = None
+    ca_bundle: Path | None = None
+    level: Level | None = None
+    step_timeout: float | None = None
+    #: Also tag the certified image (or, with ``certify=False``, the built one).
+    tags: tuple[str, ...] = ()
+    #: Build FROM this image instead of the recipe's.
+    base_image: str | None = None
+    no_cache: bool = False
+    #: False: build only; no probe, no certified tag.
+    certify: bool = True
+    #: Write probe.json, probe.junit.xml and certificate.json here.
+    report_dir: Path | None = None
+    #: ``run``: this image instead of the recipe's certified one.
+    image: str | None = None
+    #: Base environment for finding the engine (DOCKER_HOST, DOCKER_CONTEXT).
+    environ: Mapping[str, str] | None = None
+    listener: ProbeListener | None = None
+    output: LineSink = field(default_factory=_Discard)
+    say: Say = field(default=_quiet)
+
+
+def _connect(options: DockerOptions) -> EngineClient:
+    from envforge.backends.docker.engine import connect  # noqa: PLC0415 - loads the SDK
+
+    return connect(options.environ)
+
+
+# --------------------------------------------------------------------------- certify
+
+
+@dataclass(frozen=True)
+class Certified:
+    """One image certified (pass or fail), and the tags it was given on a pass."""
+
+    recipe: Recipe
+    outcome: Outcome
+    tags: tuple[str, ...] = ()
+
+    @property
+    def certified(self) -> bool:
+        return self.outcome.passed
+
+    def to_dict(self) -> dict[str, Any]:
+        outcome = self.outcome
+        return {
+            "certified": outcome.passed,
+            "image": outcome.certified_image,
+            "tags": [certified_ref(self.recipe.name, self.recipe.stack_tag), *self.tags]
+            if outcome.passed
+            else [],
+            "certificate": outcome.certificate.digest,
+            "certificate_path": str(outcome.stored_at),
+            "status": outcome.certificate.status,
+            "failing_step": outcome.certificate.failing_step,
+        }
+
+    def failure(self) -> CertificationFailed:
+        """The error to raise when the probe did not pass."""
+        return CertificationFailed(
+            f"certification of {self.recipe.name} failed at step "
+            f"{self.outcome.certificate.failing_step}; "
+            f"{certified_ref(self.recipe.name, self.recipe.stack_tag)} was not tagged",
+            hint="see the step detail above; envforge doctor checks the host",
+        )
+
+
+def certify_and_tag(
+    client: EngineClient,
+    recipe: Recipe,
+    image: str,
+    options: DockerOptions,
+    *,
+    extra_tags: Sequence[str] = (),
+    report_dir: Path | None = None,
+    prober: Prober | None = None,
+) -> Certified:
+    """Probe ``image``; on a pass, tag the labelled image as certified (and ``extra_tags``)."""
+    from envforge.backends.docker import certification  # noqa: PLC0415 - loads the SDK
+    from envforge.backends.docker.images import (  # noqa: PLC0415 - loads the SDK
+        inspect_image,
+        tag_image,
+    )
+
+    say = options.say
+    ref = certified_ref(recipe.name, recipe.stack_tag)
+    say(f"certifying {image[:19]} for {recipe.name} (no network, host devices)")
+    outcome = certification.certify_image(
+        client,
+        recipe,
+        image,
+        level=options.level,
+        step_timeout=options.step_timeout,
+        listener=options.listener,
+        prober=prober,
+    )
+    if report_dir is not None:
+        json_path, junit_path = outcome.report.write(report_dir)
+        cert_path = report_dir / "certificate.json"
+        write_atomically(cert_path, outcome.certificate.to_json(compact=False) + "\n")
+        say(f"reports: {json_path}, {junit_path}, {cert_path}")
+    say(
+        f"certificate {outcome.certificate.digest} ({outcome.certificate.status}) stored at "
+        f"{outcome.stored_at}"
+    )
+    if outcome.certified_image is not None:
+        for tag in (ref, *extra_tags):
+            tag_image(client, outcome.certified_image, tag)
+        say(f"certified: {ref} -> {outcome.certified_image[:19]}")
+    else:
+        previous = inspect_image(client, ref)
+        if previous is not None and previous.id != image:
+            say(f"{ref} still names the previously certified image {previous.id[:19]}")
+    return Certified(recipe, outcome, tuple(extra_tags))
+
+
+def certify(
+    recipe: Recipe,
+    options: DockerOptions = DockerOptions(),
+    *,
+    image: str | None = None,
+    retag: Sequence[str] = (),
+    client: EngineClient | None = None,
+    prober: Prober | None = None,
+) -> Certified:
+    """Probe ``image`` (default: the recipe's certified tag) again; retag it on a pass.
+
+    Every verdict goes to the local certificate store. Returns the verdict (a failed probe
+    is a result, not an error: see :meth:`Certified.failure`).
+    """
+    from envforge.backends.docker.images import inspect_image  # noqa: PLC0415 - loads the SDK
+
+    engine = client if client is not None else _connect(options)
+    if image is None:
+        image = certified_ref(recipe.name, recipe.stack_tag)
+        if inspect_image(engine, image) is None:
+            raise InvalidInput(
+                f"no certified image {image} on this engine",
+                hint=f"envforge build {recipe.name}",
+            )
+    return certify_and_tag(
+        engine,
+        recipe,
+        image,
+        options,
+        extra_tags=retag,
+        report_dir=options.report_dir,
+        prober=prober,
+    )
+
+
+# --------------------------------------------------------------------------- build
+
+
+@dataclass(frozen=True)
+class DockerBuildResult:
+    """An image built from a recipe and, unless ``certify=False``, its certification."""
+
+    recipe: Recipe
+    build: BuildResult
+    #: None when the build was not certified (``certify=False``).
+    certification: Certified | None
+    #: Extra tags given (``--tag``).
+    tags: tuple[str, ...] = ()
+
+    @property
+    def image_id(self) -> str:
+        return self.build.image_id
+
+    @property
+    def certified(self) -> bool:
+        return self.certification is not None and self.certification.certified
+
+    def to_dict(self) -> dict[str, Any]:
+        result = self.build
+        data: dict[str, Any] = {
+            "recipe": self.recipe.name,
+            "candidate": result.image_id,
+            "build_seconds": round(result.seconds, 3),
+            "steps_cached": sum(1 for s in result.steps if s.cached),
+            "steps_rebuilt": len(result.rebuilt),
+            "steps": len(result.steps),
+        }
+        if self.certification is None:
+            data.update({"certified": False, "tags": list(self.tags)})
+        else:
+            data.update(self.certification.to_dict())
+        return data
+
+
+def build(
+    recipe: Recipe,
+    options: DockerOptions = DockerOptions(),
+    *,
+    client: EngineClient | None = None,
+    prober: Prober | None = None,
+) -> DockerBuildResult:
+    """Render, build and (unless ``options.certify`` is False) certify and tag ``recipe``.
+
+    The image is tagged ``envforge/RECIPE:STACK`` only when the probe passed. A failed
+    probe is a result (``certified`` False; :meth:`Certified.failure` is the error to
+    raise); a failed build raises :class:`BuildFailed`, a missing engine
+    :class:`Unavailable`.
+    """
+    from envforge.backends.docker.images import (  # noqa: PLC0415 - loads the SDK
+        assemble_context,
+        build_image,
+        tag_image,
+    )
+    from envforge.render import RenderOptions, render_dockerfile  # noqa: PLC0415 - jinja2
+
+    reserved = [t for t in options.tags if t.startswith(CERTIFIED_REPOSITORY_PREFIX + "/")]
+    if not options.certify and reserved:
+        raise InvalidInput(
+            f"--tag {reserved[0]}: envforge/ names certified images, and --no-certify "
+            "certifies nothing",
+            hint="choose another --tag, or drop --no-certify",
+        )
+    engine = client if client is not None else _connect(options)
+    base = options.base_image or recipe.base_image
+    dockerfile = render_dockerfile(
+        recipe,
+        RenderOptions(
+            base_image=base,
+            wheelhouse=options.wheelhouse is not None,
+            ca_bundle=options.ca_bundle is not None,
+        ),
+    )
+    context = Path(tempfile.mkdtemp(prefix="envforge-build-"))
+    try:
+        assemble_context(
+            context, dockerfile, wheelhouse=options.wheelhouse, ca_bundle=options.ca_bundle
+        )
+        options.say(f"building {recipe.name} ({recipe.stack_tag}) from {base}")
+        result = build_image(engine, context, on_line=options.output, nocache=options.no_cache)
+    finally:
+        options.output.close()
+        shutil.rmtree(context, ignore_errors=True)
+    reused = sum(1 for s in result.steps if s.cached)
+    options.say(
+        f"built {result.image_id[:19]} in {result.seconds:.1f}s "
+        f"({reused} of {len(result.steps)} steps from cache)"
+    )
+    if not options.certify:
+        for tag in options.tags:
+            tag_image(engine, result.image_id, tag)
+        return DockerBuildResult(recipe, result, None, options.tags)
+    certified = certify_and_tag(
+        engine,
+        recipe,
+        result.image_id,
+        options,
+        extra_tags=options.tags,
+        report_dir=options.report_dir,
+        prober=prober,
+    )
+    return DockerBuildResult(recipe, result, certified, options.tags)
+
+
+# --------------------------------------------------------------------------- shell
+
+
+def describe(recipe: Recipe) -> str:
+    """The recipe's environment on this backend: its certified image."""
+    return f"docker image {certified_ref(recipe.name, recipe.stack_tag)}"
+
+
+def serves(recipe: Recipe, options: DockerOptions = DockerOptions()) -> tuple[bool, str]:
+    """Whether this backend can run ``recipe`` now: an engine answers and has its image."""
+    try:
+        client = _connect(options)
+    except EnvforgeError as exc:
+        return False, exc.message
+    from envforge.backends.docker.images import inspect_image  # noqa: PLC0415 - loads the SDK
+
+    try:
+        ref = certified_ref(recipe.name, recipe.stack_tag)
+        if inspect_image(client, ref) is None:
+            return False, f"no certified image {ref}"
+    finally:
+        client.close()
+    return True, ""
+
+
+def check(
+    recipe: Recipe, options: DockerOptions = DockerOptions(), *, step_timeout: float = 30.0
+) -> str | None:
+    """Quick probe of the recipe's certified image now; None on a pass, else why not."""
+    from envforge.backends.docker.images import inspect_image  # noqa: PLC0415 - loads the SDK
+    from envforge.backends.docker.probe_target import (  # noqa: PLC0415 - loads the SDK
+        DockerTarget,
+    )
+    from envforge.backends.venv import problem_of  # noqa: PLC0415 - venv loads jinja2
+    from envforge.probe.runner import run_probe  # noqa: PLC0415 - only when probing
+    from envforge.probe.spec import ProbeSpec  # noqa: PLC0415 - only when probing
+
+    try:
+        client = _connect(options)
+        try:
+            ref = certified_ref(recipe.name, recipe.stack_tag)
+            info = inspect_image(client, ref)
+            if info is None:
+                return f"no certified image {ref} (envforge build {recipe.name})"
+            spec = ProbeSpec.from_recipe(recipe, level="quick", step_timeout=step_timeout)
+            target = DockerTarget(client, info.id, device_flags(recipe.gpu.vendor))
+            report = run_probe(spec, target, listener=options.listener)
+        finally:
+            client.close()
+    except EnvforgeError as exc:
+        return exc.one_line()
+    return None if report.passed else "quick probe: " + problem_of(report)
+
+
+def run(
+    recipe: Recipe,
+    argv: Sequence[str],
+    options: DockerOptions = DockerOptions(),
+    *,
+    client: EngineClient | None = None,
+) -> int:
+    """Run ``argv`` (default: bash) in the recipe's certified image (or ``options.image``).
+
+    GPUs, the recipe's env and the cache volumes are passed in; the current directory is
+    mounted at /workspace; the command's exit code is returned.
+    """
+    from envforge.backends.docker.images import inspect_image  # noqa: PLC0415 - loads the SDK
+    from envforge.backends.docker.shell import run_shell  # noqa: PLC0415 - loads the SDK
+    from envforge.publish import certificate_of  # noqa: PLC0415 - publish imports this package
+
+    engine = client if client is not None else _connect(options)
+    certified = certified_ref(recipe.name, recipe.stack_tag)
+    image = options.image
+    info = inspect_image(engine, image or certified)
+    if info is None:
+        if image is None:
+            raise Unavailable(
+                f"no certified image {certified} on this engine",
+                hint=f"envforge build {recipe.name} (or pass --image REF)",
+            )
+        raise InvalidInput(f"no image {image} on this engine", hint="docker images")
+    if image is not None:
+        try:
+            certificate_of(info, what=image)
+        except EnvforgeError:
+            options.say(f"warning: {image} is not a certified image; running it as asked")
+    return run_shell(
+        engine,
+        image=info.id,
+        command=list(argv) or ["bash"],
+        recipe_name=recipe.name,
+        stack_tag=recipe.stack_tag,
+        env=recipe.env_map,
+        flags=device_flags(recipe.gpu.vendor),
+        cwd=Path(os.getcwd()),
+    )
+
+
+def retag_for(ref: str) -> list[str]:
+    """A tag given by name follows a new certificate; an ID or digest cannot."""
+    return [ref] if split_ref(ref)[1] is not None else []

@@ -1,0 +1,83 @@
+"""Certify an image: probe it in a container, issue and store the certificate, label it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from envforge.backends.docker.client import EngineClient
+from envforge.backends.docker.devices import DeviceFlags, device_flags
+from envforge.backends.docker.images import inspect_image, label_image
+from envforge.backends.docker.probe_target import DockerTarget
+from envforge.backends.docker.refs import CERTIFICATE_LABEL, config_identity
+from envforge.certificate import Certificate, CertificateStore, issue
+from envforge.errors import InvalidInput
+from envforge.probe.report import ProbeReport
+from envforge.probe.runner import ProbeListener, ProbeTarget, run_probe
+from envforge.probe.spec import ProbeSpec
+from envforge.recipe.model import Level, Recipe
+
+#: Runs a probe spec against a target (``envforge.probe.runner.run_probe``; tests pass a fake).
+Prober = Callable[[ProbeSpec, ProbeTarget, "ProbeListener | None"], ProbeReport]
+
+
+def _run_probe(spec: ProbeSpec, target: ProbeTarget, listener: ProbeListener | None) -> ProbeReport:
+    return run_probe(spec, target, listener=listener)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The result of certifying one image."""
+
+    certificate: Certificate
+    report: ProbeReport
+    #: ID of the image that carries the certificate label (only when the probe passed).
+    certified_image: str | None
+    stored_at: Path
+
+    @property
+    def passed(self) -> bool:
+        return self.certificate.passed
+
+
+def certify_image(
+    client: EngineClient,
+    recipe: Recipe,
+    image: str,
+    *,
+    level: Level | None = None,
+    step_timeout: float | None = None,
+    listener: ProbeListener | None = None,
+    store: CertificateStore | None = None,
+    flags: DeviceFlags | None = None,
+    prober: Prober | None = None,
+) -> Outcome:
+    """Probe ``image`` in a container (no network, recipe env, host device flags).
+
+    The verdict is bound to the image's layer diff IDs and run config, saved in the local
+    store (pass or fail), and on a pass a labelled image carrying it is made. Tags are the
+    caller's business. Raises :class:`Interrupted` on Ctrl-C (container removed first).
+    """
+    info = inspect_image(client, image)
+    if info is None:
+        raise InvalidInput(f"no image {image} on this engine", hint="envforge build RECIPE first")
+    spec = ProbeSpec.from_recipe(recipe, level=level, step_timeout=step_timeout)
+    target = DockerTarget(
+        client, info.id, flags if flags is not None else device_flags(recipe.gpu.vendor)
+    )
+    report = (prober or _run_probe)(spec, target, listener)
+    cert = issue(
+        report=report.to_dict(),
+        recipe_name=recipe.name,
+        recipe_hash=recipe.hash,
+        stack_tag=recipe.stack_tag,
+        layers=info.layers,
+        config=config_identity(info.config),
+        candidate_id=info.id,
+    )
+    stored_at = (store or CertificateStore()).save(cert)
+    certified: str | None = None
+    if cert.passed:
+        certified = label_image(client, info.id, {CERTIFICATE_LABEL: cert.to_json()})
+    return Outcome(cert, report, certified, stored_at)

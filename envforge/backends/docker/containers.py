@@ -1,0 +1,179 @@
+"""Containers envforge creates (probe, helpers, shells) and the named cache volumes.
+
+Every container carries the role label :data:`~envforge.backends.docker.refs.ROLE_LABEL`
+and is removed in every outcome, with SIGINT held during the removal.
+"""
+
+from __future__ import annotations
+
+import io
+import secrets
+import signal
+import tarfile
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import docker.errors
+
+from envforge.backends.docker.client import ContainerModel, EngineClient
+from envforge.backends.docker.devices import DeviceFlags
+from envforge.backends.docker.engine import TRANSPORT_ERRORS, api_message, first_line
+from envforge.backends.docker.refs import ROLE_LABEL
+from envforge.errors import InvalidInput, Unavailable
+
+
+@contextmanager
+def sigint_deferred() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM while cleaning up, so a second Ctrl-C cannot skip a removal."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    sigs = {signal.SIGINT, signal.SIGTERM}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def remove_container(container: ContainerModel) -> None:
+    """Kill and remove ``container``; quiet when it is already gone. Never raises."""
+    with sigint_deferred():
+        for _ in range(3):
+            try:
+                container.remove(force=True, v=True)
+                return
+            except docker.errors.NotFound:
+                return
+            except docker.errors.APIError as exc:
+                if exc.status_code == 409 and "in progress" in str(exc):
+                    return  # removal already under way
+                time.sleep(0.5)
+            except TRANSPORT_ERRORS:
+                time.sleep(0.5)
+
+
+def container_kwargs(
+    *,
+    env: Mapping[str, str],
+    flags: DeviceFlags,
+    network: bool = False,
+    role: str = "probe",
+) -> dict[str, Any]:
+    """Common ``containers.create`` arguments: env, devices, no network, envforge label."""
+    kwargs: dict[str, Any] = {
+        "environment": dict(env),
+        "labels": {ROLE_LABEL: role},
+        "detach": True,
+        "stdin_open": False,
+        "tty": False,
+    }
+    if not network:
+        kwargs["network_mode"] = "none"
+    kwargs.update(flags.sdk_kwargs())
+    return kwargs
+
+
+def create_container(
+    client: EngineClient, image: str, command: Sequence[str], **kwargs: Any
+) -> ContainerModel:
+    try:
+        return client.containers.create(image, list(command), **kwargs)
+    except docker.errors.ImageNotFound:
+        raise InvalidInput(f"image {image} not found on this engine") from None
+    except docker.errors.APIError as exc:
+        raise Unavailable(f"cannot create a container from {image}: {api_message(exc)}") from None
+
+
+def put_file(
+    container: ContainerModel, directory: str, name: str, data: bytes, mode: int = 0o644
+) -> None:
+    """Copy one file into a (created, not yet started) container."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        info.mode = mode
+        info.mtime = int(time.time())
+        tar.addfile(info, io.BytesIO(data))
+    if not container.put_archive(directory, buf.getvalue()):
+        raise Unavailable(f"cannot copy {name} into container {container.short_id}")
+
+
+def run_capture(
+    client: EngineClient,
+    image: str,
+    command: Sequence[str],
+    *,
+    timeout: float = 120,
+    env: Mapping[str, str] | None = None,
+    user: str | None = None,
+    volumes: Mapping[str, Mapping[str, str]] | None = None,
+) -> tuple[int, str]:
+    """Run ``command`` in a throwaway container (no network); (exit code, output). Removed after."""
+    kwargs = container_kwargs(env=env or {}, flags=DeviceFlags(), role="helper")
+    if user is not None:
+        kwargs["user"] = user
+    if volumes:
+        kwargs["volumes"] = {k: dict(v) for k, v in volumes.items()}
+    container = create_container(client, image, command, **kwargs)
+    try:
+        container.start()
+        try:
+            result = container.wait(timeout=timeout)
+        except TRANSPORT_ERRORS as exc:  # requests' ReadTimeout and friends
+            raise Unavailable(f"{' '.join(command)[:60]} did not finish in {timeout:g}s") from exc
+        output = container.logs(stdout=True, stderr=True).decode(errors="replace")
+        return int(result.get("StatusCode", -1)), output
+    finally:
+        remove_container(container)
+
+
+def ensure_cache_volume(
+    client: EngineClient, name: str, image: str, subdirs: Sequence[str]
+) -> None:
+    """Create the named volume ``name`` once, with world-writable ``subdirs`` in it.
+
+    A fresh named volume belongs to root; the shell runs as the calling user, so the
+    first use prepares it in a short root helper container (no network).
+    """
+    try:
+        client.volumes.get(name)
+        return
+    except docker.errors.NotFound:
+        pass
+    except docker.errors.APIError as exc:
+        raise Unavailable(f"cannot inspect volume {name}: {api_message(exc)}") from None
+    client.volumes.create(name=name, labels={ROLE_LABEL: "cache"})
+    script = " && ".join(
+        ["chmod 1777 /v"] + [f"mkdir -p /v/{d} && chmod 1777 /v/{d}" for d in subdirs]
+    )
+    code, output = run_capture(
+        client,
+        image,
+        ["/bin/sh", "-c", script],
+        user="0:0",
+        volumes={name: {"bind": "/v", "mode": "rw"}},
+    )
+    if code != 0:
+        client.volumes.get(name).remove(force=True)
+        raise Unavailable(f"cannot prepare cache volume {name}: {first_line(output)}")
+
+
+def remove_by_name(client: EngineClient, name: str) -> None:
+    """Remove the container called ``name`` if it exists (a create whose reply was lost)."""
+    with sigint_deferred():
+        try:
+            container = client.containers.get(name)
+        except docker.errors.NotFound:
+            return
+        except TRANSPORT_ERRORS:
+            return
+        remove_container(container)
+
+
+def unique_name(role: str) -> str:
+    return f"envforge-{role}-{secrets.token_hex(6)}"

@@ -1,0 +1,104 @@
+"""Image references, labels and the parts of an image that certificates bind (pure: no SDK).
+
+Used by :mod:`envforge.certificate`, :mod:`envforge.publish` and the CLI without importing
+the docker SDK.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from envforge.errors import InvalidInput
+
+#: Label every container envforge creates carries (probe, shell, helpers), so that
+#: leftovers can be found: ``docker ps -a --filter label=io.envforge.role``.
+ROLE_LABEL = "io.envforge.role"
+#: Where a certified image carries its certificate (compact JSON).
+CERTIFICATE_LABEL = "io.envforge.certificate"
+#: Repository prefix of certified tags: ``envforge/<recipe>:<stack tag>``.
+CERTIFIED_REPOSITORY_PREFIX = "envforge"
+
+
+def certified_repository(recipe_name: str) -> str:
+    return f"{CERTIFIED_REPOSITORY_PREFIX}/{recipe_name}"
+
+
+def certified_ref(recipe_name: str, stack_tag: str) -> str:
+    """``envforge/<recipe>:<stack tag>``, e.g. ``envforge/gfx1010:torch1.13.1-rocm5.2-py3.10``."""
+    return f"{certified_repository(recipe_name)}:{stack_tag}"
+
+
+_REGISTRY_RE = re.compile(
+    r"^(?P<host>[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:]+\])(?::(?P<port>\d{1,5}))?"
+    r"(?P<ns>(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)$"
+)
+
+
+def registry_ref(registry: str, recipe_name: str, stack_tag: str) -> str:
+    """``REGISTRY/<recipe>:<stack tag>`` for ``HOST[:PORT][/NAMESPACE]``; refuses bad input."""
+    reg = registry.strip().rstrip("/")
+    for scheme in ("https://", "http://"):
+        if reg.startswith(scheme):
+            reg = reg[len(scheme) :]
+    if not _REGISTRY_RE.match(reg):
+        raise InvalidInput(
+            f"--registry {registry!r} is not HOST[:PORT][/NAMESPACE]",
+            hint="e.g. --registry 127.0.0.1:5000/team",
+        )
+    return f"{reg}/{recipe_name}:{stack_tag}"
+
+
+def split_ref(ref: str) -> tuple[str, str | None]:
+    """``repo[:tag]`` -> (repo, tag); a ``@digest`` stays in the repository part's suffix."""
+    if "@" in ref or ref.startswith("sha256:"):
+        return ref, None
+    last = ref.rsplit("/", 1)[-1]
+    if ":" in last:
+        repo, tag = ref.rsplit(":", 1)
+        return repo, tag
+    return ref, None
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """What envforge needs to know about a local image."""
+
+    id: str
+    layers: tuple[str, ...]
+    tags: tuple[str, ...]
+    labels: Mapping[str, str]
+    config: Mapping[str, Any]
+    repo_digests: tuple[str, ...] = ()
+    size: int = 0
+
+    @classmethod
+    def from_attrs(cls, attrs: Mapping[str, Any]) -> ImageInfo:
+        """From the engine's image inspect data (``Image.attrs``)."""
+        config = attrs.get("Config") or {}
+        return cls(
+            id=str(attrs["Id"]),
+            layers=tuple(str(x) for x in (attrs.get("RootFS") or {}).get("Layers") or ()),
+            tags=tuple(str(t) for t in attrs.get("RepoTags") or ()),
+            labels=dict(config.get("Labels") or {}),
+            config=dict(config),
+            repo_digests=tuple(str(d) for d in attrs.get("RepoDigests") or ()),
+            size=int(attrs.get("Size") or 0),
+        )
+
+
+def config_identity(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The parts of an image config that change what runs, minus envforge's own label.
+
+    Bound into certificates next to the layer diff IDs: an image with the same files but
+    other env vars, entrypoint or user is not the image that was probed.
+    """
+    return {
+        "Env": list(config.get("Env") or []),
+        "Entrypoint": config.get("Entrypoint"),
+        "Cmd": config.get("Cmd"),
+        "WorkingDir": config.get("WorkingDir") or "",
+        "User": config.get("User") or "",
+    }

@@ -1,0 +1,180 @@
+"""``envforge build``: a recipe -> a certified image (docker) or virtualenv (venv).
+
+Progress and build output go to stderr; results (the certified tag or venv path,
+``--json`` data) go to stdout.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from envforge.cli.common import (
+    backend_option,
+    ca_bundle_option,
+    echo_json,
+    json_option,
+    level_option,
+    load_checked,
+    note,
+    python_option,
+    report_option,
+    resolve_auto,
+    say,
+    set_option,
+    step_timeout_option,
+    wheelhouse_option,
+)
+from envforge.errors import InvalidInput
+from envforge.fsutil import check_folder_target, write_atomically
+from envforge.recipe.model import Level, Recipe
+
+
+@click.command()
+@click.argument("recipe_ref", metavar="RECIPE")
+@click.option("--tag", "tags", multiple=True, metavar="REF", help="Also tag the certified image.")
+@click.option("--base-image", metavar="REF", help="Build FROM this image instead of the recipe's.")
+@wheelhouse_option(
+    "Folder of .whl files pip may install from (air-gapped sites, local torch wheels)."
+)
+@ca_bundle_option("PEM bundle pip inside the build trusts (TLS-intercepting proxies).")
+@click.option("--no-certify", is_flag=True, help="Build only; no probe, no certified tag.")
+@click.option("--no-cache", is_flag=True, help="Do not reuse cached layers.")
+@level_option("Probe level (default: the recipe's).")
+@step_timeout_option("Seconds per probe step (default: the recipe's).")
+@report_option("Write probe.json, probe.junit.xml and certificate.json here.")
+@backend_option(
+    "Build an image (docker) or a virtualenv on this host (venv).", default="docker"
+)
+@python_option("venv backend: the interpreter to use (must be the recipe's Python version).")
+@set_option
+@json_option
+def build(  # noqa: PLR0917 - click passes options positionally by name
+    recipe_ref: str,
+    tags: tuple[str, ...],
+    base_image: str | None,
+    wheelhouse: Path | None,
+    ca_bundle: Path | None,
+    no_certify: bool,
+    no_cache: bool,
+    level: Level | None,
+    step_timeout: float | None,
+    report_dir: Path | None,
+    backend: str,
+    python: str | None,
+    overrides: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Build a recipe's image, certify it in a container on this host's GPU, then tag it.
+
+    The image is tagged envforge/RECIPE:STACK (e.g. envforge/gfx1010:torch1.13.1-rocm5.2-py3.10)
+    only when the probe passed; a failed probe exits 1 and tags nothing.
+    """
+    if report_dir is not None:  # before any work: a file in the way is exit 2, one line
+        check_folder_target(report_dir, setting="--report")
+    ref = resolve_auto(recipe_ref)
+    if backend == "venv":
+        docker_only = [
+            flag
+            for flag, given in (
+                ("--tag", tags),
+                ("--base-image", base_image),
+                ("--no-certify", no_certify),
+                ("--no-cache", no_cache),
+            )
+            if given
+        ]
+        if docker_only:
+            raise InvalidInput(
+                f"{', '.join(docker_only)}: only for --backend docker",
+                hint="drop them; venv builds are always certified",
+            )
+        _build_venv(
+            load_checked(ref, overrides),
+            python=python,
+            wheelhouse=wheelhouse,
+            ca_bundle=ca_bundle,
+            level=level,
+            step_timeout=step_timeout,
+            report_dir=report_dir,
+            as_json=as_json,
+        )
+        return
+    if python is not None:
+        raise InvalidInput("--python is for --backend venv", hint="drop --python")
+    from envforge.backends import docker  # noqa: PLC0415 - keeps the SDK out of light commands
+    from envforge.backends.docker.refs import certified_ref  # noqa: PLC0415 - as above
+    from envforge.cli.display import BuildDisplay, ProbeProgress  # noqa: PLC0415 - --help light
+
+    recipe = load_checked(ref, overrides)
+    result = docker.build(
+        recipe,
+        docker.DockerOptions(
+            wheelhouse=wheelhouse,
+            ca_bundle=ca_bundle,
+            level=level,
+            step_timeout=step_timeout,
+            tags=tags,
+            base_image=base_image,
+            no_cache=no_cache,
+            certify=not no_certify,
+            report_dir=report_dir,
+            listener=ProbeProgress(table=False),
+            output=BuildDisplay(),
+            say=note,
+        ),
+    )
+    if as_json:
+        echo_json(result.to_dict())
+    certified = certified_ref(recipe.name, recipe.stack_tag)
+    if result.certification is None:
+        if not as_json:
+            click.echo(result.image_id)
+            note(f"not certified (--no-certify): {certified} left as it was")
+        return
+    if not result.certified:
+        raise result.certification.failure()
+    if not as_json:
+        click.echo(certified)
+
+
+def _build_venv(
+    recipe: Recipe,
+    *,
+    python: str | None,
+    wheelhouse: Path | None,
+    ca_bundle: Path | None,
+    level: Level | None,
+    step_timeout: float | None,
+    report_dir: Path | None,
+    as_json: bool,
+) -> None:
+    from envforge.backends import venv  # noqa: PLC0415 - only for --backend venv
+    from envforge.cli.display import ProbeProgress  # noqa: PLC0415 - keeps --help light
+
+    options = venv.VenvOptions(
+        python=python,
+        wheelhouse=wheelhouse,
+        ca_bundle=ca_bundle,
+        level=level,
+        step_timeout=step_timeout,
+        listener=ProbeProgress(table=False),
+        say=say,
+    )
+    try:
+        result = venv.build(recipe, options)
+    finally:
+        if report_dir is not None:
+            markers = venv.venv_location(recipe) / venv.MARKER_DIR
+            for name in ("probe.json", "probe.junit.xml", "certified.json"):
+                if (markers / name).is_file():
+                    write_atomically(report_dir / name, (markers / name).read_bytes())
+    if as_json:
+        echo_json(result.to_dict())
+        return
+    if result.status == "up-to-date":
+        say(f"{recipe.name}: up to date ({result.path})")
+    else:
+        say(f"{recipe.name}: certified ({result.status} in {result.seconds:.1f}s)")
+    click.echo(str(result.path))

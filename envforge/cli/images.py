@@ -1,0 +1,197 @@
+"""``certify``, ``publish`` and ``verify``: certified images on the engine and registries.
+
+Progress goes to stderr; results (verdicts, the pushed digest, ``--json`` data) to stdout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from envforge.cli.common import (
+    echo_json,
+    json_option,
+    level_option,
+    load_checked,
+    note,
+    report_option,
+    set_option,
+    step_timeout_option,
+)
+from envforge.errors import CertificationFailed, InvalidInput
+from envforge.fsutil import check_folder_target
+from envforge.recipe.model import Level, Recipe
+
+if TYPE_CHECKING:
+    from envforge.backends.docker.refs import ImageInfo
+
+
+def _looks_like_image(ref: str) -> bool:
+    if Path(ref).is_file():
+        return False
+    return any(ch in ref for ch in ":/@") or ref.startswith("sha256")
+
+
+def _recipe_for_image(info: ImageInfo, ref: str, overrides: Sequence[str]) -> Recipe:
+    from envforge.publish import certificate_of  # noqa: PLC0415 - keeps light commands light
+
+    name = None
+    try:
+        name = certificate_of(info, what=ref).recipe_name
+    except CertificationFailed:
+        for key in ("io.envforge.recipe", "io.envforge.recipe.name"):
+            if info.labels.get(key):
+                name = info.labels[key]
+                break
+    if not name:
+        raise InvalidInput(
+            f"image {ref} does not say which recipe it was built from",
+            hint="certify it by recipe name (envforge certify RECIPE)",
+        )
+    return load_checked(name, overrides)
+
+
+def _safe_name(ref: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in ref)
+
+
+@click.command()
+@click.argument("refs", nargs=-1, required=True, metavar="RECIPE|IMAGE...")
+@level_option("Probe level (default: the recipe's).")
+@step_timeout_option("Seconds per probe step (default: the recipe's).")
+@report_option("Write probe.json, probe.junit.xml and certificate.json (per image: DIR/NAME/).")
+@set_option
+@json_option
+def certify(  # noqa: PLR0917 - click passes options positionally by name
+    refs: tuple[str, ...],
+    level: Level | None,
+    step_timeout: float | None,
+    report_dir: Path | None,
+    overrides: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Re-certify existing images on this host (a recipe name means envforge/RECIPE:STACK).
+
+    Every verdict goes to the local certificate store; a pass relabels and retags the
+    image. Exits 1 when any image fails.
+    """
+    from envforge.backends import docker  # noqa: PLC0415 - keeps the SDK out of light commands
+    from envforge.backends.docker.engine import connect  # noqa: PLC0415 - as above
+    from envforge.backends.docker.images import inspect_image  # noqa: PLC0415 - as above
+    from envforge.cli.display import ProbeProgress  # noqa: PLC0415 - keeps --help light
+
+    if report_dir is not None:  # before any work: a file in the way is exit 2, one line
+        check_folder_target(report_dir, setting="--report")
+    client = connect()
+    results: list[dict[str, Any]] = []
+    failures: list[str] = []
+    for ref in refs:
+        image: str | None = None
+        retag: list[str] = []
+        if _looks_like_image(ref):
+            info = inspect_image(client, ref)
+            if info is None:
+                raise InvalidInput(f"no image {ref} on this engine")
+            recipe = _recipe_for_image(info, ref, overrides)
+            image = ref
+            retag = docker.retag_for(ref)
+        else:
+            recipe = load_checked(ref, overrides)
+        sub = None
+        if report_dir is not None:
+            sub = report_dir if len(refs) == 1 else report_dir / _safe_name(ref)
+        options = docker.DockerOptions(
+            level=level,
+            step_timeout=step_timeout,
+            report_dir=sub,
+            listener=ProbeProgress(table=False),
+            say=note,
+        )
+        result = docker.certify(recipe, options, image=image, retag=retag, client=client)
+        results.append({"ref": ref, "recipe": recipe.name, **result.to_dict()})
+        if not result.certified:
+            failures.append(f"{ref}: {result.outcome.certificate.failing_step}")
+    if as_json:
+        echo_json(results)
+    else:
+        for row in results:
+            verdict = "pass" if row["certified"] else "FAIL"
+            click.echo(f"{verdict}  {row['ref']}  {row['certificate']}")
+    if failures:
+        raise CertificationFailed(
+            f"{len(failures)} of {len(refs)} image(s) failed certification; first: {failures[0]}"
+        )
+
+
+@click.command("publish")
+@click.argument("recipe_ref", metavar="RECIPE")
+@click.option(
+    "--registry",
+    required=True,
+    metavar="HOST[:PORT][/NAMESPACE]",
+    help="Push to REGISTRY/RECIPE:STACK.",
+)
+@set_option
+@json_option
+def publish_cmd(recipe_ref: str, registry: str, overrides: tuple[str, ...], as_json: bool) -> None:
+    """Push the recipe's certified image (refused, exit 5, without a passing certificate)."""
+    from envforge.backends.docker.engine import connect  # noqa: PLC0415 - loads the SDK
+    from envforge.certificate import CertificateStore  # noqa: PLC0415 - keeps --help light
+    from envforge.cli.display import BuildDisplay  # noqa: PLC0415 - keeps --help light
+    from envforge.publish import publish  # noqa: PLC0415 - keeps --help light
+
+    recipe = load_checked(recipe_ref, overrides)
+    client = connect()
+    display = BuildDisplay()
+    try:
+        result = publish(client, recipe, registry, store=CertificateStore(), on_line=display)
+    finally:
+        display.close()
+    if as_json:
+        echo_json(
+            {
+                "ref": result.ref,
+                "digest": result.digest,
+                "pinned": result.pinned_ref,
+                "certificate": result.certificate,
+                "image": result.image_id,
+            }
+        )
+        return
+    note(f"pushed {result.ref} (certificate {result.certificate})")
+    click.echo(result.pinned_ref)
+
+
+@click.command("verify")
+@click.argument("ref", metavar="REF")
+@click.option("--no-pull", is_flag=True, help="Verify the local image; do not pull.")
+@json_option
+def verify_cmd(ref: str, no_pull: bool, as_json: bool) -> None:
+    """Pull REF and check that its certificate passed and matches its content (exit 0/1)."""
+    from envforge.backends.docker.engine import connect  # noqa: PLC0415 - loads the SDK
+    from envforge.publish import verify  # noqa: PLC0415 - keeps --help light
+
+    client = connect()
+    result = verify(client, ref, pull=not no_pull)
+    cert = result.certificate
+    if as_json:
+        echo_json(
+            {
+                "ref": ref,
+                "ok": True,
+                "image": result.image_id,
+                "certificate": cert.digest,
+                "recipe": cert.recipe_name,
+                "stack": cert.stack_tag,
+                "layers": len(cert.layers),
+            }
+        )
+        return
+    click.echo(
+        f"ok  {ref}: certified ({cert.report.get('level', '?')} probe passed) for "
+        f"{cert.recipe_name} {cert.stack_tag}; {len(cert.layers)} layers match "
+        f"certificate {cert.digest[:19]}"
+    )

@@ -1,0 +1,161 @@
+"""Helpers for the acceptance tests (the fixtures are in conftest.py): where things are,
+running the real ``envforge`` CLI and the docker CLI, parsing what they print.
+
+Nothing here is mocked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envforge.backends.docker.client import EngineClient
+from envforge.backends.docker.images import inspect_image
+from envforge.backends.docker.refs import CERTIFICATE_LABEL
+from envforge.proc import Completed, run
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+STATE = Path(os.environ.get("ENVFORGE_CI_STATE", "/tmp/envforge-ci-engine"))
+
+
+DEFAULT_STANDIN = "envforge-standin/debian:bookworm-python3"
+
+
+#: Seconds one envforge build may take in these tests (a cold cpu build is ~2-4 minutes).
+BUILD_TIMEOUT = 1200
+
+
+def _ci_env() -> dict[str, str]:
+    """``export K=V`` lines written by ci-engine.sh up (empty when it did not run)."""
+    found: dict[str, str] = {}
+    try:
+        text = (STATE / "env").read_text(encoding="utf-8")
+    except OSError:
+        return found
+    for line in text.splitlines():
+        words = shlex.split(line)
+        if len(words) == 2 and words[0] == "export" and "=" in words[1]:
+            key, value = words[1].split("=", 1)
+            found[key] = value
+    return found
+
+
+def setting(name: str, default: str | None = None) -> str | None:
+    return os.environ.get(name) or _ci_env().get(name) or default
+
+
+def required() -> bool:
+    return os.environ.get("ENVFORGE_REQUIRE_ENGINE") == "1"
+
+
+def unavailable(reason: str) -> None:
+    """Fail (CI: ENVFORGE_REQUIRE_ENGINE=1) or skip when the engine setup is missing."""
+    if required():
+        pytest.fail(f"ENVFORGE_REQUIRE_ENGINE=1 but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@dataclass(frozen=True)
+class Envforge:
+    """Runs the real ``envforge`` CLI in a child process with the session's home."""
+
+    home: Path
+
+    def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        env = dict(os.environ)
+        env["ENVFORGE_HOME"] = str(self.home)
+        env["PYTHONPATH"] = str(ROOT) + (
+            os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
+        )
+        env.update(extra or {})
+        return env
+
+    def __call__(
+        self,
+        *args: str,
+        timeout: float = 300,
+        extra_env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> Completed:
+        return run(
+            [sys.executable, "-m", "envforge", *args],
+            timeout=timeout,
+            env=self.env(extra_env),
+            cwd=cwd,
+        )
+
+
+def docker_cli(*args: str, timeout: float = 300) -> Completed:
+    """The plain docker CLI, as a user would run it."""
+    return run(["docker", *args], timeout=timeout)
+
+
+def all_containers() -> set[str]:
+    out = subprocess.run(
+        ["docker", "ps", "-aq", "--no-trunc"], capture_output=True, text=True, check=True
+    ).stdout
+    return set(out.split())
+
+
+def build_args(
+    recipe: str, standin: str, wheelhouse: Path, ca_bundle: Path, *extra: str
+) -> list[str]:
+    return [
+        "build",
+        recipe,
+        "--base-image",
+        standin,
+        "--wheelhouse",
+        str(wheelhouse),
+        "--ca-bundle",
+        str(ca_bundle),
+        *extra,
+    ]
+
+
+@dataclass(frozen=True)
+class Built:
+    completed: Completed
+    data: dict[str, Any]
+    report_dir: Path
+
+
+def parse_json(completed: Completed) -> dict[str, Any]:
+    try:
+        data = json.loads(completed.stdout)
+    except ValueError:
+        pytest.fail(
+            f"envforge printed no JSON (rc {completed.returncode}):\n"
+            f"{completed.stdout[-3000:]}\n{completed.stderr[-3000:]}"
+        )
+    assert isinstance(data, dict)
+    return data
+
+
+def cert_label(client: EngineClient, ref: str) -> dict[str, Any]:
+    info = inspect_image(client, ref)
+    assert info is not None, f"no image {ref}"
+    label = info.labels.get(CERTIFICATE_LABEL)
+    assert label, f"{ref} carries no certificate label"
+    data = json.loads(label)
+    assert isinstance(data, dict)
+    return data
+
+
+def words(seq: Sequence[str]) -> str:
+    return " ".join(shlex.quote(s) for s in seq)
+

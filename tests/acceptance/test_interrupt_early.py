@@ -1,0 +1,161 @@
+"""Ctrl-C at any early moment of a real ``envforge`` process: exit 130, one line, no traceback.
+
+SIGINT is sent to ``python -m envforge …`` (and to the installed console script) at several
+moments while the CLI's modules load (the first ~0.3 s) and just after. A moment is wall
+time after the start, but never before the child has used 20 ms of CPU: the first ~10 ms
+of CPU are Python's own start-up (interpreter, ``site``, ``runpy``), before any line of
+envforge runs, where no program can catch a signal; on a loaded machine that start-up can
+take longer than 20 ms of wall time.
+
+A command that already finished when the signal came must have exited 0 with its whole
+output; at the first moments it cannot have finished (it needs > 0.1 s of CPU).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MOMENTS = (0.02, 0.05, 0.1, 0.2, 0.35)
+#: Moments at which every command is surely still loading: 130 is the only right answer.
+SURELY_RUNNING = 0.05
+#: CPU seconds the child must have used before it is sent the signal (see the docstring).
+START_CPU = 0.02
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """utime + stime of a running process, from /proc (None once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def child_env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENVFORGE_")}
+    env["ENVFORGE_HOME"] = str(home)
+    return env
+
+
+def interrupt_at(
+    argv: Sequence[str], moment: float, env: dict[str, str]
+) -> tuple[int, bytes, bytes, bool]:
+    """Start ``argv``, send SIGINT at ``moment``; (exit status, stdout, stderr, sent)."""
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        list(argv), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    sent = False
+    try:
+        while proc.poll() is None:
+            if time.monotonic() - start >= moment and (cpu_seconds(proc.pid) or 0) >= START_CPU:
+                proc.send_signal(signal.SIGINT)
+                sent = True
+                break
+            time.sleep(0.0005)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, out, err, sent
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    """Each command's whole output, uninterrupted."""
+    home = tmp_path_factory.mktemp("home")
+    found: dict[str, bytes] = {}
+    for args in COMMANDS:
+        done = subprocess.run(
+            [sys.executable, "-m", "envforge", *args.split()],
+            cwd=ROOT,
+            env=child_env(home),
+            capture_output=True,
+            check=False,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        found[args] = done.stdout
+    return found
+
+
+COMMANDS = ("list", "validate cpu", "render cpu")
+
+
+def check(
+    status: int, out: bytes, err: bytes, *, moment: float, whole: bytes, sent: bool
+) -> None:
+    assert b"Traceback" not in err, err.decode(errors="replace")
+    assert b"Exception ignored" not in err, err.decode(errors="replace")
+    if status == 130:
+        # click writes a newline first when the interrupt reaches it (after the "^C")
+        assert err.decode().lstrip("\n") == "envforge: interrupted\n"
+        return
+    # Only a command that had finished may do otherwise: exit 0, all of its output.
+    assert moment > SURELY_RUNNING, f"exit {status} at {moment}s: {err!r}"
+    assert status == 0, f"exit {status} (signal sent: {sent}): {err!r}"
+    assert out == whole
+
+
+@pytest.mark.parametrize("moment", MOMENTS)
+@pytest.mark.parametrize("command", COMMANDS)
+def test_ctrl_c_early_is_exit_130_without_traceback(
+    command: str, moment: float, reference: dict[str, bytes], tmp_path: Path
+) -> None:
+    argv = [sys.executable, "-m", "envforge", *command.split()]
+    status, out, err, sent = interrupt_at(argv, moment, child_env(tmp_path))
+    check(status, out, err, moment=moment, whole=reference[command], sent=sent)
+
+
+def test_ctrl_c_sweep_over_the_first_half_second(
+    reference: dict[str, bytes], tmp_path: Path
+) -> None:
+    """Every 15 ms from 20 ms to 0.5 s: no moment gives a traceback or another status."""
+    statuses: list[int] = []
+    for step in range(33):
+        moment = 0.02 + 0.015 * step
+        argv = [sys.executable, "-m", "envforge", "list"]
+        status, out, err, sent = interrupt_at(argv, moment, child_env(tmp_path))
+        check(status, out, err, moment=moment, whole=reference["list"], sent=sent)
+        statuses.append(status)
+    assert 130 in statuses
+
+
+def installed_script() -> Path | None:
+    script = Path(sys.executable).with_name("envforge")
+    try:
+        text = script.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    return script if "envforge.entry" in text else None
+
+
+@pytest.mark.parametrize("moment", MOMENTS)
+def test_the_console_script_too(
+    moment: float, reference: dict[str, bytes], tmp_path: Path
+) -> None:
+    script = installed_script()
+    if script is None:
+        pytest.skip(
+            "the envforge console script beside this Python is missing or predates "
+            "envforge.entry (run: pip install -e . again)"
+        )
+    status, out, err, sent = interrupt_at([str(script), "list"], moment, child_env(tmp_path))
+    check(status, out, err, moment=moment, whole=reference["list"], sent=sent)
+
+
+def test_the_console_script_is_the_entry_module() -> None:
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert re.search(r'^envforge = "envforge\.entry:main"$', text, re.MULTILINE)

@@ -1,0 +1,43 @@
+"""Unit tests never talk to a Docker engine (cibuildwheel's ``mock_protection``).
+
+Every way envforge makes an SDK client (``docker.DockerClient`` and its ``from_env``,
+``docker.from_env``, ``docker.APIClient``), and so ``envforge.backends.docker.engine.connect``
+once it would reach an engine, fails the test instead. Unit tests use the fake engine in
+``tests/helpers/fake_engine.py``; real-engine tests are acceptance tests.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+import docker
+import docker.client
+import pytest
+
+MESSAGE = (
+    "unit tests never talk to an engine: pass tests.helpers.fake_engine.FakeEngine as the "
+    "client, or write an acceptance test"
+)
+
+
+def _refuse(*_args: Any, **_kwargs: Any) -> NoReturn:
+    pytest.fail(MESSAGE, pytrace=True)
+
+
+class _NoEngine:
+    """Stands in for ``docker.DockerClient``: constructing it fails the test."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        _refuse()
+
+    @classmethod
+    def from_env(cls, *args: Any, **kwargs: Any) -> NoReturn:
+        _refuse()
+
+
+@pytest.fixture(autouse=True)
+def no_real_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    for module in (docker, docker.client):
+        monkeypatch.setattr(module, "DockerClient", _NoEngine)
+        monkeypatch.setattr(module, "from_env", _refuse)
+    monkeypatch.setattr(docker, "APIClient", _NoEngine)

@@ -1,0 +1,102 @@
+"""Light commands stay light: no docker SDK (nor torch) in commands that do not use them.
+
+Each case runs in a fresh interpreter (this process has long imported everything) and
+lists the modules loaded after the command ran. No engine and no torch are needed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+NO_GPU = ROOT / "tests" / "fixtures" / "sysfs" / "none"
+
+#: Loaded after a command in a fresh interpreter: these must not be.
+_REPORT = (
+    "import json, sys\n"
+    "from envforge.cli import main\n"
+    "code = main({args!r})\n"
+    "sys.stdout.flush()\n"
+    "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('docker', 'requests', 'torch'))\n"
+    "sys.stderr.write('\\nMODULES ' + json.dumps([code, heavy]) + '\\n')\n"
+)
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    extra = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + extra if extra else "")
+    env["ENVFORGE_HOME"] = "/nonexistent/envforge-home"
+    for name in ("ENVFORGE_GPU_ARCH", "ENVFORGE_GPU_VENDOR", "ENVFORGE_RECIPE_PATH"):
+        env.pop(name, None)
+    return env
+
+
+def _run(args: list[str], **extra_env: str) -> tuple[int, list[str]]:
+    done = subprocess.run(
+        [sys.executable, "-c", _REPORT.format(args=args)],
+        env={**_env(), **extra_env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    marker = [ln for ln in done.stderr.splitlines() if ln.startswith("MODULES ")]
+    assert marker, f"the command did not finish (rc {done.returncode}):\n{done.stderr[-3000:]}"
+    code, heavy = json.loads(marker[-1][len("MODULES ") :])
+    return int(code), list(heavy)
+
+
+@pytest.mark.parametrize(
+    ("args", "exit_code"),
+    [
+        (["--help"], 0),
+        (["list"], 0),
+        (["show", "cpu"], 0),
+        (["validate", "cpu"], 0),
+        (["render", "cpu"], 0),
+        (["detect", "--root", str(NO_GPU)], 0),
+        # The probe command's body runs; the missing interpreter ends it (exit 4).
+        (["probe", "--recipe", "cpu", "--python", "/nonexistent/python"], 4),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else str(value),
+)
+def test_light_commands_never_import_the_docker_sdk(args: list[str], exit_code: int) -> None:
+    code, heavy = _run(args)
+    assert code == exit_code
+    assert heavy == [], f"envforge {' '.join(args)} imported {heavy}"
+
+
+def test_a_docker_command_does_load_the_sdk() -> None:
+    """The check above can fail: ``verify`` talks to the engine (none here: exit 4)."""
+    code, heavy = _run(["verify", "--no-pull", "x:1"], DOCKER_HOST="unix:///nonexistent.sock")
+    assert code == 4
+    assert "docker" in heavy
+
+
+def test_import_envforge_stays_light() -> None:
+    code = (
+        "import envforge, sys; print(sorted(m for m in sys.modules"
+        " if m.startswith(('torch', 'envforge.probe', 'click', 'docker'))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=_env(), capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "[]"
+
+
+def test_import_envforge_cli_loads_no_sdk() -> None:
+    code = (
+        "import envforge.cli, sys; print(sorted(m for m in sys.modules"
+        " if m.split('.')[0] in ('docker', 'requests', 'urllib3', 'torch')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=_env(), capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "[]"
