@@ -22,6 +22,7 @@ from typing import Any
 import click
 
 from envforge import __version__
+from envforge.cli.common import strict_option
 from envforge.errors import EnvforgeError, ExitCode
 
 #: Every command: its name -> ``module:attribute`` of its click command.
@@ -71,6 +72,7 @@ class LazyGroup(click.Group):
 )
 @click.version_option(__version__, prog_name="envforge")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+@strict_option
 @click.pass_context
 def cli(ctx: click.Context, debug: bool) -> None:
     """Known-good GPU PyTorch stacks: render, build, probe, certify, publish."""

@@ -224,6 +224,24 @@ def test_missing_path_entry_is_refused(tmp_path: Path) -> None:
         load_table(_env(tmp_path, tmp_path / "nope.yaml"))
 
 
+def test_knowledge_show_prints_the_merged_table_with_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    overlay = _write(tmp_path / "new.yaml", NEW_RELEASE)
+    monkeypatch.setenv("ENVFORGE_KNOWLEDGE_PATH", str(overlay))
+    assert main(["knowledge", "show", "--json"]) == 0
+    data = yaml.safe_load(capsys.readouterr().out)
+    assert data["layers"] == ["compat.yaml", str(overlay)]
+    rows = {r["series"]: r for r in data["releases"]}
+    assert rows["2.16"]["origin"] == str(overlay)
+    assert rows["2.16"]["variants"][0]["origin"] == str(overlay)
+    assert rows["2.15"]["origin"] == "compat.yaml"
+    assert main(["knowledge", "show"]) == 0
+    out = capsys.readouterr().out
+    assert f"torch 2.16: 2.16.0  [{overlay}]" in out
+    assert "torch 2.15:" in out
+
+
 # --------------------------------------------------------------------------- fuzz
 
 _SCALARS = st.one_of(
