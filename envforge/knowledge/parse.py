@@ -150,6 +150,7 @@ class _ArchRule:
     confidence: Confidence
     source: str
     rocm_below: Version | None = None
+    origin: str = "compat.yaml"
 
 
 @dataclass(frozen=True)
@@ -532,6 +533,7 @@ def _arch_rule(c: _Check, raw: object, i: int) -> _ArchRule:
         rocm_below=None if below is None else c.version(below, f"{path}.rocm_below"),
         confidence=c.confidence(body.get("confidence"), f"{path}.confidence"),
         source=c.text(body["source"], f"{path}.source"),
+        origin=c.source,
     )
 
 
@@ -621,6 +623,7 @@ def _release(
         archs: tuple[str, ...] = ()
         uncertain: tuple[str, ...] = ()
         arch_sources: tuple[tuple[str, str], ...] = ()
+        arch_origins: tuple[tuple[str, str], ...] = ()
         broken: tuple[BrokenArch, ...] = ()
         ptx: str | None = None
         if kind == "rocm":
@@ -630,6 +633,7 @@ def _release(
             a_list: list[str] = []
             a_unc: list[str] = []
             a_src: list[tuple[str, str]] = []
+            a_origin: list[tuple[str, str]] = []
             for rule in arch_rules:
                 torch_ok = rule.torch_min is None or torch_v >= rule.torch_min
                 below_ok = rule.rocm_below is None or rocm_v < rule.rocm_below
@@ -637,11 +641,13 @@ def _release(
                     for arch in rule.archs:
                         a_list.append(arch)
                         a_src.append((arch, rule.source))
+                        a_origin.append((arch, rule.origin))
                         if rule.confidence == "uncertain":
                             a_unc.append(arch)
             if not a_list:
                 raise c.fail(vpath, f"no rocm_archs row covers {name}")
             archs, uncertain, arch_sources = tuple(a_list), tuple(a_unc), tuple(a_src)
+            arch_origins = tuple(a_origin)
             broken = tuple(
                 BrokenArch(
                     arch=a,
@@ -695,6 +701,7 @@ def _release(
                 note=c.opt_str(v.get("note"), f"{vpath}.note"),
                 python_exceptions=exceptions,
                 origin=c.source,
+                arch_origins=arch_origins,
             )
         )
     return Release(

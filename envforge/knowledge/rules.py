@@ -550,7 +550,7 @@ def _amd_arch(recipe: Recipe, variant: Variant, t: CompatTable) -> Iterator[Viol
                 "hsa-override",
                 f"{arch} is in the {stack} wheel; {HSA_OVERRIDE}={override} would make it "
                 f"run {target} code",
-                _cite(t, variant.arch_source(arch), variant.origin),
+                _cite(t, variant.arch_source(arch), variant.arch_origin(arch)),
                 f"remove env.{HSA_OVERRIDE}",
             )
             return
@@ -602,7 +602,12 @@ def _amd_arch(recipe: Recipe, variant: Variant, t: CompatTable) -> Iterator[Viol
     yield Violation(
         "arch-in-wheel",
         f"{stack} has no kernels for {target}{via} (wheel archs: {', '.join(variant.archs)})",
-        _cite(t, "; ".join(dict.fromkeys(s for _, s in variant.arch_sources)), variant.origin),
+        _cite(
+            t,
+            "; ".join(dict.fromkeys(s for _, s in variant.arch_sources)),
+            ", ".join(dict.fromkeys(variant.arch_origin(a) for a in variant.archs))
+            or variant.origin,
+        ),
         hint,
     )
 
@@ -741,7 +746,7 @@ def _accelerator_reasons(recipe: Recipe, variant: Variant, t: CompatTable) -> li
                 Reason(
                     f"gpu.arch {arch}",
                     f"compiled into the {variant.name} wheel{unc}",
-                    _cite(t, variant.arch_source(arch), variant.origin),
+                    _cite(t, variant.arch_source(arch), variant.arch_origin(arch)),
                 )
             )
         elif override is not None:

@@ -165,6 +165,13 @@ class Variant:
     python_exceptions: tuple[PythonException, ...] = ()
     #: The table file the row came from (``compat.yaml`` or an overlay's path).
     origin: str = "compat.yaml"
+    #: (arch, table file) for archs that come from another file than the row (ROCm
+    #: variants take their archs from the ``rocm_archs`` rows).
+    arch_origins: tuple[tuple[str, str], ...] = ()
+
+    def arch_origin(self, arch: str) -> str:
+        """The table file that says ``arch`` is (or is not) in this wheel."""
+        return dict(self.arch_origins).get(arch, self.origin)
 
 
 @dataclass(frozen=True)

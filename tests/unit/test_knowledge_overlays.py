@@ -242,6 +242,38 @@ def test_knowledge_show_prints_the_merged_table_with_files(
     assert "torch 2.15:" in out
 
 
+def test_rocm_arch_facts_name_the_file_of_their_rocm_archs_row(tmp_path: Path) -> None:
+    variant_only = _write(
+        tmp_path / "v.yaml",
+        'schema: 1\nreleases:\n  - series: "2.15"\n    variants:\n'
+        '      - {name: rocm7.3, confidence: uncertain, source: "local listing"}\n',
+    )
+    table = load_table(_env(tmp_path, variant_only))
+    variant = table.variant("2.15.0", "rocm7.3")
+    assert variant is not None
+    assert variant.origin == str(variant_only)
+    assert variant.arch_origin("gfx1100") == "compat.yaml"
+    with_archs = _write(
+        tmp_path / "a.yaml",
+        "schema: 1\nrocm_archs:\n"
+        '  - {archs: [gfx1152], rocm_min: "7.3", confidence: uncertain, source: "local"}\n',
+    )
+    table = load_table(_env(tmp_path, with_archs, variant_only))
+    variant = table.variant("2.15.0", "rocm7.3")
+    assert variant is not None
+    assert "gfx1152" in variant.archs
+    assert variant.arch_origin("gfx1152") == str(with_archs)
+    assert variant.arch_origin("gfx1100") == "compat.yaml"
+    recipe = Catalogue.default().load(
+        "gfx1100",
+        ["torch.version=2.15.0", "rocm=7.3", "gpu.arch=gfx1010",
+         f"torch.index={table.index_root}/rocm7.3"],
+    )
+    found = check(recipe, table)
+    assert found[0].rule == "arch-in-wheel"
+    assert f"[compat.yaml, {with_archs}]" in found[0].evidence
+
+
 # --------------------------------------------------------------------------- fuzz
 
 _SCALARS = st.one_of(

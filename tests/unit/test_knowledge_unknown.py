@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from envforge.cli import main
 from envforge.errors import ConstraintViolation, InvalidInput
@@ -20,8 +21,10 @@ from envforge.lock import source_args
 from envforge.mirror import parse_mirrors, rewrite
 from envforge.recipe.catalogue import Catalogue
 from envforge.render import RenderOptions, plan_venv, render_dockerfile
+from envforge.resources import data_file
 
-WHL = "https://download.pytorch.org/whl"
+#: The shipped table's PyTorch wheel root (read from the table, not written here).
+WHL = str(yaml.safe_load(data_file("compat.yaml").read_text(encoding="utf-8"))["index_root"])
 LOCAL = "http://127.0.0.1:9/simple"
 
 #: (id, recipe, --set overrides, rule id, what the warning must name)
