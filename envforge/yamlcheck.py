@@ -325,6 +325,39 @@ def parse(text: str, source: str, *, error: ErrorType = DataFileError) -> Any:
 # --------------------------------------------------------------------------- typed access
 
 
+_PATH_TOKEN_RE = re.compile(r"\[([0-9]+)\]|([^.\[\]]+)")
+
+
+def line_of(text: str, path: str) -> int | None:
+    """The 1-based line of the node at key ``path`` (``releases[2].variants[0].name``) in
+    a YAML document, or of its deepest existing ancestor; None when none is found (call
+    only on text that :func:`parse` accepted)."""
+    try:
+        node: Any = yaml.compose(text, Loader=_Loader)
+    except Exception:
+        return None
+    if node is None:
+        return None
+    line: int = node.start_mark.line + 1
+    for index, key in _PATH_TOKEN_RE.findall(path):
+        nxt: Any = None
+        if index and isinstance(node, yaml.SequenceNode):
+            i = int(index)
+            nxt = node.value[i] if i < len(node.value) else None
+            if nxt is not None:
+                line = nxt.start_mark.line + 1
+        elif key and isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                if isinstance(key_node, yaml.ScalarNode) and key_node.value == key:
+                    nxt = value_node
+                    line = key_node.start_mark.line + 1
+                    break
+        if nxt is None:
+            break
+        node = nxt
+    return line
+
+
 class Reader:
     """Typed access to parsed YAML; every refusal names the file and the key path.
 

@@ -22,6 +22,7 @@ from typing import Any
 import click
 
 from envforge import __version__
+from envforge.cli.common import strict_option
 from envforge.errors import EnvforgeError, ExitCode
 
 #: Every command: its name -> ``module:attribute`` of its click command.
@@ -71,7 +72,10 @@ SUMMARIES: Mapping[str, str] = {
     'detect': "Report this host's GPUs (vendor, product, arch, driver, device nodes) and `auto`.",
     'doctor': 'Check this host for a recipe (default: auto); print each finding with its fix.',
     'lock': "Resolve a recipe's full requirement set, with hashes, into <recipe>.lock.txt.",
-    'knowledge': 'The compatibility table: compare it with the package indexes.',
+    'knowledge': (
+        'The compatibility table: show it (with overlays), compare it with the '
+        'indexes.'
+    ),
     'matrix': 'Write the certified-on matrix (GPU arch x recipe) as a static site.',
     'solve': 'Derive the stack for a GPU arch (or the detected one) from the compatibility table.',
 }
@@ -128,6 +132,7 @@ class LazyGroup(click.Group):
 )
 @click.version_option(__version__, prog_name="envforge")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+@strict_option
 @click.pass_context
 def cli(ctx: click.Context, debug: bool) -> None:
     """Known-good GPU PyTorch stacks: render, build, probe, certify, publish."""

@@ -24,6 +24,7 @@ from envforge.cli.common import (
     say,
     set_option,
     step_timeout_option,
+    strict_option,
     wheelhouse_option,
 )
 from envforge.errors import InvalidInput
@@ -49,6 +50,7 @@ from envforge.recipe.model import Level, Recipe
 )
 @python_option("venv backend: the interpreter to use (must be the recipe's Python version).")
 @set_option
+@strict_option
 @json_option
 def build(  # noqa: PLR0917 - click passes options positionally by name
     recipe_ref: str,

@@ -122,16 +122,47 @@ def root_option(func: F) -> F:
     )(func)
 
 
+#: ``ctx.meta`` key set by ``--strict`` (the meta dict is shared by the group and command).
+STRICT_META = "envforge.strict"
+
+
+def _set_strict(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        ctx.meta[STRICT_META] = True
+
+
+def strict_option(func: F) -> F:
+    """``--strict`` (on the group or a command; also ``ENVFORGE_STRICT=1``): a stack the
+    compatibility table has no row for is refused (exit 2) instead of warned about."""
+    return click.option(
+        "--strict",
+        is_flag=True,
+        expose_value=False,
+        callback=_set_strict,
+        help="Refuse stacks the compatibility table has no row for (unknown release, "
+        "variant or index) instead of warning (also ENVFORGE_STRICT=1; for CI).",
+    )(func)
+
+
+def strict_mode() -> bool:
+    """``--strict`` was given (group or command) or ``ENVFORGE_STRICT=1`` is set."""
+    from envforge.knowledge.rules import strict_from_env  # noqa: PLC0415 - table when needed
+
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx is not None and ctx.meta.get(STRICT_META)) or strict_from_env()
+
+
 # --------------------------------------------------------------------------- recipes
 
 
 def load_checked(ref: str, overrides: Sequence[str] = ()) -> Recipe:
-    """Load a recipe by name or path and refuse it if the compatibility table does."""
+    """Load a recipe by name or path and refuse it if the compatibility table does; what
+    the table has no row for is a one-line warning on stderr (a refusal under strict)."""
     from envforge.knowledge import enforce  # noqa: PLC0415 - the table only when needed
     from envforge.recipe.catalogue import Catalogue  # noqa: PLC0415 - yaml when loading
 
     recipe = Catalogue.default().load(ref, overrides)
-    enforce(recipe)
+    enforce(recipe, strict=strict_mode())
     return recipe
 
 

@@ -8,7 +8,14 @@ from typing import Any
 
 import click
 
-from envforge.cli.common import echo_json, json_option, load_checked, set_option
+from envforge.cli.common import (
+    echo_json,
+    json_option,
+    load_checked,
+    set_option,
+    strict_mode,
+    strict_option,
+)
 from envforge.errors import EnvforgeError, InvalidInput, printable
 from envforge.paths import state_dir
 from envforge.recipe import listing
@@ -43,17 +50,21 @@ def list_cmd(as_json: bool) -> None:
 @click.command()
 @click.argument("recipe_ref", metavar="RECIPE")
 @set_option
+@strict_option
 @json_option
 def show(recipe_ref: str, overrides: tuple[str, ...], as_json: bool) -> None:
     """Show a recipe's stack, why each pin and env var is there, and how sure we are."""
-    from envforge.knowledge import explain  # noqa: PLC0415 - the table only when needed
+    from envforge.knowledge import explain, unknowns  # noqa: PLC0415 - the table when needed
 
     recipe = load_checked(recipe_ref, overrides)
     reasons = explain(recipe)
+    unknown = unknowns(recipe)
     if as_json:
         data = recipe.to_dict()
         data["hash"] = recipe.hash
         data["stack_tag"] = recipe.stack_tag
+        data["confidence"] = "uncertain" if unknown else "known"
+        data["unknown"] = [v.one_line(recipe.origin) for v in unknown]
         data["reasons"] = [
             {"pin": r.pin, "why": r.why, "source": r.source} for r in reasons
         ]
@@ -70,6 +81,9 @@ def show(recipe_ref: str, overrides: tuple[str, ...], as_json: bool) -> None:
     if recipe.packages:
         out(f"  packages   {' '.join(recipe.packages)}")
     out(f"  recipe     {recipe.origin} ({recipe.hash[:19]})")
+    if unknown:
+        what = "; ".join(f"[{v.rule}] {v.message}" for v in unknown)
+        out(f"  confidence uncertain: the compatibility table has no row for it ({what})")
     if reasons:
         out("\nWhy these pins:")
         for r in reasons:
@@ -98,11 +112,16 @@ def show(recipe_ref: str, overrides: tuple[str, ...], as_json: bool) -> None:
 @click.command()
 @click.argument("refs", nargs=-1, metavar="[RECIPE|PATH]...")
 @set_option
+@strict_option
 @json_option
 def validate(refs: tuple[str, ...], overrides: tuple[str, ...], as_json: bool) -> None:
-    """Check recipes against the schema and the compatibility table (default: all)."""
-    from envforge.knowledge import check  # noqa: PLC0415 - the table only when needed
+    """Check recipes against the schema and the compatibility table (default: all).
 
+    What the table has no row for is accepted as uncertain with a warning (--strict:
+    refused)."""
+    from envforge.knowledge import check, split  # noqa: PLC0415 - the table when needed
+
+    strict = strict_mode()
     catalogue = Catalogue.default()
     targets = list(refs) or [str(p) for p in catalogue.files().values()]
     results: list[dict[str, Any]] = []
@@ -114,22 +133,28 @@ def validate(refs: tuple[str, ...], overrides: tuple[str, ...], as_json: bool) -
             results.append({"recipe": ref, "ok": False, "problems": [exc.one_line()]})
             first_error = first_error or exc
             continue
-        violations = check(recipe)
+        violations, warned = split(check(recipe), strict=strict)
         results.append(
             {
                 "recipe": recipe.name,
                 "ok": not violations,
+                "confidence": "uncertain" if warned else "known",
                 "problems": [v.one_line(recipe.origin) for v in violations],
+                "warnings": [v.warning(recipe.origin) for v in warned],
             }
         )
         if violations and first_error is None:
             first_error = violations[0].error(recipe.origin)
+    for r in results:
+        for warning in r.get("warnings", ()):
+            click.echo(f"envforge: warning: {warning}", err=True)
     if as_json:
         echo_json(results)
     else:
         for r in results:
             if r["ok"]:
-                click.echo(f"ok    {r['recipe']}")
+                uncertain = "  (uncertain)" if r.get("confidence") == "uncertain" else ""
+                click.echo(f"ok    {r['recipe']}{uncertain}")
             for problem in r["problems"]:
                 click.echo(f"FAIL  {problem}", err=True)
     if first_error is not None:
@@ -168,6 +193,7 @@ def validate(refs: tuple[str, ...], overrides: tuple[str, ...], as_json: bool) -
     help="For a build context with ca-bundle.pem (pip trusts it while building).",
 )
 @set_option
+@strict_option
 def render(
     *,
     recipe_ref: str | None,
@@ -181,7 +207,7 @@ def render(
 ) -> None:
     """Render a recipe's Dockerfile (or venv plan); --all -o DIR renders the catalogue."""
     from envforge.fsutil import write_files  # noqa: PLC0415 - only when rendering
-    from envforge.knowledge import check  # noqa: PLC0415 - the table only when needed
+    from envforge.knowledge import enforce  # noqa: PLC0415 - the table only when needed
     from envforge.render import (  # noqa: PLC0415 - jinja2 only when rendering
         RenderOptions,
         plan_venv,
@@ -209,9 +235,7 @@ def render(
         recipes = []
         for path in catalogue.files().values():
             recipe = catalogue.load(str(path), overrides)
-            violations = check(recipe)
-            if violations:
-                raise violations[0].error(recipe.origin)
+            enforce(recipe, strict=strict_mode())
             recipes.append(recipe)
     if output is None:  # not reached: --all without -o is refused above
         raise InvalidInput("render needs -o DIR here", hint="envforge render --all -o Dockerfiles")

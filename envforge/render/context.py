@@ -16,10 +16,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier
 from packaging.version import InvalidVersion, Version
 
 from envforge.errors import InvalidInput
-from envforge.knowledge import variant_of
+from envforge.knowledge import unknowns, variant_of
+from envforge.mirror import Mirrors, mirrors_from_env, rewrite
 from envforge.patterns import IMAGE_RE
 from envforge.recipe.checks import check_renderable
 from envforge.recipe.model import Recipe
@@ -55,6 +57,9 @@ class RenderOptions:
     #: The build context has ``ca-bundle.pem`` at its root (Docker), or the setup script
     #: is given ``--ca-bundle FILE``: the installer must trust it.
     ca_bundle: bool = False
+    #: Index mirrors (original, mirror); None: from ``ENVFORGE_INDEX_MIRROR`` at render
+    #: time. The rendered output uses the mirror; the recipe (and its hash) do not change.
+    mirrors: Mirrors | None = None
 
 
 #: The defaults: the recipe's base image, torch from its index, the system's CAs.
@@ -194,19 +199,30 @@ def _env_lines(recipe: Recipe) -> tuple[EnvLine, ...]:
     )
 
 
-def _torch_index_args(recipe: Recipe) -> tuple[str, ...]:
+def torch_index_url(recipe: Recipe, options: RenderOptions = DEFAULT_OPTIONS) -> str | None:
+    """The URL the installer is given for ``torch.index``: on its mirror when
+    ``ENVFORGE_INDEX_MIRROR`` (or ``options.mirrors``) names one."""
+    if recipe.torch.index is None:
+        return None
+    mirrors = mirrors_from_env() if options.mirrors is None else options.mirrors
+    return rewrite(recipe.torch.index, mirrors)
+
+
+def _torch_index_args(recipe: Recipe, options: RenderOptions) -> tuple[str, ...]:
     form = index_form(recipe)
-    if form is None or recipe.torch.index is None:
+    url = torch_index_url(recipe, options)
+    if form is None or url is None:
         return ()
-    return (f"--{form}", shell_quote(recipe.torch.index))
+    return (f"--{form}", shell_quote(url))
 
 
-def _rest_index_args(recipe: Recipe) -> tuple[str, ...]:
+def _rest_index_args(recipe: Recipe, options: RenderOptions) -> tuple[str, ...]:
     """The rest comes from the default index; the torch index is an extra one so that
     companion packages with local labels (``torchvision==0.14.1+rocm5.2``) resolve."""
-    if recipe.torch.index is None:
+    url = torch_index_url(recipe, options)
+    if url is None:
         return ()
-    return ("--extra-index-url", shell_quote(recipe.torch.index))
+    return ("--extra-index-url", shell_quote(url))
 
 
 def requirement_lines(recipe: Recipe) -> tuple[str, ...]:
@@ -243,8 +259,19 @@ def _labels(recipe: Recipe, base_image: str) -> tuple[Label, ...]:
             "io.envforge.gpu-products",
             ", ".join(recipe.gpu.products) if recipe.gpu.products else None,
         ),
+        # Only a stack the compatibility table cannot decide is labelled (certification
+        # decides it); known stacks keep their labels as they were.
+        ("io.envforge.confidence", "uncertain" if _uncertain(recipe) else None),
     ]
     return tuple(Label(key, docker_quote(value)) for key, value in pairs if value is not None)
+
+
+def _uncertain(recipe: Recipe) -> bool:
+    """The compatibility table has no row for part of the stack (see knowledge.rules)."""
+    try:
+        return bool(unknowns(recipe))
+    except (InvalidSpecifier, InvalidVersion):
+        return False  # not a loaded recipe: its values were not checked by the loader
 
 
 def docker_context(recipe: Recipe, options: RenderOptions) -> DockerContext:
@@ -257,8 +284,8 @@ def docker_context(recipe: Recipe, options: RenderOptions) -> DockerContext:
         torch_source: tuple[str, ...] = ("--find-links", wheelhouse)
         rest_source: tuple[str, ...] = ("--find-links", wheelhouse)
     else:
-        torch_source = _torch_index_args(recipe)
-        rest_source = _rest_index_args(recipe)
+        torch_source = _torch_index_args(recipe, options)
+        rest_source = _rest_index_args(recipe, options)
     return DockerContext(
         recipe=recipe.name,
         stack_tag=recipe.stack_tag,
@@ -307,8 +334,8 @@ def venv_context(recipe: Recipe, options: RenderOptions) -> VenvContext:
         stack_tag=recipe.stack_tag,
         python=recipe.python,
         torch_requirement=shell_quote(torch_requirement(recipe)),
-        torch_index_args=_torch_index_args(recipe),
-        rest_index_args=_rest_index_args(recipe),
+        torch_index_args=_torch_index_args(recipe, options),
+        rest_index_args=_rest_index_args(recipe, options),
         requirements=tuple(shell_quote(r) for r in reqs),
         constraints=tuple(shell_quote(r) for r in cons),
         requirement_lines=reqs,
