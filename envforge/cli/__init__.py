@@ -5,8 +5,9 @@ one-line message; ``--debug`` shows the traceback as well.
 
 One module per command or command group, each parsing options and calling one library
 function: :mod:`.recipes` (list, show, validate, render), :mod:`.probe`, :mod:`.build`,
-:mod:`.images` (certify, publish, verify), :mod:`.shell` and :mod:`.host` (detect,
-doctor, lock); shared options in :mod:`.common`, progress displays in :mod:`.display`.
+:mod:`.images` (certify, publish, verify), :mod:`.shell`, :mod:`.host` (detect,
+doctor, lock), :mod:`.keys` (keys generate) and :mod:`.evidence` (evidence import,
+export); shared options in :mod:`.common`, progress displays in :mod:`.display`.
 Commands are loaded by name when they run (click's lazy subcommand loading, see
 :data:`COMMANDS`): ``envforge list`` imports only :mod:`.recipes`. Light commands never
 import the docker SDK: the commands that talk to the engine import it when they run.
@@ -41,6 +42,8 @@ COMMANDS: Mapping[str, str] = {
     "lock": "envforge.cli.host:lock_cmd",
     "knowledge": "envforge.cli.knowledge:knowledge",
     "matrix": "envforge.cli.matrix:matrix",
+    "keys": "envforge.cli.keys:keys",
+    "evidence": "envforge.cli.evidence:evidence",
 }
 
 
