@@ -23,7 +23,8 @@ same as before signatures existed, and :func:`sign` does not change it.
 Certifying an image (probe it in a container, issue, store, label) is the Docker
 backend's :func:`envforge.backends.docker.certification.certify_image`. The venv backend records
 its verdicts in the venv itself (``.envforge/certified.json``, see
-:mod:`envforge.backends.venv`), not in this format.
+:mod:`envforge.backends.venv`) and in the evidence store (:mod:`envforge.evidence_store`),
+not in this format.
 """
 
 from __future__ import annotations

@@ -652,13 +652,16 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def certified_on(records: Iterable[Evidence], recipe: str) -> str:
+def certified_on(records: Iterable[Evidence], recipe: str, *, gpu: bool = True) -> str:
     """Where ``recipe`` has passed, as ``show`` says it.
 
     ``certified on RX 6700 XT (gfx1031), driver 6.8.0, 3 hosts, newest 2026-11-20`` (one
     clause per GPU product, most hosts first, ``;``-separated); passes on hosts without a
     GPU only: ``certified on CPU only, 1 host, newest 2026-11-23 (not yet on any GPU)``;
     no pass: ``not yet certified on any GPU`` (and how many runs failed, if any).
+
+    ``gpu`` False (a CPU recipe, ``gpu.vendor: none``): the hosts' GPUs do not matter, so
+    every pass counts as ``certified on CPU only, N hosts, newest D``.
     """
     runs = [r for r in records if r.recipe == recipe]
     passes = [r for r in runs if r.outcome == "pass"]
@@ -667,12 +670,12 @@ def certified_on(records: Iterable[Evidence], recipe: str) -> str:
         return "not yet certified on any GPU" + (
             f" ({_plural(failed, 'run')} on record, none passed)" if failed else ""
         )
-    on_gpu = [r for r in passes if r.gpu.vendor != "none"]
+    on_gpu = [r for r in passes if r.gpu.vendor != "none"] if gpu else []
     if not on_gpu:
         newest = max(r.created for r in passes).strftime("%Y-%m-%d")
         return (
-            f"certified on CPU only, {_plural(_host_count(passes), 'host')}, newest {newest} "
-            "(not yet on any GPU)"
+            f"certified on CPU only, {_plural(_host_count(passes), 'host')}, newest {newest}"
+            + (" (not yet on any GPU)" if gpu else "")
         )
     groups: dict[tuple[str, str], list[Evidence]] = {}
     for r in on_gpu:

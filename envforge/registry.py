@@ -75,6 +75,9 @@ def parse_ref(ref: str) -> RemoteRef:
     parts = name.split("/")
     if len(parts) > 1 and ("." in parts[0] or ":" in parts[0] or parts[0] == "localhost"):
         host, repo = parts[0], "/".join(parts[1:])
+        if host in ("docker.io", "index.docker.io"):
+            host = DOCKER_HUB
+            repo = repo if "/" in repo else f"library/{repo}"
     else:
         host, repo = DOCKER_HUB, name if len(parts) > 1 else f"library/{name}"
     if not re.fullmatch(r"[a-z0-9]+(?:[._/-][a-z0-9]+)*", repo) or not reference:

@@ -24,7 +24,13 @@ def evidence() -> None:
 
 
 def _is_ref(text: str) -> bool:
-    return not Path(text).exists() and any(c in text for c in ":/@")
+    """An image in a registry: not a path here, and its first part names a registry host
+    (``HOST.DOMAIN``, ``HOST:PORT`` or ``localhost``), so that a mistyped folder never
+    becomes a request to a public registry."""
+    if Path(text).exists() or "/" not in text:
+        return False
+    host = text.split("/", 1)[0]
+    return "." in host or ":" in host or host == "localhost"
 
 
 @evidence.command("import")
@@ -58,7 +64,13 @@ def import_cmd(sources: tuple[str, ...], as_json: bool) -> None:
         elif Path(source).exists():
             docs.extend(documents([Path(source)], problems))
         else:
-            problems.append(Problem(source, "no such file or folder, nor an image reference"))
+            problems.append(
+                Problem(
+                    source,
+                    "no such file or folder, nor an image reference with a registry host "
+                    "(HOST[:PORT]/REPO:TAG)",
+                )
+            )
     result = import_documents(docs, problems)
     for problem in result.problems:
         note(f"envforge: skipped {problem.line()}")

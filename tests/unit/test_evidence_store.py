@@ -155,6 +155,9 @@ def test_import_reports_what_it_skips_and_refuses_nothing_readable(
     err = capsys.readouterr().err
     assert "skipped" in err
     assert "no evidence could be read" in err
+    # A missing folder that looks like a path is never a registry request.
+    assert main(["evidence", "import", "reports/run1"]) == 2
+    assert "nor an image reference with a registry host" in capsys.readouterr().err
     make_report(GPU).write(tmp_path / "run")
     assert main(["evidence", "import", str(tmp_path / "run"), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -202,6 +205,15 @@ def test_certified_on_cpu_only_and_never_passed(tmp_path: Path) -> None:
     assert certified_on(records, "cpu") == (
         "certified on CPU only, 1 host, newest 2026-11-20 (not yet on any GPU)"
     )
+    # A CPU recipe: passes count as CPU passes whatever GPU the host had.
+    gpu_host = _spec(recipe="cpu", stack="torch2.13.0-cpu-py3.11",
+                     created=WHEN + timedelta(days=2))
+    (tmp_path / "gpu-host.json").write_text(json.dumps(_records(gpu_host)[0]))
+    records = read_evidence([tmp_path], NAMES).records
+    assert certified_on(records, "cpu", gpu=False) == (
+        "certified on CPU only, 2 hosts, newest 2026-11-22"
+    )
+    assert certified_on(records, "cpu").startswith("certified on AMD Radeon RX 6700 XT")
     assert certified_on(records, "gfx1010") == (
         "not yet certified on any GPU (1 run on record, none passed)"
     )
@@ -326,3 +338,26 @@ def test_parse_ref_splits_host_repository_and_reference() -> None:
     assert parse_ref("registry.example:443/a/b:1").base.startswith("https://")
     with pytest.raises(InvalidInput):
         parse_ref("Not A Ref")
+
+
+def test_probe_report_keeps_the_run_in_the_store(
+    tmp_path: Path, home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A real ``probe --report`` (this interpreter, quick level): the run is kept in the
+    store with its host facts; the interpreter's path and the environment are not."""
+    code = main(["probe", "--level", "quick", "--report", str(tmp_path / "r"),
+                 "--step-timeout", "120"])
+    capsys.readouterr()
+    assert code in (0, 1)
+    (stored,) = (home / "reports").iterdir()
+    data = json.loads(stored.read_text())
+    assert data["schema"] == "envforge.probe/1"
+    assert "/" not in data["environment"]["target"]
+    assert set(data["environment"]["snapshot"]) <= {
+        "python", "implementation", "numpy", "torch", "hip", "cuda", "git", "arch_flags",
+        "cudnn",
+    }
+    assert data["host"]["kernel"].startswith("Linux")
+    (record,) = read_store().records
+    assert record.kind == "probe"
+    assert record.envforge_version
