@@ -198,6 +198,14 @@ def load_signing_key(path: Path, *, setting: str = "--signing-key") -> SigningKe
     its content) when it cannot be read or is not an ed25519 PEM key."""
     from cryptography.hazmat.primitives import serialization  # noqa: PLC0415 - lazy
 
+    text = str(path)
+    if "\n" in text or "PRIVATE KEY" in text or len(text) > 4096:
+        # The key itself where its path belongs (a CI secret put into the variable): say
+        # so without echoing a byte of it.
+        raise InvalidInput(
+            f"{setting} holds key material, not a path to a key file (not shown here)",
+            hint="write the key to a file only you can read (mode 0600) and pass its path",
+        )
     try:
         data = path.read_bytes()
     except OSError as exc:

@@ -217,7 +217,7 @@ def load_signer(path: Path | None) -> SigningKey | None:
         return None
     from envforge.signing import load_signing_key  # noqa: PLC0415 - loads cryptography
 
-    return load_signing_key(path)
+    return load_signing_key(path, setting="--signing-key (or ENVFORGE_SIGNING_KEY)")
 
 
 @dataclass

@@ -286,3 +286,21 @@ def test_evidence_import_reads_the_label_from_the_registry_without_layers(  # no
     assert parse_json(again)["added"] == 0
     shown = envforge("show", "cpu", extra_env=other_home)
     assert "Evidence: certified on" in shown.stdout
+
+
+def test_certify_writes_a_signed_summary_and_junit(
+    signed: Signed, keys: Keys, envforge: Envforge, tmp_path: Path, client: EngineClient
+) -> None:
+    summary = tmp_path / "summary.md"
+    summary.write_text("## earlier step\n")
+    done = envforge("certify", "cpu", "--signing-key", str(keys.key), "--report",
+                    str(tmp_path / "report"), "--summary", str(summary))
+    assert done.returncode == 0, done.stderr[-3000:]
+    text = summary.read_text()
+    assert text.startswith("## earlier step\n### envforge certify cpu: ✅ pass")
+    assert f"| signed by | {keys.fingerprint} |" in text
+    assert "| step | status | seconds | detail |" in text
+    assert (tmp_path / "report" / "probe.junit.xml").is_file()
+    assert cert_label(client, signed.data["tags"][0])["signature"]["key"] == keys.fingerprint
+    for secret in keys.secrets():
+        assert secret not in text + done.stdout + done.stderr

@@ -264,3 +264,27 @@ def test_publish_require_signed_refuses_unsigned_and_invalid_signatures(
     with pytest.raises(PublishRefused, match="signature is not valid"):
         publish.publishable(_publishable_engine(broken), RECIPE, store, require_signed=True)
     assert PublishRefused("x").exit_code == 5
+
+
+def test_key_material_in_the_variable_is_refused_without_echoing_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ENVFORGE_SIGNING_KEY set to the key itself (a CI secret pasted into the variable)
+    instead of its path: exit 2, and not one line of the key on any output."""
+    key_path, _pub = generate(tmp_path / "k")
+    monkeypatch.setenv("ENVFORGE_SIGNING_KEY", key_path.read_text())
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent.sock")
+    summary = tmp_path / "summary.md"
+    code = main(["certify", "cpu", "--summary", str(summary)])
+    out = capsys.readouterr()
+    assert code == 2
+    assert "holds key material, not a path" in out.err
+    assert len(out.err.strip().splitlines()) == 1
+    texts = [out.out, out.err, summary.read_text()]
+    for secret in _secrets(key_path):
+        assert not any(secret in text for text in texts)
+    # Debug tracebacks do not carry it either.
+    assert main(["--debug", "certify", "cpu"]) == 2
+    out = capsys.readouterr()
+    for secret in _secrets(key_path):
+        assert secret not in out.err
