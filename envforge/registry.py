@@ -10,7 +10,9 @@ no engine is involved.
 Transport: ``http://`` for loopback registries (``localhost``, ``127.x``, ``[::1]``), which
 is how the Docker engine treats them too; ``https://`` (system CA bundle) for every other
 host. Anonymous bearer tokens are fetched when the registry asks for them
-(``WWW-Authenticate: Bearer realm=…``), as for public images on Docker Hub. Stdlib only.
+(``WWW-Authenticate: Bearer realm=…``), as for public images on Docker Hub; a redirect to
+another host (blob storage) does not carry the token. Registries that need a login or
+speak plain HTTP on a non-loopback address are not supported. Stdlib only.
 """
 
 from __future__ import annotations
@@ -102,10 +104,29 @@ def _token(challenge: str, ref: RemoteRef) -> str | None:
         return None
     query = {"service": fields.get("service", ""), "scope": f"repository:{ref.repository}:pull"}
     url = realm + "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v})
-    with urllib.request.urlopen(url, timeout=TIMEOUT) as response:
+    with _OPENER.open(url, timeout=TIMEOUT) as response:
         data = json.loads(_read(response))
     token = data.get("token") or data.get("access_token")
     return str(token) if token else None
+
+
+class _DropAuthOnRedirect(urllib.request.HTTPRedirectHandler):
+    """Blob downloads are often redirected to storage on another host (signed URLs):
+    the registry's token is not sent there."""
+
+    def redirect_request(  # noqa: PLR0917 - the stdlib signature
+        self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and (
+            urllib.parse.urlsplit(newurl).netloc != urllib.parse.urlsplit(req.full_url).netloc
+        ):
+            new.remove_header("Authorization")
+        return new
+
+
+_OPENER = urllib.request.build_opener(_DropAuthOnRedirect())
 
 
 def _get(url: str, ref: RemoteRef, accept: str, auth: list[str]) -> tuple[bytes, Mapping[str, str]]:
@@ -114,7 +135,7 @@ def _get(url: str, ref: RemoteRef, accept: str, auth: list[str]) -> tuple[bytes,
         headers["Authorization"] = f"Bearer {auth[0]}"
     request = urllib.request.Request(url, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
+        with _OPENER.open(request, timeout=TIMEOUT) as response:
             return _read(response), dict(response.headers)
     except urllib.error.HTTPError as exc:
         if exc.code == 401 and not auth:

@@ -14,7 +14,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -273,6 +273,9 @@ class _Registry:
             f"/v2/team/cpu/blobs/{self.config_digest}": config,
         }
         self.requests: list[str] = []
+        self.auth: list[str] = []
+        self.bearer = False
+        self.redirect_blobs = False
 
 
 @pytest.fixture
@@ -284,10 +287,34 @@ def registry() -> Iterator[tuple[str, _Registry]]:
         def do_GET(self) -> None:
             current = holder["r"]
             current.requests.append(self.path)
+            current.auth.append(self.headers.get("Authorization") or "")
+            port = cast("ThreadingHTTPServer", self.server).server_port
+            if self.path.startswith("/token"):
+                self._send(200, json.dumps({"token": "tok"}).encode())
+                return
+            if self.path.startswith("/storage/"):  # "another host": localhost, not 127.0.0.1
+                body = current.paths.get("/v2/team/cpu/blobs/" + self.path.split("/")[-1])
+                self._send(200 if body else 404, body or b"{}")
+                return
+            if current.bearer and self.headers.get("Authorization") != "Bearer tok":
+                self._send(401, b"{}", {"WWW-Authenticate":
+                                        f'Bearer realm="http://127.0.0.1:{port}/token",'
+                                        'service="test"'})
+                return
+            if current.redirect_blobs and "/blobs/" in self.path:
+                location = f"http://localhost:{port}/storage/{self.path.split('/')[-1]}"
+                self._send(307, b"", {"Location": location})
+                return
             body = current.paths.get(self.path)
-            self.send_response(200 if body is not None else 404)
+            self._send(200 if body is not None else 404, body or b"{}")
+
+        def _send(self, code: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+            self.send_response(code)
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
+            self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body or b"{}")
+            self.wfile.write(body)
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
@@ -313,6 +340,21 @@ def test_labels_come_from_the_config_blob_without_any_layer(
     assert not any("9999" in r for r in state.requests)  # the layer was never fetched
     with pytest.raises(InvalidInput, match="HTTP 404"):
         image_labels(f"{host}/team/cpu:missing")
+
+
+def test_a_token_is_fetched_and_not_sent_to_another_host_on_redirect(
+    registry: tuple[str, _Registry],
+) -> None:
+    host, state = registry
+    state.bearer = True
+    state.redirect_blobs = True
+    labels = image_labels(f"{host}/team/cpu:v1")
+    assert labels["other"] == "y"
+    assert any(p.startswith("/token") for p in state.requests)
+    storage = [a for p, a in zip(state.requests, state.auth) if p.startswith("/storage/")]
+    assert storage == [""]  # the redirected blob request carried no token
+    manifests = [a for p, a in zip(state.requests, state.auth) if "/manifests/" in p]
+    assert "Bearer tok" in manifests
 
 
 def test_a_config_blob_that_does_not_match_its_digest_is_refused(
