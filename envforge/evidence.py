@@ -519,10 +519,10 @@ def _files(path: Path, problems: list[Problem]) -> Iterator[Path]:
         yield path
 
 
-def _documents(path: Path) -> Iterator[tuple[str, Any]]:
+def _documents(path: Path, needle: str | None = None) -> Iterator[tuple[str, Any]]:
     """(source, decoded JSON) for each document in ``path``; raises EvidenceError for
     a file that cannot be read or decoded at all, and yields EvidenceError values for
-    bad lines of a bundle."""
+    bad lines of a bundle. ``needle``: documents whose text lacks it are not decoded."""
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
@@ -531,13 +531,15 @@ def _documents(path: Path) -> Iterator[tuple[str, Any]]:
         raise EvidenceError(f"cannot read: {exc.strerror or exc}") from None
     if path.suffix == ".jsonl":
         for number, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
+            if not line.strip() or (needle is not None and needle not in line):
                 continue
             source = f"{path}:{number}"
             try:
                 yield source, json.loads(line)
             except ValueError as exc:
                 yield source, EvidenceError(f"not JSON: {exc}")
+        return
+    if needle is not None and needle not in text:
         return
     try:
         yield str(path), json.loads(text)
@@ -569,11 +571,17 @@ def documents(
 
 
 def read_evidence(
-    paths: Iterable[Path], redact: Redactor | None = None, *, signatures: bool = False
+    paths: Iterable[Path],
+    redact: Redactor | None = None,
+    *,
+    signatures: bool = False,
+    needle: str | None = None,
 ) -> EvidenceSet:
     """Read every report under ``paths`` (folders recursively, files, bundles).
 
     ``signatures``: check signed certificates' signatures (see the module docstring).
+    ``needle``: a quick pre-filter, documents whose text does not contain it are skipped
+    unread (``show`` passes the recipe's name as a JSON string).
     """
     redactor = Redactor.for_this_host() if redact is None else redact
     memo: dict[str, str] = {}  # step names and details repeat across reports
@@ -605,7 +613,7 @@ def read_evidence(
                 seen_files.add((st.st_dev, st.st_ino))
             files += 1
             try:
-                for source, data in _documents(path):
+                for source, data in _documents(path, needle):
                     if isinstance(data, EvidenceError):
                         problems.append(Problem(source, data.message))
                         continue
@@ -627,6 +635,8 @@ def read_evidence(
 # --------------------------------------------------------------------------- "certified on"
 
 _VERSION = re.compile(r"\d+(?:\.\d+)+")
+#: GPU products ``certified_on`` names (most hosts first); the rest are counted.
+MAX_CLAUSES = 3
 
 
 def _driver_version(driver: str) -> str:
@@ -652,7 +662,9 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def certified_on(records: Iterable[Evidence], recipe: str, *, gpu: bool = True) -> str:
+def certified_on(
+    records: Iterable[Evidence], recipe: str, *, gpu: bool = True, arch: str | None = None
+) -> str:
     """Where ``recipe`` has passed, as ``show`` says it.
 
     ``certified on RX 6700 XT (gfx1031), driver 6.8.0, 3 hosts, newest 2026-11-20`` (one
@@ -661,7 +673,9 @@ def certified_on(records: Iterable[Evidence], recipe: str, *, gpu: bool = True) 
     no pass: ``not yet certified on any GPU`` (and how many runs failed, if any).
 
     ``gpu`` False (a CPU recipe, ``gpu.vendor: none``): the hosts' GPUs do not matter, so
-    every pass counts as ``certified on CPU only, N hosts, newest D``.
+    every pass counts as ``certified on CPU only, N hosts, newest D``. ``arch`` (the
+    recipe's GPU arch): GPUs of that arch are named first. At most :data:`MAX_CLAUSES`
+    GPUs are named; the rest are counted (``and 2 more GPUs``).
     """
     runs = [r for r in records if r.recipe == recipe]
     passes = [r for r in runs if r.outcome == "pass"]
@@ -683,8 +697,8 @@ def certified_on(records: Iterable[Evidence], recipe: str, *, gpu: bool = True) 
             r
         )
     clauses = []
-    for (product, arch), group in sorted(
-        groups.items(), key=lambda kv: (-_host_count(kv[1]), kv[0])
+    for (product, gpu_arch), group in sorted(
+        groups.items(), key=lambda kv: (kv[0][1] != arch, -_host_count(kv[1]), kv[0])
     ):
         versions = sorted({_driver_version(r.driver) for r in group if r.driver}, key=_version_key)
         driver = ""
@@ -692,8 +706,11 @@ def certified_on(records: Iterable[Evidence], recipe: str, *, gpu: bool = True) 
             driver = versions[0] if len(versions) == 1 else f"{versions[0]}–{versions[-1]}"
             driver = f", driver {driver}"
         newest = max(r.created for r in group).strftime("%Y-%m-%d")
-        where = f"{product} ({arch})" if arch and arch != "unknown" else product
+        where = f"{product} ({gpu_arch})" if gpu_arch and gpu_arch != "unknown" else product
         clauses.append(
             f"{where}{driver}, {_plural(_host_count(group), 'host')}, newest {newest}"
         )
+    if len(clauses) > MAX_CLAUSES:
+        rest = len(clauses) - MAX_CLAUSES
+        clauses = [*clauses[:MAX_CLAUSES], f"and {_plural(rest, 'more GPU')}"]
     return "certified on " + "; ".join(clauses)

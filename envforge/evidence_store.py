@@ -54,10 +54,17 @@ def sources(environ: Mapping[str, str] | None = None) -> list[Path]:
 
 
 def read_store(
-    environ: Mapping[str, str] | None = None, *, signatures: bool = False
+    environ: Mapping[str, str] | None = None,
+    *,
+    signatures: bool = False,
+    recipe: str | None = None,
 ) -> EvidenceSet:
+    """Everything in the store (``recipe``: only documents that mention that recipe name,
+    a pre-filter on the text; callers still check ``Evidence.recipe``)."""
     return read_evidence(
-        [p for p in sources(environ) if p.is_dir()], signatures=signatures
+        [p for p in sources(environ) if p.is_dir()],
+        signatures=signatures,
+        needle=json.dumps(recipe) if recipe is not None else None,
     )
 
 

@@ -50,7 +50,7 @@ def show(recipe_ref: str, overrides: tuple[str, ...], as_json: bool) -> None:
 
     recipe = load_checked(recipe_ref, overrides)
     reasons = explain(recipe)
-    where = _certified_on(recipe.name, gpu=recipe.gpu.vendor != "none")
+    where = _certified_on(recipe.name, gpu=recipe.gpu.vendor != "none", arch=recipe.gpu.arch)
     if as_json:
         data = recipe.to_dict()
         data["hash"] = recipe.hash
@@ -98,13 +98,13 @@ def show(recipe_ref: str, overrides: tuple[str, ...], as_json: bool) -> None:
     out(f"Evidence: {where}")
 
 
-def _certified_on(name: str, *, gpu: bool) -> str:
+def _certified_on(name: str, *, gpu: bool, arch: str | None) -> str:
     """Where the recipe passed, from this host's evidence store (certificates, probe
     reports, venv certifications, imports); see :func:`envforge.evidence.certified_on`."""
     from envforge.evidence import certified_on  # noqa: PLC0415 - only for show
     from envforge.evidence_store import read_store  # noqa: PLC0415 - only for show
 
-    return certified_on(read_store().records, name, gpu=gpu)
+    return certified_on(read_store(recipe=name).records, name, gpu=gpu, arch=arch)
 
 
 @click.command()

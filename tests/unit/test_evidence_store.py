@@ -195,6 +195,23 @@ def test_certified_on_names_gpus_drivers_hosts_and_the_newest_date(tmp_path: Pat
     assert certified_on(records, "gfx1100") == "not yet certified on any GPU"
 
 
+def test_certified_on_names_the_recipes_arch_first_and_counts_the_rest(tmp_path: Path) -> None:
+    others = [
+        _spec(product=f"Other GPU {i}", arch=f"gfx10{i}0", created=WHEN - timedelta(days=i))
+        for i in range(1, 5)
+    ]
+    mine = _spec(created=WHEN - timedelta(days=20))
+    docs = _records(*others, replace(others[0], created=WHEN - timedelta(days=7)), mine,
+                    host_ids=("h-1", "h-2", "h-3", "h-4", "h-5", "h-6"))
+    for i, doc in enumerate(docs):
+        (tmp_path / f"{i}.json").write_text(json.dumps(doc))
+    records = read_evidence([tmp_path], NAMES).records
+    line = certified_on(records, "gfx1031", arch="gfx1031")
+    assert line.startswith("certified on AMD Radeon RX 6700 XT (gfx1031), driver 6.8.0, 1 host")
+    assert "; Other GPU 1 (gfx1010), driver 6.8.0, 2 hosts" in line
+    assert line.endswith("; and 2 more GPUs")
+
+
 def test_certified_on_cpu_only_and_never_passed(tmp_path: Path) -> None:
     cpu = _spec(vendor="none", arch=None, product="", driver="", recipe="cpu",
                 stack="torch2.13.0-cpu-py3.11")
