@@ -30,7 +30,8 @@ Building
    failure leaves nothing half-written.
 4. Certify: run the probe (:mod:`envforge.probe`) with the venv's interpreter and the
    recipe's env vars. Pass → ``certified.json``. Fail → exit 1; the environment stays
-   (uncertified), so the next build only probes again.
+   (uncertified), so the next build only probes again. Either way the run is kept in the
+   local evidence store (:mod:`envforge.evidence_store`, ``ENVFORGE_HOME/reports``).
 """
 
 from __future__ import annotations
