@@ -121,3 +121,41 @@ def test_probe_summary_of_a_failing_check(
     assert len(_cells(row)) == 4
     assert "&lt;b&gt;" in row
     capsys.readouterr()
+
+
+def test_venv_build_summary_shows_the_report_and_the_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``build --backend venv --summary``: a pass appends the steps; a failed probe (the
+    backend raises) appends the report it left in the venv's markers."""
+    from envforge.backends import venv
+    from envforge.errors import CertificationFailed
+
+    monkeypatch.setenv("ENVFORGE_HOME", str(tmp_path / "home"))
+    report = _report(StepResult("device", "pass", 0.1, "cpu"))
+
+    def passing(recipe: object, options: object) -> venv.VenvBuildResult:
+        return venv.VenvBuildResult("cpu", tmp_path / "v", "built",
+                                    venv.Interpreter("python3", "python3", "3.11.7"),
+                                    report, 1.0)
+
+    monkeypatch.setattr(venv, "build", passing)
+    summary = tmp_path / "summary.md"
+    assert main(["build", "cpu", "--backend", "venv", "--summary", str(summary)]) == 0
+    assert summary.read_text().startswith("### envforge build cpu: ✅ pass")
+    assert "| backend | venv |" in summary.read_text()
+
+    bad = _report(StepResult("matmul", "fail", 0.1, "wrong | answer"))
+    location = venv.venv_location
+
+    def failing(recipe: object, options: object) -> venv.VenvBuildResult:
+        markers = location(recipe) / venv.MARKER_DIR  # type: ignore[arg-type]
+        bad.write(markers)
+        raise CertificationFailed("cpu: the probe did not pass")
+
+    monkeypatch.setattr(venv, "build", failing)
+    assert main(["build", "cpu", "--backend", "venv", "--summary", str(summary)]) == 1
+    text = summary.read_text()
+    assert "### envforge build cpu: ❌ fail at step matmul (fail)" in text
+    assert "wrong \\| answer" in text
+    capsys.readouterr()
