@@ -217,7 +217,14 @@ def load_signer(path: Path | None) -> SigningKey | None:
         return None
     from envforge.signing import load_signing_key  # noqa: PLC0415 - loads cryptography
 
-    return load_signing_key(path, setting="--signing-key (or ENVFORGE_SIGNING_KEY)")
+    key = load_signing_key(path, setting="--signing-key (or ENVFORGE_SIGNING_KEY)")
+    try:
+        loose = path.stat().st_mode & 0o077
+    except OSError:
+        loose = 0
+    if loose:
+        say(f"warning: signing key {path} can be read by other users (chmod 600 {path})")
+    return key
 
 
 @dataclass

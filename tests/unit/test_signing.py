@@ -288,3 +288,51 @@ def test_key_material_in_the_variable_is_refused_without_echoing_it(
     out = capsys.readouterr()
     for secret in _secrets(key_path):
         assert secret not in out.err
+
+
+def test_the_matrix_reads_signers_and_skips_a_signature_that_does_not_match(
+    tmp_path: Path,
+) -> None:
+    from dataclasses import replace
+    from datetime import datetime, timezone
+
+    from envforge.evidence import Redactor, read_evidence
+    from envforge.matrix import aggregate
+    from tests.helpers.matrix_synth import Spec, make_certificate
+
+    key, pub = _keys(tmp_path / "k", "runner A")
+    spec = Spec(vendor="none", arch=None, product="", driver="", recipe="cpu",
+                stack="torch2.13.0-cpu-py3.11", outcome="pass",
+                created=datetime(2026, 11, 20, tzinfo=timezone.utc))
+    good = sign(Certificate.from_data(make_certificate(spec)), key)
+    (tmp_path / "good.json").write_text(good.to_json())
+    bad: dict[str, Any] = json.loads(
+        sign(Certificate.from_data(make_certificate(
+            replace(spec, created=datetime(2026, 11, 21, tzinfo=timezone.utc))
+        )), key).to_json()
+    )
+    bad["signature"]["value"] = base64.b64encode(b"\1" * 64).decode()
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    found = read_evidence([tmp_path], Redactor(), signatures=True)
+    assert [r.signer for r in found.records] == [key.public.fingerprint]
+    assert len(found.problems) == 1
+    assert "signature does not match" in found.problems[0].message
+    names = {fp: k.name for fp, k in load_trust([pub]).keys.items()}
+    data = aggregate(found).to_dict(signers=names)
+    (run,) = [r for c in data["cells"] for r in c["runs"]]
+    assert (run["signer"], run["signer_name"]) == (key.public.fingerprint, "runner A")
+    # Without checking, the claim is read as it stands (show does not check signatures).
+    assert len(read_evidence([tmp_path], Redactor()).records) == 2
+
+
+def test_a_key_readable_by_others_is_used_with_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from envforge.cli.common import load_signer
+
+    key_path, _pub = generate(tmp_path / "k")
+    assert load_signer(key_path) is not None
+    assert "warning" not in capsys.readouterr().err
+    key_path.chmod(0o644)
+    assert load_signer(key_path) is not None
+    assert "can be read by other users" in capsys.readouterr().err
