@@ -5,8 +5,9 @@ one-line message; ``--debug`` shows the traceback as well.
 
 One module per command or command group, each parsing options and calling one library
 function: :mod:`.recipes` (list, show, validate, render), :mod:`.probe`, :mod:`.build`,
-:mod:`.images` (certify, publish, verify), :mod:`.shell` and :mod:`.host` (detect,
-doctor, lock); shared options in :mod:`.common`, progress displays in :mod:`.display`.
+:mod:`.images` (certify, publish, verify), :mod:`.shell`, :mod:`.host` (detect,
+doctor, lock), :mod:`.keys` (keys generate) and :mod:`.evidence` (evidence import,
+export); shared options in :mod:`.common`, progress displays in :mod:`.display`.
 Commands are loaded by name when they run (click's lazy subcommand loading, see
 :data:`COMMANDS`): ``envforge list`` imports only :mod:`.recipes`. Light commands never
 import the docker SDK: the commands that talk to the engine import it when they run.
@@ -43,6 +44,8 @@ COMMANDS: Mapping[str, str] = {
     "knowledge": "envforge.cli.knowledge:knowledge",
     "matrix": "envforge.cli.matrix:matrix",
     "solve": "envforge.cli.solve:solve_cmd",
+    "keys": "envforge.cli.keys:keys",
+    "evidence": "envforge.cli.evidence:evidence",
 }
 
 
@@ -78,6 +81,8 @@ SUMMARIES: Mapping[str, str] = {
     ),
     'matrix': 'Write the certified-on matrix (GPU arch x recipe) as a static site.',
     'solve': 'Derive the stack for a GPU arch (or the detected one) from the compatibility table.',
+    'keys': 'Signing keys for certificates (ed25519; see envforge.signing for the formats).',
+    'evidence': 'Certification evidence: import reports and registry images, export bundles.',
 }
 
 

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from envforge.errors import EnvforgeError
 from envforge.recipe.model import LEVELS, Level, Recipe
 
 if TYPE_CHECKING:
     from envforge.choose import Choice
     from envforge.detect import HostInfo
+    from envforge.probe.report import ProbeReport
+    from envforge.signing import SigningKey
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -93,6 +98,45 @@ def report_option(help: str, metavar: str | None = None) -> Callable[[F], F]:
         "report_dir",
         type=click.Path(path_type=Path),  # checked by fsutil.check_folder_target: one line
         metavar=metavar,
+        help=help,
+    )
+
+
+def signing_key_option(func: F) -> F:
+    """``--signing-key PATH`` (or ``ENVFORGE_SIGNING_KEY``): sign the certificates."""
+    return click.option(
+        "--signing-key",
+        "signing_key",
+        type=click.Path(path_type=Path),  # read by envforge.signing: one-line errors
+        envvar="ENVFORGE_SIGNING_KEY",
+        metavar="PATH",
+        default=None,
+        help="Sign each certificate with this ed25519 key (envforge keys generate; "
+        "default: $ENVFORGE_SIGNING_KEY).",
+    )(func)
+
+
+def summary_option(func: F) -> F:
+    """``--summary FILE``: append a Markdown summary (for ``$GITHUB_STEP_SUMMARY``)."""
+    return click.option(
+        "--summary",
+        "summary_file",
+        type=click.Path(path_type=Path),
+        metavar="FILE",
+        default=None,
+        help="Append a Markdown summary (status, steps, the failing step's detail) to FILE, "
+        "e.g. $GITHUB_STEP_SUMMARY.",
+    )(func)
+
+
+def trust_option(help: str) -> Callable[[F], F]:
+    """``--trust PUBFILE`` (repeatable; default: ``ENVFORGE_TRUSTED_KEYS``)."""
+    return click.option(
+        "--trust",
+        "trust",
+        multiple=True,
+        type=click.Path(path_type=Path),
+        metavar="PUBFILE",
         help=help,
     )
 
@@ -193,3 +237,69 @@ def load_for_host(
 
 def echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+# --------------------------------------------------------------------------- signing, summaries
+
+
+def load_signer(path: Path | None) -> SigningKey | None:
+    """The ``--signing-key`` / ``ENVFORGE_SIGNING_KEY`` key, loaded before any work."""
+    if path is None or not str(path):
+        return None
+    from envforge.signing import load_signing_key  # noqa: PLC0415 - loads cryptography
+
+    key = load_signing_key(path, setting="--signing-key (or ENVFORGE_SIGNING_KEY)")
+    try:
+        loose = path.stat().st_mode & 0o077
+    except OSError:
+        loose = 0
+    if loose:
+        say(f"warning: signing key {path} can be read by other users (chmod 600 {path})")
+    return key
+
+
+@dataclass
+class SummaryNotes:
+    """What a command's ``--summary`` section(s) will say (filled while it runs)."""
+
+    title: str
+    sections: list[tuple[str, ProbeReport | None, list[tuple[str, str]], str | None]] = field(
+        default_factory=list
+    )
+
+    def add(
+        self,
+        report: ProbeReport | None,
+        facts: Sequence[tuple[str, str]] = (),
+        *,
+        title: str | None = None,
+        error: str | None = None,
+    ) -> None:
+        from envforge.summary import report_facts  # noqa: PLC0415 - only with --summary
+
+        self.sections.append(
+            (title or self.title, report, [*facts, *report_facts(report)], error)
+        )
+
+
+@contextlib.contextmanager
+def summarizing(path: Path | None, title: str) -> Iterator[SummaryNotes]:
+    """Append the sections noted while the block runs to ``path`` (``--summary``); an
+    error that ends the block before any section was noted becomes a section itself.
+    Ctrl-C writes nothing."""
+    notes = SummaryNotes(title)
+    if path is None:
+        yield notes
+        return
+    from envforge.fsutil import check_file_target  # noqa: PLC0415 - only with --summary
+    from envforge.summary import append, section  # noqa: PLC0415 - only with --summary
+
+    check_file_target(path, setting="--summary")  # before any work: one line, exit 2
+    try:
+        yield notes
+    except EnvforgeError as exc:
+        if not notes.sections:
+            notes.sections.append((title, None, [], exc.one_line()))
+        append(path, "".join(section(t, r, facts=f, error=e) for t, r, f, e in notes.sections))
+        raise
+    append(path, "".join(section(t, r, facts=f, error=e) for t, r, f, e in notes.sections))

@@ -59,12 +59,14 @@ def show(recipe_ref: str, overrides: tuple[str, ...], as_json: bool) -> None:
     recipe = load_checked(recipe_ref, overrides)
     reasons = explain(recipe)
     unknown = unknowns(recipe)
+    where = _certified_on(recipe.name, gpu=recipe.gpu.vendor != "none", arch=recipe.gpu.arch)
     if as_json:
         data = recipe.to_dict()
         data["hash"] = recipe.hash
         data["stack_tag"] = recipe.stack_tag
         data["confidence"] = "uncertain" if unknown else "known"
         data["unknown"] = [v.one_line(recipe.origin) for v in unknown]
+        data["certified_on"] = where
         data["reasons"] = [
             {"pin": r.pin, "why": r.why, "source": r.source} for r in reasons
         ]
@@ -107,6 +109,16 @@ def show(recipe_ref: str, overrides: tuple[str, ...], as_json: bool) -> None:
         f"\nCertify: level {recipe.certify.level}, {recipe.certify.step_timeout:g}s per step"
         + (f", {checks} extra check(s)" if checks else "")
     )
+    out(f"Evidence: {where}")
+
+
+def _certified_on(name: str, *, gpu: bool, arch: str | None) -> str:
+    """Where the recipe passed, from this host's evidence store (certificates, probe
+    reports, venv certifications, imports); see :func:`envforge.evidence.certified_on`."""
+    from envforge.evidence import certified_on  # noqa: PLC0415 - only for show
+    from envforge.evidence_store import read_store  # noqa: PLC0415 - only for show
+
+    return certified_on(read_store(recipe=name).records, name, gpu=gpu, arch=arch)
 
 
 @click.command()
