@@ -811,7 +811,11 @@ def overlay_files(environ: Mapping[str, str] | None = None) -> tuple[Path, ...]:
     out: list[Path] = []
     config = env.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
     user_dir = Path(config) / "envforge" / "knowledge"
-    if user_dir.is_dir():
+    try:
+        has_user_dir = user_dir.is_dir()
+    except OSError:  # e.g. HOME is another user's (sudo, setpriv): not this user's folder
+        has_user_dir = False
+    if has_user_dir:
         out += _yaml_files(user_dir)
     entries = [e for e in env.get(KNOWLEDGE_PATH_ENV, "").split(os.pathsep) if e]
     for entry in reversed(entries):

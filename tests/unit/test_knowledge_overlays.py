@@ -349,3 +349,21 @@ def test_no_overlay_file_crashes_the_cli(
         assert lines
         assert lines[-1].startswith("envforge: error: ")
         assert "Traceback" not in captured.err
+
+
+def test_an_unreadable_default_config_folder_is_not_this_users(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``HOME`` naming another user's home (sudo, setpriv): its folder is not read, and
+    no command fails because of it; an ENVFORGE_KNOWLEDGE_PATH entry still must exist."""
+    config = tmp_path / "config"
+    (config / "envforge" / "knowledge").mkdir(parents=True)
+
+    def refused(self: Path) -> bool:
+        if str(self).startswith(str(config)):
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_is_dir(self)
+
+    real_is_dir = Path.is_dir
+    monkeypatch.setattr(Path, "is_dir", refused)
+    assert overlay_files({"XDG_CONFIG_HOME": str(config)}) == ()
