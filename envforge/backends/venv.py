@@ -73,6 +73,7 @@ from envforge.errors import (
     CertificationFailed,
     EnvforgeError,
     ExitCode,
+    Interrupted,
     InvalidInput,
     Unavailable,
 )
@@ -501,15 +502,22 @@ def _failure(
 
 def _probe(recipe: Recipe, venv: Path, level: Level, options: VenvOptions) -> ProbeReport:
     options.say(f"certifying {recipe.name} ({level} probe)")
-    return probe_venv(
-        recipe,
-        venv,
-        level=level,
-        step_timeout=options.step_timeout,
-        extra_checks=options.extra_checks,
-        environ=options.environ,
-        listener=options.listener,
-    )
+    try:
+        return probe_venv(
+            recipe,
+            venv,
+            level=level,
+            step_timeout=options.step_timeout,
+            extra_checks=options.extra_checks,
+            environ=options.environ,
+            listener=options.listener,
+        )
+    except Interrupted:
+        raise Interrupted(
+            f"{recipe.name}: probe interrupted; the worker was stopped and the venv's"
+            " certificate is as it was",
+            hint=f"run `envforge build {recipe.name} --backend venv` again",
+        ) from None
 
 
 def _cert_json(recipe: Recipe, report: ProbeReport, fp: str, content: Mapping[str, str]) -> str:
@@ -805,7 +813,7 @@ def state(recipe: Recipe, environ: Mapping[str, str] | None = None) -> VenvState
 # --------------------------------------------------------------------------- shell
 
 #: Signals sent to envforge (by ``kill``, a supervisor, a CI runner) that are passed on to
-#: the command. The terminal's own signals (Ctrl-C, Ctrl-\\, a resize) reach the command
+#: the command. The terminal's own signals (Ctrl-C, Ctrl-\, a resize) reach the command
 #: directly, as it runs in envforge's process group; those are not sent twice.
 FORWARDED_SIGNALS: tuple[str, ...] = (
     "SIGINT",
@@ -892,12 +900,14 @@ def run_in_venv(
         exe = resolve_command(argv[0], env["PATH"], f"the {recipe.name} venv and PATH")
     except CommandNotRunnable as exc:
         return _not_runnable(exc)
-    return run_forwarding([exe, *argv[1:]], env, argv0=argv[0])
+    return run_forwarding(argv, env, executable=exe)
 
 
-def run_forwarding(argv: Sequence[str], env: Mapping[str, str], *, argv0: str) -> int:
-    """Run ``argv`` in this process group; forward the signals envforge is sent; its status
-    (128+N for death by signal N)."""
+def run_forwarding(argv: Sequence[str], env: Mapping[str, str], *, executable: str) -> int:
+    """Run ``executable`` with ``argv`` (``argv[0]`` as typed, as a shell passes it) in this
+    process group; forward the signals envforge is sent; its status (128+N for death by
+    signal N)."""
+    argv0 = argv[0]
     sigs = [
         sig for name in FORWARDED_SIGNALS if (sig := getattr(signal, name, None)) is not None
     ]
@@ -910,7 +920,7 @@ def run_forwarding(argv: Sequence[str], env: Mapping[str, str], *, argv0: str) -
     masked = False
     try:
         try:
-            child = subprocess.Popen(list(argv), env=dict(env))
+            child = subprocess.Popen(list(argv), executable=executable, env=dict(env))
         except OSError as exc:
             status = 127 if isinstance(exc, FileNotFoundError) else 126
             what = "command not found" if status == 127 else "command not executable"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -11,8 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from envforge.backends import venvfs
-from envforge.backends.venv import CommandNotRunnable, resolve_command
+from envforge.backends import venv, venvfs
+from envforge.backends.venv import (
+    MARKER_DIR,
+    CommandNotRunnable,
+    VenvOptions,
+    fingerprint,
+    resolve_command,
+    venv_location,
+)
 from envforge.backends.venvfs import (
     VENV_KEY,
     content_digests,
@@ -23,6 +31,9 @@ from envforge.backends.venvfs import (
     sweep_leftovers,
     verify_records,
 )
+from envforge.errors import CertificationFailed
+from envforge.recipe.model import Recipe
+from tests.helpers.recipes import make_recipe
 
 SP = "lib/python3.11/site-packages"
 
@@ -235,3 +246,61 @@ def test_commands_as_a_shell_finds_them(tmp_path: Path) -> None:
             resolve_command(command, path_var, "PATH")
         assert (caught.value.code, caught.value.message) == (code, message)
         assert "\n" not in caught.value.one_line()
+
+
+# --------------------------------------------------------------------------- the backend's use
+
+
+def certified_venv(tmp_path: Path) -> tuple[Recipe, dict[str, str], Path]:
+    """A fake certified venv for a recipe at its location in a temporary ENVFORGE_HOME."""
+    home = {"ENVFORGE_HOME": str(tmp_path / "home"), "PATH": os.environ.get("PATH", "")}
+    recipe = make_recipe(python=f"{sys.version_info[0]}.{sys.version_info[1]}")
+    target = make_venv(venv_location(recipe, home))
+    markers = target / MARKER_DIR
+    markers.mkdir()
+    fp, content = fingerprint(target), content_digests(target)
+    (markers / "build.json").write_text(json.dumps({"fingerprint": fp, "content": content}))
+    cert = {"recipe_hash": recipe.hash, "fingerprint": fp, "content": content, "level": "full"}
+    (markers / "certified.json").write_text(json.dumps(cert))
+    return recipe, home, target
+
+
+def test_state_is_certified_only_while_the_files_are_the_certified_ones(tmp_path: Path) -> None:
+    recipe, home, target = certified_venv(tmp_path)
+    assert venv.state(recipe, home).certified
+    assert venv.ensure(recipe, VenvOptions(environ=home)) == (target, False)
+    core = target / SP / "pkg" / "core.py"
+    core.write_bytes(core.read_bytes() + b"# edited\n")
+    now = venv.state(recipe, home)
+    assert not now.certified
+    assert now.changed == "pkg 1.0: pkg/core.py modified (size 31, installed 22)"
+    with pytest.raises(CertificationFailed) as caught:
+        venv.ensure(recipe, VenvOptions(environ=home))
+    assert caught.value.exit_code == 1
+    assert caught.value.one_line() == (
+        f"{target} changed since it was certified: pkg 1.0: pkg/core.py modified (size 31,"
+        f" installed 22) (fix: `envforge build {recipe.name} --backend venv` re-certifies it,"
+        " reinstalling what changed)"
+    )
+
+
+def test_what_a_build_does_with_changed_files(tmp_path: Path) -> None:
+    recipe, home, target = certified_venv(tmp_path)
+    built = json.loads((target / MARKER_DIR / "build.json").read_text())
+    built["install_key"] = "k"
+    options = VenvOptions(environ=home)
+    why, content = venv._reinstall_reason(target, built, "k", options)
+    assert (why, content) == (None, built["content"])
+    assert venv._reinstall_reason(target, built, "other", options)[0] == (
+        "the install inputs changed"
+    )
+    init = target / SP / "pkg" / "__init__.py"
+    os.utime(init, ns=(init.stat().st_atime_ns, init.stat().st_mtime_ns + 10**9))
+    why, content = venv._reinstall_reason(target, built, "k", options)
+    assert why is None  # touched, same bytes: probe again, no reinstall
+    assert content != built["content"]
+    assert venv.valid_certificate(recipe, target) is None
+    init.write_bytes(b"x = 2\n")
+    assert venv._reinstall_reason(target, built, "k", options)[0] == (
+        "installed files changed: pkg 1.0: pkg/__init__.py modified"
+    )
