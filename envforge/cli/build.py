@@ -24,6 +24,7 @@ from envforge.cli.common import (
     say,
     set_option,
     step_timeout_option,
+    term_as_interrupt,
     wheelhouse_option,
 )
 from envforge.errors import InvalidInput
@@ -163,7 +164,8 @@ def _build_venv(
         say=say,
     )
     try:
-        result = venv.build(recipe, options)
+        with term_as_interrupt():  # a SIGTERM'd build leaves nothing aside, nothing running
+            result = venv.build(recipe, options)
     finally:
         if report_dir is not None:
             markers = venv.venv_location(recipe) / venv.MARKER_DIR

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable, Sequence
+import signal
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -162,3 +164,24 @@ def load_for_host(
 
 def echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+@contextlib.contextmanager
+def term_as_interrupt() -> Iterator[None]:
+    """While the block runs, SIGTERM stops what it started like Ctrl-C does: the
+    ``finally`` blocks run (child process groups stopped, folders built aside removed),
+    then exit 130 with ``envforge: interrupted`` (as ``envforge probe`` does)."""
+
+    def handler(signum: int, frame: object) -> None:
+        del signum, frame
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

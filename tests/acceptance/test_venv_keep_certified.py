@@ -286,12 +286,15 @@ def test_a_rebuild_that_passes_is_probed_aside_then_swapped_in(
 # --------------------------------------------------------------------------- interrupted, killed
 
 
-def test_sigint_while_installing_a_rebuild_is_130_and_leaves_nothing(
+def test_sigint_or_sigterm_while_building_is_130_and_leaves_nothing(
     path: Path, env: dict[str, str], tmp_path: Path
 ) -> None:
+    """At 0.3 s (still loading), and while uv fills the folder aside: exit 130, one line,
+    the folder aside removed, no uv left running, the certified venv as it was."""
     before = certificate(path)
     wheels = other_wheelhouse(tmp_path / "w")
-    for moment in (0.3, None):
+    aside = f"{path.parent}/.{path.name}.tmp-"
+    for sig, moment in ((signal.SIGINT, 0.3), (signal.SIGINT, None), (signal.SIGTERM, None)):
         with subprocess.Popen(
             build_argv("--level", "quick", wheelhouse=wheels),
             env=env,
@@ -299,17 +302,18 @@ def test_sigint_while_installing_a_rebuild_is_130_and_leaves_nothing(
             stderr=subprocess.PIPE,
             text=True,
         ) as proc:
-            if moment is None:  # once the folder aside is being filled by uv
-                wait_for("the folder aside", lambda: leftovers(path) != [])
+            if moment is None:  # once uv is filling the folder aside
+                wait_for("uv", lambda: processes_mentioning(aside))
                 time.sleep(0.3)
             else:
                 time.sleep(moment)
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(sig)
             _out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 130, (moment, err)
+        assert proc.returncode == 130, (sig, moment, err)
         assert "interrupted" in err.splitlines()[-1], err
         assert "Traceback" not in err
         assert leftovers(path) == []
+        assert processes_mentioning(aside) == []
         assert certificate(path) == before
     assert_certified_and_used(path, env)
 
