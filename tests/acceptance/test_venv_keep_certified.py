@@ -411,3 +411,25 @@ def test_a_full_envforge_home_after_the_certificate_was_removed(
     done = build(env, "--level", "quick")
     assert done.returncode == 0, done.stderr
     assert_certified_and_used(path, env)
+
+
+def test_a_rebuild_on_a_full_envforge_home_keeps_the_certified_venv(tmp_path: Path) -> None:
+    """ENVFORGE_HOME on a file system with room for one venv, not two: the rebuild aside
+    runs out of space; exit 4 in one line, the folder aside removed, the venv as it was."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = base_env(home)
+    with tmpfs_over(home, "1200m"):
+        first = build(env, "--level", "quick")
+        assert first.returncode == 0, first.stderr
+        path = Path(first.stdout.strip().splitlines()[-1])
+        before = certificate(path)
+        inode = path.stat().st_ino
+        done = build(env, "--level", "quick", wheelhouse=other_wheelhouse(tmp_path / "w"))
+        assert done.returncode == 4, done.stderr
+        line = one_error_line(done.stderr)
+        assert "no space left" in line.lower(), line
+        assert leftovers(path) == []
+        assert path.stat().st_ino == inode
+        assert certificate(path) == before
+        assert_certified_and_used(path, env)
