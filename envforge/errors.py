@@ -19,6 +19,10 @@ class ExitCode(enum.IntEnum):
     BUILD_FAILED = 3
     UNAVAILABLE = 4
     PUBLISH_REFUSED = 5
+    #: ``shell``: the command was found but cannot be executed (a folder, no x bit).
+    NOT_EXECUTABLE = 126
+    #: ``shell``: the command was not found.
+    NOT_FOUND = 127
     INTERRUPTED = 130
 
 

@@ -7,10 +7,13 @@ Where environments live
 ``$ENVFORGE_HOME/venvs`` when that is set). Inside, next to the usual venv files:
 
 * ``.envforge/build.json``: what was installed (the *install key*: recipe hash,
-  requirement set, sources, lock digest, interpreter) and a fingerprint of the installed
-  set (every ``*.dist-info`` name and the sha256 of its ``RECORD``);
-* ``.envforge/certified.json``: the probe report that passed, with the recipe hash and
-  the fingerprint it was taken against; written only on a pass;
+  requirement set, sources, lock digest, interpreter), a fingerprint of the installed
+  set (every ``*.dist-info`` name and the sha256 of its ``RECORD``) and the *content
+  digests* (:func:`~envforge.backends.venvfs.content_digests`: the stat data of every
+  file the RECORDs list, per distribution);
+* ``.envforge/certified.json``: the probe report that passed, with the recipe hash, the
+  fingerprint and the content digests it was taken against; written only on a pass, and
+  valid only while the venv's content digests are those (checked before every use);
 * ``.envforge/probe.json`` / ``probe.junit.xml``: the last probe run, pass or fail;
 * ``bin/envforge-env.sh``: the recipe's environment variables (sourced by
   ``bin/activate`` too, so ``source VENV/bin/activate`` applies them).
@@ -22,20 +25,27 @@ Building
    launcher); never another version. None → :class:`Unavailable` (exit 4) saying how to
    get one. uv never downloads interpreters (``UV_PYTHON_DOWNLOADS=never``,
    ``--python-preference only-system``).
-2. Same install key and fingerprint as the existing environment → no install. If it is
-   also certified for this recipe hash at this level → "up to date", nothing runs.
-3. Otherwise build into ``.<name>.tmp-XXXX`` next to the target (``uv venv
-   --relocatable``, then ``uv pip install`` — or ``uv pip sync --require-hashes`` from the
-   recipe's lock file), and rename it into place only when the install succeeded, so a
-   failure leaves nothing half-written.
-4. Certify: run the probe (:mod:`envforge.probe`) with the venv's interpreter and the
-   recipe's env vars. Pass → ``certified.json``. Fail → exit 1; the environment stays
-   (uncertified), so the next build only probes again. Either way the run is kept in the
-   local evidence store (:mod:`envforge.evidence_store`, ``ENVFORGE_HOME/reports``).
+2. Sweep what a killed envforge left beside the venv (``.<name>.tmp-<pid>.<start>-*``
+   folders whose owner is gone, :func:`~envforge.backends.venvfs.sweep_leftovers`).
+3. Same install key, fingerprint and content digests as recorded → no install (content
+   digests that differ while every file still matches its RECORD hash: also no install).
+   If it is also certified for this recipe hash at this level → "up to date", nothing
+   runs; else the probe runs where the venv is and, on a pass, the certificate is
+   written (a failure leaves any earlier certificate as it was).
+4. Otherwise build a new venv *aside*, in ``.<name>.tmp-<pid>.<start>-XXXX`` next to the
+   target (``uv venv --relocatable``, then ``uv pip install --link-mode copy`` — or ``uv
+   pip sync --require-hashes`` from the recipe's lock file), check every file against its
+   RECORD hash, probe it there, and swap it in (one ``renameat2(RENAME_EXCHANGE)``) when
+   the probe passed — or, when it failed, only if there is no certified venv to keep.
+   A certified venv therefore stays usable and certified until a new one passes; a
+   failure or Ctrl-C removes the folder aside.
+   Either way the probe run is kept in the local evidence store
+   (:mod:`envforge.evidence_store`, ``ENVFORGE_HOME/reports``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -52,8 +62,24 @@ from pathlib import Path
 from typing import Any, Literal
 
 from envforge import __version__, lock, paths, proc
-from envforge.errors import CertificationFailed, EnvforgeError, InvalidInput, Unavailable
-from envforge.fsutil import make_dirs, make_temp_dir, write_atomically
+from envforge.backends.venvfs import (
+    aside_prefix,
+    content_digests,
+    describe_changes,
+    swap_dirs,
+    sweep_leftovers,
+    verify_records,
+)
+from envforge.errors import (
+    BuildFailed,
+    CertificationFailed,
+    EnvforgeError,
+    ExitCode,
+    Interrupted,
+    InvalidInput,
+    Unavailable,
+)
+from envforge.fsutil import make_dirs, make_temp_dir, write_atomically, write_files, writing
 from envforge.probe.report import ProbeReport, StepResult
 from envforge.probe.runner import LocalPythonTarget, ProbeListener, run_probe
 from envforge.probe.spec import ProbeSpec
@@ -64,6 +90,10 @@ from envforge.render import RenderOptions, plan_venv
 INSTALL_TIMEOUT = 3600.0
 #: Seconds an interpreter gets to say its version.
 INTERPRETER_TIMEOUT = 15.0
+#: Files are copied from uv's cache, never hard-linked: an edit inside a venv must not
+#: change uv's cache (and every venv linked to it), and a reinstall must bring back the
+#: real files.
+LINK_MODE = ("--link-mode", "copy")
 MARKER_DIR = ".envforge"
 BUILD_MARKER = "build.json"
 CERT_MARKER = "certified.json"
@@ -383,6 +413,7 @@ def _install(
                 py,
                 "--require-hashes",
                 "--no-config",
+                *LINK_MODE,
                 str(lock_file),
                 *sources,
             ]
@@ -398,6 +429,7 @@ def _install(
                 "--python",
                 py,
                 "--no-config",
+                *LINK_MODE,
                 "-r",
                 str(req),
                 "-c",
@@ -425,22 +457,6 @@ def _install(
             fh.write(ACTIVATE_HOOK.format(name=ENV_SCRIPT))
 
 
-def _replace_dir(new: Path, target: Path) -> None:
-    """Move ``new`` to ``target``; an existing ``target`` is swapped out, then removed."""
-    old: Path | None = None
-    if target.exists():
-        old = target.with_name(f".{target.name}.old-{os.getpid()}-{int(time.time())}")
-        os.replace(target, old)
-    try:
-        os.replace(new, target)
-    except BaseException:
-        if old is not None:
-            os.replace(old, target)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def probe_venv(
     recipe: Recipe,
     venv: Path,
@@ -466,50 +482,113 @@ def _level_ok(certified: Mapping[str, Any], wanted: Level) -> bool:
     return have == wanted or (have == "full" and wanted == "quick")
 
 
-def _certify(recipe: Recipe, target: Path, level: Level, options: VenvOptions) -> ProbeReport:
-    """Probe the venv at ``target``; record the verdict (``certified.json`` only on a pass).
-
-    Raises :class:`CertificationFailed` when the probe did not pass.
-    """
-    markers = target / MARKER_DIR
-    options.say(f"certifying {recipe.name} ({level} probe)")
-    report = probe_venv(
-        recipe,
-        target,
-        level=level,
-        step_timeout=options.step_timeout,
-        extra_checks=options.extra_checks,
-        environ=options.environ,
-        listener=options.listener,
+def _failure(
+    recipe: Recipe, where: Path, report: ProbeReport, *, kept: str | None, rebuilt: bool = False
+) -> CertificationFailed:
+    problem = report.first_problem
+    what = (
+        f"{problem.name}: {problem.status}" + (f" ({problem.detail})" if problem.detail else "")
+        if problem
+        else "no steps ran"
     )
+    markers = where / MARKER_DIR
+    hint = f"see {markers / 'probe.json'}; `envforge doctor {recipe.name}` checks the host"
+    if kept:
+        hint = f"{kept}; " + hint
+    if rebuilt:
+        message = f"{recipe.name}: the probe of the venv rebuilt for {where} did not pass: {what}"
+    else:
+        message = f"{recipe.name}: the probe did not pass in {where}: {what}"
+    return CertificationFailed(message, hint=hint)
+
+
+def _probe(recipe: Recipe, venv: Path, level: Level, options: VenvOptions) -> ProbeReport:
+    options.say(f"certifying {recipe.name} ({level} probe)")
+    try:
+        report = probe_venv(
+            recipe,
+            venv,
+            level=level,
+            step_timeout=options.step_timeout,
+            extra_checks=options.extra_checks,
+            environ=options.environ,
+            listener=options.listener,
+        )
+    except Interrupted:
+        raise Interrupted(
+            f"{recipe.name}: probe interrupted; the worker was stopped and the venv's"
+            " certificate is as it was",
+            hint=f"run `envforge build {recipe.name} --backend venv` again",
+        ) from None
+    _keep_evidence(recipe, venv, report, options.environ)
+    return report
+
+
+def _cert_json(recipe: Recipe, report: ProbeReport, fp: str, content: Mapping[str, str]) -> str:
+    data = {
+        "recipe": recipe.name,
+        "recipe_hash": recipe.hash,
+        "fingerprint": fp,
+        "content": dict(content),
+        "level": report.level,
+        "report": report.to_dict(),
+    }
+    return json.dumps(data, indent=2) + "\n"
+
+
+def _marker_json(data: Mapping[str, Any]) -> str:
+    return json.dumps(dict(data), indent=2) + "\n"
+
+
+def valid_certificate(
+    recipe: Recipe, venv: Path, content: Mapping[str, str] | None = None
+) -> dict[str, Any] | None:
+    """The venv's ``certified.json`` when it holds for ``recipe`` and the venv's content
+    now (``content``: :func:`content_digests` already taken); else None."""
+    markers = venv / MARKER_DIR
+    built = _read_json(markers / BUILD_MARKER)
+    cert = _read_json(markers / CERT_MARKER)
+    if built is None or cert is None or cert.get("recipe_hash") != recipe.hash:
+        return None
+    now = dict(content) if content is not None else content_digests(venv)
+    if (
+        cert.get("fingerprint") != built.get("fingerprint")
+        or cert.get("content") != now
+        or built.get("content") != now
+    ):
+        return None
+    return cert
+
+
+def _recertify_in_place(  # noqa: PLR0917 - one step of build, its inputs spelled out
+    recipe: Recipe,
+    target: Path,
+    built: Mapping[str, Any],
+    content: Mapping[str, str],
+    level: Level,
+    options: VenvOptions,
+) -> ProbeReport:
+    """Probe the installed venv where it is (a probe changes no file RECORD lists); on a
+    pass write ``build.json`` (its content digests now) and ``certified.json`` together. A
+    failure or interrupt leaves the previous certificate as it was."""
+    markers = target / MARKER_DIR
+    before = valid_certificate(recipe, target, content)
+    report = _probe(recipe, target, level, options)
     report.write(markers)
-    _keep_evidence(recipe, target, report, options.environ)
-    cert_path = markers / CERT_MARKER
     if not report.passed:
-        cert_path.unlink(missing_ok=True)
-        problem = report.first_problem
-        what = (
-            f"{problem.name}: {problem.status}" + (f" ({problem.detail})" if problem.detail else "")
-            if problem
-            else "no steps ran"
+        kept = (
+            f"{target} keeps its earlier certificate ({before.get('level')} probe)"
+            if before is not None
+            else None
         )
-        raise CertificationFailed(
-            f"{recipe.name}: the probe did not pass in {target}: {what}",
-            hint=f"see {markers / 'probe.json'}; `envforge doctor {recipe.name}` checks the host",
-        )
-    write_atomically(
-        cert_path,
-        json.dumps(
-            {
-                "recipe": recipe.name,
-                "recipe_hash": recipe.hash,
-                "fingerprint": fingerprint(target),
-                "level": report.level,
-                "report": report.to_dict(),
-            },
-            indent=2,
-        )
-        + "\n",
+        raise _failure(recipe, target, report, kept=kept)
+    fp = fingerprint(target)
+    now_built = {**built, "fingerprint": fp, "content": dict(content)}
+    write_files(
+        [
+            (markers / BUILD_MARKER, _marker_json(now_built), 0o644),
+            (markers / CERT_MARKER, _cert_json(recipe, report, fp, content), 0o644),
+        ]
     )
     return report
 
@@ -538,7 +617,8 @@ def certify(recipe: Recipe, options: VenvOptions = VenvOptions()) -> VenvBuildRe
     """Probe the recipe's existing venv again and record the verdict (no install).
 
     Raises :class:`InvalidInput` when there is no venv yet, :class:`CertificationFailed`
-    when the probe did not pass (the venv stays, uncertified).
+    when the probe did not pass (a certificate the venv had stays) or the venv's files
+    changed since they were installed (``build`` reinstalls them).
     """
     started = time.monotonic()
     current = state(recipe, options.environ)
@@ -554,18 +634,50 @@ def certify(recipe: Recipe, options: VenvOptions = VenvOptions()) -> VenvBuildRe
         version=str(built.get("python") or recipe.python),
     )
     level: Level = options.level or recipe.certify.level
-    report = _certify(recipe, current.path, level, options)
+    content = content_digests(current.path)
+    if built.get("content") != content:
+        problems = verify_records(current.path)
+        if problems:
+            raise CertificationFailed(
+                f"{current.path}: {len(problems)} installed file(s) changed since the install"
+                f" ({problems[0]})",
+                hint=f"`envforge build {recipe.name} --backend venv` reinstalls and certifies it",
+            )
+    report = _recertify_in_place(recipe, current.path, built, content, level, options)
     return VenvBuildResult(
         recipe.name, current.path, "recertified", interp, report, time.monotonic() - started
     )
+
+
+def _reinstall_reason(
+    target: Path, built: Mapping[str, Any] | None, key: str, options: VenvOptions
+) -> tuple[str | None, dict[str, str]]:
+    """(why the venv must be (re)installed, or None; its content digests now)."""
+    if not venv_python(target).exists() or built is None:
+        return "new", {}
+    if options.force:
+        return "forced", {}
+    if built.get("install_key") != key:
+        return "the install inputs changed", {}
+    content = content_digests(target)
+    if built.get("content") == content:
+        return None, content
+    # The cheap check differs: the full one tells touched from modified.
+    if built.get("fingerprint") != fingerprint(target):
+        return "the installed set changed", content
+    problems = verify_records(target)
+    if problems:
+        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+        return f"installed files changed: {problems[0]}{more}", content
+    return None, content
 
 
 def build(recipe: Recipe, options: VenvOptions = VenvOptions()) -> VenvBuildResult:
     """Build (or confirm) the certified venv for ``recipe``; see the module docstring.
 
     Raises :class:`Unavailable` (no interpreter, index unreachable), :class:`BuildFailed`
-    (uv failed) or :class:`CertificationFailed` (the probe did not pass; the venv stays,
-    uncertified).
+    (uv failed) or :class:`CertificationFailed` (the probe did not pass: a certified venv
+    that was there stays as it was; without one the new venv stays, uncertified).
     """
     started = time.monotonic()
     lock.check_inputs(options.wheelhouse, options.ca_bundle)
@@ -581,24 +693,15 @@ def build(recipe: Recipe, options: VenvOptions = VenvOptions()) -> VenvBuildResu
     target = venv_location(recipe, options.environ)
     markers = target / MARKER_DIR
     level: Level = options.level or recipe.certify.level
+    make_dirs(target.parent)
+    for gone in sweep_leftovers(target.parent):
+        options.say(f"removed {gone}, left by an envforge that was stopped")
 
     built = _read_json(markers / BUILD_MARKER)
-    same_install = (
-        not options.force
-        and built is not None
-        and built.get("install_key") == key
-        and venv_python(target).exists()
-        and built.get("fingerprint") == fingerprint(target)
-    )
-    if same_install and built is not None:
-        cert = _read_json(markers / CERT_MARKER)
-        if (
-            cert is not None
-            and not options.extra_checks
-            and cert.get("recipe_hash") == recipe.hash
-            and cert.get("fingerprint") == built.get("fingerprint")
-            and _level_ok(cert, level)
-        ):
+    why, content = _reinstall_reason(target, built, key, options)
+    if why is None and built is not None:
+        cert = valid_certificate(recipe, target, content)
+        if cert is not None and not options.extra_checks and _level_ok(cert, level):
             return VenvBuildResult(
                 recipe.name,
                 target,
@@ -608,44 +711,85 @@ def build(recipe: Recipe, options: VenvOptions = VenvOptions()) -> VenvBuildResu
                 time.monotonic() - started,
                 lock_file,
             )
-        status: BuildStatus = "recertified"
         options.say(f"{target}: installed set unchanged; certifying")
-    else:
-        status = "reinstalled" if target.exists() else "built"
-        make_dirs(target.parent)
-        tmp = make_temp_dir(f".{target.name}.tmp-", target.parent)
-        try:
-            options.say(f"creating {target} with Python {interp.version} ({interp.executable})")
-            shutil.rmtree(tmp)  # uv venv wants to create the folder itself
-            _install(recipe, interp, tmp, options, lock_file)
-            (tmp / MARKER_DIR).mkdir(exist_ok=True)
-            write_atomically(
-                tmp / MARKER_DIR / BUILD_MARKER,
-                json.dumps(
-                    {
-                        "recipe": recipe.name,
-                        "recipe_hash": recipe.hash,
-                        "stack_tag": recipe.stack_tag,
-                        "install_key": key,
-                        "fingerprint": fingerprint(tmp),
-                        "python": interp.version,
-                        "interpreter": interp.executable,
-                        "lock": str(lock_file) if lock_file else None,
-                        "envforge_version": __version__,
-                    },
-                    indent=2,
-                )
-                + "\n",
-            )
-            _replace_dir(tmp, target)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
+        report = _recertify_in_place(recipe, target, built, content, level, options)
+        return VenvBuildResult(
+            recipe.name, target, "recertified", interp, report, time.monotonic() - started,
+            lock_file,
+        )
 
-    report = _certify(recipe, target, level, options)
+    status: BuildStatus = "built" if why == "new" and not target.exists() else "reinstalled"
+    if status == "reinstalled":
+        options.say(
+            f"{target}: reinstalling ({why}); the current venv stays until the new one passes"
+        )
+    report = _build_aside(recipe, interp, target, key, lock_file, level, options)
     return VenvBuildResult(
         recipe.name, target, status, interp, report, time.monotonic() - started, lock_file
     )
+
+
+def _build_aside(  # noqa: PLR0917 - one step of build, its inputs spelled out
+    recipe: Recipe,
+    interp: Interpreter,
+    target: Path,
+    key: str,
+    lock_file: Path | None,
+    level: Level,
+    options: VenvOptions,
+) -> ProbeReport:
+    """Install and probe a new venv in ``.<name>.tmp-<owner>-XXXX`` beside ``target``; swap
+    it in when it passed, or when there is no certified venv to keep. The folder aside is
+    removed in every other outcome (failure, Ctrl-C); one left by a killed envforge is
+    swept by the next build."""
+    aside = make_temp_dir(aside_prefix(target), target.parent)
+    try:
+        options.say(f"creating {target} with Python {interp.version} ({interp.executable})")
+        shutil.rmtree(aside)  # uv venv wants to create the folder itself
+        _install(recipe, interp, aside, options, lock_file)
+        corrupt = verify_records(aside)
+        if corrupt:
+            more = f" (+{len(corrupt) - 1} more)" if len(corrupt) > 1 else ""
+            raise BuildFailed(
+                f"the installed files do not match their RECORD hashes: {corrupt[0]}{more}",
+                hint="uv's cache holds a modified copy: `uv cache clean`, then build again",
+            )
+        content = content_digests(aside)
+        fp = fingerprint(aside)
+        build_data = {
+            "recipe": recipe.name,
+            "recipe_hash": recipe.hash,
+            "stack_tag": recipe.stack_tag,
+            "install_key": key,
+            "fingerprint": fp,
+            "content": content,
+            "python": interp.version,
+            "interpreter": interp.executable,
+            "lock": str(lock_file) if lock_file else None,
+            "envforge_version": __version__,
+        }
+        aside_markers = aside / MARKER_DIR
+        write_atomically(aside_markers / BUILD_MARKER, _marker_json(build_data))
+        report = _probe(recipe, aside, level, options)
+        report.write(aside_markers)
+        if report.passed:
+            write_atomically(aside_markers / CERT_MARKER, _cert_json(recipe, report, fp, content))
+        old = valid_certificate(recipe, target) if venv_python(target).exists() else None
+        if not report.passed and old is not None:
+            # Keep the certified venv; the failed probe is its last probe run.
+            report.write(target / MARKER_DIR)
+            kept = f"{target} stays as it was, certified ({old.get('level')} probe)"
+            raise _failure(recipe, target, report, kept=kept, rebuilt=True)
+        with writing(target):
+            previous = swap_dirs(aside, target)
+        if previous is not None:
+            shutil.rmtree(previous, ignore_errors=True)
+        if not report.passed:
+            raise _failure(recipe, target, report, kept=None)
+        return report
+    finally:
+        if os.path.lexists(aside):
+            shutil.rmtree(aside, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- state
@@ -657,34 +801,106 @@ class VenvState:
     exists: bool
     certified: bool
     problem: str | None = None
+    #: What changed in the venv's files since it was certified (None: nothing, or it was
+    #: never certified for this recipe).
+    changed: str | None = None
 
 
 def state(recipe: Recipe, environ: Mapping[str, str] | None = None) -> VenvState:
-    """Whether the recipe's venv exists and is certified, without building anything."""
+    """Whether the recipe's venv exists and is certified, without building anything.
+
+    Certified means: a ``certified.json`` for this recipe hash whose content digests
+    (:func:`~envforge.backends.venvfs.content_digests`) are those of the venv now.
+    """
     target = venv_location(recipe, environ)
     if not venv_python(target).exists():
         return VenvState(target, False, False)
     markers = target / MARKER_DIR
-    built = _read_json(markers / BUILD_MARKER)
+    content = content_digests(target)
+    if valid_certificate(recipe, target, content) is not None:
+        return VenvState(target, True, True)
     cert = _read_json(markers / CERT_MARKER)
-    certified = (
-        built is not None
-        and cert is not None
-        and cert.get("recipe_hash") == recipe.hash
-        and cert.get("fingerprint") == fingerprint(target)
-    )
-    problem = None
-    if not certified:
-        last = _read_json(markers / "probe.json")
-        steps = [
-            StepResult.from_dict(s) for s in (last or {}).get("steps", []) if isinstance(s, dict)
-        ]
-        bad = next((s for s in steps if s.status not in ("pass", "skip")), None)
-        problem = f"last probe: {bad.name} {bad.status}" if bad else "not certified"
-    return VenvState(target, True, certified, problem)
+    if cert is not None and cert.get("recipe_hash") == recipe.hash:
+        recorded = cert.get("content")
+        if isinstance(recorded, dict) and recorded != content:
+            changed = describe_changes(target, recorded) or "files changed"
+            return VenvState(target, True, False, f"changed since certified: {changed}", changed)
+    last = _read_json(markers / "probe.json")
+    steps = [
+        StepResult.from_dict(s) for s in (last or {}).get("steps", []) if isinstance(s, dict)
+    ]
+    bad = next((s for s in steps if s.status not in ("pass", "skip")), None)
+    problem = f"last probe: {bad.name} {bad.status}" if bad else "not certified"
+    return VenvState(target, True, False, problem)
 
 
 # --------------------------------------------------------------------------- shell
+
+#: Signals sent to envforge (by ``kill``, a supervisor, a CI runner) that are passed on to
+#: the command. The terminal's own signals (Ctrl-C, Ctrl-\, a resize) reach the command
+#: directly, as it runs in envforge's process group; those are not sent twice.
+FORWARDED_SIGNALS: tuple[str, ...] = (
+    "SIGINT",
+    "SIGTERM",
+    "SIGHUP",
+    "SIGQUIT",
+    "SIGUSR1",
+    "SIGUSR2",
+    "SIGWINCH",
+)
+#: si_code of a signal the kernel generated (the terminal's Ctrl-C) rather than kill().
+_SI_KERNEL = 0x80
+
+
+class CommandNotRunnable(EnvforgeError):
+    """The command given to ``shell`` cannot be run: 127 not found, 126 not executable."""
+
+    def __init__(self, message: str, *, hint: str, code: int) -> None:
+        super().__init__(message, hint=hint)
+        self.code = code
+
+
+def resolve_command(command: str, path_var: str, where: str) -> str:
+    """The executable ``command`` names (a path, or a name looked up on ``path_var``), as a
+    shell finds it; :class:`CommandNotRunnable` 127 (not found) or 126 (found, but a folder
+    or not executable), as shells report them."""
+    if not command:
+        raise CommandNotRunnable(
+            "the command is an empty string", hint="give a command after --", code=127
+        )
+    if os.sep in command:
+        candidates = [command]
+    else:
+        candidates = [os.path.join(d or ".", command) for d in path_var.split(os.pathsep)]
+    blocked: str | None = None
+    for candidate in candidates:
+        if not os.path.exists(candidate):
+            continue
+        if os.path.isdir(candidate):
+            blocked = blocked or f"{candidate} is a folder"
+            continue
+        if not os.access(candidate, os.X_OK):
+            blocked = blocked or f"{candidate} is not executable"
+            continue
+        return candidate
+    if blocked is not None:
+        raise CommandNotRunnable(
+            f"{command}: command not executable ({blocked})",
+            hint="name a program, or make the file executable (chmod +x)",
+            code=int(ExitCode.NOT_EXECUTABLE),
+        )
+    what = command if os.sep in command else f"{command} (searched {where})"
+    raise CommandNotRunnable(
+        f"{what}: command not found",
+        hint="check the name; `envforge shell RECIPE -- which NAME` shows what is on PATH",
+        code=int(ExitCode.NOT_FOUND),
+    )
+
+
+def _not_runnable(exc: CommandNotRunnable) -> int:
+    sys.stderr.write(f"envforge: error: {exc.one_line()}\n")
+    sys.stderr.flush()
+    return exc.code
 
 
 def run_in_venv(
@@ -692,28 +908,88 @@ def run_in_venv(
 ) -> int:
     """Run ``argv`` in the foreground with the venv's environment; its exit code.
 
-    The command stays in envforge's process group so the terminal's Ctrl-C reaches it;
-    envforge ignores SIGINT meanwhile and passes the command's status through (a signal
-    death N as 128+N, as shells do).
+    The command stays in envforge's process group, so the terminal's Ctrl-C (and Ctrl-\\,
+    Ctrl-Z, resizes) reach it directly. Signals sent to envforge itself
+    (:data:`FORWARDED_SIGNALS`: ``kill -TERM``, a supervisor's SIGINT) are passed on to it.
+    The command's status is passed through: its own exit code, or 128+N when it died of
+    signal N, as shells do. A command that cannot be run is 127 (not found) or 126 (not
+    executable), with one line on stderr.
     """
     if not argv:
         raise InvalidInput(
             "no command given", hint="envforge shell RECIPE --backend venv -- python"
         )
     env = venv_environ(venv, recipe, environ)
-    exe = shutil.which(argv[0], path=env["PATH"]) if os.sep not in argv[0] else argv[0]
-    if exe is None:
-        sys.stderr.write(
-            f"envforge: {argv[0]}: command not found in the {recipe.name} venv or on PATH\n"
-        )
-        return 127
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        child = subprocess.Popen([exe, *argv[1:]], env=env)
-        code = child.wait()
+        exe = resolve_command(argv[0], env["PATH"], f"the {recipe.name} venv and PATH")
+    except CommandNotRunnable as exc:
+        return _not_runnable(exc)
+    return run_forwarding(argv, env, executable=exe)
+
+
+def run_forwarding(argv: Sequence[str], env: Mapping[str, str], *, executable: str) -> int:
+    """Run ``executable`` with ``argv`` (``argv[0]`` as typed, as a shell passes it) in this
+    process group; forward the signals envforge is sent; its status (128+N for death by
+    signal N)."""
+    argv0 = argv[0]
+    sigs = [
+        sig for name in FORWARDED_SIGNALS if (sig := getattr(signal, name, None)) is not None
+    ]
+    waitset = [*sigs, signal.SIGCHLD]
+    early: list[int] = []
+    handlers: dict[int, Any] = {}
+    for sig in sigs:
+        # Until the child runs and the signals are blocked: note them, forward them later.
+        handlers[int(sig)] = signal.signal(sig, lambda signum, _frame: early.append(signum))
+    masked = False
+    try:
+        try:
+            child = subprocess.Popen(list(argv), executable=executable, env=dict(env))
+        except OSError as exc:
+            status = 127 if isinstance(exc, FileNotFoundError) else 126
+            what = "command not found" if status == 127 else "command not executable"
+            return _not_runnable(
+                CommandNotRunnable(
+                    f"{argv0}: {what} ({exc.strerror or exc})",
+                    hint="check the command and, for a script, its #! line",
+                    code=status,
+                )
+            )
+        for sig in sigs:  # a signal some other thread takes has no siginfo: forward it
+            signal.signal(sig, lambda signum, _frame: _send(child, signum))
+        if hasattr(signal, "sigtimedwait"):
+            signal.pthread_sigmask(signal.SIG_BLOCK, waitset)
+            masked = True
+        for signum in early:
+            _send(child, signum)
+        while True:
+            polled = child.poll()
+            if polled is not None:
+                code = polled
+                break
+            if not masked:
+                code = child.wait()
+                break
+            info = signal.sigtimedwait(waitset, 1.0)
+            if info is None or info.si_signo == signal.SIGCHLD:
+                continue
+            if info.si_code != _SI_KERNEL:  # sent to envforge, not by the terminal
+                _send(child, info.si_signo)
     finally:
-        signal.signal(signal.SIGINT, previous)
+        if masked:
+            while signal.sigtimedwait(waitset, 0) is not None:
+                pass  # the command has ended: what came meanwhile was for it
+        for signum, old in handlers.items():
+            signal.signal(signum, old)
+        if masked:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, waitset)
     return 128 + (-code) if code < 0 else code
+
+
+def _send(child: subprocess.Popen[bytes], signum: int) -> None:
+    if child.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.pid, signum)
 
 
 def quick_probe(
@@ -739,6 +1015,12 @@ def ensure(recipe: Recipe, options: VenvOptions = VenvOptions()) -> tuple[Path, 
     current = state(recipe, options.environ)
     if current.certified:
         return current.path, False
+    if current.changed is not None:
+        raise CertificationFailed(
+            f"{current.path} changed since it was certified: {current.changed}",
+            hint=f"`envforge build {recipe.name} --backend venv` re-certifies it,"
+            " reinstalling what changed",
+        )
     return build(recipe, options).path, True
 
 

@@ -31,6 +31,7 @@ from envforge.cli.common import (
     strict_option,
     summarizing,
     summary_option,
+    term_as_interrupt,
     wheelhouse_option,
 )
 from envforge.errors import CertificationFailed, EnvforgeError, InvalidInput
@@ -213,7 +214,8 @@ def _build_venv(
     )
     markers = venv.venv_location(recipe) / venv.MARKER_DIR
     try:
-        result = venv.build(recipe, options)
+        with term_as_interrupt():  # a SIGTERM'd build leaves nothing aside, nothing running
+            result = venv.build(recipe, options)
     except CertificationFailed:
         notes.add(_venv_report(markers / "probe.json"), [("backend", "venv")])
         raise

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -303,3 +304,24 @@ def summarizing(path: Path | None, title: str) -> Iterator[SummaryNotes]:
         append(path, "".join(section(t, r, facts=f, error=e) for t, r, f, e in notes.sections))
         raise
     append(path, "".join(section(t, r, facts=f, error=e) for t, r, f, e in notes.sections))
+
+
+@contextlib.contextmanager
+def term_as_interrupt() -> Iterator[None]:
+    """While the block runs, SIGTERM stops what it started like Ctrl-C does: the
+    ``finally`` blocks run (child process groups stopped, folders built aside removed),
+    then exit 130 with ``envforge: interrupted`` (as ``envforge probe`` does)."""
+
+    def handler(signum: int, frame: object) -> None:
+        del signum, frame
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -51,7 +51,9 @@ def shell(  # noqa: PLR0917 - click passes options positionally by name
     """Run CMD (default: bash) in the recipe's certified image with GPUs, env and caches.
 
     The current directory is mounted at /workspace; MIOpen, torch and Triton caches live in
-    named volumes; the command runs as you; its exit code is passed through.
+    named volumes; the command runs as you; its exit code is passed through. Signals sent
+    to envforge (SIGTERM, SIGINT, ...) are passed on to the command (128+N when it dies of
+    one); a command that is not found is exit 127, one that cannot be executed 126.
     """
     from envforge import backends  # noqa: PLC0415 - keeps the SDK out of light commands
     from envforge.cli.display import ProbeProgress  # noqa: PLC0415 - keeps --help light

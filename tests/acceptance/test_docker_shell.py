@@ -80,3 +80,36 @@ def test_a_signal_reaches_the_command(built_cpu: Built, envforge: Envforge, tmp_
                 proc.wait()
     assert code == 42
     assert all_containers() == before
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_ends_a_command_without_a_handler(
+    built_cpu: Built, envforge: Envforge, tmp_path: Path, sig: signal.Signals
+) -> None:
+    """`sleep` has no handler: under docker's init (not PID 1) the signal ends it, the status
+    is 128+N as outside a container, and the container is gone."""
+    before = all_containers()
+    with subprocess.Popen(
+        [sys.executable, "-m", "envforge", "shell", "cpu", "--", "sh", "-c",
+         "echo ready; exec sleep 600"],
+        cwd=tmp_path,
+        env=envforge.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:  # fmt: skip
+        try:
+            assert proc.stdout is not None
+            assert proc.stdout.readline().strip() == "ready"
+            time.sleep(0.5)
+            sent = time.monotonic()
+            proc.send_signal(sig)
+            code = proc.wait(timeout=60)
+            took = time.monotonic() - sent
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert code == 128 + sig
+    assert all_containers() == before
+    print(f"{sig.name}: envforge exited after {took:.3f}s")

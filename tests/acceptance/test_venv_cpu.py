@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from envforge import backends, lock
-from envforge.backends import venv
+from envforge.backends import venv, venvfs
 from envforge.recipe.catalogue import Catalogue
 from envforge.recipe.model import Gpu
 
@@ -255,6 +255,7 @@ def test_fallback_when_the_gpu_probe_finds_no_device(
         "recipe": gpu.name,
         "recipe_hash": gpu.hash,
         "fingerprint": venv.fingerprint(state.path),
+        "content": venvfs.content_digests(state.path),  # bound to the files as they are
         "level": "full",
         "report": {},
     }

@@ -106,6 +106,8 @@ def test_shell_argv(tty: bool) -> None:
     assert argv[:3] == ["docker", "run", "--rm"]
     assert ("-t" in argv) is tty
     assert "-i" in argv
+    assert "--init" in argv  # the command is not PID 1: SIGTERM ends `sleep` too
+    assert "--sig-proxy=true" in argv
     assert argv[argv.index("--user") + 1] == "1000:1000"
     assert argv[argv.index("--workdir") + 1] == "/workspace"
     assert "type=bind,source=/home/me/proj,target=/workspace" in argv

@@ -22,6 +22,7 @@ from envforge.backends.venv import (
     venv_environ,
     venv_location,
 )
+from envforge.backends.venvfs import content_digests
 from envforge.errors import Unavailable
 from envforge.recipe.model import EnvVar
 from tests.helpers.recipes import make_recipe
@@ -173,9 +174,11 @@ def test_up_to_date_does_no_work(tmp_path: Path) -> None:
     markers = target / MARKER_DIR
     markers.mkdir()
     fp = fingerprint(target)
+    content = content_digests(target)  # the certificate is bound to the files' stat data
     key = install_key(recipe, interp, options, None)
-    (markers / "build.json").write_text(json.dumps({"install_key": key, "fingerprint": fp}))
-    cert = {"recipe_hash": recipe.hash, "fingerprint": fp, "level": "full"}
+    built = {"install_key": key, "fingerprint": fp, "content": content}
+    (markers / "build.json").write_text(json.dumps(built))
+    cert = {"recipe_hash": recipe.hash, "fingerprint": fp, "level": "full", "content": content}
     (markers / "certified.json").write_text(json.dumps(cert))
     result = venv.build(recipe, options)
     assert result.status == "up-to-date"

@@ -77,6 +77,10 @@ def shell_argv(
 ) -> list[str]:
     """``docker run --rm ...`` for :func:`run_shell` (pure; unit-tested)."""
     argv = [docker_cli, "run", "--rm", "--name", name, "--label", f"{ROLE_LABEL}=shell", "-i"]
+    # An init as PID 1 (docker-init): the command is not PID 1, so a signal it has no
+    # handler for (SIGTERM to `sleep`) ends it as outside a container; the CLI passes
+    # the signals it gets on to the container (--sig-proxy, said for clarity).
+    argv += ["--init", "--sig-proxy=true"]
     if tty:
         argv.append("-t")
     argv += ["--user", user, "--network", "host", "--workdir", SHELL_WORKDIR]

@@ -1,0 +1,306 @@
+"""The venv backend's files: content binding, RECORD checks, leftovers, the swap, commands."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from envforge.backends import venv, venvfs
+from envforge.backends.venv import (
+    MARKER_DIR,
+    CommandNotRunnable,
+    VenvOptions,
+    fingerprint,
+    resolve_command,
+    venv_location,
+)
+from envforge.backends.venvfs import (
+    VENV_KEY,
+    content_digests,
+    describe_changes,
+    is_stale,
+    parse_record,
+    swap_dirs,
+    sweep_leftovers,
+    verify_records,
+)
+from envforge.errors import CertificationFailed
+from envforge.recipe.model import Recipe
+from tests.helpers.recipes import make_recipe
+
+SP = "lib/python3.11/site-packages"
+
+
+def record_hash(data: bytes) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def make_venv(root: Path, files: dict[str, bytes] | None = None) -> Path:
+    """A venv-shaped folder with one distribution ``pkg 1.0`` whose RECORD is right."""
+    files = files or {"pkg/__init__.py": b"x = 1\n", "pkg/core.py": b"def f():\n    return 2\n"}
+    sp = root / SP
+    info = sp / "pkg-1.0.dist-info"
+    info.mkdir(parents=True)
+    lines = []
+    for rel, data in files.items():
+        (sp / rel).parent.mkdir(parents=True, exist_ok=True)
+        (sp / rel).write_bytes(data)
+        lines.append(f"{rel},sha256={record_hash(data)},{len(data)}")
+    (info / "METADATA").write_text("Name: pkg\nVersion: 1.0\n")
+    lines.append("pkg-1.0.dist-info/RECORD,,")
+    (info / "RECORD").write_text("\n".join(lines) + "\n")
+    (root / "bin").mkdir()
+    os.symlink(sys.executable, root / "bin" / "python")
+    (root / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    return root
+
+
+def test_record_rows_with_commas_quotes_and_no_hash() -> None:
+    rows = parse_record('a/b.py,sha256=abc,12\n"we,ird/x.py",sha256=def,3\nX.dist-info/RECORD,,\n')
+    assert [(r.path, r.sha256, r.size) for r in rows] == [
+        ("a/b.py", "abc", 12),
+        ("we,ird/x.py", "def", 3),
+        ("X.dist-info/RECORD", None, None),
+    ]
+
+
+def test_digests_are_stable_and_survive_a_rename_of_the_venv(tmp_path: Path) -> None:
+    venv = make_venv(tmp_path / "one")
+    first = content_digests(venv)
+    assert set(first) == {"pkg-1.0.dist-info", VENV_KEY}
+    assert content_digests(venv) == first
+    os.rename(venv, tmp_path / "two")  # what the swap does
+    assert content_digests(tmp_path / "two") == first
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ("append", "pkg/__init__.py modified (size 16, installed 6)"),
+        ("same-size", "pkg/__init__.py modified after the install"),
+        ("delete", "pkg/core.py missing"),
+    ],
+)
+def test_an_edited_replaced_or_deleted_file_is_seen_and_named(
+    tmp_path: Path, change: str, named: str
+) -> None:
+    venv = make_venv(tmp_path / "v")
+    target = venv / SP / ("pkg/core.py" if change == "delete" else "pkg/__init__.py")
+    for name in ("pkg/__init__.py", "pkg/core.py", "pkg-1.0.dist-info/RECORD"):
+        os.utime(venv / SP / name, ns=(10**9, 10**9))  # installed long ago, RECORD last
+    before = content_digests(venv)
+    if change == "append":
+        with target.open("ab") as fh:
+            fh.write(b"import os\n")
+    elif change == "same-size":
+        target.write_bytes(b"x = 9\n")
+    else:
+        target.unlink()
+    assert content_digests(venv) != before
+    assert describe_changes(venv, before) == f"pkg 1.0: {named}"
+    problems = verify_records(venv)
+    what = "missing" if change == "delete" else "modified"
+    assert problems == [f"pkg 1.0: {target.relative_to(venv / SP).as_posix()} {what}"]
+
+
+def test_a_touched_file_differs_cheaply_but_passes_the_full_check(tmp_path: Path) -> None:
+    venv = make_venv(tmp_path / "v")
+    before = content_digests(venv)
+    init = venv / SP / "pkg" / "__init__.py"
+    st = init.stat()
+    os.utime(init, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert content_digests(venv) != before
+    assert verify_records(venv) == []
+
+
+def test_added_and_removed_distributions_and_pth_files(tmp_path: Path) -> None:
+    venv = make_venv(tmp_path / "v")
+    before = content_digests(venv)
+    (venv / SP / "evil.pth").write_text("import os\n")
+    assert describe_changes(venv, before) == (
+        "venv files (pyvenv.cfg, bin/python, *.pth, envforge-env.sh) changed"
+    )
+    (venv / SP / "evil.pth").unlink()
+    assert describe_changes(venv, before) is None
+    (venv / SP / "other-2.0.dist-info").mkdir()
+    assert describe_changes(venv, before) == "added: other 2.0"
+    assert describe_changes(venv, {**before, "gone-3.1.dist-info": "x"}) == (
+        "removed: gone 3.1; added: other 2.0"
+    )
+
+
+def test_the_python_link_is_part_of_the_content(tmp_path: Path) -> None:
+    venv = make_venv(tmp_path / "v")
+    before = content_digests(venv)
+    (venv / "bin" / "python").unlink()
+    os.symlink("/bin/sh", venv / "bin" / "python")
+    assert content_digests(venv)[VENV_KEY] != before[VENV_KEY]
+
+
+# --------------------------------------------------------------------------- leftovers
+
+
+def dead_owner() -> str:
+    """``pid.start`` of a process that ran and is gone."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    tag = venvfs.owner_tag(proc.pid)
+    proc.wait()
+    return tag
+
+
+def test_staleness_by_owner() -> None:
+    mine = venvfs.owner_tag()
+    assert not is_stale(f".torch2.13.0-cpu-py3.11-abc.tmp-{mine}-x1y2", 0.0)
+    assert not is_stale(f".torch2.13.0-cpu-py3.11-abc.old-{mine}-x1y2", 0.0)
+    assert is_stale(".torch2.13.0-cpu-py3.11-abc.tmp-123.456-x1y2", 0.0, lambda p, s: False)
+    assert not is_stale(".torch2.13.0-cpu-py3.11-abc.tmp-123.456-x1y2", 0.0, lambda p, s: True)
+    # Same pid, another start time: the pid was reused by another process.
+    pid, start = mine.split(".")
+    assert is_stale(f".x.tmp-{pid}.{int(start) + 1}-ab", 0.0) == (int(start) != 0)
+    # Older names without an owner: only after a day.
+    assert not is_stale(".torch2.13.0-cpu-py3.11-abc.tmp-k3j4l5m6", 3600.0)
+    assert is_stale(".torch2.13.0-cpu-py3.11-abc.tmp-k3j4l5m6", 2 * 24 * 3600.0)
+    # Not ours at all.
+    assert not is_stale("torch2.13.0-cpu-py3.11-abc", 10**9)
+    assert not is_stale(".cache", 10**9)
+
+
+def test_sweep_removes_only_what_a_dead_envforge_left(tmp_path: Path) -> None:
+    venv = make_venv(tmp_path / "torch2.13.0-cpu-py3.11-abc")
+    dead = tmp_path / f".{venv.name}.tmp-{dead_owner()}-q1w2"
+    (dead / "lib").mkdir(parents=True)
+    (dead / "lib" / "f").write_text("x")
+    old = tmp_path / f".{venv.name}.old-{dead_owner()}-q1w2"
+    old.mkdir()
+    alive = tmp_path / f".{venv.name}.tmp-{venvfs.owner_tag()}-e3r4"
+    alive.mkdir()
+    assert sorted(sweep_leftovers(tmp_path)) == sorted([dead, old])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([venv.name, alive.name])
+
+
+# --------------------------------------------------------------------------- swap
+
+
+def test_swap_puts_the_new_folder_in_place_and_hands_back_the_old(tmp_path: Path) -> None:
+    target = tmp_path / "venv"
+    target.mkdir()
+    (target / "which").write_text("old")
+    new = tmp_path / ".venv.tmp-1"
+    new.mkdir()
+    (new / "which").write_text("new")
+    previous = swap_dirs(new, target)
+    assert previous is not None
+    assert (target / "which").read_text() == "new"
+    assert (previous / "which").read_text() == "old"
+    fresh = tmp_path / ".other.tmp-2"
+    fresh.mkdir()
+    assert swap_dirs(fresh, tmp_path / "other") is None
+    assert (tmp_path / "other").is_dir()
+
+
+def test_swap_without_renameat2_renames_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(venvfs, "exchange", lambda a, b: False)
+    target = tmp_path / "venv"
+    target.mkdir()
+    (target / "which").write_text("old")
+    new = tmp_path / ".venv.tmp-1"
+    new.mkdir()
+    previous = swap_dirs(new, target)
+    assert previous is not None
+    assert previous.name.startswith(f".venv.old-{venvfs.owner_tag()}-")
+    assert (previous / "which").read_text() == "old"
+    assert not new.exists()
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def test_commands_as_a_shell_finds_them(tmp_path: Path) -> None:
+    tool = tmp_path / "bin" / "tool"
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o755)
+    plain = tmp_path / "bin" / "plain"
+    plain.write_text("data")
+    path_var = f"{tmp_path / 'bin'}:/usr/bin"
+    assert resolve_command("tool", path_var, "PATH") == str(tool)
+    assert resolve_command(str(tool), path_var, "PATH") == str(tool)
+    cases = {
+        str(tmp_path): (126, f"{tmp_path}: command not executable ({tmp_path} is a folder)"),
+        str(plain): (126, f"{plain}: command not executable ({plain} is not executable)"),
+        "plain": (126, f"plain: command not executable ({plain} is not executable)"),
+        "no-such-tool-here": (127, "no-such-tool-here (searched PATH): command not found"),
+        str(tmp_path / "nope"): (127, f"{tmp_path / 'nope'}: command not found"),
+    }
+    for command, (code, message) in cases.items():
+        with pytest.raises(CommandNotRunnable) as caught:
+            resolve_command(command, path_var, "PATH")
+        assert (caught.value.code, caught.value.message) == (code, message)
+        assert "\n" not in caught.value.one_line()
+
+
+# --------------------------------------------------------------------------- the backend's use
+
+
+def certified_venv(tmp_path: Path) -> tuple[Recipe, dict[str, str], Path]:
+    """A fake certified venv for a recipe at its location in a temporary ENVFORGE_HOME."""
+    home = {"ENVFORGE_HOME": str(tmp_path / "home"), "PATH": os.environ.get("PATH", "")}
+    recipe = make_recipe(python=f"{sys.version_info[0]}.{sys.version_info[1]}")
+    target = make_venv(venv_location(recipe, home))
+    markers = target / MARKER_DIR
+    markers.mkdir()
+    fp, content = fingerprint(target), content_digests(target)
+    (markers / "build.json").write_text(json.dumps({"fingerprint": fp, "content": content}))
+    cert = {"recipe_hash": recipe.hash, "fingerprint": fp, "content": content, "level": "full"}
+    (markers / "certified.json").write_text(json.dumps(cert))
+    return recipe, home, target
+
+
+def test_state_is_certified_only_while_the_files_are_the_certified_ones(tmp_path: Path) -> None:
+    recipe, home, target = certified_venv(tmp_path)
+    assert venv.state(recipe, home).certified
+    assert venv.ensure(recipe, VenvOptions(environ=home)) == (target, False)
+    core = target / SP / "pkg" / "core.py"
+    core.write_bytes(core.read_bytes() + b"# edited\n")
+    now = venv.state(recipe, home)
+    assert not now.certified
+    assert now.changed == "pkg 1.0: pkg/core.py modified (size 31, installed 22)"
+    with pytest.raises(CertificationFailed) as caught:
+        venv.ensure(recipe, VenvOptions(environ=home))
+    assert caught.value.exit_code == 1
+    assert caught.value.one_line() == (
+        f"{target} changed since it was certified: pkg 1.0: pkg/core.py modified (size 31,"
+        f" installed 22) (fix: `envforge build {recipe.name} --backend venv` re-certifies it,"
+        " reinstalling what changed)"
+    )
+
+
+def test_what_a_build_does_with_changed_files(tmp_path: Path) -> None:
+    recipe, home, target = certified_venv(tmp_path)
+    built = json.loads((target / MARKER_DIR / "build.json").read_text())
+    built["install_key"] = "k"
+    options = VenvOptions(environ=home)
+    why, content = venv._reinstall_reason(target, built, "k", options)
+    assert (why, content) == (None, built["content"])
+    assert venv._reinstall_reason(target, built, "other", options)[0] == (
+        "the install inputs changed"
+    )
+    init = target / SP / "pkg" / "__init__.py"
+    os.utime(init, ns=(init.stat().st_atime_ns, init.stat().st_mtime_ns + 10**9))
+    why, content = venv._reinstall_reason(target, built, "k", options)
+    assert why is None  # touched, same bytes: probe again, no reinstall
+    assert content != built["content"]
+    assert venv.valid_certificate(recipe, target) is None
+    init.write_bytes(b"x = 2\n")
+    assert venv._reinstall_reason(target, built, "k", options)[0] == (
+        "installed files changed: pkg 1.0: pkg/__init__.py modified"
+    )
