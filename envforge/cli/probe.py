@@ -25,7 +25,7 @@ from envforge.cli.common import echo_json, json_option, load_checked, set_option
 from envforge.errors import CertificationFailed, InvalidInput
 from envforge.probe.report import ProbeReport, StepResult, summarize
 from envforge.probe.runner import LocalPythonTarget, run_probe
-from envforge.probe.spec import CHECK_PREFIX, ProbeSpec
+from envforge.probe.spec import CHECK_PREFIX, ProbeSpec, step_timeout_problem
 from envforge.recipe.model import LEVELS, Level
 
 _HINTS = {
@@ -157,8 +157,8 @@ def probe(  # noqa: PLR0917 - click passes options positionally
     Exit 0 when every step passes, 1 when one fails, hangs, crashes, runs out of memory or
     finds no device.
     """
-    if step_timeout is not None and not step_timeout > 0:
-        raise InvalidInput(f"--step-timeout must be positive, got {step_timeout:g}",
+    if step_timeout is not None and step_timeout_problem(step_timeout):
+        raise InvalidInput(f"--step-timeout {step_timeout_problem(step_timeout)}",
                            hint="--step-timeout 60")
     if report_dir is not None and report_dir.exists() and not report_dir.is_dir():
         raise InvalidInput(f"--report {report_dir}: exists and is not a folder",
