@@ -22,10 +22,14 @@ container target (``envforge.backends.docker``). A target must honour this contr
 
 ``WorkerHandle.read_line(timeout)``
     The worker's next stdout line without its newline; ``None`` when ``timeout`` seconds
-    pass without one; ``""`` at end of stream (the worker closed stdout or died).
+    pass without one; ``""`` at end of stream (the worker closed stdout or died). A
+    process the worker left behind may hold stdout open: the end of the worker process
+    (plus a short grace) must count as end of stream too.
 
 ``WorkerHandle.stop()``
-    Kill everything now (TERM, short grace, KILL; or kill the container), reap; idempotent.
+    Kill everything now, whatever session a descendant moved to (the local target walks
+    the process tree, then TERM, short grace, KILL to the group; or kill the container),
+    reap; idempotent.
 
 ``WorkerHandle.exit_status()``
     After end of stream or :meth:`stop`: ``(returncode, signal_name)``. ``signal_name`` is
