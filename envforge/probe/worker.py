@@ -902,7 +902,10 @@ def launch():
     pid1 = os.getpid() == 1
     if not pid1:
         become_subreaper()
-    child = os.fork()
+    try:
+        child = os.fork()
+    except OSError:  # no process to spare: run the steps in this one, unsupervised
+        return
     if child == 0:
         try:
             os.setpgid(0, 0)  # the worker leads a group of its own (killpg reaches its steps)
