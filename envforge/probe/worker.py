@@ -802,6 +802,14 @@ def command_of(pid):
     return printable("%s (pid %d)" % (text[:60] or "?", pid))
 
 
+def has_cmdline(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as fh:
+            return bool(fh.read(1))
+    except OSError:
+        return False
+
+
 def stop_descendants(root):
     """Freeze (SIGSTOP), then SIGKILL and reap every process below root; their commands.
 
@@ -823,7 +831,12 @@ def stop_descendants(root):
             except OSError:
                 pass
         table = proc_table() or {}
-    names = [command_of(pid) for pid in frozen]
+    # Name only what really was left running: a process already on its way out when
+    # it was found (a double fork's middle process) ends on its own and has no cmdline.
+    time.sleep(0.01)
+    table = proc_table() or {}
+    names = [command_of(pid) for pid in frozen
+             if pid in table and table[pid][1] not in ("Z", "X") and has_cmdline(pid)]
     for pid in frozen:
         try:
             os.kill(pid, signal.SIGKILL)

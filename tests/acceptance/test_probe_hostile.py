@@ -48,7 +48,8 @@ open(PIDS, "a").write("%d\\n" % d.pid)
 DOUBLE_FORK = """
 import os, time
 r, w = os.pipe()
-if os.fork() == 0:
+middle = os.fork()
+if middle == 0:
     os.setsid()
     if os.fork() == 0:
         open(PIDS, "a").write("%d\\n" % os.getpid())
@@ -56,6 +57,7 @@ if os.fork() == 0:
         time.sleep(600)
         os._exit(0)
     os._exit(0)
+os.waitpid(middle, 0)
 os.read(r, 1)
 """
 
