@@ -9,13 +9,9 @@ otherwise); the verdict and ``--json`` data go to stdout.
 
 from __future__ import annotations
 
-import contextlib
-import signal
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING
 
 import click
@@ -31,6 +27,7 @@ from envforge.cli.common import (
     step_timeout_option,
     summarizing,
     summary_option,
+    term_as_interrupt,
 )
 from envforge.cli.display import ProbeProgress
 from envforge.errors import CertificationFailed, InvalidInput
@@ -51,25 +48,6 @@ _HINTS = {
     "no-device": "torch sees no GPU: check the torch wheel and device access (envforge doctor)",
     "fail": "see the step's detail; `envforge show RECIPE` lists the pins and known issues",
 }
-
-
-@contextlib.contextmanager
-def _term_as_interrupt() -> Iterator[None]:
-    """While probing, SIGTERM stops the worker like Ctrl-C does (nothing left running)."""
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        del signum, frame
-        raise KeyboardInterrupt
-
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 @click.command()
@@ -112,10 +90,10 @@ def probe(  # noqa: PLR0917 - click passes options positionally
     """
     from envforge.probe.report import summarize  # noqa: PLC0415 - keeps --help and list light
     from envforge.probe.runner import LocalPythonTarget, run_probe  # noqa: PLC0415 - as above
-    from envforge.probe.spec import ProbeSpec  # noqa: PLC0415 - as above
+    from envforge.probe.spec import ProbeSpec, step_timeout_problem  # noqa: PLC0415 - as above
 
-    if step_timeout is not None and not step_timeout > 0:
-        raise InvalidInput(f"--step-timeout must be positive, got {step_timeout:g}",
+    if step_timeout is not None and step_timeout_problem(step_timeout):
+        raise InvalidInput(f"--step-timeout {step_timeout_problem(step_timeout)}",
                            hint="--step-timeout 60")
     if report_dir is not None:  # before the probe runs: a file in the way is exit 2 now
         check_folder_target(report_dir, setting="--report")
@@ -146,7 +124,7 @@ def probe(  # noqa: PLR0917 - click passes options positionally
                 f"{spec.step_timeout:g}s per step"
             )
         started = time.monotonic()
-        with _term_as_interrupt():
+        with term_as_interrupt():
             report = run_probe(spec, target, listener=table if live else None)
         notes.add(report)
         if report_dir is not None:

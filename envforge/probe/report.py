@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import unicodedata
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -29,6 +30,27 @@ _JUNIT_ERROR = ("hang", "crash")
 SCHEMA = "envforge.probe/1"
 JSON_NAME = "probe.json"
 JUNIT_NAME = "probe.junit.xml"
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters and lone surrogates written as escapes (``\\x1b``).
+
+    What a worker reports (a check's error message, a runtime's stderr) may hold ESC,
+    NUL or surrogates from undecodable bytes. Escaped, it prints on any terminal, encodes
+    as UTF-8 and is valid XML 1.0. Idempotent: the output has nothing left to escape.
+    """
+    if text.isprintable():
+        return text
+    out: list[str] = []
+    for ch in text:
+        code = ord(ch)
+        if ch == " " or ch.isprintable():
+            out.append(ch)
+        elif unicodedata.category(ch) in ("Cc", "Cs") or code in (0xFFFE, 0xFFFF):
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+        else:  # other spaces and format characters: valid, printable enough
+            out.append(ch)
+    return "".join(out)
 
 
 @dataclass(frozen=True)
@@ -200,10 +222,11 @@ class ProbeReport:
         return cls.from_dict(data)
 
     def to_junit(self) -> str:
-        """JUnit XML: one testsuite, one testcase per step."""
+        """JUnit XML: one testsuite, one testcase per step; every text through :func:`printable`."""
         counts = {k: sum(1 for s in self.steps if s.status in k) for k in
                   (_JUNIT_FAILURE, _JUNIT_ERROR, ("skip",))}
         name = f"envforge probe {self.recipe_name}" if self.recipe_name else "envforge probe"
+        name = printable(name)
         suites = ET.Element("testsuites")
         suite = ET.SubElement(
             suites,
@@ -215,7 +238,7 @@ class ProbeReport:
                 "errors": str(counts[_JUNIT_ERROR]),
                 "skipped": str(counts[("skip",)]),
                 "time": f"{self.seconds:.3f}",
-                "timestamp": self.created,
+                "timestamp": printable(self.created),
             },
         )
         props = ET.SubElement(suite, "properties")
@@ -229,22 +252,24 @@ class ProbeReport:
             ("driver", self.host.driver or ""),
             ("envforge_version", self.envforge_version),
         ):
-            ET.SubElement(props, "property", {"name": key, "value": value})
-        classname = f"envforge.probe.{self.recipe_name or 'installed'}"
+            ET.SubElement(props, "property", {"name": key, "value": printable(value)})
+        classname = printable(f"envforge.probe.{self.recipe_name or 'installed'}")
         for step in self.steps:
+            detail = printable(step.detail)
             case = ET.SubElement(
                 suite,
                 "testcase",
-                {"classname": classname, "name": step.name, "time": f"{step.seconds:.3f}"},
+                {"classname": classname, "name": printable(step.name),
+                 "time": f"{step.seconds:.3f}"},
             )
             if step.status in _JUNIT_FAILURE:
-                el = ET.SubElement(case, "failure", {"type": step.status, "message": step.detail})
-                el.text = step.detail
+                el = ET.SubElement(case, "failure", {"type": step.status, "message": detail})
+                el.text = detail
             elif step.status in _JUNIT_ERROR:
-                el = ET.SubElement(case, "error", {"type": step.status, "message": step.detail})
-                el.text = step.detail
+                el = ET.SubElement(case, "error", {"type": step.status, "message": detail})
+                el.text = detail
             elif step.status == "skip":
-                ET.SubElement(case, "skipped", {"message": step.detail})
+                ET.SubElement(case, "skipped", {"message": detail})
         ET.indent(suites)
         return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
 

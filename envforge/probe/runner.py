@@ -22,10 +22,14 @@ container target (``envforge.backends.docker.probe_target``). A target must hono
 
 ``WorkerHandle.read_line(timeout)``
     The worker's next stdout line without its newline; ``None`` when ``timeout`` seconds
-    pass without one; ``""`` at end of stream (the worker closed stdout or died).
+    pass without one; ``""`` at end of stream (the worker closed stdout or died). A
+    process the worker left behind may hold stdout open: the end of the worker process
+    (plus a short grace) must count as end of stream too.
 
 ``WorkerHandle.stop()``
-    Kill everything now (TERM, short grace, KILL; or kill the container), reap; idempotent.
+    Kill everything now, whatever session a descendant moved to (the local target walks
+    the process tree, then TERM, short grace, KILL to the group; or kill the container),
+    reap; idempotent.
 
 ``WorkerHandle.exit_status()``
     After end of stream or :meth:`stop`: ``(returncode, signal_name)``. ``signal_name`` is
@@ -43,10 +47,15 @@ worker killed by SIGKILL with ``oom_killed`` true is classified ``oom``.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import os
 import queue
+import re
+import secrets
+import select
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -61,9 +70,25 @@ from typing import IO, Any, Protocol
 
 from envforge import __version__
 from envforge.errors import Interrupted, Unavailable
-from envforge.probe.report import ProbeReport, ReportHost, Status, StepResult, host_info, utc_now
+from envforge.probe.report import (
+    ProbeReport,
+    ReportHost,
+    Status,
+    StepResult,
+    host_info,
+    printable,
+    utc_now,
+)
 from envforge.probe.spec import ProbeSpec
-from envforge.proc import signal_name, spawn, stop_group
+from envforge.proc import (
+    is_running,
+    kill_marked,
+    kill_tree,
+    signal_name,
+    spawn,
+    start_time,
+    stop_group,
+)
 
 #: TERM → KILL grace for a hung worker; short, since a hung driver call rarely ends on TERM.
 HANG_GRACE = 0.5
@@ -74,6 +99,16 @@ STDERR_MARK = "[envforge-probe] step "
 WORKER_STATUSES: tuple[Status, ...] = ("pass", "fail", "oom", "no-device", "skip")
 #: Seconds to wait for the worker to exit after it said "done" or closed stdout.
 EXIT_WAIT = 5.0
+#: Seconds the worker's pipes may stay open after the worker process exited (a process
+#: it left behind holds them); then the stream counts as ended.
+EXIT_GRACE = 0.5
+#: How often (ms) the pump threads look whether the worker is gone or the handle closed.
+PUMP_POLL_MS = 100
+#: Longest event line kept (a snapshot is a few kB) and longest stderr line kept.
+EVENT_LINE_MAX = 1 << 20
+STDERR_LINE_MAX = 4096
+#: Environment variable marking every process a local probe starts (value: a token).
+RUN_MARK = "ENVFORGE_PROBE_RUN"
 
 
 class WorkerHandle(Protocol):
@@ -154,36 +189,77 @@ class LineQueue:
 
 
 class _LocalHandle:
-    def __init__(self, proc: subprocess.Popen[bytes], grace: float) -> None:
+    """The worker as a local child process, with its two pipes drained by poll-driven threads.
+
+    End of stream is not trusted alone: a process the worker left behind may hold the
+    pipes open for ever. The stream also ends once the worker process itself has exited
+    and nothing more arrived for ``exit_grace`` seconds. The pump threads never block on
+    a read, so closing the pipes cannot hang either.
+    """
+
+    def __init__(
+        self, proc: subprocess.Popen[bytes], grace: float, exit_grace: float = EXIT_GRACE
+    ) -> None:
         self._proc = proc
         self._grace = grace
+        self._exit_grace = exit_grace
         self._lines = LineQueue()
         self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_KEEP)
         self._stopped = False
-        self._out = threading.Thread(target=self._pump_stdout, name="probe-stdout", daemon=True)
-        self._err = threading.Thread(target=self._pump_stderr, name="probe-stderr", daemon=True)
+        self._closing = threading.Event()
+        self._out = threading.Thread(
+            target=self._pump,
+            args=(proc.stdout, self._lines.put, EVENT_LINE_MAX, self._lines.close),
+            name="probe-stdout",
+            daemon=True,
+        )
+        self._err = threading.Thread(
+            target=self._pump, args=(proc.stderr, self._stderr.append, STDERR_LINE_MAX, None),
+            name="probe-stderr", daemon=True,
+        )
         self._out.start()
         self._err.start()
 
-    def _pump_stdout(self) -> None:
-        stream: IO[bytes] | None = self._proc.stdout
+    def _pump(
+        self,
+        stream: IO[bytes] | None,
+        sink: Callable[[str], None],
+        limit: int,
+        at_end: Callable[[], None] | None,
+    ) -> None:
+        """Split ``stream`` into lines for ``sink`` until it ends, or the worker is long gone."""
+        buffer = b""
+        exited_at: float | None = None
         try:
-            if stream is not None:
-                for raw in stream:
-                    self._lines.put(raw.decode("utf-8", errors="replace").rstrip("\r\n"))
+            if stream is None:
+                return
+            fd = stream.fileno()
+            poller = select.poll()
+            poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+            while not self._closing.is_set():
+                if poller.poll(PUMP_POLL_MS):
+                    chunk = os.read(fd, 65536)
+                    if not chunk:
+                        break
+                    buffer += chunk
+                    *lines, buffer = buffer.split(b"\n")
+                    for raw in lines:
+                        sink(raw[:limit].decode("utf-8", errors="replace").rstrip("\r"))
+                    if len(buffer) > limit:  # a line without end: keep its start only
+                        sink(buffer[:limit].decode("utf-8", errors="replace"))
+                        buffer = b""
+                    continue
+                if self._proc.poll() is not None:
+                    exited_at = exited_at if exited_at is not None else time.monotonic()
+                    if time.monotonic() - exited_at >= self._exit_grace:
+                        break  # the worker is gone; whoever holds the pipe is not ours to wait for
         except (OSError, ValueError):
             pass
         finally:
-            self._lines.close()
-
-    def _pump_stderr(self) -> None:
-        stream: IO[bytes] | None = self._proc.stderr
-        try:
-            if stream is not None:
-                for raw in stream:
-                    self._stderr.append(raw.decode("utf-8", errors="replace").rstrip("\r\n"))
-        except (OSError, ValueError):
-            pass
+            if buffer:
+                sink(buffer[:limit].decode("utf-8", errors="replace"))
+            if at_end is not None:
+                at_end()
 
     @property
     def pid(self) -> int:
@@ -193,40 +269,102 @@ class _LocalHandle:
         return self._lines.read_line(timeout)
 
     def stop(self) -> None:
+        """Kill the worker's whole tree (whatever session it moved to), then its group; reap."""
         if not self._stopped:
             self._stopped = True
+            if self._proc.poll() is None:
+                kill_tree(self._proc.pid)
             stop_group(self._proc, self._grace)
-        self._join()
 
-    def _join(self) -> None:
-        self._out.join(timeout=2.0)
-        self._err.join(timeout=2.0)
+    def _join(self, timeout: float = 2.0) -> None:
+        self._out.join(timeout=timeout)
+        self._err.join(timeout=timeout)
 
     def close(self) -> None:
-        """Stop the worker and close our ends of its pipes."""
+        """Stop the worker, end the pump threads and close our ends of its pipes."""
         self.stop()
-        for stream in (self._proc.stdout, self._proc.stderr):
-            if stream is not None:
-                stream.close()
+        self._closing.set()
+        self._join()
+        if not (self._out.is_alive() or self._err.is_alive()):
+            for stream in (self._proc.stdout, self._proc.stderr):
+                if stream is not None:
+                    stream.close()
 
     def exit_status(self) -> tuple[int | None, str | None]:
         try:
             self._proc.wait(timeout=EXIT_WAIT)
         except subprocess.TimeoutExpired:
             self.stop()
-        self._join()
+        self._err.join(timeout=self._exit_grace + 1.0)  # the last words on stderr
         code = self._proc.returncode
         return code, signal_name(code)
 
     def stderr_tail(self, lines: int = 20) -> str:
         if self._proc.poll() is not None:
-            self._err.join(timeout=0.5)
+            self._err.join(timeout=self._exit_grace + 0.5)
         return "\n".join(list(self._stderr)[-lines:])
+
+
+#: Temporary folders of local probes: ``envforge-probe-<owner pid>.<owner start time>-*``.
+FOLDER_PREFIX = "envforge-probe-"
+_OWNED = re.compile(r"^envforge-probe-(\d+)\.(\d+)-")
+#: A folder without an owner in its name (older envforge) is swept after this many seconds.
+UNOWNED_MAX_AGE = 24 * 3600.0
+
+
+def folder_prefix(pid: int, start: int | None) -> str:
+    """The temporary folder prefix naming its owner: ``envforge-probe-1234.56789-``."""
+    return f"{FOLDER_PREFIX}{pid}.{start or 0}-"
+
+
+def stale_folder(
+    name: str, age: float, running: Callable[[int, int | None], bool]
+) -> bool:
+    """Whether a probe folder called ``name`` was left behind by an envforge that is gone.
+
+    ``running(pid, start)`` tells whether that process still runs (``start`` None: unknown).
+    """
+    if not name.startswith(FOLDER_PREFIX):
+        return False
+    owned = _OWNED.match(name)
+    if owned is None:
+        return age > UNOWNED_MAX_AGE
+    pid, start = int(owned.group(1)), int(owned.group(2))
+    return not running(pid, start or None)
+
+
+def sweep_stale_folders(parent: Path) -> list[Path]:
+    """Remove probe folders in ``parent`` whose envforge died (SIGKILL) before removing them."""
+    removed: list[Path] = []
+    now = time.time()
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not entry.name.startswith(FOLDER_PREFIX):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+            continue
+        if stale_folder(entry.name, now - info.st_mtime, is_running):
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(Path(entry.path))
+    return removed
 
 
 @dataclass(frozen=True)
 class LocalPythonTarget:
-    """A Python interpreter on this host, run in a process group of its own."""
+    """A Python interpreter on this host, run in a process group of its own.
+
+    Everything the worker starts carries ``ENVFORGE_PROBE_RUN=<token>`` in its
+    environment. When the probe ends, the worker's process tree is killed (see
+    :meth:`_LocalHandle.stop`), then every process still carrying the token: a daemon that
+    escaped the tree (its parent died before the tree was walked) is found that way.
+    """
 
     python: str = sys.executable
     #: The worker's base environment; None → this process's environment.
@@ -235,13 +373,13 @@ class LocalPythonTarget:
 
     @property
     def description(self) -> str:
-        return f"python {self.python}"
+        return f"python {printable(self.python)}"
 
     def _resolve(self) -> str:
         found = shutil.which(self.python) if os.sep not in self.python else self.python
         if not found or not os.access(found, os.X_OK) or os.path.isdir(found):
             raise Unavailable(
-                f"interpreter {self.python!r} not found or not executable",
+                f"interpreter {printable(self.python)!r} not found or not executable",
                 hint="pass --python PATH to a Python interpreter (e.g. VENV/bin/python)",
             )
         return found
@@ -251,7 +389,11 @@ class LocalPythonTarget:
         self, worker_source: str, spec_json: str, env: Mapping[str, str]
     ) -> Iterator[_LocalHandle]:
         python = self._resolve()
-        folder = Path(tempfile.mkdtemp(prefix="envforge-probe-"))
+        parent = Path(tempfile.gettempdir())
+        sweep_stale_folders(parent)
+        me = os.getpid()
+        folder = Path(tempfile.mkdtemp(prefix=folder_prefix(me, start_time(me)), dir=parent))
+        token = secrets.token_hex(16)
         try:
             worker = folder / "envforge_probe_worker.py"
             spec = folder / "spec.json"
@@ -260,7 +402,9 @@ class LocalPythonTarget:
             full_env = dict(os.environ if self.env is None else self.env)
             full_env.update(env)
             full_env.setdefault("PYTHONIOENCODING", "utf-8")
+            full_env[RUN_MARK] = token
             with ExitStack() as stack:
+                stack.callback(kill_marked, RUN_MARK, token)
                 try:
                     proc = stack.enter_context(
                         spawn(
@@ -305,6 +449,8 @@ class _Run:
         return None
 
     def finish(self, result: StepResult) -> None:
+        if not result.detail.isprintable():
+            result = dataclasses.replace(result, detail=printable(result.detail))
         self.results[result.name] = result
         if self.current == result.name:
             self.current = None

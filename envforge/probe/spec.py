@@ -8,6 +8,9 @@ it must report, including the ones a crashed worker never reached.
 from __future__ import annotations
 
 import json
+import math
+import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +18,7 @@ from typing import Any, Literal
 
 from envforge.arch import gfx_from_isa
 from envforge.errors import InvalidInput
+from envforge.probe.report import printable
 from envforge.recipe.model import Level, Recipe
 
 #: ``amd``/``nvidia``/``any``: a GPU is required (none visible → ``no-device``); ``none``:
@@ -34,6 +38,17 @@ FULL_STEPS: tuple[str, ...] = (*QUICK_STEPS, "conv2d", "autocast", "grad-checkpo
 CHECK_PREFIX = "check:"
 #: Seconds the worker may take to start (interpreter start, container start) at least.
 MIN_STARTUP_TIMEOUT = 30.0
+#: The longest step deadline accepted: a day (longer ones overflow timers; none is useful).
+MAX_STEP_TIMEOUT = 86400.0
+#: The largest check file read (a check is a short Python file).
+MAX_CHECK_BYTES = 1 << 20
+
+
+def step_timeout_problem(value: float) -> str | None:
+    """Why ``value`` cannot be a step deadline (not finite, not above 0, over a day), or None."""
+    if not math.isfinite(value) or not 0 < value <= MAX_STEP_TIMEOUT:
+        return f"must be positive and at most {MAX_STEP_TIMEOUT:g} seconds, got {value:g}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -95,16 +110,60 @@ class CheckFile:
 
     @classmethod
     def read(cls, path: Path | str, step: str | None = None) -> CheckFile:
+        """Read a check file: a regular file, without blocking, at most MAX_CHECK_BYTES."""
         p = Path(path)
+        hint = "pass an existing Python file to --check (or fix certify.extra_checks)"
         try:
-            source = p.read_text(encoding="utf-8")
+            source = _read_regular(p, MAX_CHECK_BYTES).decode("utf-8")
+        except _NotRegular as exc:
+            raise InvalidInput(f"check file {printable(str(p))}: {exc}", hint=hint) from None
         except (OSError, UnicodeDecodeError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             raise InvalidInput(
-                f"check file {p}: cannot be read: {reason}",
-                hint="pass an existing Python file to --check (or fix certify.extra_checks)",
+                f"check file {printable(str(p))}: cannot be read: {reason}", hint=hint
             ) from None
-        return cls(step=step or CHECK_PREFIX + p.name, path=str(p.resolve()), source=source)
+        return cls(
+            step=step or CHECK_PREFIX + printable(p.name), path=str(p.resolve()), source=source
+        )
+
+
+class _NotRegular(Exception):
+    """A check path that is not a regular file, or too large."""
+
+
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of regular file ``path``; never blocks on a FIFO or device, never over limit."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+    fd = os.open(path, flags)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = next((name for test, name in _KINDS if test(info.st_mode)), "not a file")
+            raise _NotRegular(f"not a regular file ({kind})")
+        if info.st_size > limit:
+            raise _NotRegular(f"too large ({info.st_size} bytes, at most {limit})")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise _NotRegular(f"too large (more than {limit} bytes)")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def read_checks(paths: Sequence[Path | str]) -> tuple[CheckFile, ...]:
@@ -112,7 +171,7 @@ def read_checks(paths: Sequence[Path | str]) -> tuple[CheckFile, ...]:
     out: list[CheckFile] = []
     used: set[str] = set()
     for path in paths:
-        base = CHECK_PREFIX + Path(path).name
+        base = CHECK_PREFIX + printable(Path(path).name)
         name, n = base, 1
         while name in used:
             n += 1
@@ -137,11 +196,11 @@ class ProbeSpec:
     recipe_hash: str | None = None
 
     def __post_init__(self) -> None:
-        if not self.step_timeout > 0:
-            raise InvalidInput(
-                f"step timeout must be positive, got {self.step_timeout:g}",
-                hint="--step-timeout 60",
-            )
+        problem = step_timeout_problem(self.step_timeout)
+        if problem is not None:
+            raise InvalidInput(f"step timeout {problem}", hint="--step-timeout 60")
+        if self.startup_timeout is not None and step_timeout_problem(self.startup_timeout):
+            raise InvalidInput(f"startup timeout {step_timeout_problem(self.startup_timeout)}")
 
     @property
     def steps(self) -> tuple[str, ...]:

@@ -20,6 +20,15 @@
 # owns the deadlines and kills this process (its whole group, or its container) when a
 # step overruns. This file never waits on a deadline itself, except for a backstop alarm
 # that ends an orphaned worker long after the runner would have.
+#
+# Processes: on POSIX this file runs as two processes. The first (the *launcher*) runs no
+# user code: it becomes a child sub-reaper (Linux prctl; as PID 1 it is one anyway), forks
+# the worker, waits for it, then kills every process still below it (found by walking
+# /proc: a check's setsid'd or double-forked daemons are re-parented to it, never to
+# init) and exits with the worker's status (the same signal, or 128+N as PID 1). It does
+# the same on SIGTERM and when envforge goes away. The worker is a sub-reaper too: after
+# each check step it stops whatever the check left running; the step keeps its own
+# status and its detail names what was stopped.
 
 import json
 import os
@@ -36,6 +45,8 @@ ENV_PREFIXES = ("HSA_", "HIP_", "MIOPEN_", "ROCR_", "ROCM_", "CUDA_", "PYTORCH_"
 DETAIL_MAX = 400
 #: Seconds past a step's deadline after which an orphaned worker ends itself (SIGALRM).
 BACKSTOP = 30
+#: Longest alarm the backstop sets (the host refuses deadlines beyond a day anyway).
+ALARM_MAX = 7 * 24 * 3600
 
 _out = None  # the private event stream
 
@@ -46,8 +57,39 @@ def emit(obj):
     _out.flush()
 
 
+def printable(text):
+    """Control characters and lone surrogates as escapes (\\x1b, \\udc80); idempotent."""
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if ch.isprintable() or ch == " " or (code > 0x9f and not 0xd800 <= code <= 0xdfff
+                                              and code not in (0xfffe, 0xffff)):
+            out.append(ch)
+        elif code < 0x100:
+            out.append("\\x%02x" % code)
+        else:
+            out.append("\\u%04x" % code)
+    return "".join(out)
+
+
+def text_of(obj):
+    """str(obj), or a stand-in when its __str__ raises (a hostile exception)."""
+    try:
+        return str(obj)
+    except BaseException:
+        try:
+            return "<unprintable %s>" % type(obj).__name__
+        except BaseException:
+            return "<unprintable>"
+
+
 def short(text, limit=DETAIL_MAX):
-    text = " ".join(str(text).split())
+    text = text_of(text)
+    if len(text) > 64 * limit:
+        text = text[: 64 * limit]
+    text = printable(" ".join(text.split()))
     if len(text) > limit:
         text = text[: limit - 3] + "..."
     return text
@@ -76,7 +118,7 @@ def is_oom(exc):
 
 def describe(exc, prefer_file=None, where=True):
     """'TypeName: message (at file:line)' for a Python error."""
-    msg = "%s: %s" % (type(exc).__name__, exc)
+    msg = "%s: %s" % (type(exc).__name__, text_of(exc))
     if not where:
         return short(msg)
     where = None
@@ -582,6 +624,7 @@ def make_check_step(check):
         runpy.run_path(path, run_name="__main__")
         return "finished without raising"
     step_check.check_path = check.get("path")
+    step_check.is_check = True
     return step_check
 
 
@@ -591,19 +634,44 @@ def materialize(check):
     source = check.get("source")
     if path and os.path.isfile(path):
         try:
-            with open(path, "r") as fh:
-                if source is None or fh.read() == source:
+            with open(path, "r", encoding="utf-8") as fh:
+                # never more than the source's size: the file may have grown meanwhile
+                limit = -1 if source is None else len(source) + 1
+                if source is None or fh.read(limit) == source:
                     return path
-        except (OSError, UnicodeDecodeError):
+        except (OSError, UnicodeDecodeError, ValueError):
             pass
     if source is None:
         raise StepFailed("check file %s is missing" % path)
-    import tempfile
-    folder = tempfile.mkdtemp(prefix="envforge-check-")
-    target = os.path.join(folder, os.path.basename(path or "check.py"))
-    with open(target, "w") as fh:
+    folder = os.path.join(SCRATCH[0] or scratch_folder(), "checks")
+    if not os.path.isdir(folder):
+        os.makedirs(folder)
+    target = os.path.join(folder, "%d-%s" % (len(os.listdir(folder)),
+                                             os.path.basename(path or "check.py")))
+    with open(target, "w", encoding="utf-8", errors="surrogateescape") as fh:
         fh.write(source)
     return target
+
+
+#: Where check copies go: the spec file's folder (removed by whoever made it), else a
+#: temporary folder this worker removes as it ends.
+SCRATCH = [None]
+
+
+def scratch_folder():
+    import tempfile
+    SCRATCH[0] = tempfile.mkdtemp(prefix="envforge-check-")
+    OWN_SCRATCH.append(SCRATCH[0])
+    return SCRATCH[0]
+
+
+OWN_SCRATCH = []
+
+
+def remove_own_scratch():
+    import shutil
+    for folder in OWN_SCRATCH:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 STEPS = {
@@ -632,7 +700,10 @@ def run_step(ctx, name, func, deadline):
     sys.stderr.flush()
     emit({"event": "start", "step": name, "deadline": deadline})
     if deadline and hasattr(signal, "SIGALRM"):
-        signal.alarm(int(deadline) + BACKSTOP)
+        try:
+            signal.alarm(min(int(deadline), ALARM_MAX) + BACKSTOP)
+        except (OverflowError, ValueError):
+            pass
     start = time.monotonic()
     status, detail, data = "pass", "", None
     try:
@@ -672,68 +743,242 @@ def run_step(ctx, name, func, deadline):
     finally:
         if deadline and hasattr(signal, "SIGALRM"):
             signal.alarm(0)
+    seconds = round(time.monotonic() - start, 4)
+    if getattr(func, "is_check", False):
+        stopped = stop_descendants(os.getpid())
+        if stopped:
+            detail = short(detail, DETAIL_MAX - 120) + "; " + short(
+                "stopped %d process%s the check left running: %s" % (
+                    len(stopped), "" if len(stopped) == 1 else "es", ", ".join(stopped)), 115)
     event = {"event": "end", "step": name, "status": status,
-             "seconds": round(time.monotonic() - start, 4), "detail": short(detail)}
+             "seconds": seconds, "detail": short(detail)}
     if data is not None:
         event["data"] = data
     emit(event)
 
 
-def watch_parent():
-    """End this worker when the process that started it goes away (local targets)."""
+def proc_table():
+    """{pid: (ppid, state)} from /proc; None where there is no /proc."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return None
+    table = {}
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name, "rb") as fh:
+                data = fh.read().decode("ascii", "replace")
+        except OSError:
+            continue
+        fields = data.rpartition(")")[2].split()
+        if len(fields) > 2 and fields[1].lstrip("-").isdigit():
+            table[int(name)] = (int(fields[1]), fields[0])
+    return table
+
+
+def descendants(root, table):
+    """Live processes below root in table, parents before their children."""
+    children = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found, todo = [], [root]
+    while todo:
+        for pid in sorted(children.get(todo.pop(0), ())):
+            if pid != root and pid not in found:
+                found.append(pid)
+                todo.append(pid)
+    return [pid for pid in found if table[pid][1] not in ("Z", "X")]
+
+
+def command_of(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as fh:
+            words = fh.read(200).split(b"\0")
+    except OSError:
+        return "pid %d" % pid
+    text = " ".join(w.decode("utf-8", "replace") for w in words if w)
+    return printable("%s (pid %d)" % (text[:60] or "?", pid))
+
+
+def has_cmdline(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as fh:
+            return bool(fh.read(1))
+    except OSError:
+        return False
+
+
+def stop_descendants(root):
+    """Freeze (SIGSTOP), then SIGKILL and reap every process below root; their commands.
+
+    Freezing first keeps them from forking or moving away while the tree is walked. As a
+    sub-reaper, root inherits every orphan below it, so nothing escapes by re-parenting.
+    """
+    table = proc_table()
+    if table is None:  # no /proc: the process group is all there is to kill
+        return []
+    frozen = []
+    for _ in range(200):
+        new = [p for p in descendants(root, table) if p not in frozen]
+        if not new:
+            break
+        for pid in new:
+            frozen.append(pid)
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except OSError:
+                pass
+        table = proc_table() or {}
+    # Name only what really was left running: a process already on its way out when
+    # it was found (a double fork's middle process) ends on its own and has no cmdline.
+    time.sleep(0.01)
+    table = proc_table() or {}
+    names = [command_of(pid) for pid in frozen
+             if pid in table and table[pid][1] not in ("Z", "X") and has_cmdline(pid)]
+    for pid in frozen:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    reap(root, frozen)
+    return names
+
+
+def reap(root, pids, seconds=2.0):
+    """Collect the zombies of killed processes that are (or became) children of root."""
+    end = time.monotonic() + seconds
+    while True:
+        for pid in pids:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except OSError:
+                pass
+        table = proc_table() or {}
+        if not [p for p in pids if p in table and table[p][0] == root] or \
+                time.monotonic() > end:
+            return
+        time.sleep(0.01)
+
+
+def become_subreaper():
+    """Orphans below this process re-parent to it, not to init (Linux >= 3.4)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except Exception:
+        return False
+
+
+def watch_parent(on_orphaned):
+    """Call on_orphaned() when the process that started this one goes away."""
     parent = os.getppid()
     if parent <= 1:
         return
 
     def loop():
         while True:
-            time.sleep(1.0)
+            time.sleep(0.5)
             if os.getppid() != parent:
-                # Orphaned (envforge was killed): end this worker and whatever its steps
-                # started, which share its process group when it leads one.
-                try:
-                    if os.getpgid(0) == os.getpid():
-                        os.killpg(os.getpid(), signal.SIGKILL)
-                except OSError:
-                    pass
-                os._exit(3)
+                on_orphaned()
 
     t = threading.Thread(target=loop, name="envforge-parent-watch")
     t.daemon = True
     t.start()
 
 
-def supervise_if_pid1():
-    """As PID 1 (a container without an init), run the worker in a child and mirror it.
+def worker_orphaned():
+    # The launcher is gone: end whatever the steps started, and this worker.
+    stop_descendants(os.getpid())
+    try:
+        if os.getpgid(0) == os.getpid():
+            os.killpg(os.getpid(), signal.SIGKILL)
+    except OSError:
+        pass
+    os._exit(3)
 
-    The kernel drops signals that PID 1 sends itself while their action is the default,
-    so an abort() in PID 1 would not end with SIGABRT. The child dies normally; this
-    parent forwards TERM/INT/HUP/QUIT to it, reaps every orphan, and exits with the
-    child's code, or 128+N when signal N killed it (the container convention).
+
+def launch():
+    """Split into launcher (this process) and worker (the child, which returns).
+
+    The launcher waits for the worker, then kills every process left below it and exits
+    with the worker's status: the same signal (so the host sees SIGSEGV as before), or
+    128+N as PID 1, where the kernel drops signals PID 1 sends itself. TERM, INT, HUP and
+    QUIT, and envforge going away, end the whole tree the same way.
     """
-    if os.getpid() != 1 or not hasattr(os, "fork"):
+    if not hasattr(os, "fork"):
         return
-    child = os.fork()
+    pid1 = os.getpid() == 1
+    if not pid1:
+        become_subreaper()
+    try:
+        child = os.fork()
+    except OSError:  # no process to spare: run the steps in this one, unsupervised
+        return
     if child == 0:
-        return
-
-    def forward(signum, frame):
         try:
-            os.kill(child, signum)
+            os.setpgid(0, 0)  # the worker leads a group of its own (killpg reaches its steps)
         except OSError:
             pass
+        return
+    me = os.getpid()
+
+    def end_all(signum=None, frame=None):
+        try:
+            os.kill(child, signal.SIGKILL)
+        except OSError:
+            pass
+        stop_descendants(me)
+        os._exit(128 + (signum or signal.SIGKILL))
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
-        signal.signal(sig, forward)
-    while True:
+        signal.signal(sig, end_all)
+    watch_parent(end_all)
+    status = None
+    while status is None:
         try:
-            pid, status = os.wait()
+            pid, got = os.wait()
         except ChildProcessError:
-            os._exit(1)
+            break
+        except InterruptedError:
+            continue
         if pid == child:
-            if os.WIFSIGNALED(status):
-                os._exit(128 + os.WTERMSIG(status))
-            os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
+            status = got
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_IGN)  # the cleanup below must finish
+    stop_descendants(me)
+    if status is None:
+        os._exit(1)
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        if not pid1:
+            mirror_signal(sig)
+        os._exit(128 + sig)
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
+
+
+def mirror_signal(sig):
+    """Die of signal sig, as the worker did (no second core dump)."""
+    try:
+        import resource
+        resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
+    except Exception:
+        pass
+    try:
+        signal.signal(sig, signal.SIG_DFL)
+        if hasattr(signal, "pthread_sigmask"):
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+    except Exception:  # SIGKILL and SIGSTOP cannot be caught, blocked or reset
+        pass
+    try:
+        os.kill(os.getpid(), sig)
+        time.sleep(1.0)
+    except Exception:
+        pass
 
 
 def load_spec(argv):
@@ -744,13 +989,15 @@ def load_spec(argv):
         return json.loads(sys.stdin.read())
     if arg.lstrip().startswith("{"):
         return json.loads(arg)
+    SCRATCH[0] = os.path.dirname(os.path.abspath(arg))
     with open(arg, "r") as fh:
         return json.load(fh)
 
 
 def main(argv):
     global _out
-    supervise_if_pid1()
+    launch()
+    become_subreaper()
     # Events go to a private copy of stdout; fd 1 and sys.stdout go to stderr so that
     # prints from checks, torch warnings and C libraries never corrupt the stream.
     sys.stdout.flush()
@@ -763,7 +1010,7 @@ def main(argv):
     except Exception:
         pass
     spec = load_spec(argv)
-    watch_parent()
+    watch_parent(worker_orphaned)
     emit({"event": "hello", "pid": os.getpid(), "python": platform.python_version(),
           "protocol": PROTOCOL})
     ctx = Context(spec)
@@ -781,6 +1028,8 @@ def main(argv):
                   "detail": "this worker has no step named %r" % name})
             continue
         run_step(ctx, name, func, deadlines.get(name, default_deadline))
+    stop_descendants(os.getpid())
+    remove_own_scratch()
     emit({"event": "done"})
     _out.close()
     sys.stderr.flush()

@@ -17,6 +17,11 @@ from envforge.probe.report import StepResult
     [
         (["probe", "--set", "numpy=<2"], "--set needs --recipe"),
         (["probe", "--step-timeout", "0"], "--step-timeout must be positive"),
+        (["probe", "--step-timeout", "inf"], "--step-timeout must be positive and at most"),
+        (["probe", "--step-timeout", "nan"], "got nan"),
+        (["probe", "--step-timeout", "-1"], "got -1"),
+        (["probe", "--step-timeout", "1e300"], "got 1e+300"),
+        (["probe", "--check", "/dev/zero"], "check file /dev/zero: not a regular file"),
         (["probe", "--check", "/nonexistent/check.py"], "check file /nonexistent/check.py"),
         (["probe", "--recipe", "no-such-recipe"], "no recipe named 'no-such-recipe'"),
     ],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from envforge.probe.report import (
     ReportHost,
     StepResult,
     host_info,
+    printable,
     summarize,
 )
 
@@ -145,3 +147,41 @@ def test_host_info_without_gpus(tmp_path: Path) -> None:
 
 def test_summarize_counts_in_status_order() -> None:
     assert summarize([SKIP, PASS, HANG, PASS]) == "2 pass, 1 hang, 1 skip"
+
+
+HOSTILE = "bad \udc80 \x1b[31mred\x07 nul\x00 c1\x85 \ufffe tab\t end"
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("plain ü 中 text", "plain ü 中 text"),
+        ("a\x1b[31mb", "a\\x1b[31mb"),
+        ("x\udc80y", "x\\udc80y"),
+        ("line\nbreak\r", "line\\x0abreak\\x0d"),
+        ("del\x7f c1\x9b", "del\\x7f c1\\x9b"),
+        ("\ufffe\uffff", "\\ufffe\\uffff"),
+        ("nbsp\u00a0ok", "nbsp\u00a0ok"),
+    ],
+)
+def test_printable_escapes_controls_and_lone_surrogates(text: str, want: str) -> None:
+    assert printable(text) == want
+    assert printable(want) == want  # idempotent
+    want.encode("utf-8")
+
+
+def test_junit_is_well_formed_whatever_a_message_holds(tmp_path: Path) -> None:
+    hostile = StepResult("check:e\x1bvil.py", "fail", 0.1, HOSTILE)
+    report = _report(PASS, hostile, StepResult("after", "skip", 0.0, HOSTILE))
+    report = replace(report, target="python /x\x1b/py", snapshot={"odd": "\udc80"})
+    json_path, junit_path = report.write(tmp_path)
+    root = ET.parse(junit_path).getroot()  # well-formed: parses
+    case = root.findall(".//testcase")[1]
+    assert case.get("name") == "check:e\\x1bvil.py"
+    failure = case.find("failure")
+    assert failure is not None
+    assert failure.get("message") == printable(HOSTILE)
+    assert "\\x1b[31mred\\x07" in (failure.text or "")
+    assert "\\udc80" in (failure.text or "")
+    data = json.loads(json_path.read_text(encoding="utf-8"))
+    assert data["steps"][1]["detail"] == HOSTILE  # JSON escapes; the text itself survives

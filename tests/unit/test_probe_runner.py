@@ -7,6 +7,8 @@ groups, exit statuses and stderr handling are the real ones.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
@@ -21,9 +23,13 @@ from envforge.probe.runner import (
     LocalPythonTarget,
     WorkerHandle,
     container_exit_status,
+    folder_prefix,
     run_probe,
+    stale_folder,
+    sweep_stale_folders,
 )
 from envforge.probe.spec import QUICK_STEPS, ProbeSpec
+from envforge.proc import start_time
 
 HOST = ReportHost(kernel="Linux test", machine="x86_64")
 
@@ -235,3 +241,98 @@ def test_temporary_worker_files_are_removed() -> None:
     _run(ALL_PASS)
     after = set(Path(os.environ.get("TMPDIR", "/tmp")).glob("envforge-probe-*"))
     assert after <= before
+
+
+def _wait_gone(pid: int, seconds: float = 5.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return not _alive(pid)
+
+
+def _daemon(marker: Path) -> str:
+    """Stand-in lines that start a sleeper in a session of its own, holding stdout open."""
+    return f"""
+import subprocess
+d = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                     start_new_session=True)
+open({str(marker)!r}, "w").write(str(d.pid))
+"""
+
+
+def test_a_daemon_holding_the_pipe_does_not_hold_the_probe(tmp_path: Path) -> None:
+    # The worker exits; its daemon keeps stdout open. End of stream never comes: the
+    # runner ends on the worker's exit, and kills the daemon by the run's marker.
+    marker = tmp_path / "pid"
+    began = time.monotonic()
+    steps, _ = _run(_daemon(marker) + ALL_PASS)
+    took = time.monotonic() - began
+    assert all(s.status == "pass" for s in steps.values())
+    assert took < 10, took  # the old runner never returned
+    assert _wait_gone(int(marker.read_text()))
+
+
+def test_a_hang_kills_a_daemon_in_another_session(tmp_path: Path) -> None:
+    marker = tmp_path / "pid"
+    script = _daemon(marker) + """
+emit(event="hello", pid=os.getpid())
+emit(event="start", step="env-snapshot", deadline=1.0)
+time.sleep(600)
+"""
+    steps, _ = _run(script, step_timeout=1.0)
+    assert steps["env-snapshot"].status == "hang"
+    assert _wait_gone(int(marker.read_text()))
+
+
+def test_control_characters_in_a_detail_are_escaped() -> None:
+    script = """
+emit(event="hello", pid=os.getpid())
+for name in spec["steps"]:
+    emit(event="start", step=name, deadline=5)
+    emit(event="end", step=name, status="fail", seconds=0.1, detail="e\\x1b[31m \\udc80")
+emit(event="done")
+"""
+    steps, _ = _run(script)
+    assert steps["matmul"].detail == "e\\x1b[31m \\udc80"
+
+
+@pytest.mark.parametrize(
+    ("name", "age", "alive", "stale"),
+    [
+        ("envforge-probe-123.456-abc", 0.0, False, True),  # its envforge is gone
+        ("envforge-probe-123.456-abc", 0.0, True, False),  # still running
+        ("envforge-probe-abc", 3 * 24 * 3600.0, True, True),  # unowned (old envforge), old
+        ("envforge-probe-abc", 60.0, False, False),  # unowned and recent: maybe in use
+        ("envforge-check-abc", 1e9, False, False),  # not ours to judge
+    ],
+)
+def test_stale_folder(name: str, age: float, alive: bool, stale: bool) -> None:
+    calls: list[tuple[int, int | None]] = []
+
+    def running(pid: int, start: int | None) -> bool:
+        calls.append((pid, start))
+        return alive
+
+    assert stale_folder(name, age, running) is stale
+    if name.startswith("envforge-probe-123"):
+        assert calls == [(123, 456)]
+
+
+def test_sweep_removes_folders_of_dead_owners_only(tmp_path: Path) -> None:
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    dead_pid = int(gone.stdout)
+    me = os.getpid()
+    dead = tmp_path / (folder_prefix(dead_pid, 1) + "x")
+    mine = tmp_path / (folder_prefix(me, start_time(me)) + "y")
+    unowned = tmp_path / "envforge-probe-zzz"
+    other = tmp_path / "something-else"
+    for folder in (dead, mine, unowned, other):
+        folder.mkdir()
+        (folder / "spec.json").write_text("{}")
+    removed = sweep_stale_folders(tmp_path)
+    assert removed == [dead]
+    assert not dead.exists()
+    assert mine.exists()
+    assert unowned.exists()
+    assert other.exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -10,11 +11,14 @@ import pytest
 from envforge.errors import InvalidInput
 from envforge.probe.spec import (
     FULL_STEPS,
+    MAX_CHECK_BYTES,
+    MAX_STEP_TIMEOUT,
     QUICK_STEPS,
     CheckFile,
     ProbeSpec,
     effective_arch,
     read_checks,
+    step_timeout_problem,
 )
 from envforge.recipe.model import CertifySettings, EnvVar, Gpu
 from tests.helpers.recipes import make_recipe
@@ -115,3 +119,58 @@ def test_startup_deadline_and_bad_timeouts() -> None:
     assert ProbeSpec(step_timeout=2.0, startup_timeout=5.0).startup_deadline == 5.0
     with pytest.raises(InvalidInput):
         ProbeSpec(step_timeout=0)
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan"), -1.0, 0.0, 1e300,
+                                   MAX_STEP_TIMEOUT + 1])
+def test_step_timeouts_that_no_timer_can_hold_are_refused(value: float) -> None:
+    assert step_timeout_problem(value) is not None
+    with pytest.raises(InvalidInput, match="must be positive and at most"):
+        ProbeSpec(step_timeout=value)
+    with pytest.raises(InvalidInput, match="startup timeout"):
+        ProbeSpec(step_timeout=1.0, startup_timeout=value)
+
+
+def test_the_longest_step_timeout_is_accepted() -> None:
+    assert step_timeout_problem(MAX_STEP_TIMEOUT) is None
+    assert ProbeSpec(step_timeout=MAX_STEP_TIMEOUT).step_timeout == MAX_STEP_TIMEOUT
+
+
+def test_a_fifo_check_is_refused_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "check.py"
+    os.mkfifo(fifo)
+    with pytest.raises(InvalidInput, match=r"not a regular file \(a FIFO\)"):
+        CheckFile.read(fifo)
+
+
+@pytest.mark.parametrize(("path", "kind"), [("/dev/zero", "a character device"),
+                                            ("/dev/null", "a character device")])
+def test_a_device_check_is_refused(path: str, kind: str) -> None:
+    if not Path(path).exists():
+        pytest.skip(f"no {path} here")
+    with pytest.raises(InvalidInput, match=f"not a regular file \\({kind}\\)"):
+        CheckFile.read(path)
+
+
+def test_a_directory_check_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInput, match=r"not a regular file \(a directory\)"):
+        CheckFile.read(tmp_path)
+
+
+def test_a_huge_or_undecodable_check_is_refused(tmp_path: Path) -> None:
+    big = tmp_path / "big.py"
+    big.write_bytes(b"#" * (MAX_CHECK_BYTES + 1))
+    with pytest.raises(InvalidInput, match="too large"):
+        CheckFile.read(big)
+    binary = tmp_path / "bin.py"
+    binary.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(InvalidInput, match="cannot be read"):
+        CheckFile.read(binary)
+
+
+def test_control_characters_in_a_check_name_are_escaped_in_its_step(tmp_path: Path) -> None:
+    odd = tmp_path / "e\x1bvil\n.py"
+    odd.write_text("pass\n")
+    (check,) = read_checks([odd])
+    assert check.step == "check:e\\x1bvil\\x0a.py"
+    assert check.source == "pass\n"

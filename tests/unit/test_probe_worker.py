@@ -12,6 +12,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from envforge.probe import runner
+from envforge.probe.report import printable
 from envforge.probe.spec import FULL_STEPS
 
 
@@ -117,3 +118,37 @@ def test_every_planned_step_exists_in_the_worker() -> None:
 
 def test_worker_and_runner_agree_on_the_stderr_step_mark() -> None:
     assert _load_worker().STDERR_MARK == runner.STDERR_MARK
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["plain", "a\x1b[31mb\x07", "x\udc80y\ud800", "nul\x00 del\x7f c1\x85", "\ufffe\uffff",
+     "ü 中 \u00a0 \u200b", "line\nbreak\ttab"],
+)
+def test_worker_and_host_escape_text_alike(text: str) -> None:
+    assert _load_worker().printable(text) == printable(text)
+
+
+class _Hostile(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no string for you")
+
+
+def test_describe_survives_hostile_messages() -> None:
+    worker = _load_worker()
+    try:
+        raise ValueError("bad \udc80 \x1b[31mred\x07\n" + "x" * 100_000)
+    except ValueError as exc:
+        text = worker.describe(exc)
+    assert text.startswith("ValueError: bad \\udc80 \\x1b[31mred\\x07 xxx")
+    assert len(text) <= worker.DETAIL_MAX
+    text.encode("utf-8")
+    assert worker.describe(_Hostile(), where=False) == "_Hostile: <unprintable _Hostile>"
+
+
+def test_the_worker_finds_descendants_in_a_process_table() -> None:
+    worker = _load_worker()
+    table = {1: (0, "S"), 10: (1, "S"), 11: (10, "S"), 12: (11, "Z"), 13: (10, "S"),
+             20: (1, "S")}
+    assert worker.descendants(10, table) == [11, 13]  # the zombie is already dead
+    assert worker.descendants(20, table) == []
