@@ -23,6 +23,7 @@ from envforge.cli.common import (
     resolve_auto,
     say,
     set_option,
+    shm_size_option,
     step_timeout_option,
     wheelhouse_option,
 )
@@ -48,6 +49,7 @@ from envforge.recipe.model import Level, Recipe
     "Build an image (docker) or a virtualenv on this host (venv).", default="docker"
 )
 @python_option("venv backend: the interpreter to use (must be the recipe's Python version).")
+@shm_size_option
 @set_option
 @json_option
 def build(  # noqa: PLR0917 - click passes options positionally by name
@@ -63,6 +65,7 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
     report_dir: Path | None,
     backend: str,
     python: str | None,
+    shm_size: str | None,
     overrides: tuple[str, ...],
     as_json: bool,
 ) -> None:
@@ -82,6 +85,7 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
                 ("--base-image", base_image),
                 ("--no-certify", no_certify),
                 ("--no-cache", no_cache),
+                ("--shm-size", shm_size),
             )
             if given
         ]
@@ -120,6 +124,7 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
             no_cache=no_cache,
             certify=not no_certify,
             report_dir=report_dir,
+            shm_size=shm_size,
             listener=ProbeProgress(table=False),
             output=BuildDisplay(),
             say=note,

@@ -19,6 +19,7 @@ from envforge.cli.common import (
     note,
     report_option,
     set_option,
+    shm_size_option,
     step_timeout_option,
 )
 from envforge.errors import CertificationFailed, InvalidInput
@@ -63,6 +64,7 @@ def _safe_name(ref: str) -> str:
 @level_option("Probe level (default: the recipe's).")
 @step_timeout_option("Seconds per probe step (default: the recipe's).")
 @report_option("Write probe.json, probe.junit.xml and certificate.json (per image: DIR/NAME/).")
+@shm_size_option
 @set_option
 @json_option
 def certify(  # noqa: PLR0917 - click passes options positionally by name
@@ -70,6 +72,7 @@ def certify(  # noqa: PLR0917 - click passes options positionally by name
     level: Level | None,
     step_timeout: float | None,
     report_dir: Path | None,
+    shm_size: str | None,
     overrides: tuple[str, ...],
     as_json: bool,
 ) -> None:
@@ -107,6 +110,7 @@ def certify(  # noqa: PLR0917 - click passes options positionally by name
             level=level,
             step_timeout=step_timeout,
             report_dir=sub,
+            shm_size=shm_size,
             listener=ProbeProgress(table=False),
             say=note,
         )

@@ -21,6 +21,7 @@ import urllib3.exceptions
 from docker.context import ContextAPI
 
 from envforge.backends.docker.client import EngineClient
+from envforge.backends.docker.identity import EngineIdentity, identify
 from envforge.errors import Unavailable
 
 _CONNECT_TIMEOUT = 10
@@ -119,6 +120,23 @@ def connect(environ: Mapping[str, str] | None = None) -> EngineClient:
     # DockerClient is the EngineClient these Protocols describe (its stubs' signatures are
     # wider than the slice envforge declares, so mypy cannot match them structurally).
     return cast(EngineClient, client)
+
+
+def identify_engine(client: EngineClient) -> EngineIdentity:
+    """Docker or Podman, its version, rootless, CDI (see :mod:`.identity`).
+
+    An engine that cannot say (a dropped connection) is taken for a Docker without CDI:
+    the raw device path, which every engine takes.
+    """
+    try:
+        version = client.api.version()
+    except TRANSPORT_ERRORS:
+        return EngineIdentity(cdi_reason="the engine did not answer /version")
+    try:
+        info = client.api.info()
+    except TRANSPORT_ERRORS:
+        info = {}
+    return identify(version, info)
 
 
 def api_message(exc: docker.errors.APIError) -> str:

@@ -33,9 +33,14 @@ class CacheVolume:
     subdirs: tuple[str, ...]
 
 
-def cache_volumes(recipe_name: str, stack_tag: str) -> tuple[CacheVolume, ...]:
-    """Named volumes that keep kernel caches between shells (one set per recipe and stack)."""
-    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", f"envforge-{recipe_name}-{stack_tag}")
+def cache_volumes(recipe_name: str, stack_tag: str, uid: int) -> tuple[CacheVolume, ...]:
+    """Named volumes that keep kernel caches between shells: one set per user, recipe, stack.
+
+    The user's uid is part of every name: MIOpen's databases break when users share them
+    (ROCm/MIOpen#1878), and one user's Triton / TorchInductor kernels are no business of
+    another's, so two users of one host never mount the same cache volume.
+    """
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", f"envforge-{recipe_name}-{stack_tag}-u{uid}")
     return (
         CacheVolume(f"{stem}-miopen", f"{CACHE_ROOT}/miopen", ("db", "cache")),
         CacheVolume(f"{stem}-torch", f"{CACHE_ROOT}/torch", ("inductor", "triton", "kernels")),
@@ -75,8 +80,13 @@ def shell_argv(
     tty: bool,
     docker_cli: str = "docker",
 ) -> list[str]:
-    """``docker run --rm ...`` for :func:`run_shell` (pure; unit-tested)."""
-    argv = [docker_cli, "run", "--rm", "--name", name, "--label", f"{ROLE_LABEL}=shell", "-i"]
+    """``docker run ...`` for :func:`run_shell` (pure; unit-tested).
+
+    No ``--rm``: the docker CLI's ``run --rm`` against Podman's Docker API reports exit
+    status 0 whatever the command returned; :func:`run_shell` removes the container by
+    name afterwards instead, on every engine.
+    """
+    argv = [docker_cli, "run", "--name", name, "--label", f"{ROLE_LABEL}=shell", "-i"]
     if tty:
         argv.append("-t")
     argv += ["--user", user, "--network", "host", "--workdir", SHELL_WORKDIR]
@@ -113,7 +123,8 @@ def run_shell(
     The docker CLI does what the SDK makes hard: a real TTY (raw mode, resizes) and
     signal proxying. It reads DOCKER_HOST / DOCKER_CONTEXT / the current context the same
     way :func:`connect` does, and it runs with this process's environment. The container
-    has a unique name and is removed afterwards in every outcome (``--rm``, then by name).
+    has a unique name and is removed by name afterwards in every outcome (a ``finally``
+    with SIGINT/SIGTERM held during the removal), not by ``--rm`` (see :func:`shell_argv`).
     """
     cli = shutil.which("docker")
     if cli is None:
@@ -121,7 +132,7 @@ def run_shell(
             "the docker CLI is not on PATH (envforge shell runs it for TTY and signals)",
             hint="install docker.io (or docker-ce-cli)",
         )
-    volumes = cache_volumes(recipe_name, stack_tag)
+    volumes = cache_volumes(recipe_name, stack_tag, os.getuid())
     for vol in volumes:
         ensure_cache_volume(client, vol.name, image, vol.subdirs)
     name = unique_name("shell")
@@ -151,7 +162,11 @@ def run_shell(
                     handlers[int(sig)] = signal.signal(sig, forward)
             code = proc.wait()
     finally:
-        for signum, old in handlers.items():
-            signal.signal(signum, old)
-        remove_by_name(client, name)
+        # The container goes first (SIGINT/SIGTERM held while it is removed), while the
+        # forwarding handlers still stand: a signal now cannot cut the removal short.
+        try:
+            remove_by_name(client, name)
+        finally:
+            for signum, old in handlers.items():
+                signal.signal(signum, old)
     return code if code >= 0 else 128 - code
