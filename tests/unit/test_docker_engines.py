@@ -30,7 +30,9 @@ def _cdi_roots(tree: str) -> tuple[Path, Path]:
 
 PODMAN = identify(_load("podman-4.3.1-version.json"), _load("podman-4.3.1-rootful-info.json"))
 PODMAN_ROOTLESS = identify(
-    _load("podman-4.3.1-version.json"), _load("podman-4.3.1-rootless-info.json")
+    _load("podman-4.3.1-version.json"),
+    _load("podman-4.3.1-rootless-info.json"),
+    _load("podman-4.3.1-rootless-libpod-info.json"),
 )
 PODMAN5 = identify(_load("podman-5.2.2-version.json"), _load("podman-4.3.1-rootful-info.json"))
 DOCKER_OLD = identify(_load("docker-20.10-version.json"), _load("docker-20.10-info.json"))
@@ -65,6 +67,26 @@ def test_identity_of_recorded_engines() -> None:
     assert "predates" in DOCKER_OLD.cdi_reason
     assert DOCKER_CDI.cdi
     assert "/etc/cdi" in DOCKER_CDI.cdi_reason
+
+
+def test_rootless_podman_is_told_by_libpod_info_not_docker_info() -> None:
+    version = _load("podman-4.3.1-version.json")
+    # Podman 4.3's Docker /info looks the same rootful and rootless.
+    assert not identify(version, _load("podman-4.3.1-rootless-info.json")).rootless
+    rootful = identify(
+        version,
+        _load("podman-4.3.1-rootful-info.json"),
+        _load("podman-4.3.1-rootful-libpod-info.json"),
+    )
+    assert not rootful.rootless
+    assert PODMAN_ROOTLESS.rootless
+    # A rootless Docker says so in /info.
+    docker_rootless = identify(
+        _load("docker-27.5-version.json"),
+        {"SecurityOptions": ["name=seccomp,profile=builtin", "name=rootless"]},
+    )
+    assert docker_rootless.rootless
+    assert docker_rootless.kind == "docker"
 
 
 def test_docker_25_without_the_cdi_feature_keeps_raw_nodes() -> None:
@@ -267,3 +289,12 @@ def test_cpu_recipes_get_neither_ipc_nor_shm() -> None:
         shm=SharedMemory.sized("1g"),
     )
     assert flags == DeviceFlags()
+
+
+def test_push_digest_from_podmans_status_line() -> None:
+    from envforge.backends.docker.images import digest_in_status
+
+    digest = "sha256:" + "3" * 64
+    assert digest_in_status(f"torch2.13.0-cpu-py3.11: digest: {digest} size: 743") == digest
+    assert digest_in_status("Pushed") is None
+    assert digest_in_status("digest: sha256:short") is None

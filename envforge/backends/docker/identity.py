@@ -3,8 +3,8 @@
 Podman's Docker-compatible API (``podman system service``) answers ``/version`` with a
 component named ``Podman Engine``; Docker's with ``Engine`` (and a platform name such as
 ``Docker Engine - Community``). ``/info`` lists ``name=rootless`` among the security
-options of a rootless engine (both engines), and Docker 27+ lists ``CDISpecDirs`` when
-its CDI feature is on. :func:`identify` reads those recorded responses; the engine module
+options of a rootless Docker (a rootless Podman says so in ``/libpod/info``), and
+Docker 27+ lists ``CDISpecDirs`` when its CDI feature is on. :func:`identify` reads those recorded responses; the engine module
 asks the engine for them.
 """
 
@@ -75,14 +75,28 @@ def _engine_version(version: Mapping[str, Any], kind: EngineKind) -> str:
     return str(version.get("Version", ""))
 
 
-def identify(version: Mapping[str, Any], info: Mapping[str, Any] | None = None) -> EngineIdentity:
-    """The engine behind recorded ``/version`` and ``/info`` responses."""
+def podman_rootless(libpod_info: Mapping[str, Any]) -> bool:
+    """``host.security.rootless`` of Podman's ``/libpod/info``."""
+    host = libpod_info.get("host")
+    security = host.get("security") if isinstance(host, Mapping) else None
+    return bool(security.get("rootless")) if isinstance(security, Mapping) else False
+
+
+def identify(
+    version: Mapping[str, Any],
+    info: Mapping[str, Any] | None = None,
+    libpod_info: Mapping[str, Any] | None = None,
+) -> EngineIdentity:
+    """The engine behind recorded ``/version``, ``/info`` (and, for Podman, ``/libpod/info``:
+    Podman 4.3's Docker ``/info`` does not say rootless) responses."""
     info = info or {}
     kind = engine_kind(version)
     text = _engine_version(version, kind)
     have = version_tuple(text)
     options = [str(o) for o in info.get("SecurityOptions") or []]
     rootless = any(o == "name=rootless" or o.startswith("name=rootless,") for o in options)
+    if kind == "podman" and libpod_info is not None:
+        rootless = rootless or podman_rootless(libpod_info)
     if kind == "podman":
         cdi = have >= PODMAN_CDI_SINCE
         reason = (
