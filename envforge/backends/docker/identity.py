@@ -4,8 +4,8 @@ Podman's Docker-compatible API (``podman system service``) answers ``/version`` 
 component named ``Podman Engine``; Docker's with ``Engine`` (and a platform name such as
 ``Docker Engine - Community``). ``/info`` lists ``name=rootless`` among the security
 options of a rootless Docker (a rootless Podman says so in ``/libpod/info``), and
-Docker 27+ lists ``CDISpecDirs`` when its CDI feature is on. :func:`identify` reads those recorded responses; the engine module
-asks the engine for them.
+Docker 27+ lists ``CDISpecDirs`` when its CDI feature is on. :func:`identify` reads those
+recorded responses; the engine module asks the engine for them.
 """
 
 from __future__ import annotations
