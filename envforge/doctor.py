@@ -495,7 +495,7 @@ def check_device_path(
         engine=eng,
         cdi=inventory,
     )
-    who = eng.label if engine is not None else "no engine answered;"
+    who = f"{eng.label}:" if engine is not None else "no engine answered;"
     if flags.path == "none":
         if flags.reason:  # devices present, but this engine cannot pass them
             findings.append(

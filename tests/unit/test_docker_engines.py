@@ -225,6 +225,7 @@ def test_nvidia_on_podman_is_cdi_or_nothing() -> None:
     )
     assert old.path == "none"
     assert "does not resolve CDI" in old.reason
+    assert "nvidia-ctk" not in old.reason  # the spec is there already
     assert old.sdk_kwargs() == {"ipc_mode": "host"}
 
 

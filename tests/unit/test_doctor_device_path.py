@@ -57,11 +57,11 @@ def path_findings(findings: list[Finding]) -> Finding:
 @pytest.mark.parametrize(
     ("engine", "cdi", "severity", "words"),
     [
-        (DOCKER_CDI, "h100", "ok", ["Docker 27.5.1", "CDI: nvidia.com/gpu=all", "nvidia.yaml"]),
+        (DOCKER_CDI, "h100", "ok", ["Docker 27.5.1:", "CDI: nvidia.com/gpu=all", "nvidia.yaml"]),
         (DOCKER_OLD, "h100", "ok", ["Docker GPU request", "predates CDI"]),
         (DOCKER_CDI, "none", "ok", ["Docker GPU request", "no CDI spec names nvidia GPUs"]),
         (PODMAN5, "h100", "ok", ["Podman 5.2.2", "CDI: nvidia.com/gpu=all"]),
-        (PODMAN4, "h100", "block", ["containers/podman#22645", "does not resolve CDI"]),
+        (PODMAN4, "h100", "block", ["#22645", "does not resolve CDI", "use Podman 5"]),
         (PODMAN5, "none", "block", ["containers/podman#22645", "nvidia-ctk cdi generate"]),
     ],
 )

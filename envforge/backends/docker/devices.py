@@ -193,12 +193,16 @@ def device_flags(
                 cdi_devices=(cdi_name,), path="cdi", reason=f"CDI: {cdi_why}", **common
             )
         if eng.kind == "podman":
+            todo = (
+                "generate one with `nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`"
+                if cdi_name is None
+                else "use Podman 5 or later, or Docker"
+            )
             return DeviceFlags(
                 path="none",
                 reason=(
                     "Podman ignores Docker's GPU request (containers/podman#22645) and "
-                    f"{why_not}: generate one with `nvidia-ctk cdi generate "
-                    "--output=/etc/cdi/nvidia.yaml`"
+                    f"{why_not}: {todo}"
                 ),
                 **common,
             )

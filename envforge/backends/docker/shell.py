@@ -148,14 +148,16 @@ class ExitWatch:
         return int(code) if isinstance(code, int) else None
 
 
-def _wait_for_cli(proc: subprocess.Popen[bytes], watch: ExitWatch) -> int:
-    """The docker CLI's exit code; a CLI still waiting ``CLI_GRACE`` seconds after its
+def wait_for_cli(
+    proc: subprocess.Popen[bytes], watch: ExitWatch, grace: float = CLI_GRACE
+) -> int:
+    """The docker CLI's exit code; a CLI still waiting ``grace`` seconds after its
     container exited is stopped (the container's own code is taken from the engine)."""
     while True:
         try:
             return proc.wait(timeout=0.25)
         except subprocess.TimeoutExpired:
-            if watch.exited_for() > CLI_GRACE:
+            if watch.exited_for() > grace:
                 proc.terminate()
                 try:
                     return proc.wait(timeout=10)
@@ -224,7 +226,7 @@ def run_shell(
                 sig = getattr(signal, sig_name, None)
                 if sig is not None:
                     handlers[int(sig)] = signal.signal(sig, forward)
-            code = _wait_for_cli(proc, watch)
+            code = wait_for_cli(proc, watch)
         final = watch.final_code()
         if final is not None:
             code = final
