@@ -11,6 +11,7 @@ Nothing is mocked: the real envforge CLI, the real docker CLI, real Podman.
 from __future__ import annotations
 
 import os
+import shlex
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from envforge.errors import Unavailable
 from .helpers import (
     BUILD_TIMEOUT,
     DEFAULT_STANDIN,
+    STATE,
     Built,
     Envforge,
     build_args,
@@ -36,6 +38,22 @@ from .helpers import (
     setting,
     unavailable,
 )
+
+
+def podman_setting(name: str) -> str | None:
+    """From the environment, else from ``$ENVFORGE_CI_STATE/podman/env`` (ci-podman.sh up)."""
+    value = setting(name)
+    if value:
+        return value
+    try:
+        text = (STATE / "podman" / "env").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        words = shlex.split(line)
+        if len(words) == 2 and words[0] == "export" and words[1].startswith(name + "="):
+            return words[1].split("=", 1)[1]
+    return None
 
 pytestmark = pytest.mark.engine
 
@@ -63,16 +81,16 @@ def podman(
 ) -> Iterator[Podman]:
     mode = str(request.param)
     if mode == "rootful":
-        host = setting("ENVFORGE_PODMAN_HOST")
+        host = podman_setting("ENVFORGE_PODMAN_HOST")
         if not host:
             unavailable("ENVFORGE_PODMAN_HOST is not set (run: bash scripts/ci-podman.sh up)")
     else:
-        host = setting("ENVFORGE_PODMAN_ROOTLESS_HOST")
+        host = podman_setting("ENVFORGE_PODMAN_ROOTLESS_HOST")
         if not host:
             # Rootless needs user namespaces and subordinate ids the machine may refuse:
             # a skip with the machine's own reason, never a failure.
             pytest.skip(
-                setting("ENVFORGE_PODMAN_ROOTLESS_SKIP")
+                podman_setting("ENVFORGE_PODMAN_ROOTLESS_SKIP")
                 or "ENVFORGE_PODMAN_ROOTLESS_HOST is not set (run: bash scripts/ci-podman.sh up)"
             )
     assert host is not None
