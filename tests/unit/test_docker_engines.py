@@ -299,3 +299,14 @@ def test_push_digest_from_podmans_status_line() -> None:
     assert digest_in_status(f"torch2.13.0-cpu-py3.11: digest: {digest} size: 743") == digest
     assert digest_in_status("Pushed") is None
     assert digest_in_status("digest: sha256:short") is None
+
+
+def test_shm_size_option_is_checked_and_docker_only(capsys: pytest.CaptureFixture[str]) -> None:
+    from envforge.cli import main
+
+    assert main(["build", "cpu", "--shm-size", "12x"]) == 2
+    assert "is not a size" in capsys.readouterr().err
+    assert main(["build", "cpu", "--backend", "venv", "--shm-size", "16g"]) == 2
+    err = capsys.readouterr().err
+    assert "--shm-size" in err
+    assert "only for --backend docker" in err
