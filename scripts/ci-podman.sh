@@ -13,6 +13,7 @@
 # Run after `scripts/ci-engine.sh up` (it needs the Docker engine's stand-in image and the
 # registry). `up` prints export lines (also in $STATE/env):
 #   ENVFORGE_PODMAN_HOST, ENVFORGE_PODMAN_ROOTLESS_HOST or ENVFORGE_PODMAN_ROOTLESS_SKIP.
+# `down` stops both services and removes their stores and $STATE.
 # Exits non-zero when the rootful engine cannot be started: CI must fail, not skip.
 set -euo pipefail
 
@@ -225,8 +226,16 @@ down() {
     [ -d "$STATE" ] || { log "nothing recorded under $STATE"; return 0; }
     stop_pid "$STATE/rootless/service.pid" "rootless podman"
     stop_pid "$STATE/rootful/service.pid" "rootful podman"
-    rm -f "$STATE/env"
-    log "down (images stay in $STATE for the next run)"
+    # The stores hold a few GB (stand-in, built images, build cache): remove them, through
+    # podman (its overlay layers may be mounted), then the state folder.
+    if [ -f "$STATE/rootless/storage.conf" ] && id "$ROOTLESS_USER" >/dev/null 2>&1; then
+        in_engine "$STATE/rootless" "$ROOTLESS_USER" podman system reset -f >/dev/null 2>&1 || true
+    fi
+    if [ -f "$STATE/rootful/storage.conf" ]; then
+        in_engine "$STATE/rootful" "" podman system reset -f >/dev/null 2>&1 || true
+    fi
+    as_root rm -rf "$STATE"
+    log "down (stores removed; the user $ROOTLESS_USER stays)"
 }
 
 case "${1:-}" in
