@@ -22,9 +22,10 @@ DOCKER_CDI_SINCE = (25,)
 #: Podman's own CLI resolves CDI names given to ``--device`` since 4.1, but its
 #: Docker-compatible API did not in 4.x: measured on Debian 12's 4.3.1, a container created
 #: with the device ``nvidia.com/gpu=all`` fails with "stat nvidia.com/gpu=all: no such file
-#: or directory", and the docker CLI's CDI device request is dropped silently. envforge
-#: talks to that API, so it requests CDI names from Podman 5 on (not verified here: no
-#: Podman 5 on the CI machine).
+#: or directory", and the docker CLI's CDI device request is dropped silently (reported the
+#: same for 4.9: containers/podman#19338, #28436). envforge talks to that API, so it
+#: requests CDI names only from Podman 5 on, where that is untested (no Podman 5 on the CI
+#: machine) and doctor says so.
 PODMAN_CDI_SINCE = (5,)
 
 
@@ -100,7 +101,8 @@ def identify(
     if kind == "podman":
         cdi = have >= PODMAN_CDI_SINCE
         reason = (
-            f"Podman {text} resolves CDI device names"
+            f"Podman {text}: CDI names requested through its Docker API (untested on Podman 5; "
+            "Podman 4 dropped them)"
             if cdi
             else f"Podman {text}'s Docker-compatible API does not resolve CDI device names "
             "(Podman 5 does)"
