@@ -15,12 +15,16 @@ Where certificates live:
   are the candidate's and the certificate travels to any registry with the image.
 
 The digest is an integrity check, not a signature: ``envforge verify`` proves that a
-pulled image's content is what the certificate names, not who issued it.
+pulled image's content is what the certificate names. Who issued it is the optional
+``signature`` field (ed25519 over the digest; format in :mod:`envforge.signing`), which is
+left out of the digest like the digest itself: an unsigned certificate's digest is the
+same as before signatures existed, and :func:`sign` does not change it.
 
 Certifying an image (probe it in a container, issue, store, label) is the Docker
 backend's :func:`envforge.backends.docker.certification.certify_image`. The venv backend records
 its verdicts in the venv itself (``.envforge/certified.json``, see
-:mod:`envforge.backends.venv`), not in this format.
+:mod:`envforge.backends.venv`) and in the evidence store (:mod:`envforge.evidence_store`),
+not in this format.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from envforge import __version__, paths
 from envforge.errors import CertificationFailed
@@ -44,8 +48,12 @@ def canonical_json(data: Any) -> str:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
+#: Fields the digest does not cover (the signature signs the digest).
+_UNDIGESTED = ("digest", "signature")
+
+
 def _digest(data: Mapping[str, Any]) -> str:
-    body = {k: v for k, v in data.items() if k != "digest"}
+    body = {k: v for k, v in data.items() if k not in _UNDIGESTED}
     return "sha256:" + hashlib.sha256(canonical_json(body).encode()).hexdigest()
 
 
@@ -100,6 +108,12 @@ class Certificate:
     def report(self) -> Mapping[str, Any]:
         return dict(self.data["report"])
 
+    @property
+    def signed_by(self) -> str | None:
+        """The fingerprint the signature names (not checked here), None when unsigned."""
+        sig = self.data.get("signature")
+        return str(sig["key"]) if isinstance(sig, dict) else None
+
     def to_json(self, *, compact: bool = True) -> str:
         if compact:
             return canonical_json(dict(self.data))
@@ -131,6 +145,7 @@ class Certificate:
                 and isinstance(data["issued_at"], (int, float))
                 and isinstance(data["report"], dict)
                 and isinstance(data["digest"], str)
+                and _signature_shape_ok(data.get("signature"))
             )
         except (KeyError, TypeError):
             ok = False
@@ -141,6 +156,27 @@ class Certificate:
                 f"{source} was altered: its digest does not match its content"
             )
         return cls(data)
+
+
+def _signature_shape_ok(value: Any) -> bool:
+    if value is None:
+        return True
+    return isinstance(value, dict) and all(
+        isinstance(value.get(k), str) for k in ("scheme", "key", "public_key", "value")
+    )
+
+
+class Signer(Protocol):
+    """What signs a certificate (:class:`envforge.signing.SigningKey`)."""
+
+    def signature_for(self, digest: str) -> dict[str, str]: ...
+
+
+def sign(cert: Certificate, signer: Signer) -> Certificate:
+    """``cert`` with its ``signature`` field (replacing any); the digest is unchanged."""
+    data = dict(cert.data)
+    data["signature"] = signer.signature_for(cert.digest)
+    return Certificate(data)
 
 
 def failing_step_of(report: Mapping[str, Any]) -> str | None:

@@ -2,6 +2,9 @@
 
 Rules, in order (see :func:`choose`):
 
+0. The GPU chosen for is :attr:`HostInfo.primary`: a discrete GPU over an integrated one
+   (gfx1036 iGPU beside an RX 7900 XTX: pytorch/pytorch#119637), and the reason says so.
+   :func:`choose_per_arch` gives one recipe per arch on a host whose GPUs differ.
 1. No GPU (or ``ENVFORGE_GPU_VENDOR=none``) → ``cpu``.
 2. The first arch of :func:`envforge.knowledge.recipe_arch_for` that has a recipe: the
    arch itself, then archs sharing its ``HSA_OVERRIDE_GFX_VERSION`` row, then the
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from envforge import knowledge
@@ -118,7 +121,11 @@ def choose_recipe(
     sms: Callable[[Recipe], tuple[str, ...]] = cuda_sms,
     paths: Mapping[str, Path] | None = None,
 ) -> Choice:
-    """Pick the recipe for ``host`` from ``recipes`` (see the module docstring)."""
+    """Pick the recipe for ``host`` from ``recipes`` (see the module docstring).
+
+    On a host with an integrated GPU beside a discrete one, the discrete GPU
+    (:attr:`HostInfo.primary`) is chosen for, and the reason says so.
+    """
     by_name = {r.name: r for r in recipes}
     where = paths or {}
     gpu = host.primary
@@ -126,6 +133,77 @@ def choose_recipe(
         if CPU_RECIPE not in by_name:
             raise InvalidInput("no GPU detected and no cpu recipe in the catalogue")
         return Choice(CPU_RECIPE, None, "no GPU detected", None, where.get(CPU_RECIPE))
+    choice = _choose_for_gpu(
+        gpu, recipes, candidates=candidates, override=override, sms=sms, where=where
+    )
+    skipped = host.passed_over
+    if skipped:
+        igpus = ", ".join(f"GPU {g.index} ({g.arch})" for g in skipped)
+        choice = replace(
+            choice,
+            reason=f"{choice.reason}; the discrete GPU {gpu.index} is chosen over the "
+            f"integrated {igpus} (pytorch/pytorch#119637)",
+        )
+    return choice
+
+
+@dataclass(frozen=True)
+class ArchChoice:
+    """The recipe for one arch of a host whose GPUs have several (or None and why not)."""
+
+    arch: str
+    gpus: tuple[int, ...]
+    integrated: bool
+    choice: Choice | None
+    problem: str | None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "arch": self.arch,
+            "gpus": list(self.gpus),
+            "integrated": self.integrated,
+            "recipe": self.choice.recipe if self.choice else None,
+            "reason": self.choice.reason if self.choice else None,
+            "problem": self.problem,
+        }
+
+
+def choose_per_arch(
+    host: HostInfo,
+    recipes: Sequence[Recipe],
+    *,
+    paths: Mapping[str, Path] | None = None,
+) -> tuple[ArchChoice, ...]:
+    """One recipe per distinct arch of ``host`` (device order), each with its reason; an
+    arch no recipe serves carries the reason instead."""
+    out: list[ArchChoice] = []
+    for arch, gpus in host.by_arch():
+        try:
+            choice: Choice | None = _choose_for_gpu(gpus[0], recipes, where=paths or {})
+            problem = None
+        except EnvforgeError as exc:
+            choice, problem = None, exc.one_line()
+        out.append(
+            ArchChoice(
+                arch=arch,
+                gpus=tuple(g.index for g in gpus),
+                integrated=all(g.integrated for g in gpus),
+                choice=choice,
+                problem=problem,
+            )
+        )
+    return tuple(out)
+
+
+def _choose_for_gpu(
+    gpu: GpuInfo,
+    recipes: Sequence[Recipe],
+    *,
+    candidates: Callable[[str], list[str]] = candidate_archs,
+    override: Callable[[str], str | None] = override_for,
+    sms: Callable[[Recipe], tuple[str, ...]] = cuda_sms,
+    where: Mapping[str, Path],
+) -> Choice:
     if gpu.arch is None:
         raise InvalidInput(
             f"cannot tell the arch of {gpu.product}",
@@ -204,6 +282,13 @@ def choose_recipe(
         hint="name one of them explicitly (they may not work on this GPU), write a recipe for "
         f"{arch}, or use the cpu recipe",
     )
+
+
+def choose_each(host: HostInfo, catalogue: Catalogue | None = None) -> tuple[ArchChoice, ...]:
+    """:func:`choose_per_arch` against the catalogue (shipped plus ENVFORGE_RECIPE_PATH)."""
+    cat = catalogue or Catalogue.default()
+    recipes, _problems = load_catalogue(cat)
+    return choose_per_arch(host, recipes, paths=cat.files())
 
 
 def choose(host: HostInfo, catalogue: Catalogue | None = None) -> Choice:

@@ -89,6 +89,9 @@ class GpuInfo:
     #: The arch was inferred from a product name or PCI id table, not stated by the
     #: driver, sysfs or a tool (not part of ``to_dict``).
     arch_guessed: bool = False
+    #: APU graphics (an iGPU), per the table's ``amd_archs``: a discrete GPU beside it
+    #: is the one ``auto`` chooses for.
+    integrated: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -100,6 +103,7 @@ class GpuInfo:
             "device_nodes": list(self.device_nodes),
             "pci_id": self.pci_id,
             "source": self.source,
+            "integrated": self.integrated,
         }
 
 
@@ -132,11 +136,30 @@ class HostInfo:
 
     @property
     def primary(self) -> GpuInfo | None:
-        """The GPU a recipe is chosen for: the first one with a known arch."""
-        for gpu in self.gpus:
-            if gpu.arch:
+        """The GPU a recipe is chosen for: the first discrete one with a known arch, else
+        the first with a known arch (an iGPU beside a discrete GPU is passed over:
+        pytorch/pytorch#119637)."""
+        known = [g for g in self.gpus if g.arch]
+        for gpu in known:
+            if not gpu.integrated:
                 return gpu
+        if known:
+            return known[0]
         return self.gpus[0] if self.gpus else None
+
+    @property
+    def passed_over(self) -> tuple[GpuInfo, ...]:
+        """Integrated GPUs with a known arch that :attr:`primary` was chosen over."""
+        chosen = self.primary
+        if chosen is None or chosen.integrated:
+            return ()
+        return tuple(g for g in self.gpus if g.arch and g.integrated)
+
+    def by_arch(self) -> tuple[tuple[str, tuple[GpuInfo, ...]], ...]:
+        """(arch, its GPUs) for each distinct known arch, in device order."""
+        return tuple(
+            (arch, tuple(g for g in self.gpus if g.arch == arch)) for arch in self.archs
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -721,6 +744,13 @@ def detect(
         notes.append("Intel GPU present: envforge has no recipes for it (ignored)")
 
     gpus = [replace(g, index=i) for i, g in enumerate([*amd, *nvidia])]
+    if any(g.vendor == "amd" and g.arch for g in gpus):
+        gpus = [
+            replace(g, integrated=lookups().is_integrated(g.arch))
+            if g.vendor == "amd" and g.arch
+            else g
+            for g in gpus
+        ]
     forced = _overridden(env, gpus)
     if forced is not None:
         gpus, more = forced
@@ -735,10 +765,35 @@ def detect(
             notes.append(
                 f"GPU {gpu.index} ({gpu.product}): arch unknown; set ENVFORGE_GPU_ARCH to choose"
             )
-    return HostInfo(
+    host = HostInfo(
         gpus=tuple(gpus),
         kernel=kernel,
         machine=platform.machine(),
         sources=tuple(dict.fromkeys(sources)),
         notes=tuple(notes),
     )
+    chosen = host.primary
+    skipped = host.passed_over
+    if chosen is not None and skipped:
+        igpus = ", ".join(f"GPU {g.index} ({g.arch})" for g in skipped)
+        host = replace(
+            host,
+            notes=(
+                *host.notes,
+                f"integrated {igpus} beside the discrete GPU {chosen.index} ({chosen.arch}): "
+                "auto chooses the discrete one; an iGPU visible to ROCm can break the "
+                "discrete GPU's stack (pytorch/pytorch#119637): hide it from ROCm "
+                "(ROCR_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES) when running there",
+            ),
+        )
+    if len(host.archs) > 1:
+        host = replace(
+            host,
+            notes=(
+                *host.notes,
+                f"GPUs of {len(host.archs)} archs ({', '.join(host.archs)}): one stack cannot "
+                "serve them all; each arch gets its own recipe (auto uses GPU "
+                f"{chosen.index if chosen else 0}'s)",
+            ),
+        )
+    return host

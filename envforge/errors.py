@@ -33,8 +33,16 @@ class EnvforgeError(Exception):
         self.hint = hint
 
     def one_line(self) -> str:
+        """The message and fix on one line; characters a terminal would act on (ESC,
+        other controls) or cannot print (lone surrogates) are shown escaped."""
         text = self.message if not self.hint else f"{self.message} (fix: {self.hint})"
-        return " ".join(text.split())
+        return printable(" ".join(text.split()))
+
+
+def printable(text: str) -> str:
+    """``text`` with every character a terminal would act on or cannot print (controls,
+    lone surrogates) written as its escape (``\\x1b``)."""
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
 class InvalidInput(EnvforgeError):

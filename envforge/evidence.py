@@ -11,6 +11,8 @@ What is read (each recognised by its content, not its file name):
   checked: an altered certificate is reported, not read;
 * a virtualenv certification marker (``VENV/.envforge/certified.json``: the report that
   passed, with the recipe and its hash);
+* an exported record (schema ``envforge.evidence/1``, :meth:`Evidence.to_export`): what
+  ``envforge evidence export`` writes, already normalised and redacted;
 * a bundle: ``*.jsonl``, one of the above per line.
 
 A folder is searched recursively for ``*.json`` and ``*.jsonl`` files (symbolic links to
@@ -18,8 +20,12 @@ folders are not followed). A file that is not one of these, or that cannot be re
 :class:`Problem` (one line naming the file, and the line for bundles) and is skipped.
 
 Each report becomes one :class:`Evidence`: the recipe and stack, the outcome, the time,
-the host facts (GPU vendor, arch and product, GPU count, driver, kernel, the torch build
-and the ROCm/CUDA runtime it saw, the envforge version) and the steps. The same probe run
+the host facts (GPU vendor, arch, product and PCI id, GPU count, driver, kernel, the
+torch build and the ROCm/CUDA runtime it saw, the envforge version, the anonymous host
+id of :func:`envforge.probe.report.host_id`), the steps, and for a signed certificate
+the signer's key fingerprint (with ``signatures=True`` only after the signature was
+checked against the key it names: a certificate whose signature does not match is a
+:class:`Problem`). The same probe run
 read twice (the certificate in the store *and* its ``probe.json`` in a report folder) is
 one record: records are keyed by the sha256 of the report's canonical JSON, and the
 certificate is preferred (it adds the digest and the stack tag).
@@ -62,6 +68,7 @@ _KIND_RANK: dict[Kind, int] = {"certificate": 0, "venv": 1, "probe": 2}
 #: Characters of a step detail that are kept.
 DETAIL_LIMIT = 4000
 VENDORS = ("amd", "nvidia", "none")
+EXPORT_SCHEMA = "envforge.evidence/1"
 
 
 class EvidenceError(InvalidInput):
@@ -116,6 +123,45 @@ class Evidence:
     seconds: float
     steps: tuple[StepResult, ...]
     certificate: str = ""
+    pci_id: str = ""
+    #: Anonymous host id (``h-…``), "" when the report has none.
+    host: str = ""
+    #: Fingerprint of the key that signed the certificate ("" when unsigned).
+    signer: str = ""
+
+    def to_export(self) -> dict[str, Any]:
+        """The ``envforge.evidence/1`` form (one line of ``evidence export``)."""
+        return {
+            "schema": EXPORT_SCHEMA,
+            "key": self.key,
+            "kind": self.kind,
+            "recipe": self.recipe,
+            "recipe_hash": self.recipe_hash,
+            "stack": self.stack,
+            "outcome": self.outcome,
+            "created": self.created.astimezone(timezone.utc).isoformat().replace(
+                "+00:00", "Z"
+            ),
+            "level": self.level,
+            "gpu": {
+                "vendor": self.gpu.vendor,
+                "arch": self.gpu.arch,
+                "product": self.gpu.product,
+                "pci_id": self.pci_id,
+            },
+            "gpu_count": self.gpu_count,
+            "driver": self.driver,
+            "kernel": self.kernel,
+            "torch": self.torch,
+            "runtime": self.runtime,
+            "python": self.python,
+            "envforge_version": self.envforge_version,
+            "seconds": self.seconds,
+            "host": self.host,
+            "certificate": self.certificate,
+            "signer": self.signer,
+            "steps": [s.to_dict() for s in self.steps],
+        }
 
     @property
     def column(self) -> str:
@@ -249,6 +295,13 @@ def _gpu(report: ProbeReport, recipe: str) -> Gpu:
     return Gpu(vendor, arch or "unknown", product)
 
 
+def _pci_of(report: ProbeReport, gpu: Gpu) -> str:
+    for g in report.host.gpus:
+        if " ".join(_str(g.name).split()) == gpu.product and g.pci_id:
+            return _str(g.pci_id)
+    return ""
+
+
 def _outcome(report: ProbeReport) -> Outcome:
     if report.passed:
         return "pass"
@@ -289,6 +342,7 @@ def _from_report(
     recipe_hash: str = "",
     stack: str = "",
     certificate: str = "",
+    signer: str = "",
 ) -> Evidence:
     if not isinstance(raw, Mapping):
         raise EvidenceError("its report is not a JSON object")
@@ -309,6 +363,7 @@ def _from_report(
     runtime, variant = _runtime(snapshot)
     recipe = recipe or _str(report.recipe_name)
     steps = tuple(_redacted_step(s, redact) for s in report.steps)
+    gpu = _gpu(report, recipe)
     return Evidence(
         key=key,
         kind=kind,
@@ -318,7 +373,7 @@ def _from_report(
         outcome=_outcome(report),
         created=created,
         level=report.level,
-        gpu=_gpu(report, recipe),
+        gpu=gpu,
         gpu_count=len(report.host.gpus),
         driver=redact(_str(report.host.driver)),
         kernel=redact(report.host.kernel),
@@ -329,14 +384,70 @@ def _from_report(
         seconds=round(report.seconds, 3),
         steps=steps,
         certificate=certificate,
+        pci_id=_pci_of(report, gpu),
+        host=_str(report.host.id),
+        signer=signer,
     )
 
 
-def parse_document(data: Any, redact: Callable[[str], str]) -> Evidence:
-    """One JSON document (already decoded) → :class:`Evidence`; :class:`EvidenceError`
-    (never anything else) when it is not one of the recognised forms."""
+def _from_export(data: Mapping[str, Any], redact: Callable[[str], str]) -> Evidence:
+    outcome = data["outcome"]
+    if outcome not in OUTCOMES:
+        raise EvidenceError(f"key 'outcome' is not one of {', '.join(OUTCOMES)}: {outcome!r}")
+    kind = data.get("kind", "probe")
+    if kind not in _KIND_RANK:
+        raise EvidenceError(f"key 'kind' is not one of {', '.join(_KIND_RANK)}: {kind!r}")
+    gpu = data.get("gpu") or {}
+    if not isinstance(gpu, dict):
+        raise EvidenceError("key 'gpu' is not a JSON object")
     try:
-        return _parse(data, redact)
+        created = parse_time(_str(data["created"]))
+    except ValueError:
+        raise EvidenceError(f"key 'created' is not an ISO 8601 time: {data['created']!r}") from None
+    steps = tuple(
+        _redacted_step(StepResult.from_dict(s), redact) for s in data.get("steps") or ()
+    )
+    key = _str(data.get("key")) or hashlib.sha256(
+        json.dumps(data, sort_keys=True).encode()
+    ).hexdigest()
+    return Evidence(
+        key=key,
+        kind=kind,
+        recipe=_str(data.get("recipe")),
+        recipe_hash=_str(data.get("recipe_hash")),
+        stack=_str(data.get("stack")),
+        outcome=outcome,
+        created=created,
+        level=_str(data.get("level")),
+        gpu=Gpu(
+            _str(gpu.get("vendor")) or "unknown",
+            _str(gpu.get("arch")) or "unknown",
+            _str(gpu.get("product")),
+        ),
+        gpu_count=int(data.get("gpu_count") or 0),
+        driver=redact(_str(data.get("driver"))),
+        kernel=redact(_str(data.get("kernel"))),
+        torch=_str(data.get("torch")),
+        runtime=_str(data.get("runtime")),
+        python=_str(data.get("python")),
+        envforge_version=_str(data.get("envforge_version")),
+        seconds=float(data.get("seconds") or 0.0),
+        steps=steps,
+        certificate=_str(data.get("certificate")),
+        pci_id=_str(gpu.get("pci_id")),
+        host=_str(data.get("host")),
+        signer=_str(data.get("signer")),
+    )
+
+
+def parse_document(
+    data: Any, redact: Callable[[str], str], *, signatures: bool = False
+) -> Evidence:
+    """One JSON document (already decoded) → :class:`Evidence`; :class:`EvidenceError`
+    (never anything else) when it is not one of the recognised forms. ``signatures``:
+    check a signed certificate's signature (loads ``cryptography``)."""
+    try:
+        return _parse(data, redact, signatures)
     except EvidenceError:
         raise
     except EnvforgeError as exc:
@@ -345,12 +456,19 @@ def parse_document(data: Any, redact: Callable[[str], str]) -> Evidence:
         raise EvidenceError(f"malformed report ({type(exc).__name__}: {exc})") from None
 
 
-def _parse(data: Any, redact: Callable[[str], str]) -> Evidence:
+def _parse(data: Any, redact: Callable[[str], str], signatures: bool = False) -> Evidence:
     if not isinstance(data, dict):
         raise EvidenceError("not an envforge report: expected a JSON object")
     schema = data.get("schema")
     if schema == CERT_SCHEMA:
         cert = Certificate.from_data(data, source="certificate")
+        signer = cert.signed_by or ""
+        if signer and signatures:
+            from envforge.signing import check_signature  # noqa: PLC0415 - cryptography
+
+            check = check_signature(cert.data)
+            if check.state != "valid":
+                raise EvidenceError(f"certificate signature: {check.reason}")
         return _from_report(
             cert.report,
             kind="certificate",
@@ -359,7 +477,10 @@ def _parse(data: Any, redact: Callable[[str], str]) -> Evidence:
             recipe_hash=cert.recipe_hash,
             stack=cert.stack_tag,
             certificate=cert.digest,
+            signer=signer,
         )
+    if schema == EXPORT_SCHEMA:
+        return _from_export(data, redact)
     if schema == PROBE_SCHEMA:
         return _from_report(data, kind="probe", redact=redact)
     if schema is None and isinstance(data.get("report"), dict) and "fingerprint" in data:
@@ -398,10 +519,10 @@ def _files(path: Path, problems: list[Problem]) -> Iterator[Path]:
         yield path
 
 
-def _documents(path: Path) -> Iterator[tuple[str, Any]]:
+def _documents(path: Path, needle: str | None = None) -> Iterator[tuple[str, Any]]:
     """(source, decoded JSON) for each document in ``path``; raises EvidenceError for
     a file that cannot be read or decoded at all, and yields EvidenceError values for
-    bad lines of a bundle."""
+    bad lines of a bundle. ``needle``: documents whose text lacks it are not decoded."""
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
@@ -410,13 +531,15 @@ def _documents(path: Path) -> Iterator[tuple[str, Any]]:
         raise EvidenceError(f"cannot read: {exc.strerror or exc}") from None
     if path.suffix == ".jsonl":
         for number, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
+            if not line.strip() or (needle is not None and needle not in line):
                 continue
             source = f"{path}:{number}"
             try:
                 yield source, json.loads(line)
             except ValueError as exc:
                 yield source, EvidenceError(f"not JSON: {exc}")
+        return
+    if needle is not None and needle not in text:
         return
     try:
         yield str(path), json.loads(text)
@@ -430,8 +553,36 @@ def missing_paths(paths: Sequence[Path]) -> list[Path]:
     return [p for p in paths if not p.exists()]
 
 
-def read_evidence(paths: Iterable[Path], redact: Redactor | None = None) -> EvidenceSet:
-    """Read every report under ``paths`` (folders recursively, files, bundles)."""
+def documents(
+    paths: Iterable[Path], problems: list[Problem]
+) -> Iterator[tuple[str, Any]]:
+    """(source, decoded JSON) for every document under ``paths`` (folders recursively,
+    files, bundle lines); what cannot be read is added to ``problems``."""
+    for root in paths:
+        for path in _files(root, problems):
+            try:
+                for source, data in _documents(path):
+                    if isinstance(data, EvidenceError):
+                        problems.append(Problem(source, data.message))
+                    else:
+                        yield source, data
+            except EvidenceError as exc:
+                problems.append(Problem(str(path), exc.message))
+
+
+def read_evidence(
+    paths: Iterable[Path],
+    redact: Redactor | None = None,
+    *,
+    signatures: bool = False,
+    needle: str | None = None,
+) -> EvidenceSet:
+    """Read every report under ``paths`` (folders recursively, files, bundles).
+
+    ``signatures``: check signed certificates' signatures (see the module docstring).
+    ``needle``: a quick pre-filter, documents whose text does not contain it are skipped
+    unread (``show`` passes the recipe's name as a JSON string).
+    """
     redactor = Redactor.for_this_host() if redact is None else redact
     memo: dict[str, str] = {}  # step names and details repeat across reports
 
@@ -462,12 +613,12 @@ def read_evidence(paths: Iterable[Path], redact: Redactor | None = None) -> Evid
                 seen_files.add((st.st_dev, st.st_ino))
             files += 1
             try:
-                for source, data in _documents(path):
+                for source, data in _documents(path, needle):
                     if isinstance(data, EvidenceError):
                         problems.append(Problem(source, data.message))
                         continue
                     try:
-                        record = parse_document(data, redact_once)
+                        record = parse_document(data, redact_once, signatures=signatures)
                     except EvidenceError as exc:
                         problems.append(Problem(source, exc.message))
                         continue
@@ -479,3 +630,87 @@ def read_evidence(paths: Iterable[Path], redact: Redactor | None = None) -> Evid
                 problems.append(Problem(str(path), exc.message))
     records = tuple(sorted(kept.values(), key=lambda r: (r.created, r.key), reverse=True))
     return EvidenceSet(records, tuple(problems), total - len(records), files)
+
+
+# --------------------------------------------------------------------------- "certified on"
+
+_VERSION = re.compile(r"\d+(?:\.\d+)+")
+#: GPU products ``certified_on`` names (most hosts first); the rest are counted.
+MAX_CLAUSES = 3
+
+
+def _driver_version(driver: str) -> str:
+    """``6.8.0`` from ``amdgpu (in-tree, kernel 6.8.0-45-generic)``, ``550.54.14`` from
+    ``nvidia 550.54.14``: the first dotted version number, else the text."""
+    found = _VERSION.search(driver)
+    return found.group(0) if found else driver.strip()
+
+
+def _version_key(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in _VERSION.findall(text)[0].split(".")) if _VERSION.search(
+        text
+    ) else ()
+
+
+def _host_count(runs: Sequence[Evidence]) -> int:
+    """Distinct hosts: by anonymous host id; runs without one count by (kernel, driver,
+    GPU) -- the best a report without a machine ID allows."""
+    return len({r.host or f"{r.kernel}|{r.driver}|{r.gpu.product}" for r in runs})
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def certified_on(
+    records: Iterable[Evidence], recipe: str, *, gpu: bool = True, arch: str | None = None
+) -> str:
+    """Where ``recipe`` has passed, as ``show`` says it.
+
+    ``certified on RX 6700 XT (gfx1031), driver 6.8.0, 3 hosts, newest 2026-11-20`` (one
+    clause per GPU product, most hosts first, ``;``-separated); passes on hosts without a
+    GPU only: ``certified on CPU only, 1 host, newest 2026-11-23 (not yet on any GPU)``;
+    no pass: ``not yet certified on any GPU`` (and how many runs failed, if any).
+
+    ``gpu`` False (a CPU recipe, ``gpu.vendor: none``): the hosts' GPUs do not matter, so
+    every pass counts as ``certified on CPU only, N hosts, newest D``. ``arch`` (the
+    recipe's GPU arch): GPUs of that arch are named first. At most :data:`MAX_CLAUSES`
+    GPUs are named; the rest are counted (``and 2 more GPUs``).
+    """
+    runs = [r for r in records if r.recipe == recipe]
+    passes = [r for r in runs if r.outcome == "pass"]
+    if not passes:
+        failed = len(runs)
+        return "not yet certified on any GPU" + (
+            f" ({_plural(failed, 'run')} on record, none passed)" if failed else ""
+        )
+    on_gpu = [r for r in passes if r.gpu.vendor != "none"] if gpu else []
+    if not on_gpu:
+        newest = max(r.created for r in passes).strftime("%Y-%m-%d")
+        return (
+            f"certified on CPU only, {_plural(_host_count(passes), 'host')}, newest {newest}"
+            + (" (not yet on any GPU)" if gpu else "")
+        )
+    groups: dict[tuple[str, str], list[Evidence]] = {}
+    for r in on_gpu:
+        groups.setdefault((r.gpu.product or r.gpu.vendor.upper() + " GPU", r.gpu.arch), []).append(
+            r
+        )
+    clauses = []
+    for (product, gpu_arch), group in sorted(
+        groups.items(), key=lambda kv: (kv[0][1] != arch, -_host_count(kv[1]), kv[0])
+    ):
+        versions = sorted({_driver_version(r.driver) for r in group if r.driver}, key=_version_key)
+        driver = ""
+        if versions:
+            driver = versions[0] if len(versions) == 1 else f"{versions[0]}–{versions[-1]}"
+            driver = f", driver {driver}"
+        newest = max(r.created for r in group).strftime("%Y-%m-%d")
+        where = f"{product} ({gpu_arch})" if gpu_arch and gpu_arch != "unknown" else product
+        clauses.append(
+            f"{where}{driver}, {_plural(_host_count(group), 'host')}, newest {newest}"
+        )
+    if len(clauses) > MAX_CLAUSES:
+        rest = len(clauses) - MAX_CLAUSES
+        clauses = [*clauses[:MAX_CLAUSES], f"and {_plural(rest, 'more GPU')}"]
+    return "certified on " + "; ".join(clauses)

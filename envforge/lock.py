@@ -30,6 +30,7 @@ from pathlib import Path
 from envforge import proc
 from envforge.errors import BuildFailed, InvalidInput, Unavailable
 from envforge.fsutil import check_file_target, write_atomically
+from envforge.mirror import mirrors_from_env, rewrite
 from envforge.recipe.model import Recipe
 
 PLATFORM = "x86_64-manylinux_2_28"
@@ -238,7 +239,7 @@ def source_args(recipe: Recipe, wheelhouse: Path | None) -> list[str]:
     if wheelhouse is not None:
         return ["--find-links", str(wheelhouse.resolve())]
     if recipe.torch.index:
-        return ["--extra-index-url", recipe.torch.index]
+        return ["--extra-index-url", rewrite(recipe.torch.index, mirrors_from_env())]
     return []
 
 

@@ -119,9 +119,16 @@ class Matrix:
     def cell(self, row: str, column: str) -> Cell | None:
         return next((c for c in self.cells if c.row == row and c.column == column), None)
 
-    def to_dict(self, generated: datetime | None = None) -> dict[str, Any]:
-        """The ``matrix.json`` form (also embedded in the page). No paths, no host names."""
+    def to_dict(
+        self, generated: datetime | None = None, signers: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
+        """The ``matrix.json`` form (also embedded in the page). No paths, no host names.
+
+        ``signers``: key fingerprint -> name (from trust files), shown beside each signed
+        report's fingerprint.
+        """
         when = generated or datetime.now(timezone.utc)
+        names = dict(signers or {})
         return {
             "schema": SCHEMA,
             "generated": _iso(when),
@@ -139,7 +146,7 @@ class Matrix:
                 {"key": c.key, "stacks": list(c.stacks), "reports": c.reports}
                 for c in self.columns
             ],
-            "cells": [_cell_dict(c) for c in self.cells],
+            "cells": [_cell_dict(c, names) for c in self.cells],
         }
 
 
@@ -149,7 +156,7 @@ def _iso(when: datetime) -> str:
     )
 
 
-def _run_dict(run: Evidence) -> dict[str, Any]:
+def _run_dict(run: Evidence, names: Mapping[str, str]) -> dict[str, Any]:
     problem = run.first_problem
     return {
         "created": _iso(run.created),
@@ -168,6 +175,8 @@ def _run_dict(run: Evidence) -> dict[str, Any]:
         "seconds": run.seconds,
         "source": run.kind,
         "certificate": run.certificate,
+        "signer": run.signer,
+        "signer_name": names.get(run.signer, "") if run.signer else "",
         "failing_step": None
         if problem is None
         else {"name": problem.name, "status": problem.status, "detail": problem.detail},
@@ -175,7 +184,7 @@ def _run_dict(run: Evidence) -> dict[str, Any]:
     }
 
 
-def _cell_dict(cell: Cell) -> dict[str, Any]:
+def _cell_dict(cell: Cell, names: Mapping[str, str]) -> dict[str, Any]:
     return {
         "row": cell.row,
         "column": cell.column,
@@ -191,8 +200,8 @@ def _cell_dict(cell: Cell) -> dict[str, Any]:
              "outcomes": dict(s.outcomes)}
             for s in cell.steps
         ],
-        "runs": [_run_dict(r) for r in cell.runs],
-        "failures": [_run_dict(r) for r in cell.failures],
+        "runs": [_run_dict(r, names) for r in cell.runs],
+        "failures": [_run_dict(r, names) for r in cell.failures],
     }
 
 
@@ -435,9 +444,14 @@ class Site:
     matrix: Matrix
 
 
-def write_site(matrix: Matrix, out: Path, generated: datetime | None = None) -> Site:
+def write_site(
+    matrix: Matrix,
+    out: Path,
+    generated: datetime | None = None,
+    signers: Mapping[str, str] | None = None,
+) -> Site:
     """Write ``out/index.html`` and ``out/matrix.json`` (both or neither)."""
-    data = matrix.to_dict(generated)
+    data = matrix.to_dict(generated, signers)
     page = render_page(data)
     text = json.dumps(data, indent=1, ensure_ascii=False) + "\n"
     index, data_path = write_files(out, {INDEX_NAME: page, DATA_NAME: text})

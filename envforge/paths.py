@@ -22,3 +22,8 @@ def certificates_dir(environ: Mapping[str, str] | None = None) -> Path:
 
 def venvs_dir(environ: Mapping[str, str] | None = None) -> Path:
     return state_dir(environ) / "venvs"
+
+
+def reports_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """Probe reports, venv certifications and imported evidence (``envforge.evidence_store``)."""
+    return state_dir(environ) / "reports"

@@ -12,8 +12,10 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-#: A recipe name: it becomes an image name and a file stem.
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}\Z", re.ASCII)
+#: A recipe name: it becomes an image name (one path component of the engine's grammar:
+#: lowercase letters and digits, separated by one '.', one or two '_', or '-'s; so no
+#: ``0..`` or ``a-``) and a file stem; at most 63 characters.
+NAME_RE = re.compile(r"^(?=[a-z0-9._-]{1,63}\Z)[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*\Z", re.ASCII)
 #: An environment variable name (POSIX shell name; rule ``env-name``).
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z", re.ASCII)
 #: A dotted release number: ``5.2``, ``1.13.1``.

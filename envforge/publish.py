@@ -7,7 +7,10 @@ only when all of these hold (else :class:`PublishRefused`, exit 5):
 * that certificate passed and names exactly the image's layer diff IDs and run config;
 * this host's local certificate store holds a certificate for those layers and the newest
   one passed (so an image that a later ``envforge certify`` failed is not published);
-* the certificate was issued for the recipe as it is now (same recipe hash).
+* the certificate was issued for the recipe as it is now (same recipe hash);
+* with ``require_signed``: the certificate is signed and the signature matches the key
+  it names (:func:`envforge.signing.check_signature`; *which* keys are trusted is the
+  business of ``verify --trust``).
 
 ``verify`` pulls a reference and checks its certificate label against the pulled content.
 
@@ -44,6 +47,7 @@ class Published:
     digest: str
     certificate: str
     image_id: str
+    signed_by: str | None = None
 
     @property
     def pinned_ref(self) -> str:
@@ -71,7 +75,7 @@ def certificate_of(info: ImageInfo, *, what: str) -> Certificate:
 
 
 def publishable(
-    client: EngineClient, recipe: Recipe, store: CertificateStore
+    client: EngineClient, recipe: Recipe, store: CertificateStore, *, require_signed: bool = False
 ) -> tuple[ImageInfo, Certificate]:
     """The local certified image of ``recipe`` and its certificate, or :class:`PublishRefused`."""
     from envforge.backends.docker.images import inspect_image  # noqa: PLC0415 - loads the SDK
@@ -106,6 +110,21 @@ def publishable(
             f"{latest.failing_step or 'probe'}",
             hint=f"fix the cause, then envforge certify {recipe.name}",
         )
+    if require_signed:
+        from envforge.signing import check_signature  # noqa: PLC0415 - loads cryptography
+
+        check = check_signature(cert.data)
+        if check.state == "unsigned":
+            raise PublishRefused(
+                f"{ref}: its certificate is not signed (--require-signed)",
+                hint=f"envforge certify {recipe.name} --signing-key PATH "
+                "(or set ENVFORGE_SIGNING_KEY)",
+            )
+        if check.state == "invalid":
+            raise PublishRefused(
+                f"{ref}: its certificate's signature is not valid: {check.reason}",
+                hint=f"envforge certify {recipe.name} --signing-key PATH",
+            )
     return info, cert
 
 
@@ -116,14 +135,23 @@ def publish(
     *,
     store: CertificateStore | None = None,
     on_line: Callable[[str], None] = lambda _l: None,
+    require_signed: bool = False,
 ) -> Published:
     from envforge.backends.docker.images import push, tag_image  # noqa: PLC0415 - loads the SDK
 
     target = registry_ref(registry, recipe.name, recipe.stack_tag)
-    info, cert = publishable(client, recipe, store or CertificateStore())
+    info, cert = publishable(
+        client, recipe, store or CertificateStore(), require_signed=require_signed
+    )
     tag_image(client, info.id, target)
     result = push(client, target, on_line=on_line)
-    return Published(ref=target, digest=result.digest, certificate=cert.digest, image_id=info.id)
+    return Published(
+        ref=target,
+        digest=result.digest,
+        certificate=cert.digest,
+        image_id=info.id,
+        signed_by=cert.signed_by,
+    )
 
 
 def verify_local(info: ImageInfo, ref: str) -> Verified:

@@ -140,8 +140,8 @@ def load_file(
 # --------------------------------------------------------------------------- parsing
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader whose composer counts nesting (its recursion is otherwise unbounded)."""
+class _DepthCounting:
+    """A composer mix-in that counts nesting (the composer's recursion is unbounded)."""
 
     depth = 0
 
@@ -149,11 +149,60 @@ class _Loader(yaml.SafeLoader):
         self.depth += 1
         try:
             if self.depth > MAX_DEPTH:
-                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+                mark = self.peek_event().start_mark  # type: ignore[attr-defined,unused-ignore]
                 raise _TooDeep(mark.line + 1)
-            return super().compose_node(parent, index)
+            return super().compose_node(parent, index)  # type: ignore[misc]
         finally:
             self.depth -= 1
+
+
+class _Loader(_DepthCounting, yaml.SafeLoader):
+    """PyYAML's pure-Python safe loader, nesting bounded."""
+
+
+_CParser: Any = getattr(getattr(yaml, "_yaml", None), "CParser", None)
+
+if _CParser is not None:
+
+    class _FastLoader(
+        _DepthCounting,
+        yaml.composer.Composer,
+        _CParser,  # type: ignore[misc]
+        yaml.constructor.SafeConstructor,
+        yaml.resolver.Resolver,
+    ):
+        """libyaml's scanner and parser (about 15x faster: ``envforge list`` reads every
+        recipe) under the pure-Python composer above, so nesting stays bounded in Python.
+
+        Not libyaml's own composer: it recurses in C without a limit, and a document
+        nested 100,000 deep crashes the interpreter (seen with PyYAML 6 here).
+        """
+
+        def __init__(self, stream: str) -> None:
+            _CParser.__init__(self, stream)
+            yaml.constructor.SafeConstructor.__init__(self)
+            yaml.resolver.Resolver.__init__(self)
+            yaml.composer.Composer.__init__(self)
+
+
+def _compose(text: str) -> tuple[Any, yaml.Node | None]:
+    """(loader, root node): libyaml's parser where it is there, else PyYAML's own.
+
+    Where libyaml refuses a document, PyYAML's parser reads it again, so that what is
+    refused and the message saying why do not depend on whether libyaml is installed.
+    """
+    if _CParser is not None and not has_surrogate(text):
+        fast = _FastLoader(text)
+        try:
+            return fast, fast.get_single_node()
+        except yaml.YAMLError:
+            fast.dispose()
+    slow = _Loader(text)  # the reader refuses control characters here
+    try:
+        return slow, slow.get_single_node()
+    except BaseException:
+        slow.dispose()
+        raise
 
 
 class _TooDeep(Exception):
@@ -249,9 +298,8 @@ class _Builder:
 def parse(text: str, source: str, *, error: ErrorType = DataFileError) -> Any:
     """Parse one YAML document into plain values (see the module docstring)."""
     try:
-        loader = _Loader(text)  # the reader refuses control characters here
+        loader, node = _compose(text)
         try:
-            node = loader.get_single_node()
             if node is None:
                 return None
             return _Builder(loader, source, error).build(node, "")
@@ -277,6 +325,39 @@ def parse(text: str, source: str, *, error: ErrorType = DataFileError) -> Any:
 # --------------------------------------------------------------------------- typed access
 
 
+_PATH_TOKEN_RE = re.compile(r"\[([0-9]+)\]|([^.\[\]]+)")
+
+
+def line_of(text: str, path: str) -> int | None:
+    """The 1-based line of the node at key ``path`` (``releases[2].variants[0].name``) in
+    a YAML document, or of its deepest existing ancestor; None when none is found (call
+    only on text that :func:`parse` accepted)."""
+    try:
+        node: Any = yaml.compose(text, Loader=_Loader)
+    except Exception:
+        return None
+    if node is None:
+        return None
+    line: int = node.start_mark.line + 1
+    for index, key in _PATH_TOKEN_RE.findall(path):
+        nxt: Any = None
+        if index and isinstance(node, yaml.SequenceNode):
+            i = int(index)
+            nxt = node.value[i] if i < len(node.value) else None
+            if nxt is not None:
+                line = nxt.start_mark.line + 1
+        elif key and isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                if isinstance(key_node, yaml.ScalarNode) and key_node.value == key:
+                    nxt = value_node
+                    line = key_node.start_mark.line + 1
+                    break
+        if nxt is None:
+            break
+        node = nxt
+    return line
+
+
 class Reader:
     """Typed access to parsed YAML; every refusal names the file and the key path.
 
@@ -284,7 +365,8 @@ class Reader:
     ``TableError``). ``numbers_as_text`` lets a plain number stand for the text it was
     written as (recipes: ``python: 3.10``); ``forbidden`` are characters no text value
     may hold; ``misplaced(key, parent)`` may name where an unknown key belongs;
-    ``required_hint`` is formatted with ``key`` for a missing required key.
+    ``required_hint`` is formatted with ``key`` for a missing required key; ``check``
+    returns why a text value is refused (message, fix), or None.
     """
 
     def __init__(
@@ -298,6 +380,7 @@ class Reader:
         misplaced: Callable[[str, str, bool], str | None] | None = None,
         required_hint: str | None = None,
         top: str = "(top level)",
+        check: Callable[[str], tuple[str, str] | None] | None = None,
     ) -> None:
         self.source = source
         self.error = error
@@ -307,6 +390,7 @@ class Reader:
         self.misplaced = misplaced
         self.required_hint = required_hint
         self.top = top
+        self.check = check
 
     def fail(self, path: str, message: str, hint: str | None = None) -> DataFileError:
         return self.error(self.source, path, message, hint=hint)
@@ -354,6 +438,10 @@ class Reader:
                 )
         if has_surrogate(value):
             raise self.fail(path, "contains a lone surrogate (an invalid character)")
+        if self.check is not None:
+            problem = self.check(value)
+            if problem is not None:
+                raise self.fail(path, *problem)
         if not allow_empty and not value.strip():
             raise self.fail(path, "must not be empty")
         return value

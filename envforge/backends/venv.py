@@ -30,7 +30,8 @@ Building
    failure leaves nothing half-written.
 4. Certify: run the probe (:mod:`envforge.probe`) with the venv's interpreter and the
    recipe's env vars. Pass → ``certified.json``. Fail → exit 1; the environment stays
-   (uncertified), so the next build only probes again.
+   (uncertified), so the next build only probes again. Either way the run is kept in the
+   local evidence store (:mod:`envforge.evidence_store`, ``ENVFORGE_HOME/reports``).
 """
 
 from __future__ import annotations
@@ -482,6 +483,7 @@ def _certify(recipe: Recipe, target: Path, level: Level, options: VenvOptions) -
         listener=options.listener,
     )
     report.write(markers)
+    _keep_evidence(recipe, target, report, options.environ)
     cert_path = markers / CERT_MARKER
     if not report.passed:
         cert_path.unlink(missing_ok=True)
@@ -510,6 +512,26 @@ def _certify(recipe: Recipe, target: Path, level: Level, options: VenvOptions) -
         + "\n",
     )
     return report
+
+
+def _keep_evidence(
+    recipe: Recipe, target: Path, report: ProbeReport, environ: Mapping[str, str] | None
+) -> None:
+    """Every venv certification (pass or fail) goes to the local evidence store
+    (``ENVFORGE_HOME`` of ``environ``, like the venvs themselves)."""
+    from envforge import paths  # noqa: PLC0415 - only when certifying
+    from envforge.evidence_store import record_venv  # noqa: PLC0415 - only when certifying
+
+    record_venv(
+        {
+            "recipe": recipe.name,
+            "recipe_hash": recipe.hash,
+            "fingerprint": fingerprint(target),
+            "level": report.level,
+            "report": report.to_dict(),
+        },
+        root=paths.reports_dir(environ),
+    )
 
 
 def certify(recipe: Recipe, options: VenvOptions = VenvOptions()) -> VenvBuildResult:

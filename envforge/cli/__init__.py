@@ -5,8 +5,9 @@ one-line message; ``--debug`` shows the traceback as well.
 
 One module per command or command group, each parsing options and calling one library
 function: :mod:`.recipes` (list, show, validate, render), :mod:`.probe`, :mod:`.build`,
-:mod:`.images` (certify, publish, verify), :mod:`.shell` and :mod:`.host` (detect,
-doctor, lock); shared options in :mod:`.common`, progress displays in :mod:`.display`.
+:mod:`.images` (certify, publish, verify), :mod:`.shell`, :mod:`.host` (detect,
+doctor, lock), :mod:`.keys` (keys generate) and :mod:`.evidence` (evidence import,
+export); shared options in :mod:`.common`, progress displays in :mod:`.display`.
 Commands are loaded by name when they run (click's lazy subcommand loading, see
 :data:`COMMANDS`): ``envforge list`` imports only :mod:`.recipes`. Light commands never
 import the docker SDK: the commands that talk to the engine import it when they run.
@@ -22,6 +23,7 @@ from typing import Any
 import click
 
 from envforge import __version__
+from envforge.cli.common import strict_option
 from envforge.errors import EnvforgeError, ExitCode
 
 #: Every command: its name -> ``module:attribute`` of its click command.
@@ -41,15 +43,78 @@ COMMANDS: Mapping[str, str] = {
     "lock": "envforge.cli.host:lock_cmd",
     "knowledge": "envforge.cli.knowledge:knowledge",
     "matrix": "envforge.cli.matrix:matrix",
+    "solve": "envforge.cli.solve:solve_cmd",
+    "keys": "envforge.cli.keys:keys",
+    "evidence": "envforge.cli.evidence:evidence",
+}
+
+
+#: Every command's summary for ``envforge --help``: the first paragraph of its help, so
+#: that the overview imports no command module (tests/unit/test_light_imports.py checks
+#: that each one matches its command's help).
+SUMMARIES: Mapping[str, str] = {
+    'list': 'List the recipes in the catalogue (shipped and ENVFORGE_RECIPE_PATH).',
+    'show': "Show a recipe's stack, why each pin and env var is there, and how sure we are.",
+    'validate': 'Check recipes against the schema and the compatibility table (default: all).',
+    'render': "Render a recipe's Dockerfile (or venv plan); --all -o DIR renders the catalogue.",
+    'probe': (
+        'Probe an environment step by step, each step under a '
+        'deadline in an isolated process.'
+    ),
+    'build': "Build a recipe's image, certify it in a container on this host's GPU, then tag it.",
+    'certify': (
+        'Re-certify existing images on this host (a recipe name '
+        'means envforge/RECIPE:STACK).'
+    ),
+    'publish': (
+        "Push the recipe's certified image (refused, exit 5, without "
+        "a passing certificate)."
+    ),
+    'verify': 'Pull REF and check that its certificate passed and matches its content (exit 0/1).',
+    'shell': "Run CMD (default: bash) in the recipe's certified image with GPUs, env and caches.",
+    'detect': "Report this host's GPUs (vendor, product, arch, driver, device nodes) and `auto`.",
+    'doctor': 'Check this host for a recipe (default: auto); print each finding with its fix.',
+    'lock': "Resolve a recipe's full requirement set, with hashes, into <recipe>.lock.txt.",
+    'knowledge': (
+        'The compatibility table: show it (with overlays), compare it with the '
+        'indexes.'
+    ),
+    'matrix': 'Write the certified-on matrix (GPU arch x recipe) as a static site.',
+    'solve': 'Derive the stack for a GPU arch (or the detected one) from the compatibility table.',
+    'keys': 'Signing keys for certificates (ed25519; see envforge.signing for the formats).',
+    'evidence': 'Certification evidence: import reports and registry images, export bundles.',
 }
 
 
 class LazyGroup(click.Group):
-    """A group whose commands are imported when used (``--help`` imports them all)."""
+    """A group whose commands are imported when used; ``--help`` imports none of them
+    (it shows :data:`SUMMARIES`)."""
 
-    def __init__(self, *args: Any, lazy: Mapping[str, str], **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        lazy: Mapping[str, str],
+        summaries: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.lazy = dict(lazy)
+        self.summaries = dict(summaries or {})
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """click's own listing, with a summary standing in for a command not yet loaded."""
+        commands: list[tuple[str, click.Command]] = []
+        for name in self.list_commands(ctx):
+            summary = self.summaries.get(name) if name in self.lazy else None
+            cmd = click.Command(name, help=summary) if summary else self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                commands.append((name, cmd))
+        if commands:
+            limit = formatter.width - 6 - max(len(name) for name, _ in commands)
+            with formatter.section("Commands"):
+                formatter.write_dl(
+                    [(name, cmd.get_short_help_str(limit)) for name, cmd in commands]
+                )
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy})
@@ -67,10 +132,12 @@ class LazyGroup(click.Group):
 @click.group(
     cls=LazyGroup,
     lazy=COMMANDS,
+    summaries=SUMMARIES,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 @click.version_option(__version__, prog_name="envforge")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+@strict_option
 @click.pass_context
 def cli(ctx: click.Context, debug: bool) -> None:
     """Known-good GPU PyTorch stacks: render, build, probe, certify, publish."""

@@ -7,16 +7,19 @@ Progress and build output go to stderr; results (the certified tag or venv path,
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from envforge.cli.common import (
+    SummaryNotes,
     backend_option,
     ca_bundle_option,
     echo_json,
     json_option,
     level_option,
     load_checked,
+    load_signer,
     note,
     python_option,
     report_option,
@@ -24,12 +27,20 @@ from envforge.cli.common import (
     say,
     set_option,
     shm_size_option,
+    signing_key_option,
     step_timeout_option,
+    strict_option,
+    summarizing,
+    summary_option,
     wheelhouse_option,
 )
-from envforge.errors import InvalidInput
+from envforge.errors import CertificationFailed, EnvforgeError, InvalidInput
 from envforge.fsutil import check_folder_target, write_atomically
 from envforge.recipe.model import Level, Recipe
+
+if TYPE_CHECKING:
+    from envforge.backends.docker import Certified
+    from envforge.probe.report import ProbeReport
 
 
 @click.command()
@@ -50,7 +61,10 @@ from envforge.recipe.model import Level, Recipe
 )
 @python_option("venv backend: the interpreter to use (must be the recipe's Python version).")
 @shm_size_option
+@signing_key_option
+@summary_option
 @set_option
+@strict_option
 @json_option
 def build(  # noqa: PLR0917 - click passes options positionally by name
     recipe_ref: str,
@@ -66,6 +80,8 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
     backend: str,
     python: str | None,
     shm_size: str | None,
+    signing_key: Path | None,
+    summary_file: Path | None,
     overrides: tuple[str, ...],
     as_json: bool,
 ) -> None:
@@ -76,6 +92,33 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
     """
     if report_dir is not None:  # before any work: a file in the way is exit 2, one line
         check_folder_target(report_dir, setting="--report")
+    with summarizing(summary_file, f"envforge build {recipe_ref}") as notes:
+        _build(
+            recipe_ref, tags, base_image, wheelhouse, ca_bundle, no_certify, no_cache, level,
+            step_timeout, report_dir, backend, python, shm_size, signing_key, overrides, as_json,
+            notes,
+        )
+
+
+def _build(  # noqa: PLR0917 - the command's options, passed on
+    recipe_ref: str,
+    tags: tuple[str, ...],
+    base_image: str | None,
+    wheelhouse: Path | None,
+    ca_bundle: Path | None,
+    no_certify: bool,
+    no_cache: bool,
+    level: Level | None,
+    step_timeout: float | None,
+    report_dir: Path | None,
+    backend: str,
+    python: str | None,
+    shm_size: str | None,
+    signing_key: Path | None,
+    overrides: tuple[str, ...],
+    as_json: bool,
+    notes: SummaryNotes,
+) -> None:
     ref = resolve_auto(recipe_ref)
     if backend == "venv":
         docker_only = [
@@ -94,6 +137,8 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
                 f"{', '.join(docker_only)}: only for --backend docker",
                 hint="drop them; venv builds are always certified",
             )
+        if signing_key is not None:
+            say("venv certifications are not signed (--signing-key signs Docker images)")
         _build_venv(
             load_checked(ref, overrides),
             python=python,
@@ -103,10 +148,12 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
             step_timeout=step_timeout,
             report_dir=report_dir,
             as_json=as_json,
+            notes=notes,
         )
         return
     if python is not None:
         raise InvalidInput("--python is for --backend venv", hint="drop --python")
+    signer = None if no_certify else load_signer(signing_key)
     from envforge.backends import docker  # noqa: PLC0415 - keeps the SDK out of light commands
     from envforge.backends.docker.refs import certified_ref  # noqa: PLC0415 - as above
     from envforge.cli.display import BuildDisplay, ProbeProgress  # noqa: PLC0415 - --help light
@@ -128,16 +175,19 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
             listener=ProbeProgress(table=False),
             output=BuildDisplay(),
             say=note,
+            signer=signer,
         ),
     )
     if as_json:
         echo_json(result.to_dict())
     certified = certified_ref(recipe.name, recipe.stack_tag)
     if result.certification is None:
+        notes.add(None, [("image", result.image_id), ("certified", "no (--no-certify)")])
         if not as_json:
             click.echo(result.image_id)
             note(f"not certified (--no-certify): {certified} left as it was")
         return
+    notes.add(result.certification.outcome.report, certificate_facts(result.certification))
     if not result.certified:
         raise result.certification.failure()
     if not as_json:
@@ -154,6 +204,7 @@ def _build_venv(
     step_timeout: float | None,
     report_dir: Path | None,
     as_json: bool,
+    notes: SummaryNotes,
 ) -> None:
     from envforge.backends import venv  # noqa: PLC0415 - only for --backend venv
     from envforge.cli.display import ProbeProgress  # noqa: PLC0415 - keeps --help light
@@ -167,14 +218,21 @@ def _build_venv(
         listener=ProbeProgress(table=False),
         say=say,
     )
+    markers = venv.venv_location(recipe) / venv.MARKER_DIR
     try:
         result = venv.build(recipe, options)
+    except CertificationFailed:
+        notes.add(_venv_report(markers / "probe.json"), [("backend", "venv")])
+        raise
     finally:
         if report_dir is not None:
-            markers = venv.venv_location(recipe) / venv.MARKER_DIR
             for name in ("probe.json", "probe.junit.xml", "certified.json"):
                 if (markers / name).is_file():
                     write_atomically(report_dir / name, (markers / name).read_bytes())
+    notes.add(
+        result.report or _venv_report(markers / "probe.json"),
+        [("backend", "venv"), ("status", result.status)],
+    )
     if as_json:
         echo_json(result.to_dict())
         return
@@ -183,3 +241,23 @@ def _build_venv(
     else:
         say(f"{recipe.name}: certified ({result.status} in {result.seconds:.1f}s)")
     click.echo(str(result.path))
+
+
+def _venv_report(path: Path) -> ProbeReport | None:
+    from envforge.probe.report import ProbeReport  # noqa: PLC0415 - only for summaries
+
+    try:
+        return ProbeReport.from_json(path.read_text(encoding="utf-8"))
+    except (OSError, EnvforgeError):
+        return None
+
+
+def certificate_facts(certified: Certified) -> list[tuple[str, str]]:
+    """The certificate rows of a summary (digest, signer, the certified tag)."""
+    cert = certified.outcome.certificate
+    tags = certified.to_dict()["tags"]
+    return [
+        ("certificate", cert.digest),
+        ("signed by", cert.signed_by or "unsigned"),
+        ("certified image", ", ".join(tags) if tags else "not tagged"),
+    ]

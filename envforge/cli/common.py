@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from envforge.errors import EnvforgeError
 from envforge.recipe.model import LEVELS, Level, Recipe
 
 if TYPE_CHECKING:
     from envforge.choose import Choice
     from envforge.detect import HostInfo
+    from envforge.probe.report import ProbeReport
+    from envforge.signing import SigningKey
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -118,6 +123,45 @@ def report_option(help: str, metavar: str | None = None) -> Callable[[F], F]:
     )
 
 
+def signing_key_option(func: F) -> F:
+    """``--signing-key PATH`` (or ``ENVFORGE_SIGNING_KEY``): sign the certificates."""
+    return click.option(
+        "--signing-key",
+        "signing_key",
+        type=click.Path(path_type=Path),  # read by envforge.signing: one-line errors
+        envvar="ENVFORGE_SIGNING_KEY",
+        metavar="PATH",
+        default=None,
+        help="Sign each certificate with this ed25519 key (envforge keys generate; "
+        "default: $ENVFORGE_SIGNING_KEY).",
+    )(func)
+
+
+def summary_option(func: F) -> F:
+    """``--summary FILE``: append a Markdown summary (for ``$GITHUB_STEP_SUMMARY``)."""
+    return click.option(
+        "--summary",
+        "summary_file",
+        type=click.Path(path_type=Path),
+        metavar="FILE",
+        default=None,
+        help="Append a Markdown summary (status, steps, the failing step's detail) to FILE, "
+        "e.g. $GITHUB_STEP_SUMMARY.",
+    )(func)
+
+
+def trust_option(help: str) -> Callable[[F], F]:
+    """``--trust PUBFILE`` (repeatable; default: ``ENVFORGE_TRUSTED_KEYS``)."""
+    return click.option(
+        "--trust",
+        "trust",
+        multiple=True,
+        type=click.Path(path_type=Path),
+        metavar="PUBFILE",
+        help=help,
+    )
+
+
 def backend_option(help: str, default: str | None = None) -> Callable[[F], F]:
     return click.option(
         "--backend",
@@ -143,16 +187,47 @@ def root_option(func: F) -> F:
     )(func)
 
 
+#: ``ctx.meta`` key set by ``--strict`` (the meta dict is shared by the group and command).
+STRICT_META = "envforge.strict"
+
+
+def _set_strict(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        ctx.meta[STRICT_META] = True
+
+
+def strict_option(func: F) -> F:
+    """``--strict`` (on the group or a command; also ``ENVFORGE_STRICT=1``): a stack the
+    compatibility table has no row for is refused (exit 2) instead of warned about."""
+    return click.option(
+        "--strict",
+        is_flag=True,
+        expose_value=False,
+        callback=_set_strict,
+        help="Refuse stacks the compatibility table has no row for (unknown release, "
+        "variant or index) instead of warning (also ENVFORGE_STRICT=1; for CI).",
+    )(func)
+
+
+def strict_mode() -> bool:
+    """``--strict`` was given (group or command) or ``ENVFORGE_STRICT=1`` is set."""
+    from envforge.knowledge.rules import strict_from_env  # noqa: PLC0415 - table when needed
+
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx is not None and ctx.meta.get(STRICT_META)) or strict_from_env()
+
+
 # --------------------------------------------------------------------------- recipes
 
 
 def load_checked(ref: str, overrides: Sequence[str] = ()) -> Recipe:
-    """Load a recipe by name or path and refuse it if the compatibility table does."""
+    """Load a recipe by name or path and refuse it if the compatibility table does; what
+    the table has no row for is a one-line warning on stderr (a refusal under strict)."""
     from envforge.knowledge import enforce  # noqa: PLC0415 - the table only when needed
     from envforge.recipe.catalogue import Catalogue  # noqa: PLC0415 - yaml when loading
 
     recipe = Catalogue.default().load(ref, overrides)
-    enforce(recipe)
+    enforce(recipe, strict=strict_mode())
     return recipe
 
 
@@ -183,3 +258,69 @@ def load_for_host(
 
 def echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+# --------------------------------------------------------------------------- signing, summaries
+
+
+def load_signer(path: Path | None) -> SigningKey | None:
+    """The ``--signing-key`` / ``ENVFORGE_SIGNING_KEY`` key, loaded before any work."""
+    if path is None or not str(path):
+        return None
+    from envforge.signing import load_signing_key  # noqa: PLC0415 - loads cryptography
+
+    key = load_signing_key(path, setting="--signing-key (or ENVFORGE_SIGNING_KEY)")
+    try:
+        loose = path.stat().st_mode & 0o077
+    except OSError:
+        loose = 0
+    if loose:
+        say(f"warning: signing key {path} can be read by other users (chmod 600 {path})")
+    return key
+
+
+@dataclass
+class SummaryNotes:
+    """What a command's ``--summary`` section(s) will say (filled while it runs)."""
+
+    title: str
+    sections: list[tuple[str, ProbeReport | None, list[tuple[str, str]], str | None]] = field(
+        default_factory=list
+    )
+
+    def add(
+        self,
+        report: ProbeReport | None,
+        facts: Sequence[tuple[str, str]] = (),
+        *,
+        title: str | None = None,
+        error: str | None = None,
+    ) -> None:
+        from envforge.summary import report_facts  # noqa: PLC0415 - only with --summary
+
+        self.sections.append(
+            (title or self.title, report, [*facts, *report_facts(report)], error)
+        )
+
+
+@contextlib.contextmanager
+def summarizing(path: Path | None, title: str) -> Iterator[SummaryNotes]:
+    """Append the sections noted while the block runs to ``path`` (``--summary``); an
+    error that ends the block before any section was noted becomes a section itself.
+    Ctrl-C writes nothing."""
+    notes = SummaryNotes(title)
+    if path is None:
+        yield notes
+        return
+    from envforge.fsutil import check_file_target  # noqa: PLC0415 - only with --summary
+    from envforge.summary import append, section  # noqa: PLC0415 - only with --summary
+
+    check_file_target(path, setting="--summary")  # before any work: one line, exit 2
+    try:
+        yield notes
+    except EnvforgeError as exc:
+        if not notes.sections:
+            notes.sections.append((title, None, [], exc.one_line()))
+        append(path, "".join(section(t, r, facts=f, error=e) for t, r, f, e in notes.sections))
+        raise
+    append(path, "".join(section(t, r, facts=f, error=e) for t, r, f, e in notes.sections))

@@ -22,7 +22,7 @@ from envforge.cli.common import (
 from envforge.errors import EnvforgeError, InvalidInput, Unavailable
 
 if TYPE_CHECKING:
-    from envforge.choose import Choice
+    from envforge.choose import ArchChoice, Choice
     from envforge.detect import HostInfo
     from envforge.doctor import Backend, DoctorReport, Finding
     from envforge.recipe.model import Recipe
@@ -47,14 +47,17 @@ def detect_cmd(root: Path, as_json: bool) -> None:
     sm_90), ENVFORGE_GPU_VENDOR (amd, nvidia, none), ENVFORGE_GPU_COUNT,
     ENVFORGE_GPU_PRODUCT, ENVFORGE_DRIVER_VERSION.
     """
+    from envforge.choose import choose_each  # noqa: PLC0415 - the table only when needed
     from envforge.detect import detect  # noqa: PLC0415 - keeps --help light
 
     host = detect(root=root)
     choice, problem = _choice_or_error(host)
+    per_arch: tuple[ArchChoice, ...] = choose_each(host) if len(host.archs) > 1 else ()
     if as_json:
         data = host.to_dict()
         data["auto"] = choice.to_dict() if choice else None
         data["auto_error"] = problem
+        data["per_arch"] = [a.to_dict() for a in per_arch]
         echo_json(data)
         return
     out = click.echo
@@ -66,6 +69,7 @@ def detect_cmd(root: Path, as_json: bool) -> None:
             out(
                 f"  {g.index}  {g.vendor:<6} {g.product:<28} {g.arch or '?':<8} "
                 f"driver {g.driver_version or '?'}  {' '.join(g.device_nodes)}  [{g.source}]"
+                + ("  integrated" if g.integrated else "")
             )
     out(
         f"kernel {host.kernel or '?'} ({host.machine});"
@@ -77,6 +81,15 @@ def detect_cmd(root: Path, as_json: bool) -> None:
         out(f"auto -> {choice.recipe}: {choice.reason}")
     else:
         out(f"auto -> no recipe: {problem}")
+    if per_arch:
+        out("one recipe per arch:")
+        for a in per_arch:
+            which = "GPU" + ("s " if len(a.gpus) > 1 else " ") + ",".join(map(str, a.gpus))
+            kind = ", integrated" if a.integrated else ""
+            if a.choice is not None:
+                out(f"  {a.arch} ({which}{kind}) -> {a.choice.recipe}: {a.choice.reason}")
+            else:
+                out(f"  {a.arch} ({which}{kind}) -> no recipe: {a.problem}")
 
 
 def _print_report(report: DoctorReport, choice: Choice | None) -> None:

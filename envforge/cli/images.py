@@ -16,11 +16,16 @@ from envforge.cli.common import (
     json_option,
     level_option,
     load_checked,
+    load_signer,
     note,
     report_option,
     set_option,
     shm_size_option,
+    signing_key_option,
     step_timeout_option,
+    summarizing,
+    summary_option,
+    trust_option,
 )
 from envforge.errors import CertificationFailed, InvalidInput
 from envforge.fsutil import check_folder_target
@@ -65,6 +70,8 @@ def _safe_name(ref: str) -> str:
 @step_timeout_option("Seconds per probe step (default: the recipe's).")
 @report_option("Write probe.json, probe.junit.xml and certificate.json (per image: DIR/NAME/).")
 @shm_size_option
+@signing_key_option
+@summary_option
 @set_option
 @json_option
 def certify(  # noqa: PLR0917 - click passes options positionally by name
@@ -73,6 +80,8 @@ def certify(  # noqa: PLR0917 - click passes options positionally by name
     step_timeout: float | None,
     report_dir: Path | None,
     shm_size: str | None,
+    signing_key: Path | None,
+    summary_file: Path | None,
     overrides: tuple[str, ...],
     as_json: bool,
 ) -> None:
@@ -84,50 +93,60 @@ def certify(  # noqa: PLR0917 - click passes options positionally by name
     from envforge.backends import docker  # noqa: PLC0415 - keeps the SDK out of light commands
     from envforge.backends.docker.engine import connect  # noqa: PLC0415 - as above
     from envforge.backends.docker.images import inspect_image  # noqa: PLC0415 - as above
+    from envforge.cli.build import certificate_facts  # noqa: PLC0415 - as above
     from envforge.cli.display import ProbeProgress  # noqa: PLC0415 - keeps --help light
 
     if report_dir is not None:  # before any work: a file in the way is exit 2, one line
         check_folder_target(report_dir, setting="--report")
-    client = connect()
-    results: list[dict[str, Any]] = []
-    failures: list[str] = []
-    for ref in refs:
-        image: str | None = None
-        retag: list[str] = []
-        if _looks_like_image(ref):
-            info = inspect_image(client, ref)
-            if info is None:
-                raise InvalidInput(f"no image {ref} on this engine")
-            recipe = _recipe_for_image(info, ref, overrides)
-            image = ref
-            retag = docker.retag_for(ref)
+    with summarizing(summary_file, f"envforge certify {' '.join(refs)}") as notes:
+        signer = load_signer(signing_key)
+        client = connect()
+        results: list[dict[str, Any]] = []
+        failures: list[str] = []
+        for ref in refs:
+            image: str | None = None
+            retag: list[str] = []
+            if _looks_like_image(ref):
+                info = inspect_image(client, ref)
+                if info is None:
+                    raise InvalidInput(f"no image {ref} on this engine")
+                recipe = _recipe_for_image(info, ref, overrides)
+                image = ref
+                retag = docker.retag_for(ref)
+            else:
+                recipe = load_checked(ref, overrides)
+            sub = None
+            if report_dir is not None:
+                sub = report_dir if len(refs) == 1 else report_dir / _safe_name(ref)
+            options = docker.DockerOptions(
+                level=level,
+                step_timeout=step_timeout,
+                report_dir=sub,
+                shm_size=shm_size,
+                listener=ProbeProgress(table=False),
+                say=note,
+                signer=signer,
+            )
+            result = docker.certify(recipe, options, image=image, retag=retag, client=client)
+            notes.add(
+                result.outcome.report,
+                certificate_facts(result),
+                title=f"envforge certify {ref}",
+            )
+            results.append({"ref": ref, "recipe": recipe.name, **result.to_dict()})
+            if not result.certified:
+                failures.append(f"{ref}: {result.outcome.certificate.failing_step}")
+        if as_json:
+            echo_json(results)
         else:
-            recipe = load_checked(ref, overrides)
-        sub = None
-        if report_dir is not None:
-            sub = report_dir if len(refs) == 1 else report_dir / _safe_name(ref)
-        options = docker.DockerOptions(
-            level=level,
-            step_timeout=step_timeout,
-            report_dir=sub,
-            shm_size=shm_size,
-            listener=ProbeProgress(table=False),
-            say=note,
-        )
-        result = docker.certify(recipe, options, image=image, retag=retag, client=client)
-        results.append({"ref": ref, "recipe": recipe.name, **result.to_dict()})
-        if not result.certified:
-            failures.append(f"{ref}: {result.outcome.certificate.failing_step}")
-    if as_json:
-        echo_json(results)
-    else:
-        for row in results:
-            verdict = "pass" if row["certified"] else "FAIL"
-            click.echo(f"{verdict}  {row['ref']}  {row['certificate']}")
-    if failures:
-        raise CertificationFailed(
-            f"{len(failures)} of {len(refs)} image(s) failed certification; first: {failures[0]}"
-        )
+            for row in results:
+                verdict = "pass" if row["certified"] else "FAIL"
+                click.echo(f"{verdict}  {row['ref']}  {row['certificate']}")
+        if failures:
+            raise CertificationFailed(
+                f"{len(failures)} of {len(refs)} image(s) failed certification; "
+                f"first: {failures[0]}"
+            )
 
 
 @click.command("publish")
@@ -138,9 +157,17 @@ def certify(  # noqa: PLR0917 - click passes options positionally by name
     metavar="HOST[:PORT][/NAMESPACE]",
     help="Push to REGISTRY/RECIPE:STACK.",
 )
+@click.option(
+    "--require-signed",
+    is_flag=True,
+    help="Refuse (exit 5) unless the certificate is signed and its signature matches.",
+)
 @set_option
 @json_option
-def publish_cmd(recipe_ref: str, registry: str, overrides: tuple[str, ...], as_json: bool) -> None:
+def publish_cmd(
+    recipe_ref: str, registry: str, require_signed: bool, overrides: tuple[str, ...],
+    as_json: bool,
+) -> None:
     """Push the recipe's certified image (refused, exit 5, without a passing certificate)."""
     from envforge.backends.docker.engine import connect  # noqa: PLC0415 - loads the SDK
     from envforge.certificate import CertificateStore  # noqa: PLC0415 - keeps --help light
@@ -151,7 +178,14 @@ def publish_cmd(recipe_ref: str, registry: str, overrides: tuple[str, ...], as_j
     client = connect()
     display = BuildDisplay()
     try:
-        result = publish(client, recipe, registry, store=CertificateStore(), on_line=display)
+        result = publish(
+            client,
+            recipe,
+            registry,
+            store=CertificateStore(),
+            on_line=display,
+            require_signed=require_signed,
+        )
     finally:
         display.close()
     if as_json:
@@ -162,25 +196,54 @@ def publish_cmd(recipe_ref: str, registry: str, overrides: tuple[str, ...], as_j
                 "pinned": result.pinned_ref,
                 "certificate": result.certificate,
                 "image": result.image_id,
+                "signed_by": result.signed_by,
             }
         )
         return
-    note(f"pushed {result.ref} (certificate {result.certificate})")
+    signed = f", signed by {result.signed_by[:23]}" if result.signed_by else ", unsigned"
+    note(f"pushed {result.ref} (certificate {result.certificate}{signed})")
     click.echo(result.pinned_ref)
 
 
 @click.command("verify")
 @click.argument("ref", metavar="REF")
 @click.option("--no-pull", is_flag=True, help="Verify the local image; do not pull.")
+@trust_option(
+    "Require a signature by a key in this public key file (repeatable; default: "
+    "$ENVFORGE_TRUSTED_KEYS, os.pathsep-separated)."
+)
 @json_option
-def verify_cmd(ref: str, no_pull: bool, as_json: bool) -> None:
-    """Pull REF and check that its certificate passed and matches its content (exit 0/1)."""
+def verify_cmd(ref: str, no_pull: bool, trust: tuple[Path, ...], as_json: bool) -> None:
+    """Pull REF and check that its certificate passed and matches its content (exit 0/1).
+
+    With trusted keys (--trust or ENVFORGE_TRUSTED_KEYS) the certificate must also be
+    signed by one of them (exit 1 when unsigned, signed by another key, or altered).
+    """
     from envforge.backends.docker.engine import connect  # noqa: PLC0415 - loads the SDK
     from envforge.publish import verify  # noqa: PLC0415 - keeps --help light
+    from envforge.signing import (  # noqa: PLC0415 - loads cryptography when used
+        TrustList,
+        load_trust,
+        require_trusted,
+        short,
+        trust_paths,
+    )
 
+    files = trust_paths(trust)
+    trusted = load_trust(files, setting="--trust" if trust else "ENVFORGE_TRUSTED_KEYS") \
+        if files else TrustList()
     client = connect()
     result = verify(client, ref, pull=not no_pull)
     cert = result.certificate
+    signer_name = ""
+    if trusted:
+        key = require_trusted(cert.data, trusted, what=ref)
+        signer_name = key.name
+        signature = f"signed by {key.label} (trusted)"
+    elif cert.signed_by:
+        signature = f"signed by {short(cert.signed_by)} (not checked: no trusted keys given)"
+    else:
+        signature = "unsigned"
     if as_json:
         echo_json(
             {
@@ -191,11 +254,14 @@ def verify_cmd(ref: str, no_pull: bool, as_json: bool) -> None:
                 "recipe": cert.recipe_name,
                 "stack": cert.stack_tag,
                 "layers": len(cert.layers),
+                "signed_by": cert.signed_by,
+                "signer_name": signer_name or None,
+                "trusted": bool(trusted) or None,
             }
         )
         return
     click.echo(
         f"ok  {ref}: certified ({cert.report.get('level', '?')} probe passed) for "
         f"{cert.recipe_name} {cert.stack_tag}; {len(cert.layers)} layers match "
-        f"certificate {cert.digest[:19]}"
+        f"certificate {cert.digest[:19]}; {signature}"
     )

@@ -1,7 +1,9 @@
-"""``knowledge refresh`` and ``knowledge status``: the compatibility table against the indexes."""
+"""``knowledge show``, ``refresh`` and ``status``: the compatibility table (with overlays)
+and the table against the indexes."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,47 @@ def register(group: click.Group) -> None:
 
 @click.group()
 def knowledge() -> None:
-    """The compatibility table: compare it with the package indexes."""
+    """The compatibility table: show it (with overlays), compare it with the indexes."""
+
+
+@knowledge.command("show")
+@json_option
+def show_cmd(*, as_json: bool) -> None:
+    """Print the merged table: the shipped table and the overlays from
+    ENVFORGE_KNOWLEDGE_PATH and $XDG_CONFIG_HOME/envforge/knowledge/, each row with the
+    file it came from."""
+    table = load_table()
+    if as_json:
+        echo_json(dataclasses.asdict(table))
+        return
+    out = click.echo
+    out("table files (a later one's rows replace an earlier one's):")
+    for layer in table.layers:
+        out(f"  {layer}")
+    out(f"index root: {table.index_root}")
+    for r in table.releases:
+        checked = f", checked {r.checked}" if r.checked else ""
+        out(f"torch {r.series}: {', '.join(r.versions)}  [{r.origin}]")
+        out(f"  CPython {r.python_min}-{r.python_max}{checked}"
+            + (f", NumPy breaks {r.numpy_breaks}" if r.numpy_breaks else ""))
+        for v in r.variants:
+            default = ", default build" if v.pypi_default else ""
+            archs = f", archs {' '.join(v.archs)}" if v.archs else ""
+            out(f"  {v.name:<10} py{v.python_min}-{v.python_max} {v.form} {v.index} "
+                f"[{v.confidence}{default}]{archs}  [{v.origin}]")
+    sections = (
+        ("numpy series", [(n.series, n.origin) for n in table.numpy_releases]),
+        ("HSA overrides", [(o.arch, o.origin) for o in table.overrides]),
+        ("base images", [(b.distro, b.origin) for b in table.base_images]),
+        ("driver floors", [(f"CUDA {f.cuda_major}", f.origin) for f in table.driver_floors]),
+        ("archs", [(a.arch, a.origin) for a in (*table.amd_archs, *table.nvidia_archs)]),
+    )
+    for title, rows in sections:
+        by_file: dict[str, list[str]] = {}
+        for name, origin in rows:
+            by_file.setdefault(origin, []).append(name)
+        for origin, names in by_file.items():
+            out(f"{title}: {', '.join(names)}  [{origin}]")
 
 
 def _client_options(func: Any) -> Any:

@@ -1,8 +1,11 @@
 """``envforge matrix``: the certified-on matrix as a static site (``index.html`` + ``matrix.json``).
 
 Evidence comes from ``--evidence PATH`` (repeatable: folders, searched recursively, report
-files, ``*.jsonl`` bundles), by default from the local certificate store. Files that are
-not readable evidence are named on stderr, one line each, and skipped.
+files, ``*.jsonl`` bundles), by default from the local evidence store (certificates and
+reports, :mod:`envforge.evidence_store`). Files that are not readable evidence are named
+on stderr, one line each, and skipped; so is a certificate whose signature does not match.
+Each signed report shows its signer's key fingerprint, and the key's name when a trust file
+(``--trust``, ``ENVFORGE_TRUSTED_KEYS``) lists it.
 """
 
 from __future__ import annotations
@@ -11,11 +14,18 @@ from pathlib import Path
 
 import click
 
-from envforge import paths
-from envforge.cli.common import echo_json, json_option
+from envforge.cli.common import echo_json, json_option, trust_option
 from envforge.errors import InvalidInput
 from envforge.evidence import missing_paths, read_evidence
 from envforge.matrix import aggregate, write_site
+
+
+def _trust_paths(given: tuple[Path, ...]) -> list[Path]:
+    import os  # noqa: PLC0415 - tiny
+
+    if given:
+        return list(given)
+    return [Path(p) for p in os.environ.get("ENVFORGE_TRUSTED_KEYS", "").split(os.pathsep) if p]
 
 
 def register(group: click.Group) -> None:
@@ -41,10 +51,15 @@ def register(group: click.Group) -> None:
     type=click.Path(path_type=Path),
     help="Folder for index.html and matrix.json (created when missing).",
 )
+@trust_option(
+    "Public key file naming signers (repeatable; default: $ENVFORGE_TRUSTED_KEYS)."
+)
 @json_option
-def matrix(evidence: tuple[Path, ...], out: Path, as_json: bool) -> None:
+def matrix(evidence: tuple[Path, ...], out: Path, trust: tuple[Path, ...], as_json: bool) -> None:
     """Write the certified-on matrix (GPU arch x recipe) as a static site."""
-    sources = list(evidence) or [paths.certificates_dir()]
+    from envforge.evidence_store import sources as store  # noqa: PLC0415 - when run
+
+    sources = list(evidence) or store()
     if evidence:
         missing = missing_paths(sources)
         if missing:
@@ -52,11 +67,18 @@ def matrix(evidence: tuple[Path, ...], out: Path, as_json: bool) -> None:
                 f"--evidence {missing[0]}: no such file or folder",
                 hint="name a report folder, a probe.json/certificate file or a .jsonl bundle",
             )
-    found = read_evidence(p for p in sources if p.exists())
+    signers: dict[str, str] = {}
+    files = _trust_paths(trust)
+    if files:
+        from envforge.signing import load_trust  # noqa: PLC0415 - loads cryptography
+
+        keys = load_trust(files, setting="--trust" if trust else "ENVFORGE_TRUSTED_KEYS")
+        signers = {fp: key.name for fp, key in keys.keys.items()}
+    found = read_evidence((p for p in sources if p.exists()), signatures=True)
     for problem in found.problems:
         click.echo(f"envforge: skipped {problem.line()}", err=True)
     result = aggregate(found)
-    site = write_site(result, out)
+    site = write_site(result, out, signers=signers)
     summary = {
         "index": str(site.index),
         "data": str(site.data),

@@ -29,6 +29,8 @@ from envforge.cli.common import (
     report_option,
     set_option,
     step_timeout_option,
+    summarizing,
+    summary_option,
 )
 from envforge.cli.display import ProbeProgress
 from envforge.errors import CertificationFailed, InvalidInput
@@ -91,6 +93,7 @@ def _term_as_interrupt() -> Iterator[None]:
 @json_option
 @report_option("Write DIR/probe.json and DIR/probe.junit.xml.", "DIR")
 @python_option("Probe this interpreter's environment (default: the one running envforge).")
+@summary_option
 def probe(  # noqa: PLR0917 - click passes options positionally
     recipe_ref: str | None,
     overrides: tuple[str, ...],
@@ -100,6 +103,7 @@ def probe(  # noqa: PLR0917 - click passes options positionally
     as_json: bool,
     report_dir: Path | None,
     python: str | None,
+    summary_file: Path | None,
 ) -> None:
     """Probe an environment step by step, each step under a deadline in an isolated process.
 
@@ -115,43 +119,49 @@ def probe(  # noqa: PLR0917 - click passes options positionally
                            hint="--step-timeout 60")
     if report_dir is not None:  # before the probe runs: a file in the way is exit 2 now
         check_folder_target(report_dir, setting="--report")
-    if recipe_ref is None:
-        if overrides:
-            raise InvalidInput("--set needs --recipe", hint="envforge probe --recipe cpu --set ...")
-        spec = ProbeSpec.for_installed(
-            level=level or "full",
-            step_timeout=step_timeout if step_timeout is not None else 60.0,
-            extra_checks=checks,
-        )
-    else:
-        recipe = load_checked(recipe_ref, overrides)
-        spec = ProbeSpec.from_recipe(
-            recipe, level=level, step_timeout=step_timeout, extra_checks=checks
-        )
-    target = LocalPythonTarget(python=python or sys.executable)
-    table = ProbeProgress()
-    live = not as_json or table.tty
-    if live:
-        what = f"recipe {spec.recipe_name}" if spec.recipe_name else "installed packages"
-        table.header(
-            f"Probing {target.description} against {what}: level {spec.level}, "
-            f"{spec.step_timeout:g}s per step"
-        )
-    started = time.monotonic()
-    with _term_as_interrupt():
-        report = run_probe(spec, target, listener=table if live else None)
-    if report_dir is not None:
-        _write_report(report, report_dir)
-    if as_json:
-        echo_json(report.to_dict())
-    else:
-        click.echo(
-            f"{report.status.upper()}: {summarize(report.steps)} "
-            f"in {time.monotonic() - started:.1f}s"
-        )
-    problem = report.first_problem
-    if problem is not None or not report.passed:
-        _raise_failed(report, problem, spec)
+    title = "envforge probe" + (f" --recipe {recipe_ref}" if recipe_ref else "")
+    with summarizing(summary_file, title) as notes:
+        if recipe_ref is None:
+            if overrides:
+                raise InvalidInput(
+                    "--set needs --recipe", hint="envforge probe --recipe cpu --set ..."
+                )
+            spec = ProbeSpec.for_installed(
+                level=level or "full",
+                step_timeout=step_timeout if step_timeout is not None else 60.0,
+                extra_checks=checks,
+            )
+        else:
+            recipe = load_checked(recipe_ref, overrides)
+            spec = ProbeSpec.from_recipe(
+                recipe, level=level, step_timeout=step_timeout, extra_checks=checks
+            )
+        target = LocalPythonTarget(python=python or sys.executable)
+        table = ProbeProgress()
+        live = not as_json or table.tty
+        if live:
+            what = f"recipe {spec.recipe_name}" if spec.recipe_name else "installed packages"
+            table.header(
+                f"Probing {target.description} against {what}: level {spec.level}, "
+                f"{spec.step_timeout:g}s per step"
+            )
+        started = time.monotonic()
+        with _term_as_interrupt():
+            report = run_probe(spec, target, listener=table if live else None)
+        notes.add(report)
+        if report_dir is not None:
+            _write_report(report, report_dir)
+            _keep(report)
+        if as_json:
+            echo_json(report.to_dict())
+        else:
+            click.echo(
+                f"{report.status.upper()}: {summarize(report.steps)} "
+                f"in {time.monotonic() - started:.1f}s"
+            )
+        problem = report.first_problem
+        if problem is not None or not report.passed:
+            _raise_failed(report, problem, spec)
 
 
 def _write_report(report: ProbeReport, folder: Path) -> None:
@@ -163,6 +173,14 @@ def _write_report(report: ProbeReport, folder: Path) -> None:
             hint="pass a folder you can write to",
         ) from None
     click.echo(f"wrote {json_path} and {junit_path}", err=True)
+
+
+def _keep(report: ProbeReport) -> None:
+    """Keep the run in the local evidence store (a certification: ``probe --report``)."""
+    from envforge.evidence_store import record_probe  # noqa: PLC0415 - only with --report
+
+    stored = record_probe(report.to_dict())
+    click.echo(f"kept in the evidence store: {stored}", err=True)
 
 
 def _hint(problem: StepResult, spec: ProbeSpec) -> str | None:

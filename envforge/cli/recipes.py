@@ -8,8 +8,17 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from envforge.cli.common import echo_json, json_option, load_checked, set_option
-from envforge.errors import EnvforgeError, InvalidInput
+from envforge.cli.common import (
+    echo_json,
+    json_option,
+    load_checked,
+    set_option,
+    strict_mode,
+    strict_option,
+)
+from envforge.errors import EnvforgeError, InvalidInput, printable
+from envforge.paths import state_dir
+from envforge.recipe import listing
 from envforge.recipe.catalogue import Catalogue
 
 if TYPE_CHECKING:
@@ -21,44 +30,48 @@ if TYPE_CHECKING:
 @click.command("list")
 @json_option
 def list_cmd(as_json: bool) -> None:
-    """List the recipes in the catalogue (shipped and ENVFORGE_RECIPE_PATH)."""
-    catalogue = Catalogue.default()
-    rows: list[dict[str, Any]] = []
-    for name, path in catalogue.files().items():
-        recipe = catalogue.load(str(path))
-        rows.append(
-            {
-                "name": name,
-                "vendor": recipe.gpu.vendor,
-                "arch": recipe.gpu.arch,
-                "stack": recipe.stack_tag,
-                "description": recipe.description,
-                "path": str(path),
-            }
-        )
+    """List the recipes in the catalogue (shipped and ENVFORGE_RECIPE_PATH).
+
+    A recipe file that cannot be loaded is listed as BROKEN (its error on stderr; with
+    --json in its "error" field); the others are listed all the same, exit 0.
+    """
+    files = Catalogue.default().files()
+    rows = [row.to_dict() for row in listing.rows(files, state_dir() / "cache")]
     if as_json:
         echo_json(rows)
         return
     width = max((len(r["name"]) for r in rows), default=4)
     for r in rows:
+        name = printable(r["name"])  # a file name may hold anything
+        if r["error"] is not None:
+            click.echo(f"{name:<{width}}  {'-':<8} {'BROKEN':<32} (see stderr; envforge "
+                       f"validate {printable(r['path'])})")
+            click.echo(f"envforge: {name}: {r['error']}", err=True)
+            continue
         arch = r["arch"] or "-"
-        click.echo(f"{r['name']:<{width}}  {arch:<8} {r['stack']:<32} {r['description']}")
+        click.echo(f"{name:<{width}}  {arch:<8} {r['stack']:<32} {r['description']}")
 
 
 @click.command()
 @click.argument("recipe_ref", metavar="RECIPE")
 @set_option
+@strict_option
 @json_option
 def show(recipe_ref: str, overrides: tuple[str, ...], as_json: bool) -> None:
     """Show a recipe's stack, why each pin and env var is there, and how sure we are."""
-    from envforge.knowledge import explain  # noqa: PLC0415 - the table only when needed
+    from envforge.knowledge import explain, unknowns  # noqa: PLC0415 - the table when needed
 
     recipe = load_checked(recipe_ref, overrides)
     reasons = explain(recipe)
+    unknown = unknowns(recipe)
+    where = _certified_on(recipe.name, gpu=recipe.gpu.vendor != "none", arch=recipe.gpu.arch)
     if as_json:
         data = recipe.to_dict()
         data["hash"] = recipe.hash
         data["stack_tag"] = recipe.stack_tag
+        data["confidence"] = "uncertain" if unknown else "known"
+        data["unknown"] = [v.one_line(recipe.origin) for v in unknown]
+        data["certified_on"] = where
         data["reasons"] = [
             {"pin": r.pin, "why": r.why, "source": r.source} for r in reasons
         ]
@@ -75,6 +88,9 @@ def show(recipe_ref: str, overrides: tuple[str, ...], as_json: bool) -> None:
     if recipe.packages:
         out(f"  packages   {' '.join(recipe.packages)}")
     out(f"  recipe     {recipe.origin} ({recipe.hash[:19]})")
+    if unknown:
+        what = "; ".join(f"[{v.rule}] {v.message}" for v in unknown)
+        out(f"  confidence uncertain: the compatibility table has no row for it ({what})")
     if reasons:
         out("\nWhy these pins:")
         for r in reasons:
@@ -98,16 +114,31 @@ def show(recipe_ref: str, overrides: tuple[str, ...], as_json: bool) -> None:
         f"\nCertify: level {recipe.certify.level}, {recipe.certify.step_timeout:g}s per step"
         + (f", {checks} extra check(s)" if checks else "")
     )
+    out(f"Evidence: {where}")
+
+
+def _certified_on(name: str, *, gpu: bool, arch: str | None) -> str:
+    """Where the recipe passed, from this host's evidence store (certificates, probe
+    reports, venv certifications, imports); see :func:`envforge.evidence.certified_on`."""
+    from envforge.evidence import certified_on  # noqa: PLC0415 - only for show
+    from envforge.evidence_store import read_store  # noqa: PLC0415 - only for show
+
+    return certified_on(read_store(recipe=name).records, name, gpu=gpu, arch=arch)
 
 
 @click.command()
 @click.argument("refs", nargs=-1, metavar="[RECIPE|PATH]...")
 @set_option
+@strict_option
 @json_option
 def validate(refs: tuple[str, ...], overrides: tuple[str, ...], as_json: bool) -> None:
-    """Check recipes against the schema and the compatibility table (default: all)."""
-    from envforge.knowledge import check  # noqa: PLC0415 - the table only when needed
+    """Check recipes against the schema and the compatibility table (default: all).
 
+    What the table has no row for is accepted as uncertain with a warning (--strict:
+    refused)."""
+    from envforge.knowledge import check, split  # noqa: PLC0415 - the table when needed
+
+    strict = strict_mode()
     catalogue = Catalogue.default()
     targets = list(refs) or [str(p) for p in catalogue.files().values()]
     results: list[dict[str, Any]] = []
@@ -119,22 +150,28 @@ def validate(refs: tuple[str, ...], overrides: tuple[str, ...], as_json: bool) -
             results.append({"recipe": ref, "ok": False, "problems": [exc.one_line()]})
             first_error = first_error or exc
             continue
-        violations = check(recipe)
+        violations, warned = split(check(recipe), strict=strict)
         results.append(
             {
                 "recipe": recipe.name,
                 "ok": not violations,
+                "confidence": "uncertain" if warned else "known",
                 "problems": [v.one_line(recipe.origin) for v in violations],
+                "warnings": [v.warning(recipe.origin) for v in warned],
             }
         )
         if violations and first_error is None:
             first_error = violations[0].error(recipe.origin)
+    for r in results:
+        for warning in r.get("warnings", ()):
+            click.echo(f"envforge: warning: {warning}", err=True)
     if as_json:
         echo_json(results)
     else:
         for r in results:
             if r["ok"]:
-                click.echo(f"ok    {r['recipe']}")
+                uncertain = "  (uncertain)" if r.get("confidence") == "uncertain" else ""
+                click.echo(f"ok    {r['recipe']}{uncertain}")
             for problem in r["problems"]:
                 click.echo(f"FAIL  {problem}", err=True)
     if first_error is not None:
@@ -184,6 +221,7 @@ def validate(refs: tuple[str, ...], overrides: tuple[str, ...], as_json: bool) -
     help="For a build context with ca-bundle.pem (pip trusts it while building).",
 )
 @set_option
+@strict_option
 def render(
     *,
     recipe_ref: str | None,
@@ -198,7 +236,7 @@ def render(
 ) -> None:
     """Render a recipe's Dockerfile (or venv plan); --all -o DIR renders the catalogue."""
     from envforge.fsutil import write_files  # noqa: PLC0415 - only when rendering
-    from envforge.knowledge import check  # noqa: PLC0415 - the table only when needed
+    from envforge.knowledge import enforce  # noqa: PLC0415 - the table only when needed
     from envforge.render import (  # noqa: PLC0415 - jinja2 only when rendering
         RenderOptions,
         plan_venv,
@@ -230,9 +268,7 @@ def render(
         recipes = []
         for path in catalogue.files().values():
             recipe = catalogue.load(str(path), overrides)
-            violations = check(recipe)
-            if violations:
-                raise violations[0].error(recipe.origin)
+            enforce(recipe, strict=strict_mode())
             recipes.append(recipe)
     if output is None:  # not reached: --all without -o is refused above
         raise InvalidInput("render needs -o DIR here", hint="envforge render --all -o Dockerfiles")

@@ -1,17 +1,29 @@
 """Compatibility knowledge: the shipped table (data) and the rules applied to recipes.
 
 ``check(recipe)`` lists every :class:`Violation` (rule id, message, evidence, fix);
-``enforce(recipe)`` raises the first as a ConstraintViolation (exit 2);
+``enforce(recipe)`` raises the first refusal as a ConstraintViolation (exit 2) and warns
+about what the table has no row for (``unknown`` verdicts, refused under ``--strict``);
 ``explain(recipe)`` says why each pin is there. The table is
-``envforge/data/compat.yaml``, parsed by :func:`load_table`.
+``envforge/data/compat.yaml`` merged with the overlays (``ENVFORGE_KNOWLEDGE_PATH``,
+``$XDG_CONFIG_HOME/envforge/knowledge/``), parsed by :func:`load_table`.
 """
 
 from __future__ import annotations
 
 from envforge.arch import NVIDIA_COMPUTE_CAPABILITIES, gfx_from_isa, isa_from_gfx, sm_covered
 from envforge.errors import TableError
-from envforge.knowledge.parse import load_table
-from envforge.knowledge.rules import Reason, Violation, check, enforce, explain
+from envforge.knowledge.parse import load_table, overlay_files
+from envforge.knowledge.rules import (
+    Reason,
+    Violation,
+    check,
+    effective_confidence,
+    enforce,
+    explain,
+    split,
+    strict_from_env,
+    unknowns,
+)
 from envforge.knowledge.table import CompatTable, Override, Release, Variant
 from envforge.recipe.model import Recipe
 
@@ -73,14 +85,19 @@ __all__ = [
     "Violation",
     "check",
     "cuda_archs",
+    "effective_confidence",
     "enforce",
     "explain",
     "gfx_from_isa",
     "isa_from_gfx",
     "load_table",
     "min_driver",
+    "overlay_files",
     "override_target",
     "recipe_arch_for",
     "sm_covered",
+    "split",
+    "strict_from_env",
+    "unknowns",
     "variant_of",
 ]

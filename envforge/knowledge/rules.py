@@ -23,15 +23,27 @@ cuda-arch           the CUDA wheel has neither SASS nor PTX for the nvidia arch
 base-python         a base image the table knows ships another python3 than the recipe's
 env-name            an env var name is not a POSIX shell name
 ==================  ==========================================================
+
+Each verdict has a kind. ``impossible``: the table knows the combination cannot work (a
+Python outside a known range, an arch known absent from the wheel, a NumPy the wheel
+breaks with, a variant known unpublished, an index of the table's own root that serves
+another variant); refused with exit 2. ``unknown``: the table has no row to decide by (a
+torch release newer than or outside its rows, a variant newer than every one it knows, an
+index outside the table's root such as a mirror or AMD's per-arch index); accepted with a
+one-line warning and the recipe's effective confidence ``uncertain`` (certification
+decides), refused like ``impossible`` under ``--strict`` / ``ENVFORGE_STRICT=1``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+import os
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Literal
 
 from packaging.specifiers import SpecifierSet
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from envforge.arch import gfx_from_isa
 from envforge.errors import ConstraintViolation
@@ -43,11 +55,16 @@ from envforge.knowledge.table import (
     base_version,
     local_label,
     py_tuple,
+    series_of,
 )
 from envforge.patterns import ENV_NAME_RE
 from envforge.recipe.model import Recipe
 
 HSA_OVERRIDE = "HSA_OVERRIDE_GFX_VERSION"
+#: ``1`` (or ``true``/``yes``): treat unknown stacks as refusals (for CI).
+STRICT_ENV = "ENVFORGE_STRICT"
+
+VerdictKind = Literal["impossible", "unknown"]
 
 #: NumPy versions probed to decide whether a specifier admits a breaking release.
 _NUMPY_PROBES = tuple(
@@ -66,6 +83,19 @@ class Violation:
     message: str
     evidence: str
     hint: str
+    #: ``impossible`` (refused) or ``unknown`` (accepted as uncertain unless strict).
+    kind: VerdictKind = "impossible"
+
+    @property
+    def unknown(self) -> bool:
+        return self.kind == "unknown"
+
+    def warning(self, origin: str) -> str:
+        """``ORIGIN: [rule] message; accepted as uncertain ...`` on one line."""
+        return (
+            f"{origin}: [{self.rule}] {self.message}; accepted as uncertain "
+            "(certification decides; --strict refuses)"
+        )
 
     def error(self, origin: str) -> ConstraintViolation:
         return ConstraintViolation(
@@ -90,22 +120,64 @@ class Reason:
 
 
 def check(recipe: Recipe, table: CompatTable | None = None) -> list[Violation]:
-    """Every rule the recipe breaks, most fundamental first; [] when it is consistent."""
+    """Every rule the recipe breaks, most fundamental first; [] when it is consistent.
+
+    Verdicts of kind ``unknown`` are included (see :func:`split`)."""
     t = load_table() if table is None else table
     return list(_violations(recipe, t))
 
 
-def enforce(recipe: Recipe, table: CompatTable | None = None) -> None:
-    """Raise the first violation as a ConstraintViolation (exit 2); do nothing if none."""
-    found = check(recipe, table)
-    if not found:
-        return
-    first = found[0]
-    if len(found) > 1:
-        first = Violation(
-            first.rule, f"{first.message} (and {len(found) - 1} more)", first.evidence, first.hint
-        )
-    raise first.error(recipe.origin)
+def strict_from_env(environ: Mapping[str, str] | None = None) -> bool:
+    """``ENVFORGE_STRICT=1`` (``true``, ``yes``): unknown stacks are refused."""
+    env = os.environ if environ is None else environ
+    return env.get(STRICT_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def split(
+    found: Sequence[Violation], *, strict: bool = False
+) -> tuple[list[Violation], list[Violation]]:
+    """(refusals, warnings): unknown verdicts are warnings unless ``strict``."""
+    refused = [v for v in found if strict or not v.unknown]
+    warned = [v for v in found if not strict and v.unknown]
+    return refused, warned
+
+
+def unknowns(recipe: Recipe, table: CompatTable | None = None) -> list[Violation]:
+    """What the table has no row for; non-empty means the recipe is ``uncertain``."""
+    return [v for v in check(recipe, table) if v.unknown]
+
+
+def effective_confidence(recipe: Recipe, table: CompatTable | None = None) -> str:
+    """``uncertain`` when the table cannot decide the stack, else ``known``."""
+    return "uncertain" if unknowns(recipe, table) else "known"
+
+
+def enforce(
+    recipe: Recipe,
+    table: CompatTable | None = None,
+    *,
+    strict: bool | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> list[Violation]:
+    """Raise the first refusal as a ConstraintViolation (exit 2); warn about each unknown
+    verdict accepted (one line each, on stderr unless ``warn`` is given) and return them.
+    ``strict`` None: from ``ENVFORGE_STRICT``; strict turns unknown into refusal."""
+    strict = strict_from_env() if strict is None else strict
+    refused, warned = split(check(recipe, table), strict=strict)
+    if refused:
+        first = refused[0]
+        if len(refused) > 1:
+            first = replace(first, message=f"{first.message} (and {len(refused) - 1} more)")
+        raise first.error(recipe.origin)
+    say = _stderr if warn is None else warn
+    for v in warned:
+        say(v.warning(recipe.origin))
+    return warned
+
+
+def _stderr(line: str) -> None:
+    sys.stderr.write(f"envforge: warning: {line}\n")
+    sys.stderr.flush()
 
 
 def _violations(recipe: Recipe, t: CompatTable) -> Iterator[Violation]:
@@ -155,7 +227,7 @@ def _base_python(recipe: Recipe, t: CompatTable) -> Iterator[Violation]:
         "base-python",
         f"base image {recipe.base_image} ({entry.distro}) ships Python {entry.python}, "
         f"not {recipe.python}",
-        t.cite(entry.source),
+        _cite(t, entry.source, entry.origin),
         hint,
     )
 
@@ -189,20 +261,75 @@ def _vendor_variant(recipe: Recipe) -> Iterator[Violation]:
         )
 
 
+def _newest_series(t: CompatTable) -> str | None:
+    return max((r.series for r in t.releases), key=Version, default=None)
+
+
 def _unknown_release(recipe: Recipe, t: CompatTable) -> Violation:
     version = recipe.torch.version
-    series = t.series(".".join(base_version(version).split(".")[:2]))
+    series = t.series(series_of(version))
+    newest = _newest_series(t)
+    if series is not None and series.series != newest:
+        # Patch releases are made for the newest series only: a version the row of an
+        # older series does not list was never published.
+        return Violation(
+            "torch-release",
+            f"torch {version} is not a release the compatibility table knows",
+            _cite(t, "TI; PV; PYPI", series.origin),
+            f"torch {series.series} releases: {', '.join(series.versions)}",
+        )
+    known = t.known_versions
     if series is not None:
-        hint = f"torch {series.series} releases: {', '.join(series.versions)}"
+        what = f"a torch {series.series} release the table does not list yet"
+        hint = f"torch {series.series} releases it lists: {', '.join(series.versions)}"
     else:
-        known = t.known_versions
-        hint = f"use a known release ({known[0]} ... {known[-1]})"
+        what = "a torch release the compatibility table has no row for"
+        hint = f"add its row in an overlay (envforge knowledge refresh -o FILE), or use a " \
+               f"known release ({known[0]} ... {known[-1]})"
     return Violation(
         "torch-release",
-        f"torch {version} is not a release the compatibility table knows",
-        t.cite("TI; PV; PYPI"),
+        f"torch {version} is {what}",
+        _cite(t, "TI; PV; PYPI", t.layers[0]),
         hint,
+        kind="unknown",
     )
+
+
+def _cite(t: CompatTable, text: str, origin: str) -> str:
+    """The expanded sources of a fact, and the table file it came from."""
+    return f"{t.cite(text)} [{origin}]"
+
+
+def _variant_version(name: str) -> Version | None:
+    digits = name[len("rocm") :] if name.startswith("rocm") else name[len("cu") :]
+    if name.startswith("cu") and len(digits) >= 2:
+        digits = f"{digits[:-1]}.{digits[-1]}"
+    try:
+        return Version(digits)
+    except InvalidVersion:
+        return None
+
+
+def _variant_unknown(recipe: Recipe, release: Release, t: CompatTable) -> bool:
+    """The table has no row to decide whether ``release`` publishes the variant: every
+    variant of the release is uncertain, or its variants of the same kind (ROCm, CUDA)
+    include an uncertain one (the list is not confirmed), or the variant is newer than
+    every one of its kind the table knows and the release is the newest series."""
+    name = recipe.accelerator
+    if all(v.confidence == "uncertain" for v in release.variants):
+        return True
+    if name == "cpu":
+        return False
+    kind = "rocm" if name.startswith("rocm") else "cu"
+    if any(v.confidence == "uncertain" for v in release.variants if v.name.startswith(kind)):
+        return True  # the release's list of this kind is not confirmed
+    if release.series != _newest_series(t):
+        return False
+    mine = _variant_version(name)
+    known = [
+        _variant_version(v.name) for r in t.releases for v in r.variants if v.name.startswith(kind)
+    ]
+    return mine is not None and all(v is not None and v < mine for v in known)
 
 
 def _variant_hint(recipe: Recipe, release: Release, t: CompatTable) -> str:
@@ -222,11 +349,21 @@ def _variant_hint(recipe: Recipe, release: Release, t: CompatTable) -> str:
 
 
 def _unpublished(recipe: Recipe, release: Release, t: CompatTable) -> Violation:
+    version = base_version(recipe.torch.version)
+    if _variant_unknown(recipe, release, t):
+        return Violation(
+            "variant-published",
+            f"the table has no row for {recipe.accelerator} wheels of torch {version} "
+            f"(its rows: {', '.join(release.variant_names)})",
+            _cite(t, release.source, release.origin),
+            _variant_hint(recipe, release, t),
+            kind="unknown",
+        )
     return Violation(
         "variant-published",
-        f"torch {base_version(recipe.torch.version)} publishes no {recipe.accelerator} wheels "
+        f"torch {version} publishes no {recipe.accelerator} wheels "
         f"(published: {', '.join(release.variant_names)})",
-        t.cite(release.source),
+        _cite(t, release.source, release.origin),
         _variant_hint(recipe, release, t),
     )
 
@@ -241,7 +378,7 @@ def _python_range(recipe: Recipe, variant: Variant, t: CompatTable) -> Iterator[
         "python-range",
         f"torch {base_version(version)}+{variant.name} publishes wheels for CPython "
         f"{low}-{high}, not {recipe.python}",
-        t.cite(variant.python_source),
+        _cite(t, variant.python_source, variant.origin),
         f'set python: "{nearest}"',
     )
 
@@ -260,9 +397,17 @@ def _local_version(recipe: Recipe, variant: Variant) -> Iterator[Violation]:
         )
 
 
+def _known_index(url: str, t: CompatTable) -> bool:
+    """An index of the table's own root (``index_root`` or a variant's ``index``)."""
+    root = t.index_root.rstrip("/")
+    if url == root or url.startswith(root + "/"):
+        return True
+    return any(v.index == url for r in t.releases for v in r.variants)
+
+
 def _index_url(recipe: Recipe, variant: Variant, t: CompatTable) -> Iterator[Violation]:
     index = recipe.torch.index
-    evidence = t.cite(f"PV; {variant.source}")
+    evidence = _cite(t, f"PV; {variant.source}", variant.origin)
     if index is None:
         if variant.kind == "cpu":
             return
@@ -276,7 +421,20 @@ def _index_url(recipe: Recipe, variant: Variant, t: CompatTable) -> Iterator[Vio
             f"set torch.index: {variant.index}",
         )
         return
-    if index.rstrip("/") != variant.index:
+    wanted = index.rstrip("/")
+    if wanted != variant.index and not _known_index(wanted, t):
+        yield Violation(
+            "index-url",
+            f"torch.index {index} is an index the table has no row for (the table's "
+            f"{variant.name} wheels of torch {base_version(recipe.torch.version)} are on "
+            f"{variant.index})",
+            evidence,
+            f"set torch.index: {variant.index}, or keep it if it mirrors that index "
+            "(ENVFORGE_INDEX_MIRROR rewrites the original at render time instead)",
+            kind="unknown",
+        )
+        return
+    if wanted != variant.index:
         yield Violation(
             "index-url",
             f"torch.index {index} does not serve the {variant.name} wheels of torch "
@@ -301,7 +459,7 @@ def _numpy(recipe: Recipe, release: Release, t: CompatTable) -> Iterator[Violati
         f"numpy {spec or '(any)'!s} admits NumPy {bad}, but torch "
         f"{base_version(recipe.torch.version)} wheels are built against the NumPy 1.x ABI "
         f"and fail with NumPy {release.numpy_breaks.lstrip('<>=!~ ')}+ (_ARRAY_API not found)",
-        t.cite(release.numpy_source),
+        _cite(t, release.numpy_source, release.origin),
         f"set numpy: {fix}",
     )
 
@@ -325,9 +483,14 @@ def _numpy_python(recipe: Recipe, t: CompatTable) -> Iterator[Violation]:
         "numpy-python",
         f"numpy {recipe.numpy} admits no NumPy release with a wheel for CPython "
         f"{recipe.python}",
-        t.numpy_source,
+        f"{t.numpy_source} [{_numpy_origin(t, recipe.python)}]",
         hint,
     )
+
+
+def _numpy_origin(t: CompatTable, python: str) -> str:
+    files = dict.fromkeys(n.origin for n in t.numpy_releases if n.installable(python))
+    return ", ".join(files) or t.layers[0]
 
 
 def _first_release_covering(arch: str, kind: str, t: CompatTable) -> tuple[Release, Variant] | None:
@@ -387,7 +550,7 @@ def _amd_arch(recipe: Recipe, variant: Variant, t: CompatTable) -> Iterator[Viol
                 "hsa-override",
                 f"{arch} is in the {stack} wheel; {HSA_OVERRIDE}={override} would make it "
                 f"run {target} code",
-                t.cite(variant.arch_source(arch)),
+                _cite(t, variant.arch_source(arch), variant.arch_origin(arch)),
                 f"remove env.{HSA_OVERRIDE}",
             )
             return
@@ -396,7 +559,7 @@ def _amd_arch(recipe: Recipe, variant: Variant, t: CompatTable) -> Iterator[Viol
                 "hsa-override",
                 f"{HSA_OVERRIDE}={override} makes {arch} run {target} code; the known "
                 f"override for {arch} is {known.value} ({known.target})",
-                known.source,
+                f"{known.source} [{known.origin}]",
                 f"set env.{HSA_OVERRIDE}={known.value}",
             )
             return
@@ -404,7 +567,7 @@ def _amd_arch(recipe: Recipe, variant: Variant, t: CompatTable) -> Iterator[Viol
             yield Violation(
                 "override-known-bad",
                 f"{HSA_OVERRIDE}={override} on {arch} is known to fail: {known.note}",
-                known.source,
+                f"{known.source} [{known.origin}]",
                 "use a stack whose wheel has the arch natively, or the CPU recipe",
             )
             return
@@ -421,7 +584,7 @@ def _amd_arch(recipe: Recipe, variant: Variant, t: CompatTable) -> Iterator[Viol
             yield Violation(
                 "arch-broken",
                 f"{target} is listed in the {stack} wheel but cannot run: {broken.reason}",
-                broken.source,
+                f"{broken.source} [{broken.origin}]",
                 hint,
             )
         return
@@ -439,7 +602,12 @@ def _amd_arch(recipe: Recipe, variant: Variant, t: CompatTable) -> Iterator[Viol
     yield Violation(
         "arch-in-wheel",
         f"{stack} has no kernels for {target}{via} (wheel archs: {', '.join(variant.archs)})",
-        t.cite("; ".join(dict.fromkeys(s for _, s in variant.arch_sources))),
+        _cite(
+            t,
+            "; ".join(dict.fromkeys(s for _, s in variant.arch_sources)),
+            ", ".join(dict.fromkeys(variant.arch_origin(a) for a in variant.archs))
+            or variant.origin,
+        ),
         hint,
     )
 
@@ -462,7 +630,11 @@ def _cuda_arch(recipe: Recipe, variant: Variant, t: CompatTable) -> Iterator[Vio
         "cuda-arch",
         f"torch {base_version(recipe.torch.version)}+{variant.name} has no code for {arch} "
         f"(SASS {', '.join(variant.archs)}{ptx})",
-        t.cite(variant.arch_source(variant.archs[0]) if variant.archs else variant.source),
+        _cite(
+            t,
+            variant.arch_source(variant.archs[0]) if variant.archs else variant.source,
+            variant.origin,
+        ),
         hint,
     )
 
@@ -483,7 +655,7 @@ def explain(recipe: Recipe, table: CompatTable | None = None) -> list[Reason]:
             Reason(
                 f"python {recipe.python}",
                 f"torch {version}+{variant.name} wheels exist for CPython {low}-{high}",
-                t.cite(variant.python_source),
+                _cite(t, variant.python_source, variant.origin),
             )
         )
         install = (
@@ -497,7 +669,7 @@ def explain(recipe: Recipe, table: CompatTable | None = None) -> list[Reason]:
                 f"torch {recipe.torch.version}",
                 f"a published {variant.name} build of torch {release.series}"
                 f" [{variant.confidence}]; installed as: {install}{note}",
-                t.cite(variant.source),
+                _cite(t, variant.source, variant.origin),
             )
         )
         if release.numpy_breaks is not None:
@@ -507,7 +679,8 @@ def explain(recipe: Recipe, table: CompatTable | None = None) -> list[Reason]:
             )
         else:
             why = f"torch {release.series} supports NumPy 2 on Linux (NumPy 1.x also works)"
-        out.append(Reason(f"numpy {recipe.numpy}", why, t.cite(release.numpy_source or "NP2")))
+        numpy_cite = _cite(t, release.numpy_source or "NP2", release.origin)
+        out.append(Reason(f"numpy {recipe.numpy}", why, numpy_cite))
         out.extend(_accelerator_reasons(recipe, variant, t))
     entry = t.base_image(recipe.base_image)
     if entry is not None:
@@ -515,7 +688,7 @@ def explain(recipe: Recipe, table: CompatTable | None = None) -> list[Reason]:
             Reason(
                 f"base_image {recipe.base_image}",
                 f"{entry.distro}: its python3 is {entry.python}",
-                t.cite(entry.source),
+                _cite(t, entry.source, entry.origin),
             )
         )
     for e in recipe.env:
@@ -540,7 +713,7 @@ def _accelerator_reasons(recipe: Recipe, variant: Variant, t: CompatTable) -> li
                     f"cuda {recipe.cuda}",
                     f"the {variant.name} wheel; needs an NVIDIA driver >= {floor.min} "
                     f"(CUDA {floor.cuda_major}.x) [{floor.confidence}]",
-                    t.cite(floor.source),
+                    _cite(t, floor.source, floor.origin),
                 )
             )
         if arch is not None and variant.covers(arch):
@@ -553,7 +726,7 @@ def _accelerator_reasons(recipe: Recipe, variant: Variant, t: CompatTable) -> li
                     f"gpu.arch {arch}",
                     f"{how}; wheel SASS: {', '.join(variant.archs)}"
                     + (f" + PTX {variant.ptx}" if variant.ptx else ""),
-                    t.cite(variant.arch_source(variant.archs[0])),
+                    _cite(t, variant.arch_source(variant.archs[0]), variant.origin),
                 )
             )
     if variant.kind == "rocm" and recipe.rocm and arch is not None:
@@ -562,7 +735,7 @@ def _accelerator_reasons(recipe: Recipe, variant: Variant, t: CompatTable) -> li
                 f"rocm {recipe.rocm}",
                 f"the {variant.name} wheel (bundles its ROCm user-space libraries; the host "
                 "needs only the amdgpu/KFD driver); archs: " + ", ".join(variant.archs),
-                t.cite(variant.source),
+                _cite(t, variant.source, variant.origin),
             )
         )
         override = recipe.env_map.get(HSA_OVERRIDE)
@@ -573,7 +746,7 @@ def _accelerator_reasons(recipe: Recipe, variant: Variant, t: CompatTable) -> li
                 Reason(
                     f"gpu.arch {arch}",
                     f"compiled into the {variant.name} wheel{unc}",
-                    t.cite(variant.arch_source(arch)),
+                    _cite(t, variant.arch_source(arch), variant.arch_origin(arch)),
                 )
             )
         elif override is not None:

@@ -73,6 +73,8 @@ class BrokenArch:
     reason: str
     source: str
     confidence: Confidence
+    #: The table file the fact came from (``compat.yaml`` or an overlay's path).
+    origin: str = "compat.yaml"
 
 
 @dataclass(frozen=True)
@@ -161,6 +163,15 @@ class Variant:
 
     #: Torch versions of the series with another CPython range.
     python_exceptions: tuple[PythonException, ...] = ()
+    #: The table file the row came from (``compat.yaml`` or an overlay's path).
+    origin: str = "compat.yaml"
+    #: (arch, table file) for archs that come from another file than the row (ROCm
+    #: variants take their archs from the ``rocm_archs`` rows).
+    arch_origins: tuple[tuple[str, str], ...] = ()
+
+    def arch_origin(self, arch: str) -> str:
+        """The table file that says ``arch`` is (or is not) in this wheel."""
+        return dict(self.arch_origins).get(arch, self.origin)
 
 
 @dataclass(frozen=True)
@@ -177,6 +188,8 @@ class Release:
     note: str = ""
     #: ISO date the row was last compared with the package index ("" when never).
     checked: str = ""
+    #: The table file the release-level facts came from (variants carry their own).
+    origin: str = "compat.yaml"
 
     def variant(self, name: str) -> Variant | None:
         for v in self.variants:
@@ -200,6 +213,7 @@ class Override:
     confidence: Confidence
     note: str
     source: str
+    origin: str = "compat.yaml"
 
 
 @dataclass(frozen=True)
@@ -208,6 +222,7 @@ class DriverFloor:
     min: str
     confidence: Confidence
     source: str
+    origin: str = "compat.yaml"
 
 
 @dataclass(frozen=True)
@@ -216,6 +231,7 @@ class BaseImage:
     python: str
     match: tuple[str, ...]
     source: str
+    origin: str = "compat.yaml"
 
 
 @dataclass(frozen=True)
@@ -224,6 +240,9 @@ class ArchInfo:
     family: str
     products: tuple[str, ...]
     official: str = ""
+    #: APU graphics (an iGPU): a discrete GPU beside it is preferred.
+    integrated: bool = False
+    origin: str = "compat.yaml"
 
 
 @dataclass(frozen=True)
@@ -247,6 +266,7 @@ class NumpyRelease:
     python_from: tuple[tuple[str, str], ...]
     #: (version, reason) of the versions the index marks yanked
     yanked: tuple[tuple[str, str], ...] = ()
+    origin: str = "compat.yaml"
 
     def installable(self, python: str) -> tuple[str, ...]:
         """Versions of the series that have a wheel for ``python``."""
@@ -273,6 +293,9 @@ class CompatTable:
     amd_pci_ids: tuple[PciProduct, ...] = ()
     #: (fragment of an NVIDIA driver model name, arch), longest fragment first.
     nvidia_model_names: tuple[tuple[str, str], ...] = ()
+    #: The files merged into this table, shipped table first, then each overlay in the
+    #: order applied (a later file's rows replace an earlier one's).
+    layers: tuple[str, ...] = ("compat.yaml",)
 
     # ------------------------------------------------------------------ releases
 
@@ -340,6 +363,11 @@ class CompatTable:
             if info.arch == arch:
                 return info
         return None
+
+    def is_integrated(self, arch: str) -> bool:
+        """The arch is APU graphics (``integrated: true`` in ``amd_archs``)."""
+        info = self.arch_info(arch)
+        return info is not None and info.integrated
 
     def arch_for_product(self, product: str) -> str | None:
         """Marketing name (``"RX 5700 XT"``, ``"Radeon RX 6700 XT"``, ``"H100"``) → arch."""

@@ -7,6 +7,7 @@ and time. The Docker backend binds it to an image's layers to make a certificate
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import xml.etree.ElementTree as ET
@@ -65,9 +66,14 @@ class ReportGpu:
     name: str
     arch: str | None = None
     vendor: str | None = None
+    #: ``vendor:device`` in hex (``1002:73df``), when the host says.
+    pci_id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "arch": self.arch, "vendor": self.vendor}
+        data: dict[str, Any] = {"name": self.name, "arch": self.arch, "vendor": self.vendor}
+        if self.pci_id:
+            data["pci_id"] = self.pci_id
+        return data
 
 
 @dataclass(frozen=True)
@@ -78,14 +84,20 @@ class ReportHost:
     machine: str
     gpus: tuple[ReportGpu, ...] = ()
     driver: str | None = None
+    #: An anonymous host identity (:func:`host_id`: a one-way hash of the machine ID, so
+    #: that evidence can count hosts without naming them); None when unknown.
+    id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "kernel": self.kernel,
             "machine": self.machine,
             "gpus": [g.to_dict() for g in self.gpus],
             "driver": self.driver,
         }
+        if self.id:
+            data["id"] = self.id
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ReportHost:
@@ -93,10 +105,16 @@ class ReportHost:
             kernel=str(data.get("kernel", "")),
             machine=str(data.get("machine", "")),
             gpus=tuple(
-                ReportGpu(name=str(g["name"]), arch=g.get("arch"), vendor=g.get("vendor"))
+                ReportGpu(
+                    name=str(g["name"]),
+                    arch=g.get("arch"),
+                    vendor=g.get("vendor"),
+                    pci_id=g.get("pci_id") or None,
+                )
                 for g in data.get("gpus", [])
             ),
             driver=data.get("driver"),
+            id=str(data["id"]) if data.get("id") else None,
         )
 
 
@@ -256,7 +274,12 @@ def host_info(root: Path = Path("/")) -> ReportHost:
     uname = os.uname()
     found = detect(root, environ={}, tools=no_tools)
     gpus = tuple(
-        ReportGpu(name=g.product, arch=None if g.arch_guessed else g.arch, vendor=g.vendor)
+        ReportGpu(
+            name=g.product,
+            arch=None if g.arch_guessed else g.arch,
+            vendor=g.vendor,
+            pci_id=g.pci_id,
+        )
         for g in found.gpus
     )
     parts: list[str] = []
@@ -270,7 +293,29 @@ def host_info(root: Path = Path("/")) -> ReportHost:
             version = f"(in-tree, kernel {uname.release})"
         parts.append(f"amdgpu {version}")
     return ReportHost(kernel=f"{uname.sysname} {uname.release}", machine=uname.machine,
-                      gpus=gpus, driver="; ".join(parts) or None)
+                      gpus=gpus, driver="; ".join(parts) or None, id=host_id(root))
+
+
+#: Where the machine ID is (systemd, then D-Bus).
+_MACHINE_ID = ("etc/machine-id", "var/lib/dbus/machine-id")
+
+
+def host_id(root: Path = Path("/")) -> str | None:
+    """``h-`` + 16 hex digits: a salted sha256 of the machine ID (``/etc/machine-id``).
+
+    It tells two reports from the same host apart from two hosts ("certified on 3
+    hosts") without naming the host: the machine ID cannot be recovered from it, and it
+    is not the host name. None where there is no machine ID (many containers).
+    """
+    for name in _MACHINE_ID:
+        try:
+            text = (root / name).read_text(encoding="ascii", errors="replace").strip()
+        except OSError:
+            continue
+        if text:
+            digest = hashlib.sha256(b"envforge host id/1\n" + text.encode()).hexdigest()
+            return "h-" + digest[:16]
+    return None
 
 
 def summarize(steps: Iterable[StepResult]) -> str:

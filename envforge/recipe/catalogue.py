@@ -6,12 +6,13 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from envforge.errors import InvalidInput
-from envforge.recipe.load import load_recipe_file
-from envforge.recipe.model import Recipe
 from envforge.resources import recipes_dir
-from envforge.yamlcheck import did_you_mean
+
+if TYPE_CHECKING:
+    from envforge.recipe.model import Recipe
 
 ENV_PATH = "ENVFORGE_RECIPE_PATH"
 
@@ -47,12 +48,18 @@ class Catalogue:
         files = self.files()
         if ref in files:
             return files[ref]
+        from envforge.yamlcheck import did_you_mean  # noqa: PLC0415 - keeps `list` light
+
         near = did_you_mean(ref, files)
         hint = f"did you mean {near!r}?" if near else "run `envforge list` to see the recipes"
         raise InvalidInput(f"no recipe named {ref!r}", hint=hint)
 
     def load(self, ref: str, overrides: Sequence[str] = ()) -> Recipe:
+        from envforge.recipe.load import load_recipe_file  # noqa: PLC0415 - keeps `list` light
+
         return load_recipe_file(self.resolve(ref), overrides)
 
     def load_all(self, overrides: Sequence[str] = ()) -> list[Recipe]:
+        from envforge.recipe.load import load_recipe_file  # noqa: PLC0415 - keeps `list` light
+
         return [load_recipe_file(p, overrides) for p in self.files().values()]

@@ -2,7 +2,8 @@
 
 Validation happens once, here. Every problem is a :class:`RecipeError` naming the file,
 the key path (``env.HSA_OVERRIDE_GFX_VERSION.confidence``) and, for unknown keys, the
-nearest valid one.
+nearest valid one. The checks of values are those of :mod:`envforge.recipe.checks`,
+which the renderer calls too: a recipe that loads renders.
 """
 
 from __future__ import annotations
@@ -12,14 +13,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-
 from envforge import yamlcheck
 from envforge.errors import RecipeError
 from envforge.patterns import (
     CONFIDENCES,
-    ENV_NAME_RE,
     GFX_RE,
     IMAGE_RE,
     NAME_RE,
@@ -28,9 +25,18 @@ from envforge.patterns import (
     URL_RE,
     VERSION_RE,
 )
+from envforge.recipe.checks import (
+    check_meaning,
+    check_renderable,
+    env_name_problem,
+    numpy_problem,
+    pin_problem,
+    step_timeout_problem,
+    text_problem,
+    torch_version_problem,
+)
 from envforge.recipe.model import (
     LEVELS,
-    UNQUOTABLE,
     VENDORS,
     CertifySettings,
     EnvVar,
@@ -89,7 +95,7 @@ def _reader(source: str) -> Reader:
         source,
         RecipeError,
         numbers_as_text=True,
-        forbidden=UNQUOTABLE,
+        check=text_problem,
         misplaced=_misplaced,
         required_hint="add {key}: to the recipe",
     )
@@ -115,7 +121,7 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
     """
     for item in overrides:
         key, sep, raw = item.partition("=")
-        key = key.strip()
+        key = key.strip(" ")
         if not sep or not key or any(not part for part in key.split(".")):
             raise RecipeError(
                 "--set", item, "expected KEY.PATH=VALUE", hint="e.g. --set torch.version=2.2.2"
@@ -157,6 +163,13 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
             entry = node.get(last)
             if isinstance(entry, dict):
                 entry["value"] = value
+            elif entry is not None:
+                # the file's entry is broken: say so rather than replace it
+                raise RecipeError(
+                    "--set", key, f"the recipe's env.{last} is {yamlcheck.kind(entry)}, "
+                    "not a mapping with value, why and confidence",
+                    hint="fix the recipe file first",
+                )
             else:
                 node[last] = {
                     "value": value,
@@ -182,7 +195,8 @@ def parse_recipe(data: object, source: str, base_dir: Path | None = None) -> Rec
         raise r.fail(
             "name",
             f"{name!r} is not a valid recipe name",
-            "use lowercase letters, digits, '.', '_' and '-' (it becomes an image name)",
+            "lowercase letters and digits, separated by single '.', '_' or '-' "
+            "(it becomes an image name)",
         )
 
     gpu_raw = r.mapping(top["gpu"], "gpu", list(SCHEMA["gpu"]), ("vendor",))
@@ -205,25 +219,23 @@ def parse_recipe(data: object, source: str, base_dir: Path | None = None) -> Rec
 
     torch_raw = r.mapping(top["torch"], "torch", list(SCHEMA["torch"]), ("version",))
     torch_version = r.text(torch_raw["version"], "torch.version")
+    _refuse(r, "torch.version", torch_version_problem(torch_version))
     torch = Torch(version=torch_version, index=r.opt_text(torch_raw.get("index"), "torch.index"))
     if torch.index is not None and not URL_RE.match(torch.index):
         raise r.fail("torch.index", f"{torch.index!r} is not an http(s) URL")
 
     numpy = r.text(top["numpy"], "numpy")
-    try:
-        SpecifierSet(numpy)
-    except InvalidSpecifier:
-        raise r.fail("numpy", f"{numpy!r} is not a PEP 440 specifier", 'e.g. numpy: "<2"') from None
+    _refuse(r, "numpy", numpy_problem(numpy))
 
     packages = r.texts(top.get("packages"), "packages")
     for i, pkg in enumerate(packages):
-        _check_requirement(r, pkg, f"packages[{i}]")
+        _refuse(r, f"packages[{i}]", pin_problem(pkg))
 
     env = _parse_env(r, top.get("env"))
     issues = _parse_issues(r, top.get("known_issues"))
     certify = _parse_certify(r, top.get("certify"), base_dir)
 
-    return Recipe(
+    recipe = Recipe(
         name=name,
         description=r.text(top["description"], "description"),
         gpu=gpu,
@@ -240,6 +252,14 @@ def parse_recipe(data: object, source: str, base_dir: Path | None = None) -> Rec
         sources=r.texts(top.get("sources"), "sources"),
         origin=source,
     )
+    check_renderable(recipe)
+    check_meaning(recipe)
+    return recipe
+
+
+def _refuse(r: Reader, path: str, problem: tuple[str, str] | None) -> None:
+    if problem is not None:
+        raise r.fail(path, *problem)
 
 
 def _image_ref(r: Reader, value: object) -> str:
@@ -249,28 +269,14 @@ def _image_ref(r: Reader, value: object) -> str:
     return ref
 
 
-def _check_requirement(r: Reader, text: str, path: str) -> None:
-    try:
-        req = Requirement(text)
-    except InvalidRequirement as exc:
-        raise r.fail(path, f"{text!r} is not a PEP 508 requirement: {exc}") from None
-    if req.url or not any(s.operator in ("==", "===") for s in req.specifier):
-        raise r.fail(path, f"{text!r} is not pinned", f"write it as {req.name}==VERSION")
-
-
 def _parse_env(r: Reader, raw: object) -> tuple[EnvVar, ...]:
     if raw is None:
         return ()
     entries = r.mapping(raw, "env", list(raw) if isinstance(raw, dict) else [])
     out = []
     for name, entry in entries.items():
-        path = f"env.{name}"
-        if not ENV_NAME_RE.match(name):
-            raise r.fail(
-                path,
-                "is not a valid environment variable name (rule env-name: POSIX shell names)",
-                "use letters, digits and '_', not starting with a digit",
-            )
+        path = f"env.{name}" if name.isprintable() else f"env.{name!r}"
+        _refuse(r, path, text_problem(name) or env_name_problem(name))
         body = r.mapping(entry, path, ENV_ENTRY, ("value", "why", "confidence"))
         out.append(
             EnvVar(
@@ -311,6 +317,7 @@ def _parse_certify(r: Reader, raw: object, base_dir: Path | None) -> CertifySett
     timeout = defaults.step_timeout
     if body.get("step_timeout") is not None:
         timeout = r.number(body["step_timeout"], "certify.step_timeout")
+        _refuse(r, "certify.step_timeout", step_timeout_problem(timeout))
     level = defaults.level
     if body.get("level") is not None:
         level = r.choice(body["level"], "certify.level", LEVELS)
@@ -335,7 +342,11 @@ def load_recipe_file(path: Path, overrides: Sequence[str] = ()) -> Recipe:
     data = yamlcheck.load_file(path, source, error=RecipeError)
     if overrides:
         if not isinstance(data, dict):
-            data = {}
+            # --set changes a recipe; it never replaces a file that is not one.
+            raise RecipeError(
+                source, "(top level)", f"expected a mapping, got {yamlcheck.kind(data)}",
+                hint="--set overrides keys of a recipe file; fix the file first",
+            )
         data = apply_overrides(data, overrides)
         source = f"{source} (with --set {' '.join(overrides)})"
     return parse_recipe(data, source, base_dir=path.parent)

@@ -1,10 +1,12 @@
 """Recipe -> render contexts: every rendering decision is made here, in Python.
 
 Templates only print the fields of :class:`DockerContext` and :class:`VenvContext`.
-Every value that comes from a recipe is checked (no line breaks, NULs or lone
-surrogates) and quoted here: Dockerfile strings with :func:`docker_quote`, shell words
-with :func:`shell_quote`. Values that are spliced in unquoted (base image, Python
-version, recipe name) must match a strict pattern.
+Every value that comes from a recipe is checked by
+:func:`envforge.recipe.checks.check_renderable`, the function the loader calls too (no
+line breaks, control characters, NULs or lone surrogates; values that are spliced in
+unquoted, such as the base image, Python version and recipe name, match a strict
+pattern), and quoted here: Dockerfile strings with :func:`docker_quote`, shell words
+with :func:`shell_quote`.
 """
 
 from __future__ import annotations
@@ -14,11 +16,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier
 from packaging.version import InvalidVersion, Version
 
 from envforge.errors import InvalidInput
-from envforge.knowledge import variant_of
-from envforge.patterns import ENV_NAME_RE, IMAGE_RE, NAME_RE, PYTHON_RE
+from envforge.knowledge import unknowns, variant_of
+from envforge.mirror import Mirrors, mirrors_from_env, rewrite
+from envforge.patterns import IMAGE_RE
+from envforge.recipe.checks import check_renderable
 from envforge.recipe.model import Recipe
 from envforge.render.quoting import check_one_line, docker_quote, shell_quote
 
@@ -29,9 +34,6 @@ STAGING_DIR = "/tmp/envforge"
 #: File names at the root of the build context (see the Docker backend).
 CONTEXT_WHEELHOUSE = "wheelhouse"
 CONTEXT_CA_BUNDLE = "ca-bundle.pem"
-
-#: Environment variables the image and the venv set themselves; a recipe may not.
-RESERVED_ENV = frozenset({"PATH", "VIRTUAL_ENV", "PYTHONHOME"})
 
 IndexForm = Literal["index-url", "extra-index-url"]
 
@@ -55,6 +57,9 @@ class RenderOptions:
     #: The build context has ``ca-bundle.pem`` at its root (Docker), or the setup script
     #: is given ``--ca-bundle FILE``: the installer must trust it.
     ca_bundle: bool = False
+    #: Index mirrors (original, mirror); None: from ``ENVFORGE_INDEX_MIRROR`` at render
+    #: time. The rendered output uses the mirror; the recipe (and its hash) do not change.
+    mirrors: Mirrors | None = None
 
 
 #: The defaults: the recipe's base image, torch from its index, the system's CAs.
@@ -173,50 +178,9 @@ class VenvContext:
     env: tuple[EnvLine, ...]
 
 
-class _Checker:
-    """Checks recipe values before they are used, naming the recipe and key."""
-
-    def __init__(self, recipe: Recipe) -> None:
-        self.source = recipe.origin
-
-    def text(self, key: str, value: str) -> str:
-        return check_one_line(key, value, source=self.source)
-
-    def pattern(self, key: str, value: str, pattern: re.Pattern[str], example: str) -> str:
-        self.text(key, value)
-        if not pattern.match(value):
-            raise InvalidInput(
-                f"{self.source}: {key}: {value!r} is not valid here",
-                hint=f"write it like {example}",
-            )
-        return value
-
-
 def _check_recipe(recipe: Recipe, options: RenderOptions) -> str:
     """Check every recipe value a renderer uses; return the effective base image."""
-    c = _Checker(recipe)
-    c.pattern("name", recipe.name, NAME_RE, "gfx1030 (lowercase letters, digits, '.', '_', '-')")
-    c.text("description", recipe.description)
-    c.pattern("python", recipe.python, PYTHON_RE, '"3.10"')
-    c.text("torch.version", recipe.torch.version)
-    if recipe.torch.index is not None:
-        c.text("torch.index", recipe.torch.index)
-    c.text("numpy", recipe.numpy)
-    for key, value in (("rocm", recipe.rocm), ("cuda", recipe.cuda), ("gpu.arch", recipe.gpu.arch)):
-        if value is not None:
-            c.text(key, value)
-    for i, product in enumerate(recipe.gpu.products):
-        c.text(f"gpu.products[{i}]", product)
-    for i, pkg in enumerate(recipe.packages):
-        c.text(f"packages[{i}]", pkg)
-    for e in recipe.env:
-        c.pattern(f"env.{e.name}", e.name, ENV_NAME_RE, "HSA_OVERRIDE_GFX_VERSION")
-        if e.name in RESERVED_ENV:
-            raise InvalidInput(
-                f"{recipe.origin}: env.{e.name}: is set by envforge itself",
-                hint=f"remove env.{e.name} from the recipe",
-            )
-        c.text(f"env.{e.name}.value", e.value)
+    check_renderable(recipe)
     if options.base_image is not None:
         check_one_line("--base-image", options.base_image, source="command line")
         if not IMAGE_RE.match(options.base_image):
@@ -225,7 +189,7 @@ def _check_recipe(recipe: Recipe, options: RenderOptions) -> str:
                 hint="e.g. ubuntu:22.04",
             )
         return options.base_image
-    return c.pattern("base_image", recipe.base_image, IMAGE_RE, "ubuntu:22.04")
+    return recipe.base_image
 
 
 def _env_lines(recipe: Recipe) -> tuple[EnvLine, ...]:
@@ -235,19 +199,30 @@ def _env_lines(recipe: Recipe) -> tuple[EnvLine, ...]:
     )
 
 
-def _torch_index_args(recipe: Recipe) -> tuple[str, ...]:
+def torch_index_url(recipe: Recipe, options: RenderOptions = DEFAULT_OPTIONS) -> str | None:
+    """The URL the installer is given for ``torch.index``: on its mirror when
+    ``ENVFORGE_INDEX_MIRROR`` (or ``options.mirrors``) names one."""
+    if recipe.torch.index is None:
+        return None
+    mirrors = mirrors_from_env() if options.mirrors is None else options.mirrors
+    return rewrite(recipe.torch.index, mirrors)
+
+
+def _torch_index_args(recipe: Recipe, options: RenderOptions) -> tuple[str, ...]:
     form = index_form(recipe)
-    if form is None or recipe.torch.index is None:
+    url = torch_index_url(recipe, options)
+    if form is None or url is None:
         return ()
-    return (f"--{form}", shell_quote(recipe.torch.index))
+    return (f"--{form}", shell_quote(url))
 
 
-def _rest_index_args(recipe: Recipe) -> tuple[str, ...]:
+def _rest_index_args(recipe: Recipe, options: RenderOptions) -> tuple[str, ...]:
     """The rest comes from the default index; the torch index is an extra one so that
     companion packages with local labels (``torchvision==0.14.1+rocm5.2``) resolve."""
-    if recipe.torch.index is None:
+    url = torch_index_url(recipe, options)
+    if url is None:
         return ()
-    return ("--extra-index-url", shell_quote(recipe.torch.index))
+    return ("--extra-index-url", shell_quote(url))
 
 
 def requirement_lines(recipe: Recipe) -> tuple[str, ...]:
@@ -284,8 +259,19 @@ def _labels(recipe: Recipe, base_image: str) -> tuple[Label, ...]:
             "io.envforge.gpu-products",
             ", ".join(recipe.gpu.products) if recipe.gpu.products else None,
         ),
+        # Only a stack the compatibility table cannot decide is labelled (certification
+        # decides it); known stacks keep their labels as they were.
+        ("io.envforge.confidence", "uncertain" if _uncertain(recipe) else None),
     ]
     return tuple(Label(key, docker_quote(value)) for key, value in pairs if value is not None)
+
+
+def _uncertain(recipe: Recipe) -> bool:
+    """The compatibility table has no row for part of the stack (see knowledge.rules)."""
+    try:
+        return bool(unknowns(recipe))
+    except (InvalidSpecifier, InvalidVersion):
+        return False  # not a loaded recipe: its values were not checked by the loader
 
 
 def docker_context(recipe: Recipe, options: RenderOptions) -> DockerContext:
@@ -298,8 +284,8 @@ def docker_context(recipe: Recipe, options: RenderOptions) -> DockerContext:
         torch_source: tuple[str, ...] = ("--find-links", wheelhouse)
         rest_source: tuple[str, ...] = ("--find-links", wheelhouse)
     else:
-        torch_source = _torch_index_args(recipe)
-        rest_source = _rest_index_args(recipe)
+        torch_source = _torch_index_args(recipe, options)
+        rest_source = _rest_index_args(recipe, options)
     return DockerContext(
         recipe=recipe.name,
         stack_tag=recipe.stack_tag,
@@ -348,8 +334,8 @@ def venv_context(recipe: Recipe, options: RenderOptions) -> VenvContext:
         stack_tag=recipe.stack_tag,
         python=recipe.python,
         torch_requirement=shell_quote(torch_requirement(recipe)),
-        torch_index_args=_torch_index_args(recipe),
-        rest_index_args=_rest_index_args(recipe),
+        torch_index_args=_torch_index_args(recipe, options),
+        rest_index_args=_rest_index_args(recipe, options),
         requirements=tuple(shell_quote(r) for r in reqs),
         constraints=tuple(shell_quote(r) for r in cons),
         requirement_lines=reqs,

@@ -2,44 +2,25 @@
 
 Everything a recipe supplies goes through one of these functions before it reaches a
 template, so no value can end an instruction or start a new one. What cannot be
-quoted (line breaks of any kind, NUL, lone surrogates) is refused with the key named.
+quoted (line breaks of any kind, NUL, control characters, lone surrogates) is refused
+with the key named (:func:`envforge.recipe.checks.text_problem`, the loader's check).
 """
 
 from __future__ import annotations
 
-import re
 import shlex
 
 from envforge.errors import InvalidInput
-from envforge.recipe.model import UNQUOTABLE
+from envforge.recipe.checks import MAX_VALUE_CHARS, text_problem
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-#: Longest value accepted. The classic builder refuses Dockerfile lines over 64 KiB;
-#: 4096 characters (at most 4 bytes each, quoted) keep every line well below that.
-MAX_VALUE_CHARS = 4096
+__all__ = ["MAX_VALUE_CHARS", "check_one_line", "docker_quote", "shell_quote"]
 
 
 def check_one_line(key: str, value: str, *, source: str = "<recipe>") -> str:
     """Return ``value`` unchanged, or raise :class:`InvalidInput` naming ``key``."""
-    for ch in value:
-        if ch in UNQUOTABLE:
-            raise InvalidInput(
-                f"{source}: {key}: contains {ch!r}, which cannot be quoted safely "
-                "in a Dockerfile or shell script",
-                hint="put the value on one line, without control characters",
-            )
-    if _SURROGATE.search(value):
-        raise InvalidInput(
-            f"{source}: {key}: contains a lone surrogate code point, which is not valid UTF-8",
-            hint="write the value as valid Unicode text",
-        )
-    if len(value) > MAX_VALUE_CHARS:
-        raise InvalidInput(
-            f"{source}: {key}: is {len(value)} characters long; at most {MAX_VALUE_CHARS} fit "
-            "in a Dockerfile line",
-            hint="shorten the value",
-        )
+    problem = text_problem(value)
+    if problem is not None:
+        raise InvalidInput(f"{source}: {key}: {problem[0]}", hint=problem[1])
     return value
 
 

@@ -153,7 +153,9 @@ def fill(folder: Path) -> None:
 
 @pytest.fixture
 def full_fs(tmp_path: Path) -> Iterator[Path]:
-    with tmpfs(tmp_path / "full") as where:
+    # Room for the whole catalogue's Dockerfiles (24 folders of one page each) once the
+    # filler is removed.
+    with tmpfs(tmp_path / "full", size="512k") as where:
         fill(where)
         yield where
 

@@ -100,6 +100,21 @@ def test_first_build_makes_a_certified_env_with_torch_2_13_cpu(
     assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
 
 
+def test_the_venv_certification_is_kept_as_evidence(
+    built: tuple[subprocess.CompletedProcess[str], Path], home: Path
+) -> None:
+    """Issue 12: the venv build's certification is in the evidence store (no interpreter
+    path, no environment), and ``show`` counts it."""
+    _done, path = built
+    stored = sorted((home / "reports").glob("*.json"))
+    assert stored
+    texts = [p.read_text() for p in stored]
+    assert not any(str(path) in t or '"executable"' in t for t in texts)
+    shown = envforge("show", "cpu", env=base_env(home))
+    assert shown.returncode == 0, shown.stderr
+    assert "Evidence: certified on CPU only, 1 host" in shown.stdout
+
+
 def test_second_build_is_a_no_op(
     built: tuple[subprocess.CompletedProcess[str], Path], home: Path
 ) -> None:

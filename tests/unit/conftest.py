@@ -36,6 +36,14 @@ class _NoEngine:
 
 
 @pytest.fixture(autouse=True)
+def private_state(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unit tests keep envforge's state (caches, certificates) out of the user's home."""
+    monkeypatch.setenv("ENVFORGE_HOME", str(tmp_path_factory.mktemp("envforge-home")))
+
+
+@pytest.fixture(autouse=True)
 def no_real_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     for module in (docker, docker.client):
         monkeypatch.setattr(module, "DockerClient", _NoEngine)

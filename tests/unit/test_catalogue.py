@@ -26,6 +26,21 @@ REQUIRED = (
     "gfx906",
     "sm_90",
     "sm_61",
+    # issue 10, section 3: the GPUs people own
+    "sm_70",
+    "sm_75",
+    "sm_80",
+    "sm_86",
+    "sm_89",
+    "sm_100",
+    "sm_120",
+    "gfx908",
+    "gfx1032",
+    "gfx1101",
+    "gfx1102",
+    "gfx1200",
+    "gfx1201",
+    "gfx1151",
 )
 
 MINE = """\
@@ -68,6 +83,17 @@ def test_list_shows_all_required_recipes(capsys: pytest.CaptureFixture[str]) -> 
     assert by_name["cpu"]["stack"] == "torch2.13.0-cpu-py3.11"
     assert by_name["sm_61"]["stack"].endswith("-cu126-py3.12")
     assert by_name["gfx906"]["stack"] == "torch2.9.1-rocm6.3-py3.12"
+    # Volta: the last stack with sm_70 code is the cu126 wheels of 2.14.1.
+    assert by_name["sm_70"]["stack"] == "torch2.14.1-cu126-py3.12"
+    assert by_name["gfx908"]["stack"] == "torch2.9.1-rocm6.3-py3.12"
+    assert by_name["gfx1032"]["stack"] == by_name["gfx1031"]["stack"]
+    for name in ("sm_75", "sm_80", "sm_86", "sm_89", "sm_100", "sm_120"):
+        assert by_name[name]["stack"] == "torch2.14.1-cu130-py3.12", name
+    for name in ("gfx1101", "gfx1102", "gfx1200", "gfx1201", "gfx1151"):
+        assert by_name[name]["stack"] == "torch2.14.1-rocm7.2-py3.12", name
+    for name in REQUIRED:
+        if name != "cpu":
+            assert by_name[name]["arch"] == name, name
 
 
 def test_list_plain_text(capsys: pytest.CaptureFixture[str]) -> None:
@@ -203,3 +229,117 @@ def test_unknown_recipe_name(capsys: pytest.CaptureFixture[str]) -> None:
     assert "did you mean 'gfx1030'?" in err
     with pytest.raises(InvalidInput):
         Catalogue.default().resolve("no-such-recipe-anywhere")
+
+
+SECTION_3 = REQUIRED[REQUIRED.index("sm_70") :]
+
+
+@pytest.mark.parametrize("name", SECTION_3)
+def test_curated_recipe_has_the_rigour_of_gfx1010(name: str) -> None:
+    recipe = Catalogue.default().load(name)
+    assert len(recipe.description) > 150
+    assert recipe.gpu.products
+    assert recipe.known_issues
+    for issue in recipe.known_issues:
+        assert issue.symptom
+        assert issue.workaround
+        assert issue.evidence, issue.symptom
+        assert all(link.startswith("https://") for link in issue.evidence)
+    assert recipe.sources
+    for var in recipe.env:
+        assert var.evidence
+        assert var.why
+
+
+@pytest.mark.parametrize("name", SECTION_3)
+def test_auto_chooses_the_curated_recipe_for_its_arch(
+    name: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("ENVFORGE_GPU_ARCH", name)
+    assert main(["detect", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["auto"]["recipe"] == name
+
+
+# --------------------------------------------------------------------------- broken recipes
+# issue 11, class 8: one broken user recipe does not make `list` fail.
+
+BROKEN = {
+    "broken-yaml": "name: [unclosed\n",
+    "broken-key": "name: broken-key\ndescriptio: typo\n",
+}
+
+
+def _broken_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "mine"
+    write_recipe(folder, "extra", "a good user recipe")
+    write_recipe(folder, "broken-esc", '"an ESC \\e[2J in the description"')
+    for name, text in BROKEN.items():
+        (folder / f"{name}.yaml").write_text(text, encoding="utf-8")
+    os.mkfifo(folder / "fifo.yaml")
+    monkeypatch.setenv("ENVFORGE_RECIPE_PATH", str(folder))
+    return folder
+
+
+def test_list_marks_broken_recipes_and_lists_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = _broken_path(tmp_path, monkeypatch)
+    assert main(["list"]) == 0
+    captured = capsys.readouterr()
+    lines = {line.split()[0]: line for line in captured.out.splitlines()}
+    for name in [*REQUIRED, "extra"]:
+        assert "BROKEN" not in lines[name], name
+    for name in [*BROKEN, "broken-esc", "fifo"]:
+        assert lines[name].split()[1:3] == ["-", "BROKEN"], lines[name]
+    errors = captured.err.splitlines()
+    assert len(errors) == len(BROKEN) + 2  # one line each
+    assert f"envforge: broken-yaml: {folder / 'broken-yaml.yaml'}: line 2: not valid YAML" in (
+        captured.err
+    )
+    assert "descriptio: unknown key" in captured.err
+    assert "broken-esc.yaml: description: contains the control character '\\x1b'" in captured.err
+    assert "\x1b" not in captured.err
+    assert "fifo.yaml: is not a regular file" in captured.err
+    assert "Traceback" not in captured.err
+
+
+def test_list_json_gives_the_error_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = _broken_path(tmp_path, monkeypatch)
+    by_name = {r["name"]: r for r in list_json(capsys)}
+    assert by_name["extra"]["error"] is None
+    assert by_name["extra"]["description"] == "a good user recipe"
+    assert by_name["cpu"]["error"] is None
+    row = by_name["broken-key"]
+    assert row["path"] == str(folder / "broken-key.yaml")
+    assert row["stack"] is None
+    assert row["error"].startswith(f"{folder / 'broken-key.yaml'}: descriptio: unknown key")
+    assert "\n" not in row["error"]
+
+
+def test_validate_of_the_broken_recipe_is_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _broken_path(tmp_path, monkeypatch)
+    assert main(["validate", "broken-key"]) == 2
+    assert main(["validate", "extra"]) == 0
+    assert main(["validate"]) == 2  # the whole catalogue, broken ones included
+    err = capsys.readouterr().err
+    assert "descriptio: unknown key" in err
+    assert "Traceback" not in err
+
+
+def test_list_escapes_a_file_name_with_control_characters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "bad\x1b[2J.yaml").write_text("name: x\n", encoding="utf-8")
+    monkeypatch.setenv("ENVFORGE_RECIPE_PATH", str(folder))
+    assert main(["list"]) == 0
+    captured = capsys.readouterr()
+    assert "\x1b" not in captured.out + captured.err
+    assert "bad\\x1b[2J  " in captured.out
+    assert "BROKEN" in captured.out

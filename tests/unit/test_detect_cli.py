@@ -61,11 +61,18 @@ def test_detect_no_gpu_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
 def test_detect_override_variable(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # gfx1034 has no recipe of its own: the override peer gfx1031's serves it (gfx1032,
+    # the arch this test used before, has its own recipe since issue 10).
+    monkeypatch.setenv("ENVFORGE_GPU_ARCH", "gfx1034")
+    assert main(["detect", "--json", "--root", str(SYSFS / "none")]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["archs"] == ["gfx1034"]
+    assert data["auto"]["recipe"] == "gfx1031"
     monkeypatch.setenv("ENVFORGE_GPU_ARCH", "gfx1032")
     assert main(["detect", "--json", "--root", str(SYSFS / "none")]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["archs"] == ["gfx1032"]
-    assert data["auto"]["recipe"] == "gfx1031"
+    assert data["auto"]["recipe"] == "gfx1032"
 
 
 def test_detect_arch_without_recipe_still_exits_0(

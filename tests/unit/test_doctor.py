@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from envforge import doctor
 from envforge.detect import detect, no_tools
 from envforge.doctor import (
     DoctorReport,
@@ -22,6 +23,13 @@ from envforge.doctor import (
 )
 from envforge.recipe.model import Recipe
 from tests.helpers.recipes import make_recipe
+
+
+@pytest.fixture(autouse=True)
+def plenty_of_disk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Findings other than disk must not depend on this machine's free space."""
+    monkeypatch.setattr(doctor, "free_bytes", lambda _path: 1 << 50)
+
 
 SYSFS = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"
 
@@ -256,7 +264,8 @@ def test_docker_unreachable_blocks_only_for_docker_backend() -> None:
     assert check_docker(pong, "docker")[0].severity == "ok"
 
 
-def test_disk_space_against_estimate(tmp_path: Path) -> None:
+def test_disk_space_against_estimate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(doctor, "free_bytes", doctor.shutil_free)
     cpu = CPU
     ok = check_disk(cpu, tmp_path / "not" / "yet", "venv")
     assert ok[0].severity in ("ok", "block")

@@ -31,8 +31,25 @@ def test_report_host_is_detect_seen_through_sysfs(case: str) -> None:
 def test_report_json_shape_is_unchanged() -> None:
     report = host_info(SYSFS / "rx6700xt")
     assert list(report.to_dict()) == ["kernel", "machine", "gpus", "driver"]
-    assert report.gpus == (ReportGpu("AMD Radeon RX 6700 XT", "gfx1031", "amd"),)
+    # Issue 12: the PCI id is a host fact of the evidence (added; the keys above stay).
+    assert report.gpus == (ReportGpu("AMD Radeon RX 6700 XT", "gfx1031", "amd", "1002:73df"),)
+    assert list(report.gpus[0].to_dict()) == ["name", "arch", "vendor", "pci_id"]
     assert report.driver == "amdgpu 6.8.5"
+
+
+def test_report_host_id_is_a_hash_of_the_machine_id(tmp_path: Path) -> None:
+    from envforge.probe.report import host_id
+
+    assert host_id(tmp_path) is None
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/machine-id").write_text("0123456789abcdef0123456789abcdef\n")
+    first = host_id(tmp_path)
+    assert first is not None
+    assert first.startswith("h-")
+    assert len(first) == 18
+    assert "0123456789abcdef" not in first
+    (tmp_path / "etc/machine-id").write_text("fedcba9876543210fedcba9876543210\n")
+    assert host_id(tmp_path) not in (None, first)
 
 
 def test_report_kfd_decoding_is_detects(tmp_path: Path) -> None:

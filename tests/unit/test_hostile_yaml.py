@@ -1,5 +1,8 @@
 """Hostile YAML (issue 11, class 1): every command that reads a recipe answers exit 0 or 2
-with one line on stderr, never a traceback, never a hang.
+with one line on stderr, never a traceback, never a hang. Classes 2 and 9 add values that
+would be changed (control characters), names the environment depends on (env.PATH),
+and what validate accepted but render refused (long values, odd names, bad pins): the
+corpus files must be refused alike by validate, show and render.
 
 Two parts: the ``tests/hostile/`` corpus (plus FIFOs, devices, directories, a sparse
 huge file and a symlink loop made at test time), and a hypothesis fuzz target over the
@@ -63,6 +66,32 @@ EXPECT = {
     "tab-indent.yaml": "not valid YAML",
     "not-utf8.yaml": "not UTF-8",
     "nul-byte.yaml": "not valid YAML",
+    # class 2: values that would be changed, names the environment depends on
+    "control-esc-description.yaml": "description: contains the control character '\\x1b'",
+    "control-bel-env-value.yaml": "env.X.value: contains the control character '\\x07'",
+    "control-del-env-value.yaml": "env.X.value: contains the control character '\\x7f'",
+    "control-c1-products.yaml": "gpu.products[0]: contains the control character '\\x9b'",
+    "control-esc-package.yaml": "packages[0]: contains the control character '\\x1b'",
+    "control-esc-why.yaml": "env.X.why: contains the control character",
+    "reserved-env-path.yaml": "env.PATH: is reserved",
+    "reserved-env-ld-library-path.yaml": "env.LD_LIBRARY_PATH: is reserved",
+    "reserved-env-pythonpath.yaml": "env.PYTHONPATH: is reserved",
+    "step-timeout-inf.yaml": "certify.step_timeout: inf is not a finite number",
+    "step-timeout-nan.yaml": "certify.step_timeout: nan is not a finite number",
+    "step-timeout-huge.yaml": "certify.step_timeout: 1e+308 s is more than a day",
+    "step-timeout-zero.yaml": "certify.step_timeout: must be greater than zero",
+    "step-timeout-negative.yaml": "certify.step_timeout: must be greater than zero",
+    # class 9: what validate accepted and render refused, and malformed values
+    "long-env-value.yaml": "env.X.value: is 5000 characters long",
+    "env-name-newline.yaml": "env.'X\\n': contains '\\n'",
+    "env-name-esc.yaml": "env.'X\\x1b[2J': contains the control character",
+    "products-too-long.yaml": "gpu.products: together 6004 characters",
+    "python-arabic-digits.yaml": "python: '3.\u0661\u0661' is not a version",
+    "torch-version-arabic-digits.yaml": "torch.version: '2.\u0661\u0663.0' is not a version",
+    "torch-version-epoch.yaml": "torch.version: '1!2.13.0' has an epoch",
+    "name-dot-dot.yaml": "name: '0..' is not a valid recipe name",
+    "malformed-pin.yaml": "packages[0]: 'foo===' has an empty pin",
+    "wildcard-pin.yaml": "packages[0]: 'foo==1.*' pins a prefix",
 }
 
 
@@ -156,7 +185,8 @@ def test_special_files_in_recipe_path(
     code, line = run(capsys, "show", "fifo")
     assert code == 2
     assert "fifo.yaml: is not a regular file" in line
-    run(capsys, "list")  # answers (0 or 2, one line), does not hang on the FIFO
+    code, _ = run(capsys, "list")  # does not hang on the FIFO
+    assert code == 0  # the FIFO is listed as broken; the other recipes are listed
 
 
 @pytest.mark.parametrize(
@@ -170,6 +200,37 @@ def test_special_files_in_recipe_path(
         ("description=a\udcff", "lone surrogate"),
         ("packages=!!set {a}", "unsupported YAML tag"),
         ("certify.step_timeout=.inf", "not a finite number"),
+        ("certify.step_timeout=.nan", "not a finite number"),
+        ("certify.step_timeout=1.0e+308", "more than a day"),
+        ("certify.step_timeout=86401", "more than a day"),
+        ("certify.step_timeout=0", "greater than zero"),
+        ("certify.step_timeout=-1", "greater than zero"),
+        ('description="a\\eb"', "description: contains the control character '\\x1b'"),
+        ("description=a\x1b[31mred", "description: contains the control character '\\x1b'"),
+        ("gpu.products=[\"a\\x9bb\"]", "gpu.products[0]: contains the control character"),
+        ('packages=["foo==1\\a"]', "packages[0]: contains the control character"),
+        ("env.X=a\x1bb", "env.X.value: contains the control character"),
+        ("env.X=a\x7f", "env.X.value: contains the control character"),
+        ("env.PATH=/x", "env.PATH: is reserved"),
+        ("env.LD_LIBRARY_PATH=/opt/rocm/lib", "env.LD_LIBRARY_PATH: is reserved"),
+        ("env.LD_PRELOAD=/x.so", "env.LD_PRELOAD: is reserved"),
+        ("env.PYTHONHOME=/x", "env.PYTHONHOME: is reserved"),
+        ("env.HOME=/x", "env.HOME: is reserved"),
+        ("env.X=" + "a" * 5000, "env.X.value: is 5000 characters long"),
+        ("env.X\n=1", "env.'X\\n': contains"),
+        ('python="3.\u0661\u0661"', "is not a version"),
+        ("name=0..", "name: '0..' is not a valid recipe name"),
+        ("name=a-", "name: 'a-' is not a valid recipe name"),
+        ("packages=[foo===]", "'foo===' has an empty pin"),
+        ("packages=[foo==]", "is not a PEP 508 requirement"),
+        ('packages=["foo==1.0,<0.5"]', "can never be satisfied"),
+        ("torch.version=v2.13.00", "is not written the standard way"),
+        ("torch.version=1!2.13.0", "has an epoch"),
+        ("torch.version=2.13.0+" + "a" * 60, "torch.version: is 67 characters long"),
+        ("rocm=5." + "2" * 40, "rocm: is 42 characters long"),
+        ("rocm=\u0665.\u0662", "rocm: '\u0665.\u0662' is not a version"),
+        ("cuda=12.\u0666", "is not a version"),
+        ("certify.step_timeout=\u0661\u0660", "expected a number of seconds"),
     ],
 )
 def test_hostile_set_values(item: str, expect: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -238,6 +299,19 @@ def test_fuzz_reader(text: str) -> None:
 @example(key="certify.step_timeout", value="9" * 5000)
 @example(key="description", value='"\\ud800"')
 @example(key="description", value="\udcff")
+@example(key="description", value='"a\\eb"')
+@example(key="description", value="a\x1b[2Jb")
+@example(key="env.X", value="\x9b")
+@example(key="env.X", value="a" * 5000)
+@example(key="env.PATH", value="/x")
+@example(key="env.LD_LIBRARY_PATH", value="/opt/rocm/lib")
+@example(key="name", value="0..")
+@example(key="python", value="3.\u0661\u0661")
+@example(key="packages", value="[foo===]")
+@example(key="certify.step_timeout", value="1.0e+308")
+@example(key="certify.step_timeout", value=".nan")
+@example(key="certify.step_timeout", value="-1")
+@example(key="torch.version", value="1!2.13.0")
 def test_fuzz_set(key: str, value: str) -> None:
 
     err = io.StringIO()
@@ -254,6 +328,12 @@ def test_fuzz_set(key: str, value: str) -> None:
 @given(text=st.one_of(_YAMLISH, _TREES.map(_dump)))
 @example(text="? [a]\n: 1\n")
 @example(text='name: x\ndescription: "\\udc80"\n')
+@example(text=(CORPUS / "control-esc-description.yaml").read_text(encoding="utf-8"))
+@example(text=(CORPUS / "reserved-env-path.yaml").read_text(encoding="utf-8"))
+@example(text=(CORPUS / "env-name-newline.yaml").read_text(encoding="utf-8"))
+@example(text=(CORPUS / "long-env-value.yaml").read_text(encoding="utf-8"))
+@example(text=(CORPUS / "step-timeout-huge.yaml").read_text(encoding="utf-8"))
+@example(text=(CORPUS / "malformed-pin.yaml").read_text(encoding="utf-8"))
 def test_fuzz_files_through_show(text: str) -> None:
 
     with tempfile.TemporaryDirectory() as folder:

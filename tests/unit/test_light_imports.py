@@ -6,13 +6,17 @@ lists the modules loaded after the command ran. No engine and no torch are neede
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
+
+from envforge.cli import COMMANDS, SUMMARIES, cli
 
 ROOT = Path(__file__).resolve().parents[2]
 NO_GPU = ROOT / "tests" / "fixtures" / "sysfs" / "none"
@@ -100,3 +104,29 @@ def test_import_envforge_cli_loads_no_sdk() -> None:
         [sys.executable, "-c", code], env=_env(), capture_output=True, text=True, check=True
     )
     assert done.stdout.strip() == "[]"
+
+
+def test_help_overview_loads_no_command_module() -> None:
+    code = (
+        "import sys\nfrom envforge.cli import main\n"
+        "rc = main(['--help'])\n"
+        "mods = sorted(m for m in sys.modules if m.startswith('envforge.cli.')"
+        " and m != 'envforge.cli.common')\n"
+        "sys.stderr.write('\\nMODULES ' + repr((rc, mods)) + '\\n')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=_env(), capture_output=True, text=True, check=True
+    )
+    line = [ln for ln in done.stderr.splitlines() if ln.startswith("MODULES ")][-1]
+    assert line == "MODULES (0, [])", line
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_command_has_the_summary_of_its_help(name: str) -> None:
+    """``--help`` shows SUMMARIES without loading commands: each must be its help's start."""
+    command = cli.get_command(click.Context(cli), name)
+    assert command is not None
+    first = inspect.cleandoc(command.help or "").split("\n\n")[0]
+    assert SUMMARIES.get(name) == first, (
+        f"envforge/cli/__init__.py SUMMARIES[{name!r}] must be {first!r}"
+    )

@@ -9,6 +9,7 @@ value must come back exactly from its ENV/LABEL value or as one shell word of th
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import shlex
 from pathlib import Path
@@ -17,8 +18,10 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from envforge.errors import InvalidInput
-from envforge.recipe.load import load_recipe_file
+from envforge import yamlcheck
+from envforge.errors import InvalidInput, RecipeError
+from envforge.recipe.checks import RESERVED_ENV
+from envforge.recipe.load import load_recipe_file, parse_recipe
 from envforge.recipe.model import UNQUOTABLE, EnvVar, Recipe
 from envforge.render import RenderOptions, plan_venv, render_dockerfile
 from envforge.render.quoting import MAX_VALUE_CHARS
@@ -64,11 +67,14 @@ NASTY = [
     "-r /etc/passwd",
 ]
 
-#: Any text without the characters that no quoting makes safe.
+#: Control characters (other than TAB) are refused too: they would not read back the same.
+CONTROLS = sorted(UNQUOTABLE | {chr(c) for c in (*range(0x20), *range(0x7F, 0xA0))} - {"\t"})
+
+#: Any text without the characters that no quoting makes safe (TAB is kept exactly).
 safe_text = st.one_of(
     st.text(
         alphabet=st.characters(
-            exclude_categories=["Cs"], exclude_characters="".join(UNQUOTABLE)
+            exclude_categories=["Cs", "Cc"], exclude_characters="".join(UNQUOTABLE)
         ),
         max_size=200,
     ),
@@ -80,7 +86,7 @@ safe_text = st.one_of(
 unsafe_text = st.builds(
     lambda a, bad, b: a + bad + b,
     safe_text,
-    st.sampled_from(sorted(UNQUOTABLE)),
+    st.sampled_from(CONTROLS),
     safe_text,
 )
 
@@ -235,3 +241,150 @@ def test_hostile_index_and_numpy(index: str, numpy: str) -> None:
             assert rest_words[rest_words.index("--extra-index-url") + 1] == index
         assert rest_words[rest_words.index("--") + 2] == "numpy" + numpy.strip()
         assert label_value(stages(instructions)[1], "io.envforge.numpy") == numpy
+
+
+# --------------------------------------------------------------------------- loader → render
+#
+# One set of checks (issue 11, class 9): whatever the loader accepts renders, and every
+# ENV/LABEL value reads back exactly as the recipe wrote it; what the loader refuses
+# because of a character, the renderer refuses with the same message.
+
+RAW = yamlcheck.load_file(FIXTURE)
+ENV_NAMES = st.from_regex(r"\A[A-Za-z_][A-Za-z0-9_]{0,12}\Z").filter(
+    lambda n: n not in RESERVED_ENV
+)
+nonblank = safe_text.filter(lambda s: s.strip() != "")
+
+
+def _raw(**changes: object) -> dict[str, object]:
+    data = copy.deepcopy(RAW)
+    assert isinstance(data, dict)
+    for key, value in changes.items():
+        if key == "products":
+            data["gpu"]["products"] = value
+        else:
+            data[key] = value
+    return data
+
+
+def _env_entry(value: str) -> dict[str, object]:
+    return {"value": value, "why": "test", "confidence": "uncertain"}
+
+
+def _reads_back(recipe: Recipe) -> None:
+    for options in OPTIONS:
+        final = final_stage(render_dockerfile(recipe, options))
+        for e in recipe.env:
+            assert env_value(final, e.name) == e.value
+        labels = {
+            "org.opencontainers.image.description": recipe.description,
+            "io.envforge.recipe": recipe.name,
+            "io.envforge.python": recipe.python,
+            "io.envforge.numpy": recipe.numpy,
+            "io.envforge.torch": recipe.torch.version.split("+", 1)[0],
+            "io.envforge.recipe-hash": recipe.hash,
+        }
+        if recipe.gpu.products:
+            labels["io.envforge.gpu-products"] = ", ".join(recipe.gpu.products)
+        for key, value in labels.items():
+            assert label_value(final, key) == value, key
+        plan = plan_venv(recipe, options)
+        exports = [
+            shlex.split(line)[1]
+            for line in plan.activate_script.splitlines()
+            if line.startswith("export ")
+        ]
+        assert exports == [f"{e.name}={e.value}" for e in recipe.env]
+
+
+@SETTINGS
+@given(
+    description=nonblank,
+    products=st.lists(nonblank, max_size=3),
+    env=st.dictionaries(ENV_NAMES, safe_text, max_size=4),
+    package=st.sampled_from(["a==1", "a[x]==1.0; python_version > '3'", "b===weird", "c==2.0rc1"]),
+)
+@example(
+    description='x" \\ RUN touch /pwned #', products=["\ta\t"], env={"A": "$(id)"}, package="a==1"
+)
+@example(description="\u00a0é😀", products=["a" * 2048, "b" * 2046], env={"B": ""}, package="a==1")
+def test_what_the_loader_accepts_renders_and_reads_back(
+    description: str, products: list[str], env: dict[str, str], package: str
+) -> None:
+    products = [p for p in products if p.strip()]
+    data = _raw(
+        description=description,
+        products=products,
+        env={name: _env_entry(value) for name, value in env.items()},
+        packages=[package],
+    )
+    if len(", ".join(products)) > MAX_VALUE_CHARS:
+        with pytest.raises(RecipeError, match=r"gpu\.products: together"):
+            parse_recipe(data, "prop.yaml")
+        return
+    recipe = parse_recipe(data, "prop.yaml")  # safe text is accepted...
+    _reads_back(recipe)  # ...renders, and reads back the same
+
+
+@SETTINGS
+@given(
+    value=unsafe_text,
+    where=st.sampled_from(["description", "products", "env", "package", "why", "numpy"]),
+)
+@example(value="a\x1b[31mb", where="description")
+@example(value="\x07", where="env")
+@example(value="\x9b", where="products")
+def test_what_the_loader_refuses_for_a_character_render_refuses_alike(
+    value: str, where: str
+) -> None:
+    keys = {
+        "description": "description",
+        "products": "gpu.products[0]",
+        "env": "env.X.value",
+        "package": "packages[0]",
+        "why": "env.X.why",
+        "numpy": "numpy",
+    }
+    key = keys[where]
+    if where == "description":
+        data = _raw(description=value)
+    elif where == "products":
+        data = _raw(products=[value])
+    elif where == "env":
+        data = _raw(env={"X": _env_entry(value)})
+    elif where == "package":
+        data = _raw(packages=[value])
+    elif where == "why":
+        data = _raw(env={"X": {**_env_entry("1"), "why": value}})
+    else:
+        data = _raw(numpy=value)
+    with pytest.raises(RecipeError) as refused:
+        parse_recipe(data, "prop.yaml")
+    line = refused.value.one_line()
+    assert f"prop.yaml: {key}: " in line
+    assert "\n" not in line
+    assert "\x1b" not in line
+    if where in ("why", "numpy", "package"):
+        return  # not a plain copy of the value into the recipe below
+    if where == "description":
+        recipe = dataclasses.replace(BASE, description=value)
+    elif where == "products":
+        recipe = dataclasses.replace(BASE, gpu=dataclasses.replace(BASE.gpu, products=(value,)))
+    else:
+        recipe = dataclasses.replace(BASE, env=(EnvVar("X", value, "why", (), "uncertain"),))
+    with pytest.raises(InvalidInput) as rendered_refusal:
+        render_dockerfile(recipe)
+    # the same check, the same words (after the origin and key)
+    assert str(rendered_refusal.value).split(f"{key}: ", 1)[1] == refused.value.message.split(
+        f"{key}: ", 1
+    )[1]
+
+
+@pytest.mark.parametrize("name", sorted(RESERVED_ENV))
+def test_reserved_env_names_refused_by_loader_and_renderer(name: str) -> None:
+    with pytest.raises(RecipeError, match=rf"prop\.yaml: env\.{name}: is reserved"):
+        parse_recipe(_raw(env={name: _env_entry("/x")}), "prop.yaml")
+    recipe = dataclasses.replace(BASE, env=(EnvVar(name, "/x", "why", (), "uncertain"),))
+    for render in (render_dockerfile, plan_venv):
+        with pytest.raises(InvalidInput, match=rf"env\.{name}: is reserved"):
+            render(recipe)

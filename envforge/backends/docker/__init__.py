@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from envforge.backends.docker.certification import Outcome, Prober
     from envforge.backends.docker.client import EngineClient
     from envforge.backends.docker.images import BuildResult
+    from envforge.certificate import Signer
 
 Say = Callable[[str], None]
 
@@ -87,6 +88,8 @@ class DockerOptions:
     #: Base environment for finding the engine (DOCKER_HOST, DOCKER_CONTEXT).
     environ: Mapping[str, str] | None = None
     listener: ProbeListener | None = None
+    #: Signs each certificate (:class:`envforge.signing.SigningKey`); None: unsigned.
+    signer: Signer | None = None
     output: LineSink = field(default_factory=_Discard)
     say: Say = field(default=_quiet)
 
@@ -180,15 +183,17 @@ def certify_and_tag(
         listener=options.listener,
         flags=flags_for(client, recipe, options),
         prober=prober,
+        signer=options.signer,
     )
     if report_dir is not None:
         json_path, junit_path = outcome.report.write(report_dir)
         cert_path = report_dir / "certificate.json"
         write_atomically(cert_path, outcome.certificate.to_json(compact=False) + "\n")
         say(f"reports: {json_path}, {junit_path}, {cert_path}")
+    signed = outcome.certificate.signed_by
     say(
-        f"certificate {outcome.certificate.digest} ({outcome.certificate.status}) stored at "
-        f"{outcome.stored_at}"
+        f"certificate {outcome.certificate.digest} ({outcome.certificate.status}"
+        f"{', signed by ' + signed[:23] if signed else ''}) stored at {outcome.stored_at}"
     )
     if outcome.certified_image is not None:
         for tag in (ref, *extra_tags):

@@ -11,7 +11,7 @@ from envforge.backends.docker.devices import DeviceFlags, device_flags
 from envforge.backends.docker.images import inspect_image, label_image
 from envforge.backends.docker.probe_target import DockerTarget
 from envforge.backends.docker.refs import CERTIFICATE_LABEL, config_identity
-from envforge.certificate import Certificate, CertificateStore, issue
+from envforge.certificate import Certificate, CertificateStore, Signer, issue, sign
 from envforge.errors import InvalidInput
 from envforge.probe.report import ProbeReport
 from envforge.probe.runner import ProbeListener, ProbeTarget, run_probe
@@ -52,12 +52,15 @@ def certify_image(
     store: CertificateStore | None = None,
     flags: DeviceFlags | None = None,
     prober: Prober | None = None,
+    signer: Signer | None = None,
 ) -> Outcome:
     """Probe ``image`` in a container (no network, recipe env, host device flags).
 
     The verdict is bound to the image's layer diff IDs and run config, saved in the local
     store (pass or fail), and on a pass a labelled image carrying it is made. Tags are the
-    caller's business. Raises :class:`Interrupted` on Ctrl-C (container removed first).
+    caller's business. With a ``signer`` the certificate is signed before it is stored
+    or labelled (the private key itself goes nowhere). Raises :class:`Interrupted` on
+    Ctrl-C (container removed first).
     """
     info = inspect_image(client, image)
     if info is None:
@@ -76,6 +79,8 @@ def certify_image(
         config=config_identity(info.config),
         candidate_id=info.id,
     )
+    if signer is not None:
+        cert = sign(cert, signer)
     stored_at = (store or CertificateStore()).save(cert)
     certified: str | None = None
     if cert.passed:

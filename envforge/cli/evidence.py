@@ -1,0 +1,128 @@
+"""``envforge evidence import|export``: move certification evidence between hosts.
+
+``import PATH|REF...`` reads report folders, report files, ``*.jsonl`` bundles and images
+in a registry (their certificate label, read from the image config through the registry's
+HTTP API without pulling layers: :mod:`envforge.registry`) into the local store
+(:mod:`envforge.evidence_store`). ``export [--recipe R] -o FILE`` writes the store as a
+redacted JSON-lines bundle that ``import`` and ``matrix --evidence`` read.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from envforge.cli.common import echo_json, json_option, note
+from envforge.errors import EnvforgeError, InvalidInput
+
+
+@click.group("evidence")
+def evidence() -> None:
+    """Certification evidence: import reports and registry images, export bundles."""
+
+
+def _is_ref(text: str) -> bool:
+    """An image in a registry: not a path here, and its first part names a registry host
+    (``HOST.DOMAIN``, ``HOST:PORT`` or ``localhost``), so that a mistyped folder never
+    becomes a request to a public registry."""
+    if Path(text).exists() or "/" not in text:
+        return False
+    host = text.split("/", 1)[0]
+    return "." in host or ":" in host or host == "localhost"
+
+
+@evidence.command("import")
+@click.argument("sources", nargs=-1, required=True, metavar="PATH|REF...")
+@json_option
+def import_cmd(sources: tuple[str, ...], as_json: bool) -> None:
+    """Add reports (folders, files, .jsonl bundles) and registry images' certificates
+    to the local evidence store. Exit 2 when nothing could be read."""
+    from envforge.backends.docker.refs import CERTIFICATE_LABEL  # noqa: PLC0415 - pure
+    from envforge.evidence import Problem, documents  # noqa: PLC0415 - when run
+    from envforge.evidence_store import import_documents  # noqa: PLC0415 - when run
+
+    problems: list[Problem] = []
+    docs: list[tuple[str, object]] = []
+    for source in sources:
+        if _is_ref(source):
+            from envforge.registry import image_labels  # noqa: PLC0415 - only for refs
+
+            try:
+                label = image_labels(source).get(CERTIFICATE_LABEL)
+            except EnvforgeError as exc:
+                problems.append(Problem(source, exc.one_line()))
+                continue
+            if not label:
+                problems.append(Problem(source, f"carries no certificate ({CERTIFICATE_LABEL})"))
+                continue
+            try:
+                docs.append((source, json.loads(label)))
+            except ValueError as exc:
+                problems.append(Problem(source, f"its certificate label is not JSON: {exc}"))
+        elif Path(source).exists():
+            docs.extend(documents([Path(source)], problems))
+        else:
+            problems.append(
+                Problem(
+                    source,
+                    "no such file or folder, nor an image reference with a registry host "
+                    "(HOST[:PORT]/REPO:TAG)",
+                )
+            )
+    result = import_documents(docs, problems)
+    for problem in result.problems:
+        note(f"envforge: skipped {problem.line()}")
+    if as_json:
+        echo_json(
+            {
+                "added": len(result.added),
+                "known": result.known,
+                "skipped": [p.line() for p in result.problems],
+                "records": [r.to_export() for r in result.added],
+            }
+        )
+    else:
+        for record in result.added:
+            click.echo(
+                f"added  {record.recipe or record.stack or '?'}  {record.outcome}  "
+                f"{record.gpu.product or 'no GPU'}  {record.date}"
+            )
+        note(
+            f"{len(result.added)} added, {result.known} already in the store, "
+            f"{len(result.problems)} skipped"
+        )
+    if not result.added and not result.known:
+        raise InvalidInput(
+            "no evidence could be read from " + ", ".join(sources),
+            hint="name report folders, probe.json/certificate files, .jsonl bundles or "
+            "images in a registry (HOST[:PORT]/REPO:TAG)",
+        )
+
+
+@evidence.command("export")
+@click.option("--recipe", "recipe", metavar="RECIPE", default=None, help="Only this recipe.")
+@click.option(
+    "-o",
+    "--output",
+    "out",
+    required=True,
+    metavar="FILE",
+    type=click.Path(path_type=Path),
+    help="The bundle to write (JSON lines, envforge.evidence/1), replaced atomically.",
+)
+@json_option
+def export_cmd(recipe: str | None, out: Path, as_json: bool) -> None:
+    """Write the local store's evidence as a shareable, redacted JSON-lines bundle."""
+    from envforge.evidence_store import export_lines, read_store  # noqa: PLC0415 - when run
+    from envforge.fsutil import check_file_target, write_atomically  # noqa: PLC0415 - as above
+
+    check_file_target(out, setting="-o")
+    found = read_store()
+    lines = list(export_lines(found.records, recipe=recipe))
+    write_atomically(out, "".join(line + "\n" for line in lines), setting="-o")
+    if as_json:
+        echo_json({"file": str(out), "records": len(lines), "recipe": recipe})
+        return
+    click.echo(f"wrote {out}: {len(lines)} record{'' if len(lines) == 1 else 's'}")

@@ -1,0 +1,47 @@
+"""``envforge keys generate -o DIR``: an ed25519 key pair for signing certificates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from envforge.cli.common import echo_json, json_option, note
+
+
+@click.group("keys")
+def keys() -> None:
+    """Signing keys for certificates (ed25519; see envforge.signing for the formats)."""
+
+
+@keys.command("generate")
+@click.option(
+    "-o",
+    "--output",
+    "out",
+    required=True,
+    metavar="DIR",
+    type=click.Path(path_type=Path),
+    help="Folder for envforge.key (private, mode 0600) and envforge.pub (created if missing).",
+)
+@click.option(
+    "--name", default="", metavar="NAME", help="A name for the key, kept in envforge.pub."
+)
+@json_option
+def generate_cmd(out: Path, name: str, as_json: bool) -> None:
+    """Write DIR/envforge.key and DIR/envforge.pub; never overwrites existing keys (exit 2)."""
+    from envforge.fsutil import os_error  # noqa: PLC0415 - only when writing
+    from envforge.signing import generate, load_trust  # noqa: PLC0415 - loads cryptography
+
+    try:
+        key_path, pub_path = generate(out, name)
+    except OSError as exc:
+        raise os_error(exc, verb="write", setting="-o") from None
+    public = next(iter(load_trust([pub_path]).keys.values()))
+    if as_json:
+        echo_json(
+            {"private": str(key_path), "public": str(pub_path), "fingerprint": public.fingerprint}
+        )
+        return
+    note(f"private key {key_path} (mode 0600: keep it secret, never commit it)")
+    click.echo(f"{pub_path} {public.fingerprint}")

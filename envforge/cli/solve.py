@@ -1,0 +1,122 @@
+"""``envforge solve ARCH|auto``: a stack for any GPU arch, derived from the table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import yaml
+
+from envforge.cli.common import echo_json, json_option
+from envforge.errors import InvalidInput
+from envforge.fsutil import write_atomically
+from envforge.knowledge import load_table
+from envforge.solve import Solution, SolveRequest, solve
+
+
+def register(group: click.Group) -> None:
+    group.add_command(solve_cmd)
+
+
+@click.command("solve")
+@click.argument("arch", metavar="ARCH|auto")
+@click.option("--torch", "torch_version", metavar="VERSION", help="Solve for this torch release.")
+@click.option("--python", metavar="X.Y", help="Use this CPython (with a base image that ships it).")
+@click.option("--base-image", metavar="REF", help="Use this base image (its Python).")
+@click.option(
+    "--driver", metavar="VERSION", help="NVIDIA driver version (default: the detected one)."
+)
+@click.option(
+    "--conservative", is_flag=True, help="Prefer the stack with the most evidence over the newest."
+)
+@click.option(
+    "--write",
+    "write",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="Write the stack as a recipe YAML (named after the arch) that validate accepts.",
+)
+@json_option
+def solve_cmd(
+    *,
+    arch: str,
+    torch_version: str | None,
+    python: str | None,
+    base_image: str | None,
+    driver: str | None,
+    conservative: bool,
+    write: Path | None,
+    as_json: bool,
+) -> None:
+    """Derive the stack for a GPU arch (or the detected one) from the compatibility table.
+
+    Newest torch whose wheel has code for the arch (or --conservative: most evidence),
+    the newest Python a known base image ships, the NumPy bound and env vars; each choice
+    with its reason and source, plus the runner-up stacks.
+    """
+    detected = ""
+    if arch == "auto":
+        from envforge.detect import detect  # noqa: PLC0415 - only for auto
+
+        host = detect()
+        gpu = host.primary
+        if gpu is None or gpu.arch is None:
+            raise InvalidInput(
+                "no GPU with a known arch detected",
+                hint="name the arch (envforge solve gfx1100), or set ENVFORGE_GPU_ARCH",
+            )
+        arch = gpu.arch
+        detected = f"detected {gpu.product} ({gpu.arch}, GPU {gpu.index})"
+        if driver is None and gpu.vendor == "nvidia" and gpu.driver_version:
+            driver = gpu.driver_version
+    request = SolveRequest(
+        arch=arch,
+        torch=torch_version,
+        python=python,
+        base_image=base_image,
+        driver=driver,
+        conservative=conservative,
+    )
+    solution = solve(request, load_table())
+    if write is not None:
+        text = "# Solved by `envforge solve`; review before curating.\n" + yaml.safe_dump(
+            solution.recipe_dict(), sort_keys=False, allow_unicode=True, width=100
+        )
+        write_atomically(write, text)
+        click.echo(f"wrote {write} (recipe {solution.arch})", err=True)
+    if as_json:
+        data = solution.to_dict()
+        if detected:
+            data["detected"] = detected
+        echo_json(data)
+        return
+    _print(solution, detected)
+
+
+def _print(solution: Solution, detected: str) -> None:
+    out = click.echo
+    s = solution.stack
+    if detected:
+        out(detected)
+    products = ", ".join(solution.products) or "-"
+    out(f"{solution.arch}: {solution.family} ({products})")
+    mode = "conservative" if solution.conservative else "newest"
+    out(
+        f"  stack      torch {s.torch}+{s.variant} py{s.python} on {s.base_image} ({mode}, "
+        f"{s.confidence})"
+    )
+    out("\nChoices:")
+    for p in solution.picks:
+        out(f"  {p.key} = {p.value}  ({p.confidence})")
+        out(f"      why: {p.reason}")
+        out(f"      source: {p.source}")
+    if s.doubts:
+        out("\nUncertain:")
+        for d in s.doubts:
+            out(f"  - {d}")
+    if solution.runner_ups:
+        out("\nRunner-ups:")
+        for r in solution.runner_ups:
+            out(f"  - {r.label} on {r.base_image} ({r.via} {r.runs}, {r.confidence})")
+    for note in solution.notes:
+        out(f"\nnote: {note}")

@@ -1,0 +1,292 @@
+"""``envforge solve``: the pure solver over every arch the table knows, and the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from envforge.arch import NVIDIA_COMPUTE_CAPABILITIES, vendor_of
+from envforge.cli import main
+from envforge.knowledge import check, load_table
+from envforge.knowledge.table import CompatTable
+from envforge.recipe.load import load_recipe_file, parse_recipe
+from envforge.solve import (
+    NoStack,
+    Solution,
+    SolveRequest,
+    UnknownArch,
+    evidence_links,
+    known_archs,
+    solve,
+)
+
+TABLE = load_table()
+
+#: Archs no published wheel in the table can run (and why), checked below.
+UNSOLVABLE = {
+    "sm_35": "none could",
+    "sm_110": "none could",
+    "gfx803": "none could",
+    "gfx1010": "unreliable",
+    "gfx1011": "unreliable",
+    "gfx1012": "unreliable",
+    "gfx1033": "broken",
+    "gfx1036": "unreliable",
+    "gfx1152": "unreliable",
+}
+
+SECTION_3 = (
+    "sm_70",
+    "sm_75",
+    "sm_80",
+    "sm_86",
+    "sm_89",
+    "sm_100",
+    "sm_120",
+    "gfx908",
+    "gfx1032",
+    "gfx1101",
+    "gfx1102",
+    "gfx1200",
+    "gfx1201",
+    "gfx1151",
+)
+
+
+def solvable() -> list[str]:
+    return [a for a in known_archs(TABLE) if a not in UNSOLVABLE]
+
+
+def validated(solution: Solution) -> list[str]:
+    recipe = parse_recipe(solution.recipe_dict(), f"<solve {solution.arch}>")
+    return [v.one_line(recipe.origin) for v in check(recipe, TABLE)]
+
+
+@pytest.mark.parametrize("conservative", [False, True])
+@pytest.mark.parametrize("arch", solvable())
+def test_every_known_arch_solves_to_a_stack_the_rules_accept(arch: str, conservative: bool) -> None:
+    solution = solve(SolveRequest(arch, conservative=conservative), TABLE)
+    assert solution.arch == arch
+    assert validated(solution) == []
+    keys = [p.key for p in solution.picks]
+    assert keys[:2] == ["torch", "variant"]
+    assert {"python", "base_image", "numpy"} <= set(keys)
+    assert all(p.reason and p.source for p in solution.picks)
+    assert TABLE.distro_python(solution.stack.base_image) == solution.stack.python
+
+
+def test_unsolvable_and_solvable_archs_cover_the_table() -> None:
+    archs = known_archs(TABLE)
+    assert set(UNSOLVABLE) <= set(archs)
+    for arch in UNSOLVABLE:
+        with pytest.raises(NoStack):
+            solve(SolveRequest(arch), TABLE)
+
+
+@pytest.mark.parametrize("arch", ["sm_35", "gfx803"])
+def test_an_arch_no_wheel_ever_ran_is_refused_saying_none(arch: str) -> None:
+    with pytest.raises(NoStack, match="none could") as err:
+        solve(SolveRequest(arch), TABLE)
+    assert err.value.exit_code == 2
+
+
+def test_unreliable_override_is_not_used_and_said_so() -> None:
+    with pytest.raises(NoStack, match="override is unreliable"):
+        solve(SolveRequest("gfx1010"), TABLE)
+
+
+def test_constraints_that_exclude_every_wheel_name_the_last_release_that_could() -> None:
+    with pytest.raises(NoStack, match=r"last release that can run sm_61 is torch 2\.14\.1\+cu126"):
+        solve(SolveRequest("sm_61", torch="2.15.0"), TABLE)
+    with pytest.raises(
+        NoStack, match=r"last release that can run gfx906 is torch 2\.9\.1\+rocm6\.3"
+    ):
+        solve(SolveRequest("gfx906", python="3.15"), TABLE)
+
+
+@pytest.mark.parametrize("arch", ["gfx9999", "sm_99", "foo", "gfx1234"])
+def test_unknown_arch_names_the_nearest_known(arch: str) -> None:
+    with pytest.raises(UnknownArch, match="nearest known: ") as err:
+        solve(SolveRequest(arch), TABLE)
+    assert err.value.exit_code == 2
+    if arch == "gfx1234":
+        assert "gfx1201" in str(err.value)
+
+
+def test_newest_release_with_code_for_the_arch() -> None:
+    assert solve(SolveRequest("sm_89"), TABLE).stack.torch == "2.15.0"
+    # Volta: cu126 of 2.14.1 is the last wheel with sm_70 code (2.15 has no cu126).
+    v100 = solve(SolveRequest("sm_70"), TABLE)
+    assert (v100.stack.torch, v100.stack.variant, v100.stack.via) == ("2.14.1", "cu126", "sass")
+    pascal = solve(SolveRequest("sm_61"), TABLE)
+    assert (pascal.stack.variant, pascal.stack.via, pascal.stack.runs) == (
+        "cu126",
+        "same-major",
+        "sm_60",
+    )
+    # gfx906 is listed but broken from ROCm 6.4: the rocm6.3 wheels of 2.9.1 are the last.
+    mi50 = solve(SolveRequest("gfx906"), TABLE)
+    assert (mi50.stack.torch, mi50.stack.variant) == ("2.9.1", "rocm6.3")
+
+
+def test_override_from_the_table_sets_the_env_var() -> None:
+    solution = solve(SolveRequest("gfx1032"), TABLE)
+    assert solution.stack.via == "override"
+    env = solution.recipe_dict()["env"]["HSA_OVERRIDE_GFX_VERSION"]
+    assert env["value"] == "10.3.0"
+    assert env["confidence"] == "community"
+    assert "https://github.com/ROCm/legacy-rocm-build/issues/1797" in env["evidence"]
+
+
+def test_conservative_prefers_evidence_over_the_newest() -> None:
+    newest = solve(SolveRequest("gfx1151"), TABLE)
+    assert newest.stack.confidence == "uncertain"  # 2.15's ROCm variants are unconfirmed
+    safe = solve(SolveRequest("gfx1151", conservative=True), TABLE)
+    assert f"--conservative would choose {safe.stack.label}" in " ".join(newest.notes)
+    assert safe.stack.confidence == "verified"
+    assert safe.stack.torch != "2.15.0"
+    assert newest.runner_ups
+    assert safe.runner_ups
+
+
+def test_driver_floor_excludes_wheels_the_driver_cannot_load() -> None:
+    old = solve(SolveRequest("sm_89", driver="550.54.14"), TABLE)
+    assert old.stack.variant.startswith("cu12")
+    assert any(p.key == "driver" and "550.54.14 meets" in p.reason for p in old.picks)
+    new = solve(SolveRequest("sm_89", driver="580.65.06"), TABLE)
+    assert new.stack.variant.startswith("cu13")
+    with pytest.raises(NoStack, match="needs NVIDIA driver"):
+        solve(SolveRequest("sm_89", driver="400"), TABLE)
+
+
+def test_python_and_base_image_requests() -> None:
+    py = solve(SolveRequest("sm_90", python="3.12"), TABLE)
+    assert (py.stack.python, py.stack.base_image) == ("3.12", "ubuntu:24.04")
+    img = solve(SolveRequest("sm_90", base_image="ubuntu:22.04"), TABLE)
+    assert img.stack.python == "3.10"
+    assert img.stack.torch == "2.14.1"  # 2.15 has no cp310 wheels
+    with pytest.raises(NoStack, match=r"ships Python 3\.10, not 3\.12"):
+        solve(SolveRequest("sm_90", python="3.12", base_image="ubuntu:22.04"), TABLE)
+
+
+def test_numpy_bound_from_the_release_breaks() -> None:
+    old = solve(SolveRequest("sm_86", torch="2.1.2"), TABLE)
+    assert old.stack.numpy == "<2"
+    assert validated(old) == []
+    assert solve(SolveRequest("sm_86"), TABLE).stack.numpy == ">=1.26,<3"
+
+
+def test_uncertain_table_facts_make_the_stack_uncertain() -> None:
+    solution = solve(SolveRequest("gfx1101", torch="2.6.0"), TABLE)
+    assert solution.stack.confidence == "uncertain"
+    assert any("gfx1101" in d for d in solution.stack.doubts)
+    issues = solution.recipe_dict()["known_issues"]
+    assert "not confirmed" in issues[0]["symptom"]
+
+
+def test_bad_constraints_are_one_line_errors() -> None:
+    from envforge.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match=r"--torch 9\.9\.9"):
+        solve(SolveRequest("sm_90", torch="9.9.9"), TABLE)
+    with pytest.raises(InvalidInput, match="--python 3"):
+        solve(SolveRequest("sm_90", python="3"), TABLE)
+    with pytest.raises(InvalidInput, match="--driver abc"):
+        solve(SolveRequest("sm_90", driver="abc"), TABLE)
+
+
+def test_evidence_links() -> None:
+    assert evidence_links("ROCm/legacy-rocm-build#1797, #1698") == [
+        "https://github.com/ROCm/legacy-rocm-build/issues/1797",
+        "https://github.com/ROCm/legacy-rocm-build/issues/1698",
+    ]
+    assert evidence_links("unslothai/unsloth PR #8412") == [
+        "https://github.com/unslothai/unsloth/issues/8412"
+    ]
+
+
+def test_known_archs_include_every_table_arch_and_cc() -> None:
+    archs = known_archs(TABLE)
+    for cc in NVIDIA_COMPUTE_CAPABILITIES:
+        assert cc in archs
+    assert all(vendor_of(a) for a in archs)
+    assert isinstance(TABLE, CompatTable)
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, object]:
+    assert main(["solve", *args, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert isinstance(data, dict)
+    return data
+
+
+@pytest.mark.parametrize("arch", SECTION_3)
+def test_cli_json_stack_is_accepted_by_validate(
+    arch: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = run_json(capsys, arch)
+    path = tmp_path / f"{arch}.yaml"
+    path.write_text(yaml.safe_dump(data["recipe"]), encoding="utf-8")
+    assert main(["validate", str(path)]) == 0
+    assert f"ok    {arch}" in capsys.readouterr().out
+
+
+def test_cli_text_prints_every_choice_with_reason_and_source(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["solve", "sm_89"]) == 0
+    out = capsys.readouterr().out
+    for key in ("torch =", "variant =", "driver =", "python =", "base_image =", "numpy ="):
+        assert key in out
+    assert out.count("why: ") == out.count("source: ") >= 6
+    assert "Runner-ups:" in out
+
+
+def test_cli_write_gives_a_recipe_validate_accepts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "out.yaml"
+    assert main(["solve", "gfx1032", "--conservative", "--write", str(path)]) == 0
+    recipe = load_recipe_file(path)
+    assert recipe.name == "gfx1032"
+    assert recipe.env_map["HSA_OVERRIDE_GFX_VERSION"] == "10.3.0"
+    capsys.readouterr()
+    assert main(["validate", str(path)]) == 0
+
+
+@pytest.mark.parametrize(
+    ("arch", "text"),
+    [("sm_35", "none could"), ("gfx803", "none could"), ("gfx1299", "nearest known: gfx1201")],
+)
+def test_cli_refusals_exit_2(arch: str, text: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["solve", arch]) == 2
+    err = capsys.readouterr().err
+    assert text in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_cli_auto_uses_the_detected_arch_and_driver(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("ENVFORGE_GPU_ARCH", "sm_89")
+    monkeypatch.setenv("ENVFORGE_DRIVER_VERSION", "550.54.14")
+    data = run_json(capsys, "auto")
+    assert data["arch"] == "sm_89"
+    stack = data["stack"]
+    assert isinstance(stack, dict)
+    assert str(stack["variant"]).startswith("cu12")
+    assert "sm_89" in str(data["detected"])
+
+
+def test_cli_auto_without_a_gpu_is_exit_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("ENVFORGE_GPU_VENDOR", "none")
+    assert main(["solve", "auto"]) == 2
+    assert "no GPU" in capsys.readouterr().err
