@@ -84,3 +84,31 @@ def test_a_created_or_running_container_has_no_final_code() -> None:
         assert watch.final_code() is None
     containers.state = {"Status": "exited", "ExitCode": 42}
     assert watch.final_code() == 42
+
+
+class _Polled:
+    """A container whose inspect says running ``runs`` times, then ``final``."""
+
+    def __init__(self, runs: int, final: str, code: int) -> None:
+        self.runs = runs
+        self.final = final
+        self.code = code
+        self.attrs: dict[str, Any] = {}
+
+    def reload(self) -> None:
+        if self.runs > 0:
+            self.runs -= 1
+            self.attrs = {"State": {"Status": "running", "ExitCode": 0}}
+        else:
+            self.attrs = {"State": {"Status": self.final, "ExitCode": self.code}}
+
+
+def test_wait_stopped_reads_the_code_from_inspect() -> None:
+    from envforge.backends.docker.containers import wait_stopped
+
+    # Podman says "stopped" where Docker says "exited".
+    for final in ("exited", "stopped", "dead"):
+        polled = _Polled(3, final, 5)
+        assert wait_stopped(polled, timeout=5, poll=0.01) == 5  # type: ignore[arg-type]
+    never = _Polled(10**6, "exited", 0)
+    assert wait_stopped(never, timeout=0.2, poll=0.01) is None  # type: ignore[arg-type]

@@ -23,7 +23,12 @@ from envforge.backends.docker.caches import (
     cache_volumes,
 )
 from envforge.backends.docker.client import EngineClient
-from envforge.backends.docker.containers import ensure_cache_volume, remove_by_name, unique_name
+from envforge.backends.docker.containers import (
+    STOPPED_STATES,
+    ensure_cache_volume,
+    remove_by_name,
+    unique_name,
+)
 from envforge.backends.docker.devices import DeviceFlags
 from envforge.backends.docker.engine import TRANSPORT_ERRORS
 from envforge.backends.docker.refs import ROLE_LABEL
@@ -89,7 +94,7 @@ def shell_argv(
 
 #: Seconds the docker CLI may take to return once its container has exited.
 CLI_GRACE = 5.0
-_EXITED = ("exited", "dead", "stopped")
+_EXITED = STOPPED_STATES
 
 
 class ExitWatch:
