@@ -226,6 +226,15 @@ down() {
     [ -d "$STATE" ] || { log "nothing recorded under $STATE"; return 0; }
     stop_pid "$STATE/rootless/service.pid" "rootless podman"
     stop_pid "$STATE/rootful/service.pid" "rootful podman"
+    # Rootless podman re-executes itself in its user namespace: a second process with the
+    # same command line (our own socket path) may outlive the first.
+    local mode pid
+    for mode in rootless rootful; do
+        for pid in $(pgrep -f -x "podman system service -t 0 unix://$STATE/$mode/podman.sock" || true); do
+            echo "$pid" >"$STATE/$mode/leftover.pid"
+            stop_pid "$STATE/$mode/leftover.pid" "$mode podman (re-executed)"
+        done
+    done
     # The stores hold a few GB (stand-in, built images, build cache): remove them, through
     # podman (its overlay layers may be mounted), then the state folder.
     if [ -f "$STATE/rootless/storage.conf" ] && id "$ROOTLESS_USER" >/dev/null 2>&1; then
