@@ -23,6 +23,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from envforge import knowledge
+from envforge.backends.docker.cdi import scan as scan_cdi
+from envforge.backends.docker.devices import device_flags
+from envforge.backends.docker.identity import EngineIdentity
 from envforge.detect import GpuInfo, HostInfo
 from envforge.errors import EnvforgeError
 from envforge.hostfs import host_int, numeric_name, read_host_text
@@ -453,6 +456,62 @@ def check_docker(ping: DockerPing, backend: Backend | None) -> list[Finding]:
     ]
 
 
+#: Asks the engine what it is (Docker or Podman, CDI, rootless); None when none answers.
+EngineProbe = Callable[[], "EngineIdentity | None"]
+
+
+def engine_identity() -> EngineIdentity | None:
+    """The engine the docker CLI would use, identified; None when none answers."""
+    try:
+        from envforge.backends.docker.engine import (  # noqa: PLC0415 - loads the SDK
+            connect,
+            identify_engine,
+        )
+
+        client = connect()
+    except Exception:  # check_docker says why the engine does not answer
+        return None
+    try:
+        return identify_engine(client)
+    finally:
+        client.close()
+
+
+def check_device_path(
+    recipe: Recipe | None, root: Path, engine: EngineIdentity | None, backend: Backend | None
+) -> list[Finding]:
+    """How the recipe's GPUs reach its containers on this engine: CDI names, raw device
+    nodes or Docker's GPU request, and why (CDI specs under ``etc/cdi`` and ``var/run/cdi``
+    of ``root``; the engine's CDI support)."""
+    if recipe is None or recipe.gpu.vendor not in ("amd", "nvidia") or backend == "venv":
+        return []
+    inventory = scan_cdi((root / "etc" / "cdi", root / "var" / "run" / "cdi"))
+    findings = [Finding("cdi", "warn", note, "fix or remove that spec") for note in inventory.notes]
+    eng = engine or EngineIdentity(cdi_reason="no engine answered")
+    flags = device_flags(
+        recipe.gpu.vendor,
+        dev_root=root / "dev",
+        proc_root=root / "proc",
+        engine=eng,
+        cdi=inventory,
+    )
+    who = f"{eng.label}:" if engine is not None else "no engine answered;"
+    if flags.path == "none":
+        if flags.reason:  # devices present, but this engine cannot pass them
+            findings.append(
+                Finding(
+                    "device-path",
+                    "block" if backend == "docker" else "warn",
+                    f"{who} {flags.reason}",
+                    "generate a CDI spec for the GPUs, or use Docker, or `--backend venv`",
+                )
+            )
+        return findings  # no devices: check_device_nodes says so
+    ipc = "host IPC" if flags.ipc_mode == "host" else f"/dev/shm {flags.shm_size}"
+    findings.append(
+        Finding("device-path", "ok", f"{who} GPUs reach containers by {flags.reason}; {ipc}")
+    )
+    return findings
 def shutil_free(path: Path) -> int:
     """Free bytes of the file system holding ``path``."""
     return shutil.disk_usage(path).free
@@ -495,9 +554,15 @@ def diagnose(
     ping: DockerPing | None = None,
     space_dir: Path | None = None,
     backend: Backend | None = None,
+    engine: EngineProbe | None = None,
 ) -> DoctorReport:
-    """Run every check for ``recipe`` (None: just the host) and collect the findings."""
+    """Run every check for ``recipe`` (None: just the host) and collect the findings.
+
+    ``engine`` identifies the engine for the device-path check; when a fake ``ping`` is
+    given without it, no engine is asked (tests never touch this machine's engine).
+    """
     who = identity or Identity.current()
+    probe_engine = engine or (engine_identity if ping is None else (lambda: None))
     findings = [
         *check_gpu_present(recipe, host),
         *check_device_nodes(recipe, host, root, who),
@@ -505,6 +570,11 @@ def diagnose(
         *check_driver(recipe, host),
         *check_busy(recipe, host, root),
         *(check_docker(ping or docker_ping, backend) if backend != "venv" else []),
+        *(
+            check_device_path(recipe, root, probe_engine(), backend)
+            if backend != "venv" and recipe is not None and recipe.gpu.vendor != "none"
+            else []
+        ),
         *check_disk(recipe, space_dir or _default_space_dir(backend, state_dir()), backend, host),
     ]
     for note in host.notes:

@@ -26,6 +26,7 @@ from envforge.cli.common import (
     resolve_auto,
     say,
     set_option,
+    shm_size_option,
     signing_key_option,
     step_timeout_option,
     strict_option,
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
     "Build an image (docker) or a virtualenv on this host (venv).", default="docker"
 )
 @python_option("venv backend: the interpreter to use (must be the recipe's Python version).")
+@shm_size_option
 @signing_key_option
 @summary_option
 @set_option
@@ -78,6 +80,7 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
     report_dir: Path | None,
     backend: str,
     python: str | None,
+    shm_size: str | None,
     signing_key: Path | None,
     summary_file: Path | None,
     overrides: tuple[str, ...],
@@ -93,7 +96,8 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
     with summarizing(summary_file, f"envforge build {recipe_ref}") as notes:
         _build(
             recipe_ref, tags, base_image, wheelhouse, ca_bundle, no_certify, no_cache, level,
-            step_timeout, report_dir, backend, python, signing_key, overrides, as_json, notes,
+            step_timeout, report_dir, backend, python, shm_size, signing_key, overrides, as_json,
+            notes,
         )
 
 
@@ -110,6 +114,7 @@ def _build(  # noqa: PLR0917 - the command's options, passed on
     report_dir: Path | None,
     backend: str,
     python: str | None,
+    shm_size: str | None,
     signing_key: Path | None,
     overrides: tuple[str, ...],
     as_json: bool,
@@ -124,6 +129,7 @@ def _build(  # noqa: PLR0917 - the command's options, passed on
                 ("--base-image", base_image),
                 ("--no-certify", no_certify),
                 ("--no-cache", no_cache),
+                ("--shm-size", shm_size),
             )
             if given
         ]
@@ -166,6 +172,7 @@ def _build(  # noqa: PLR0917 - the command's options, passed on
             no_cache=no_cache,
             certify=not no_certify,
             report_dir=report_dir,
+            shm_size=shm_size,
             listener=ProbeProgress(table=False),
             output=BuildDisplay(),
             say=note,

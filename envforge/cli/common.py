@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import signal
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -68,6 +69,26 @@ def ca_bundle_option(help: str) -> Callable[[F], F]:
         type=click.Path(exists=True, dir_okay=False, path_type=Path),
         help=help,
     )
+
+
+def _check_shm_size(_ctx: object, _param: object, value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not re.fullmatch(r"[1-9][0-9]*[bkmgBKMG]?", value):
+        raise click.BadParameter(f"{value!r} is not a size (a number with b, k, m or g: 16g)")
+    return value.lower()
+
+
+def shm_size_option(func: F) -> F:
+    """``--shm-size SIZE``: GPU containers get a private /dev/shm of SIZE, not host IPC."""
+    return click.option(
+        "--shm-size",
+        metavar="SIZE",
+        default=None,
+        callback=_check_shm_size,
+        help="GPU containers: a private /dev/shm of SIZE (e.g. 16g) instead of the host's "
+        "IPC namespace (the default; Docker's 64 MB /dev/shm breaks DataLoader workers).",
+    )(func)
 
 
 def parse_level(value: str | None) -> Level | None:

@@ -20,6 +20,7 @@ from envforge.cli.common import (
     note,
     report_option,
     set_option,
+    shm_size_option,
     signing_key_option,
     step_timeout_option,
     summarizing,
@@ -68,6 +69,7 @@ def _safe_name(ref: str) -> str:
 @level_option("Probe level (default: the recipe's).")
 @step_timeout_option("Seconds per probe step (default: the recipe's).")
 @report_option("Write probe.json, probe.junit.xml and certificate.json (per image: DIR/NAME/).")
+@shm_size_option
 @signing_key_option
 @summary_option
 @set_option
@@ -77,6 +79,7 @@ def certify(  # noqa: PLR0917 - click passes options positionally by name
     level: Level | None,
     step_timeout: float | None,
     report_dir: Path | None,
+    shm_size: str | None,
     signing_key: Path | None,
     summary_file: Path | None,
     overrides: tuple[str, ...],
@@ -119,6 +122,7 @@ def certify(  # noqa: PLR0917 - click passes options positionally by name
                 level=level,
                 step_timeout=step_timeout,
                 report_dir=sub,
+                shm_size=shm_size,
                 listener=ProbeProgress(table=False),
                 say=note,
                 signer=signer,

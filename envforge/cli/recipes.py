@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -20,6 +20,11 @@ from envforge.errors import EnvforgeError, InvalidInput, printable
 from envforge.paths import state_dir
 from envforge.recipe import listing
 from envforge.recipe.catalogue import Catalogue
+
+if TYPE_CHECKING:
+    from envforge.recipe.model import Recipe
+    from envforge.render import RenderOptions
+    from envforge.render.devcontainer import Devcontainer
 
 
 @click.command("list")
@@ -183,15 +188,26 @@ def validate(refs: tuple[str, ...], overrides: tuple[str, ...], as_json: bool) -
     "-o",
     "--output",
     type=click.Path(path_type=Path),  # a file in the way: fsutil's one-line error, exit 2
-    help="Write DIR/<recipe>/Dockerfile (--format venv: DIR/<recipe>/venv/) instead of printing.",
+    help="Write DIR/<recipe>/Dockerfile (--format venv: DIR/<recipe>/venv/; --format "
+    "devcontainer: DIR/<recipe>/.devcontainer/) instead of printing.",
 )
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["dockerfile", "venv"]),
+    type=click.Choice(["dockerfile", "venv", "devcontainer"]),
     default="dockerfile",
     show_default=True,
-    help="Dockerfile, or the venv plan (setup.sh, requirements, activation script).",
+    help="Dockerfile, the venv plan (setup.sh, requirements, activation script), or a "
+    "devcontainer.json that runs like `envforge shell`.",
+)
+@click.option(
+    "--devcontainer-from",
+    "devcontainer_from",
+    type=click.Choice(["image", "dockerfile"]),
+    default="image",
+    show_default=True,
+    help="--format devcontainer: use the certified image, or build the rendered Dockerfile "
+    "(written next to devcontainer.json).",
 )
 @click.option("--base-image", metavar="IMAGE", help="Use IMAGE instead of the recipe's base image.")
 @click.option(
@@ -212,6 +228,7 @@ def render(
     render_all: bool,
     output: Path | None,
     fmt: str,
+    devcontainer_from: str,
     base_image: str | None,
     with_wheelhouse: bool,
     with_ca_bundle: bool,
@@ -238,6 +255,10 @@ def render(
         if output is None:
             if fmt == "dockerfile":
                 _emit(render_dockerfile(recipe, options))
+            elif fmt == "devcontainer":
+                _emit(dict(_devcontainer(recipe, options, devcontainer_from).files)[
+                    "devcontainer.json"
+                ])
             else:
                 _emit(plan_venv(recipe, options).setup_script)
             return
@@ -258,6 +279,11 @@ def render(
             dockerfile = render_dockerfile(recipe, options)
             files.append((output / recipe.name / "Dockerfile", dockerfile, False))
             continue
+        if fmt == "devcontainer":
+            folder = output / recipe.name / ".devcontainer"
+            for name, text in _devcontainer(recipe, options, devcontainer_from).files:
+                files.append((folder / name, text, False))
+            continue
         plan = plan_venv(recipe, options)
         folder = output / recipe.name / "venv"
         files += [
@@ -271,8 +297,32 @@ def render(
         [(path, text, 0o755 if executable else 0o644) for path, text, executable in files],
         setting="-o",
     )
-    what = "Dockerfile(s)" if fmt == "dockerfile" else "venv plan(s)"
+    what = {
+        "dockerfile": "Dockerfile(s)",
+        "venv": "venv plan(s)",
+        "devcontainer": "devcontainer(s)",
+    }[fmt]
     click.echo(f"wrote {len(recipes)} {what} under {output}", err=True)
+
+
+def _devcontainer(recipe: Recipe, options: RenderOptions, source: str) -> Devcontainer:
+    """The recipe's .devcontainer/ files, with this host's device flags for its vendor
+    (the vendor's generic flags when this host has no such GPU)."""
+    from envforge.backends.docker.devices import device_flags  # noqa: PLC0415 - render only
+    from envforge.render import render_dockerfile  # noqa: PLC0415 - jinja2 only when rendering
+    from envforge.render.devcontainer import (  # noqa: PLC0415 - only when rendering
+        generic_flags,
+        render_devcontainer,
+    )
+
+    flags = device_flags(recipe.gpu.vendor)
+    if flags.vendor != recipe.gpu.vendor:
+        flags = generic_flags(recipe.gpu.vendor)
+    if source == "dockerfile":
+        return render_devcontainer(
+            recipe, flags, source="dockerfile", dockerfile=render_dockerfile(recipe, options)
+        )
+    return render_devcontainer(recipe, flags, source="image")
 
 
 def _emit(text: str) -> None:

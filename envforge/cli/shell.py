@@ -15,6 +15,7 @@ from envforge.cli.common import (
     python_option,
     resolve_auto,
     say,
+    shm_size_option,
     wheelhouse_option,
 )
 from envforge.errors import InvalidInput
@@ -37,6 +38,7 @@ from envforge.errors import InvalidInput
 @python_option("venv backend: the interpreter to use (must be the recipe's Python version).")
 @wheelhouse_option("venv backend, when the venv must be built: install torch from these wheels.")
 @ca_bundle_option("venv backend, when the venv must be built: PEM bundle uv trusts.")
+@shm_size_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="-- CMD...")
 def shell(  # noqa: PLR0917 - click passes options positionally by name
     recipe_ref: str,
@@ -46,6 +48,7 @@ def shell(  # noqa: PLR0917 - click passes options positionally by name
     wheelhouse: Path | None,
     fallback: str | None,
     python: str | None,
+    shm_size: str | None,
     command: tuple[str, ...],
 ) -> None:
     """Run CMD (default: bash) in the recipe's certified image with GPUs, env and caches.
@@ -65,6 +68,8 @@ def shell(  # noqa: PLR0917 - click passes options positionally by name
     if chosen == "venv":
         if image is not None:
             raise InvalidInput("--image is for --backend docker", hint="drop --image")
+        if shm_size is not None:
+            raise InvalidInput("--shm-size is for --backend docker", hint="drop --shm-size")
         code = backends.shell(
             backends.venv,
             recipe,
@@ -89,7 +94,9 @@ def shell(  # noqa: PLR0917 - click passes options positionally by name
             backends.docker,
             recipe,
             command,
-            backends.docker.DockerOptions(image=image, listener=listener, say=note),
+            backends.docker.DockerOptions(
+                image=image, shm_size=shm_size, listener=listener, say=note
+            ),
             fallback=spare,
             say=say,
         )

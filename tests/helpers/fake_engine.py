@@ -107,6 +107,12 @@ class FakeApi:
         self.pulled.append((repository, tag))
         return None
 
+    def version(self) -> dict[str, Any]:
+        return {"Components": [{"Name": "Engine", "Version": "20.10.24"}], "Version": "20.10.24"}
+
+    def info(self) -> dict[str, Any]:
+        return {"SecurityOptions": ["name=seccomp,profile=default"]}
+
     def attach(
         self,
         container: str,

@@ -52,7 +52,8 @@ def test_nvidia_host_gets_a_gpu_request(tmp_path: Path) -> None:
     (request,) = flags.sdk_kwargs()["device_requests"]
     assert request["Count"] == -1
     assert request["Capabilities"] == [["gpu"]]
-    assert flags.cli_args() == ["--gpus", "all"]
+    # NVIDIA containers share the host's IPC namespace too (issue 14: 64 MB /dev/shm).
+    assert flags.cli_args() == ["--ipc=host", "--gpus", "all"]
     assert flags.devices == ()
 
 

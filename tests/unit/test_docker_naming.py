@@ -60,11 +60,11 @@ def test_split_ref(ref: str, expected: tuple[str, str | None]) -> None:
     assert split_ref(ref) == expected
 
 
-def test_cache_volumes_are_per_recipe_and_stack() -> None:
-    vols = cache_volumes("gfx1010", "torch1.13.1-rocm5.2-py3.10")
+def test_cache_volumes_are_per_user_recipe_and_stack() -> None:
+    vols = cache_volumes("gfx1010", "torch1.13.1-rocm5.2-py3.10", 1000)
     assert [v.name for v in vols] == [
-        "envforge-gfx1010-torch1.13.1-rocm5.2-py3.10-miopen",
-        "envforge-gfx1010-torch1.13.1-rocm5.2-py3.10-torch",
+        "envforge-gfx1010-torch1.13.1-rocm5.2-py3.10-u1000-miopen",
+        "envforge-gfx1010-torch1.13.1-rocm5.2-py3.10-u1000-torch",
     ]
     env = cache_env()
     mounts = [v.mount for v in vols]
@@ -76,6 +76,20 @@ def test_cache_volumes_are_per_recipe_and_stack() -> None:
         "PYTORCH_KERNEL_CACHE_PATH",
     ):
         assert any(env[key].startswith(m + "/") for m in mounts), key
+
+
+def test_two_users_of_one_host_never_share_a_cache_volume() -> None:
+    """MIOpen databases break when shared (ROCm/MIOpen#1878): one set of volumes per uid."""
+    alice = cache_volumes("gfx1010", "s", 1000)
+    bob = cache_volumes("gfx1010", "s", 1001)
+    root = cache_volumes("gfx1010", "s", 0)
+    names = [{v.name for v in vols} for vols in (alice, bob, root)]
+    assert not names[0] & names[1]
+    assert not names[0] & names[2]
+    assert not names[1] & names[2]
+    # Every cache env var lives under one of the user's own volumes.
+    for key, path in cache_env().items():
+        assert any(path.startswith(v.mount + "/") for v in alice), key
 
 
 def test_shell_env_recipe_wins_and_nproc_is_gpu_count() -> None:
@@ -91,7 +105,7 @@ def test_shell_env_recipe_wins_and_nproc_is_gpu_count() -> None:
 @pytest.mark.parametrize("tty", [True, False])
 def test_shell_argv(tty: bool) -> None:
     flags = DeviceFlags(vendor="amd", devices=("/dev/kfd",), ipc_mode="host", gpu_count=1)
-    vols = cache_volumes("cpu", "s")
+    vols = cache_volumes("cpu", "s", 1000)
     argv = shell_argv(
         image="sha256:abc",
         command=["python", "-c", "print(1)"],
@@ -103,7 +117,10 @@ def test_shell_argv(tty: bool) -> None:
         user="1000:1000",
         tty=tty,
     )
-    assert argv[:3] == ["docker", "run", "--rm"]
+    # No --rm: `docker run --rm` against Podman's API reports 0 whatever the command
+    # returned; the container is removed by name afterwards instead.
+    assert argv[:4] == ["docker", "run", "--name", "envforge-shell-x"]
+    assert "--rm" not in argv
     assert ("-t" in argv) is tty
     assert "-i" in argv
     assert "--init" in argv  # the command is not PID 1: SIGTERM ends `sleep` too

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from envforge.backends.docker.devices import device_flags
+from envforge.backends.docker.devices import DeviceFlags, SharedMemory, device_flags
 from envforge.backends.docker.refs import CERTIFIED_REPOSITORY_PREFIX, certified_ref, split_ref
 from envforge.errors import CertificationFailed, EnvforgeError, InvalidInput, Unavailable
 from envforge.fsutil import write_atomically
@@ -83,6 +83,8 @@ class DockerOptions:
     report_dir: Path | None = None
     #: ``run``: this image instead of the recipe's certified one.
     image: str | None = None
+    #: GPU containers: a private /dev/shm of this size instead of host IPC (None: host IPC).
+    shm_size: str | None = None
     #: Base environment for finding the engine (DOCKER_HOST, DOCKER_CONTEXT).
     environ: Mapping[str, str] | None = None
     listener: ProbeListener | None = None
@@ -96,6 +98,21 @@ def _connect(options: DockerOptions) -> EngineClient:
     from envforge.backends.docker.engine import connect  # noqa: PLC0415 - loads the SDK
 
     return connect(options.environ)
+
+
+def flags_for(client: EngineClient, recipe: Recipe, options: DockerOptions) -> DeviceFlags:
+    """This host's device flags for ``recipe`` on the engine behind ``client``.
+
+    The engine decides the path (CDI names, raw nodes, Docker's GPU request: see
+    :func:`~envforge.backends.docker.devices.device_flags`); ``options.shm_size`` replaces
+    host IPC by a private /dev/shm.
+    """
+    from envforge.backends.docker.engine import identify_engine  # noqa: PLC0415 - loads the SDK
+
+    engine = identify_engine(client) if recipe.gpu.vendor in ("amd", "nvidia") else None
+    return device_flags(
+        recipe.gpu.vendor, engine=engine, shm=SharedMemory.sized(options.shm_size)
+    )
 
 
 # --------------------------------------------------------------------------- certify
@@ -164,6 +181,7 @@ def certify_and_tag(
         level=options.level,
         step_timeout=options.step_timeout,
         listener=options.listener,
+        flags=flags_for(client, recipe, options),
         prober=prober,
         signer=options.signer,
     )
@@ -376,7 +394,7 @@ def check(
             if info is None:
                 return f"no certified image {ref} (envforge build {recipe.name})"
             spec = ProbeSpec.from_recipe(recipe, level="quick", step_timeout=step_timeout)
-            target = DockerTarget(client, info.id, device_flags(recipe.gpu.vendor))
+            target = DockerTarget(client, info.id, flags_for(client, recipe, options))
             report = run_probe(spec, target, listener=options.listener)
         finally:
             client.close()
@@ -424,7 +442,7 @@ def run(
         recipe_name=recipe.name,
         stack_tag=recipe.stack_tag,
         env=recipe.env_map,
-        flags=device_flags(recipe.gpu.vendor),
+        flags=flags_for(engine, recipe, options),
         cwd=Path(os.getcwd()),
     )
 

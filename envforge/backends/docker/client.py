@@ -88,6 +88,10 @@ class LowLevelApi(Protocol):
 
     def pull(self, repository: str, tag: str | None = None) -> object: ...
 
+    def version(self) -> dict[str, Any]: ...
+
+    def info(self) -> dict[str, Any]: ...
+
     def attach(
         self,
         container: str,

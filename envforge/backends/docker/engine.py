@@ -21,6 +21,7 @@ import urllib3.exceptions
 from docker.context import ContextAPI
 
 from envforge.backends.docker.client import EngineClient
+from envforge.backends.docker.identity import EngineIdentity, engine_kind, identify
 from envforge.errors import Unavailable
 
 _CONNECT_TIMEOUT = 10
@@ -119,6 +120,42 @@ def connect(environ: Mapping[str, str] | None = None) -> EngineClient:
     # DockerClient is the EngineClient these Protocols describe (its stubs' signatures are
     # wider than the slice envforge declares, so mypy cannot match them structurally).
     return cast(EngineClient, client)
+
+
+def identify_engine(client: EngineClient) -> EngineIdentity:
+    """Docker or Podman, its version, rootless, CDI (see :mod:`.identity`).
+
+    An engine that cannot say (a dropped connection) is taken for a Docker without CDI:
+    the raw device path, which every engine takes.
+    """
+    try:
+        version = client.api.version()
+    except TRANSPORT_ERRORS:
+        return EngineIdentity(cdi_reason="the engine did not answer /version")
+    try:
+        info = client.api.info()
+    except TRANSPORT_ERRORS:
+        info = {}
+    libpod: dict[str, Any] | None = None
+    if engine_kind(version) == "podman":
+        libpod = podman_info(client)
+    return identify(version, info, libpod)
+
+
+_LIBPOD_ERRORS: tuple[type[Exception], ...] = (*TRANSPORT_ERRORS, ValueError, AttributeError)
+
+
+def podman_info(client: EngineClient) -> dict[str, Any] | None:
+    """Podman's own ``/libpod/info`` (served on the same socket); None when it fails."""
+    api = cast(docker.APIClient, client.api)
+    try:
+        # No SDK call for it: APIClient is a requests session on the engine's socket.
+        response = api.get(f"{api.base_url}/v{api.api_version}/libpod/info", timeout=10)
+        response.raise_for_status()
+        data = response.json()
+    except _LIBPOD_ERRORS:
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def api_message(exc: docker.errors.APIError) -> str:

@@ -245,6 +245,18 @@ class PushResult:
     digest: str
 
 
+_STATUS_DIGEST = re.compile(r"\bdigest: (sha256:[0-9a-f]{64})\b")
+
+
+def digest_in_status(status: str) -> str | None:
+    """The manifest digest in a push status line (``TAG: digest: sha256:... size: N``).
+
+    Docker also sends it as ``aux.Digest``; Podman's Docker API sends only this line.
+    """
+    match = _STATUS_DIGEST.search(status)
+    return match.group(1) if match else None
+
+
 def push(
     client: EngineClient, ref: str, *, on_line: Callable[[str], None] = lambda _l: None
 ) -> PushResult:
@@ -262,6 +274,8 @@ def push(
             if isinstance(aux, dict) and aux.get("Digest"):
                 digest = str(aux["Digest"])
             status = chunk.get("status")
+            if digest is None and isinstance(status, str):
+                digest = digest_in_status(status)
             if status:
                 on_line(f"{chunk.get('id', '')} {status}".strip())
     except TRANSPORT_ERRORS as exc:

@@ -3,54 +3,49 @@
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import signal
+import subprocess
 import sys
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envforge.backends.docker.caches import (
+    CACHE_ROOT,
+    SHELL_HOME,
+    SHELL_WORKDIR,
+    CacheVolume,
+    cache_env,
+    cache_volumes,
+)
 from envforge.backends.docker.client import EngineClient
-from envforge.backends.docker.containers import ensure_cache_volume, remove_by_name, unique_name
+from envforge.backends.docker.containers import (
+    STOPPED_STATES,
+    ensure_cache_volume,
+    remove_by_name,
+    unique_name,
+)
 from envforge.backends.docker.devices import DeviceFlags
+from envforge.backends.docker.engine import TRANSPORT_ERRORS
 from envforge.backends.docker.refs import ROLE_LABEL
 from envforge.errors import Unavailable
 from envforge.proc import spawn
 
-#: Fixed paths inside a shell container.
-SHELL_WORKDIR = "/workspace"
-SHELL_HOME = "/home/envforge"
-CACHE_ROOT = "/var/cache/envforge"
-
-
-@dataclass(frozen=True)
-class CacheVolume:
-    name: str
-    mount: str
-    subdirs: tuple[str, ...]
-
-
-def cache_volumes(recipe_name: str, stack_tag: str) -> tuple[CacheVolume, ...]:
-    """Named volumes that keep kernel caches between shells (one set per recipe and stack)."""
-    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", f"envforge-{recipe_name}-{stack_tag}")
-    return (
-        CacheVolume(f"{stem}-miopen", f"{CACHE_ROOT}/miopen", ("db", "cache")),
-        CacheVolume(f"{stem}-torch", f"{CACHE_ROOT}/torch", ("inductor", "triton", "kernels")),
-    )
-
-
-def cache_env() -> dict[str, str]:
-    """Env vars pointing MIOpen, TorchInductor, Triton and torch's kernel cache at the volumes."""
-    return {
-        "MIOPEN_USER_DB_PATH": f"{CACHE_ROOT}/miopen/db",
-        "MIOPEN_CUSTOM_CACHE_DIR": f"{CACHE_ROOT}/miopen/cache",
-        "TORCHINDUCTOR_CACHE_DIR": f"{CACHE_ROOT}/torch/inductor",
-        "TRITON_CACHE_DIR": f"{CACHE_ROOT}/torch/triton",
-        "PYTORCH_KERNEL_CACHE_PATH": f"{CACHE_ROOT}/torch/kernels",
-    }
+__all__ = [
+    "CACHE_ROOT",
+    "SHELL_HOME",
+    "SHELL_WORKDIR",
+    "CacheVolume",
+    "cache_env",
+    "cache_volumes",
+    "run_shell",
+    "shell_argv",
+    "shell_env",
+]
 
 
 def shell_env(recipe_env: Mapping[str, str], flags: DeviceFlags) -> dict[str, str]:
@@ -75,8 +70,13 @@ def shell_argv(
     tty: bool,
     docker_cli: str = "docker",
 ) -> list[str]:
-    """``docker run --rm ...`` for :func:`run_shell` (pure; unit-tested)."""
-    argv = [docker_cli, "run", "--rm", "--name", name, "--label", f"{ROLE_LABEL}=shell", "-i"]
+    """``docker run ...`` for :func:`run_shell` (pure; unit-tested).
+
+    No ``--rm``: the docker CLI's ``run --rm`` against Podman's Docker API reports exit
+    status 0 whatever the command returned; :func:`run_shell` removes the container by
+    name afterwards instead, on every engine.
+    """
+    argv = [docker_cli, "run", "--name", name, "--label", f"{ROLE_LABEL}=shell", "-i"]
     # An init as PID 1 (docker-init): the command is not PID 1, so a signal it has no
     # handler for (SIGTERM to `sleep`) ends it as outside a container; the CLI passes
     # the signals it gets on to the container (--sig-proxy, said for clarity).
@@ -94,6 +94,85 @@ def shell_argv(
     argv.append(image)
     argv += list(command)
     return argv
+
+
+#: Seconds the docker CLI may take to return once its container has exited.
+CLI_GRACE = 5.0
+_EXITED = STOPPED_STATES
+
+
+class ExitWatch:
+    """Watches the named container through the API: has it exited, with what code?
+
+    The exit code comes from the engine, not from the docker CLI: against Podman 4.3's
+    Docker API the CLI reports 0 for ``run --rm``, and without ``--rm`` it can miss the
+    exit of a quick command and wait for ever (its wait for the "next exit" is registered
+    after the exit). Polls ``inspect`` every ``poll`` seconds in a daemon thread.
+    """
+
+    def __init__(self, client: EngineClient, name: str, poll: float = 0.25) -> None:
+        self._client = client
+        self._name = name
+        self._poll = poll
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._exited_at: float | None = None
+        self._thread = threading.Thread(target=self._run, name="shell-exit", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._done.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2.0)
+
+    def _state(self) -> dict[str, Any] | None:
+        try:
+            container = self._client.containers.get(self._name)
+        except TRANSPORT_ERRORS:  # NotFound included (an APIError, a DockerException)
+            return None
+        state = container.attrs.get("State")
+        return state if isinstance(state, dict) else None
+
+    def _run(self) -> None:
+        while not self._done.wait(self._poll):
+            state = self._state()
+            if state is not None and str(state.get("Status", "")).lower() in _EXITED:
+                with self._lock:
+                    self._exited_at = time.monotonic()
+                return
+
+    def exited_for(self) -> float:
+        """Seconds since the container was seen exited (0 while it runs)."""
+        with self._lock:
+            return 0.0 if self._exited_at is None else time.monotonic() - self._exited_at
+
+    def final_code(self) -> int | None:
+        """The container's exit code from the engine (None: it never ran, or is gone)."""
+        state = self._state()
+        if state is None or str(state.get("Status", "")).lower() not in _EXITED:
+            return None
+        code = state.get("ExitCode")
+        return int(code) if isinstance(code, int) else None
+
+
+def wait_for_cli(
+    proc: subprocess.Popen[bytes], watch: ExitWatch, grace: float = CLI_GRACE
+) -> int:
+    """The docker CLI's exit code; a CLI still waiting ``grace`` seconds after its
+    container exited is stopped (the container's own code is taken from the engine)."""
+    while True:
+        try:
+            return proc.wait(timeout=0.25)
+        except subprocess.TimeoutExpired:
+            if watch.exited_for() > grace:
+                proc.terminate()
+                try:
+                    return proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    return proc.wait()
 
 
 #: Signals envforge passes on to the ``docker run`` client, which passes them on to the
@@ -117,7 +196,8 @@ def run_shell(
     The docker CLI does what the SDK makes hard: a real TTY (raw mode, resizes) and
     signal proxying. It reads DOCKER_HOST / DOCKER_CONTEXT / the current context the same
     way :func:`connect` does, and it runs with this process's environment. The container
-    has a unique name and is removed afterwards in every outcome (``--rm``, then by name).
+    has a unique name and is removed by name afterwards in every outcome (a ``finally``
+    with SIGINT/SIGTERM held during the removal), not by ``--rm`` (see :func:`shell_argv`).
     """
     cli = shutil.which("docker")
     if cli is None:
@@ -125,7 +205,7 @@ def run_shell(
             "the docker CLI is not on PATH (envforge shell runs it for TTY and signals)",
             hint="install docker.io (or docker-ce-cli)",
         )
-    volumes = cache_volumes(recipe_name, stack_tag)
+    volumes = cache_volumes(recipe_name, stack_tag, os.getuid())
     for vol in volumes:
         ensure_cache_volume(client, vol.name, image, vol.subdirs)
     name = unique_name("shell")
@@ -142,7 +222,9 @@ def run_shell(
         docker_cli=cli,
     )
     handlers: dict[int, Any] = {}
+    watch = ExitWatch(client, name)
     try:
+        watch.start()
         with spawn(argv, stdin=None, stdout=None, stderr=None, grace=10.0) as proc:
 
             def forward(signum: int, _frame: object) -> None:
@@ -153,9 +235,17 @@ def run_shell(
                 sig = getattr(signal, sig_name, None)
                 if sig is not None:
                     handlers[int(sig)] = signal.signal(sig, forward)
-            code = proc.wait()
+            code = wait_for_cli(proc, watch)
+        final = watch.final_code()
+        if final is not None:
+            code = final
     finally:
-        for signum, old in handlers.items():
-            signal.signal(signum, old)
-        remove_by_name(client, name)
+        watch.stop()
+        # The container goes first (SIGINT/SIGTERM held while it is removed), while the
+        # forwarding handlers still stand: a signal now cannot cut the removal short.
+        try:
+            remove_by_name(client, name)
+        finally:
+            for signum, old in handlers.items():
+                signal.signal(signum, old)
     return code if code >= 0 else 128 - code

@@ -1,0 +1,254 @@
+#!/usr/bin/env bash
+# Start (up) and stop (down) the Podman engines envforge's Podman acceptance tests use:
+#   - Debian's podman (installed with apt-get only when missing);
+#   - a rootful `podman system service` on $STATE/rootful/podman.sock, with its own
+#     containers.conf (default_ulimits = []: this machine does not allow raising rlimits),
+#     storage.conf (graph and run roots under $STATE) and registries.conf (the local test
+#     registry as an insecure one). Never /etc: CONTAINERS_CONF, CONTAINERS_STORAGE_CONF and
+#     CONTAINERS_REGISTRIES_CONF point at the files under $STATE, for this service only;
+#   - a rootless one as the user $ROOTLESS_USER (created with subordinate ids when
+#     missing) on $STATE/rootless/podman.sock, when the machine allows it; when it does not,
+#     the reason goes to $STATE/rootless.skip and the rootless tests skip with it;
+#   - the stand-in base image (from the Docker engine: `docker save | podman load`).
+# Run after `scripts/ci-engine.sh up` (it needs the Docker engine's stand-in image and the
+# registry). `up` prints export lines (also in $STATE/env):
+#   ENVFORGE_PODMAN_HOST, ENVFORGE_PODMAN_ROOTLESS_HOST or ENVFORGE_PODMAN_ROOTLESS_SKIP.
+# `down` stops both services and removes their stores and $STATE.
+# Exits non-zero when the rootful engine cannot be started: CI must fail, not skip.
+set -euo pipefail
+
+BASE="${ENVFORGE_CI_STATE:-/tmp/envforge-ci-engine}"
+STATE="$BASE/podman"
+STANDIN="${ENVFORGE_STANDIN_IMAGE:-envforge-standin/debian:bookworm-python3}"
+ROOTLESS_USER="${ENVFORGE_PODMAN_ROOTLESS_USER:-envforge-podman}"
+WAIT="${ENVFORGE_ENGINE_WAIT:-60}"
+
+log() { echo "ci-podman: $*" >&2; }
+die() { log "error: $*"; exit 1; }
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo -n "$@"; fi; }
+
+ensure_packages() {
+    local missing=()
+    command -v podman >/dev/null 2>&1 || missing+=(podman)
+    command -v newuidmap >/dev/null 2>&1 || missing+=(uidmap)
+    command -v slirp4netns >/dev/null 2>&1 || missing+=(slirp4netns)
+    command -v fuse-overlayfs >/dev/null 2>&1 || missing+=(fuse-overlayfs)
+    if [ "${#missing[@]}" -gt 0 ]; then
+        log "installing ${missing[*]}"
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q >&2
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+            "${missing[@]}" >&2
+    fi
+}
+
+write_conf() {  # write_conf DIR: containers.conf, storage.conf, registries.conf for one engine
+    local dir="$1" registry="${ENVFORGE_TEST_REGISTRY:-}"
+    mkdir -p "$dir/graph" "$dir/run"
+    cat >"$dir/containers.conf" <<CONF
+[containers]
+default_ulimits = []
+CONF
+    cat >"$dir/storage.conf" <<CONF
+[storage]
+driver = "overlay"
+graphroot = "$dir/graph"
+runroot = "$dir/run"
+CONF
+    {
+        echo 'unqualified-search-registries = []'
+        if [ -n "$registry" ]; then
+            printf '[[registry]]\nlocation = "%s"\ninsecure = true\n' "$registry"
+        fi
+    } >"$dir/registries.conf"
+}
+
+answers() {  # answers SOCKET
+    python3 - "$1" <<'PY' 2>/dev/null
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(5)
+s.connect(sys.argv[1])
+s.sendall(b"GET /_ping HTTP/1.0\r\nHost: d\r\n\r\n")
+sys.exit(0 if b" 200 " in s.recv(200) else 1)
+PY
+}
+
+service_pid() {  # service_pid SOCKET: the pid of the service on SOCKET (our own unique path)
+    pgrep -o -f -x "podman system service -t 0 unix://$1" || true
+}
+
+wait_for() {  # wait_for SOCKET PIDFILE LOG
+    local waited=0
+    until answers "$1"; do
+        if [ "$waited" -ge "$WAIT" ] || ! kill -0 "$(cat "$2")" 2>/dev/null; then
+            tail -n 20 "$3" >&2 || true
+            return 1
+        fi
+        sleep 1
+        waited=$((waited + 1))
+    done
+}
+
+conf_env() {  # conf_env DIR: the env the service of DIR runs with
+    echo "CONTAINERS_CONF=$1/containers.conf" "CONTAINERS_STORAGE_CONF=$1/storage.conf" \
+        "CONTAINERS_REGISTRIES_CONF=$1/registries.conf"
+}
+
+start_rootful() {
+    local dir="$STATE/rootful" sock="$STATE/rootful/podman.sock"
+    if answers "$sock"; then
+        service_pid "$sock" >"$dir/service.pid"
+        log "rootful podman already answers on $sock"
+        return
+    fi
+    write_conf "$dir"
+    rm -f "$sock"
+    in_engine "$dir" "" podman system service -t 0 "unix://$sock" >"$dir/service.log" 2>&1 &
+    echo "$!" >"$dir/service.pid"
+    wait_for "$sock" "$dir/service.pid" "$dir/service.log" \
+        || die "rootful podman did not answer on $sock (log: $dir/service.log)"
+    # The launcher's pid is not the service's (podman re-executes itself): record the real one.
+    service_pid "$sock" >"$dir/service.pid"
+    log "rootful $(podman --version) answers on $sock"
+    load_standin "$dir" ""
+}
+
+in_engine() {  # in_engine DIR USER CMD...: run CMD with the env of the engine of DIR
+    local dir="$1" user="$2"
+    shift 2
+    if [ -z "$user" ]; then
+        # shellcheck disable=SC2046
+        as_root env $(conf_env "$dir") "$@"
+    else
+        # shellcheck disable=SC2046
+        (cd "$dir" && runuser -u "$user" -- env XDG_RUNTIME_DIR="$dir/xdg" HOME="$dir" \
+            $(conf_env "$dir") "$@")
+    fi
+}
+
+load_standin() {  # load_standin DIR USER ("" = root)
+    local dir="$1" user="$2"
+    if in_engine "$dir" "$user" podman image exists "$STANDIN" 2>/dev/null; then
+        log "stand-in $STANDIN present in $dir (cached)"
+        return
+    fi
+    docker image inspect "$STANDIN" >/dev/null 2>&1 \
+        || die "stand-in $STANDIN is not in the Docker engine (run scripts/ci-engine.sh up first)"
+    docker save "$STANDIN" | in_engine "$dir" "$user" podman load >&2
+}
+
+rootless_refused() { echo "$1" >"$STATE/rootless.skip"; log "rootless: $1"; }
+
+start_rootless() {
+    local dir="$STATE/rootless" sock="$STATE/rootless/podman.sock" uid
+    rm -f "$STATE/rootless.skip"
+    if ! id "$ROOTLESS_USER" >/dev/null 2>&1; then
+        as_root useradd --create-home --shell /bin/sh "$ROOTLESS_USER" 2>"$STATE/useradd.log" || {
+            rootless_refused "cannot create user $ROOTLESS_USER: $(tail -n1 "$STATE/useradd.log")"
+            return 0
+        }
+    fi
+    uid="$(id -u "$ROOTLESS_USER")"
+    for f in /etc/subuid /etc/subgid; do
+        grep -q "^$ROOTLESS_USER:" "$f" 2>/dev/null \
+            || as_root usermod --add-subuids 200000-265535 --add-subgids 200000-265535 "$ROOTLESS_USER"
+    done
+    if answers "$sock"; then
+        service_pid "$sock" >"$dir/service.pid"
+        log "rootless podman already answers on $sock"
+        return
+    fi
+    mkdir -p "$dir" "$dir/xdg"
+    write_conf "$dir"
+    chown -R "$ROOTLESS_USER" "$dir"
+    chmod 0700 "$dir/xdg"
+    chmod o+x "$BASE" "$STATE"
+    rm -f "$sock"
+    in_engine "$dir" "$ROOTLESS_USER" podman system service -t 0 "unix://$sock" \
+        >"$dir/service.log" 2>&1 &
+    echo "$!" >"$dir/service.pid"
+    if ! wait_for "$sock" "$dir/service.pid" "$dir/service.log"; then
+        rootless_refused "rootless podman (user $ROOTLESS_USER, uid $uid) did not start: $(tail -n1 "$dir/service.log")"
+        return 0
+    fi
+    service_pid "$sock" >"$dir/service.pid"
+    # A container must start too (user namespaces may be refused at run time).
+    local out
+    load_standin "$dir" "$ROOTLESS_USER" || true
+    if ! out="$(in_engine "$dir" "$ROOTLESS_USER" \
+            podman run --rm --network none "$STANDIN" true 2>&1)"; then
+        rootless_refused "rootless podman (user $ROOTLESS_USER) cannot run a container here: $(echo "$out" | tail -n1)"
+        stop_pid "$dir/service.pid" "rootless podman"
+        return 0
+    fi
+    log "rootless podman answers on $sock (user $ROOTLESS_USER, uid $uid)"
+}
+
+stop_pid() {  # stop_pid FILE NAME
+    local file="$1" name="$2" pid i
+    [ -f "$file" ] || return 0
+    pid="$(cat "$file")"
+    if kill -0 "$pid" 2>/dev/null; then
+        log "stopping $name (pid $pid)"
+        as_root kill -TERM "$pid" 2>/dev/null || true
+        for i in $(seq 20); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+        as_root kill -KILL "$pid" 2>/dev/null || true
+    fi
+    rm -f "$file"
+}
+
+write_env() {
+    {
+        echo "export ENVFORGE_PODMAN_HOST=unix://$STATE/rootful/podman.sock"
+        if [ -f "$STATE/rootless.skip" ]; then
+            printf 'export ENVFORGE_PODMAN_ROOTLESS_SKIP=%q\n' "$(cat "$STATE/rootless.skip")"
+        else
+            echo "export ENVFORGE_PODMAN_ROOTLESS_HOST=unix://$STATE/rootless/podman.sock"
+        fi
+    } >"$STATE/env.tmp"
+    mv "$STATE/env.tmp" "$STATE/env"
+    cat "$STATE/env"
+}
+
+up() {
+    mkdir -p "$STATE"
+    ensure_packages
+    start_rootful
+    if [ "${ENVFORGE_PODMAN_ROOTLESS:-1}" = 1 ]; then
+        start_rootless
+    else
+        rootless_refused "rootless Podman not wanted (ENVFORGE_PODMAN_ROOTLESS=0)"
+    fi
+    write_env
+}
+
+down() {
+    [ -d "$STATE" ] || { log "nothing recorded under $STATE"; return 0; }
+    stop_pid "$STATE/rootless/service.pid" "rootless podman"
+    stop_pid "$STATE/rootful/service.pid" "rootful podman"
+    # Rootless podman re-executes itself in its user namespace: a second process with the
+    # same command line (our own socket path) may outlive the first.
+    local mode pid
+    for mode in rootless rootful; do
+        for pid in $(pgrep -f -x "podman system service -t 0 unix://$STATE/$mode/podman.sock" || true); do
+            echo "$pid" >"$STATE/$mode/leftover.pid"
+            stop_pid "$STATE/$mode/leftover.pid" "$mode podman (re-executed)"
+        done
+    done
+    # The stores hold a few GB (stand-in, built images, build cache): remove them, through
+    # podman (its overlay layers may be mounted), then the state folder.
+    if [ -f "$STATE/rootless/storage.conf" ] && id "$ROOTLESS_USER" >/dev/null 2>&1; then
+        in_engine "$STATE/rootless" "$ROOTLESS_USER" podman system reset -f >/dev/null 2>&1 || true
+    fi
+    if [ -f "$STATE/rootful/storage.conf" ]; then
+        in_engine "$STATE/rootful" "" podman system reset -f >/dev/null 2>&1 || true
+    fi
+    as_root rm -rf "$STATE"
+    log "down (stores removed; the user $ROOTLESS_USER stays)"
+}
+
+case "${1:-}" in
+    up) up ;;
+    down) down ;;
+    *) echo "usage: $0 up|down" >&2; exit 2 ;;
+esac
