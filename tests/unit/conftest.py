@@ -44,6 +44,15 @@ def private_state(
 
 
 @pytest.fixture(autouse=True)
+def plenty_of_disk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """doctor's findings must not depend on this machine's free space (the disk test
+    puts the real reading back)."""
+    from envforge import doctor
+
+    monkeypatch.setattr(doctor, "free_bytes", lambda _path: 1 << 50)
+
+
+@pytest.fixture(autouse=True)
 def no_real_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     for module in (docker, docker.client):
         monkeypatch.setattr(module, "DockerClient", _NoEngine)

@@ -24,13 +24,6 @@ from envforge.doctor import (
 from envforge.recipe.model import Recipe
 from tests.helpers.recipes import make_recipe
 
-
-@pytest.fixture(autouse=True)
-def plenty_of_disk(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Findings other than disk must not depend on this machine's free space."""
-    monkeypatch.setattr(doctor, "free_bytes", lambda _path: 1 << 50)
-
-
 SYSFS = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"
 
 
