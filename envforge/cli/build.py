@@ -41,6 +41,12 @@ from envforge.recipe.model import Level, Recipe
 @ca_bundle_option("PEM bundle pip inside the build trusts (TLS-intercepting proxies).")
 @click.option("--no-certify", is_flag=True, help="Build only; no probe, no certified tag.")
 @click.option("--no-cache", is_flag=True, help="Do not reuse cached layers.")
+@click.option(
+    "--builder",
+    type=click.Choice(["auto", "buildkit", "classic"]),
+    default=None,
+    help="Image builder (default: ENVFORGE_BUILDER, else auto: BuildKit when available).",
+)
 @level_option("Probe level (default: the recipe's).")
 @step_timeout_option("Seconds per probe step (default: the recipe's).")
 @report_option("Write probe.json, probe.junit.xml and certificate.json here.")
@@ -58,6 +64,7 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
     ca_bundle: Path | None,
     no_certify: bool,
     no_cache: bool,
+    builder: str | None,
     level: Level | None,
     step_timeout: float | None,
     report_dir: Path | None,
@@ -82,6 +89,7 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
                 ("--base-image", base_image),
                 ("--no-certify", no_certify),
                 ("--no-cache", no_cache),
+                ("--builder", builder),
             )
             if given
         ]
@@ -118,6 +126,7 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
             tags=tags,
             base_image=base_image,
             no_cache=no_cache,
+            builder=builder,
             certify=not no_certify,
             report_dir=report_dir,
             listener=ProbeProgress(table=False),

@@ -80,6 +80,10 @@ class FakeApi:
             self.images.by_ref[f"{repository}:{tag or 'latest'}"] = self.images.by_ref[image]
         return True
 
+    def version(self) -> dict[str, Any]:
+        """An engine without BuildKit (API 1.38): builds take the classic path."""
+        return {"ApiVersion": "1.38", "Os": "linux", "Version": "18.06.3"}
+
     def build(self, **kwargs: Any) -> Iterator[dict[str, Any]]:
         self.builds.append(kwargs)
         fileobj = kwargs.get("fileobj")
