@@ -8,9 +8,10 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import docker.errors
 
@@ -370,6 +371,11 @@ def find_buildkit(
     )
 
 
+def _lines_then_close(stream: IO[bytes]) -> Iterator[bytes]:
+    with stream:
+        yield from stream
+
+
 def build_image_buildkit(
     cli: BuildKitCli,
     context_dir: Path,
@@ -406,7 +412,7 @@ def build_image_buildkit(
     try:
         with proc.spawn(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as child:
             assert child.stdout is not None
-            for raw in child.stdout:
+            for raw in _lines_then_close(child.stdout):
                 line = raw.decode(errors="replace").rstrip()
                 if not line:
                     continue
