@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from envforge.backends import docker as backend
 from envforge.backends.docker.client import EngineClient
 from envforge.backends.docker.images import find_buildkit, inspect_image, push, tag_image
+from envforge.cli.common import load_checked
 
 from .helpers import BUILD_TIMEOUT, Envforge, build_args, docker_cli, parse_json, unavailable
 
@@ -205,3 +207,50 @@ def test_lock_drives_the_image_and_matches_the_venv(  # noqa: PLR0917 - pytest f
     venv_set.pop("pip", None)
     assert image_set == venv_set
     assert {name.lower(): v for name, v in pins.items()} == image_set
+
+
+def test_pip_only_builds_the_same_stack(
+    client: EngineClient, standin: str, wheelhouse: Path, ca_bundle: Path
+) -> None:
+    """The fallback installer on the real engine: no uv step, pip in both install layers."""
+    lines: list[str] = []
+    result = backend.build(
+        load_checked("cpu", ()),
+        backend.DockerOptions(
+            wheelhouse=wheelhouse,
+            ca_bundle=ca_bundle,
+            base_image=standin,
+            certify=False,
+            installer="pip",
+            builder="classic",
+            output=_Collect(lines),
+        ),
+        client=client,
+    )
+    log = "\n".join(lines)
+    assert "uv==" not in log
+    assert "/opt/envforge-uv" not in log
+    assert "Successfully installed" in log  # pip's own words
+    run = docker_cli(
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        result.image_id,
+        "python",
+        "-c",
+        "import torch, numpy; print(torch.__version__, numpy.__version__)",
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("2.13.0")
+
+
+class _Collect:
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+
+    def __call__(self, line: str) -> None:
+        self.lines.append(line)
+
+    def close(self) -> None:
+        pass
