@@ -3,6 +3,7 @@ process, and the builder choice."""
 
 from __future__ import annotations
 
+import shutil
 import stat
 from pathlib import Path
 
@@ -10,11 +11,14 @@ import pytest
 
 from envforge.backends import docker
 from envforge.backends.docker.images import BuildKitCli, build_image_buildkit
+from envforge.cli import main
 from envforge.errors import BuildFailed, InvalidInput, Unavailable
-from envforge.lock import split_lock
+from envforge.lock import inputs_digest, split_lock
+from envforge.recipe.load import load_recipe_file
 from tests.helpers.fake_engine import FakeEngine
 from tests.helpers.recipes import make_recipe
 
+ROOT = Path(__file__).resolve().parents[2]
 H = "--hash=sha256:" + "0" * 64
 LOCK = f"""# envforge-lock: recipe=cpu inputs=sha256:{"1" * 64} python=3.11 platform=x
 filelock==4.2.12 \\
@@ -140,3 +144,25 @@ def test_builder_choice_is_checked_and_forced_buildkit_needs_one() -> None:
     with pytest.raises(Unavailable, match="--builder=buildkit: the engine"):
         docker.build(recipe, docker.DockerOptions(builder="buildkit", environ={}), client=engine)
     assert engine.api.builds == []  # refused before any build
+
+
+def test_render_uses_a_matching_lock_and_the_builder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    recipe_file = tmp_path / "cpu.yaml"
+    shutil.copyfile(ROOT / "recipes" / "cpu.yaml", recipe_file)
+    recipe = load_recipe_file(recipe_file)
+    body = LOCK.split("\n", 1)[1]
+    lock_file = tmp_path / "cpu.lock.txt"
+    lock_file.write_text(f"# envforge-lock: recipe=cpu inputs={inputs_digest(recipe)} x\n{body}")
+    assert main(["render", str(recipe_file), "--builder", "buildkit"]) == 0
+    out = capsys.readouterr().out
+    assert "# Installs exactly the lock cpu.lock.txt" in out
+    assert "--mount=type=cache,id=envforge-uv" in out
+    assert out.count("--require-hashes --no-deps") == 4  # two layers, uv and pip each
+    # a lock that no longer matches the recipe is not used
+    lock_file.write_text(f"# envforge-lock: recipe=cpu inputs=sha256:{'2' * 64} x\n{body}")
+    assert main(["render", str(recipe_file)]) == 0
+    out = capsys.readouterr().out
+    assert "--require-hashes" not in out
+    assert "--mount=" not in out
