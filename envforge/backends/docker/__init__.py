@@ -296,7 +296,9 @@ def build(
         )
     engine = client if client is not None else _connect(options)
     base = options.base_image or recipe.base_image
-    environ = dict(os.environ if options.environ is None else options.environ)
+    # the docker CLI (BuildKit) runs with this process's environment (PATH, HOME, its
+    # config) and, over it, the engine settings given in options.environ
+    environ = {**os.environ, **(options.environ or {})}
     builder, buildkit, why = _choose_builder(engine, options, environ)
     locked = _lock_for(recipe, options)
     dockerfile = render_dockerfile(
