@@ -14,7 +14,8 @@ bench/results-images.md with ``--write``):
 
 1. cold first build of ``cpu`` (no certification) vs the floor, bench/floor/Dockerfile (a
    hand-written two-stage Dockerfile installing the same wheels with uv in one RUN), both
-   from an empty build cache (BuildKit cache pruned, images removed), interleaved;
+   from an empty build cache (BuildKit cache pruned, images removed), interleaved (the
+   order alternating from pair to pair);
 2. one entry of ``packages`` changed (``six==1.16.0`` -> ``six==1.17.0``): rebuild time,
    whether torch's layer kept its diff ID, and the bytes the push of the new image added to
    the registry's storage against the compressed size of the layers that changed;
@@ -140,6 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--registry-dir", type=Path, required=True, help="the registry's folder")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--write", action="store_true")
+    parser.add_argument("--cold-only", action="store_true", help="Only part 1 (cold builds).")
     args = parser.parse_args(argv)
     registry = os.environ["ENVFORGE_TEST_REGISTRY"]
     env = dict(os.environ)
@@ -169,19 +171,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     floor_s: list[float] = []
     forge_s: list[float] = []
     for i in range(args.runs):
-        _cold(client, cli, env)
-        floor_s.append(_floor(cli, env, args.wheelhouse, args.ca_bundle, f"imgbench/floor:{i}"))
-        print(f"floor {i}: {floor_s[-1]:.1f}s", file=sys.stderr)
-        _cold(client, cli, env)
-        seconds, _ = _envforge("cpu", (), options, f"imgbench/cpu:cold{i}")
-        forge_s.append(seconds)
-        print(f"envforge {i}: {seconds:.1f}s", file=sys.stderr)
+        # alternate which goes first, so that what the previous build left (pruning,
+        # write-back) weighs on both alike
+        for which in ("floor", "envforge") if i % 2 == 0 else ("envforge", "floor"):
+            _cold(client, cli, env)
+            if which == "floor":
+                seconds = _floor(cli, env, args.wheelhouse, args.ca_bundle, f"imgbench/floor:{i}")
+                floor_s.append(seconds)
+            else:
+                seconds, _ = _envforge("cpu", (), options, f"imgbench/cpu:cold{i}")
+                forge_s.append(seconds)
+            print(f"{which} {i}: {seconds:.1f}s", file=sys.stderr)
     ratio = statistics.median(forge_s) / statistics.median(floor_s)
     lines += [
         f"- cold first build, floor (bench/floor/Dockerfile): {_fmt(floor_s)}",
         f"- cold first build, `envforge build cpu --no-certify`: {_fmt(forge_s)}",
         f"- envforge / floor (medians): **{ratio:.2f}x** (target <= 1.1x)",
     ]
+
+    if args.cold_only:
+        return _finish(lines, write=args.write)
 
     # 2. one entry of packages changed; pushes to the local registry
     repo = "imgbench/cpu"
@@ -241,11 +250,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     lines += [
         f"- first `import torch` in a fresh container: uv-built {_fmt(uv_import)}; pip-built"
         f" {_fmt(pip_import)} (pip-only build took {pip_s:.1f} s, cache warm for the base steps)",
-        "",
     ]
+    lines.append("")
+    return _finish(lines, write=args.write)
+
+
+def _finish(lines: list[str], *, write: bool) -> int:
     text = "\n".join(lines)
     print(text)
-    if args.write:
+    if write:
         with RESULTS.open("a", encoding="utf-8") as fh:
             fh.write(text + "\n")
     return 0
