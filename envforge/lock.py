@@ -10,7 +10,8 @@ lines, constraint lines, torch index, Python and platform)::
     # envforge-lock: recipe=cpu inputs=sha256:… python=3.11 platform=x86_64-manylinux_2_28
 
 Both backends install from :func:`lock_path` when it returns a path, with hashes required
-(``uv pip sync --require-hashes`` here; ``pip install --require-hashes -r`` in images).
+(``uv pip sync --require-hashes`` in a venv; in images :func:`split_lock` splits it into
+torch's layer and the rest, each installed with ``--require-hashes --no-deps``).
 A lock whose inputs no longer match the recipe (a ``--set`` override, an edited recipe) is
 *stale*: :func:`lock_path` ignores it and :func:`stale_lock` says so.
 """
@@ -26,12 +27,16 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from envforge import proc
 from envforge.errors import BuildFailed, InvalidInput, Unavailable
 from envforge.fsutil import check_file_target, write_atomically
 from envforge.mirror import mirrors_from_env, rewrite
 from envforge.recipe.model import Recipe
+
+if TYPE_CHECKING:
+    from envforge.render.context import LockedInstall
 
 PLATFORM = "x86_64-manylinux_2_28"
 LOCK_SUFFIX = ".lock.txt"
@@ -192,6 +197,65 @@ def _lock_line_problem(raw: str, continued: bool) -> str | None:
             )
         return f"unexpected {token!r} after the hashes"
     return None
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def split_lock(path: Path, root: str = "torch") -> LockedInstall:
+    """Split a (checked) lock into torch's closure and the rest, one line per package.
+
+    A package belongs to torch's layer when the lock's ``# via`` notes (uv's annotations)
+    say that torch, or a package already in torch's layer, needs it; everything else
+    (NumPy, the recipe's packages and what only they need) is the rest. A lock without
+    notes puts only torch in the first layer, which is still exact, just less reusable.
+    """
+    from envforge.render.context import LockedInstall  # noqa: PLC0415 - jinja2-free, but render's
+
+    entries: dict[str, list[str]] = {}
+    parents: dict[str, set[str]] = {}
+    current: str | None = None
+    in_via = False
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        if not raw.strip():
+            continue
+        if not raw[0].isspace():
+            if raw.startswith("#"):
+                continue
+            requirement = raw.split(" #", 1)[0].rstrip().rstrip("\\").strip()
+            current = _canonical(re.split(r"[\[=;<>!~ ]", requirement, maxsplit=1)[0])
+            entries[current] = [requirement]
+            parents[current] = set()
+            in_via = False
+            continue
+        if current is None:
+            continue
+        line = raw.strip()
+        if line.startswith("--hash="):
+            entries[current].append(line.rstrip("\\").strip())
+        elif line.startswith("# via"):
+            rest = line[len("# via") :].strip()
+            in_via = not rest
+            if rest and not rest.startswith("-"):
+                parents[current].add(_canonical(rest.split()[0]))
+        elif in_via and line.startswith("#"):
+            name = line.lstrip("#").strip()
+            if name and not name.startswith("-"):
+                parents[current].add(_canonical(name.split()[0]))
+    closure = {_canonical(root)} & set(entries)
+    grew = True
+    while grew:
+        grew = False
+        for name, via in parents.items():
+            if name not in closure and via & closure:
+                closure.add(name)
+                grew = True
+    return LockedInstall(
+        torch=tuple(" ".join(entries[n]) for n in entries if n in closure),
+        rest=tuple(" ".join(entries[n]) for n in entries if n not in closure),
+        name=path.name,
+    )
 
 
 def stale_lock(recipe: Recipe) -> Path | None:

@@ -54,6 +54,12 @@ if TYPE_CHECKING:
 @ca_bundle_option("PEM bundle pip inside the build trusts (TLS-intercepting proxies).")
 @click.option("--no-certify", is_flag=True, help="Build only; no probe, no certified tag.")
 @click.option("--no-cache", is_flag=True, help="Do not reuse cached layers.")
+@click.option(
+    "--builder",
+    type=click.Choice(["auto", "buildkit", "classic"]),
+    default=None,
+    help="Image builder (default: ENVFORGE_BUILDER, else auto: BuildKit when available).",
+)
 @level_option("Probe level (default: the recipe's).")
 @step_timeout_option("Seconds per probe step (default: the recipe's).")
 @report_option("Write probe.json, probe.junit.xml and certificate.json here.")
@@ -75,6 +81,7 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
     ca_bundle: Path | None,
     no_certify: bool,
     no_cache: bool,
+    builder: str | None,
     level: Level | None,
     step_timeout: float | None,
     report_dir: Path | None,
@@ -97,7 +104,7 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
         _build(
             recipe_ref, tags, base_image, wheelhouse, ca_bundle, no_certify, no_cache, level,
             step_timeout, report_dir, backend, python, shm_size, signing_key, overrides, as_json,
-            notes,
+            notes, builder,
         )
 
 
@@ -119,6 +126,7 @@ def _build(  # noqa: PLR0917 - the command's options, passed on
     overrides: tuple[str, ...],
     as_json: bool,
     notes: SummaryNotes,
+    builder: str | None = None,
 ) -> None:
     ref = resolve_auto(recipe_ref)
     if backend == "venv":
@@ -130,6 +138,7 @@ def _build(  # noqa: PLR0917 - the command's options, passed on
                 ("--no-certify", no_certify),
                 ("--no-cache", no_cache),
                 ("--shm-size", shm_size),
+                ("--builder", builder),
             )
             if given
         ]
@@ -170,6 +179,7 @@ def _build(  # noqa: PLR0917 - the command's options, passed on
             tags=tags,
             base_image=base_image,
             no_cache=no_cache,
+            builder=builder,
             certify=not no_certify,
             report_dir=report_dir,
             shm_size=shm_size,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -220,6 +221,13 @@ def validate(refs: tuple[str, ...], overrides: tuple[str, ...], as_json: bool) -
     is_flag=True,
     help="For a build context with ca-bundle.pem (pip trusts it while building).",
 )
+@click.option(
+    "--builder",
+    type=click.Choice(["classic", "buildkit"]),
+    default="classic",
+    show_default=True,
+    help="Dockerfile for the classic builder, or for BuildKit (cache and bind mounts).",
+)
 @set_option
 @strict_option
 def render(
@@ -232,6 +240,7 @@ def render(
     base_image: str | None,
     with_wheelhouse: bool,
     with_ca_bundle: bool,
+    builder: str,
     overrides: tuple[str, ...],
 ) -> None:
     """Render a recipe's Dockerfile (or venv plan); --all -o DIR renders the catalogue."""
@@ -248,13 +257,16 @@ def render(
     if render_all and output is None:
         raise InvalidInput("--all needs -o DIR", hint="envforge render --all -o Dockerfiles")
     options = RenderOptions(
-        base_image=base_image, wheelhouse=with_wheelhouse, ca_bundle=with_ca_bundle
+        base_image=base_image,
+        wheelhouse=with_wheelhouse,
+        ca_bundle=with_ca_bundle,
+        builder="buildkit" if builder == "buildkit" else "classic",
     )
     if recipe_ref is not None:
         recipe = load_checked(recipe_ref, overrides)
         if output is None:
             if fmt == "dockerfile":
-                _emit(render_dockerfile(recipe, options))
+                _emit(render_dockerfile(recipe, _with_lock(recipe, options)))
             elif fmt == "devcontainer":
                 _emit(dict(_devcontainer(recipe, options, devcontainer_from).files)[
                     "devcontainer.json"
@@ -276,7 +288,7 @@ def render(
     files: list[tuple[Path, str, bool]] = []
     for recipe in recipes:
         if fmt == "dockerfile":
-            dockerfile = render_dockerfile(recipe, options)
+            dockerfile = render_dockerfile(recipe, _with_lock(recipe, options))
             files.append((output / recipe.name / "Dockerfile", dockerfile, False))
             continue
         if fmt == "devcontainer":
@@ -335,3 +347,11 @@ def _emit(text: str) -> None:
     out = sys.stdout.buffer
     out.write(text.encode("utf-8"))
     out.flush()
+
+
+def _with_lock(recipe: Recipe, options: RenderOptions) -> RenderOptions:
+    """The Dockerfile installs the recipe's lock when one matches it, as builds do."""
+    from envforge import lock  # noqa: PLC0415 - only when rendering
+
+    path = lock.lock_path(recipe)
+    return replace(options, lock=lock.split_lock(path)) if path is not None else options

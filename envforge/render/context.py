@@ -43,6 +43,37 @@ _PYTORCH_INDEX_RE = re.compile(r"/whl/(?:nightly/|test/)?(?:cpu|cu\d+|rocm\d+(?:
 
 _PIP_FLAGS = "--no-cache-dir --disable-pip-version-check --no-input --progress-bar off"
 
+#: uv for the image's build stage, installed with pip from the wheelhouse or the package
+#: index (never downloaded from anywhere else); pip stays the fallback where it cannot run.
+UV_REQUIREMENT = "uv==0.13.9"
+#: Where the build stage puts uv (outside the venv: it never reaches the final stage).
+UV_DIR = "/opt/envforge-uv"
+#: uv's cache inside the build (a BuildKit cache mount; the classic builder uses none).
+UV_CACHE_DIR = "/root/.cache/uv"
+#: The build stage collects the files the second install adds here (the final stage's
+#: second venv layer).
+REST_DIR = "/opt/envforge-rest"
+
+Builder = Literal["classic", "buildkit"]
+Installer = Literal["uv", "pip"]
+BUILDERS: tuple[Builder, ...] = ("classic", "buildkit")
+INSTALLERS: tuple[Installer, ...] = ("uv", "pip")
+
+
+@dataclass(frozen=True)
+class LockedInstall:
+    """A lock file split for the image's two install layers (see :func:`envforge.lock.split_lock`).
+
+    Each entry is one requirement-file line, ``name==version [; marker] --hash=...``.
+    """
+
+    #: torch and every locked package torch needs (transitively): the first layer.
+    torch: tuple[str, ...]
+    #: Everything else (NumPy, the recipe's packages and what only they need).
+    rest: tuple[str, ...]
+    #: The lock file's name, for the Dockerfile's header.
+    name: str
+
 
 @dataclass(frozen=True)
 class RenderOptions:
@@ -60,6 +91,15 @@ class RenderOptions:
     #: Index mirrors (original, mirror); None: from ``ENVFORGE_INDEX_MIRROR`` at render
     #: time. The rendered output uses the mirror; the recipe (and its hash) do not change.
     mirrors: Mirrors | None = None
+
+
+    #: ``buildkit``: wheelhouse and CA bundle are bind-mounted into the installing steps
+    #: (never a layer) and uv's cache is a cache mount; ``classic``: COPY into the build stage.
+    builder: Builder = "classic"
+    #: ``pip``: never try uv (for a base image where uv cannot run).
+    installer: Installer = "uv"
+    #: Install exactly this lock, hashes required (Docker only).
+    lock: LockedInstall | None = None
 
 
 #: The defaults: the recipe's base image, torch from its index, the system's CAs.
@@ -143,17 +183,22 @@ class DockerContext:
     python_apt: str
     venv_apt: str
     venv_dir: str
-    staging_dir: str
+    rest_dir: str
+    #: ``classic`` or ``buildkit`` (see :class:`RenderOptions`).
+    builder: str
     copy_ca_bundle: str | None
     copy_wheelhouse: str | None
-    pip_cert_env: str | None
-    pip: str
-    #: Shell-quoted installer option words for the torch step and for the rest.
-    torch_source: tuple[str, ...]
-    rest_source: tuple[str, ...]
-    torch_requirement: str
-    #: Shell-quoted requirement words for the second install step.
-    requirements: tuple[str, ...]
+    #: ``NAME=VALUE`` words for the build stage's ENV (uv's settings, the CA bundle).
+    build_env: tuple[str, ...]
+    #: ``--mount=...`` words (BuildKit) that prefix each installing RUN, with a trailing space.
+    mounts: str
+    #: Shell scripts (lines joined with backslash continuations) of the installing RUN steps;
+    #: ``uv_step`` None: pip only.
+    uv_step: str | None
+    torch_step: str
+    rest_step: str
+    #: The lock file installed (hashes required), or None.
+    lock_name: str | None
     env: tuple[EnvLine, ...]
     labels: tuple[Label, ...]
 
@@ -274,10 +319,145 @@ def _uncertain(recipe: Recipe) -> bool:
         return False  # not a loaded recipe: its values were not checked by the loader
 
 
+def _script(lines: list[str]) -> str:
+    """Shell lines as one RUN command: backslash continuations, four spaces in; each line
+    ends with ``;`` but the last and those ending ``then`` or ``else``."""
+    ended = [
+        line if i == len(lines) - 1 or line.endswith((" then", " else", "else")) else line + ";"
+        for i, line in enumerate(lines)
+    ]
+    return " \\\n    ".join(ended)
+
+
+def _printf(lines: tuple[str, ...], target: str) -> str:
+    """``printf`` writing ``lines`` (one shell word each, a line of their own) to ``target``."""
+    words = "".join(f" \\\n        {shell_quote(x)}" for x in lines)
+    return f"printf '%s\\n'{words} > {target}"
+
+
+def _installs(
+    recipe: Recipe, options: RenderOptions, sources: tuple[tuple[str, ...], tuple[str, ...]]
+) -> tuple[str | None, str, str]:
+    """The uv step (None for pip only), the torch step and the rest step.
+
+    Each installing step runs uv when the build stage has it, else pip, saying so. The
+    torch step installs into the venv (the final stage's first venv layer); the rest step
+    installs NumPy and the recipe's packages on top, with what the torch step installed
+    as constraints (nothing of torch's layer may move), byte-compiles the new files and
+    copies exactly the files it added to ``REST_DIR`` (the second venv layer). Files of
+    torch's layer that the rest step removed fail the build, naming them.
+    """
+    torch_source, rest_source = sources
+    staging = STAGING_DIR
+    python = f"{VENV_DIR}/bin/python"
+    uv = f"{UV_DIR}/bin/uv"
+    uv_pip = f"{uv} pip install --python {python}"
+    if options.builder == "classic":
+        uv_pip += " --no-cache"
+    pip = f"{python} -m pip install {_PIP_FLAGS}"
+    no_uv = "echo 'envforge: installing with pip (uv is not available in this build)' >&2"
+
+    uv_step: str | None = None
+    if options.installer == "uv":
+        wheels = ("--find-links", f"{staging}/{CONTEXT_WHEELHOUSE}") if options.wheelhouse else ()
+        uv_step = _script(
+            [
+                "set -eu",
+                f"if {pip} --target {UV_DIR} {' '.join(wheels)}{' ' if wheels else ''}"
+                f"-- {shell_quote(UV_REQUIREMENT)} && {uv} --version; then :; else",
+                f"    rm -rf {UV_DIR}",
+                "    echo 'envforge: uv cannot be installed or run in this base image;"
+                " installing with pip' >&2",
+                "fi",
+            ]
+        )
+
+    def choose(uv_cmd: str, pip_cmd: str) -> list[str]:
+        if options.installer == "pip":
+            return [pip_cmd]
+        return [
+            f"if [ -x {uv} ]; then",
+            f"    {uv_cmd}",
+            "else",
+            f"    {no_uv}",
+            f"    {pip_cmd}",
+            "fi",
+        ]
+
+    lock = options.lock
+    torch_words = " ".join(torch_source)
+    rest_words = " ".join(rest_source)
+    if lock is not None:
+        torch_file = f"{staging}/torch.lock.txt"
+        torch_lines = [
+            "set -eu",
+            f"mkdir -p {staging}",
+            _printf(lock.torch, torch_file),
+            *choose(
+                f"{uv_pip} --compile-bytecode --require-hashes --no-deps {torch_words}"
+                f" -r {torch_file}",
+                f"{pip} --require-hashes --no-deps {torch_words} -r {torch_file}",
+            ),
+        ]
+    else:
+        req = shell_quote(torch_requirement(recipe))
+        torch_lines = [
+            "set -eu",
+            *choose(
+                f"{uv_pip} --compile-bytecode {torch_words} -- {req}",
+                f"{pip} {torch_words} -- {req}",
+            ),
+        ]
+
+    before, after = f"{staging}/before.txt", f"{staging}/after.txt"
+    listing = f"find {VENV_DIR} ! -type d | LC_ALL=C sort"
+    rest_lines = ["set -eu", f"mkdir -p {staging} {REST_DIR}"]
+    if lock is not None:
+        if lock.rest:
+            rest_file = f"{staging}/rest.lock.txt"
+            rest_lines += [
+                _printf(lock.rest, rest_file),
+                f"{listing} > {before}",
+                *choose(
+                    f"{uv_pip} --require-hashes --no-deps {rest_words} -r {rest_file}",
+                    f"{pip} --no-compile --require-hashes --no-deps {rest_words} -r {rest_file}",
+                ),
+            ]
+        else:
+            rest_lines.append(f"{listing} > {before}")
+    else:
+        # torch repeated (with the torch layer's pins as constraints), so nothing moves it
+        reqs = " ".join(shell_quote(r) for r in requirement_lines(recipe))
+        pins = f"{staging}/torch-layer.txt"
+        rest_lines += [
+            f"{python} -m pip freeze --all --disable-pip-version-check > {pins}",
+            f"{listing} > {before}",
+            *choose(
+                f"{uv_pip} -c {pins} {rest_words} -- {reqs}",
+                f"{pip} --no-compile -c {pins} {rest_words} -- {reqs}",
+            ),
+        ]
+    rest_lines += [
+        f"{listing} > {after}",
+        f"if LC_ALL=C comm -23 {before} {after} | grep -q .; then",
+        "    echo 'envforge: installing NumPy and the recipe packages removed files of the"
+        " torch layer (pin the packages to versions that agree with torch):' >&2",
+        f"    LC_ALL=C comm -23 {before} {after} | head -n 5 >&2",
+        "    exit 1",
+        "fi",
+        f"LC_ALL=C comm -13 {before} {after} | grep '\\.py$'"
+        f" | {python} -m compileall -q -i - >/dev/null",
+        f"{listing} > {after}",
+        f"LC_ALL=C comm -13 {before} {after} | sed 's|^{VENV_DIR}/||'"
+        f" | tar -C {VENV_DIR} -cf - -T - | tar -C {REST_DIR} -xf -",
+        f"rm -f {before} {after}",
+    ]
+    return uv_step, _script(torch_lines), _script(rest_lines)
+
+
 def docker_context(recipe: Recipe, options: RenderOptions) -> DockerContext:
     base_image = _check_recipe(recipe, options)
     py = f"python{recipe.python}"
-    pip = f"{VENV_DIR}/bin/python -m pip install {_PIP_FLAGS}"
     wheelhouse = f"{STAGING_DIR}/{CONTEXT_WHEELHOUSE}"
     ca_bundle = f"{STAGING_DIR}/{CONTEXT_CA_BUNDLE}"
     if options.wheelhouse:
@@ -286,6 +466,19 @@ def docker_context(recipe: Recipe, options: RenderOptions) -> DockerContext:
     else:
         torch_source = _torch_index_args(recipe, options)
         rest_source = _rest_index_args(recipe, options)
+    buildkit = options.builder == "buildkit"
+    build_env = ["UV_PYTHON_DOWNLOADS=never", "UV_NO_PROGRESS=1", "UV_LINK_MODE=copy"]
+    build_env.append(f"UV_CACHE_DIR={UV_CACHE_DIR}" if buildkit else "UV_NO_CACHE=1")
+    if options.ca_bundle:
+        build_env += [f"PIP_CERT={ca_bundle}", f"SSL_CERT_FILE={ca_bundle}"]
+    mounts: list[str] = []
+    if buildkit:
+        mounts.append(f"--mount=type=cache,id=envforge-uv,target={UV_CACHE_DIR},sharing=locked")
+        if options.wheelhouse:
+            mounts.append(f"--mount=type=bind,source={CONTEXT_WHEELHOUSE},target={wheelhouse}")
+        if options.ca_bundle:
+            mounts.append(f"--mount=type=bind,source={CONTEXT_CA_BUNDLE},target={ca_bundle}")
+    uv_step, torch_step, rest_step = _installs(recipe, options, (torch_source, rest_source))
     return DockerContext(
         recipe=recipe.name,
         stack_tag=recipe.stack_tag,
@@ -295,15 +488,20 @@ def docker_context(recipe: Recipe, options: RenderOptions) -> DockerContext:
         python_apt=py,
         venv_apt=f"{py}-venv",
         venv_dir=VENV_DIR,
-        staging_dir=STAGING_DIR,
-        copy_ca_bundle=f"{CONTEXT_CA_BUNDLE} {ca_bundle}" if options.ca_bundle else None,
-        copy_wheelhouse=f"{CONTEXT_WHEELHOUSE}/ {wheelhouse}/" if options.wheelhouse else None,
-        pip_cert_env=ca_bundle if options.ca_bundle else None,
-        pip=pip,
-        torch_source=torch_source,
-        rest_source=rest_source,
-        torch_requirement=shell_quote(torch_requirement(recipe)),
-        requirements=tuple(shell_quote(r) for r in requirement_lines(recipe)),
+        rest_dir=REST_DIR,
+        builder=options.builder,
+        copy_ca_bundle=(
+            f"{CONTEXT_CA_BUNDLE} {ca_bundle}" if options.ca_bundle and not buildkit else None
+        ),
+        copy_wheelhouse=(
+            f"{CONTEXT_WHEELHOUSE}/ {wheelhouse}/" if options.wheelhouse and not buildkit else None
+        ),
+        build_env=tuple(build_env),
+        mounts="".join(m + " " for m in mounts),
+        uv_step=uv_step,
+        torch_step=torch_step,
+        rest_step=rest_step,
+        lock_name=options.lock.name if options.lock is not None else None,
         env=_env_lines(recipe),
         labels=_labels(recipe, base_image),
     )

@@ -120,3 +120,35 @@ def built_cpu(  # noqa: PLR0917 - pytest fixtures
     )
     return Built(completed, parse_json(completed), report)
 
+
+@pytest.fixture(scope="session")
+def built_cpu_classic(envforge: Envforge, standin: str, wheelhouse: Path, ca_bundle: Path) -> Built:
+    """``envforge build cpu`` with the classic builder forced (not certified; tagged)."""
+    completed = envforge(
+        *build_args(
+            "cpu",
+            standin,
+            wheelhouse,
+            ca_bundle,
+            "--builder",
+            "classic",
+            "--no-certify",
+            "--tag",
+            "envforge-test/cpu:classic",
+            "--json",
+        ),
+        timeout=BUILD_TIMEOUT,
+    )
+    assert completed.returncode == 0, (
+        f"envforge build cpu --builder classic exited {completed.returncode}:\n"
+        f"{completed.stderr[-5000:]}"
+    )
+    return Built(completed, parse_json(completed), Path())
+
+
+@pytest.fixture(scope="session", params=["auto", "classic"])
+def built_cpu_each(request: pytest.FixtureRequest) -> Built:
+    """The cpu image from each builder: auto (BuildKit where available) and classic."""
+    name = "built_cpu" if request.param == "auto" else "built_cpu_classic"
+    built: Built = request.getfixturevalue(name)
+    return built

@@ -64,10 +64,10 @@ def test_build_certifies_with_the_full_probe_and_tags(
 
 
 def test_final_image_has_no_wheels_ca_bundle_or_pip_cache(
-    client: EngineClient, sdk: docker.DockerClient, built_cpu: Built, standin: str
+    client: EngineClient, sdk: docker.DockerClient, built_cpu_each: Built, standin: str
 ) -> None:
-    """Every layer envforge added to the base, listed from ``docker save``."""
-    ref = built_cpu.data["tags"][0]
+    """Every layer envforge added to the base, listed from ``docker save`` (both builders)."""
+    ref = built_cpu_each.data["tags"][0]
     base = inspect_image(client, standin)
     assert base is not None
     image = sdk.images.get(ref)
@@ -103,6 +103,8 @@ def _forbidden(name: str) -> bool:
         or lowered.endswith("ca-bundle.pem")
         or "/.cache/pip" in lowered
         or "/root/.cache" in lowered
+        or "/.cache/uv" in lowered
+        or "envforge-uv" in lowered
     )
 
 

@@ -5,9 +5,10 @@ asserts: exit 2 (the path is wrong) or 4 (the file system refuses: read-only, fu
 permission), exactly one ``envforge: error:`` line naming the path, no traceback, and
 nothing half-written (no temporary file, no partial tree, earlier content untouched).
 
-* Full and read-only file systems are small tmpfs mounts (``size=64k``; ``remount,ro``),
-  unmounted in the fixtures' ``finally``. Where mounting is refused (not root, no
-  CAP_SYS_ADMIN) those cases are skipped, saying so.
+* Full and read-only file systems are small tmpfs mounts (``size=64k``, 256k where
+  ``render --all`` must fit; ``remount,ro``), unmounted in the fixtures' ``finally``.
+  Where mounting is refused (not root, no CAP_SYS_ADMIN) those cases are skipped, saying
+  so.
 * Tests run as root, for whom permission bits do not apply. Permission cases therefore
   run the CLI either as a real unprivileged user (uid/gid 65534, forked from this
   process, where the interpreter is not readable by that user) or, for whole commands in a
@@ -153,9 +154,9 @@ def fill(folder: Path) -> None:
 
 @pytest.fixture
 def full_fs(tmp_path: Path) -> Iterator[Path]:
-    # Room for the whole catalogue's Dockerfiles (24 folders of one page each) once the
-    # filler is removed.
-    with tmpfs(tmp_path / "full", size="512k") as where:
+    # Room for `render --all` of the whole catalogue (24 recipes; each Dockerfile holds
+    # both the uv and the pip install commands) once the filler is removed.
+    with tmpfs(tmp_path / "full", size="1m") as where:
         fill(where)
         yield where
 

@@ -68,7 +68,7 @@ def test_builder_reads_hostile_values_back(
         gpu=dataclasses.replace(base.gpu, products=(HOSTILE[5], HOSTILE[17])),
     )
     text = render_dockerfile(recipe)
-    _head, sep, tail = text.partition("COPY --from=build /opt/venv /opt/venv\n")
+    _head, sep, tail = text.partition("COPY --from=build /opt/envforge-rest /opt/venv\n")
     assert sep
     dockerfile = "FROM scratch\n" + tail
     with tempfile.TemporaryDirectory(prefix="envforge-render-engine-") as tmp:

@@ -14,6 +14,7 @@ It follows the classic builder's rules (moby/buildkit ``frontend/dockerfile/pars
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 
 _CONTINUATION = re.compile(r"\\[ \t]*$")
@@ -192,3 +193,19 @@ def stages(instructions: list[Instruction]) -> list[list[Instruction]]:
             raise DockerfileSyntaxError("instruction before FROM")
         out[-1].append(ins)
     return out
+
+
+def shell_words(script: str) -> list[str]:
+    """A RUN step's shell words, with ``;``, ``|``, ``&&`` and the like as words of their own."""
+    lexer = shlex.shlex(script, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    return list(lexer)
+
+
+def install_requirements(script: str) -> list[str]:
+    """The requirement words of a RUN step's first install command: after its first
+    ``--``, up to the end of that command."""
+    words = shell_words(script)
+    start = words.index("--") + 1
+    end = next((i for i in range(start, len(words)) if words[i] in {";", "&&", "|", "||"}), None)
+    return words[start:end]

@@ -108,7 +108,14 @@ class FakeApi:
         return None
 
     def version(self) -> dict[str, Any]:
-        return {"Components": [{"Name": "Engine", "Version": "20.10.24"}], "Version": "20.10.24"}
+        """Docker 20.10 as far as identification goes, but an API without BuildKit (1.38),
+        so builds take the classic path."""
+        return {
+            "ApiVersion": "1.38",
+            "Os": "linux",
+            "Components": [{"Name": "Engine", "Version": "20.10.24"}],
+            "Version": "20.10.24",
+        }
 
     def info(self) -> dict[str, Any]:
         return {"SecurityOptions": ["name=seccomp,profile=default"]}

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import shlex
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +22,15 @@ from envforge.render import (
     render_dockerfile,
     torch_requirement,
 )
-from tests.helpers.dockerfile_syntax import Instruction, key_values, parse, stages
+from envforge.render.context import LockedInstall
+from tests.helpers.dockerfile_syntax import (
+    Instruction,
+    install_requirements,
+    key_values,
+    parse,
+    shell_words,
+    stages,
+)
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "recipes"
 
@@ -113,41 +120,67 @@ def test_index_form_refuses_a_bad_version(cpu: Recipe) -> None:
 # --------------------------------------------------------------------------- Dockerfile
 
 
-def test_two_stages_layer_order(rocm: Recipe) -> None:
-    build, final = stages(parse(render_dockerfile(rocm)))
-    assert [i.keyword for i in build] == ["FROM", "RUN", "RUN", "RUN", "RUN"]
-    assert build[0].args == "ubuntu:22.04 AS build"
-    # final: FROM, python, venv copy, env (venv first, then one ENV per recipe var), labels
+def test_stages_and_layer_order(rocm: Recipe) -> None:
+    torch_stage, build, final = stages(parse(render_dockerfile(rocm)))
+    assert [i.keyword for i in torch_stage] == ["FROM", "RUN", "RUN", "ENV", "RUN", "RUN"]
+    assert torch_stage[0].args == "ubuntu:22.04 AS torch"
+    assert [i.keyword for i in build] == ["FROM", "RUN"]
+    assert build[0].args == "torch AS build"
+    # final: FROM, python, torch's venv, the rest's files, env (venv first, then one ENV
+    # per recipe var), labels
     assert [i.keyword for i in final] == [
-        "FROM", "RUN", "COPY", "ENV", "ENV", "ENV", "ENV", "LABEL"
+        "FROM",
+        "RUN",
+        "COPY",
+        "COPY",
+        "ENV",
+        "ENV",
+        "ENV",
+        "ENV",
+        "LABEL",
     ]
     assert final[0].args == "ubuntu:22.04"
-    assert final[2].args == "--from=build /opt/venv /opt/venv"
+    assert final[2].args == "--from=torch /opt/venv /opt/venv"
+    assert final[3].args == "--from=build /opt/envforge-rest /opt/venv"
     # the python RUN is identical in both stages (so the final stage hits the cache)
-    assert build[1].args == final[1].args
-    assert "apt-get install" in build[1].args
-    assert "rm -rf /var/lib/apt/lists/*" in build[1].args
-    # torch in its own RUN, before the rest
-    assert "torch==1.13.1+rocm5.2" in build[3].args
-    assert "numpy" not in build[3].args
-    assert "'numpy<2'" in build[4].args
-    assert "pillow==10.4.0" in build[4].args
+    assert torch_stage[1].args == final[1].args
+    assert "apt-get install" in torch_stage[1].args
+    assert "rm -rf /var/lib/apt/lists/*" in torch_stage[1].args
+    # uv first (pip where it cannot run), then torch in its own RUN, before the rest
+    assert "uv==" in torch_stage[4].args
+    assert "UV_PYTHON_DOWNLOADS=never" in torch_stage[3].args
+    assert "torch==1.13.1+rocm5.2" in torch_stage[5].args
+    assert "--compile-bytecode" in torch_stage[5].args
+    assert "numpy" not in torch_stage[5].args
+    assert "'numpy<2'" in build[1].args
+    assert "pillow==10.4.0" in build[1].args
+    assert "/opt/envforge-rest" in build[1].args
 
 
 def test_torch_index_forms(rocm: Recipe, cpu: Recipe, cuda: Recipe) -> None:
-    torch_run = stages(parse(render_dockerfile(rocm)))[0][3].args
+    torch_run = stages(parse(render_dockerfile(rocm)))[0][-1].args
     assert "--extra-index-url https://download.pytorch.org/whl/rocm5.2 --" in torch_run
-    torch_run = stages(parse(render_dockerfile(cpu)))[0][3].args
+    torch_run = stages(parse(render_dockerfile(cpu)))[0][-1].args
     assert "--index-url https://download.pytorch.org/whl/cpu --" in torch_run
-    torch_run = stages(parse(render_dockerfile(cuda)))[0][3].args
+    torch_run = stages(parse(render_dockerfile(cuda)))[0][-1].args
     assert "index-url" not in torch_run
-    assert torch_run.endswith("-- torch==2.6.0")
+    assert install_requirements(torch_run) == ["torch==2.6.0"]
     assert "--no-cache-dir" in torch_run
 
 
+def test_pip_only_and_the_fallback_line(cpu: Recipe) -> None:
+    uv_torch = stages(parse(render_dockerfile(cpu)))[0][-1].args
+    assert "if [ -x /opt/envforge-uv/bin/uv ]; then" in uv_torch
+    assert "echo 'envforge: installing with pip (uv is not available in this build)'" in uv_torch
+    pip_stage = stages(parse(render_dockerfile(cpu, RenderOptions(installer="pip"))))[0]
+    assert not any("uv==" in i.args for i in pip_stage)
+    assert "envforge-uv" not in pip_stage[-1].args
+    assert pip_stage[-1].args.startswith("set -eu;     /opt/venv/bin/python -m pip install")
+
+
 def test_venv_first_on_path_and_env_literal(rocm: Recipe) -> None:
-    final = stages(parse(render_dockerfile(rocm)))[1]
-    first_env = key_values(final[3].args)
+    final = stages(parse(render_dockerfile(rocm)))[-1]
+    first_env = key_values(final[4].args)
     assert [(k, v.text, v.expansions) for k, v in first_env] == [
         ("VIRTUAL_ENV", "/opt/venv", ()),
         ("PATH", "/opt/venv/bin:$PATH", ("PATH",)),
@@ -155,13 +188,13 @@ def test_venv_first_on_path_and_env_literal(rocm: Recipe) -> None:
     env = env_of(final)
     assert env["HSA_OVERRIDE_GFX_VERSION"] == "10.3.0"
     assert env["EXAMPLE_QUOTING"] == rocm.env_map["EXAMPLE_QUOTING"]
-    for ins in final[4:7]:
+    for ins in final[5:8]:
         ((_, word),) = key_values(ins.args)
         assert word.expansions == ()
 
 
 def test_labels(rocm: Recipe, cuda: Recipe) -> None:
-    labels = labels_of(stages(parse(render_dockerfile(rocm)))[1])
+    labels = labels_of(stages(parse(render_dockerfile(rocm)))[-1])
     assert labels["org.opencontainers.image.title"] == "envforge/golden-rocm"
     assert labels["org.opencontainers.image.description"] == rocm.description
     assert labels["org.opencontainers.image.version"] == "torch1.13.1-rocm5.2-py3.10"
@@ -175,42 +208,93 @@ def test_labels(rocm: Recipe, cuda: Recipe) -> None:
     assert labels["io.envforge.gpu-products"] == "Radeon RX 5700 XT, Radeon RX 5700"
     assert "io.envforge.cuda" not in labels
     assert not any("created" in key for key in labels)
-    cuda_labels = labels_of(stages(parse(render_dockerfile(cuda)))[1])
+    cuda_labels = labels_of(stages(parse(render_dockerfile(cuda)))[-1])
     assert cuda_labels["io.envforge.cuda"] == "12.6"
     assert "io.envforge.rocm" not in cuda_labels
 
 
 def test_wheelhouse_and_ca_stay_in_the_build_stage(cpu: Recipe) -> None:
     text = render_dockerfile(cpu, RenderOptions(wheelhouse=True, ca_bundle=True))
-    build, final = stages(parse(text))
+    build, rest, final = stages(parse(text))
     copies = [i.args for i in build if i.keyword == "COPY"]
     assert copies == [
         "ca-bundle.pem /tmp/envforge/ca-bundle.pem",
         "wheelhouse/ /tmp/envforge/wheelhouse/",
     ]
     assert env_of(build)["PIP_CERT"] == "/tmp/envforge/ca-bundle.pem"
+    assert env_of(build)["SSL_CERT_FILE"] == "/tmp/envforge/ca-bundle.pem"
     runs = [i.args for i in build if i.keyword == "RUN"]
-    assert "--find-links /tmp/envforge/wheelhouse -- torch==2.13.0+cpu" in runs[2]
-    assert "download.pytorch.org" not in runs[2]  # wheelhouse instead of the index
-    assert "--find-links /tmp/envforge/wheelhouse" in runs[3]
+    assert "--find-links /tmp/envforge/wheelhouse -- torch==2.13.0+cpu" in runs[3]
+    assert "download.pytorch.org" not in runs[3]  # wheelhouse instead of the index
+    assert "--find-links /tmp/envforge/wheelhouse" in rest[-1].args
     # nothing in the final stage refers to the staged files
     final_text = "\n".join(f"{i.keyword} {i.args}" for i in final)
     assert "/tmp/envforge" not in final_text
     assert "PIP_CERT" not in final_text
-    assert [i.args for i in final if i.keyword == "COPY"] == ["--from=build /opt/venv /opt/venv"]
+    assert [i.args for i in final if i.keyword == "COPY"] == [
+        "--from=torch /opt/venv /opt/venv",
+        "--from=build /opt/envforge-rest /opt/venv",
+    ]
     # without the options: no COPY of context files, no CA, no find-links
     plain = parse(render_dockerfile(cpu))
-    assert [i.args for i in plain if i.keyword == "COPY"] == ["--from=build /opt/venv /opt/venv"]
+    assert [i.args for i in plain if i.keyword == "COPY"] == [
+        "--from=torch /opt/venv /opt/venv",
+        "--from=build /opt/envforge-rest /opt/venv",
+    ]
     plain_text = "\n".join(i.args for i in plain)
     assert "wheelhouse" not in plain_text
     assert "PIP_CERT" not in plain_text
+
+
+def test_buildkit_mounts_instead_of_copies(cpu: Recipe) -> None:
+    options = RenderOptions(wheelhouse=True, ca_bundle=True, builder="buildkit")
+    text = render_dockerfile(cpu, options)
+    assert not text.startswith("# syntax")  # nothing to pull: the engine's own frontend
+    instructions = parse(text)
+    assert [i.args for i in instructions if i.keyword == "COPY"] == [
+        "--from=torch /opt/venv /opt/venv",
+        "--from=build /opt/envforge-rest /opt/venv",
+    ]
+    installs = [i.args for i in instructions if i.keyword == "RUN" and "uv" in i.args]
+    assert len(installs) == 3
+    for run in installs:
+        assert run.startswith(
+            "--mount=type=cache,id=envforge-uv,target=/root/.cache/uv,sharing=locked "
+            "--mount=type=bind,source=wheelhouse,target=/tmp/envforge/wheelhouse "
+            "--mount=type=bind,source=ca-bundle.pem,target=/tmp/envforge/ca-bundle.pem "
+        )
+        assert "--no-cache " not in run  # uv's cache is the cache mount
+    assert env_of(stages(instructions)[0])["UV_CACHE_DIR"] == "/root/.cache/uv"
+
+
+def test_lock_is_installed_exactly(cpu: Recipe) -> None:
+    locked = LockedInstall(
+        torch=(
+            "torch==2.13.0+cpu --hash=sha256:" + "a" * 64,
+            "sympy==1.14.0 --hash=sha256:" + "b" * 64,
+        ),
+        rest=("numpy==2.4.6 --hash=sha256:" + "c" * 64,),
+        name="cpu.lock.txt",
+    )
+    torch_stage, rest_stage, _final = stages(
+        parse(render_dockerfile(cpu, RenderOptions(lock=locked)))
+    )
+    torch_words = shell_words(torch_stage[-1].args)
+    assert locked.torch[0] in torch_words
+    assert locked.torch[1] in torch_words
+    assert locked.rest[0] not in torch_words
+    for run in (torch_stage[-1].args, rest_stage[-1].args):
+        assert run.count("--require-hashes --no-deps") == 2  # uv and pip
+    assert locked.rest[0] in shell_words(rest_stage[-1].args)
+    assert "torch==2.13.0+cpu --hash" not in rest_stage[-1].args
 
 
 def test_base_image_override(cpu: Recipe) -> None:
     text = render_dockerfile(cpu, RenderOptions(base_image="envforge-standin/debian:bookworm"))
     froms = [i.args for i in parse(text) if i.keyword == "FROM"]
     assert froms == [
-        "envforge-standin/debian:bookworm AS build",
+        "envforge-standin/debian:bookworm AS torch",
+        "torch AS build",
         "envforge-standin/debian:bookworm",
     ]
     assert labels_of(parse(text))["org.opencontainers.image.base.name"] == (
@@ -422,6 +506,5 @@ def test_venv_plan_refuses_requirement_file_syntax(rocm: Recipe) -> None:
     with pytest.raises(InvalidInput, match=r"packages\[0\]"):
         plan_venv(recipe)
     # the Dockerfile passes it after `--`, as one argument: harmless there
-    run = stages(parse(render_dockerfile(recipe)))[0][-1].args
-    words = shlex.split(run)
-    assert words[words.index("--") + 1 :][-1] == "--index-url=http://x.invalid/ foo"
+    run = stages(parse(render_dockerfile(recipe)))[1][-1].args
+    assert install_requirements(run)[-1] == "--index-url=http://x.invalid/ foo"

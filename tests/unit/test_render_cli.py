@@ -41,7 +41,7 @@ def test_render_options(capsys: pytest.CaptureFixture[str]) -> None:
     argv += ["--with-wheelhouse", "--with-ca-bundle"]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "FROM local/base:1 AS build\n" in out
+    assert "FROM local/base:1 AS torch\n" in out
     assert "COPY wheelhouse/ /tmp/envforge/wheelhouse/\n" in out
     assert "COPY ca-bundle.pem /tmp/envforge/ca-bundle.pem\n" in out
 

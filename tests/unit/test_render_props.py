@@ -25,7 +25,14 @@ from envforge.recipe.load import load_recipe_file, parse_recipe
 from envforge.recipe.model import UNQUOTABLE, EnvVar, Recipe
 from envforge.render import RenderOptions, plan_venv, render_dockerfile
 from envforge.render.quoting import MAX_VALUE_CHARS
-from tests.helpers.dockerfile_syntax import Instruction, key_values, parse, stages
+from tests.helpers.dockerfile_syntax import (
+    Instruction,
+    install_requirements,
+    key_values,
+    parse,
+    shell_words,
+    stages,
+)
 
 #: Hypothesis' failure report touches mypy_extensions.TypedDict, whose DeprecationWarning
 #: (an error under this project's filterwarnings) would hide the falsifying example.
@@ -38,9 +45,7 @@ BASE: Recipe = load_recipe_file(FIXTURE)
 OPTIONS = (RenderOptions(), RenderOptions(wheelhouse=True, ca_bundle=True))
 BENIGN = {o: [i.keyword for i in parse(render_dockerfile(BASE, o))] for o in OPTIONS}
 
-SETTINGS = settings(
-    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 NASTY = [
     '"',
@@ -92,7 +97,7 @@ unsafe_text = st.builds(
 
 
 def final_stage(text: str) -> list[Instruction]:
-    return stages(parse(text))[1]
+    return stages(parse(text))[-1]
 
 
 def env_value(instructions: list[Instruction], name: str) -> str:
@@ -170,7 +175,7 @@ def test_hostile_products(products: list[str]) -> None:
                 render_dockerfile(recipe, options)
             continue
         instructions = rendered(recipe, options)
-        joined = label_value(stages(instructions)[1], "io.envforge.gpu-products")
+        joined = label_value(stages(instructions)[-1], "io.envforge.gpu-products")
         assert joined == ", ".join(products)
 
 
@@ -183,10 +188,9 @@ def test_hostile_package(package: str) -> None:
     recipe = dataclasses.replace(BASE, packages=(BASE.packages[0], package, BASE.packages[1]))
     for options in OPTIONS:
         instructions = rendered(recipe, options)
-        run = stages(instructions)[0][-1]
+        run = stages(instructions)[1][-1]
         assert run.keyword == "RUN"
-        words = shlex.split(run.args)
-        requirements = words[words.index("--") + 1 :]
+        requirements = install_requirements(run.args)
         assert requirements == [
             "torch==1.13.1+rocm5.2",
             "numpy<2",
@@ -195,8 +199,8 @@ def test_hostile_package(package: str) -> None:
             BASE.packages[1],
         ]
         # the torch RUN does not see it at all
-        torch_words = shlex.split(stages(instructions)[0][-2].args)
-        assert torch_words[torch_words.index("--") + 1 :] == ["torch==1.13.1+rocm5.2"]
+        torch_run = stages(instructions)[0][-1].args
+        assert install_requirements(torch_run) == ["torch==1.13.1+rocm5.2"]
 
 
 @SETTINGS
@@ -232,15 +236,14 @@ def test_hostile_index_and_numpy(index: str, numpy: str) -> None:
     )
     for options in OPTIONS:
         instructions = rendered(recipe, options)
-        build = stages(instructions)[0]
-        torch_words = shlex.split(build[-2].args)
-        rest_words = shlex.split(build[-1].args)
+        torch_words = shell_words(stages(instructions)[0][-1].args)
+        rest_words = shell_words(stages(instructions)[1][-1].args)
         if not options.wheelhouse:
             # 1.13.1: the torch index is an extra index in both steps, one word each
             assert torch_words[torch_words.index("--extra-index-url") + 1] == index
             assert rest_words[rest_words.index("--extra-index-url") + 1] == index
-        assert rest_words[rest_words.index("--") + 2] == "numpy" + numpy.strip()
-        assert label_value(stages(instructions)[1], "io.envforge.numpy") == numpy
+        assert install_requirements(stages(instructions)[1][-1].args)[1] == "numpy" + numpy.strip()
+        assert label_value(stages(instructions)[-1], "io.envforge.numpy") == numpy
 
 
 # --------------------------------------------------------------------------- loader → render

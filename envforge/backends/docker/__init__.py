@@ -38,8 +38,9 @@ from envforge.recipe.model import Level, Recipe
 if TYPE_CHECKING:
     from envforge.backends.docker.certification import Outcome, Prober
     from envforge.backends.docker.client import EngineClient
-    from envforge.backends.docker.images import BuildResult
+    from envforge.backends.docker.images import BuildKitCli, BuildResult
     from envforge.certificate import Signer
+    from envforge.render.context import Builder, LockedInstall
 
 Say = Callable[[str], None]
 
@@ -77,6 +78,13 @@ class DockerOptions:
     #: Build FROM this image instead of the recipe's.
     base_image: str | None = None
     no_cache: bool = False
+    #: ``auto`` (BuildKit when a docker CLI here drives it, else the classic builder),
+    #: ``buildkit`` or ``classic``; None: ``ENVFORGE_BUILDER`` from ``environ``, else auto.
+    builder: str | None = None
+    #: ``uv`` (pip where uv cannot run in the base image) or ``pip`` only.
+    installer: str = "uv"
+    #: Install the recipe's lock file (hashes required) when one matches the recipe.
+    use_lock: bool = True
     #: False: build only; no probe, no certified tag.
     certify: bool = True
     #: Write probe.json, probe.junit.xml and certificate.json here.
@@ -297,6 +305,7 @@ def build(
     from envforge.backends.docker.images import (  # noqa: PLC0415 - loads the SDK
         assemble_context,
         build_image,
+        build_image_buildkit,
         tag_image,
     )
     from envforge.render import RenderOptions, render_dockerfile  # noqa: PLC0415 - jinja2
@@ -310,12 +319,20 @@ def build(
         )
     engine = client if client is not None else _connect(options)
     base = options.base_image or recipe.base_image
+    # the docker CLI (BuildKit) runs with this process's environment (PATH, HOME, its
+    # config) and, over it, the engine settings given in options.environ
+    environ = {**os.environ, **(options.environ or {})}
+    builder, buildkit, why = _choose_builder(engine, options, environ)
+    locked = _lock_for(recipe, options)
     dockerfile = render_dockerfile(
         recipe,
         RenderOptions(
             base_image=base,
             wheelhouse=options.wheelhouse is not None,
             ca_bundle=options.ca_bundle is not None,
+            builder=builder,
+            installer="pip" if options.installer == "pip" else "uv",
+            lock=locked,
         ),
     )
     context = Path(tempfile.mkdtemp(prefix="envforge-build-"))
@@ -324,7 +341,12 @@ def build(
             context, dockerfile, wheelhouse=options.wheelhouse, ca_bundle=options.ca_bundle
         )
         options.say(f"building {recipe.name} ({recipe.stack_tag}) from {base}")
-        result = build_image(engine, context, on_line=options.output, nocache=options.no_cache)
+        if buildkit is not None:
+            result = build_image_buildkit(
+                buildkit, context, environ, on_line=options.output, nocache=options.no_cache
+            )
+        else:
+            result = build_image(engine, context, on_line=options.output, nocache=options.no_cache)
     finally:
         options.output.close()
         shutil.rmtree(context, ignore_errors=True)
@@ -332,6 +354,11 @@ def build(
     options.say(
         f"built {result.image_id[:19]} in {result.seconds:.1f}s "
         f"({reused} of {len(result.steps)} steps from cache)"
+    )
+    options.say(
+        "builder: "
+        + (f"BuildKit ({buildkit.describe()})" if buildkit else f"classic ({why})")
+        + (f"; installed exactly the lock {locked.name}" if locked else "")
     )
     if not options.certify:
         for tag in options.tags:
@@ -347,6 +374,51 @@ def build(
         prober=prober,
     )
     return DockerBuildResult(recipe, result, certified, options.tags)
+
+
+def _choose_builder(
+    engine: EngineClient, options: DockerOptions, environ: Mapping[str, str]
+) -> tuple[Builder, BuildKitCli | None, str]:
+    """``classic`` or ``buildkit`` (with the CLI that drives it), as asked or as available,
+    and why the classic builder was chosen."""
+    from envforge.backends.docker.images import (  # noqa: PLC0415 - loads the SDK
+        BUILDER_CHOICES,
+        find_buildkit,
+    )
+
+    asked = options.builder or environ.get("ENVFORGE_BUILDER") or "auto"
+    setting = "--builder" if options.builder else "ENVFORGE_BUILDER"
+    if asked not in BUILDER_CHOICES:
+        raise InvalidInput(
+            f"{setting}: {asked!r} is not a builder", hint="auto, buildkit or classic"
+        )
+    if asked == "classic":
+        return "classic", None, f"{setting}=classic"
+    cli, why = find_buildkit(engine, environ)
+    if cli is not None:
+        return "buildkit", cli, ""
+    if asked == "buildkit":
+        raise Unavailable(
+            f"{setting}=buildkit: {why}",
+            hint="install Debian's docker.io CLI or the buildx plugin, or use the classic builder",
+        )
+    return "classic", None, why
+
+
+def _lock_for(recipe: Recipe, options: DockerOptions) -> LockedInstall | None:
+    """The recipe's matching lock, split for the image's layers; a stale one is named."""
+    from envforge import lock  # noqa: PLC0415 - uv plumbing only when building
+
+    if not options.use_lock:
+        return None
+    stale = lock.stale_lock(recipe)
+    if stale is not None:
+        options.say(
+            f"note: ignoring stale lock {stale} (the recipe changed): run `envforge lock "
+            f"{recipe.name}`"
+        )
+    path = lock.lock_path(recipe)
+    return lock.split_lock(path) if path is not None else None
 
 
 # --------------------------------------------------------------------------- shell

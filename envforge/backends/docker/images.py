@@ -6,10 +6,12 @@ import io
 import os
 import re
 import shutil
+import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import docker.errors
 
@@ -39,7 +41,6 @@ def tag_image(client: EngineClient, image_id: str, ref: str) -> None:
         raise InvalidInput(f"cannot tag {image_id[:19]} as {ref}: {api_message(exc)}") from None
     if not ok:
         raise InvalidInput(f"cannot tag {image_id[:19]} as {ref}")
-
 
 
 @dataclass(frozen=True)
@@ -198,9 +199,7 @@ def build_image(
     return BuildResult(image_id, time.monotonic() - start, tuple(steps), tuple(log))
 
 
-def label_image(
-    client: EngineClient, image_id: str, labels: Mapping[str, str]
-) -> str:
+def label_image(client: EngineClient, image_id: str, labels: Mapping[str, str]) -> str:
     """A new image ``FROM image_id`` that only adds ``labels``: metadata, same layers.
 
     Built with the engine's builder from a one-line Dockerfile and the build API's
@@ -236,7 +235,6 @@ def label_image(
     if info is None:
         raise BuildFailed(f"labelled image {image} vanished")
     return info.id
-
 
 
 @dataclass(frozen=True)
@@ -303,3 +301,170 @@ def pull(client: EngineClient, ref: str) -> ImageInfo:
     if info is None:
         raise Unavailable(f"pulled {ref} but the engine does not show it")
     return info
+
+
+# --------------------------------------------------------------------------- BuildKit
+
+#: ``auto``: BuildKit when a docker CLI here can drive it and the engine has it, else
+#: the classic builder; ``buildkit`` / ``classic`` force one (``ENVFORGE_BUILDER``).
+BUILDER_CHOICES = ("auto", "buildkit", "classic")
+#: Debian's docker.io puts its own CLI here; a newer CLI earlier on PATH may lack buildx.
+_DEBIAN_CLI = "/usr/bin/docker"
+#: docker CLIs from 23.0 on build with BuildKit only through the buildx plugin.
+_CLI_WITHOUT_BUILTIN_BUILDKIT = 23
+_VERTEX_RE = re.compile(r"^#(\d+) \[([^\]]+)\] (.*)$")
+_CACHED_RE = re.compile(r"^#(\d+) CACHED$")
+_ERROR_RE = re.compile(r"^#(\d+) ERROR: (.*)$")
+
+
+@dataclass(frozen=True)
+class BuildKitCli:
+    """How to build with BuildKit through a docker CLI: argv up to the build options."""
+
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+
+    def describe(self) -> str:
+        prefix = " ".join(f"{k}={v}" for k, v in self.env)
+        return f"{prefix} {' '.join(self.argv)}".strip()
+
+
+def _probe_cli(cli: str, env: Mapping[str, str]) -> BuildKitCli | None:
+    from envforge import proc  # noqa: PLC0415 - only when choosing a builder
+
+    try:
+        buildx = proc.run([cli, "buildx", "version"], timeout=20, env=env)
+        if buildx.ok:
+            return BuildKitCli((cli, "buildx", "build", "--load"))
+        version = proc.run([cli, "version", "--format", "{{.Client.Version}}"], timeout=20, env=env)
+    except OSError:
+        return None
+    match = re.match(r"(\d+)\.", version.stdout.strip())
+    if match and int(match.group(1)) < _CLI_WITHOUT_BUILTIN_BUILDKIT:
+        return BuildKitCli((cli, "build"), (("DOCKER_BUILDKIT", "1"),))
+    return None
+
+
+def find_buildkit(
+    client: EngineClient, environ: Mapping[str, str]
+) -> tuple[BuildKitCli | None, str]:
+    """A docker CLI that builds with BuildKit on this engine, or None and why not.
+
+    The engine must have BuildKit (API 1.39+, Linux); the CLI either has the buildx plugin
+    or is a CLI older than 23.0 (``DOCKER_BUILDKIT=1 docker build``), such as Debian's
+    docker.io at /usr/bin/docker.
+    """
+    try:
+        version = client.api.version()
+    except docker.errors.APIError as exc:
+        return None, f"the engine did not say its version: {api_message(exc)}"
+    except TRANSPORT_ERRORS as exc:
+        return None, f"the engine did not say its version: {first_line(str(exc))}"
+    api = str(version.get("ApiVersion") or "0.0")
+    try:
+        major, minor = (int(x) for x in api.split(".")[:2])
+    except ValueError:
+        return None, f"the engine's API version {api!r} is not a version"
+    if (major, minor) < (1, 39) or str(version.get("Os") or "linux") != "linux":
+        return None, f"the engine (API {api}, {version.get('Os')}) has no BuildKit"
+    env = dict(environ)
+    candidates: list[str] = []
+    on_path = shutil.which("docker", path=env.get("PATH"))
+    for cli in (on_path, _DEBIAN_CLI):
+        if cli and cli not in candidates and os.access(cli, os.X_OK):
+            candidates.append(cli)
+    if not candidates:
+        return None, "no docker CLI found (BuildKit is driven through it)"
+    for cli in candidates:
+        found = _probe_cli(cli, env)
+        if found is not None:
+            return found, ""
+    return None, (
+        f"no docker CLI here builds with BuildKit ({', '.join(candidates)}: no buildx plugin,"
+        " and 23.0 or newer)"
+    )
+
+
+def _lines_then_close(stream: IO[bytes]) -> Iterator[bytes]:
+    with stream:
+        yield from stream
+
+
+def build_image_buildkit(
+    cli: BuildKitCli,
+    context_dir: Path,
+    environ: Mapping[str, str],
+    *,
+    on_line: Callable[[str], None] = lambda _line: None,
+    nocache: bool = False,
+) -> BuildResult:
+    """Build ``context_dir`` with BuildKit through ``cli`` on the host network.
+
+    Returns the image ID (untagged) read from ``--iidfile``; raises :class:`BuildFailed`
+    naming the failing step. The CLI talks to the engine ``environ`` names (DOCKER_HOST).
+    """
+    from envforge import proc  # noqa: PLC0415 - only when building this way
+
+    start = time.monotonic()
+    iidfile = context_dir.parent / (context_dir.name + ".iid")
+    argv = [
+        *cli.argv,
+        "--progress=plain",
+        "--network=host",
+        "--iidfile",
+        str(iidfile),
+        "--file",
+        str(context_dir / "Dockerfile"),
+        *(["--no-cache"] if nocache else []),
+        str(context_dir),
+    ]
+    env = {**environ, **dict(cli.env)}
+    names: dict[int, str] = {}
+    cached: set[int] = set()
+    log: list[str] = []
+    failed: tuple[int, str] | None = None
+    try:
+        with proc.spawn(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as child:
+            assert child.stdout is not None
+            for raw in _lines_then_close(child.stdout):
+                line = raw.decode(errors="replace").rstrip()
+                if not line:
+                    continue
+                log.append(line)
+                on_line(line)
+                m = _VERTEX_RE.match(line)
+                if m and not m.group(2).startswith("internal"):
+                    names.setdefault(int(m.group(1)), m.group(3))
+                    continue
+                m = _CACHED_RE.match(line)
+                if m:
+                    cached.add(int(m.group(1)))
+                    continue
+                m = _ERROR_RE.match(line)
+                if m and failed is None:
+                    failed = (int(m.group(1)), m.group(2))
+            returncode = child.wait()
+    except OSError as exc:
+        raise BuildFailed(f"cannot run {cli.describe()}: {exc.strerror}") from None
+    steps = tuple(
+        BuildStep(number, instruction, cached=number in cached)
+        for number, instruction in sorted(names.items())
+    )
+    try:
+        image_id = iidfile.read_text(encoding="utf-8").strip() if returncode == 0 else ""
+    except OSError:
+        image_id = ""
+    finally:
+        iidfile.unlink(missing_ok=True)
+    if returncode != 0 or not image_id:
+        if failed is not None:
+            what = f"step {names.get(failed[0], '#' + str(failed[0]))[:80]}"
+            reason = failed[1]
+        else:
+            what = "the build"
+            reason = next((ln for ln in reversed(log) if "error" in ln.lower()), "no image")
+        hint = "see the build output above"
+        if what.startswith("step FROM "):
+            hint = "the base image is neither local nor pullable; pass --base-image REF"
+        raise BuildFailed(f"{what} failed (BuildKit): {first_line(reason)}", hint=hint)
+    return BuildResult(image_id, time.monotonic() - start, steps, tuple(log))
