@@ -184,7 +184,10 @@ def _relevant_gpus(recipe: Recipe | None, host: HostInfo) -> list[GpuInfo]:
     return [g for g in host.gpus if g.vendor == recipe.gpu.vendor]
 
 
-def check_gpu_present(recipe: Recipe | None, host: HostInfo) -> list[Finding]:
+def check_gpu_present(
+    recipe: Recipe | None, host: HostInfo, *, chosen_for: str | None = None
+) -> list[Finding]:
+    """``chosen_for``: the arch ``auto`` chose the recipe for (no "is for" warning then)."""
     if recipe is None or recipe.gpu.vendor == "none":
         if host.gpus:
             archs = ", ".join(host.archs) or "arch unknown"
@@ -204,6 +207,12 @@ def check_gpu_present(recipe: Recipe | None, host: HostInfo) -> list[Finding]:
             )
         ]
     found = sorted({g.arch or "?" for g in gpus})
+    if chosen_for is not None and chosen_for in found:
+        how = "" if recipe.gpu.arch == chosen_for else f" (recipe {recipe.name}, made to serve it)"
+        return [
+            Finding("gpu", "ok", f"{len(gpus)} {vendor.upper()} GPU(s): {', '.join(found)}; "
+                    f"auto chose {recipe.name} for {chosen_for}{how}")
+        ]
     if recipe.gpu.arch and recipe.gpu.arch not in found:
         return [
             Finding(
@@ -495,11 +504,13 @@ def diagnose(
     ping: DockerPing | None = None,
     space_dir: Path | None = None,
     backend: Backend | None = None,
+    chosen_for: str | None = None,
 ) -> DoctorReport:
-    """Run every check for ``recipe`` (None: just the host) and collect the findings."""
+    """Run every check for ``recipe`` (None: just the host) and collect the findings;
+    ``chosen_for``: the arch ``auto`` chose ``recipe`` for."""
     who = identity or Identity.current()
     findings = [
-        *check_gpu_present(recipe, host),
+        *check_gpu_present(recipe, host, chosen_for=chosen_for),
         *check_device_nodes(recipe, host, root, who),
         *check_groups(recipe, host, root, who),
         *check_driver(recipe, host),

@@ -18,12 +18,11 @@ from envforge.cli.common import (
     echo_json,
     json_option,
     level_option,
-    load_checked,
+    load_for_host,
     load_signer,
     note,
     python_option,
     report_option,
-    resolve_auto,
     say,
     set_option,
     signing_key_option,
@@ -44,7 +43,7 @@ if TYPE_CHECKING:
 
 
 @click.command()
-@click.argument("recipe_ref", metavar="RECIPE")
+@click.argument("recipe_ref", metavar="RECIPE|auto")
 @click.option("--tag", "tags", multiple=True, metavar="REF", help="Also tag the certified image.")
 @click.option("--base-image", metavar="REF", help="Build FROM this image instead of the recipe's.")
 @wheelhouse_option(
@@ -115,7 +114,7 @@ def _build(  # noqa: PLR0917 - the command's options, passed on
     as_json: bool,
     notes: SummaryNotes,
 ) -> None:
-    ref = resolve_auto(recipe_ref)
+    recipe, _choice = load_for_host(recipe_ref, None, overrides)
     if backend == "venv":
         docker_only = [
             flag
@@ -135,7 +134,7 @@ def _build(  # noqa: PLR0917 - the command's options, passed on
         if signing_key is not None:
             say("venv certifications are not signed (--signing-key signs Docker images)")
         _build_venv(
-            load_checked(ref, overrides),
+            recipe,
             python=python,
             wheelhouse=wheelhouse,
             ca_bundle=ca_bundle,
@@ -153,7 +152,6 @@ def _build(  # noqa: PLR0917 - the command's options, passed on
     from envforge.backends.docker.refs import certified_ref  # noqa: PLC0415 - as above
     from envforge.cli.display import BuildDisplay, ProbeProgress  # noqa: PLC0415 - --help light
 
-    recipe = load_checked(ref, overrides)
     result = docker.build(
         recipe,
         docker.DockerOptions(

@@ -211,29 +211,23 @@ def load_checked(ref: str, overrides: Sequence[str] = ()) -> Recipe:
     return recipe
 
 
-def resolve_auto(recipe_ref: str) -> str:
-    """``auto`` → the chosen recipe (its file when it came from a folder), said on stderr."""
-    if recipe_ref != "auto":
-        return recipe_ref
-    from envforge.choose import choose  # noqa: PLC0415 - host detection only for auto
-    from envforge.detect import detect  # noqa: PLC0415 - host detection only for auto
-
-    choice = choose(detect())
-    say(f"auto -> {choice.recipe}: {choice.reason}")
-    return str(choice.path) if choice.path is not None else choice.recipe
-
-
 def load_for_host(
-    ref: str, host: HostInfo, overrides: tuple[str, ...] = ()
+    ref: str, host: HostInfo | None = None, overrides: Sequence[str] = ()
 ) -> tuple[Recipe, Choice | None]:
-    """``auto`` → the chosen recipe; anything else → that recipe. Both checked."""
+    """The one way a command loads RECIPE|auto: ``auto`` → the recipe :func:`envforge.choose.choose`
+    picks for ``host`` (detected when None), said on stderr in one line; anything else →
+    that recipe. Either is checked against the compatibility table."""
     if ref != "auto":
         return load_checked(ref, overrides), None
-    from envforge.choose import choose  # noqa: PLC0415 - only for auto
+    from envforge.choose import choose, load_choice  # noqa: PLC0415 - only for auto
+    from envforge.detect import detect  # noqa: PLC0415 - host detection only for auto
+    from envforge.knowledge import enforce  # noqa: PLC0415 - the table only when needed
 
-    choice = choose(host)
-    target = str(choice.path) if choice.path is not None else choice.recipe
-    return load_checked(target, overrides), choice
+    choice = choose(host if host is not None else detect())
+    say(f"auto -> {choice.recipe}: {choice.reason}")
+    recipe = load_choice(choice, overrides)
+    enforce(recipe, strict=strict_mode())
+    return recipe, choice
 
 
 def echo_json(data: Any) -> None:

@@ -11,9 +11,9 @@ from envforge.cli.common import (
     backend_option,
     ca_bundle_option,
     load_checked,
+    load_for_host,
     note,
     python_option,
-    resolve_auto,
     say,
     wheelhouse_option,
 )
@@ -22,7 +22,7 @@ from envforge.errors import InvalidInput
 
 # Options may follow RECIPE (`envforge shell auto --fallback cpu -- CMD`); `--` ends them.
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": True})
-@click.argument("recipe_ref", metavar="RECIPE")
+@click.argument("recipe_ref", metavar="RECIPE|auto")
 @click.option("--image", metavar="REF", help="Run this image instead of the certified one.")
 @backend_option(
     "Where to run. Default: docker when an engine answers and has the certified image, "
@@ -58,7 +58,7 @@ def shell(  # noqa: PLR0917 - click passes options positionally by name
     from envforge import backends  # noqa: PLC0415 - keeps the SDK out of light commands
     from envforge.cli.display import ProbeProgress  # noqa: PLC0415 - keeps --help light
 
-    recipe = load_checked(resolve_auto(recipe_ref))
+    recipe, _choice = load_for_host(recipe_ref)
     spare = load_checked(fallback) if fallback else None
     chosen = backends.pick(recipe, backend or ("docker" if image else None), say=say)
     listener = ProbeProgress(table=False)
