@@ -6,6 +6,7 @@ Progress and build output go to stderr; results (the certified tag or venv path,
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,10 +17,12 @@ from envforge.cli.common import (
     backend_option,
     ca_bundle_option,
     echo_json,
+    gpu_environ,
+    gpu_option,
     json_option,
     level_option,
-    load_for_host,
     load_signer,
+    load_with_gpus,
     note,
     python_option,
     report_option,
@@ -61,6 +64,7 @@ if TYPE_CHECKING:
 @python_option("venv backend: the interpreter to use (must be the recipe's Python version).")
 @signing_key_option
 @summary_option
+@gpu_option
 @set_option
 @strict_option
 @json_option
@@ -79,6 +83,7 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
     python: str | None,
     signing_key: Path | None,
     summary_file: Path | None,
+    gpu: str | None,
     overrides: tuple[str, ...],
     as_json: bool,
 ) -> None:
@@ -93,6 +98,7 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
         _build(
             recipe_ref, tags, base_image, wheelhouse, ca_bundle, no_certify, no_cache, level,
             step_timeout, report_dir, backend, python, signing_key, overrides, as_json, notes,
+            gpu,
         )
 
 
@@ -113,8 +119,9 @@ def _build(  # noqa: PLR0917 - the command's options, passed on
     overrides: tuple[str, ...],
     as_json: bool,
     notes: SummaryNotes,
+    gpu: str | None = None,
 ) -> None:
-    recipe, _choice = load_for_host(recipe_ref, None, overrides)
+    recipe, _choice, pick = load_with_gpus(recipe_ref, gpu, overrides)
     if backend == "venv":
         docker_only = [
             flag
@@ -143,6 +150,7 @@ def _build(  # noqa: PLR0917 - the command's options, passed on
             report_dir=report_dir,
             as_json=as_json,
             notes=notes,
+            environ=gpu_environ(pick),
         )
         return
     if python is not None:
@@ -168,6 +176,7 @@ def _build(  # noqa: PLR0917 - the command's options, passed on
             output=BuildDisplay(),
             say=note,
             signer=signer,
+            gpus=pick,
         ),
     )
     if as_json:
@@ -197,6 +206,7 @@ def _build_venv(
     report_dir: Path | None,
     as_json: bool,
     notes: SummaryNotes,
+    environ: Mapping[str, str] | None = None,
 ) -> None:
     from envforge.backends import venv  # noqa: PLC0415 - only for --backend venv
     from envforge.cli.display import ProbeProgress  # noqa: PLC0415 - keeps --help light
@@ -209,8 +219,9 @@ def _build_venv(
         step_timeout=step_timeout,
         listener=ProbeProgress(table=False),
         say=say,
+        environ=environ,
     )
-    markers = venv.venv_location(recipe) / venv.MARKER_DIR
+    markers = venv.venv_location(recipe, environ) / venv.MARKER_DIR
     try:
         with term_as_interrupt():  # a SIGTERM'd build leaves nothing aside, nothing running
             result = venv.build(recipe, options)

@@ -71,6 +71,8 @@ def detect_cmd(root: Path, as_json: bool) -> None:
                 f"driver {g.driver_version or '?'}  {' '.join(g.device_nodes)}  [{g.source}]"
                 + ("  integrated" if g.integrated else "")
             )
+        if host.count > 1:
+            out("  (select with --gpu INDEX[,INDEX]|all on build, certify, shell and probe)")
     out(
         f"kernel {host.kernel or '?'} ({host.machine});"
         f" sources: {', '.join(host.sources) or 'none'}"

@@ -10,8 +10,10 @@ import click
 from envforge.cli.common import (
     backend_option,
     ca_bundle_option,
+    gpu_environ,
+    gpu_option,
     load_checked,
-    load_for_host,
+    load_with_gpus,
     note,
     python_option,
     say,
@@ -37,6 +39,7 @@ from envforge.errors import InvalidInput
 @python_option("venv backend: the interpreter to use (must be the recipe's Python version).")
 @wheelhouse_option("venv backend, when the venv must be built: install torch from these wheels.")
 @ca_bundle_option("venv backend, when the venv must be built: PEM bundle uv trusts.")
+@gpu_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="-- CMD...")
 def shell(  # noqa: PLR0917 - click passes options positionally by name
     recipe_ref: str,
@@ -46,6 +49,7 @@ def shell(  # noqa: PLR0917 - click passes options positionally by name
     wheelhouse: Path | None,
     fallback: str | None,
     python: str | None,
+    gpu: str | None,
     command: tuple[str, ...],
 ) -> None:
     """Run CMD (default: bash) in the recipe's certified image with GPUs, env and caches.
@@ -58,7 +62,7 @@ def shell(  # noqa: PLR0917 - click passes options positionally by name
     from envforge import backends  # noqa: PLC0415 - keeps the SDK out of light commands
     from envforge.cli.display import ProbeProgress  # noqa: PLC0415 - keeps --help light
 
-    recipe, _choice = load_for_host(recipe_ref)
+    recipe, _choice, pick = load_with_gpus(recipe_ref, gpu)
     spare = load_checked(fallback) if fallback else None
     chosen = backends.pick(recipe, backend or ("docker" if image else None), say=say)
     listener = ProbeProgress(table=False)
@@ -75,6 +79,7 @@ def shell(  # noqa: PLR0917 - click passes options positionally by name
                 ca_bundle=ca_bundle,
                 listener=listener,
                 say=say,
+                environ=gpu_environ(pick),
             ),
             fallback=spare,
             say=say,
@@ -89,7 +94,7 @@ def shell(  # noqa: PLR0917 - click passes options positionally by name
             backends.docker,
             recipe,
             command,
-            backends.docker.DockerOptions(image=image, listener=listener, say=note),
+            backends.docker.DockerOptions(image=image, listener=listener, say=note, gpus=pick),
             fallback=spare,
             say=say,
         )

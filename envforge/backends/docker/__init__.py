@@ -28,7 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from envforge.backends.docker.devices import device_flags
+from envforge.backends.docker.devices import (
+    DeviceFlags,
+    GpuPick,
+    device_flags,
+    select_devices,
+)
 from envforge.backends.docker.refs import CERTIFIED_REPOSITORY_PREFIX, certified_ref, split_ref
 from envforge.errors import CertificationFailed, EnvforgeError, InvalidInput, Unavailable
 from envforge.fsutil import write_atomically
@@ -90,6 +95,14 @@ class DockerOptions:
     signer: Signer | None = None
     output: LineSink = field(default_factory=_Discard)
     say: Say = field(default=_quiet)
+    #: ``--gpu``: only these GPUs in the container (None: all of the recipe's vendor).
+    gpus: GpuPick | None = None
+
+
+def _device_flags(recipe: Recipe, options: DockerOptions) -> DeviceFlags:
+    """This host's device flags for ``recipe``, narrowed to ``options.gpus``."""
+    flags = device_flags(recipe.gpu.vendor)
+    return flags if options.gpus is None else select_devices(flags, options.gpus)
 
 
 def _connect(options: DockerOptions) -> EngineClient:
@@ -166,6 +179,7 @@ def certify_and_tag(
         listener=options.listener,
         prober=prober,
         signer=options.signer,
+        flags=_device_flags(recipe, options),
     )
     if report_dir is not None:
         json_path, junit_path = outcome.report.write(report_dir)
@@ -376,7 +390,7 @@ def check(
             if info is None:
                 return f"no certified image {ref} (envforge build {recipe.name})"
             spec = ProbeSpec.from_recipe(recipe, level="quick", step_timeout=step_timeout)
-            target = DockerTarget(client, info.id, device_flags(recipe.gpu.vendor))
+            target = DockerTarget(client, info.id, _device_flags(recipe, options))
             report = run_probe(spec, target, listener=options.listener)
         finally:
             client.close()
@@ -424,7 +438,7 @@ def run(
         recipe_name=recipe.name,
         stack_tag=recipe.stack_tag,
         env=recipe.env_map,
-        flags=device_flags(recipe.gpu.vendor),
+        flags=_device_flags(recipe, options),
         cwd=Path(os.getcwd()),
     )
 
