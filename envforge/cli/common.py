@@ -233,15 +233,23 @@ def load_for_host(
     that recipe. Either is checked against the compatibility table."""
     if ref != "auto":
         return load_checked(ref, overrides), None
-    from envforge.choose import choose, load_choice  # noqa: PLC0415 - only for auto
-    from envforge.detect import detect  # noqa: PLC0415 - host detection only for auto
+    from envforge.choose import load_choice  # noqa: PLC0415 - only for auto
     from envforge.knowledge import enforce  # noqa: PLC0415 - the table only when needed
 
-    choice = choose(host if host is not None else detect())
-    say(f"auto -> {choice.recipe}: {choice.reason}")
+    choice = auto_choice(host)
     recipe = load_choice(choice, overrides)
     enforce(recipe, strict=strict_mode())
     return recipe, choice
+
+
+def auto_choice(host: HostInfo | None = None) -> Choice:
+    """What ``auto`` means on ``host`` (detected when None), said on stderr in one line."""
+    from envforge.choose import choose  # noqa: PLC0415 - only for auto
+    from envforge.detect import detect  # noqa: PLC0415 - host detection only for auto
+
+    choice = choose(host if host is not None else detect())
+    say(f"auto -> {choice.recipe}: {choice.reason}")
+    return choice
 
 
 def load_with_gpus(
@@ -257,7 +265,6 @@ def load_with_gpus(
 
     from envforge.backends.docker.devices import pick_gpus  # noqa: PLC0415 - only with --gpu
     from envforge.detect import detect  # noqa: PLC0415 - only with --gpu
-    from envforge.errors import InvalidInput  # noqa: PLC0415 - only with --gpu
 
     if ref != "auto":
         recipe = load_checked(ref, overrides)
@@ -266,8 +273,6 @@ def load_with_gpus(
     pick = pick_gpus(gpu, host.gpus)
     chosen = tuple(g for g in host.gpus if g.index in pick.indexes)
     recipe, choice = load_for_host(ref, replace(host, gpus=chosen), overrides)
-    if recipe.gpu.vendor not in ("none", pick.vendor):  # not reached: auto chose for them
-        raise InvalidInput(f"--gpu {gpu}: recipe {recipe.name} is not for {pick.vendor} GPUs")
     _say_pick(gpu, pick)
     return recipe, choice, pick
 

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from envforge.cli.common import (
+    auto_choice,
     echo_json,
     json_option,
     load_for_host,
@@ -292,9 +293,6 @@ def _load_unchecked(catalogue: Catalogue, ref: str, overrides: tuple[str, ...]) 
     """A recipe for validate (checked there): ``auto`` → the one auto chooses."""
     if ref != "auto":
         return catalogue.load(ref, overrides)
-    from envforge.choose import choose, load_choice  # noqa: PLC0415 - only for auto
-    from envforge.detect import detect  # noqa: PLC0415 - host detection only for auto
+    from envforge.choose import load_choice  # noqa: PLC0415 - only for auto
 
-    choice = choose(detect(), catalogue)
-    click.echo(f"envforge: auto -> {choice.recipe}: {choice.reason}", err=True)
-    return load_choice(choice, overrides, catalogue)
+    return load_choice(auto_choice(), overrides, catalogue)
