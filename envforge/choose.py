@@ -15,14 +15,21 @@ Rules, in order (see :func:`choose`):
    recipe of the target arch itself.
 4. NVIDIA: the recipe whose CUDA wheel variant has SASS for the SM (newest torch first).
 5. Otherwise :class:`InvalidInput`, listing the nearest recipes of the same vendor.
+
+``auto`` (:func:`choose`, :func:`choose_each`, :func:`load_choice`: the one resolver every
+command uses) takes the recipe of these rules only when it *covers* the arch: its own arch,
+or (AMD) a recipe that sets the ``HSA_OVERRIDE_GFX_VERSION`` the table gives the arch.
+Otherwise the stack :func:`envforge.solve.solve` derives is used as a recipe under the
+arch's own name (``solved``: uncertain until certified), never another arch's recipe.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from envforge import knowledge
 from envforge.arch import gfx_from_isa, vendor_of
@@ -44,6 +51,14 @@ class Choice:
     reason: str
     gpu: GpuInfo | None = None
     path: Path | None = None
+    #: The solved stack as recipe data (``envforge solve``'s recipe) when no curated
+    #: recipe covers the arch; None for a curated recipe.
+    solved: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def ref(self) -> str:
+        """What the catalogue loads: the recipe's file when it came from a folder."""
+        return str(self.path) if self.path is not None else self.recipe
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -52,6 +67,7 @@ class Choice:
             "reason": self.reason,
             "gpu": self.gpu.to_dict() if self.gpu else None,
             "path": str(self.path) if self.path else None,
+            "solved": self.solved is not None,
         }
 
 
@@ -179,7 +195,7 @@ def choose_per_arch(
     out: list[ArchChoice] = []
     for arch, gpus in host.by_arch():
         try:
-            choice: Choice | None = _choose_for_gpu(gpus[0], recipes, where=paths or {})
+            choice: Choice | None = _auto_for_gpu(gpus[0], recipes, where=paths or {})
             problem = None
         except EnvforgeError as exc:
             choice, problem = None, exc.one_line()
@@ -284,6 +300,70 @@ def _choose_for_gpu(
     )
 
 
+def covers(recipe: Recipe, gpu: GpuInfo, *, override: Callable[[str], str | None] = override_for
+           ) -> bool:
+    """The recipe is made for ``gpu``'s arch: its own arch, or (AMD) it sets the
+    ``HSA_OVERRIDE_GFX_VERSION`` the table gives that arch."""
+    if gpu.arch is None or recipe.gpu.vendor != gpu.vendor:
+        return False
+    if recipe.gpu.arch == gpu.arch:
+        return True
+    if gpu.vendor != "amd":
+        return False
+    value = override(gpu.arch)
+    return bool(value) and recipe.env_map.get("HSA_OVERRIDE_GFX_VERSION", "").strip() == value
+
+
+def _auto_for_gpu(gpu: GpuInfo, recipes: Sequence[Recipe], *, where: Mapping[str, Path]) -> Choice:
+    """A curated recipe that covers ``gpu`` (:func:`covers`), else the solved stack."""
+    curated: Choice | None = None
+    problem: EnvforgeError | None = None
+    try:
+        curated = _choose_for_gpu(gpu, recipes, where=where)
+    except EnvforgeError as exc:
+        problem = exc
+    by_name = {r.name: r for r in recipes}
+    if curated is not None and curated.recipe in by_name and covers(by_name[curated.recipe], gpu):
+        return curated
+    if gpu.arch is None:  # _choose_for_gpu asked for ENVFORGE_GPU_ARCH
+        raise problem or InvalidInput(f"cannot tell the arch of {gpu.product}")
+    from envforge.knowledge import load_table  # noqa: PLC0415 - the table only when needed
+    from envforge.solve import SolveRequest, solve  # noqa: PLC0415 - only without a recipe
+
+    driver = gpu.driver_version if gpu.vendor == "nvidia" else None
+    solution = solve(SolveRequest(arch=gpu.arch, driver=driver), load_table())
+    s = solution.stack
+    return Choice(
+        solution.arch,
+        gpu.arch,
+        f"no curated recipe covers {gpu.arch} ({gpu.product}); using the solved stack "
+        f"torch {s.torch}+{s.variant} py{s.python} (uncertain until certified)",
+        gpu,
+        None,
+        solved=solution.recipe_dict(),
+    )
+
+
+def choose_auto(
+    host: HostInfo, recipes: Sequence[Recipe], *, paths: Mapping[str, Path] | None = None
+) -> Choice:
+    """``auto`` for ``host`` from ``recipes``: a curated recipe that covers the arch of
+    :attr:`HostInfo.primary`, else the solved stack (see the module docstring)."""
+    gpu = host.primary
+    if gpu is None:
+        return choose_recipe(host, recipes, paths=paths)
+    choice = _auto_for_gpu(gpu, recipes, where=paths or {})
+    skipped = host.passed_over
+    if skipped:
+        igpus = ", ".join(f"GPU {g.index} ({g.arch})" for g in skipped)
+        choice = replace(
+            choice,
+            reason=f"{choice.reason}; the discrete GPU {gpu.index} is chosen over the "
+            f"integrated {igpus} (pytorch/pytorch#119637)",
+        )
+    return choice
+
+
 def choose_each(host: HostInfo, catalogue: Catalogue | None = None) -> tuple[ArchChoice, ...]:
     """:func:`choose_per_arch` against the catalogue (shipped plus ENVFORGE_RECIPE_PATH)."""
     cat = catalogue or Catalogue.default()
@@ -295,4 +375,21 @@ def choose(host: HostInfo, catalogue: Catalogue | None = None) -> Choice:
     """``auto`` for ``host`` against the catalogue (shipped plus ENVFORGE_RECIPE_PATH)."""
     cat = catalogue or Catalogue.default()
     recipes, _problems = load_catalogue(cat)
-    return choose_recipe(host, recipes, paths=cat.files())
+    return choose_auto(host, recipes, paths=cat.files())
+
+
+def load_choice(
+    choice: Choice, overrides: Sequence[str] = (), catalogue: Catalogue | None = None
+) -> Recipe:
+    """The recipe ``choice`` names: the curated file, or the solved stack parsed as a
+    recipe (``--set`` applied to either). Not yet checked against the table."""
+    if choice.solved is None:
+        return (catalogue or Catalogue.default()).load(choice.ref, overrides)
+    from envforge.recipe.load import apply_overrides, parse_recipe  # noqa: PLC0415
+
+    data = dict(choice.solved)
+    source = f"<solved stack for {choice.recipe}: envforge solve {choice.recipe}>"
+    if overrides:
+        data = apply_overrides(data, overrides)
+        source += f" (with --set {' '.join(overrides)})"
+    return parse_recipe(data, source)

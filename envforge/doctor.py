@@ -187,7 +187,10 @@ def _relevant_gpus(recipe: Recipe | None, host: HostInfo) -> list[GpuInfo]:
     return [g for g in host.gpus if g.vendor == recipe.gpu.vendor]
 
 
-def check_gpu_present(recipe: Recipe | None, host: HostInfo) -> list[Finding]:
+def check_gpu_present(
+    recipe: Recipe | None, host: HostInfo, *, chosen_for: str | None = None
+) -> list[Finding]:
+    """``chosen_for``: the arch ``auto`` chose the recipe for (no "is for" warning then)."""
     if recipe is None or recipe.gpu.vendor == "none":
         if host.gpus:
             archs = ", ".join(host.archs) or "arch unknown"
@@ -207,6 +210,12 @@ def check_gpu_present(recipe: Recipe | None, host: HostInfo) -> list[Finding]:
             )
         ]
     found = sorted({g.arch or "?" for g in gpus})
+    if chosen_for is not None and chosen_for in found:
+        how = "" if recipe.gpu.arch == chosen_for else f" (recipe {recipe.name}, made to serve it)"
+        return [
+            Finding("gpu", "ok", f"{len(gpus)} {vendor.upper()} GPU(s): {', '.join(found)}; "
+                    f"auto chose {recipe.name} for {chosen_for}{how}")
+        ]
     if recipe.gpu.arch and recipe.gpu.arch not in found:
         return [
             Finding(
@@ -555,16 +564,18 @@ def diagnose(
     space_dir: Path | None = None,
     backend: Backend | None = None,
     engine: EngineProbe | None = None,
+    chosen_for: str | None = None,
 ) -> DoctorReport:
     """Run every check for ``recipe`` (None: just the host) and collect the findings.
 
     ``engine`` identifies the engine for the device-path check; when a fake ``ping`` is
     given without it, no engine is asked (tests never touch this machine's engine).
+    ``chosen_for``: the arch ``auto`` chose ``recipe`` for.
     """
     who = identity or Identity.current()
     probe_engine = engine or (engine_identity if ping is None else (lambda: None))
     findings = [
-        *check_gpu_present(recipe, host),
+        *check_gpu_present(recipe, host, chosen_for=chosen_for),
         *check_device_nodes(recipe, host, root, who),
         *check_groups(recipe, host, root, who),
         *check_driver(recipe, host),

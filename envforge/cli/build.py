@@ -6,6 +6,7 @@ Progress and build output go to stderr; results (the certified tag or venv path,
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,14 +17,15 @@ from envforge.cli.common import (
     backend_option,
     ca_bundle_option,
     echo_json,
+    gpu_environ,
+    gpu_option,
     json_option,
     level_option,
-    load_checked,
     load_signer,
+    load_with_gpus,
     note,
     python_option,
     report_option,
-    resolve_auto,
     say,
     set_option,
     shm_size_option,
@@ -45,7 +47,7 @@ if TYPE_CHECKING:
 
 
 @click.command()
-@click.argument("recipe_ref", metavar="RECIPE")
+@click.argument("recipe_ref", metavar="RECIPE|auto")
 @click.option("--tag", "tags", multiple=True, metavar="REF", help="Also tag the certified image.")
 @click.option("--base-image", metavar="REF", help="Build FROM this image instead of the recipe's.")
 @wheelhouse_option(
@@ -70,6 +72,7 @@ if TYPE_CHECKING:
 @shm_size_option
 @signing_key_option
 @summary_option
+@gpu_option
 @set_option
 @strict_option
 @json_option
@@ -90,6 +93,7 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
     shm_size: str | None,
     signing_key: Path | None,
     summary_file: Path | None,
+    gpu: str | None,
     overrides: tuple[str, ...],
     as_json: bool,
 ) -> None:
@@ -104,7 +108,7 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
         _build(
             recipe_ref, tags, base_image, wheelhouse, ca_bundle, no_certify, no_cache, level,
             step_timeout, report_dir, backend, python, shm_size, signing_key, overrides, as_json,
-            notes, builder,
+            notes, builder, gpu,
         )
 
 
@@ -127,8 +131,9 @@ def _build(  # noqa: PLR0917 - the command's options, passed on
     as_json: bool,
     notes: SummaryNotes,
     builder: str | None = None,
+    gpu: str | None = None,
 ) -> None:
-    ref = resolve_auto(recipe_ref)
+    recipe, _choice, pick = load_with_gpus(recipe_ref, gpu, overrides)
     if backend == "venv":
         docker_only = [
             flag
@@ -150,7 +155,7 @@ def _build(  # noqa: PLR0917 - the command's options, passed on
         if signing_key is not None:
             say("venv certifications are not signed (--signing-key signs Docker images)")
         _build_venv(
-            load_checked(ref, overrides),
+            recipe,
             python=python,
             wheelhouse=wheelhouse,
             ca_bundle=ca_bundle,
@@ -159,6 +164,7 @@ def _build(  # noqa: PLR0917 - the command's options, passed on
             report_dir=report_dir,
             as_json=as_json,
             notes=notes,
+            environ=gpu_environ(pick),
         )
         return
     if python is not None:
@@ -168,7 +174,6 @@ def _build(  # noqa: PLR0917 - the command's options, passed on
     from envforge.backends.docker.refs import certified_ref  # noqa: PLC0415 - as above
     from envforge.cli.display import BuildDisplay, ProbeProgress  # noqa: PLC0415 - --help light
 
-    recipe = load_checked(ref, overrides)
     result = docker.build(
         recipe,
         docker.DockerOptions(
@@ -187,6 +192,7 @@ def _build(  # noqa: PLR0917 - the command's options, passed on
             output=BuildDisplay(),
             say=note,
             signer=signer,
+            gpus=pick,
         ),
     )
     if as_json:
@@ -216,6 +222,7 @@ def _build_venv(
     report_dir: Path | None,
     as_json: bool,
     notes: SummaryNotes,
+    environ: Mapping[str, str] | None = None,
 ) -> None:
     from envforge.backends import venv  # noqa: PLC0415 - only for --backend venv
     from envforge.cli.display import ProbeProgress  # noqa: PLC0415 - keeps --help light
@@ -228,8 +235,9 @@ def _build_venv(
         step_timeout=step_timeout,
         listener=ProbeProgress(table=False),
         say=say,
+        environ=environ,
     )
-    markers = venv.venv_location(recipe) / venv.MARKER_DIR
+    markers = venv.venv_location(recipe, environ) / venv.MARKER_DIR
     try:
         with term_as_interrupt():  # a SIGTERM'd build leaves nothing aside, nothing running
             result = venv.build(recipe, options)

@@ -17,6 +17,7 @@ from envforge.errors import EnvforgeError
 from envforge.recipe.model import LEVELS, Level, Recipe
 
 if TYPE_CHECKING:
+    from envforge.backends.docker.devices import GpuPick
     from envforge.choose import Choice
     from envforge.detect import HostInfo
     from envforge.probe.report import ProbeReport
@@ -177,6 +178,19 @@ def python_option(help: str) -> Callable[[F], F]:
     return click.option("--python", "python", metavar="PATH", default=None, help=help)
 
 
+def gpu_option(func: F) -> F:
+    """``--gpu INDEX[,INDEX]|all``: the GPUs to use, in ``envforge detect``'s numbering."""
+    return click.option(
+        "--gpu",
+        "gpu",
+        metavar="INDEX[,INDEX]|all",
+        default=None,
+        help="Use only these GPUs (envforge detect numbers them): AMD by ROCR_VISIBLE_DEVICES "
+        "and only their render nodes, NVIDIA by device request and CUDA_VISIBLE_DEVICES; "
+        "NPROC_PER_NODE counts them. GPUs of different archs cannot be mixed.",
+    )(func)
+
+
 def root_option(func: F) -> F:
     return click.option(
         "--root",
@@ -232,29 +246,87 @@ def load_checked(ref: str, overrides: Sequence[str] = ()) -> Recipe:
     return recipe
 
 
-def resolve_auto(recipe_ref: str) -> str:
-    """``auto`` → the chosen recipe (its file when it came from a folder), said on stderr."""
-    if recipe_ref != "auto":
-        return recipe_ref
-    from envforge.choose import choose  # noqa: PLC0415 - host detection only for auto
-    from envforge.detect import detect  # noqa: PLC0415 - host detection only for auto
-
-    choice = choose(detect())
-    say(f"auto -> {choice.recipe}: {choice.reason}")
-    return str(choice.path) if choice.path is not None else choice.recipe
-
-
 def load_for_host(
-    ref: str, host: HostInfo, overrides: tuple[str, ...] = ()
+    ref: str, host: HostInfo | None = None, overrides: Sequence[str] = ()
 ) -> tuple[Recipe, Choice | None]:
-    """``auto`` → the chosen recipe; anything else → that recipe. Both checked."""
+    """The one way a command loads RECIPE|auto: ``auto`` → the recipe :func:`envforge.choose.choose`
+    picks for ``host`` (detected when None), said on stderr in one line; anything else →
+    that recipe. Either is checked against the compatibility table."""
     if ref != "auto":
         return load_checked(ref, overrides), None
-    from envforge.choose import choose  # noqa: PLC0415 - only for auto
+    from envforge.choose import load_choice  # noqa: PLC0415 - only for auto
+    from envforge.knowledge import enforce  # noqa: PLC0415 - the table only when needed
 
-    choice = choose(host)
-    target = str(choice.path) if choice.path is not None else choice.recipe
-    return load_checked(target, overrides), choice
+    choice = auto_choice(host)
+    recipe = load_choice(choice, overrides)
+    enforce(recipe, strict=strict_mode())
+    return recipe, choice
+
+
+def auto_choice(host: HostInfo | None = None) -> Choice:
+    """What ``auto`` means on ``host`` (detected when None), said on stderr in one line."""
+    from envforge.choose import choose  # noqa: PLC0415 - only for auto
+    from envforge.detect import detect  # noqa: PLC0415 - host detection only for auto
+
+    choice = choose(host if host is not None else detect())
+    say(f"auto -> {choice.recipe}: {choice.reason}")
+    return choice
+
+
+def load_with_gpus(
+    ref: str, gpu: str | None, overrides: Sequence[str] = ()
+) -> tuple[Recipe, Choice | None, GpuPick | None]:
+    """:func:`load_for_host` with ``--gpu``: the selection is checked against the detected
+    GPUs (out of range, several archs, another vendor: exit 2, one line), and ``auto``
+    chooses for the selected GPUs. Says the selection on stderr in one line."""
+    if gpu is None:
+        recipe, choice = load_for_host(ref, None, overrides)
+        return recipe, choice, None
+    from dataclasses import replace  # noqa: PLC0415 - only with --gpu
+
+    from envforge.backends.docker.devices import pick_gpus  # noqa: PLC0415 - only with --gpu
+    from envforge.detect import detect  # noqa: PLC0415 - only with --gpu
+
+    if ref != "auto":
+        recipe = load_checked(ref, overrides)
+        return recipe, None, pick_for(recipe, gpu)
+    host = detect()
+    pick = pick_gpus(gpu, host.gpus)
+    chosen = tuple(g for g in host.gpus if g.index in pick.indexes)
+    recipe, choice = load_for_host(ref, replace(host, gpus=chosen), overrides)
+    _say_pick(gpu, pick)
+    return recipe, choice, pick
+
+
+def pick_for(recipe: Recipe | None, gpu: str | None) -> GpuPick | None:
+    """``--gpu`` for a chosen recipe (None: any vendor, still one arch), checked against
+    the detected GPUs (``all``: those of the recipe's vendor); said on stderr in one line.
+    None without ``--gpu``."""
+    if gpu is None:
+        return None
+    from envforge.backends.docker.devices import pick_gpus  # noqa: PLC0415 - only with --gpu
+    from envforge.detect import detect  # noqa: PLC0415 - only with --gpu
+
+    pick = pick_gpus(gpu, detect().gpus, recipe.gpu.vendor if recipe is not None else None)
+    _say_pick(gpu, pick)
+    return pick
+
+
+def _say_pick(gpu: str, pick: GpuPick) -> None:
+    which = ",".join(str(i) for i in pick.indexes)
+    say(f"--gpu {gpu}: GPU {which} ({pick.arch or '?'}), NPROC_PER_NODE={pick.count}")
+
+
+def gpu_environ(pick: GpuPick | None) -> dict[str, str] | None:
+    """This process's environment plus the ``--gpu`` variables in the host's numbering
+    (for the venv backend and ``probe``: processes on this host); None without ``--gpu``."""
+    if pick is None:
+        return None
+    import os  # noqa: PLC0415 - only with --gpu
+
+    from envforge.backends.docker.devices import visible_env  # noqa: PLC0415 - as above
+
+    return {**os.environ, **visible_env(pick, container=False)}
 
 
 def echo_json(data: Any) -> None:

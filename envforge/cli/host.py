@@ -13,7 +13,6 @@ from envforge.cli.common import (
     ca_bundle_option,
     echo_json,
     json_option,
-    load_checked,
     load_for_host,
     root_option,
     set_option,
@@ -29,6 +28,7 @@ if TYPE_CHECKING:
 
 
 def _choice_or_error(host: HostInfo) -> tuple[Choice | None, str | None]:
+    """What ``auto`` means on ``host`` (the resolver every command uses), or why none."""
     from envforge.choose import choose  # noqa: PLC0415 - the table only when needed
 
     try:
@@ -71,6 +71,8 @@ def detect_cmd(root: Path, as_json: bool) -> None:
                 f"driver {g.driver_version or '?'}  {' '.join(g.device_nodes)}  [{g.source}]"
                 + ("  integrated" if g.integrated else "")
             )
+        if host.count > 1:
+            out("  (select with --gpu INDEX[,INDEX]|all on build, certify, shell and probe)")
     out(
         f"kernel {host.kernel or '?'} ({host.machine});"
         f" sources: {', '.join(host.sources) or 'none'}"
@@ -136,7 +138,9 @@ def doctor_cmd(
     chosen: Backend | None = (
         "docker" if backend == "docker" else "venv" if backend == "venv" else None
     )
-    report = diagnose(recipe, host, root=root, backend=chosen)
+    report = diagnose(
+        recipe, host, root=root, backend=chosen, chosen_for=choice.arch if choice else None
+    )
     if no_recipe is not None:
         report = replace(report, findings=(no_recipe, *report.findings))
     if as_json:
@@ -155,7 +159,7 @@ def doctor_cmd(
 
 
 @click.command("lock")
-@click.argument("recipe_ref", metavar="RECIPE")
+@click.argument("recipe_ref", metavar="RECIPE|auto")
 @wheelhouse_option("A folder of wheels to resolve from as well (uv --find-links).")
 @ca_bundle_option("PEM file of CA certificates for the package indexes.")
 @click.option(
@@ -175,8 +179,6 @@ def lock_cmd(
     """Resolve a recipe's full requirement set, with hashes, into <recipe>.lock.txt."""
     from envforge.lock import write_lock  # noqa: PLC0415 - uv plumbing only for lock
 
-    if recipe_ref == "auto":
-        raise InvalidInput("lock needs a recipe name, not auto", hint="envforge lock cpu")
-    recipe = load_checked(recipe_ref, overrides)
+    recipe, _choice = load_for_host(recipe_ref, None, overrides)
     result = write_lock(recipe, wheelhouse=wheelhouse, ca_bundle=ca_bundle, output=output)
     click.echo(f"wrote {result.path} ({result.count} packages, hashes required)")

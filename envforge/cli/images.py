@@ -13,11 +13,13 @@ import click
 
 from envforge.cli.common import (
     echo_json,
+    gpu_option,
     json_option,
     level_option,
     load_checked,
     load_signer,
     note,
+    pick_for,
     report_option,
     set_option,
     shm_size_option,
@@ -72,6 +74,7 @@ def _safe_name(ref: str) -> str:
 @shm_size_option
 @signing_key_option
 @summary_option
+@gpu_option
 @set_option
 @json_option
 def certify(  # noqa: PLR0917 - click passes options positionally by name
@@ -82,6 +85,7 @@ def certify(  # noqa: PLR0917 - click passes options positionally by name
     shm_size: str | None,
     signing_key: Path | None,
     summary_file: Path | None,
+    gpu: str | None,
     overrides: tuple[str, ...],
     as_json: bool,
 ) -> None:
@@ -115,6 +119,7 @@ def certify(  # noqa: PLR0917 - click passes options positionally by name
                 retag = docker.retag_for(ref)
             else:
                 recipe = load_checked(ref, overrides)
+            pick = pick_for(recipe, gpu)
             sub = None
             if report_dir is not None:
                 sub = report_dir if len(refs) == 1 else report_dir / _safe_name(ref)
@@ -126,6 +131,7 @@ def certify(  # noqa: PLR0917 - click passes options positionally by name
                 listener=ProbeProgress(table=False),
                 say=note,
                 signer=signer,
+                gpus=pick,
             )
             result = docker.certify(recipe, options, image=image, retag=retag, client=client)
             notes.add(
@@ -265,3 +271,4 @@ def verify_cmd(ref: str, no_pull: bool, trust: tuple[Path, ...], as_json: bool) 
         f"{cert.recipe_name} {cert.stack_tag}; {len(cert.layers)} layers match "
         f"certificate {cert.digest[:19]}; {signature}"
     )
+

@@ -18,9 +18,12 @@ import click
 
 from envforge.cli.common import (
     echo_json,
+    gpu_environ,
+    gpu_option,
     json_option,
     level_option,
     load_checked,
+    pick_for,
     python_option,
     report_option,
     set_option,
@@ -72,6 +75,7 @@ _HINTS = {
 @report_option("Write DIR/probe.json and DIR/probe.junit.xml.", "DIR")
 @python_option("Probe this interpreter's environment (default: the one running envforge).")
 @summary_option
+@gpu_option
 def probe(  # noqa: PLR0917 - click passes options positionally
     recipe_ref: str | None,
     overrides: tuple[str, ...],
@@ -82,6 +86,7 @@ def probe(  # noqa: PLR0917 - click passes options positionally
     report_dir: Path | None,
     python: str | None,
     summary_file: Path | None,
+    gpu: str | None,
 ) -> None:
     """Probe an environment step by step, each step under a deadline in an isolated process.
 
@@ -104,6 +109,7 @@ def probe(  # noqa: PLR0917 - click passes options positionally
                 raise InvalidInput(
                     "--set needs --recipe", hint="envforge probe --recipe cpu --set ..."
                 )
+            pick = pick_for(None, gpu)
             spec = ProbeSpec.for_installed(
                 level=level or "full",
                 step_timeout=step_timeout if step_timeout is not None else 60.0,
@@ -111,10 +117,11 @@ def probe(  # noqa: PLR0917 - click passes options positionally
             )
         else:
             recipe = load_checked(recipe_ref, overrides)
+            pick = pick_for(recipe, gpu)
             spec = ProbeSpec.from_recipe(
                 recipe, level=level, step_timeout=step_timeout, extra_checks=checks
             )
-        target = LocalPythonTarget(python=python or sys.executable)
+        target = LocalPythonTarget(python=python or sys.executable, env=gpu_environ(pick))
         table = ProbeProgress()
         live = not as_json or table.tty
         if live:

@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from envforge.cli.common import (
+    auto_choice,
     echo_json,
     json_option,
-    load_checked,
+    load_for_host,
     set_option,
     strict_mode,
     strict_option,
@@ -21,6 +22,7 @@ from envforge.errors import EnvforgeError, InvalidInput, printable
 from envforge.paths import state_dir
 from envforge.recipe import listing
 from envforge.recipe.catalogue import Catalogue
+from envforge.recipe.model import Recipe
 
 if TYPE_CHECKING:
     from envforge.recipe.model import Recipe
@@ -54,7 +56,7 @@ def list_cmd(as_json: bool) -> None:
 
 
 @click.command()
-@click.argument("recipe_ref", metavar="RECIPE")
+@click.argument("recipe_ref", metavar="RECIPE|auto")
 @set_option
 @strict_option
 @json_option
@@ -62,7 +64,7 @@ def show(recipe_ref: str, overrides: tuple[str, ...], as_json: bool) -> None:
     """Show a recipe's stack, why each pin and env var is there, and how sure we are."""
     from envforge.knowledge import explain, unknowns  # noqa: PLC0415 - the table when needed
 
-    recipe = load_checked(recipe_ref, overrides)
+    recipe, _choice = load_for_host(recipe_ref, None, overrides)
     reasons = explain(recipe)
     unknown = unknowns(recipe)
     where = _certified_on(recipe.name, gpu=recipe.gpu.vendor != "none", arch=recipe.gpu.arch)
@@ -128,7 +130,7 @@ def _certified_on(name: str, *, gpu: bool, arch: str | None) -> str:
 
 
 @click.command()
-@click.argument("refs", nargs=-1, metavar="[RECIPE|PATH]...")
+@click.argument("refs", nargs=-1, metavar="[RECIPE|PATH|auto]...")
 @set_option
 @strict_option
 @json_option
@@ -146,7 +148,7 @@ def validate(refs: tuple[str, ...], overrides: tuple[str, ...], as_json: bool) -
     first_error: EnvforgeError | None = None
     for ref in targets:
         try:
-            recipe = catalogue.load(ref, overrides)
+            recipe = _load_unchecked(catalogue, ref, overrides)
         except EnvforgeError as exc:
             results.append({"recipe": ref, "ok": False, "problems": [exc.one_line()]})
             first_error = first_error or exc
@@ -183,7 +185,7 @@ def validate(refs: tuple[str, ...], overrides: tuple[str, ...], as_json: bool) -
 
 
 @click.command()
-@click.argument("recipe_ref", metavar="RECIPE", required=False)
+@click.argument("recipe_ref", metavar="RECIPE|auto", required=False)
 @click.option("--all", "render_all", is_flag=True, help="Render every recipe in the catalogue.")
 @click.option(
     "-o",
@@ -263,7 +265,7 @@ def render(
         builder="buildkit" if builder == "buildkit" else "classic",
     )
     if recipe_ref is not None:
-        recipe = load_checked(recipe_ref, overrides)
+        recipe, _choice = load_for_host(recipe_ref, None, overrides)
         if output is None:
             if fmt == "dockerfile":
                 _emit(render_dockerfile(recipe, _with_lock(recipe, options)))
@@ -355,3 +357,12 @@ def _with_lock(recipe: Recipe, options: RenderOptions) -> RenderOptions:
 
     path = lock.lock_path(recipe)
     return replace(options, lock=lock.split_lock(path)) if path is not None else options
+
+
+def _load_unchecked(catalogue: Catalogue, ref: str, overrides: tuple[str, ...]) -> Recipe:
+    """A recipe for validate (checked there): ``auto`` → the one auto chooses."""
+    if ref != "auto":
+        return catalogue.load(ref, overrides)
+    from envforge.choose import load_choice  # noqa: PLC0415 - only for auto
+
+    return load_choice(auto_choice(), overrides, catalogue)

@@ -10,10 +10,12 @@ import click
 from envforge.cli.common import (
     backend_option,
     ca_bundle_option,
+    gpu_environ,
+    gpu_option,
     load_checked,
+    load_with_gpus,
     note,
     python_option,
-    resolve_auto,
     say,
     shm_size_option,
     wheelhouse_option,
@@ -23,7 +25,7 @@ from envforge.errors import InvalidInput
 
 # Options may follow RECIPE (`envforge shell auto --fallback cpu -- CMD`); `--` ends them.
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": True})
-@click.argument("recipe_ref", metavar="RECIPE")
+@click.argument("recipe_ref", metavar="RECIPE|auto")
 @click.option("--image", metavar="REF", help="Run this image instead of the certified one.")
 @backend_option(
     "Where to run. Default: docker when an engine answers and has the certified image, "
@@ -39,6 +41,7 @@ from envforge.errors import InvalidInput
 @wheelhouse_option("venv backend, when the venv must be built: install torch from these wheels.")
 @ca_bundle_option("venv backend, when the venv must be built: PEM bundle uv trusts.")
 @shm_size_option
+@gpu_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="-- CMD...")
 def shell(  # noqa: PLR0917 - click passes options positionally by name
     recipe_ref: str,
@@ -49,6 +52,7 @@ def shell(  # noqa: PLR0917 - click passes options positionally by name
     fallback: str | None,
     python: str | None,
     shm_size: str | None,
+    gpu: str | None,
     command: tuple[str, ...],
 ) -> None:
     """Run CMD (default: bash) in the recipe's certified image with GPUs, env and caches.
@@ -61,7 +65,7 @@ def shell(  # noqa: PLR0917 - click passes options positionally by name
     from envforge import backends  # noqa: PLC0415 - keeps the SDK out of light commands
     from envforge.cli.display import ProbeProgress  # noqa: PLC0415 - keeps --help light
 
-    recipe = load_checked(resolve_auto(recipe_ref))
+    recipe, _choice, pick = load_with_gpus(recipe_ref, gpu)
     spare = load_checked(fallback) if fallback else None
     chosen = backends.pick(recipe, backend or ("docker" if image else None), say=say)
     listener = ProbeProgress(table=False)
@@ -80,6 +84,7 @@ def shell(  # noqa: PLR0917 - click passes options positionally by name
                 ca_bundle=ca_bundle,
                 listener=listener,
                 say=say,
+                environ=gpu_environ(pick),
             ),
             fallback=spare,
             say=say,
@@ -95,7 +100,7 @@ def shell(  # noqa: PLR0917 - click passes options positionally by name
             recipe,
             command,
             backends.docker.DockerOptions(
-                image=image, shm_size=shm_size, listener=listener, say=note
+                image=image, shm_size=shm_size, listener=listener, say=note, gpus=pick
             ),
             fallback=spare,
             say=say,

@@ -132,12 +132,23 @@ def test_gpus_of_different_archs_get_one_recipe_each() -> None:
 
 def test_an_arch_without_a_recipe_is_explained_not_fatal() -> None:
     recipes, _ = load_catalogue()
-    per_arch = choose_per_arch(host(gpu(0, "gfx1100"), gpu(1, "gfx1103", integrated=True)), recipes)
+    # gfx1103 (used before) gets its solved stack since issue 10 §2; gfx803 has no wheel.
+    per_arch = choose_per_arch(host(gpu(0, "gfx1100"), gpu(1, "gfx803", integrated=True)), recipes)
     assert per_arch[0].choice is not None
     assert per_arch[1].choice is None
     assert per_arch[1].problem is not None
-    assert "no recipe for gfx1103" in per_arch[1].problem
+    assert "no published torch wheel" in per_arch[1].problem
     assert per_arch[1].to_dict()["integrated"] is True
+
+
+def test_an_arch_without_a_curated_recipe_gets_its_solved_stack() -> None:
+    recipes, _ = load_catalogue()
+    per_arch = choose_per_arch(host(gpu(0, "gfx1100"), gpu(1, "gfx1103", integrated=True)), recipes)
+    solved = per_arch[1].choice
+    assert solved is not None
+    assert solved.recipe == "gfx1103"
+    assert solved.solved is not None
+    assert "uncertain until certified" in solved.reason
 
 
 def test_detect_cli_explains_each_arch(capsys: pytest.CaptureFixture[str]) -> None:

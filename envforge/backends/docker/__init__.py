@@ -28,7 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from envforge.backends.docker.devices import DeviceFlags, SharedMemory, device_flags
+from envforge.backends.docker.devices import (
+    DeviceFlags,
+    GpuPick,
+    SharedMemory,
+    device_flags,
+    select_devices,
+)
 from envforge.backends.docker.refs import CERTIFIED_REPOSITORY_PREFIX, certified_ref, split_ref
 from envforge.errors import CertificationFailed, EnvforgeError, InvalidInput, Unavailable
 from envforge.fsutil import write_atomically
@@ -100,6 +106,8 @@ class DockerOptions:
     signer: Signer | None = None
     output: LineSink = field(default_factory=_Discard)
     say: Say = field(default=_quiet)
+    #: ``--gpu``: only these GPUs in the container (None: all of the recipe's vendor).
+    gpus: GpuPick | None = None
 
 
 def _connect(options: DockerOptions) -> EngineClient:
@@ -109,7 +117,8 @@ def _connect(options: DockerOptions) -> EngineClient:
 
 
 def flags_for(client: EngineClient, recipe: Recipe, options: DockerOptions) -> DeviceFlags:
-    """This host's device flags for ``recipe`` on the engine behind ``client``.
+    """This host's device flags for ``recipe`` on the engine behind ``client``, narrowed
+    to ``options.gpus`` (``--gpu``).
 
     The engine decides the path (CDI names, raw nodes, Docker's GPU request: see
     :func:`~envforge.backends.docker.devices.device_flags`); ``options.shm_size`` replaces
@@ -118,9 +127,11 @@ def flags_for(client: EngineClient, recipe: Recipe, options: DockerOptions) -> D
     from envforge.backends.docker.engine import identify_engine  # noqa: PLC0415 - loads the SDK
 
     engine = identify_engine(client) if recipe.gpu.vendor in ("amd", "nvidia") else None
-    return device_flags(
+    flags = device_flags(
         recipe.gpu.vendor, engine=engine, shm=SharedMemory.sized(options.shm_size)
     )
+    # ``--gpu``: only the chosen GPUs (and their variables) in the container
+    return flags if options.gpus is None else select_devices(flags, options.gpus)
 
 
 # --------------------------------------------------------------------------- certify

@@ -65,7 +65,7 @@ def container_kwargs(
 ) -> dict[str, Any]:
     """Common ``containers.create`` arguments: env, devices, no network, envforge label."""
     kwargs: dict[str, Any] = {
-        "environment": dict(env),
+        "environment": {**dict(env), **dict(flags.env)},
         "labels": {ROLE_LABEL: role},
         "detach": True,
         "stdin_open": False,

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from envforge.backends.docker.cdi import CDI_ROOTS, CdiInventory, scan
 from envforge.backends.docker.identity import EngineIdentity
+from envforge.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from envforge.detect import GpuInfo
 
 #: How the GPUs reach the container: raw device nodes, CDI names, Docker's GPU request.
 DevicePath = Literal["none", "raw", "cdi", "request"]
@@ -52,6 +56,10 @@ class DeviceFlags:
     path: DevicePath = "none"
     #: Why this path (doctor prints it).
     reason: str = ""
+    #: ``--gpu``: the NVIDIA GPUs requested by index (empty: all of them).
+    device_ids: tuple[str, ...] = ()
+    #: ``--gpu``: variables the container gets (ROCR_/CUDA_VISIBLE_DEVICES, NPROC_PER_NODE).
+    env: tuple[tuple[str, str], ...] = ()
 
     def sdk_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``containers.create``."""
@@ -74,7 +82,7 @@ class DeviceFlags:
             from docker.types import DeviceRequest  # noqa: PLC0415 - this module stays SDK-free
 
             if self.gpu_request:
-                requests.append(DeviceRequest(count=-1, capabilities=[["gpu"]]))
+                requests.append(_device_request(DeviceRequest, self.device_ids))
             if self.cdi_devices and self.engine != "podman":
                 requests.append(DeviceRequest(driver="cdi", device_ids=list(self.cdi_devices)))
         if requests:
@@ -95,7 +103,7 @@ class DeviceFlags:
         if self.shm_size:
             args += ["--shm-size", self.shm_size]
         if self.gpu_request:
-            args += ["--gpus", "all"]
+            args += ["--gpus", _gpus_value(self.device_ids)]
         return args
 
 
@@ -213,3 +221,181 @@ def device_flags(
             **common,
         )
     return DeviceFlags(engine=eng.kind)
+
+
+# --------------------------------------------------------------------------- --gpu (issue 10 §4)
+
+
+def _device_request(factory: Any, device_ids: tuple[str, ...]) -> Any:
+    """All GPUs (count -1), or those of ``device_ids`` (the engine refuses both at once)."""
+    if device_ids:
+        return factory(device_ids=list(device_ids), capabilities=[["gpu"]])
+    return factory(count=-1, capabilities=[["gpu"]])
+
+
+def _gpus_value(device_ids: tuple[str, ...]) -> str:
+    """``docker run --gpus`` value; a list is CSV-quoted (``"device=0,1"``)."""
+    return f'"device={",".join(device_ids)}"' if device_ids else "all"
+
+
+@dataclass(frozen=True)
+class GpuPick:
+    """The GPUs ``--gpu INDEX[,INDEX]|all`` selects, in ``envforge detect``'s numbering."""
+
+    #: ``envforge detect``'s indexes.
+    indexes: tuple[int, ...]
+    vendor: str
+    #: Each GPU's place among the host's GPUs of its vendor (ROCr's and CUDA's numbering
+    #: on the host, the NVIDIA container toolkit's device index).
+    ordinals: tuple[int, ...]
+    #: AMD: the chosen render nodes (``/dev/dri/renderD129``), host paths.
+    render_nodes: tuple[str, ...]
+    arch: str | None
+
+    @property
+    def count(self) -> int:
+        return len(self.indexes)
+
+
+def parse_gpu_spec(text: str) -> tuple[int, ...] | None:
+    """``all`` → None; ``0,2`` → (0, 2); anything else is a one-line error (exit 2)."""
+    value = text.strip().lower()
+    if value == "all":
+        return None
+    out: list[int] = []
+    for raw in value.split(","):
+        part = raw.strip()
+        if not part.isdigit():
+            raise InvalidInput(
+                f"--gpu {text!r}: expected INDEX[,INDEX...] or all",
+                hint="envforge detect numbers the GPUs; e.g. --gpu 0,1 or --gpu all",
+            )
+        if int(part) not in out:
+            out.append(int(part))
+    return tuple(out)
+
+
+def pick_gpus(text: str, gpus: Sequence[GpuInfo], vendor: str | None = None) -> GpuPick:
+    """Resolve ``--gpu`` against the detected ``gpus``. Refused (exit 2, one line): an
+    index out of range, a GPU of another vendor than ``vendor`` (the recipe's), and a
+    selection spanning archs (one stack cannot serve them: one selection per arch)."""
+    wanted = parse_gpu_spec(text)
+    if not gpus:
+        raise InvalidInput(
+            f"--gpu {text}: no GPU detected", hint="drop --gpu (envforge detect lists the GPUs)"
+        )
+    by_index = {g.index: g for g in gpus}
+    if wanted is None:
+        chosen = [g for g in gpus if vendor in (None, "none") or g.vendor == vendor]
+        if not chosen:
+            raise InvalidInput(
+                f"--gpu all: no {vendor} GPU on this host", hint="envforge detect lists the GPUs"
+            )
+    else:
+        last = max(by_index)
+        bad = [i for i in wanted if i not in by_index]
+        if bad:
+            raise InvalidInput(
+                f"--gpu {text}: no GPU {bad[0]} on this host (envforge detect numbers them "
+                f"0..{last})",
+                hint=f"pick indexes from 0 to {last}, or --gpu all",
+            )
+        chosen = [by_index[i] for i in wanted]
+        other = [g for g in chosen if vendor not in (None, "none") and g.vendor != vendor]
+        if other:
+            g = other[0]
+            raise InvalidInput(
+                f"--gpu {text}: GPU {g.index} is {g.vendor} ({g.arch or '?'}), the recipe "
+                f"needs {vendor}",
+                hint="envforge detect lists the GPUs and their vendors",
+            )
+    archs: dict[str, list[int]] = {}
+    for g in chosen:
+        archs.setdefault(g.arch or "?", []).append(g.index)
+    if len(archs) > 1:
+        spans = ", ".join(f"{a} (GPU {','.join(map(str, ix))})" for a, ix in archs.items())
+        per = "; ".join(f"--gpu {','.join(map(str, ix))} for {a}" for a, ix in archs.items())
+        raise InvalidInput(
+            f"--gpu {text} spans GPUs of different archs: {spans}; one stack cannot serve "
+            "them all",
+            hint=f"select one arch per run: {per}",
+        )
+    ordinals: list[int] = []
+    nodes: list[str] = []
+    for g in chosen:
+        same = [h.index for h in gpus if h.vendor == g.vendor]
+        ordinals.append(same.index(g.index))
+        nodes += [n for n in g.device_nodes if n.startswith("/dev/dri/renderD")]
+    return GpuPick(
+        indexes=tuple(g.index for g in chosen),
+        vendor=chosen[0].vendor,
+        ordinals=tuple(ordinals),
+        render_nodes=tuple(nodes),
+        arch=chosen[0].arch,
+    )
+
+
+def visible_env(pick: GpuPick, *, container: bool) -> dict[str, str]:
+    """The variables that make only the picked GPUs visible, and ``NPROC_PER_NODE``.
+
+    In a container only the picked GPUs are passed in (render nodes, device request), so
+    the runtime numbers them from 0; on the host (venv, ``probe``) they keep the host's
+    numbering (NVIDIA: PCI bus order, as ``envforge detect`` and nvidia-smi count).
+    """
+    numbers = range(pick.count) if container else pick.ordinals
+    listed = ",".join(str(n) for n in numbers)
+    env: dict[str, str] = {}
+    if pick.vendor == "amd":
+        env["ROCR_VISIBLE_DEVICES"] = listed
+    elif pick.vendor == "nvidia":
+        if not container:
+            env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        env["CUDA_VISIBLE_DEVICES"] = listed
+    env["NPROC_PER_NODE"] = str(pick.count)
+    return env
+
+
+def select_devices(
+    flags: DeviceFlags, pick: GpuPick, *, dev_root: Path = Path("/dev")
+) -> DeviceFlags:
+    """``flags`` (from :func:`device_flags`) narrowed to the picked GPUs: AMD passes
+    ``/dev/kfd`` and only the chosen render nodes (not all of ``/dev/dri``); NVIDIA
+    requests the chosen device ids. Both carry :func:`visible_env` for the container."""
+    env = tuple(visible_env(pick, container=True).items())
+    if flags.cdi_devices:
+        # CDI names the devices itself (``nvidia.com/gpu=0``): the chosen ones, by their
+        # place among the vendor's GPUs, for every kind the flags requested.
+        kinds = sorted({name.split("=", 1)[0] for name in flags.cdi_devices})
+        names = tuple(f"{kind}={o}" for kind in kinds for o in pick.ordinals)
+        return replace(flags, cdi_devices=names, gpu_count=pick.count, env=env)
+    if flags.vendor == "amd" and not pick.render_nodes:
+        # Render nodes unknown (detected by a tool): all of /dev/dri, the host's numbering.
+        host_env = tuple(visible_env(pick, container=False).items())
+        return replace(flags, gpu_count=pick.count, env=host_env)
+    if flags.vendor == "amd":
+        nodes = [dev_root / n.removeprefix("/dev/") for n in pick.render_nodes]
+        gids: list[str] = []
+        for node in nodes:
+            try:
+                gid = str(node.stat().st_gid)
+            except OSError:
+                continue
+            if gid not in gids:
+                gids.append(gid)
+        devices = [d for d in flags.devices if Path(d).name == "kfd"]
+        devices += [str(n) for n in nodes]
+        return replace(
+            flags,
+            devices=tuple(devices),
+            group_add=("video", *gids),
+            gpu_count=pick.count,
+            env=env,
+        )
+    if flags.vendor == "nvidia":
+        return replace(
+            flags,
+            device_ids=tuple(str(o) for o in pick.ordinals),
+            gpu_count=pick.count,
+            env=env,
+        )
+    return flags

@@ -53,6 +53,7 @@ def shell_env(recipe_env: Mapping[str, str], flags: DeviceFlags) -> dict[str, st
     env = cache_env()
     env["HOME"] = SHELL_HOME
     env.update(recipe_env)
+    env.update(flags.env)  # --gpu: the visible-device variables
     env["NPROC_PER_NODE"] = str(max(flags.gpu_count, 1))
     return env
 
