@@ -3,6 +3,7 @@ process, and the builder choice."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import stat
 from pathlib import Path
@@ -10,13 +11,16 @@ from pathlib import Path
 import pytest
 
 from envforge.backends import docker
-from envforge.backends.docker.images import BuildKitCli, build_image_buildkit
+from envforge.backends.docker import images
+from envforge.backends.docker.images import BuildKitCli, build_image_buildkit, find_buildkit
 from envforge.cli import main
 from envforge.errors import BuildFailed, InvalidInput, Unavailable
 from envforge.lock import inputs_digest, split_lock
 from envforge.recipe.load import load_recipe_file
 from tests.helpers.fake_engine import FakeEngine
 from tests.helpers.recipes import make_recipe
+
+ENGINES = Path(__file__).resolve().parents[1] / "fixtures" / "engines"
 
 ROOT = Path(__file__).resolve().parents[2]
 H = "--hash=sha256:" + "0" * 64
@@ -166,3 +170,24 @@ def test_render_uses_a_matching_lock_and_the_builder(
     out = capsys.readouterr().out
     assert "--require-hashes" not in out
     assert "--mount=" not in out
+
+
+@pytest.mark.parametrize(
+    ("recorded", "podman"),
+    [("podman-4.3.1-version.json", True), ("docker-20.10-version.json", False)],
+)
+def test_podman_builds_never_take_buildkit(
+    recorded: str, podman: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Podman's Docker API answers BuildKit's session with 404 (seen in CI: "failed to
+    dial gRPC: unable to upgrade to h2c"); auto takes the classic builder there."""
+    engine = FakeEngine()
+    version = json.loads((ENGINES / recorded).read_text(encoding="utf-8"))
+    monkeypatch.setattr(engine.api, "version", lambda: version)
+    monkeypatch.setattr(images, "_DEBIAN_CLI", "/nonexistent/docker")  # no CLI: stop there
+    found, why = find_buildkit(engine, {"PATH": ""})
+    assert found is None
+    if podman:
+        assert "Podman's Docker API has no BuildKit" in why
+    else:
+        assert why.startswith("no docker CLI found")  # gets past the engine checks

@@ -17,6 +17,7 @@ import docker.errors
 
 from envforge.backends.docker.client import EngineClient
 from envforge.backends.docker.engine import TRANSPORT_ERRORS, api_message, first_line
+from envforge.backends.docker.identity import engine_kind
 from envforge.backends.docker.refs import ImageInfo, split_ref
 from envforge.errors import BuildFailed, InvalidInput, PublishRefused, Unavailable
 
@@ -367,6 +368,10 @@ def find_buildkit(
         return None, f"the engine's API version {api!r} is not a version"
     if (major, minor) < (1, 39) or str(version.get("Os") or "linux") != "linux":
         return None, f"the engine (API {api}, {version.get('Os')}) has no BuildKit"
+    if engine_kind(version) == "podman":
+        # Podman's Docker API answers BuildKit's session upgrade with 404 ("failed to dial
+        # gRPC: unable to upgrade to h2c"): its builds go through the classic API (buildah).
+        return None, "Podman's Docker API has no BuildKit (it builds with buildah)"
     env = dict(environ)
     candidates: list[str] = []
     on_path = shutil.which("docker", path=env.get("PATH"))
