@@ -33,6 +33,8 @@ ensure_packages() {
     command -v newuidmap >/dev/null 2>&1 || missing+=(uidmap)
     command -v slirp4netns >/dev/null 2>&1 || missing+=(slirp4netns)
     command -v fuse-overlayfs >/dev/null 2>&1 || missing+=(fuse-overlayfs)
+    # Podman's init for `run --init` (envforge shell asks for one where it is there)
+    [ -x /usr/libexec/podman/catatonit ] || missing+=(catatonit)
     if [ "${#missing[@]}" -gt 0 ]; then
         log "installing ${missing[*]}"
         as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q >&2

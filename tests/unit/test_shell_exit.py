@@ -10,12 +10,13 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import docker.errors
 
 from envforge.backends.docker.client import ContainerModel, EngineClient
-from envforge.backends.docker.shell import ExitWatch, wait_for_cli
+from envforge.backends.docker.shell import ExitWatch, engine_has_init, wait_for_cli
 from tests.helpers.fake_engine import FakeEngine
 
 
@@ -112,3 +113,13 @@ def test_wait_stopped_reads_the_code_from_inspect() -> None:
         assert wait_stopped(polled, timeout=5, poll=0.01) == 5  # type: ignore[arg-type]
     never = _Polled(10**6, "exited", 0)
     assert wait_stopped(never, timeout=0.2, poll=0.01) is None  # type: ignore[arg-type]
+
+
+def test_run_init_is_asked_only_where_the_engine_has_one(tmp_path: Path) -> None:
+    """Docker always has docker-init; Podman only with catatonit at its init_path (CI saw
+    "container-init binary not found on the host" without it)."""
+    present = tmp_path / "catatonit"
+    present.write_text("")
+    assert engine_has_init("docker", tmp_path / "missing")
+    assert engine_has_init("podman", present)
+    assert not engine_has_init("podman", tmp_path / "missing")

@@ -30,7 +30,7 @@ from envforge.backends.docker.containers import (
     unique_name,
 )
 from envforge.backends.docker.devices import DeviceFlags
-from envforge.backends.docker.engine import TRANSPORT_ERRORS
+from envforge.backends.docker.engine import TRANSPORT_ERRORS, identify_engine
 from envforge.backends.docker.refs import ROLE_LABEL
 from envforge.errors import Unavailable
 from envforge.proc import spawn
@@ -70,6 +70,7 @@ def shell_argv(
     user: str,
     tty: bool,
     docker_cli: str = "docker",
+    init: bool = True,
 ) -> list[str]:
     """``docker run ...`` for :func:`run_shell` (pure; unit-tested).
 
@@ -81,7 +82,8 @@ def shell_argv(
     # An init as PID 1 (docker-init): the command is not PID 1, so a signal it has no
     # handler for (SIGTERM to `sleep`) ends it as outside a container; the CLI passes
     # the signals it gets on to the container (--sig-proxy, said for clarity).
-    argv += ["--init", "--sig-proxy=true"]
+    # Without an init (``init`` False: Podman without catatonit), the command is PID 1.
+    argv += ["--init", "--sig-proxy=true"] if init else ["--sig-proxy=true"]
     if tty:
         argv.append("-t")
     argv += ["--user", user, "--network", "host", "--workdir", SHELL_WORKDIR]
@@ -181,6 +183,17 @@ def wait_for_cli(
 _FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGWINCH")
 
 
+#: Podman's default ``init_path`` (containers.conf); Docker ships docker-init itself.
+PODMAN_INIT = Path("/usr/libexec/podman/catatonit")
+
+
+def engine_has_init(kind: str, podman_init: Path = PODMAN_INIT) -> bool:
+    """Whether ``run --init`` works: always on Docker; on Podman only with catatonit
+    installed (else Podman refuses to create the container: "container-init binary not
+    found on the host"). Podman runs are local (a unix socket), so the host's file tells."""
+    return kind != "podman" or podman_init.exists()
+
+
 def run_shell(
     client: EngineClient,
     *,
@@ -221,6 +234,7 @@ def run_shell(
         user=f"{os.getuid()}:{os.getgid()}",
         tty=sys.stdin.isatty(),
         docker_cli=cli,
+        init=engine_has_init(identify_engine(client).kind),
     )
     handlers: dict[int, Any] = {}
     watch = ExitWatch(client, name)
