@@ -18,7 +18,9 @@ from typing import Any, Literal
 
 from envforge.arch import gfx_from_isa
 from envforge.errors import InvalidInput
+from envforge.fsutil import FileTooLarge, NotRegularFile, read_limited
 from envforge.probe.report import printable
+from envforge.recipe.checks import MAX_STEP_TIMEOUT  # one limit for recipes and --step-timeout
 from envforge.recipe.model import Level, Recipe
 
 #: ``amd``/``nvidia``/``any``: a GPU is required (none visible → ``no-device``); ``none``:
@@ -38,8 +40,6 @@ FULL_STEPS: tuple[str, ...] = (*QUICK_STEPS, "conv2d", "autocast", "grad-checkpo
 CHECK_PREFIX = "check:"
 #: Seconds the worker may take to start (interpreter start, container start) at least.
 MIN_STARTUP_TIMEOUT = 30.0
-#: The longest step deadline accepted: a day (longer ones overflow timers; none is useful).
-MAX_STEP_TIMEOUT = 86400.0
 #: The largest check file read (a check is a short Python file).
 MAX_CHECK_BYTES = 1 << 20
 
@@ -141,29 +141,20 @@ _KINDS = (
 
 
 def _read_regular(path: Path, limit: int) -> bytes:
-    """The bytes of regular file ``path``; never blocks on a FIFO or device, never over limit."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
-    fd = os.open(path, flags)
+    """The bytes of regular file ``path`` (fsutil's bounded, non-blocking reader), with
+    what is in the way named: a FIFO, a device, a folder, a file over ``limit``."""
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            kind = next((name for test, name in _KINDS if test(info.st_mode)), "not a file")
-            raise _NotRegular(f"not a regular file ({kind})")
-        if info.st_size > limit:
-            raise _NotRegular(f"too large ({info.st_size} bytes, at most {limit})")
-        chunks: list[bytes] = []
-        size = 0
-        while size <= limit:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > limit:
-            raise _NotRegular(f"too large (more than {limit} bytes)")
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+        return read_limited(path, limit)
+    except (NotRegularFile, IsADirectoryError):
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            mode = 0
+        kind = next((name for test, name in _KINDS if test(mode)), "not a file")
+        raise _NotRegular(f"not a regular file ({kind})") from None
+    except FileTooLarge as exc:
+        size = f"{exc.size} bytes" if exc.size is not None else f"more than {limit} bytes"
+        raise _NotRegular(f"too large ({size}, at most {limit})") from None
 
 
 def read_checks(paths: Sequence[Path | str]) -> tuple[CheckFile, ...]:

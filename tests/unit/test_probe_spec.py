@@ -12,7 +12,6 @@ from envforge.errors import InvalidInput
 from envforge.probe.spec import (
     FULL_STEPS,
     MAX_CHECK_BYTES,
-    MAX_STEP_TIMEOUT,
     QUICK_STEPS,
     CheckFile,
     ProbeSpec,
@@ -20,6 +19,7 @@ from envforge.probe.spec import (
     read_checks,
     step_timeout_problem,
 )
+from envforge.recipe.checks import MAX_STEP_TIMEOUT
 from envforge.recipe.model import CertifySettings, EnvVar, Gpu
 from tests.helpers.recipes import make_recipe
 
