@@ -152,15 +152,7 @@ def choose_recipe(
     choice = _choose_for_gpu(
         gpu, recipes, candidates=candidates, override=override, sms=sms, where=where
     )
-    skipped = host.passed_over
-    if skipped:
-        igpus = ", ".join(f"GPU {g.index} ({g.arch})" for g in skipped)
-        choice = replace(
-            choice,
-            reason=f"{choice.reason}; the discrete GPU {gpu.index} is chosen over the "
-            f"integrated {igpus} (pytorch/pytorch#119637)",
-        )
-    return choice
+    return _discrete_noted(choice, host, gpu)
 
 
 @dataclass(frozen=True)
@@ -353,15 +345,7 @@ def choose_auto(
     if gpu is None:
         return choose_recipe(host, recipes, paths=paths)
     choice = _auto_for_gpu(gpu, recipes, where=paths or {})
-    skipped = host.passed_over
-    if skipped:
-        igpus = ", ".join(f"GPU {g.index} ({g.arch})" for g in skipped)
-        choice = replace(
-            choice,
-            reason=f"{choice.reason}; the discrete GPU {gpu.index} is chosen over the "
-            f"integrated {igpus} (pytorch/pytorch#119637)",
-        )
-    return choice
+    return _discrete_noted(choice, host, gpu)
 
 
 def choose_each(host: HostInfo, catalogue: Catalogue | None = None) -> tuple[ArchChoice, ...]:
@@ -393,3 +377,16 @@ def load_choice(
         data = apply_overrides(data, overrides)
         source += f" (with --set {' '.join(overrides)})"
     return parse_recipe(data, source)
+
+
+def _discrete_noted(choice: Choice, host: HostInfo, gpu: GpuInfo) -> Choice:
+    """``choice`` whose reason says which integrated GPUs the discrete ``gpu`` won over."""
+    skipped = host.passed_over
+    if not skipped:
+        return choice
+    igpus = ", ".join(f"GPU {g.index} ({g.arch})" for g in skipped)
+    return replace(
+        choice,
+        reason=f"{choice.reason}; the discrete GPU {gpu.index} is chosen over the "
+        f"integrated {igpus} (pytorch/pytorch#119637)",
+    )
