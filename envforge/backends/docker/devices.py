@@ -113,6 +113,20 @@ def _ipc(vendor_has_gpu: bool, shm: SharedMemory) -> dict[str, Any]:
     return {"ipc_mode": "host"} if shm.host_ipc else {"shm_size": shm.size}
 
 
+def render_gids(nodes: Sequence[Path]) -> list[str]:
+    """The numeric groups owning ``nodes`` (each once, in order): the container gets them
+    so a non-root user can open the render nodes whatever the group is called inside."""
+    gids: list[str] = []
+    for node in nodes:
+        try:
+            gid = str(node.stat().st_gid)
+        except OSError:
+            continue
+        if gid not in gids:
+            gids.append(gid)
+    return gids
+
+
 def device_flags(
     vendor: str,
     *,
@@ -154,14 +168,7 @@ def device_flags(
     if vendor == "amd" and (dev_root / "kfd").exists():
         dri = dev_root / "dri"
         render_nodes = sorted(dri.glob("renderD*")) if dri.is_dir() else []
-        gids: list[str] = []
-        for node in render_nodes:
-            try:
-                gid = str(node.stat().st_gid)
-            except OSError:
-                continue
-            if gid not in gids:
-                gids.append(gid)
+        gids = render_gids(render_nodes)
         devices = [str(dev_root / "kfd")]
         if dri.is_dir():
             devices.append(str(dri))
@@ -374,14 +381,7 @@ def select_devices(
         return replace(flags, gpu_count=pick.count, env=host_env)
     if flags.vendor == "amd":
         nodes = [dev_root / n.removeprefix("/dev/") for n in pick.render_nodes]
-        gids: list[str] = []
-        for node in nodes:
-            try:
-                gid = str(node.stat().st_gid)
-            except OSError:
-                continue
-            if gid not in gids:
-                gids.append(gid)
+        gids = render_gids(nodes)
         devices = [d for d in flags.devices if Path(d).name == "kfd"]
         devices += [str(n) for n in nodes]
         return replace(
