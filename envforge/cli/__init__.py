@@ -145,6 +145,14 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 
 
+def _print_traceback(debug: bool) -> None:
+    """Print the exception being handled, under ``--debug`` only."""
+    if debug:
+        import traceback  # noqa: PLC0415 - only for --debug, keeps start-up light
+
+        traceback.print_exc()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the exit code (documented in README.md, "Exit codes")."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -152,10 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cli.main(args=args, prog_name="envforge", standalone_mode=False)
     except EnvforgeError as exc:
-        if debug:
-            import traceback  # noqa: PLC0415 - only for --debug, keeps start-up light
-
-            traceback.print_exc()
+        _print_traceback(debug)
         click.echo(f"envforge: error: {exc.one_line()}", err=True)
         return int(exc.exit_code)
     except click.exceptions.Abort:
@@ -172,8 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:  # a file system error no write site mapped: still one line
         from envforge.fsutil import os_error  # noqa: PLC0415 - only on this rare path
 
-        if debug:
-            traceback.print_exc()
+        _print_traceback(debug)
         error = os_error(exc, verb="use")
         click.echo(f"envforge: error: {error.one_line()}", err=True)
         return int(error.exit_code)

@@ -122,8 +122,15 @@ def env_name_problem(name: str) -> tuple[str, str] | None:
     return None
 
 
+# ``name==`` / ``name===`` / ``name[extra] ==``: an operator with no version after it.
+_EMPTY_PIN_RE = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*===?\s*$")
+
+
 def pin_problem(text: str) -> tuple[str, str] | None:
     """Why ``text`` is not a pinned PEP 508 requirement (``name==VERSION``), or None."""
+    empty = _EMPTY_PIN_RE.fullmatch(text)
+    if empty:  # decided here, not by the wording of packaging's parser (it changes)
+        return (f"{text!r} has an empty pin", f"write it as {empty.group(1)}==VERSION")
     try:
         req = Requirement(text)
     except InvalidRequirement as exc:

@@ -222,7 +222,7 @@ def test_special_files_in_recipe_path(
         ("name=0..", "name: '0..' is not a valid recipe name"),
         ("name=a-", "name: 'a-' is not a valid recipe name"),
         ("packages=[foo===]", "'foo===' has an empty pin"),
-        ("packages=[foo==]", "is not a PEP 508 requirement"),
+        ("packages=[foo==]", "'foo==' has an empty pin"),
         ('packages=["foo==1.0,<0.5"]', "can never be satisfied"),
         ("torch.version=v2.13.00", "is not written the standard way"),
         ("torch.version=1!2.13.0", "has an epoch"),

@@ -408,3 +408,25 @@ def test_every_line_break_is_refused_at_load(brk: str, capsys: pytest.CaptureFix
     assert code == 2
     assert "description: contains" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("debug", [True, False])
+def test_unmapped_os_error_is_one_line_with_and_without_debug(
+    debug: bool, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import errno
+
+    import envforge.cli as cli_module
+
+    def explode(*_args: object, **_kwargs: object) -> None:
+        raise OSError(errno.EIO, "Input/output error", "/somewhere/file")
+
+    monkeypatch.setattr(cli_module.cli, "main", explode)
+    code = main(["--debug", "list"] if debug else ["list"])
+    err = capsys.readouterr().err
+    assert code != 0
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("envforge: error: ")
+    assert "/somewhere/file" in last
+    assert ("Traceback" in err) is debug
+    assert "UnboundLocalError" not in err
