@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from envforge import knowledge
-from envforge.backends.docker.cdi import scan as scan_cdi
-from envforge.backends.docker.devices import device_flags
-from envforge.backends.docker.identity import EngineIdentity
+from envforge.container.cdi import scan as scan_cdi
+from envforge.container.devices import device_flags
+from envforge.container.identity import EngineIdentity
 from envforge.detect import GpuInfo, HostInfo
 from envforge.errors import EnvforgeError
 from envforge.hostfs import host_int, numeric_name, read_host_text

@@ -14,7 +14,7 @@ only when all of these hold (else :class:`PublishRefused`, exit 5):
 
 ``verify`` pulls a reference and checks its certificate label against the pulled content.
 
-Only the pure :mod:`envforge.backends.docker.refs` is imported at the top: the functions
+Only the pure :mod:`envforge.container.refs` is imported at the top: the functions
 that talk to the engine load :mod:`envforge.backends.docker.images` (and the SDK) when
 they run.
 """
@@ -25,7 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from envforge.backends.docker.refs import (
+from envforge.certificate import Certificate, CertificateStore, binding_problems
+from envforge.container.refs import (
     CERTIFICATE_LABEL,
     ImageInfo,
     certified_ref,
@@ -33,7 +34,6 @@ from envforge.backends.docker.refs import (
     registry_ref,
     split_ref,
 )
-from envforge.certificate import Certificate, CertificateStore, binding_problems
 from envforge.errors import CertificationFailed, PublishRefused
 from envforge.recipe.model import Recipe
 

@@ -171,8 +171,8 @@ def _build(  # noqa: PLR0917 - the command's options, passed on
         raise InvalidInput("--python is for --backend venv", hint="drop --python")
     signer = None if no_certify else load_signer(signing_key)
     from envforge.backends import docker  # noqa: PLC0415 - keeps the SDK out of light commands
-    from envforge.backends.docker.refs import certified_ref  # noqa: PLC0415 - as above
     from envforge.cli.display import BuildDisplay, ProbeProgress  # noqa: PLC0415 - --help light
+    from envforge.container.refs import certified_ref  # noqa: PLC0415 - as above
 
     result = docker.build(
         recipe,

@@ -17,8 +17,8 @@ from envforge.errors import EnvforgeError
 from envforge.recipe.model import LEVELS, Level, Recipe
 
 if TYPE_CHECKING:
-    from envforge.backends.docker.devices import GpuPick
     from envforge.choose import Choice
+    from envforge.container.devices import GpuPick
     from envforge.detect import HostInfo
     from envforge.probe.report import ProbeReport
     from envforge.signing import SigningKey
@@ -284,7 +284,7 @@ def load_with_gpus(
         return recipe, choice, None
     from dataclasses import replace  # noqa: PLC0415 - only with --gpu
 
-    from envforge.backends.docker.devices import pick_gpus  # noqa: PLC0415 - only with --gpu
+    from envforge.container.devices import pick_gpus  # noqa: PLC0415 - only with --gpu
     from envforge.detect import detect  # noqa: PLC0415 - only with --gpu
 
     if ref != "auto":
@@ -304,7 +304,7 @@ def pick_for(recipe: Recipe | None, gpu: str | None) -> GpuPick | None:
     None without ``--gpu``."""
     if gpu is None:
         return None
-    from envforge.backends.docker.devices import pick_gpus  # noqa: PLC0415 - only with --gpu
+    from envforge.container.devices import pick_gpus  # noqa: PLC0415 - only with --gpu
     from envforge.detect import detect  # noqa: PLC0415 - only with --gpu
 
     pick = pick_gpus(gpu, detect().gpus, recipe.gpu.vendor if recipe is not None else None)
@@ -324,7 +324,7 @@ def gpu_environ(pick: GpuPick | None) -> dict[str, str] | None:
         return None
     import os  # noqa: PLC0415 - only with --gpu
 
-    from envforge.backends.docker.devices import visible_env  # noqa: PLC0415 - as above
+    from envforge.container.devices import visible_env  # noqa: PLC0415 - as above
 
     return {**os.environ, **visible_env(pick, container=False)}
 

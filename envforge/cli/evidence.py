@@ -39,7 +39,7 @@ def _is_ref(text: str) -> bool:
 def import_cmd(sources: tuple[str, ...], as_json: bool) -> None:
     """Add reports (folders, files, .jsonl bundles) and registry images' certificates
     to the local evidence store. Exit 2 when nothing could be read."""
-    from envforge.backends.docker.refs import CERTIFICATE_LABEL  # noqa: PLC0415 - pure
+    from envforge.container.refs import CERTIFICATE_LABEL  # noqa: PLC0415 - pure
     from envforge.evidence import Problem, documents  # noqa: PLC0415 - when run
     from envforge.evidence_store import import_documents  # noqa: PLC0415 - when run
 

@@ -34,7 +34,7 @@ from envforge.fsutil import check_folder_target
 from envforge.recipe.model import Level, Recipe
 
 if TYPE_CHECKING:
-    from envforge.backends.docker.refs import ImageInfo
+    from envforge.container.refs import ImageInfo
 
 
 def _looks_like_image(ref: str) -> bool:

@@ -322,7 +322,7 @@ def render(
 def _devcontainer(recipe: Recipe, options: RenderOptions, source: str) -> Devcontainer:
     """The recipe's .devcontainer/ files, with this host's device flags for its vendor
     (the vendor's generic flags when this host has no such GPU)."""
-    from envforge.backends.docker.devices import device_flags  # noqa: PLC0415 - render only
+    from envforge.container.devices import device_flags  # noqa: PLC0415 - render only
     from envforge.render import render_dockerfile  # noqa: PLC0415 - jinja2 only when rendering
     from envforge.render.devcontainer import (  # noqa: PLC0415 - only when rendering
         generic_flags,

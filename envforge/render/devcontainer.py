@@ -20,9 +20,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from envforge.backends.docker.caches import CACHE_ROOT, SHELL_WORKDIR, cache_env
-from envforge.backends.docker.devices import DeviceFlags
-from envforge.backends.docker.refs import certified_ref
+from envforge.container.caches import CACHE_ROOT, SHELL_WORKDIR, cache_env
+from envforge.container.devices import DeviceFlags
+from envforge.container.refs import certified_ref
 from envforge.recipe.model import Recipe
 
 Source = Literal["image", "dockerfile"]

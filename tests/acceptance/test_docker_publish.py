@@ -8,7 +8,7 @@ import pytest
 
 from envforge.backends.docker.client import EngineClient
 from envforge.backends.docker.images import inspect_image
-from envforge.backends.docker.refs import CERTIFICATE_LABEL
+from envforge.container.refs import CERTIFICATE_LABEL
 
 from .helpers import Built, Envforge, all_containers, docker_cli, parse_json
 

@@ -23,8 +23,8 @@ import pytest
 
 from envforge.backends.docker.client import EngineClient
 from envforge.backends.docker.engine import connect, identify_engine
-from envforge.backends.docker.identity import EngineIdentity
 from envforge.backends.docker.images import inspect_image
+from envforge.container.identity import EngineIdentity
 from envforge.errors import Unavailable
 
 from .helpers import (

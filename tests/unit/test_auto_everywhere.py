@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from envforge.backends.docker.refs import certified_ref
 from envforge.cli import main
+from envforge.container.refs import certified_ref
 from envforge.detect import OVERRIDE_VARS
 
 SYSFS = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from envforge.backends.docker.devices import DeviceFlags, device_flags
+from envforge.backends.docker.containers import sdk_kwargs
+from envforge.container.devices import DeviceFlags, device_flags
 
 
 def _amd_tree(root: Path, renders: int = 2) -> Path:
@@ -27,7 +28,7 @@ def test_amd_host_gets_kfd_dri_groups_seccomp_and_host_ipc(tmp_path: Path) -> No
     assert flags.security_opt == ("seccomp=unconfined",)
     assert flags.ipc_mode == "host"
     assert flags.gpu_count == 2
-    kwargs = flags.sdk_kwargs()
+    kwargs = sdk_kwargs(flags)
     assert kwargs["devices"] == [f"{dev}/kfd:{dev}/kfd:rwm", f"{dev}/dri:{dev}/dri:rwm"]
     assert kwargs["group_add"] == ["video", gid]
     assert kwargs["security_opt"] == ["seccomp=unconfined"]
@@ -49,7 +50,7 @@ def test_nvidia_host_gets_a_gpu_request(tmp_path: Path) -> None:
     flags = device_flags("nvidia", dev_root=dev, proc_root=tmp_path / "proc")
     assert flags.gpu_request
     assert flags.gpu_count == 3
-    (request,) = flags.sdk_kwargs()["device_requests"]
+    (request,) = sdk_kwargs(flags)["device_requests"]
     assert request["Count"] == -1
     assert request["Capabilities"] == [["gpu"]]
     # NVIDIA containers share the host's IPC namespace too (issue 14: 64 MB /dev/shm).
@@ -77,5 +78,5 @@ def test_no_flags_without_devices_or_for_cpu_recipes(tmp_path: Path) -> None:
     assert device_flags("none", dev_root=dev, proc_root=empty) == DeviceFlags()
     # An NVIDIA recipe on an AMD host: nothing to pass; the probe reports no-device.
     assert device_flags("nvidia", dev_root=dev, proc_root=empty) == DeviceFlags()
-    assert DeviceFlags().sdk_kwargs() == {}
+    assert sdk_kwargs(DeviceFlags()) == {}
     assert DeviceFlags().cli_args() == []

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from envforge.backends.docker.cdi import CdiInventory, parse_spec, scan
-from envforge.backends.docker.devices import DeviceFlags, SharedMemory, device_flags
-from envforge.backends.docker.identity import EngineIdentity, engine_kind, identify, version_tuple
+from envforge.backends.docker.containers import sdk_kwargs
+from envforge.container.cdi import CdiInventory, parse_spec, scan
+from envforge.container.devices import DeviceFlags, SharedMemory, device_flags
+from envforge.container.identity import EngineIdentity, engine_kind, identify, version_tuple
 from envforge.errors import DataFileError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -157,10 +158,10 @@ def test_nvidia_by_cdi_name_on_docker_with_cdi() -> None:
     assert flags.cdi_devices == ("nvidia.com/gpu=all",)
     assert not flags.gpu_request
     assert flags.ipc_mode == "host"
-    (request,) = flags.sdk_kwargs()["device_requests"]
+    (request,) = sdk_kwargs(flags)["device_requests"]
     assert request["Driver"] == "cdi"
     assert request["DeviceIDs"] == ["nvidia.com/gpu=all"]
-    assert "devices" not in flags.sdk_kwargs()
+    assert "devices" not in sdk_kwargs(flags)
     assert flags.cli_args() == ["--device", "nvidia.com/gpu=all", "--ipc=host"]
     assert "nvidia.com/gpu=all" in flags.reason
     assert "CDI" in flags.reason
@@ -201,7 +202,7 @@ def test_nvidia_on_podman_is_cdi_or_nothing() -> None:
     assert flags.path == "cdi"
     assert flags.engine == "podman"
     # Podman takes CDI names as devices, not as a device request.
-    kwargs = flags.sdk_kwargs()
+    kwargs = sdk_kwargs(flags)
     assert kwargs["devices"] == ["nvidia.com/gpu=all"]
     assert "device_requests" not in kwargs
     without = device_flags(
@@ -226,7 +227,7 @@ def test_nvidia_on_podman_is_cdi_or_nothing() -> None:
     assert old.path == "none"
     assert "does not resolve CDI" in old.reason
     assert "nvidia-ctk" not in old.reason  # the spec is there already
-    assert old.sdk_kwargs() == {"ipc_mode": "host"}
+    assert sdk_kwargs(old) == {"ipc_mode": "host"}
 
 
 def test_amd_by_cdi_name_or_raw_nodes() -> None:
@@ -245,7 +246,7 @@ def test_amd_by_cdi_name_or_raw_nodes() -> None:
     assert cdi.path == "cdi"
     assert cdi.devices == ()
     assert cdi.cdi_devices == ("amd.com/gpu=all",)
-    assert cdi.sdk_kwargs()["devices"] == ["amd.com/gpu=all"]
+    assert sdk_kwargs(cdi)["devices"] == ["amd.com/gpu=all"]
     # Groups, seccomp and IPC stay whatever the path.
     assert cdi.group_add == raw.group_add
     assert cdi.group_add[0] == "video"
@@ -271,8 +272,8 @@ def test_sized_shm_instead_of_host_ipc(tree: str, vendor: str) -> None:
     )
     assert flags.ipc_mode is None
     assert flags.shm_size == "16g"
-    assert flags.sdk_kwargs()["shm_size"] == "16g"
-    assert "ipc_mode" not in flags.sdk_kwargs()
+    assert sdk_kwargs(flags)["shm_size"] == "16g"
+    assert "ipc_mode" not in sdk_kwargs(flags)
     cli = flags.cli_args()
     assert cli[cli.index("--shm-size") + 1] == "16g"
     assert not any(a.startswith("--ipc") for a in cli)

@@ -6,8 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from envforge.backends.docker.devices import DeviceFlags
-from envforge.backends.docker.refs import certified_ref, registry_ref, split_ref
 from envforge.backends.docker.shell import (
     SHELL_HOME,
     cache_env,
@@ -15,6 +13,8 @@ from envforge.backends.docker.shell import (
     shell_argv,
     shell_env,
 )
+from envforge.container.devices import DeviceFlags
+from envforge.container.refs import certified_ref, registry_ref, split_ref
 from envforge.errors import InvalidInput
 
 

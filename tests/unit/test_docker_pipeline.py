@@ -10,8 +10,8 @@ import pytest
 
 from envforge import backends
 from envforge.backends import docker
-from envforge.backends.docker.refs import CERTIFICATE_LABEL, certified_ref
 from envforge.certificate import Certificate
+from envforge.container.refs import CERTIFICATE_LABEL, certified_ref
 from envforge.errors import InvalidInput
 from envforge.probe.report import ProbeReport, Status, StepResult
 from envforge.probe.runner import ProbeListener, ProbeTarget

@@ -11,8 +11,8 @@ import pytest
 from envforge import publish as pub
 from envforge.backends.docker.engine import connect
 from envforge.backends.docker.images import assemble_context, build_image
-from envforge.backends.docker.refs import CERTIFICATE_LABEL, ImageInfo, config_identity
 from envforge.certificate import Certificate, CertificateStore, issue
+from envforge.container.refs import CERTIFICATE_LABEL, ImageInfo, config_identity
 from envforge.errors import BuildFailed, CertificationFailed, PublishRefused, Unavailable
 from tests.helpers.fake_engine import FakeEngine
 from tests.helpers.recipes import make_recipe

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from envforge.backends.docker.identity import EngineIdentity, identify
+from envforge.container.identity import EngineIdentity, identify
 from envforge.detect import detect, no_tools
 from envforge.doctor import DoctorReport, Finding, Identity, check_device_path, diagnose
 from tests.helpers.recipes import make_recipe

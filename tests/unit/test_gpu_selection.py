@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 import envforge.detect
-from envforge.backends.docker.containers import container_kwargs
-from envforge.backends.docker.devices import (
+from envforge.backends.docker.containers import container_kwargs, sdk_kwargs
+from envforge.backends.docker.shell import shell_env
+from envforge.cli import main
+from envforge.container.devices import (
     DeviceFlags,
     GpuPick,
     device_flags,
@@ -21,8 +23,6 @@ from envforge.backends.docker.devices import (
     select_devices,
     visible_env,
 )
-from envforge.backends.docker.shell import shell_env
-from envforge.cli import main
 from envforge.detect import OVERRIDE_VARS, HostInfo, detect
 from envforge.errors import InvalidInput
 
@@ -98,7 +98,7 @@ def test_nvidia_selection_requests_device_ids() -> None:
     )
     assert flags.device_ids == ("1",)
     assert flags.gpu_count == 1
-    (request,) = flags.sdk_kwargs()["device_requests"]
+    (request,) = sdk_kwargs(flags)["device_requests"]
     assert request["DeviceIDs"] == ["1"]
     assert request["Count"] == 0  # the engine refuses a count beside device ids
     assert flags.cli_args() == ["--ipc=host", "--gpus", '"device=1"']  # NVIDIA: host IPC too
@@ -119,7 +119,7 @@ def test_without_selection_the_request_is_for_all_gpus() -> None:
     flags = device_flags("nvidia", dev_root=H100X2 / "dev", proc_root=H100X2 / "proc")
     assert flags.device_ids == ()
     assert flags.env == ()
-    (request,) = flags.sdk_kwargs()["device_requests"]
+    (request,) = sdk_kwargs(flags)["device_requests"]
     assert request["Count"] == -1
 
 

@@ -14,10 +14,10 @@ from typing import Any
 import jsonschema
 import pytest
 
-from envforge.backends.docker.devices import SharedMemory, device_flags
-from envforge.backends.docker.refs import certified_ref
 from envforge.backends.docker.shell import shell_argv, shell_env
 from envforge.cli import main
+from envforge.container.devices import SharedMemory, device_flags
+from envforge.container.refs import certified_ref
 from envforge.recipe.catalogue import Catalogue
 from envforge.recipe.model import Recipe
 from envforge.render.devcontainer import devcontainer_json, generic_flags, render_devcontainer

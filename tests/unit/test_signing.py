@@ -14,9 +14,9 @@ import pytest
 
 from envforge import publish
 from envforge.backends import docker
-from envforge.backends.docker.refs import CERTIFICATE_LABEL, certified_ref
 from envforge.certificate import Certificate, CertificateStore, issue, sign
 from envforge.cli import main
+from envforge.container.refs import CERTIFICATE_LABEL, certified_ref
 from envforge.errors import CertificationFailed, InvalidInput, PublishRefused
 from envforge.signing import (
     SigningKey,
@@ -236,7 +236,7 @@ def _publishable_engine(cert: Certificate) -> FakeEngine:
 def test_publish_require_signed_refuses_unsigned_and_invalid_signatures(
     tmp_path: Path,
 ) -> None:
-    from envforge.backends.docker.refs import config_identity
+    from envforge.container.refs import config_identity
 
     attrs = image_attrs(CANDIDATE)
 

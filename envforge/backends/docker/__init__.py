@@ -9,13 +9,13 @@ It implements :class:`envforge.backends.Backend` with module-level functions:
 * :func:`run`: a command in the recipe's certified image (``envforge shell``);
 * :func:`serves` and :func:`describe`: can this engine run the recipe now, and where.
 
-Its modules, pure first: :mod:`.refs` (image references, labels, certificate bindings)
-and :mod:`.devices` (GPU flags) import no SDK; :mod:`.client` declares the slice of the
-SDK client envforge uses as Protocols. :mod:`.engine` (connect), :mod:`.images`,
-:mod:`.containers`, :mod:`.probe_target`, :mod:`.shell` and :mod:`.certification` talk to the
-engine through the ``docker`` SDK. This package's ``__init__`` imports only the pure
-modules, so that importing it (or :mod:`.refs`) does not load the SDK; the functions
-below import the engine-bound modules when they run.
+The pure values it works with (image references, device flags, cache volumes, CDI specs,
+engine identity) live in :mod:`envforge.container`, shared with render and doctor.
+:mod:`.client` declares the slice of the SDK client envforge uses as Protocols.
+:mod:`.engine` (connect), :mod:`.images`, :mod:`.containers`, :mod:`.probe_target`,
+:mod:`.shell` and :mod:`.certification` talk to the engine through the ``docker`` SDK.
+This package's ``__init__`` imports none of them, so that importing it does not load the
+SDK; the functions below import the engine-bound modules when they run.
 """
 
 from __future__ import annotations
@@ -28,14 +28,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from envforge.backends.docker.devices import (
+from envforge.container.devices import (
     DeviceFlags,
     GpuPick,
     SharedMemory,
     device_flags,
     select_devices,
 )
-from envforge.backends.docker.refs import CERTIFIED_REPOSITORY_PREFIX, certified_ref, split_ref
+from envforge.container.refs import CERTIFIED_REPOSITORY_PREFIX, certified_ref, split_ref
 from envforge.errors import CertificationFailed, EnvforgeError, InvalidInput, Unavailable
 from envforge.fsutil import write_atomically
 from envforge.probe.runner import ProbeListener
@@ -121,7 +121,7 @@ def flags_for(client: EngineClient, recipe: Recipe, options: DockerOptions) -> D
     to ``options.gpus`` (``--gpu``).
 
     The engine decides the path (CDI names, raw nodes, Docker's GPU request: see
-    :func:`~envforge.backends.docker.devices.device_flags`); ``options.shm_size`` replaces
+    :func:`~envforge.container.devices.device_flags`); ``options.shm_size`` replaces
     host IPC by a private /dev/shm.
     """
     from envforge.backends.docker.engine import identify_engine  # noqa: PLC0415 - loads the SDK

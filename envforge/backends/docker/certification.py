@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envforge.backends.docker.client import EngineClient
-from envforge.backends.docker.devices import DeviceFlags, device_flags
 from envforge.backends.docker.images import inspect_image, label_image
 from envforge.backends.docker.probe_target import DockerTarget
-from envforge.backends.docker.refs import CERTIFICATE_LABEL, config_identity
 from envforge.certificate import Certificate, CertificateStore, Signer, issue, sign
+from envforge.container.devices import DeviceFlags, device_flags
+from envforge.container.refs import CERTIFICATE_LABEL, config_identity
 from envforge.errors import InvalidInput
 from envforge.probe.report import ProbeReport
 from envforge.probe.runner import ProbeListener, ProbeTarget, run_probe

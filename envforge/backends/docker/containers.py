@@ -1,6 +1,6 @@
 """Containers envforge creates (probe, helpers, shells) and the named cache volumes.
 
-Every container carries the role label :data:`~envforge.backends.docker.refs.ROLE_LABEL`
+Every container carries the role label :data:`~envforge.container.refs.ROLE_LABEL`
 and is removed in every outcome, with SIGINT held during the removal.
 """
 
@@ -17,11 +17,12 @@ from contextlib import contextmanager
 from typing import Any
 
 import docker.errors
+from docker.types import DeviceRequest
 
 from envforge.backends.docker.client import ContainerModel, EngineClient
-from envforge.backends.docker.devices import DeviceFlags
 from envforge.backends.docker.engine import TRANSPORT_ERRORS, api_message, first_line
-from envforge.backends.docker.refs import ROLE_LABEL
+from envforge.container.devices import DeviceFlags
+from envforge.container.refs import ROLE_LABEL
 from envforge.errors import InvalidInput, Unavailable
 
 
@@ -73,8 +74,42 @@ def container_kwargs(
     }
     if not network:
         kwargs["network_mode"] = "none"
-    kwargs.update(flags.sdk_kwargs())
+    kwargs.update(sdk_kwargs(flags))
     return kwargs
+
+
+def sdk_kwargs(flags: DeviceFlags) -> dict[str, Any]:
+    """``flags`` as keyword arguments for ``containers.create`` (the SDK's device requests)."""
+    kwargs: dict[str, Any] = {}
+    devices = [f"{d}:{d}:rwm" for d in flags.devices]
+    if flags.cdi_devices and flags.engine == "podman":
+        devices += list(flags.cdi_devices)
+    if devices:
+        kwargs["devices"] = devices
+    if flags.group_add:
+        kwargs["group_add"] = list(flags.group_add)
+    if flags.security_opt:
+        kwargs["security_opt"] = list(flags.security_opt)
+    if flags.ipc_mode:
+        kwargs["ipc_mode"] = flags.ipc_mode
+    if flags.shm_size:
+        kwargs["shm_size"] = flags.shm_size
+    requests: list[Any] = []
+    if flags.gpu_request or (flags.cdi_devices and flags.engine != "podman"):
+        if flags.gpu_request:
+            requests.append(_device_request(DeviceRequest, flags.device_ids))
+        if flags.cdi_devices and flags.engine != "podman":
+            requests.append(DeviceRequest(driver="cdi", device_ids=list(flags.cdi_devices)))
+    if requests:
+        kwargs["device_requests"] = requests
+    return kwargs
+
+
+def _device_request(factory: type[DeviceRequest], device_ids: tuple[str, ...]) -> DeviceRequest:
+    """All GPUs (count -1), or those of ``device_ids`` (the engine refuses both at once)."""
+    if device_ids:
+        return factory(device_ids=list(device_ids), capabilities=[["gpu"]])
+    return factory(count=-1, capabilities=[["gpu"]])
 
 
 def create_container(

@@ -21,7 +21,7 @@ import urllib3.exceptions
 from docker.context import ContextAPI
 
 from envforge.backends.docker.client import EngineClient
-from envforge.backends.docker.identity import EngineIdentity, engine_kind, identify
+from envforge.container.identity import EngineIdentity, engine_kind, identify
 from envforge.errors import Unavailable
 
 _CONNECT_TIMEOUT = 10

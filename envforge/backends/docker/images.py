@@ -17,8 +17,8 @@ import docker.errors
 
 from envforge.backends.docker.client import EngineClient
 from envforge.backends.docker.engine import TRANSPORT_ERRORS, api_message, first_line
-from envforge.backends.docker.identity import engine_kind
-from envforge.backends.docker.refs import ImageInfo, split_ref
+from envforge.container.identity import engine_kind
+from envforge.container.refs import ImageInfo, split_ref
 from envforge.errors import BuildFailed, InvalidInput, PublishRefused, Unavailable
 
 

@@ -20,8 +20,8 @@ from envforge.backends.docker.containers import (
     sigint_deferred,
     unique_name,
 )
-from envforge.backends.docker.devices import DeviceFlags
 from envforge.backends.docker.engine import TRANSPORT_ERRORS, api_message
+from envforge.container.devices import DeviceFlags
 from envforge.errors import Unavailable
 from envforge.probe.runner import LineQueue, container_exit_status
 

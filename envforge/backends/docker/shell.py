@@ -14,14 +14,6 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-from envforge.backends.docker.caches import (
-    CACHE_ROOT,
-    SHELL_HOME,
-    SHELL_WORKDIR,
-    CacheVolume,
-    cache_env,
-    cache_volumes,
-)
 from envforge.backends.docker.client import EngineClient
 from envforge.backends.docker.containers import (
     STOPPED_STATES,
@@ -29,9 +21,17 @@ from envforge.backends.docker.containers import (
     remove_by_name,
     unique_name,
 )
-from envforge.backends.docker.devices import DeviceFlags
 from envforge.backends.docker.engine import TRANSPORT_ERRORS, identify_engine
-from envforge.backends.docker.refs import ROLE_LABEL
+from envforge.container.caches import (
+    CACHE_ROOT,
+    SHELL_HOME,
+    SHELL_WORKDIR,
+    CacheVolume,
+    cache_env,
+    cache_volumes,
+)
+from envforge.container.devices import DeviceFlags
+from envforge.container.refs import ROLE_LABEL
 from envforge.errors import Unavailable
 from envforge.proc import spawn
 

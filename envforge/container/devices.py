@@ -8,8 +8,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from envforge.backends.docker.cdi import CDI_ROOTS, CdiInventory, scan
-from envforge.backends.docker.identity import EngineIdentity
+from envforge.container.cdi import CDI_ROOTS, CdiInventory, scan
+from envforge.container.identity import EngineIdentity
 from envforge.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -60,34 +60,6 @@ class DeviceFlags:
     device_ids: tuple[str, ...] = ()
     #: ``--gpu``: variables the container gets (ROCR_/CUDA_VISIBLE_DEVICES, NPROC_PER_NODE).
     env: tuple[tuple[str, str], ...] = ()
-
-    def sdk_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for ``containers.create``."""
-        kwargs: dict[str, Any] = {}
-        devices = [f"{d}:{d}:rwm" for d in self.devices]
-        if self.cdi_devices and self.engine == "podman":
-            devices += list(self.cdi_devices)
-        if devices:
-            kwargs["devices"] = devices
-        if self.group_add:
-            kwargs["group_add"] = list(self.group_add)
-        if self.security_opt:
-            kwargs["security_opt"] = list(self.security_opt)
-        if self.ipc_mode:
-            kwargs["ipc_mode"] = self.ipc_mode
-        if self.shm_size:
-            kwargs["shm_size"] = self.shm_size
-        requests: list[Any] = []
-        if self.gpu_request or (self.cdi_devices and self.engine != "podman"):
-            from docker.types import DeviceRequest  # noqa: PLC0415 - this module stays SDK-free
-
-            if self.gpu_request:
-                requests.append(_device_request(DeviceRequest, self.device_ids))
-            if self.cdi_devices and self.engine != "podman":
-                requests.append(DeviceRequest(driver="cdi", device_ids=list(self.cdi_devices)))
-        if requests:
-            kwargs["device_requests"] = requests
-        return kwargs
 
     def cli_args(self) -> list[str]:
         """The same flags for ``docker run`` (the CLI turns a CDI ``--device`` into a request)."""
@@ -231,13 +203,6 @@ def device_flags(
 
 
 # --------------------------------------------------------------------------- --gpu (issue 10 §4)
-
-
-def _device_request(factory: Any, device_ids: tuple[str, ...]) -> Any:
-    """All GPUs (count -1), or those of ``device_ids`` (the engine refuses both at once)."""
-    if device_ids:
-        return factory(device_ids=list(device_ids), capabilities=[["gpu"]])
-    return factory(count=-1, capabilities=[["gpu"]])
 
 
 def _gpus_value(device_ids: tuple[str, ...]) -> str:
