@@ -27,18 +27,8 @@ as_root() {
 
 engine_answers() { docker info >/dev/null 2>&1; }
 
-ensure_packages() {
-    local missing=()
-    command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
-    command -v docker >/dev/null 2>&1 || missing+=(docker.io)
-    command -v docker-registry >/dev/null 2>&1 || missing+=(docker-registry)
-    command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
-    if [ "${#missing[@]}" -gt 0 ]; then
-        log "installing ${missing[*]}"
-        as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q >&2
-        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-            "${missing[@]}" >&2
-    fi
+ensure_packages() {  # the one list of CI packages, one apt-get step (scripts/ci-apt.sh)
+    bash "$(dirname "${BASH_SOURCE[0]}")/ci-apt.sh" >&2
 }
 
 # The Debian mirror this machine's apt already uses (never written into a file).

@@ -27,20 +27,8 @@ log() { echo "ci-podman: $*" >&2; }
 die() { log "error: $*"; exit 1; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo -n "$@"; fi; }
 
-ensure_packages() {
-    local missing=()
-    command -v podman >/dev/null 2>&1 || missing+=(podman)
-    command -v newuidmap >/dev/null 2>&1 || missing+=(uidmap)
-    command -v slirp4netns >/dev/null 2>&1 || missing+=(slirp4netns)
-    command -v fuse-overlayfs >/dev/null 2>&1 || missing+=(fuse-overlayfs)
-    # Podman's init for `run --init` (envforge shell asks for one where it is there)
-    [ -x /usr/libexec/podman/catatonit ] || missing+=(catatonit)
-    if [ "${#missing[@]}" -gt 0 ]; then
-        log "installing ${missing[*]}"
-        as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q >&2
-        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-            "${missing[@]}" >&2
-    fi
+ensure_packages() {  # the one list of CI packages, one apt-get step (scripts/ci-apt.sh)
+    bash "$(dirname "${BASH_SOURCE[0]}")/ci-apt.sh" >&2
 }
 
 write_conf() {  # write_conf DIR: containers.conf, storage.conf, registries.conf for one engine
