@@ -204,8 +204,10 @@ def issue(
     config: Mapping[str, Any],
     candidate_id: str,
     now: float | None = None,
+    stack: Mapping[str, Any] | None = None,
 ) -> Certificate:
-    """Bind a probe report (its ``to_dict()``) to an image's content."""
+    """Bind a probe report (its ``to_dict()``) to an image's content; ``stack`` (the
+    recipe's :meth:`envforge.stack.Stack.to_dict`) records the packages it pins."""
     status = "pass" if report.get("status") == "pass" else "fail"
     data: dict[str, Any] = {
         "schema": SCHEMA,
@@ -217,6 +219,8 @@ def issue(
         "envforge_version": __version__,
         "report": dict(report),
     }
+    if stack is not None:
+        data["stack"] = dict(stack)
     # Round-trip through JSON so that the digest covers exactly what is stored.
     data = json.loads(canonical_json(data))
     data["digest"] = _digest(data)

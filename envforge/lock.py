@@ -34,6 +34,7 @@ from envforge.errors import BuildFailed, InvalidInput, Unavailable
 from envforge.fsutil import check_file_target, write_atomically
 from envforge.mirror import mirrors_from_env, rewrite
 from envforge.recipe.model import Recipe
+from envforge.stack import Stack, stack_of
 
 if TYPE_CHECKING:
     from envforge.render.context import LockedInstall
@@ -73,18 +74,13 @@ class LockResult:
     count: int
 
 
-def requirement_lines(recipe: Recipe) -> tuple[str, ...]:
-    """torch, the NumPy bound, then the recipe's packages (as the renderer writes them)."""
-    from envforge.render import context  # noqa: PLC0415 - the renderer loads jinja2
-
-    return tuple(context.requirement_lines(recipe))
-
-
-def inputs_digest(recipe: Recipe) -> str:
-    """What a lock is resolved from; a lock with another digest is stale."""
+def inputs_digest(recipe: Recipe, stack: Stack | None = None) -> str:
+    """What a lock is resolved from; a lock with another digest is stale. ``stack``: the
+    recipe's stack as the caller computed it (None: from the recipe)."""
+    stack = stack_of(recipe) if stack is None else stack
     data = {
-        "requirements": list(requirement_lines(recipe)),
-        "torch_index": recipe.torch.index,
+        "requirements": list(stack.requirement_lines()),
+        "torch_index": stack.index,
         "python": recipe.python,
         "platform": PLATFORM,
     }
@@ -117,7 +113,7 @@ def _lock_digest(path: Path) -> str | None:
     return match.group(1) if match else None
 
 
-def lock_path(recipe: Recipe) -> Path | None:
+def lock_path(recipe: Recipe, stack: Stack | None = None) -> Path | None:
     """The recipe's lock file when one exists and matches the recipe; else None.
 
     This is how both backends find the lock: install from it with hashes required. A
@@ -127,7 +123,7 @@ def lock_path(recipe: Recipe) -> Path | None:
     path = default_lock_file(recipe)
     if path is None or not path.is_file():
         return None
-    if _lock_digest(path) != inputs_digest(recipe):
+    if _lock_digest(path) != inputs_digest(recipe, stack):
         return None
     check_lock(path, recipe.name)
     return path
@@ -258,12 +254,12 @@ def split_lock(path: Path, root: str = "torch") -> LockedInstall:
     )
 
 
-def stale_lock(recipe: Recipe) -> Path | None:
+def stale_lock(recipe: Recipe, stack: Stack | None = None) -> Path | None:
     """A lock file next to the recipe that no longer matches it (ignored), or None."""
     path = default_lock_file(recipe)
     if path is None or not path.is_file():
         return None
-    return None if _lock_digest(path) == inputs_digest(recipe) else path
+    return None if _lock_digest(path) == inputs_digest(recipe, stack) else path
 
 
 def uv_bin() -> str:
@@ -293,7 +289,9 @@ def uv_env(
     return env
 
 
-def source_args(recipe: Recipe, wheelhouse: Path | None) -> list[str]:
+def source_args(
+    recipe: Recipe, wheelhouse: Path | None, stack: Stack | None = None
+) -> list[str]:
     """uv options naming where packages come from.
 
     With a wheelhouse, torch comes from there (``--find-links``) instead of the torch
@@ -302,8 +300,9 @@ def source_args(recipe: Recipe, wheelhouse: Path | None) -> list[str]:
     """
     if wheelhouse is not None:
         return ["--find-links", str(wheelhouse.resolve())]
-    if recipe.torch.index:
-        return ["--extra-index-url", rewrite(recipe.torch.index, mirrors_from_env())]
+    index = (stack_of(recipe) if stack is None else stack).index
+    if index:
+        return ["--extra-index-url", rewrite(index, mirrors_from_env())]
     return []
 
 
@@ -375,9 +374,12 @@ def write_lock(
     ca_bundle: Path | None = None,
     output: Path | None = None,
     environ: Mapping[str, str] | None = None,
+    stack: Stack | None = None,
 ) -> LockResult:
-    """Resolve ``recipe`` into a hashed lock file; written atomically."""
+    """Resolve ``recipe`` (its ``stack``; None: computed from the recipe) into a hashed lock
+    file; written atomically."""
     check_inputs(wheelhouse, ca_bundle)
+    stack = stack_of(recipe) if stack is None else stack
     target = output or default_lock_file(recipe)
     if target is None:
         raise InvalidInput(
@@ -386,7 +388,7 @@ def write_lock(
     check_file_target(target, setting="-o" if output is not None else None)
     with tempfile.TemporaryDirectory(prefix="envforge-lock-") as tmp:
         req = Path(tmp) / "requirements.in"
-        req.write_text("\n".join(requirement_lines(recipe)) + "\n", encoding="utf-8")
+        req.write_text("\n".join(stack.requirement_lines()) + "\n", encoding="utf-8")
         out = Path(tmp) / "lock.txt"
         argv = [
             uv_bin(),
@@ -402,7 +404,7 @@ def write_lock(
             "--quiet",
             "--output-file",
             str(out),
-            *source_args(recipe, wheelhouse),
+            *source_args(recipe, wheelhouse, stack),
         ]
         done = proc.run(argv, timeout=COMPILE_TIMEOUT, env=uv_env(ca_bundle, environ), cwd=tmp)
         if not done.ok:
@@ -414,7 +416,7 @@ def write_lock(
             )
         body = out.read_text(encoding="utf-8")
     header = (
-        f"# envforge-lock: recipe={recipe.name} inputs={inputs_digest(recipe)}"
+        f"# envforge-lock: recipe={recipe.name} inputs={inputs_digest(recipe, stack)}"
         f" python={recipe.python} platform={PLATFORM}\n"
         f"# Written by `envforge lock {recipe.name}`; installs use it with hashes required.\n"
     )

@@ -85,6 +85,7 @@ from envforge.probe.runner import LocalPythonTarget, ProbeListener, run_probe
 from envforge.probe.spec import ProbeSpec
 from envforge.recipe.model import Level, Recipe
 from envforge.render import RenderOptions, plan_venv
+from envforge.stack import Stack, stack_of
 
 #: Seconds one ``uv`` install may run (a ROCm torch wheel is several GB).
 INSTALL_TIMEOUT = 3600.0
@@ -338,10 +339,15 @@ class VenvBuildResult:
 
 
 def install_key(
-    recipe: Recipe, interp: Interpreter, options: VenvOptions, lock_file: Path | None
+    recipe: Recipe,
+    interp: Interpreter,
+    options: VenvOptions,
+    lock_file: Path | None,
+    stack: Stack | None = None,
 ) -> str:
     """What an install depends on; equal keys mean the same environment would be made."""
-    plan = plan_venv(recipe, RenderOptions(wheelhouse=options.wheelhouse is not None))
+    stack = stack_of(recipe) if stack is None else stack
+    plan = plan_venv(recipe, RenderOptions(wheelhouse=options.wheelhouse is not None), stack)
     wheels: list[str] = []
     if options.wheelhouse is not None:
         for p in sorted(options.wheelhouse.glob("*.whl")):
@@ -353,7 +359,7 @@ def install_key(
         "recipe_hash": recipe.hash,
         "requirements": list(plan.requirements),
         "constraints": list(plan.constraints),
-        "sources": lock.source_args(recipe, options.wheelhouse),
+        "sources": lock.source_args(recipe, options.wheelhouse, stack),
         "wheelhouse": wheels,
         "lock": hashlib.sha256(lock_file.read_bytes()).hexdigest() if lock_file else None,
         "python": interp.version,
@@ -375,8 +381,13 @@ def venv_environ(
     return env
 
 
-def _install(
-    recipe: Recipe, interp: Interpreter, target: Path, options: VenvOptions, lock_file: Path | None
+def _install(  # noqa: PLR0917 - one step of build, its inputs spelled out
+    recipe: Recipe,
+    interp: Interpreter,
+    target: Path,
+    options: VenvOptions,
+    lock_file: Path | None,
+    stack: Stack,
 ) -> None:
     uv = lock.uv_bin()
     env = lock.uv_env(options.ca_bundle, options.environ)
@@ -401,8 +412,8 @@ def _install(
             "creating the venv", made, recipe, hint="check the interpreter with --python PATH"
         )
     py = str(venv_python(target))
-    plan = plan_venv(recipe, RenderOptions(wheelhouse=options.wheelhouse is not None))
-    sources = lock.source_args(recipe, options.wheelhouse)
+    plan = plan_venv(recipe, RenderOptions(wheelhouse=options.wheelhouse is not None), stack)
+    sources = lock.source_args(recipe, options.wheelhouse, stack)
     with tempfile.TemporaryDirectory(prefix="envforge-venv-") as tmp:
         if lock_file is not None:
             argv = [
@@ -466,10 +477,12 @@ def probe_venv(
     extra_checks: Sequence[Path] = (),
     environ: Mapping[str, str] | None = None,
     listener: ProbeListener | None = None,
+    stack: Stack | None = None,
 ) -> ProbeReport:
-    """Run the probe for ``recipe`` with the venv's interpreter and the recipe's env vars."""
+    """Run the probe for ``recipe`` (its ``stack``; None: computed from the recipe) with the
+    venv's interpreter and the recipe's env vars."""
     spec = ProbeSpec.from_recipe(
-        recipe, level=level, step_timeout=step_timeout, extra_checks=extra_checks
+        recipe, level=level, step_timeout=step_timeout, extra_checks=extra_checks, stack=stack
     )
     target = LocalPythonTarget(
         python=str(venv_python(venv)), env=venv_environ(venv, recipe, environ)
@@ -502,7 +515,9 @@ def _failure(
     return CertificationFailed(message, hint=hint)
 
 
-def _probe(recipe: Recipe, venv: Path, level: Level, options: VenvOptions) -> ProbeReport:
+def _probe(
+    recipe: Recipe, venv: Path, level: Level, options: VenvOptions, stack: Stack
+) -> ProbeReport:
     options.say(f"certifying {recipe.name} ({level} probe)")
     try:
         report = probe_venv(
@@ -513,6 +528,7 @@ def _probe(recipe: Recipe, venv: Path, level: Level, options: VenvOptions) -> Pr
             extra_checks=options.extra_checks,
             environ=options.environ,
             listener=options.listener,
+            stack=stack,
         )
     except Interrupted:
         raise Interrupted(
@@ -567,13 +583,14 @@ def _recertify_in_place(  # noqa: PLR0917 - one step of build, its inputs spelle
     content: Mapping[str, str],
     level: Level,
     options: VenvOptions,
+    stack: Stack,
 ) -> ProbeReport:
     """Probe the installed venv where it is (a probe changes no file RECORD lists); on a
     pass write ``build.json`` (its content digests now) and ``certified.json`` together. A
     failure or interrupt leaves the previous certificate as it was."""
     markers = target / MARKER_DIR
     before = valid_certificate(recipe, target, content)
-    report = _probe(recipe, target, level, options)
+    report = _probe(recipe, target, level, options, stack)
     report.write(markers)
     if not report.passed:
         kept = (
@@ -643,7 +660,9 @@ def certify(recipe: Recipe, options: VenvOptions = VenvOptions()) -> VenvBuildRe
                 f" ({problems[0]})",
                 hint=f"`envforge build {recipe.name} --backend venv` reinstalls and certifies it",
             )
-    report = _recertify_in_place(recipe, current.path, built, content, level, options)
+    report = _recertify_in_place(
+        recipe, current.path, built, content, level, options, stack_of(recipe)
+    )
     return VenvBuildResult(
         recipe.name, current.path, "recertified", interp, report, time.monotonic() - started
     )
@@ -682,14 +701,15 @@ def build(recipe: Recipe, options: VenvOptions = VenvOptions()) -> VenvBuildResu
     started = time.monotonic()
     lock.check_inputs(options.wheelhouse, options.ca_bundle)
     interp = find_interpreter(recipe.python, explicit=options.python, environ=options.environ)
-    lock_file = lock.lock_path(recipe) if options.use_lock else None
-    stale = lock.stale_lock(recipe) if options.use_lock else None
+    stack = stack_of(recipe)
+    lock_file = lock.lock_path(recipe, stack) if options.use_lock else None
+    stale = lock.stale_lock(recipe, stack) if options.use_lock else None
     if stale is not None:
         options.say(
             f"note: ignoring stale lock {stale} (the recipe changed):"
             f" run `envforge lock {recipe.name}`"
         )
-    key = install_key(recipe, interp, options, lock_file)
+    key = install_key(recipe, interp, options, lock_file, stack)
     target = venv_location(recipe, options.environ)
     markers = target / MARKER_DIR
     level: Level = options.level or recipe.certify.level
@@ -712,7 +732,7 @@ def build(recipe: Recipe, options: VenvOptions = VenvOptions()) -> VenvBuildResu
                 lock_file,
             )
         options.say(f"{target}: installed set unchanged; certifying")
-        report = _recertify_in_place(recipe, target, built, content, level, options)
+        report = _recertify_in_place(recipe, target, built, content, level, options, stack)
         return VenvBuildResult(
             recipe.name, target, "recertified", interp, report, time.monotonic() - started,
             lock_file,
@@ -723,7 +743,7 @@ def build(recipe: Recipe, options: VenvOptions = VenvOptions()) -> VenvBuildResu
         options.say(
             f"{target}: reinstalling ({why}); the current venv stays until the new one passes"
         )
-    report = _build_aside(recipe, interp, target, key, lock_file, level, options)
+    report = _build_aside(recipe, interp, target, key, lock_file, level, options, stack)
     return VenvBuildResult(
         recipe.name, target, status, interp, report, time.monotonic() - started, lock_file
     )
@@ -737,6 +757,7 @@ def _build_aside(  # noqa: PLR0917 - one step of build, its inputs spelled out
     lock_file: Path | None,
     level: Level,
     options: VenvOptions,
+    stack: Stack,
 ) -> ProbeReport:
     """Install and probe a new venv in ``.<name>.tmp-<owner>-XXXX`` beside ``target``; swap
     it in when it passed, or when there is no certified venv to keep. The folder aside is
@@ -746,7 +767,7 @@ def _build_aside(  # noqa: PLR0917 - one step of build, its inputs spelled out
     try:
         options.say(f"creating {target} with Python {interp.version} ({interp.executable})")
         shutil.rmtree(aside)  # uv venv wants to create the folder itself
-        _install(recipe, interp, aside, options, lock_file)
+        _install(recipe, interp, aside, options, lock_file, stack)
         corrupt = verify_records(aside)
         if corrupt:
             more = f" (+{len(corrupt) - 1} more)" if len(corrupt) > 1 else ""
@@ -770,7 +791,7 @@ def _build_aside(  # noqa: PLR0917 - one step of build, its inputs spelled out
         }
         aside_markers = aside / MARKER_DIR
         write_atomically(aside_markers / BUILD_MARKER, _marker_json(build_data))
-        report = _probe(recipe, aside, level, options)
+        report = _probe(recipe, aside, level, options, stack)
         report.write(aside_markers)
         if report.passed:
             write_atomically(aside_markers / CERT_MARKER, _cert_json(recipe, report, fp, content))

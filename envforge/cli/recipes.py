@@ -23,6 +23,7 @@ from envforge.paths import state_dir
 from envforge.recipe import listing
 from envforge.recipe.catalogue import Catalogue
 from envforge.recipe.model import Recipe
+from envforge.stack import Stack, stack_of
 
 if TYPE_CHECKING:
     from envforge.recipe.model import Recipe
@@ -268,7 +269,8 @@ def render(
         recipe, _choice = load_for_host(recipe_ref, None, overrides)
         if output is None:
             if fmt == "dockerfile":
-                _emit(render_dockerfile(recipe, _with_lock(recipe, options)))
+                stack = stack_of(recipe)
+                _emit(render_dockerfile(recipe, _with_lock(recipe, options, stack), stack))
             elif fmt == "devcontainer":
                 _emit(dict(_devcontainer(recipe, options, devcontainer_from).files)[
                     "devcontainer.json"
@@ -290,7 +292,8 @@ def render(
     files: list[tuple[Path, str, bool]] = []
     for recipe in recipes:
         if fmt == "dockerfile":
-            dockerfile = render_dockerfile(recipe, _with_lock(recipe, options))
+            stack = stack_of(recipe)
+            dockerfile = render_dockerfile(recipe, _with_lock(recipe, options, stack), stack)
             files.append((output / recipe.name / "Dockerfile", dockerfile, False))
             continue
         if fmt == "devcontainer":
@@ -351,11 +354,11 @@ def _emit(text: str) -> None:
     out.flush()
 
 
-def _with_lock(recipe: Recipe, options: RenderOptions) -> RenderOptions:
+def _with_lock(recipe: Recipe, options: RenderOptions, stack: Stack) -> RenderOptions:
     """The Dockerfile installs the recipe's lock when one matches it, as builds do."""
     from envforge import lock  # noqa: PLC0415 - only when rendering
 
-    path = lock.lock_path(recipe)
+    path = lock.lock_path(recipe, stack)
     return replace(options, lock=lock.split_lock(path)) if path is not None else options
 
 

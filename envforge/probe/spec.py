@@ -22,6 +22,7 @@ from envforge.fsutil import FileTooLarge, NotRegularFile, read_limited
 from envforge.probe.report import printable
 from envforge.recipe.checks import MAX_STEP_TIMEOUT  # one limit for recipes and --step-timeout
 from envforge.recipe.model import Level, Recipe
+from envforge.stack import Stack, stack_of
 
 #: ``amd``/``nvidia``/``any``: a GPU is required (none visible → ``no-device``); ``none``:
 #: every step runs on the CPU; ``auto`` (no recipe): the GPU when torch sees one, else the CPU.
@@ -75,14 +76,15 @@ class Expectations:
         }
 
     @classmethod
-    def from_recipe(cls, recipe: Recipe) -> Expectations:
+    def from_recipe(cls, recipe: Recipe, stack: Stack | None = None) -> Expectations:
+        stack = stack_of(recipe) if stack is None else stack
         return cls(
             python=recipe.python,
             torch=recipe.torch.version,
-            numpy=recipe.numpy,
+            numpy=stack.numpy_bound,
             hip=recipe.rocm,
             cuda=recipe.cuda,
-            accelerator=recipe.accelerator,
+            accelerator=stack.accelerator,
             arch=effective_arch(recipe),
         )
 
@@ -185,6 +187,9 @@ class ProbeSpec:
     startup_timeout: float | None = None
     recipe_name: str | None = None
     recipe_hash: str | None = None
+    #: Canonical names of the distributions the stack asks for (``Stack.distributions()``:
+    #: torch, numpy, the companions, the recipe's packages); empty without a recipe.
+    distributions: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         problem = step_timeout_problem(self.step_timeout)
@@ -238,17 +243,21 @@ class ProbeSpec:
         level: Level | None = None,
         step_timeout: float | None = None,
         extra_checks: Sequence[Path | str] = (),
+        stack: Stack | None = None,
     ) -> ProbeSpec:
-        """The recipe's expectations, device and certify settings; CLI values override."""
+        """The recipe's expectations, device and certify settings; CLI values override.
+        ``stack``: the recipe's stack as the caller computed it (None: from the recipe)."""
+        stack = stack_of(recipe) if stack is None else stack
         return cls(
             level=level or recipe.certify.level,
             vendor=recipe.gpu.vendor,
             step_timeout=step_timeout if step_timeout is not None else recipe.certify.step_timeout,
-            expect=Expectations.from_recipe(recipe),
+            expect=Expectations.from_recipe(recipe, stack),
             checks=read_checks([*recipe.certify.extra_checks, *extra_checks]),
             env=tuple(recipe.env_map.items()),
             recipe_name=recipe.name,
             recipe_hash=recipe.hash,
+            distributions=stack.distributions(),
         )
 
     @classmethod

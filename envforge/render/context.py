@@ -11,21 +11,21 @@ with :func:`shell_quote`.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier
-from packaging.version import InvalidVersion, Version
+from packaging.version import InvalidVersion
 
 from envforge.errors import InvalidInput
-from envforge.knowledge import unknowns, variant_of
+from envforge.knowledge import unknowns
 from envforge.mirror import Mirrors, mirrors_from_env, rewrite
 from envforge.patterns import IMAGE_RE
 from envforge.recipe.checks import check_renderable
 from envforge.recipe.model import Recipe
 from envforge.render.quoting import check_one_line, docker_quote, shell_quote
+from envforge.stack import IndexForm, Stack, stack_of
 
 #: Where the virtual environment lives inside images.
 VENV_DIR = "/opt/venv"
@@ -35,11 +35,7 @@ STAGING_DIR = "/tmp/envforge"
 CONTEXT_WHEELHOUSE = "wheelhouse"
 CONTEXT_CA_BUNDLE = "ca-bundle.pem"
 
-IndexForm = Literal["index-url", "extra-index-url"]
-
-#: A PyTorch wheel index (``.../whl/rocm5.2``, ``.../whl/cu126``, ``.../whl/nightly/cpu``):
-#: these publish torch under local version labels (``+rocm5.2``).
-_PYTORCH_INDEX_RE = re.compile(r"/whl/(?:nightly/|test/)?(?:cpu|cu\d+|rocm\d+(?:\.\d+)*)/?$")
+__all__ = ["IndexForm"]  # re-exported: the index form is the stack's (envforge.stack)
 
 _PIP_FLAGS = "--no-cache-dir --disable-pip-version-check --no-input --progress-bar off"
 
@@ -104,54 +100,6 @@ class RenderOptions:
 
 #: The defaults: the recipe's base image, torch from its index, the system's CAs.
 DEFAULT_OPTIONS = RenderOptions()
-
-
-# --------------------------------------------------------------------------- decisions
-
-
-def is_pytorch_index(url: str | None) -> bool:
-    """True for a PyTorch wheel index, which names torch builds with a local label."""
-    return url is not None and _PYTORCH_INDEX_RE.search(url) is not None
-
-
-def torch_requirement(recipe: Recipe) -> str:
-    """``torch==1.13.1+rocm5.2`` for a PyTorch index, ``torch==2.4.1`` for the default one.
-
-    A version that already carries a local label is used as written.
-    """
-    version = recipe.torch.version
-    if "+" not in version and is_pytorch_index(recipe.torch.index):
-        version = f"{version}+{recipe.accelerator}"
-    return f"torch=={version}"
-
-
-def numpy_requirement(recipe: Recipe) -> str:
-    return f"numpy{recipe.numpy.strip()}"
-
-
-def index_form(recipe: Recipe) -> IndexForm | None:
-    """How ``torch.index`` is passed to the installer; None without an index.
-
-    The compatibility table says, per wheel variant: torch 1.11-1.13 wheels are published
-    on the PyTorch index as an *extra* index with an explicit local version; from 2.0 the
-    variant index is *the* index (matrix 2a). For a variant the table does not know (or
-    an index that is not a PyTorch one) the same rule is applied to the version.
-    """
-    if recipe.torch.index is None:
-        return None
-    if is_pytorch_index(recipe.torch.index):
-        variant = variant_of(recipe)
-        if variant is not None:
-            return variant.form
-    base = recipe.torch.version.split("+", 1)[0]
-    try:
-        version = Version(base)
-    except InvalidVersion:
-        raise InvalidInput(
-            f"{recipe.origin}: torch.version: {recipe.torch.version!r} is not a version",
-            hint='write it like "2.4.1"',
-        ) from None
-    return "extra-index-url" if version < Version("2.0") else "index-url"
 
 
 # --------------------------------------------------------------------------- contexts
@@ -221,6 +169,8 @@ class VenvContext:
     needs_wheelhouse: bool
     needs_ca_bundle: bool
     env: tuple[EnvLine, ...]
+    #: The stack the context was made from.
+    stack: Stack
 
 
 def _check_recipe(recipe: Recipe, options: RenderOptions) -> str:
@@ -244,44 +194,32 @@ def _env_lines(recipe: Recipe) -> tuple[EnvLine, ...]:
     )
 
 
-def torch_index_url(recipe: Recipe, options: RenderOptions = DEFAULT_OPTIONS) -> str | None:
-    """The URL the installer is given for ``torch.index``: on its mirror when
+def torch_index_url(stack: Stack, options: RenderOptions = DEFAULT_OPTIONS) -> str | None:
+    """The URL the installer is given for the stack's index: on its mirror when
     ``ENVFORGE_INDEX_MIRROR`` (or ``options.mirrors``) names one."""
-    if recipe.torch.index is None:
+    if stack.index is None:
         return None
     mirrors = mirrors_from_env() if options.mirrors is None else options.mirrors
-    return rewrite(recipe.torch.index, mirrors)
+    return rewrite(stack.index, mirrors)
 
 
-def _torch_index_args(recipe: Recipe, options: RenderOptions) -> tuple[str, ...]:
-    form = index_form(recipe)
-    url = torch_index_url(recipe, options)
-    if form is None or url is None:
+def _torch_index_args(stack: Stack, options: RenderOptions) -> tuple[str, ...]:
+    url = torch_index_url(stack, options)
+    if stack.index_form is None or url is None:
         return ()
-    return (f"--{form}", shell_quote(url))
+    return (f"--{stack.index_form}", shell_quote(url))
 
 
-def _rest_index_args(recipe: Recipe, options: RenderOptions) -> tuple[str, ...]:
+def _rest_index_args(stack: Stack, options: RenderOptions) -> tuple[str, ...]:
     """The rest comes from the default index; the torch index is an extra one so that
     companion packages with local labels (``torchvision==0.14.1+rocm5.2``) resolve."""
-    url = torch_index_url(recipe, options)
+    url = torch_index_url(stack, options)
     if url is None:
         return ()
     return ("--extra-index-url", shell_quote(url))
 
 
-def requirement_lines(recipe: Recipe) -> tuple[str, ...]:
-    """torch, the NumPy bound, then the recipe's packages, in that order."""
-    return (torch_requirement(recipe), numpy_requirement(recipe), *recipe.packages)
-
-
-def constraint_lines(recipe: Recipe) -> tuple[str, ...]:
-    """What nothing else may move: the torch build and the NumPy bound."""
-    return (torch_requirement(recipe), numpy_requirement(recipe))
-
-
-def _labels(recipe: Recipe, base_image: str) -> tuple[Label, ...]:
-    torch_version = recipe.torch.version.split("+", 1)[0]
+def _labels(recipe: Recipe, stack: Stack, base_image: str) -> tuple[Label, ...]:
     pairs: list[tuple[str, str | None]] = [
         ("org.opencontainers.image.title", f"envforge/{recipe.name}"),
         ("org.opencontainers.image.description", recipe.description),
@@ -292,12 +230,12 @@ def _labels(recipe: Recipe, base_image: str) -> tuple[Label, ...]:
         ("io.envforge.recipe-hash", recipe.hash),
         ("io.envforge.stack-tag", recipe.stack_tag),
         ("io.envforge.python", recipe.python),
-        ("io.envforge.torch", torch_version),
-        ("io.envforge.torch-requirement", torch_requirement(recipe)),
-        ("io.envforge.accelerator", recipe.accelerator),
+        ("io.envforge.torch", stack.torch_version),
+        ("io.envforge.torch-requirement", stack.torch),
+        ("io.envforge.accelerator", stack.accelerator),
         ("io.envforge.rocm", recipe.rocm),
         ("io.envforge.cuda", recipe.cuda),
-        ("io.envforge.numpy", recipe.numpy),
+        ("io.envforge.numpy", stack.numpy_bound),
         ("io.envforge.gpu-vendor", recipe.gpu.vendor),
         ("io.envforge.gpu-arch", recipe.gpu.arch),
         (
@@ -336,7 +274,7 @@ def _printf(lines: tuple[str, ...], target: str) -> str:
 
 
 def _installs(
-    recipe: Recipe, options: RenderOptions, sources: tuple[tuple[str, ...], tuple[str, ...]]
+    stack: Stack, options: RenderOptions, sources: tuple[tuple[str, ...], tuple[str, ...]]
 ) -> tuple[str | None, str, str]:
     """The uv step (None for pip only), the torch step and the rest step.
 
@@ -400,7 +338,7 @@ def _installs(
             ),
         ]
     else:
-        req = shell_quote(torch_requirement(recipe))
+        req = shell_quote(stack.torch)
         torch_lines = [
             "set -eu",
             *choose(
@@ -427,7 +365,7 @@ def _installs(
             rest_lines.append(f"{listing} > {before}")
     else:
         # torch repeated (with the torch layer's pins as constraints), so nothing moves it
-        reqs = " ".join(shell_quote(r) for r in requirement_lines(recipe))
+        reqs = " ".join(shell_quote(r) for r in stack.requirement_lines())
         pins = f"{staging}/torch-layer.txt"
         rest_lines += [
             f"{python} -m pip freeze --all --disable-pip-version-check > {pins}",
@@ -455,8 +393,12 @@ def _installs(
     return uv_step, _script(torch_lines), _script(rest_lines)
 
 
-def docker_context(recipe: Recipe, options: RenderOptions) -> DockerContext:
+def docker_context(
+    recipe: Recipe, options: RenderOptions, stack: Stack | None = None
+) -> DockerContext:
+    """``stack``: the recipe's stack as the caller computed it (None: from the recipe)."""
     base_image = _check_recipe(recipe, options)
+    stack = stack_of(recipe) if stack is None else stack
     py = f"python{recipe.python}"
     wheelhouse = f"{STAGING_DIR}/{CONTEXT_WHEELHOUSE}"
     ca_bundle = f"{STAGING_DIR}/{CONTEXT_CA_BUNDLE}"
@@ -464,8 +406,8 @@ def docker_context(recipe: Recipe, options: RenderOptions) -> DockerContext:
         torch_source: tuple[str, ...] = ("--find-links", wheelhouse)
         rest_source: tuple[str, ...] = ("--find-links", wheelhouse)
     else:
-        torch_source = _torch_index_args(recipe, options)
-        rest_source = _rest_index_args(recipe, options)
+        torch_source = _torch_index_args(stack, options)
+        rest_source = _rest_index_args(stack, options)
     buildkit = options.builder == "buildkit"
     build_env = ["UV_PYTHON_DOWNLOADS=never", "UV_NO_PROGRESS=1", "UV_LINK_MODE=copy"]
     build_env.append(f"UV_CACHE_DIR={UV_CACHE_DIR}" if buildkit else "UV_NO_CACHE=1")
@@ -478,7 +420,7 @@ def docker_context(recipe: Recipe, options: RenderOptions) -> DockerContext:
             mounts.append(f"--mount=type=bind,source={CONTEXT_WHEELHOUSE},target={wheelhouse}")
         if options.ca_bundle:
             mounts.append(f"--mount=type=bind,source={CONTEXT_CA_BUNDLE},target={ca_bundle}")
-    uv_step, torch_step, rest_step = _installs(recipe, options, (torch_source, rest_source))
+    uv_step, torch_step, rest_step = _installs(stack, options, (torch_source, rest_source))
     return DockerContext(
         recipe=recipe.name,
         stack_tag=recipe.stack_tag,
@@ -503,15 +445,15 @@ def docker_context(recipe: Recipe, options: RenderOptions) -> DockerContext:
         rest_step=rest_step,
         lock_name=options.lock.name if options.lock is not None else None,
         env=_env_lines(recipe),
-        labels=_labels(recipe, base_image),
+        labels=_labels(recipe, stack, base_image),
     )
 
 
-def _requirement_file_lines(recipe: Recipe, lines: tuple[str, ...]) -> tuple[str, ...]:
+def _requirement_file_lines(recipe: Recipe, stack: Stack, constraints: bool) -> tuple[str, ...]:
     """Lines for a requirements file, which has its own option syntax (``-r``, ``--hash``):
     only plain PEP 508 requirements can be written there."""
-    keys = ("torch.version", "numpy", *(f"packages[{i}]" for i in range(len(recipe.packages))))
-    for key, line in zip(keys, lines):
+    lines = stack.constraint_lines() if constraints else stack.requirement_lines()
+    for key, line in zip(stack.requirement_keys(), lines):
         try:
             Requirement(line)
         except InvalidRequirement:
@@ -522,18 +464,20 @@ def _requirement_file_lines(recipe: Recipe, lines: tuple[str, ...]) -> tuple[str
     return lines
 
 
-def venv_context(recipe: Recipe, options: RenderOptions) -> VenvContext:
+def venv_context(recipe: Recipe, options: RenderOptions, stack: Stack | None = None) -> VenvContext:
+    """``stack``: the recipe's stack as the caller computed it (None: from the recipe)."""
     _check_recipe(recipe, options)
-    reqs = _requirement_file_lines(recipe, requirement_lines(recipe))
-    cons = _requirement_file_lines(recipe, constraint_lines(recipe))
+    stack = stack_of(recipe) if stack is None else stack
+    reqs = _requirement_file_lines(recipe, stack, constraints=False)
+    cons = _requirement_file_lines(recipe, stack, constraints=True)
     return VenvContext(
         recipe=recipe.name,
         recipe_hash=recipe.hash,
         stack_tag=recipe.stack_tag,
         python=recipe.python,
-        torch_requirement=shell_quote(torch_requirement(recipe)),
-        torch_index_args=_torch_index_args(recipe, options),
-        rest_index_args=_rest_index_args(recipe, options),
+        torch_requirement=shell_quote(stack.torch),
+        torch_index_args=_torch_index_args(stack, options),
+        rest_index_args=_rest_index_args(stack, options),
         requirements=tuple(shell_quote(r) for r in reqs),
         constraints=tuple(shell_quote(r) for r in cons),
         requirement_lines=reqs,
@@ -541,4 +485,5 @@ def venv_context(recipe: Recipe, options: RenderOptions) -> VenvContext:
         needs_wheelhouse=options.wheelhouse,
         needs_ca_bundle=options.ca_bundle,
         env=_env_lines(recipe),
+        stack=stack,
     )

@@ -5,14 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from envforge.recipe.model import Recipe
-from envforge.render.context import (
-    DEFAULT_OPTIONS,
-    RenderOptions,
-    index_form,
-    torch_requirement,
-    venv_context,
-)
+from envforge.render.context import DEFAULT_OPTIONS, RenderOptions, venv_context
 from envforge.render.templates import render_template
+from envforge.stack import Stack
 
 REQUIREMENTS = "venv/requirements.txt.j2"
 
@@ -49,15 +44,19 @@ class VenvPlan:
     ca_bundle: bool = False
 
 
-def plan_venv(recipe: Recipe, options: RenderOptions = DEFAULT_OPTIONS) -> VenvPlan:
-    ctx = venv_context(recipe, options)
-    form = None if options.wheelhouse else index_form(recipe)
+def plan_venv(
+    recipe: Recipe, options: RenderOptions = DEFAULT_OPTIONS, stack: Stack | None = None
+) -> VenvPlan:
+    """``stack``: the recipe's stack as the caller computed it (None: from the recipe)."""
+    ctx = venv_context(recipe, options, stack)
+    stack = ctx.stack
+    form = None if options.wheelhouse else stack.index_form
     return VenvPlan(
         recipe=recipe.name,
         python=recipe.python,
-        torch_requirement=torch_requirement(recipe),
-        index_url=recipe.torch.index if form == "index-url" else None,
-        extra_index_url=recipe.torch.index if form == "extra-index-url" else None,
+        torch_requirement=stack.torch,
+        index_url=stack.index if form == "index-url" else None,
+        extra_index_url=stack.index if form == "extra-index-url" else None,
         requirements=ctx.requirement_lines,
         constraints=ctx.constraint_lines,
         env=tuple((e.name, e.value) for e in recipe.env),

@@ -40,6 +40,7 @@ from envforge.errors import CertificationFailed, EnvforgeError, InvalidInput, Un
 from envforge.fsutil import write_atomically
 from envforge.probe.runner import ProbeListener
 from envforge.recipe.model import Level, Recipe
+from envforge.stack import Stack, stack_of
 
 if TYPE_CHECKING:
     from envforge.backends.docker.certification import Outcome, Prober
@@ -182,6 +183,7 @@ def certify_and_tag(
     extra_tags: Sequence[str] = (),
     report_dir: Path | None = None,
     prober: Prober | None = None,
+    stack: Stack | None = None,
 ) -> Certified:
     """Probe ``image``; on a pass, tag the labelled image as certified (and ``extra_tags``)."""
     from envforge.backends.docker import certification  # noqa: PLC0415 - loads the SDK
@@ -203,6 +205,7 @@ def certify_and_tag(
         flags=flags_for(client, recipe, options),
         prober=prober,
         signer=options.signer,
+        stack=stack,
     )
     if report_dir is not None:
         json_path, junit_path = outcome.report.write(report_dir)
@@ -334,7 +337,8 @@ def build(
     # config) and, over it, the engine settings given in options.environ
     environ = {**os.environ, **(options.environ or {})}
     builder, buildkit, why = _choose_builder(engine, options, environ)
-    locked = _lock_for(recipe, options)
+    stack = stack_of(recipe)
+    locked = _lock_for(recipe, options, stack)
     dockerfile = render_dockerfile(
         recipe,
         RenderOptions(
@@ -345,6 +349,7 @@ def build(
             installer="pip" if options.installer == "pip" else "uv",
             lock=locked,
         ),
+        stack,
     )
     context = Path(tempfile.mkdtemp(prefix="envforge-build-"))
     try:
@@ -383,6 +388,7 @@ def build(
         extra_tags=options.tags,
         report_dir=options.report_dir,
         prober=prober,
+        stack=stack,
     )
     return DockerBuildResult(recipe, result, certified, options.tags)
 
@@ -416,19 +422,19 @@ def _choose_builder(
     return "classic", None, why
 
 
-def _lock_for(recipe: Recipe, options: DockerOptions) -> LockedInstall | None:
+def _lock_for(recipe: Recipe, options: DockerOptions, stack: Stack) -> LockedInstall | None:
     """The recipe's matching lock, split for the image's layers; a stale one is named."""
     from envforge import lock  # noqa: PLC0415 - uv plumbing only when building
 
     if not options.use_lock:
         return None
-    stale = lock.stale_lock(recipe)
+    stale = lock.stale_lock(recipe, stack)
     if stale is not None:
         options.say(
             f"note: ignoring stale lock {stale} (the recipe changed): run `envforge lock "
             f"{recipe.name}`"
         )
-    path = lock.lock_path(recipe)
+    path = lock.lock_path(recipe, stack)
     return lock.split_lock(path) if path is not None else None
 
 

@@ -17,6 +17,7 @@ from envforge.probe.report import ProbeReport
 from envforge.probe.runner import ProbeListener, ProbeTarget, run_probe
 from envforge.probe.spec import ProbeSpec
 from envforge.recipe.model import Level, Recipe
+from envforge.stack import Stack, stack_of
 
 #: Runs a probe spec against a target (``envforge.probe.runner.run_probe``; tests pass a fake).
 Prober = Callable[[ProbeSpec, ProbeTarget, "ProbeListener | None"], ProbeReport]
@@ -53,6 +54,7 @@ def certify_image(
     flags: DeviceFlags | None = None,
     prober: Prober | None = None,
     signer: Signer | None = None,
+    stack: Stack | None = None,
 ) -> Outcome:
     """Probe ``image`` in a container (no network, recipe env, host device flags).
 
@@ -65,7 +67,8 @@ def certify_image(
     info = inspect_image(client, image)
     if info is None:
         raise InvalidInput(f"no image {image} on this engine", hint="envforge build RECIPE first")
-    spec = ProbeSpec.from_recipe(recipe, level=level, step_timeout=step_timeout)
+    stack = stack_of(recipe) if stack is None else stack
+    spec = ProbeSpec.from_recipe(recipe, level=level, step_timeout=step_timeout, stack=stack)
     target = DockerTarget(
         client, info.id, flags if flags is not None else device_flags(recipe.gpu.vendor)
     )
@@ -78,6 +81,7 @@ def certify_image(
         layers=info.layers,
         config=config_identity(info.config),
         candidate_id=info.id,
+        stack=stack.to_dict(),
     )
     if signer is not None:
         cert = sign(cert, signer)
