@@ -80,6 +80,11 @@ class TableError(DataFileError, ValueError):
     """
 
 
+class ProjectError(DataFileError):
+    """A project's pyproject.toml, requirements file or envforge.toml that cannot be used:
+    names the file and the key (or line)."""
+
+
 class ConstraintViolation(InvalidInput):
     """A recipe that loads but asks for a combination the compatibility table refuses."""
 

@@ -46,6 +46,7 @@ COMMANDS: Mapping[str, str] = {
     "solve": "envforge.cli.solve:solve_cmd",
     "keys": "envforge.cli.keys:keys",
     "evidence": "envforge.cli.evidence:evidence",
+    "init": "envforge.cli.project:init_cmd",
 }
 
 
@@ -82,6 +83,7 @@ SUMMARIES: Mapping[str, str] = {
     'matrix': 'Write the certified-on matrix (GPU arch x recipe) as a static site.',
     'solve': 'Derive the stack for a GPU arch (or the detected one) from the compatibility table.',
     'keys': 'Signing keys for certificates (ed25519; see envforge.signing for the formats).',
+    'init': 'Write [tool.envforge] (or envforge.toml) with recipe "auto" and a smoke check.',
     'evidence': 'Certification evidence: import reports and registry images, export bundles.',
 }
 

@@ -1,0 +1,77 @@
+"""``envforge init [DIR]``: write a project's envforge settings, only when asked, never over
+existing ones.
+
+pyproject.toml projects get a ``[tool.envforge]`` section appended (the rest of the file
+is kept byte for byte); requirements.txt projects get an ``envforge.toml`` beside it. Both
+say ``recipe = "auto"`` and hold one smoke check that imports the project.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from envforge import fsutil
+from envforge.errors import ProjectError
+from envforge.project.model import ENVFORGE_FILE
+from envforge.project.read import MAX_BYTES, PYPROJECT, REQUIREMENTS, load_project
+from envforge.yamlcheck import read_text
+
+_SKIP = {"tests", "test", "docs", "build", "dist", "examples", "scripts", "benchmarks"}
+
+
+def import_name(root: Path, name: str) -> str | None:
+    """The project's top-level import package: src layout first, then a flat package
+    named like the project, then the only package or module at the top."""
+    wanted = name.replace("-", "_").replace(".", "_")
+    for base in (root / "src", root):
+        if (base / wanted / "__init__.py").is_file() or (base / f"{wanted}.py").is_file():
+            return wanted
+    for base in (root / "src", root):
+        found = sorted(
+            init.parent.name for init in base.glob("*/__init__.py")
+            if init.parent.name.isidentifier() and init.parent.name not in _SKIP
+        )
+        if len(found) == 1:
+            return found[0]
+    return None
+
+
+def smoke_check(root: Path, name: str) -> str:
+    """The check ``init`` writes: import the project's package, else byte-compile its files."""
+    package = import_name(root, name)
+    if package is not None:
+        return f"python -c 'import {package}'"
+    return "python -m compileall -q ."
+
+
+def _section(check: str, header: str | None) -> str:
+    lines = [] if header is None else [header]
+    lines += ['recipe = "auto"', f"checks = [{json.dumps(check)}]"]
+    return "\n".join(lines) + "\n"
+
+
+def init_project(folder: Path) -> Path:
+    """Write the settings for the project in ``folder``; return the file written.
+
+    Raises :class:`ProjectError` when settings exist already (nothing is changed).
+    """
+    project = load_project(folder)
+    check = smoke_check(project.root, project.name)
+    if project.source.name == PYPROJECT:
+        path = project.source
+        text = read_text(path, error=ProjectError, max_bytes=MAX_BYTES)
+        if project.settings_file is not None or "[tool.envforge]" in text:
+            raise ProjectError(str(path), "tool.envforge", "exists already; init never "
+                               "overwrites", hint="edit the section by hand")
+        gap = "" if text.endswith("\n\n") else ("\n" if text.endswith("\n") else "\n\n")
+        fsutil.write_atomically(path, text + gap + _section(check, "[tool.envforge]"),
+                                mode=path.stat().st_mode & 0o777)
+        return path
+    path = project.root / ENVFORGE_FILE
+    if path.exists() or path.is_symlink():
+        raise ProjectError(str(path), "", "exists already; init never overwrites",
+                           hint="edit it by hand")
+    header = f"# envforge settings for the {REQUIREMENTS} project in this folder"
+    fsutil.write_atomically(path, _section(check, header))
+    return path
