@@ -47,6 +47,7 @@ COMMANDS: Mapping[str, str] = {
     "keys": "envforge.cli.keys:keys",
     "evidence": "envforge.cli.evidence:evidence",
     "init": "envforge.cli.project:init_cmd",
+    "fleet": "envforge.cli.fleet:fleet",
 }
 
 
@@ -85,6 +86,7 @@ SUMMARIES: Mapping[str, str] = {
     'keys': 'Signing keys for certificates (ed25519; see envforge.signing for the formats).',
     'init': 'Write [tool.envforge] (or envforge.toml) with recipe "auto" and a smoke check.',
     'evidence': 'Certification evidence: import reports and registry images, export bundles.',
+    'fleet': "Certify recipes on a fleet's nodes: Slurm arrays, Kubernetes Jobs, Actions matrix.",
 }
 
 

@@ -278,7 +278,10 @@ def load_with_gpus(
 ) -> tuple[Recipe, Choice | None, GpuPick | None]:
     """:func:`load_for_host` with ``--gpu``: the selection is checked against the detected
     GPUs (out of range, several archs, another vendor: exit 2, one line), and ``auto``
-    chooses for the selected GPUs. Says the selection on stderr in one line."""
+    chooses for the selected GPUs. Says the selection on stderr in one line. Inside a
+    scheduler's job (Slurm, a pod) the GPUs it granted are the default ``--gpu``."""
+    if gpu is None:
+        gpu = _granted_gpu(ref, overrides)
     if gpu is None:
         recipe, choice = load_for_host(ref, None, overrides)
         return recipe, choice, None
@@ -296,6 +299,24 @@ def load_with_gpus(
     recipe, choice = load_for_host(ref, replace(host, gpus=chosen), overrides)
     _say_pick(gpu, pick)
     return recipe, choice, pick
+
+
+def _granted_gpu(ref: str, overrides: Sequence[str]) -> str | None:
+    """The scheduler's grant as ``--gpu`` (said on stderr), or None: outside a job, or
+    for a recipe that needs no GPU (:mod:`envforge.fleet.node`)."""
+    import os  # noqa: PLC0415 - tiny
+
+    from envforge.fleet.node import granted  # noqa: PLC0415 - pure, stdlib only
+
+    grant = granted(os.environ)
+    if grant is None:
+        return None
+    where = f"{grant.variable}={grant.gpus} on {grant.node or 'this node'}"
+    if ref != "auto" and load_checked(ref, overrides).gpu.vendor == "none":
+        say(f"the scheduler granted GPU {grant.gpus} ({where}): not used, the recipe needs none")
+        return None
+    say(f"--gpu {grant.gpus}: the GPUs the scheduler granted ({where})")
+    return grant.gpus
 
 
 def pick_for(recipe: Recipe | None, gpu: str | None) -> GpuPick | None:

@@ -1,0 +1,261 @@
+"""``envforge fleet plan|submit|status|collect``: certify recipes on a fleet's nodes.
+
+``plan`` writes ``DIR/plan.json`` and the engine's files (:mod:`envforge.fleet`): Slurm
+sbatch arrays, Kubernetes Jobs (``jobs.yaml``), or a GitHub Actions workflow
+(``workflow.yml``). ``submit`` hands them to the scheduler, ``status`` says where each task
+is (exit 0 all passed, 1 any failed, missing or not finished, 4 scheduler unreachable),
+``collect`` imports every task's report into the evidence store, checks each is about the
+planned recipe, and writes the matrix site (exit 1 when any failed or is missing).
+``task`` (hidden) is what each array task runs on its node.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from envforge.cli.common import echo_json, json_option, note, say, wheelhouse_option
+from envforge.errors import CertificationFailed, InvalidInput, Unavailable
+
+if TYPE_CHECKING:
+    from envforge.fleet.outcome import TaskState
+    from envforge.fleet.plan import Plan
+
+SUBMITTED = "submitted.json"
+
+
+@click.group("fleet")
+def fleet() -> None:
+    """Certify recipes on a fleet's nodes: Slurm arrays, Kubernetes Jobs, Actions matrix."""
+
+
+def _pairs(values: tuple[str, ...], setting: str) -> tuple[tuple[str, str], ...]:
+    found = []
+    for value in values:
+        arch, sep, name = value.partition("=")
+        if not sep or not arch or not name:
+            raise InvalidInput(f"{setting} {value!r}: expected ARCH=NAME",
+                               hint=f"{setting} gfx942=mi300x")
+        found.append((arch, name))
+    return tuple(found)
+
+
+@fleet.command("plan")
+@click.option("--engine", type=click.Choice(["slurm", "k8s", "github"]), required=True,
+              help="Which scheduler's files to write.")
+@click.option("--recipe", "recipes", multiple=True, required=True, metavar="RECIPE",
+              help="A recipe name or file (repeatable).")
+@click.option("--arch", "archs", multiple=True, metavar="ARCH",
+              help="Certify on nodes of this GPU arch (repeatable; default: each recipe's).")
+@click.option("--backend", type=click.Choice(["docker", "venv"]), default="docker",
+              show_default=True, help="Certify an image (docker) or a virtualenv (venv).")
+@wheelhouse_option("venv/docker: folder of wheels each task installs from.")
+@click.option("--nodes", type=int, default=1, show_default=True,
+              help="Nodes (tasks) per recipe and arch.")
+@click.option("--gpus", type=int, default=None,
+              help="GPUs per task (default: 1 on a GPU arch, 0 for a CPU recipe).")
+@click.option("--level", type=click.Choice(["quick", "full"]), default=None,
+              help="Probe level (default: the recipe's).")
+@click.option("--partition", default="", help="Slurm partition.")
+@click.option("--account", default="", help="Slurm account.")
+@click.option("--time", "time_limit", default="00:30:00", show_default=True,
+              help="Slurm time limit per task.")
+@click.option("--feature", "features", multiple=True, metavar="ARCH=FEATURE",
+              help="Slurm node feature for an arch when it is not the arch's name.")
+@click.option("--namespace", default="default", show_default=True, help="Kubernetes namespace.")
+@click.option("--arch-label", default="", metavar="KEY",
+              help="Kubernetes node label holding the arch (instead of the vendors' labels).")
+@click.option("--registry", default="", metavar="HOST[:PORT]/NS",
+              help="Where the recipes' images are (Kubernetes, docker backend).")
+@click.option("--runner-label", "runner_labels", multiple=True, metavar="LABEL",
+              help="GitHub runner labels besides the arch (default: self-hosted, gpu).")
+@click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path),
+              metavar="DIR", help="Folder for plan.json and the engine's files.")
+@json_option
+def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
+    engine: str, recipes: tuple[str, ...], archs: tuple[str, ...], backend: str,
+    wheelhouse: Path | None, nodes: int, gpus: int | None, level: str | None,
+    partition: str, account: str, time_limit: str, features: tuple[str, ...],
+    namespace: str, arch_label: str, registry: str, runner_labels: tuple[str, ...],
+    out: Path, as_json: bool,
+) -> None:
+    """Write a fleet plan (plan.json) and the scheduler's files for it."""
+    from envforge.cli.common import load_checked  # noqa: PLC0415 - loads the table
+    from envforge.fleet.plan import Site, make_plan  # noqa: PLC0415 - when run
+    from envforge.fleet.write import write_plan  # noqa: PLC0415 - when run
+    from envforge.fsutil import check_folder_target  # noqa: PLC0415 - when run
+
+    check_folder_target(out, setting="-o")
+    site = Site(partition=partition, account=account, time=time_limit,
+                features=_pairs(features, "--feature"), namespace=namespace,
+                arch_label=arch_label, registry=registry,
+                runner_labels=runner_labels or ("self-hosted", "gpu"))
+    loaded = [(_ref(r), load_checked(r)) for r in recipes]
+    plan = make_plan(
+        engine, loaded, archs=archs, backend=backend, nodes=nodes, gpus=gpus,  # type: ignore[arg-type]
+        site=site, wheelhouse=str(wheelhouse.resolve()) if wheelhouse else "",
+        level=level or "", envforge=(sys.executable, "-m", "envforge"),
+    )
+    written = write_plan(plan, out.resolve())
+    if as_json:
+        echo_json({"plan": plan.id, "tasks": len(plan.tasks),
+                   "files": [str(p) for p in written]})
+        return
+    for path in written:
+        click.echo(str(path))
+    note(f"plan {plan.id}: {len(plan.tasks)} task{'' if len(plan.tasks) == 1 else 's'} "
+         f"({engine}); next: envforge fleet submit {out}")
+
+
+def _ref(ref: str) -> str:
+    """A recipe file is kept as an absolute path (nodes run elsewhere); a name as is."""
+    path = Path(ref)
+    return str(path.resolve()) if ref.endswith((".yaml", ".yml")) or "/" in ref else ref
+
+
+def _load(folder: Path) -> Plan:
+    from envforge.fleet.plan import load_plan  # noqa: PLC0415 - when run
+
+    return load_plan(folder.resolve())
+
+
+def _jobs(folder: Path) -> list[str]:
+    path = folder / SUBMITTED
+    if not path.is_file():
+        return []
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return [str(j) for j in data["jobs"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InvalidInput(f"{path}: unreadable ({exc})",
+                           hint="remove it and submit again") from None
+
+
+@fleet.command("submit")
+@click.argument("folder", type=click.Path(path_type=Path, file_okay=False), metavar="DIR")
+@json_option
+def submit_cmd(folder: Path, as_json: bool) -> None:
+    """Submit a plan: sbatch (Slurm), kubectl apply (Kubernetes)."""
+    from envforge.fleet.write import submit  # noqa: PLC0415 - when run
+
+    plan = _load(folder)
+    jobs = submit(plan, folder.resolve())
+    if as_json:
+        echo_json({"plan": plan.id, "jobs": jobs})
+        return
+    for job in jobs:
+        click.echo(job)
+    note(f"submitted plan {plan.id}; next: envforge fleet status {folder} --wait")
+
+
+def _states(plan: Plan, folder: Path, *, strict: bool) -> tuple[TaskState, ...]:
+    from envforge.evidence import Redactor  # noqa: PLC0415 - when run
+    from envforge.fleet import outcome, slurm  # noqa: PLC0415 - when run
+
+    queued: dict[int, str] = {}
+    jobs = _jobs(folder) if plan.engine == "slurm" else []
+    if jobs:
+        try:
+            queued = {i: e.state for i, e in slurm.queue(jobs).items()}
+        except Unavailable as exc:
+            if strict:
+                raise
+            say(f"{exc.one_line()}: tasks without a report count as missing")
+    return outcome.states(plan, folder, queued, Redactor.for_this_host())
+
+
+def _print(found: tuple[TaskState, ...]) -> None:
+    for item in found:
+        node = item.to_dict()
+        where = f" on {node['node']}" if node["node"] else ""
+        gpus = f" GPU {node['gpus']}" if node["gpus"] else ""
+        detail = f": {item.detail}" if item.detail else ""
+        click.echo(f"{item.task.index:03d}  {item.task.recipe:<14} {item.task.arch:<8} "
+                   f"{item.state}{where}{gpus}{detail}")
+
+
+def _verdict(found: tuple[TaskState, ...], waited: str = "") -> None:
+    from envforge.fleet.outcome import counts  # noqa: PLC0415 - when run
+
+    n = counts(found)
+    summary = ", ".join(f"{v} {k}" for k, v in n.items() if v)
+    if n["failed"] or n["missing"]:
+        raise CertificationFailed(f"fleet: {summary}",
+                                  hint="see each task's line above and its logs/ file")
+    if n["queued"] or n["running"]:
+        raise CertificationFailed(f"fleet: {summary}{waited}",
+                                  hint="envforge fleet status DIR --wait [--timeout S]")
+    note(f"fleet: {summary}")
+
+
+@fleet.command("status")
+@click.argument("folder", type=click.Path(path_type=Path, file_okay=False), metavar="DIR")
+@click.option("--wait", is_flag=True, help="Wait until no task is queued or running.")
+@click.option("--timeout", type=float, default=None, metavar="S",
+              help="With --wait: give up after S seconds (exit 1, named).")
+@json_option
+def status_cmd(folder: Path, wait: bool, timeout: float | None, as_json: bool) -> None:
+    """Each task's state (exit 0 all passed, 1 any failed/missing/unfinished, 4 unreachable)."""
+    plan = _load(folder)
+    start = time.monotonic()
+    waited = ""
+    while True:
+        found = _states(plan, folder, strict=True)
+        busy = any(s.state in ("queued", "running") for s in found)
+        if not (wait and busy):
+            break
+        if timeout is not None and time.monotonic() - start >= timeout:
+            waited = f" (timed out after {timeout:g} s of --wait)"
+            break
+        time.sleep(1.0)
+    if as_json:
+        echo_json({"plan": plan.id, "tasks": [s.to_dict() for s in found]})
+    else:
+        _print(found)
+    _verdict(found, waited)
+
+
+@fleet.command("collect")
+@click.argument("folder", type=click.Path(path_type=Path, file_okay=False), metavar="DIR")
+@click.option("-o", "--output", "site", type=click.Path(path_type=Path), default=None,
+              metavar="SITE", help="Also write the matrix site (index.html, matrix.json) here.")
+@json_option
+def collect_cmd(folder: Path, site: Path | None, as_json: bool) -> None:
+    """Import every task's report into the evidence store; check none is missing."""
+    from envforge.evidence_store import import_documents  # noqa: PLC0415 - when run
+
+    plan = _load(folder)
+    found = _states(plan, folder, strict=False)
+    docs = [(s.source, s.document) for s in found if s.document is not None and s.record]
+    imported = import_documents(docs)
+    summary: dict[str, Any] = {"plan": plan.id, "added": len(imported.added),
+                               "known": imported.known,
+                               "tasks": [s.to_dict() for s in found]}
+    if site is not None:
+        from envforge.matrix import aggregate, write_site  # noqa: PLC0415 - when run
+
+        written = write_site(aggregate([s.record for s in found if s.record]), site)
+        summary["site"] = str(written.index)
+    if as_json:
+        echo_json(summary)
+    else:
+        _print(found)
+        note(f"{len(imported.added)} report(s) added to the evidence store, "
+             f"{imported.known} already there" + (f"; wrote {summary['site']}" if site else ""))
+    _verdict(found)
+
+
+@fleet.command("task", hidden=True)
+@click.argument("folder", type=click.Path(path_type=Path, file_okay=False), metavar="DIR")
+@click.argument("index", type=int)
+@click.pass_context
+def task_cmd(ctx: click.Context, folder: Path, index: int) -> None:
+    """Run one task of a plan on this node (what the sbatch array runs)."""
+    from envforge.fleet.task import run_task  # noqa: PLC0415 - when run
+
+    ctx.exit(run_task(_load(folder), folder.resolve(), index))

@@ -1,0 +1,18 @@
+"""Fleet certification: one plan, run by the scheduler a site already has.
+
+The pipeline on a fleet reads as on one host, spread over nodes:
+
+* :mod:`.plan` -- recipes x archs -> a frozen :class:`~.plan.Plan` (``plan.json``): which
+  recipe (or image) is certified on which arch, on how many nodes, one task per node;
+* :mod:`.slurm`, :mod:`.k8s`, :mod:`.github` -- the plan as the engine's own files (sbatch
+  job arrays; Kubernetes Jobs; a GitHub Actions matrix), plus Slurm's submit and queue;
+* :mod:`.node` -- on a node: the GPUs the scheduler granted (``SLURM_JOB_GPUS``,
+  ``CUDA_VISIBLE_DEVICES``, ``ROCR_VISIBLE_DEVICES``);
+* :mod:`.task` -- one task: ``envforge build``/``certify`` with ``--report`` into the
+  plan's ``reports/NNN/`` folder, and ``task.json`` (exit status, node, granted GPUs);
+* :mod:`.outcome` -- each task's state from its report folder and the queue, and the
+  checks ``fleet collect`` makes (the report is about the planned recipe hash or image).
+
+Everything here but :mod:`.slurm`'s submit/queue and :mod:`.task` is pure: it writes no
+file and starts no process (the CLI, :mod:`envforge.cli.fleet`, writes the files).
+"""

@@ -1,0 +1,90 @@
+"""GitHub Actions: the plan as a workflow whose matrix is (recipe, arch) over runner labels.
+
+Each matrix job runs on a self-hosted runner with the site's labels plus the arch
+(``[self-hosted, gpu, gfx942]``), certifies with ``--report report`` and uploads the
+report folder as an artifact named by its task; the ``collect`` job downloads them all
+into ``reports/NNN`` and writes the matrix site. ``fail-fast`` is off: one arch failing
+does not cancel the others. A label no runner has keeps its job queued (GitHub fails it
+after 24 hours). Checked with actionlint (scripts/test); the labels go into the
+``actionlint.yaml`` written beside it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from envforge.fleet.plan import CPU, Plan
+
+PYTHON = "3.11"
+
+
+def _certify_command(plan: Plan) -> str:
+    # shell text for the runner: the matrix values are the plan's own (recipe names)
+    cmd = 'envforge build "$RECIPE" --report report'
+    if plan.backend == "venv":
+        cmd += " --backend venv"
+    if plan.level:
+        cmd += f" --level {plan.level}"
+    return cmd
+
+
+def workflow(plan: Plan) -> dict[str, Any]:
+    include = [
+        {"task": f"{t.index:03d}", "recipe": t.ref if "/" not in t.ref else t.recipe,
+         "arch": t.arch}
+        for t in plan.tasks
+    ]
+    labels = [*plan.site.runner_labels]
+    runs_on: Any = [*labels, "${{ matrix.arch }}"]
+    if all(t.arch == CPU for t in plan.tasks):
+        runs_on = labels or "ubuntu-latest"
+    install = {
+        "name": "Install envforge",
+        "run": 'python3 -m venv "$RUNNER_TEMP/envforge"\n'
+               '"$RUNNER_TEMP/envforge/bin/pip" install "$ENVFORGE_PIP_SPEC"\n'
+               'echo "$RUNNER_TEMP/envforge/bin" >> "$GITHUB_PATH"\n',
+    }
+    certify = {
+        "runs-on": runs_on,
+        "timeout-minutes": 90,
+        "strategy": {"fail-fast": False, "matrix": {"include": include}},
+        "env": {"RECIPE": "${{ matrix.recipe }}"},
+        "steps": [
+            {"uses": "actions/checkout@v5"},
+            install,
+            {"name": "Certify on this runner's GPU", "run": _certify_command(plan) + "\n"},
+            {"name": "Upload the report", "if": "always()",
+             "uses": "actions/upload-artifact@v6",
+             "with": {"name": "envforge-report-${{ matrix.task }}", "path": "report/",
+                      "if-no-files-found": "warn"}},
+        ],
+    }
+    collect = {
+        "needs": "certify",
+        "if": "always()",
+        "runs-on": "ubuntu-latest",
+        "timeout-minutes": 15,
+        "steps": [
+            {"uses": "actions/setup-python@v6", "with": {"python-version": PYTHON}},
+            {"name": "Install envforge", "run": 'python -m pip install "$ENVFORGE_PIP_SPEC"\n'},
+            {"name": "Download the reports", "uses": "actions/download-artifact@v7",
+             "with": {"pattern": "envforge-report-*", "path": "reports"}},
+            {"name": "The certified-on matrix",
+             "run": "envforge matrix --evidence reports -o site\n"},
+            {"name": "Upload the matrix site", "uses": "actions/upload-artifact@v6",
+             "with": {"name": "envforge-matrix", "path": "site/"}},
+        ],
+    }
+    return {
+        "name": f"envforge fleet {plan.id}",
+        "on": {"workflow_dispatch": None, "schedule": [{"cron": "17 3 * * *"}]},
+        "permissions": {"contents": "read"},
+        # what `pip install` installs envforge from (a version pin, a wheel URL, a path)
+        "env": {"ENVFORGE_PIP_SPEC": "${{ vars.ENVFORGE_PIP_SPEC || 'envforge' }}"},
+        "jobs": {"certify": certify, "collect": collect},
+    }
+
+
+def actionlint_config(plan: Plan) -> dict[str, Any]:
+    labels = sorted({*plan.site.runner_labels, *(t.arch for t in plan.tasks)} - {"self-hosted"})
+    return {"self-hosted-runner": {"labels": labels}}

@@ -1,0 +1,57 @@
+"""On a node: the GPUs the scheduler granted this job, read from its environment.
+
+Slurm sets ``SLURM_JOB_GPUS`` (and, since 22.05, ``CUDA_VISIBLE_DEVICES``,
+``ROCR_VISIBLE_DEVICES`` and ``GPU_DEVICE_ORDINAL`` together, numbered by the GRES index);
+a Kubernetes device plugin sets ``NVIDIA_VISIBLE_DEVICES``/``CUDA_VISIBLE_DEVICES``.
+:func:`granted` turns the first one set into ``--gpu``'s form (``0,1``), so that a task
+uses what it was given. Whether the scheduler's numbering equals ``envforge detect``'s on
+a real multi-GPU node is not verified (no GPU node was available): the variables are
+named in what envforge says, so a mismatch shows.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+#: The variables read, first set wins.
+VARIABLES = ("SLURM_JOB_GPUS", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES",
+             "NVIDIA_VISIBLE_DEVICES")
+_INDEXES = re.compile(r"^\d+(,\d+)*$")
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What the scheduler granted: the variable it came from, the GPU indexes (``0,1``),
+    the node's name and the job (``JOBID_TASK`` for an array task)."""
+
+    variable: str
+    gpus: str
+    node: str = ""
+    job: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        return {"variable": self.variable, "gpus": self.gpus, "node": self.node, "job": self.job}
+
+
+def _job(environ: Mapping[str, str]) -> str:
+    array = environ.get("SLURM_ARRAY_JOB_ID")
+    if array:
+        return f"{array}_{environ.get('SLURM_ARRAY_TASK_ID', '')}"
+    return environ.get("SLURM_JOB_ID", "")
+
+
+def granted(environ: Mapping[str, str]) -> Grant | None:
+    """The scheduler's grant, or None outside a job (no Slurm job id, no pod) or when no
+    variable holds plain indexes (``all``, UUIDs and ``NoDevFiles`` are not used)."""
+    in_job = bool(environ.get("SLURM_JOB_ID")) or bool(environ.get("KUBERNETES_SERVICE_HOST"))
+    if not in_job:
+        return None
+    for name in VARIABLES:
+        value = environ.get(name, "").replace(" ", "")
+        if value and _INDEXES.match(value):
+            node = environ.get("SLURMD_NODENAME") or socket.gethostname()
+            return Grant(name, value, node, _job(environ))
+    return None

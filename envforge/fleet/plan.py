@@ -1,0 +1,283 @@
+"""A fleet plan: which recipe (or image) is certified on which arch, one task per node.
+
+``plan.json`` (schema :data:`SCHEMA`) is the one file every engine's files, ``fleet
+status`` and ``fleet collect`` read. Tasks are numbered from 0; task ``i`` writes its
+report into ``reports/NNN/`` (:attr:`Task.folder`) of the plan's folder.
+
+Pairing: with ``--arch`` given, each recipe is planned on each listed arch its GPU fits
+(a recipe for no GPU fits every arch; a GPU recipe only its own arch); without, each recipe
+on its own arch (``cpu`` for a recipe without a GPU). ``nodes`` tasks per pair, each asking
+the scheduler for ``gpus`` GPUs (default 1 for a GPU recipe or an explicit arch, else 0).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from envforge.errors import InvalidInput
+from envforge.recipe.model import Recipe
+
+SCHEMA = "envforge.fleet-plan/1"
+Engine = Literal["slurm", "k8s", "github"]
+ENGINES: tuple[Engine, ...] = ("slurm", "k8s", "github")
+BackendName = Literal["docker", "venv"]
+#: The arch of a task for a recipe without a GPU and no ``--arch``.
+CPU = "cpu"
+#: Most tasks one plan may hold (a Slurm array's default MaxArraySize is 1001).
+MAX_TASKS = 1000
+
+
+@dataclass(frozen=True)
+class Site:
+    """What differs between sites: Slurm partition/account/time and feature names per
+    arch, the Kubernetes namespace and node label, the GitHub runner labels."""
+
+    partition: str = ""
+    account: str = ""
+    time: str = "00:30:00"
+    #: (arch, Slurm feature) for archs whose feature is not the arch's name.
+    features: tuple[tuple[str, str], ...] = ()
+    namespace: str = "default"
+    #: A node label whose value is the arch (set by hand), used instead of the vendors'
+    #: labels (``kubectl label node N envforge.io/gpu-arch=gfx942``).
+    arch_label: str = ""
+    #: Image registry prefix for the recipes' images (``HOST:PORT/envforge``).
+    registry: str = ""
+    runner_labels: tuple[str, ...] = ("self-hosted", "gpu")
+
+    def feature(self, arch: str) -> str:
+        return dict(self.features).get(arch, arch)
+
+
+@dataclass(frozen=True)
+class Task:
+    """One node's work: certify ``recipe`` on a node of ``arch`` with ``gpus`` GPUs."""
+
+    index: int
+    recipe: str
+    #: The recipe file as given (a name of the catalogue, or an absolute path).
+    ref: str
+    recipe_hash: str
+    stack: str
+    #: The recipe's GPU vendor (``none`` for a CPU recipe, even on a GPU node).
+    vendor: str
+    arch: str
+    gpus: int
+    #: The image to certify (docker backend, Kubernetes): ``[REGISTRY/]envforge/R:STACK``.
+    image: str = ""
+
+    @property
+    def folder(self) -> str:
+        """Its report folder, relative to the plan's folder."""
+        return f"reports/{self.index:03d}"
+
+
+@dataclass(frozen=True)
+class Plan:
+    engine: Engine
+    backend: BackendName
+    tasks: tuple[Task, ...]
+    site: Site = field(default_factory=Site)
+    wheelhouse: str = ""
+    level: str = ""
+    #: How a node runs envforge (``python -m envforge`` of the planning interpreter: the
+    #: same path on a shared file system).
+    envforge: tuple[str, ...] = ("envforge",)
+    #: Whether each task gets an ENVFORGE_HOME of its own under the plan's folder (safe
+    #: for concurrent tasks); False: the nodes' own.
+    task_homes: bool = True
+
+    @property
+    def id(self) -> str:
+        """A short digest of the plan's content (names jobs; equal plans, equal ids)."""
+        text = json.dumps(self.to_dict(with_id=False), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+    def to_dict(self, *, with_id: bool = True) -> dict[str, Any]:
+        data: dict[str, Any] = {"schema": SCHEMA}
+        if with_id:
+            data["id"] = self.id
+        data.update(
+            engine=self.engine,
+            backend=self.backend,
+            wheelhouse=self.wheelhouse,
+            level=self.level,
+            envforge=list(self.envforge),
+            task_homes=self.task_homes,
+            site=asdict(self.site),
+            tasks=[asdict(t) for t in self.tasks],
+        )
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
+    def groups(self) -> dict[tuple[str, int], tuple[Task, ...]]:
+        """Tasks by (arch, gpus): what one Slurm array (one constraint, one GRES) holds."""
+        found: dict[tuple[str, int], list[Task]] = {}
+        for task in self.tasks:
+            found.setdefault((task.arch, task.gpus), []).append(task)
+        return {key: tuple(tasks) for key, tasks in found.items()}
+
+
+def _fits(recipe: Recipe, arch: str) -> bool:
+    return recipe.gpu.vendor == "none" or recipe.gpu.arch == arch
+
+
+def vendor_of(arch: str) -> str:
+    """``amd`` for gfx*, ``nvidia`` for sm_*, ``none`` otherwise."""
+    if arch.startswith("gfx"):
+        return "amd"
+    if arch.startswith("sm_"):
+        return "nvidia"
+    return "none"
+
+
+def _pairs(recipes: Sequence[Recipe], archs: Sequence[str]) -> list[tuple[Recipe, str, bool]]:
+    """(recipe, arch, arch given) in plan order; a recipe no given arch fits is refused."""
+    pairs: list[tuple[Recipe, str, bool]] = []
+    for recipe in recipes:
+        if not archs:
+            pairs.append((recipe, recipe.gpu.arch or CPU, False))
+            continue
+        fitting = [a for a in archs if _fits(recipe, a)]
+        if not fitting:
+            raise InvalidInput(
+                f"--recipe {recipe.name}: its GPU arch {recipe.gpu.arch} is not among "
+                f"--arch {','.join(archs)}",
+                hint=f"add --arch {recipe.gpu.arch}, or plan that recipe on its own",
+            )
+        pairs.extend((recipe, a, True) for a in fitting)
+    return pairs
+
+
+def image_for(recipe: Recipe, site: Site) -> str:
+    name = f"envforge/{recipe.name}:{recipe.stack_tag}"
+    return f"{site.registry.rstrip('/')}/{name}" if site.registry else name
+
+
+def make_plan(
+    engine: Engine,
+    recipes: Sequence[tuple[str, Recipe]],
+    *,
+    archs: Sequence[str] = (),
+    backend: BackendName = "docker",
+    nodes: int = 1,
+    gpus: int | None = None,
+    site: Site = Site(),
+    wheelhouse: str = "",
+    level: str = "",
+    envforge: Sequence[str] = ("envforge",),
+) -> Plan:
+    """The plan for ``recipes`` ((reference as given, loaded recipe) pairs); see the
+    module docstring for the pairing. Raises :class:`InvalidInput` for what cannot run."""
+    if not recipes:
+        raise InvalidInput("no recipe to plan", hint="--recipe NAME (repeatable)")
+    if nodes < 1:
+        raise InvalidInput(f"--nodes {nodes}: must be at least 1", hint="--nodes 1")
+    if gpus is not None and gpus < 0:
+        raise InvalidInput(f"--gpus {gpus}: must be 0 or more", hint="--gpus 1")
+    if engine == "k8s" and backend == "venv":
+        raise InvalidInput("--engine k8s runs images: --backend venv is for Slurm and "
+                           "GitHub runners", hint="--backend docker")
+    refs = {r.name: ref for ref, r in recipes}
+    tasks: list[Task] = []
+    for recipe, arch, given in _pairs([r for _, r in recipes], archs):
+        wanted = gpus if gpus is not None else (1 if given or recipe.gpu.vendor != "none" else 0)
+        for _ in range(nodes):
+            tasks.append(Task(
+                index=len(tasks), recipe=recipe.name, ref=refs[recipe.name],
+                recipe_hash=recipe.hash, stack=recipe.stack_tag,
+                vendor=recipe.gpu.vendor,
+                arch=arch, gpus=wanted,
+                image=image_for(recipe, site) if backend == "docker" else "",
+            ))
+    if len(tasks) > MAX_TASKS:
+        raise InvalidInput(f"{len(tasks)} tasks: more than {MAX_TASKS} in one plan",
+                           hint="plan fewer recipes, archs or --nodes per plan")
+    return Plan(engine, backend, tuple(tasks), site, wheelhouse, level, tuple(envforge))
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _site(data: Any, source: str) -> Site:
+    if not isinstance(data, Mapping):
+        raise InvalidInput(f"{source}: key 'site' is not an object", hint="plan again")
+    return Site(
+        partition=str(data.get("partition", "")),
+        account=str(data.get("account", "")),
+        time=str(data.get("time", "00:30:00")),
+        features=tuple((str(a), str(f)) for a, f in data.get("features") or ()),
+        namespace=str(data.get("namespace", "default")),
+        arch_label=str(data.get("arch_label", "")),
+        registry=str(data.get("registry", "")),
+        runner_labels=tuple(str(x) for x in data.get("runner_labels") or ()),
+    )
+
+
+def _task(data: Any, number: int, source: str) -> Task:
+    if not isinstance(data, Mapping):
+        raise InvalidInput(f"{source}: tasks[{number}] is not an object", hint="plan again")
+    try:
+        task = Task(
+            index=int(data["index"]), recipe=str(data["recipe"]), ref=str(data["ref"]),
+            recipe_hash=str(data["recipe_hash"]), stack=str(data["stack"]),
+            vendor=str(data["vendor"]), arch=str(data["arch"]), gpus=int(data["gpus"]),
+            image=str(data.get("image", "")),
+        )
+    except KeyError as exc:
+        raise InvalidInput(f"{source}: tasks[{number}] lacks key {exc}",
+                           hint="plan again") from None
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"{source}: tasks[{number}]: {exc}", hint="plan again") from None
+    if task.index != number:
+        raise InvalidInput(f"{source}: tasks[{number}] has index {task.index}", hint="plan again")
+    return task
+
+
+def plan_from_dict(data: Any, source: str) -> Plan:
+    """A plan as :meth:`Plan.to_dict` wrote it; :class:`InvalidInput` naming the key."""
+    if not isinstance(data, Mapping) or data.get("schema") != SCHEMA:
+        raise InvalidInput(f"{source}: not an envforge fleet plan (schema {SCHEMA})",
+                           hint="envforge fleet plan ... -o DIR writes DIR/plan.json")
+    engine, backend = data.get("engine"), data.get("backend")
+    if engine not in ENGINES or backend not in ("docker", "venv"):
+        raise InvalidInput(f"{source}: key 'engine' or 'backend' has an unknown value",
+                           hint="plan again")
+    tasks = data.get("tasks")
+    if not isinstance(tasks, list):
+        raise InvalidInput(f"{source}: key 'tasks' is not a list", hint="plan again")
+    command = data.get("envforge")
+    if not isinstance(command, list) or not command:
+        raise InvalidInput(f"{source}: key 'envforge' is not a command", hint="plan again")
+    return Plan(
+        engine=engine,
+        backend=backend,
+        tasks=tuple(_task(t, i, source) for i, t in enumerate(tasks)),
+        site=_site(data.get("site") or {}, source),
+        wheelhouse=str(data.get("wheelhouse", "")),
+        level=str(data.get("level", "")),
+        envforge=tuple(str(x) for x in command),
+        task_homes=bool(data.get("task_homes", True)),
+    )
+
+
+def load_plan(folder: Path) -> Plan:
+    """``folder/plan.json``; :class:`InvalidInput` when it is missing or malformed."""
+    from envforge.fsutil import read_limited  # noqa: PLC0415 - only when reading plans
+
+    path = folder / "plan.json"
+    if not path.is_file():
+        raise InvalidInput(f"{path}: no such file",
+                           hint="envforge fleet plan ... -o DIR writes it")
+    try:
+        data = json.loads(read_limited(path, 64 * 1024 * 1024))
+    except ValueError as exc:
+        raise InvalidInput(f"{path}: not JSON: {exc}", hint="plan again") from None
+    return plan_from_dict(data, str(path))

@@ -1,0 +1,120 @@
+"""Slurm: the plan as sbatch job arrays; submit with ``sbatch``, watch with ``squeue``.
+
+One array per (arch, GPUs per task) group: an array has one ``--gres`` and one
+``--constraint``. Array task ids are the plan's task indexes (``--array=0,2,5``), so task
+``i`` is ``JOB_i`` in the queue and ``reports/00i`` on disk. No accounting database is
+needed: a task no longer in the queue is finished when its ``task.json`` is there, else
+lost. No Python client either: ``sbatch``/``squeue`` are the interface every site has.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from envforge import proc
+from envforge.errors import Unavailable
+from envforge.fleet.plan import CPU, Plan
+from envforge.render.templates import render_template
+
+#: Seconds sbatch/squeue may take before the scheduler counts as unreachable.
+TIMEOUT = 60.0
+#: Queue states that mean "not finished yet".
+WAITING = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED",
+           "RESIZING", "STAGE_OUT", "SIGNALING")
+
+
+def _ranges(indexes: Sequence[int]) -> str:
+    """``0-3,7,9-10``: Slurm's array syntax for sorted task ids."""
+    parts: list[str] = []
+    start = prev = indexes[0]
+    for i in [*indexes[1:], -2]:
+        if i == prev + 1:
+            prev = i
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = i
+    return ",".join(parts)
+
+
+def script_name(arch: str, gpus: int) -> str:
+    return f"certify-{arch}-gpu{gpus}.sbatch"
+
+
+def render(plan: Plan, folder: Path) -> dict[str, str]:
+    """File name -> text of each sbatch script (``folder``: the plan's absolute folder)."""
+    files: dict[str, str] = {}
+    for (arch, gpus), tasks in plan.groups().items():
+        files[script_name(arch, gpus)] = render_template(
+            "fleet/certify.sbatch.j2",
+            plan_id=plan.id,
+            arch=arch,
+            tasks=tasks,
+            array=_ranges([t.index for t in tasks]),
+            gpus=gpus,
+            constraint="" if arch == CPU else plan.site.feature(arch),
+            partition=plan.site.partition,
+            account=plan.site.account,
+            time=plan.site.time,
+            folder=str(folder),
+            folder_quoted=shlex.quote(str(folder)),
+            logs=str(folder / "logs"),
+            command=shlex.join(plan.envforge),
+        )
+    return files
+
+
+def _call(argv: Sequence[str], environ: Mapping[str, str] | None) -> proc.Completed:
+    try:
+        done = proc.run(argv, timeout=TIMEOUT, env=environ)
+    except FileNotFoundError:
+        raise Unavailable(f"{argv[0]}: not found: this machine is no Slurm submit host",
+                          hint="run it on a login node (where sbatch and squeue are)") from None
+    if done.timed_out:
+        raise Unavailable(f"{shlex.join(argv)}: no answer within {TIMEOUT:.0f} s",
+                          hint="check the controller (scontrol ping)")
+    return done
+
+
+def submit(scripts: Sequence[Path], environ: Mapping[str, str] | None = None) -> list[str]:
+    """``sbatch --parsable`` each script; the job ids. :class:`Unavailable` (exit 4) when
+    the scheduler cannot be reached or refuses a script (its message, one line)."""
+    jobs: list[str] = []
+    for script in scripts:
+        done = _call(["sbatch", "--parsable", str(script)], environ)
+        if not done.ok:
+            reason = " ".join((done.stderr or done.stdout).split()) or f"exit {done.returncode}"
+            raise Unavailable(f"sbatch {script.name}: {reason}",
+                              hint="check the partition, account and the arch features "
+                              "(sinfo -o '%N %f %G')")
+        jobs.append(done.stdout.strip().split(";", 1)[0])
+    return jobs
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    task: int
+    state: str
+    reason: str
+
+
+def queue(jobs: Sequence[str], environ: Mapping[str, str] | None = None) -> dict[int, QueueEntry]:
+    """The plan's tasks still in the queue (task index -> state), from ``squeue``.
+    A job the controller no longer knows is simply absent."""
+    if not jobs:
+        return {}
+    done = _call(["squeue", "-h", "-r", "-j", ",".join(jobs), "-o", "%i|%T|%r"], environ)
+    if not done.ok and "Invalid job id" not in done.stderr:
+        reason = " ".join(done.stderr.split()) or f"exit {done.returncode}"
+        raise Unavailable(f"squeue: {reason}", hint="check the controller (scontrol ping)")
+    found: dict[int, QueueEntry] = {}
+    for line in done.stdout.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) != 3 or "_" not in parts[0]:
+            continue
+        task = parts[0].rsplit("_", 1)[1]
+        if task.isdigit():
+            found[int(task)] = QueueEntry(int(task), parts[1], parts[2])
+    return found

@@ -1,0 +1,77 @@
+"""One task of a plan, on its node: certify, keep the report, write ``task.json``.
+
+The task runs envforge as a child (``build RECIPE --backend venv`` or ``build RECIPE`` /
+``certify IMAGE`` for Docker) with ``--report`` into its report folder and, unless the
+plan says otherwise, an ``ENVFORGE_HOME`` of its own under the plan's folder
+(``homes/NNN``): concurrent tasks on a shared file system never write the same store.
+The GPUs the scheduler granted are passed on as ``--gpu`` (:mod:`envforge.fleet.node`).
+``task.json`` (written last, atomically) records the exit status, the node, the grant and
+the seconds; its presence tells ``fleet status`` that the task ended.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+
+from envforge import proc
+from envforge.errors import InvalidInput
+from envforge.fleet.node import granted
+from envforge.fleet.outcome import TASK_FILE
+from envforge.fleet.plan import Plan, Task
+from envforge.fsutil import make_dirs, write_atomically
+
+
+def command(plan: Plan, task: Task, folder: Path) -> list[str]:
+    """The envforge command line the task runs."""
+    report = str(folder / task.folder)
+    argv = [*plan.envforge]
+    if plan.backend == "venv":
+        argv += ["build", task.ref, "--backend", "venv", "--report", report]
+        if plan.wheelhouse:
+            argv += ["--wheelhouse", plan.wheelhouse]
+    else:
+        argv += ["build", task.ref, "--report", report]
+    if plan.level:
+        argv += ["--level", plan.level]
+    return argv
+
+
+def environment(plan: Plan, task: Task, folder: Path,
+                environ: Mapping[str, str]) -> dict[str, str]:
+    env = dict(environ)
+    if plan.task_homes:
+        env["ENVFORGE_HOME"] = str(folder / "homes" / f"{task.index:03d}")
+    return env
+
+
+def run_task(plan: Plan, folder: Path, index: int, environ: Mapping[str, str] | None = None) -> int:
+    """Run task ``index`` of ``plan`` (in ``folder``); its exit status."""
+    env_in = dict(os.environ if environ is None else environ)
+    if not 0 <= index < len(plan.tasks):
+        raise InvalidInput(f"task {index}: the plan has tasks 0-{len(plan.tasks) - 1}",
+                           hint="the sbatch script passes $SLURM_ARRAY_TASK_ID")
+    task = plan.tasks[index]
+    grant = granted(env_in)  # the child takes it as its default --gpu and says so
+    argv = command(plan, task, folder)
+    make_dirs(folder / task.folder)
+    started = datetime.now(timezone.utc)
+    clock = time.monotonic()
+    with proc.spawn(argv, env=environment(plan, task, folder, env_in),
+                    stdout=None, stderr=None) as child:
+        code = child.wait()
+    record = {
+        "task": task.index, "recipe": task.recipe, "arch": task.arch, "exit": code,
+        "node": grant.node if grant else env_in.get("SLURMD_NODENAME", ""),
+        "granted": grant.to_dict() if grant else {},
+        "command": argv,
+        "started": started.isoformat().replace("+00:00", "Z"),
+        "seconds": round(time.monotonic() - clock, 3),
+    }
+    write_atomically(folder / task.folder / TASK_FILE, json.dumps(record, indent=2) + "\n")
+    return code
+

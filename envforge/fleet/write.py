@@ -1,0 +1,95 @@
+"""A plan's files on disk, and handing them to the scheduler.
+
+``plan.json`` always; then per engine: ``certify-ARCH-gpuN.sbatch`` (Slurm), ``jobs.yaml``
+(Kubernetes: the ConfigMap and the Jobs, one YAML document each), ``workflow.yml`` and
+``actionlint.yaml`` (GitHub Actions). Each file is written atomically; ``plan.json`` last,
+so a folder with a ``plan.json`` has all its files.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+
+import yaml
+
+from envforge.errors import InvalidInput, Unavailable
+from envforge.fleet import github, k8s, slurm
+from envforge.fleet.plan import Plan
+from envforge.fsutil import make_dirs, write_atomically
+
+
+def _yaml(doc: object) -> str:
+    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=100)
+
+
+def _k8s_files(plan: Plan) -> dict[str, str]:
+    from envforge.knowledge.parse import load_table  # noqa: PLC0415 - the table is heavy
+    from envforge.probe.runner import worker_source  # noqa: PLC0415 - as above
+    from envforge.probe.spec import ProbeSpec  # noqa: PLC0415 - as above
+    from envforge.recipe.catalogue import Catalogue  # noqa: PLC0415 - as above
+
+    table = load_table()
+    catalogue = Catalogue.default()
+    specs = {}
+    for task in plan.tasks:
+        recipe = catalogue.load(task.ref)
+        level = plan.level if plan.level in ("quick", "full") else None
+        specs[task.index] = ProbeSpec.from_recipe(recipe, level=level).worker_json()  # type: ignore[arg-type]
+
+    def pci_ids(arch: str) -> list[int]:
+        return [p.device_id for p in table.amd_pci_ids if p.arch == arch]
+
+    docs = k8s.manifests(plan, worker_source(), specs, pci_ids)
+    return {"jobs.yaml": "".join("---\n" + _yaml(d) for d in docs)}
+
+
+def engine_files(plan: Plan, folder: Path) -> dict[str, str]:
+    """File name -> text of the engine's files for ``plan`` (in ``folder``, absolute)."""
+    if plan.engine == "slurm":
+        return slurm.render(plan, folder)
+    if plan.engine == "k8s":
+        return _k8s_files(plan)
+    return {
+        "workflow.yml": _yaml(github.workflow(plan)).replace("'on':", "on:", 1),
+        "actionlint.yaml": _yaml(github.actionlint_config(plan)),
+    }
+
+
+def write_plan(plan: Plan, folder: Path) -> list[Path]:
+    """Write the plan's files into ``folder`` (created); the paths written."""
+    files = engine_files(plan, folder)
+    make_dirs(folder / "logs", setting="-o")
+    written = []
+    for name, text in files.items():
+        write_atomically(folder / name, text, setting="-o")
+        written.append(folder / name)
+    write_atomically(folder / "plan.json", plan.to_json(), setting="-o")
+    return [folder / "plan.json", *written]
+
+
+def submit(plan: Plan, folder: Path, environ: Mapping[str, str] | None = None) -> list[str]:
+    """Hand the plan to its scheduler; the job ids (``submitted.json`` records them)."""
+    if plan.engine == "github":
+        raise InvalidInput(
+            "a GitHub Actions plan is not submitted from here",
+            hint=f"commit {folder / 'workflow.yml'} as .github/workflows/envforge-fleet.yml "
+            "and run it (workflow_dispatch)",
+        )
+    if plan.engine == "k8s":
+        raise Unavailable(
+            "no Kubernetes cluster is reached from envforge itself",
+            hint=f"kubectl apply -f {folder / 'jobs.yaml'}, then put each pod's log "
+            f"into {folder}/reports/NNN/ for `fleet collect`",
+        )
+    scripts = [folder / name for name in slurm.render(plan, folder)]
+    missing = [p for p in scripts if not p.is_file()]
+    if missing:
+        raise InvalidInput(f"{missing[0]}: no such file", hint="plan again (fleet plan -o DIR)")
+    jobs = slurm.submit(scripts, environ)
+    record = {"engine": plan.engine, "plan": plan.id, "jobs": jobs,
+              "submitted": datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")}
+    write_atomically(folder / "submitted.json", json.dumps(record, indent=2) + "\n")
+    return jobs

@@ -1,0 +1,112 @@
+"""``fleet plan -> submit -> status -> collect`` on a real one-node Slurm cluster.
+
+Nothing is mocked: munged, slurmctld and slurmd from Debian's archive run on loopback
+(``bash scripts/ci-slurm.sh up``; two fake GPUs, features amd,gfx942,rocm). Two recipes on
+the venv backend with the torch wheel of ``PIP_FIND_LINKS``: ``cpu``, which passes, and a
+copy of it with a check that fails. Each array task builds and probes (quick) its venv in
+an ENVFORGE_HOME of its own. With ``ENVFORGE_REQUIRE_ENGINE=1`` (CI) a cluster that is not
+up fails the test; otherwise it is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .helpers import unavailable
+
+ROOT = Path(__file__).resolve().parents[2]
+STATE = Path(os.environ.get("ENVFORGE_SLURM_STATE", "/tmp/envforge-ci-slurm"))
+WHEELS = Path(os.environ.get("PIP_FIND_LINKS", "/opt/wheels"))
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    conf = os.environ.get("SLURM_CONF") or str(STATE / "slurm.conf")
+    if shutil.which("sbatch") is None or not Path(conf).is_file():
+        unavailable(f"no Slurm cluster ({conf} missing; run: bash scripts/ci-slurm.sh up)")
+    if not any(WHEELS.glob("torch-2.13.0+cpu-cp311-*.whl")):
+        unavailable(f"no torch 2.13.0+cpu cp311 wheel in {WHEELS} (PIP_FIND_LINKS)")
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("ENVFORGE_")}
+    environ.update(SLURM_CONF=conf, UV_HTTP_RETRIES="0",
+                   ENVFORGE_HOME=str(tmp_path_factory.mktemp("collector-home")))
+    ping = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], env=environ, capture_output=True,
+                          text=True, check=False)
+    if ping.returncode != 0 or ping.stdout.strip() not in ("idle", "mixed", "allocated"):
+        unavailable(f"the Slurm node is not up: {ping.stdout.strip()} {ping.stderr.strip()}")
+    return environ
+
+
+def envforge(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "envforge", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
+def failing_recipe(folder: Path) -> Path:
+    check = folder / "fails.py"
+    check.write_text("raise SystemExit('this node is not good enough')\n")
+    text = (ROOT / "recipes" / "cpu.yaml").read_text()
+    text = text.replace("name: cpu\n", "name: cpu-fails\n", 1)
+    text = text.replace("certify:\n", f"certify:\n  extra_checks: [{check}]\n", 1)
+    path = folder / "cpu-fails.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_plan_submit_status_collect_with_a_passing_and_a_failing_recipe(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    plan = tmp_path / "plan"
+    planned = envforge(
+        "fleet", "plan", "--engine", "slurm", "--recipe", "cpu", "--recipe",
+        str(failing_recipe(tmp_path)), "--arch", "gfx942", "--backend", "venv",
+        "--wheelhouse", str(WHEELS), "--level", "quick", "-o", str(plan), env=env,
+    )
+    assert planned.returncode == 0, planned.stderr
+    script = (plan / "certify-gfx942-gpu1.sbatch").read_text()
+    assert "#SBATCH --gres=gpu:1" in script
+    assert "#SBATCH --constraint=gfx942" in script
+
+    submitted = envforge("fleet", "submit", str(plan), "--json", env=env)
+    assert submitted.returncode == 0, submitted.stderr
+    assert len(json.loads(submitted.stdout)["jobs"]) == 1
+
+    status = envforge("fleet", "status", str(plan), "--wait", "--timeout", "500", "--json",
+                      env=env)
+    assert status.returncode == 1, status.stderr  # one failed
+    tasks = {t["task"]: t for t in json.loads(status.stdout)["tasks"]}
+    assert tasks[0]["state"] == "passed", tasks[0]
+    assert tasks[1]["state"] == "failed"
+    assert "check:fails.py fail" in tasks[1]["detail"]
+    node = socket.gethostname().split(".")[0]
+    for index in (0, 1):
+        assert tasks[index]["node"] == node
+        assert tasks[index]["gpus"] in ("0", "1")  # one of the two fake GRES devices
+        record = json.loads((plan / f"reports/{index:03d}/task.json").read_text())
+        assert record["granted"]["variable"] == "SLURM_JOB_GPUS"
+    log = "".join(p.read_text() for p in (plan / "logs").iterdir())
+    assert "the scheduler granted GPU" in log
+    assert "not used, the recipe needs none" in log
+
+    site = tmp_path / "site"
+    collected = envforge("fleet", "collect", str(plan), "-o", str(site), "--json", env=env)
+    assert collected.returncode == 1, collected.stderr
+    summary = json.loads(collected.stdout)
+    assert summary["added"] == 2
+    matrix = json.loads((site / "matrix.json").read_text())
+    assert sorted(c["column"] for c in matrix["cells"]) == ["cpu", "cpu-fails"]
+    again = envforge("fleet", "collect", str(plan), "--json", env=env)
+    assert json.loads(again.stdout)["added"] == 0  # idempotent
+    stored = list((Path(env["ENVFORGE_HOME"]) / "reports").glob("*.json"))
+    assert len(stored) == 2
+    shown = envforge("show", "cpu", env=env)
+    assert "Evidence: certified on CPU only, 1 host" in shown.stdout
