@@ -23,158 +23,72 @@ import os
 import platform
 import re
 import shutil
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
 
 from envforge import proc
 from envforge.arch import (
     gfx_from_target_version,
-    is_device_arch,
     parse_gfx,
-    sm_from_compute_cap,
-    strip_features,
-    vendor_of,
 )
-from envforge.errors import InvalidInput
+from envforge.detect_parse import (
+    RocmAgent,
+    SmiRow,
+    nvidia_arch_for_product,
+    overridden,
+    parse_kfd_properties,
+    parse_nvidia_information,
+    parse_nvidia_smi_csv,
+    parse_nvidia_version,
+    parse_rocm_agent_enumerator,
+    parse_rocminfo,
+    printable,
+)
 from envforge.hostfs import host_int, numeric_name, read_host_text
+from envforge.hostinfo import (
+    AMD_PCI_VENDOR,
+    INTEL_PCI_VENDOR,
+    MAX_DEVICE_MINOR,
+    MAX_GPU_COUNT,
+    NVIDIA_PCI_VENDOR,
+    OVERRIDE_VARS,
+    TOOL_TIMEOUT,
+    GpuInfo,
+    GpuVendor,
+    HostInfo,
+    TableSource,
+    ToolRunner,
+)
 from envforge.knowledge.parse import load_table
 from envforge.knowledge.table import CompatTable
 
-GpuVendor = Literal["amd", "nvidia"]
-
-AMD_PCI_VENDOR = 0x1002
-NVIDIA_PCI_VENDOR = 0x10DE
-INTEL_PCI_VENDOR = 0x8086
-
-#: The most GPUs ``ENVFORGE_GPU_COUNT`` may assume (the largest hosts have 16).
-MAX_GPU_COUNT = 256
-#: The largest device minor number used in a device path (Linux minors are 20 bits).
-MAX_DEVICE_MINOR = (1 << 20) - 1
-
-#: Seconds each detection tool may run before its whole process group is stopped.
-TOOL_TIMEOUT = 10.0
-
-#: Override variables (documented in README.md, "Host detection").
-OVERRIDE_VARS: dict[str, str] = {
-    "ENVFORGE_GPU_ARCH": "arch to assume, e.g. gfx1031 or sm_90 (replaces detection)",
-    "ENVFORGE_GPU_VENDOR": "amd, nvidia or none (default: inferred from the arch; none = no GPU)",
-    "ENVFORGE_GPU_COUNT": "how many such GPUs to assume (default 1)",
-    "ENVFORGE_GPU_PRODUCT": "product name to report (default: derived from the arch)",
-    "ENVFORGE_DRIVER_VERSION": "driver version to assume (also applies to detected GPUs)",
-}
-
-#: Product and PCI-id tables live in the compatibility table (``amd_pci_ids``,
-#: ``nvidia_model_names`` in envforge/data/compat.yaml); :func:`detect` takes a
-#: :class:`CompatTable` or loads the shipped one when it needs a lookup.
-TableSource = Callable[[], CompatTable]
-
-
-@dataclass(frozen=True)
-class GpuInfo:
-    """One GPU as the host sees it."""
-
-    vendor: GpuVendor
-    product: str
-    #: ``gfx1031``, ``sm_90``; None when no source could tell.
-    arch: str | None
-    driver_version: str | None
-    #: Device nodes a process needs to use this GPU (``/dev/kfd``, ``/dev/dri/renderD128``).
-    device_nodes: tuple[str, ...]
-    #: Where the arch came from: ``sysfs``, ``rocminfo``, ``nvidia-smi``, ``override``…
-    source: str
-    pci_id: str | None = None
-    index: int = 0
-    #: The arch was inferred from a product name or PCI id table, not stated by the
-    #: driver, sysfs or a tool (not part of ``to_dict``).
-    arch_guessed: bool = False
-    #: APU graphics (an iGPU), per the table's ``amd_archs``: a discrete GPU beside it
-    #: is the one ``auto`` chooses for.
-    integrated: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "vendor": self.vendor,
-            "product": self.product,
-            "arch": self.arch,
-            "driver_version": self.driver_version,
-            "device_nodes": list(self.device_nodes),
-            "pci_id": self.pci_id,
-            "source": self.source,
-            "integrated": self.integrated,
-        }
-
-
-@dataclass(frozen=True)
-class HostInfo:
-    """What :func:`detect` found: the GPUs, plus notes on what it could not tell."""
-
-    gpus: tuple[GpuInfo, ...]
-    kernel: str
-    machine: str
-    sources: tuple[str, ...] = ()
-    notes: tuple[str, ...] = field(default=())
-
-    @property
-    def count(self) -> int:
-        return len(self.gpus)
-
-    @property
-    def has_gpu(self) -> bool:
-        return bool(self.gpus)
-
-    @property
-    def archs(self) -> tuple[str, ...]:
-        """Distinct archs in device order."""
-        seen: list[str] = []
-        for gpu in self.gpus:
-            if gpu.arch and gpu.arch not in seen:
-                seen.append(gpu.arch)
-        return tuple(seen)
-
-    @property
-    def primary(self) -> GpuInfo | None:
-        """The GPU a recipe is chosen for: the first discrete one with a known arch, else
-        the first with a known arch (an iGPU beside a discrete GPU is passed over:
-        pytorch/pytorch#119637)."""
-        known = [g for g in self.gpus if g.arch]
-        for gpu in known:
-            if not gpu.integrated:
-                return gpu
-        if known:
-            return known[0]
-        return self.gpus[0] if self.gpus else None
-
-    @property
-    def passed_over(self) -> tuple[GpuInfo, ...]:
-        """Integrated GPUs with a known arch that :attr:`primary` was chosen over."""
-        chosen = self.primary
-        if chosen is None or chosen.integrated:
-            return ()
-        return tuple(g for g in self.gpus if g.arch and g.integrated)
-
-    def by_arch(self) -> tuple[tuple[str, tuple[GpuInfo, ...]], ...]:
-        """(arch, its GPUs) for each distinct known arch, in device order."""
-        return tuple(
-            (arch, tuple(g for g in self.gpus if g.arch == arch)) for arch in self.archs
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "count": self.count,
-            "gpus": [g.to_dict() for g in self.gpus],
-            "archs": list(self.archs),
-            "kernel": self.kernel,
-            "machine": self.machine,
-            "sources": list(self.sources),
-            "notes": list(self.notes),
-        }
-
-
-#: Runs a tool: argv → stdout, or None when it is missing, fails or times out.
-ToolRunner = Callable[[Sequence[str]], "str | None"]
+__all__ = [
+    "AMD_PCI_VENDOR",
+    "INTEL_PCI_VENDOR",
+    "MAX_DEVICE_MINOR",
+    "MAX_GPU_COUNT",
+    "NVIDIA_PCI_VENDOR",
+    "OVERRIDE_VARS",
+    "TOOL_TIMEOUT",
+    "GpuInfo",
+    "GpuVendor",
+    "HostInfo",
+    "RocmAgent",
+    "SmiRow",
+    "TableSource",
+    "ToolRunner",
+    "detect",
+    "no_tools",
+    "nvidia_arch_for_product",
+    "parse_kfd_properties",
+    "parse_nvidia_information",
+    "parse_nvidia_smi_csv",
+    "parse_nvidia_version",
+    "parse_rocm_agent_enumerator",
+    "parse_rocminfo",
+    "system_tools",
+]
 
 
 def system_tools(environ: Mapping[str, str] | None = None) -> ToolRunner:
@@ -200,109 +114,6 @@ def no_tools(argv: Sequence[str]) -> str | None:
 
 
 # --------------------------------------------------------------------------- parsers
-
-
-def parse_kfd_properties(text: str) -> dict[str, int]:
-    """``key value`` lines of a KFD topology ``properties`` file → ints."""
-    out: dict[str, int] = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 2:
-            value = host_int(parts[1], base=0, minimum=-(2**63), maximum=2**64 - 1)
-            if value is not None:
-                out[parts[0]] = value
-    return out
-
-
-_NVRM_RE = re.compile(r"Kernel Module\s+(?:for\s+\S+\s+)?(\d+(?:\.\d+)+)")
-
-
-def parse_nvidia_version(text: str) -> str | None:
-    """``/proc/driver/nvidia/version`` → driver version (``550.127.05``)."""
-    match = _NVRM_RE.search(text)
-    return match.group(1) if match else None
-
-
-def parse_nvidia_information(text: str) -> dict[str, str]:
-    """``/proc/driver/nvidia/gpus/<bus>/information`` → ``{"Model": …, "Device Minor": …}``."""
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep:
-            out[key.strip()] = value.strip()
-    return out
-
-
-@dataclass(frozen=True)
-class SmiRow:
-    name: str
-    arch: str | None
-    driver_version: str | None
-
-
-def parse_nvidia_smi_csv(text: str) -> list[SmiRow]:
-    """``nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader``."""
-    rows: list[SmiRow] = []
-    for line in text.splitlines():
-        cells = [c.strip() for c in line.split(",")]
-        if len(cells) < 3 or not cells[0]:
-            continue
-        name, cap, driver = cells[0], cells[1], cells[2]
-        rows.append(SmiRow(name=name, arch=sm_from_compute_cap(cap), driver_version=driver or None))
-    return rows
-
-
-@dataclass(frozen=True)
-class RocmAgent:
-    name: str
-    marketing_name: str | None
-    device_type: str
-
-
-def parse_rocminfo(text: str) -> list[RocmAgent]:
-    """``rocminfo`` → its agents (CPU and GPU), in order."""
-    agents: list[RocmAgent] = []
-    blocks = re.split(r"^\*{5,}\s*\nAgent \d+\s*\n\*{5,}\s*$", text, flags=re.MULTILINE)
-    for block in blocks[1:]:
-        fields: dict[str, str] = {}
-        for line in block.splitlines():
-            key, sep, value = line.partition(":")
-            key = key.strip()
-            # Only the agent's own top-level fields (two-space indent), not pool/ISA detail.
-            if (
-                sep
-                and key
-                and key not in fields
-                and line.startswith("  ")
-                and not line.startswith("    ")
-            ):
-                fields[key] = value.strip()
-        # ``gfx942:sramecc+:xnack-`` style target-feature suffixes are not part of the arch.
-        name = strip_features(fields.get("Name", ""))
-        if not name:
-            continue
-        agents.append(
-            RocmAgent(
-                name=name,
-                marketing_name=fields.get("Marketing Name") or None,
-                device_type=fields.get("Device Type", "").upper(),
-            )
-        )
-    return agents
-
-
-def parse_rocm_agent_enumerator(text: str) -> list[str]:
-    """``rocm_agent_enumerator`` → GPU archs (``gfx000`` is the CPU agent and is dropped)."""
-    return [
-        line.strip()
-        for line in text.splitlines()
-        if parse_gfx(line.strip()) is not None
-    ]
-
-
-def nvidia_arch_for_product(product: str, table: CompatTable | None = None) -> str | None:
-    """An NVIDIA model name → arch, from the table's ``nvidia_model_names``."""
-    return (load_table() if table is None else table).arch_for_model(product)
 
 
 # --------------------------------------------------------------------------- sources
@@ -585,85 +396,6 @@ def _merge_smi(gpus: list[GpuInfo], rows: list[SmiRow]) -> list[GpuInfo]:
     return merged
 
 
-def _printable(env: Mapping[str, str], name: str) -> str:
-    """An override variable's text; control characters and undecodable bytes refused."""
-    value = env.get(name, "").strip()
-    if len(value) > 200 or not value.isprintable():
-        raise InvalidInput(
-            f"{name} holds control characters, invalid bytes or more than 200 characters",
-            hint=f"set {name} to plain text",
-        )
-    return value
-
-
-def _overridden(
-    env: Mapping[str, str], detected: list[GpuInfo]
-) -> tuple[list[GpuInfo], list[str]] | None:
-    arch = env.get("ENVFORGE_GPU_ARCH", "").strip()
-    vendor = env.get("ENVFORGE_GPU_VENDOR", "").strip().lower()
-    if not arch and not vendor:
-        return None
-    notes = []
-    if detected:
-        seen = ", ".join(f"{g.product} ({g.arch or 'arch unknown'})" for g in detected)
-        notes.append(f"override variables replace the detected GPU(s): {seen}")
-    if vendor == "none":
-        return [], [*notes, "ENVFORGE_GPU_VENDOR=none: assuming no GPU"]
-    if arch and not is_device_arch(arch):
-        raise InvalidInput(
-            f"ENVFORGE_GPU_ARCH={arch!r} is not a GPU arch",
-            hint="use an LLVM target like gfx1031 or an SM like sm_90",
-        )
-    if not arch:
-        raise InvalidInput(
-            f"ENVFORGE_GPU_VENDOR={vendor} needs ENVFORGE_GPU_ARCH",
-            hint="set ENVFORGE_GPU_ARCH too (e.g. gfx1031 or sm_90), or ENVFORGE_GPU_VENDOR=none",
-        )
-    inferred: str = vendor_of(arch) or ""
-    vendor = vendor or inferred
-    if vendor not in ("amd", "nvidia"):
-        raise InvalidInput(
-            f"ENVFORGE_GPU_VENDOR={vendor!r} is not a vendor"
-            if vendor
-            else "ENVFORGE_GPU_VENDOR needs ENVFORGE_GPU_ARCH",
-            hint="set ENVFORGE_GPU_VENDOR to amd, nvidia or none",
-        )
-    if inferred and inferred != vendor:
-        raise InvalidInput(
-            f"ENVFORGE_GPU_ARCH={arch} is not an {vendor} arch",
-            hint="gfx… archs are amd, sm_… archs are nvidia",
-        )
-    count_text = env.get("ENVFORGE_GPU_COUNT", "1").strip() or "1"
-    count = host_int(count_text, minimum=1, maximum=MAX_GPU_COUNT)
-    if count is None:
-        raise InvalidInput(
-            f"ENVFORGE_GPU_COUNT={count_text!r} is not a positive count",
-            hint=f"e.g. ENVFORGE_GPU_COUNT=2 (at most {MAX_GPU_COUNT})",
-        )
-    product = (
-        _printable(env, "ENVFORGE_GPU_PRODUCT")
-        or f"{vendor.upper()} GPU {arch} (override)".strip()
-    )
-    gpus: list[GpuInfo] = []
-    for i in range(count):
-        nodes = (
-            ("/dev/kfd", f"/dev/dri/renderD{128 + i}")
-            if vendor == "amd"
-            else (f"/dev/nvidia{i}", "/dev/nvidiactl", "/dev/nvidia-uvm")
-        )
-        gpus.append(
-            GpuInfo(
-                vendor="amd" if vendor == "amd" else "nvidia",
-                product=product,
-                arch=arch or None,
-                driver_version=None,
-                device_nodes=nodes,
-                source="override",
-                index=i,
-            )
-        )
-    return gpus, notes
-
 
 def _kernel(root: Path) -> str:
     text = _read(root / "proc/sys/kernel/osrelease")
@@ -696,7 +428,53 @@ def detect(
     kernel = _kernel(root)
     sources: list[str] = []
     notes: list[str] = []
+    amd = _amd_gpus(root, kernel, lookups, tools, sources=sources, notes=notes)
+    nvidia = _nvidia_gpus(root, lookups, tools, sources=sources, notes=notes)
+    if any(card.vendor == INTEL_PCI_VENDOR for card in _drm_cards(root)):
+        notes.append("Intel GPU present: envforge has no recipes for it (ignored)")
 
+    gpus = [replace(g, index=i) for i, g in enumerate([*amd, *nvidia])]
+    if any(g.vendor == "amd" and g.arch for g in gpus):
+        gpus = [
+            replace(g, integrated=lookups().is_integrated(g.arch))
+            if g.vendor == "amd" and g.arch
+            else g
+            for g in gpus
+        ]
+    forced = overridden(env, gpus)
+    if forced is not None:
+        gpus, more = forced
+        notes.extend(more)
+        sources.append("override")
+    driver = printable(env, "ENVFORGE_DRIVER_VERSION")
+    if driver:
+        gpus = [replace(g, driver_version=driver) for g in gpus]
+        sources.append("override:driver")
+    for gpu in gpus:
+        if gpu.arch is None:
+            notes.append(
+                f"GPU {gpu.index} ({gpu.product}): arch unknown; set ENVFORGE_GPU_ARCH to choose"
+            )
+    host = HostInfo(
+        gpus=tuple(gpus),
+        kernel=kernel,
+        machine=platform.machine(),
+        sources=tuple(dict.fromkeys(sources)),
+        notes=tuple(notes),
+    )
+    return _with_host_notes(host)
+
+
+def _amd_gpus(
+    root: Path,
+    kernel: str,
+    lookups: TableSource,
+    tools: ToolRunner,
+    *,
+    sources: list[str],
+    notes: list[str],
+) -> list[GpuInfo]:
+    """AMD GPUs from KFD, else DRM; rocminfo / rocm_agent_enumerator fill the gaps."""
     amd = _named_by_drm(_amd_from_kfd(root, kernel, lookups), root)
     if amd:
         sources.append("sysfs:kfd")
@@ -707,21 +485,29 @@ def detect(
             notes.append(
                 "AMD GPU seen by DRM but not by KFD: the compute interface (/dev/kfd) is missing"
             )
-    if not amd or any(g.arch is None or g.product.startswith("AMD GPU") for g in amd):
-        rocminfo = tools(["rocminfo"])
-        agents = parse_rocminfo(rocminfo) if rocminfo else []
-        if not agents:
-            enum_text = tools(["rocm_agent_enumerator"])
-            agents = [
-                RocmAgent(a, None, "GPU") for a in parse_rocm_agent_enumerator(enum_text or "")
-            ]
-            if agents:
-                sources.append("rocm_agent_enumerator")
-        else:
-            sources.append("rocminfo")
+    if amd and all(g.arch is not None and not g.product.startswith("AMD GPU") for g in amd):
+        return amd
+    rocminfo = tools(["rocminfo"])
+    agents = parse_rocminfo(rocminfo) if rocminfo else []
+    if agents:
+        sources.append("rocminfo")
+    else:
+        enum_text = tools(["rocm_agent_enumerator"])
+        agents = [RocmAgent(a, None, "GPU") for a in parse_rocm_agent_enumerator(enum_text or "")]
         if agents:
-            amd = _merge_rocminfo(amd, agents, kernel, root)
+            sources.append("rocm_agent_enumerator")
+    return _merge_rocminfo(amd, agents, kernel, root) if agents else amd
 
+
+def _nvidia_gpus(
+    root: Path,
+    lookups: TableSource,
+    tools: ToolRunner,
+    *,
+    sources: list[str],
+    notes: list[str],
+) -> list[GpuInfo]:
+    """NVIDIA GPUs from /proc/driver/nvidia, else DRM; nvidia-smi adds the arch."""
     nvidia = _nvidia_from_proc(root, lookups)
     if nvidia:
         sources.append("procfs:nvidia")
@@ -739,39 +525,11 @@ def detect(
     if rows:
         sources.append("nvidia-smi")
         nvidia = _merge_smi(nvidia, rows)
+    return nvidia
 
-    if any(card.vendor == INTEL_PCI_VENDOR for card in _drm_cards(root)):
-        notes.append("Intel GPU present: envforge has no recipes for it (ignored)")
 
-    gpus = [replace(g, index=i) for i, g in enumerate([*amd, *nvidia])]
-    if any(g.vendor == "amd" and g.arch for g in gpus):
-        gpus = [
-            replace(g, integrated=lookups().is_integrated(g.arch))
-            if g.vendor == "amd" and g.arch
-            else g
-            for g in gpus
-        ]
-    forced = _overridden(env, gpus)
-    if forced is not None:
-        gpus, more = forced
-        notes.extend(more)
-        sources.append("override")
-    driver = _printable(env, "ENVFORGE_DRIVER_VERSION")
-    if driver:
-        gpus = [replace(g, driver_version=driver) for g in gpus]
-        sources.append("override:driver")
-    for gpu in gpus:
-        if gpu.arch is None:
-            notes.append(
-                f"GPU {gpu.index} ({gpu.product}): arch unknown; set ENVFORGE_GPU_ARCH to choose"
-            )
-    host = HostInfo(
-        gpus=tuple(gpus),
-        kernel=kernel,
-        machine=platform.machine(),
-        sources=tuple(dict.fromkeys(sources)),
-        notes=tuple(notes),
-    )
+def _with_host_notes(host: HostInfo) -> HostInfo:
+    """The notes about the whole host: an iGPU passed over, several archs."""
     chosen = host.primary
     skipped = host.passed_over
     if chosen is not None and skipped:

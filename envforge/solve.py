@@ -27,8 +27,7 @@ raises :class:`UnknownArch` (exit 2) with the nearest known archs.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -43,242 +42,50 @@ from envforge.arch import (
     vendor_of,
 )
 from envforge.errors import InvalidInput
+from envforge.knowledge.links import evidence_links
 from envforge.knowledge.table import (
     CompatTable,
     Override,
-    Release,
     Variant,
     base_version,
     local_label,
     py_tuple,
 )
 from envforge.patterns import Confidence
+from envforge.solution import (
+    HSA_OVERRIDE,
+    Candidate,
+    NoStack,
+    Pick,
+    Solution,
+    SolveRequest,
+    Stack,
+    UnknownArch,
+    Via,
+)
+from envforge.solve_picks import no_wheel_hint, no_wheel_message, numpy_spec, picks
 
-HSA_OVERRIDE = "HSA_OVERRIDE_GFX_VERSION"
+__all__ = [
+    "HSA_OVERRIDE",
+    "RUNNER_UPS",
+    "NoStack",
+    "Pick",
+    "Solution",
+    "SolveRequest",
+    "Stack",
+    "UnknownArch",
+    "Via",
+    "evidence_links",
+    "known_archs",
+    "nearest_archs",
+    "solve",
+]
 
-#: How a wheel runs the arch, best first.
-Via = Literal["sass", "same-major", "arch-list", "override", "ptx"]
 _VIA_RANK: dict[str, int] = {"sass": 0, "arch-list": 0, "same-major": 1, "override": 2, "ptx": 3}
 _CONF_RANK: dict[str, int] = {"verified": 0, "community": 1, "uncertain": 2}
 
 #: How many runner-up stacks a solution lists.
 RUNNER_UPS = 4
-
-_GH_REF = re.compile(r"\b([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)(?:#| PR #)(\d+)")
-
-
-class NoStack(InvalidInput):
-    """No published wheel (under the request's constraints) runs the arch. Exit 2."""
-
-
-class UnknownArch(InvalidInput):
-    """An arch name the compatibility table does not know. Exit 2."""
-
-
-@dataclass(frozen=True)
-class SolveRequest:
-    """What to solve for: an arch plus the user's constraints (all optional)."""
-
-    arch: str
-    torch: str | None = None
-    python: str | None = None
-    base_image: str | None = None
-    #: NVIDIA driver version (detected or ``--driver``); None when unknown.
-    driver: str | None = None
-    conservative: bool = False
-
-
-@dataclass(frozen=True)
-class Pick:
-    """One choice of a solution: what, why, from where, how sure."""
-
-    key: str
-    value: str
-    reason: str
-    source: str
-    confidence: Confidence
-
-    def to_dict(self) -> dict[str, str]:
-        return {
-            "key": self.key,
-            "value": self.value,
-            "reason": self.reason,
-            "source": self.source,
-            "confidence": self.confidence,
-        }
-
-
-@dataclass(frozen=True)
-class Stack:
-    """A torch wheel that runs the arch, with the Python, base image and NumPy for it."""
-
-    torch: str
-    series: str
-    variant: str
-    kind: str
-    accelerator_version: str
-    index: str
-    form: str
-    python: str
-    base_image: str
-    distro: str
-    numpy: str
-    via: Via
-    #: The arch whose code runs (the arch itself, a same-major lower SM, the override target).
-    runs: str
-    override: Override | None
-    confidence: Confidence
-    #: Why the confidence is what it is (empty when verified).
-    doubts: tuple[str, ...]
-    pypi_default: bool
-    #: From the table's newest release (not yet widely reported on).
-    newest_release: bool
-    driver_floor: str | None
-
-    @property
-    def label(self) -> str:
-        return f"torch {self.torch}+{self.variant} py{self.python}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "torch": self.torch,
-            "variant": self.variant,
-            "index": self.index,
-            "python": self.python,
-            "base_image": self.base_image,
-            "numpy": self.numpy,
-            "via": self.via,
-            "runs": self.runs,
-            "confidence": self.confidence,
-            "doubts": list(self.doubts),
-            "driver_floor": self.driver_floor,
-        }
-
-
-@dataclass(frozen=True)
-class Solution:
-    """The solved stack for an arch: the stack, each choice explained, the runner-ups."""
-
-    arch: str
-    vendor: str
-    family: str
-    products: tuple[str, ...]
-    stack: Stack
-    picks: tuple[Pick, ...]
-    runner_ups: tuple[Stack, ...]
-    conservative: bool
-    notes: tuple[str, ...] = ()
-
-    @property
-    def confidence(self) -> Confidence:
-        return self.stack.confidence
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "arch": self.arch,
-            "vendor": self.vendor,
-            "family": self.family,
-            "products": list(self.products),
-            "mode": "conservative" if self.conservative else "newest",
-            "confidence": self.confidence,
-            "stack": self.stack.to_dict(),
-            "choices": [p.to_dict() for p in self.picks],
-            "runner_ups": [s.to_dict() for s in self.runner_ups],
-            "notes": list(self.notes),
-            "recipe": self.recipe_dict(),
-        }
-
-    def recipe_dict(self) -> dict[str, Any]:
-        """The solution as a recipe (the keys of a recipe YAML file), named after the arch."""
-        s = self.stack
-        data: dict[str, Any] = {
-            "name": self.arch,
-            "description": self._description(),
-            "gpu": {
-                "vendor": self.vendor,
-                "arch": self.arch,
-                "products": list(self.products),
-            },
-            "base_image": s.base_image,
-            "python": s.python,
-        }
-        data["rocm" if s.kind == "rocm" else "cuda"] = s.accelerator_version
-        version = s.torch + ("+" + s.variant if s.form == "extra-index-url" else "")
-        data["torch"] = {"version": version, "index": s.index}
-        data["numpy"] = s.numpy
-        if s.override is not None:
-            o = s.override
-            data["env"] = {
-                HSA_OVERRIDE: {
-                    "value": o.value,
-                    "why": (
-                        f"No {s.variant} wheel of torch {s.torch} has {self.arch} code; "
-                        f"{o.value} makes the HSA runtime report {o.target} so its kernels "
-                        f"load (table status: {o.status}). {o.note}"
-                    ).strip(),
-                    "evidence": evidence_links(o.source),
-                    "confidence": o.confidence,
-                }
-            }
-        issues: list[dict[str, Any]] = []
-        if s.doubts:
-            issues.append(
-                {
-                    "symptom": "parts of this stack are not confirmed by a primary source: "
-                    + "; ".join(s.doubts),
-                    "workaround": "certify it on the GPU (envforge build) before relying on it, "
-                    "or solve with --conservative",
-                    "evidence": [],
-                }
-            )
-        if issues:
-            data["known_issues"] = issues
-        data["certify"] = {"step_timeout": 120 if s.kind == "rocm" else 60, "level": "full"}
-        data["sources"] = sorted({link for p in self.picks for link in evidence_links(p.source)})
-        return data
-
-    def _description(self) -> str:
-        s = self.stack
-        products = ", ".join(self.products[:4]) or self.arch
-        how = {
-            "sass": f"the wheel has {self.arch} SASS",
-            "arch-list": f"{self.arch} is compiled into the wheel",
-            "same-major": f"the wheel's {s.runs} SASS runs on {self.arch} (same major)",
-            "ptx": f"the wheel's {s.runs} PTX is JIT-compiled for {self.arch}",
-            "override": f"{HSA_OVERRIDE}={s.override.value if s.override else ''} runs "
-            f"{s.runs} code",
-        }[s.via]
-        text = (
-            f"{self.family} ({products}): solved by envforge from the compatibility table "
-            f"({'conservative' if self.conservative else 'newest'}): torch {s.torch}+"
-            f"{s.variant} on {s.distro}'s Python {s.python}; {how}."
-        )
-        if s.confidence != "verified":
-            text += f" Confidence: {s.confidence} ({'; '.join(s.doubts)})."
-        return text
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def evidence_links(source: str) -> list[str]:
-    """URLs and ``owner/repo#N`` references in a source text, as GitHub issue URLs."""
-    links: list[str] = []
-    for m in re.finditer(r"https?://\S+", source):
-        links.append(m.group(0).rstrip(").,;"))
-    for m in _GH_REF.finditer(source):
-        links.append(f"https://github.com/{m.group(1)}/issues/{m.group(2)}")
-    # "owner/repo#1, #2": the bare numbers belong to the last named repo.
-    repo: str | None = None
-    for token in re.finditer(
-        r"([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)(?=#| PR #)|(?<![\w/])#(\d+)", source
-    ):
-        if token.group(1):
-            repo = token.group(1)
-        elif repo is not None:
-            links.append(f"https://github.com/{repo}/issues/{token.group(2)}")
-    return list(dict.fromkeys(links))
-
 
 def _version_key(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", text))
@@ -379,37 +186,9 @@ def _images_by_python(table: CompatTable) -> dict[str, tuple[str, str, str]]:
     return out
 
 
-def _numpy_spec(release: Release, python: str, table: CompatTable) -> tuple[str, str]:
-    """(specifier, reason) for NumPy on this release and Python."""
-    available = table.numpy_installable(python)
-    if release.numpy_breaks is not None:
-        m = re.fullmatch(r"\s*>=\s*([0-9.]+)\s*", release.numpy_breaks)
-        bound = f"<{m.group(1)}" if m else "<2"
-        return bound, f"torch {release.series} wheels break with NumPy {release.numpy_breaks}"
-    spec = ">=1.26,<3"
-    if not any(SpecifierSet(spec).contains(v) for v in available):
-        spec = "<3"
-    return spec, (
-        f"no NumPy break known for torch {release.series} on Linux; NumPy 3 is not released "
-        "(bounded below 3)"
-    )
 
-
-# --------------------------------------------------------------------------- solve
-
-
-@dataclass(frozen=True)
-class _Candidate:
-    release: Release
-    version: str
-    variant: Variant
-    via: Via
-    runs: str
-    override: Override | None
-
-
-def _candidates(arch: str, table: CompatTable) -> list[_Candidate]:
-    out: list[_Candidate] = []
+def _candidates(arch: str, table: CompatTable) -> list[Candidate]:
+    out: list[Candidate] = []
     for release in table.releases:
         for variant in release.variants:
             found = _coverage(arch, variant, table)
@@ -417,11 +196,11 @@ def _candidates(arch: str, table: CompatTable) -> list[_Candidate]:
                 continue
             via, runs, override = found
             for version in release.versions:
-                out.append(_Candidate(release, version, variant, via, runs, override))
+                out.append(Candidate(release, version, variant, via, runs, override))
     return out
 
 
-def _doubts(c: _Candidate, arch: str) -> tuple[Confidence, tuple[str, ...]]:
+def _doubts(c: Candidate, arch: str) -> tuple[Confidence, tuple[str, ...]]:
     doubts: list[str] = []
     worst = "verified"
     if c.variant.confidence != "verified":
@@ -468,7 +247,7 @@ def solve(request: SolveRequest, table: CompatTable) -> Solution:
 
     all_candidates = _candidates(arch, table)
     if not all_candidates:
-        raise NoStack(_no_wheel_message(arch, table), hint=_no_wheel_hint(arch, table))
+        raise NoStack(no_wheel_message(arch, table), hint=no_wheel_hint(arch, table))
     newest_series = table.releases[-1].series
     images = _images_by_python(table)
 
@@ -507,7 +286,7 @@ def solve(request: SolveRequest, table: CompatTable) -> Solution:
     chosen = next(
         c for c in all_candidates if (c.version, c.variant.name) == (best.torch, best.variant)
     )
-    picks = _picks(arch, best, chosen, request, table)
+    chosen_picks = picks(arch, best, chosen, request, table)
     notes: list[str] = []
     if not request.conservative and best.confidence != "verified":
         safest = min(stacks, key=_evidence_key)
@@ -530,7 +309,7 @@ def solve(request: SolveRequest, table: CompatTable) -> Solution:
         family=fam,
         products=products,
         stack=best,
-        picks=picks,
+        picks=chosen_picks,
         runner_ups=tuple(runner_ups),
         conservative=request.conservative,
         notes=tuple(notes),
@@ -556,7 +335,7 @@ def _check_request(request: SolveRequest, table: CompatTable) -> None:
 
 
 def _stack_for(
-    c: _Candidate,
+    c: Candidate,
     request: SolveRequest,
     *,
     table: CompatTable,
@@ -565,58 +344,16 @@ def _stack_for(
     newest_series: str,
 ) -> tuple[Stack | None, str]:
     label = f"torch {c.version}+{c.variant.name}"
-    if request.torch is not None:
-        if base_version(request.torch) != c.version:
-            return None, f"{label} is not --torch {request.torch}"
-        wanted = local_label(request.torch)
-        if wanted is not None and wanted != c.variant.name:
-            return None, f"{label} is not --torch {request.torch}"
-    floor: str | None = None
-    if c.variant.kind == "cuda" and c.variant.version is not None:
-        df = table.driver_floor(c.variant.version)
-        floor = None if df is None else df.min
-        if (
-            floor is not None
-            and request.driver is not None
-            and not _driver_ok(request.driver, floor)
-        ):
-            return None, f"{label} needs NVIDIA driver >= {floor}, the driver is {request.driver}"
-    low, high = c.variant.python_range(c.version)
-
-    def admitted(py: str) -> bool:
-        return py_tuple(low) <= py_tuple(py) <= py_tuple(high)
-
-    if request.base_image is not None:
-        entry = table.base_image(request.base_image)
-        if entry is None:
-            if request.python is None:
-                return None, (
-                    f"--base-image {request.base_image} is not a known base image: give --python"
-                )
-            python, image, distro = request.python, request.base_image, request.base_image
-        else:
-            if request.python is not None and request.python != entry.python:
-                return None, (
-                    f"--base-image {request.base_image} ships Python {entry.python}, not "
-                    f"{request.python}"
-                )
-            python, image, distro = entry.python, request.base_image, entry.distro
-        if not admitted(python):
-            return None, f"{label} has wheels for Python {low}-{high}, not {python}"
-    elif request.python is not None:
-        if not admitted(request.python):
-            return None, f"{label} has wheels for Python {low}-{high}, not {request.python}"
-        if request.python not in images:
-            return None, f"no known base image ships Python {request.python}: give --base-image"
-        python = request.python
-        image, distro, _ = images[python]
-    else:
-        shipped = sorted((p for p in images if admitted(p)), key=py_tuple)
-        if not shipped:
-            return None, f"no known base image ships a Python {low}-{high} for {label}"
-        python = shipped[-1]
-        image, distro, _ = images[python]
-    numpy, _ = _numpy_spec(c.release, python, table)
+    if not _torch_asked(c, request.torch):
+        return None, f"{label} is not --torch {request.torch}"
+    floor = _floor(c.variant, table)
+    if floor is not None and request.driver is not None and not _driver_ok(request.driver, floor):
+        return None, f"{label} needs NVIDIA driver >= {floor}, the driver is {request.driver}"
+    found = _python_image(c, request, table, images)
+    if isinstance(found, str):
+        return None, found
+    python, image, distro = found
+    numpy, _ = numpy_spec(c.release, python, table)
     if not any(SpecifierSet(numpy).contains(v) for v in table.numpy_installable(python)):
         return None, f"no NumPy release admitted by {numpy} has a wheel for Python {python}"
     confidence, doubts = _doubts(c, arch)
@@ -647,6 +384,65 @@ def _stack_for(
     )
 
 
+def _torch_asked(c: Candidate, wanted: str | None) -> bool:
+    """The candidate is the ``--torch`` release asked for (any when none was)."""
+    if wanted is None:
+        return True
+    label = local_label(wanted)
+    return base_version(wanted) == c.version and label in (None, c.variant.name)
+
+
+def _floor(variant: Variant, table: CompatTable) -> str | None:
+    """The NVIDIA driver floor of a CUDA variant (None for others or when unknown)."""
+    if variant.kind != "cuda" or variant.version is None:
+        return None
+    df = table.driver_floor(variant.version)
+    return None if df is None else df.min
+
+
+def _python_image(
+    c: Candidate,
+    request: SolveRequest,
+    table: CompatTable,
+    images: dict[str, tuple[str, str, str]],
+) -> tuple[str, str, str] | str:
+    """(python, base image, distro) for the candidate under the request, or why none."""
+    label = f"torch {c.version}+{c.variant.name}"
+    low, high = c.variant.python_range(c.version)
+
+    def admitted(py: str) -> bool:
+        return py_tuple(low) <= py_tuple(py) <= py_tuple(high)
+
+    if request.base_image is not None:
+        entry = table.base_image(request.base_image)
+        if entry is None:
+            if request.python is None:
+                return f"--base-image {request.base_image} is not a known base image: give --python"
+            python, image, distro = request.python, request.base_image, request.base_image
+        elif request.python is not None and request.python != entry.python:
+            return (
+                f"--base-image {request.base_image} ships Python {entry.python}, not "
+                f"{request.python}"
+            )
+        else:
+            python, image, distro = entry.python, request.base_image, entry.distro
+        if not admitted(python):
+            return f"{label} has wheels for Python {low}-{high}, not {python}"
+        return python, image, distro
+    if request.python is not None:
+        if not admitted(request.python):
+            return f"{label} has wheels for Python {low}-{high}, not {request.python}"
+        if request.python not in images:
+            return f"no known base image ships Python {request.python}: give --base-image"
+        image, distro, _ = images[request.python]
+        return request.python, image, distro
+    shipped = sorted((p for p in images if admitted(p)), key=py_tuple)
+    if not shipped:
+        return f"no known base image ships a Python {low}-{high} for {label}"
+    image, distro, _ = images[shipped[-1]]
+    return shipped[-1], image, distro
+
+
 def _newest_key(s: Stack) -> tuple[Any, ...]:
     """Newest release first; within it a confirmed variant, better code, newer ROCm/CUDA."""
     return (
@@ -671,138 +467,3 @@ def _evidence_key(s: Stack) -> tuple[Any, ...]:
     )
 
 
-def _picks(
-    arch: str, s: Stack, c: _Candidate, request: SolveRequest, table: CompatTable
-) -> tuple[Pick, ...]:
-    v = c.variant
-    how = {
-        "sass": f"has {arch} SASS",
-        "arch-list": f"is built for {arch} (PYTORCH_ROCM_ARCH)",
-        "same-major": f"has {s.runs} SASS, which runs on {arch} (same major, lower minor)",
-        "ptx": f"has {s.runs} PTX, JIT-compiled for {arch}",
-        "override": f"is built for {s.runs}, which {arch} runs with {HSA_OVERRIDE}",
-    }[s.via]
-    if request.torch is not None:
-        why_torch = f"asked for (--torch); its {v.name} wheel {how}"
-    elif request.conservative:
-        why_torch = (
-            f"the stack with the most evidence ({s.confidence}"
-            + (", the package-index default build" if s.pypi_default else "")
-            + ("" if s.newest_release else ", not from the table's newest release")
-            + f"); its {v.name} wheel {how}"
-        )
-    else:
-        why_torch = f"the newest release whose {v.name} wheel {how}"
-        if v.broken:
-            why_torch += " and runs it"
-    arch_source = (
-        v.arch_source(s.runs)
-        if v.kind == "rocm"
-        else (v.arch_source(v.archs[0]) if v.archs else v.source)
-    )
-    conf_variant: Confidence = "uncertain" if s.doubts else "verified"
-    picks = [
-        Pick(
-            "torch",
-            s.torch,
-            why_torch,
-            table.cite(f"{c.release.source}; {arch_source}"),
-            conf_variant,
-        ),
-        Pick(
-            "variant",
-            f"{v.name} ({s.index}, {s.form})",
-            f"{'ROCm' if v.kind == 'rocm' else 'CUDA'} {s.accelerator_version} wheels of torch "
-            f"{s.torch}" + (" (the package-index default)" if v.pypi_default else ""),
-            table.cite(v.source),
-            v.confidence,
-        ),
-    ]
-    if s.driver_floor is not None:
-        df = table.driver_floor(s.accelerator_version)
-        met = (
-            f"; the driver {request.driver} meets it"
-            if request.driver
-            else "; the host driver is unknown (give --driver to check)"
-        )
-        picks.append(
-            Pick(
-                "driver",
-                f">= {s.driver_floor}",
-                f"CUDA {s.accelerator_version.split('.')[0]} wheels need a Linux driver >= "
-                f"{s.driver_floor}{met}",
-                table.cite(df.source) if df else "",
-                df.confidence if df else "uncertain",
-            )
-        )
-    low, high = v.python_range(s.torch)
-    entry = table.base_image(s.base_image)
-    if request.python is not None:
-        why_py = f"asked for (--python); the wheels cover {low}-{high}"
-    elif request.base_image is not None:
-        why_py = f"the Python {request.base_image} ships; the wheels cover {low}-{high}"
-    else:
-        why_py = f"the newest CPython in the wheels' {low}-{high} that a known base image ships"
-    py_conf: Confidence = "uncertain" if "[?]" in v.python_source else "verified"
-    picks.append(Pick("python", s.python, why_py, table.cite(v.python_source), py_conf))
-    picks.append(
-        Pick(
-            "base_image",
-            s.base_image,
-            f"ships Python {s.python} ({s.distro})"
-            if entry is not None
-            else "asked for (--base-image); not a base image the table knows",
-            table.cite(entry.source) if entry else "--base-image",
-            "verified" if entry is not None else "uncertain",
-        )
-    )
-    numpy, why_np = _numpy_spec(c.release, s.python, table)
-    picks.append(
-        Pick("numpy", numpy, why_np, table.cite(c.release.numpy_source or "NP2"), "verified")
-    )
-    if s.override is not None:
-        o = s.override
-        picks.append(
-            Pick(
-                f"env.{HSA_OVERRIDE}",
-                o.value,
-                f"{arch} is not in the wheel; {o.value} runs {o.target} code ({o.status}). "
-                + o.note,
-                o.source,
-                o.confidence,
-            )
-        )
-    return tuple(picks)
-
-
-def _no_wheel_message(arch: str, table: CompatTable) -> str:
-    info = table.arch_info(arch)
-    what = f"{arch} ({info.family})" if info else arch
-    text = f"no published torch wheel in the compatibility table runs {what}"
-    o = table.override_for(arch)
-    if o is not None:
-        text += f"; the {HSA_OVERRIDE}={o.value} override is {o.status} ({o.confidence}: {o.note})"
-    else:
-        text += "; no release the table knows ever had code for it (none could)"
-    if info is not None and info.official:
-        text += f"; official support: {info.official}"
-    return text
-
-
-def _no_wheel_hint(arch: str, table: CompatTable) -> str:
-    o = table.override_for(arch)
-    if o is not None and o.status == "unreliable":
-        return (
-            f"a curated recipe may use the {o.status} override (envforge list), or use the cpu "
-            "recipe"
-        )
-    return "use the cpu recipe, or build torch from source for this arch"
-
-
-def _last_covering(arch: str, table: CompatTable) -> str | None:
-    found: str | None = None
-    for r in table.releases:
-        for v in r.variants:
-            if v.covers(arch) and v.broken_arch(arch) is None:
-                found = f"{r.versions[-1]}+{v.name}"
-    return found

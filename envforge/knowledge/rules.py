@@ -39,14 +39,13 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Literal
+from dataclasses import replace
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from envforge.arch import gfx_from_isa
-from envforge.errors import ConstraintViolation
+from envforge.knowledge.arch_checks import amd_arch, cuda_arch
+from envforge.knowledge.explain import explain
 from envforge.knowledge.parse import load_table
 from envforge.knowledge.table import (
     CompatTable,
@@ -57,14 +56,27 @@ from envforge.knowledge.table import (
     py_tuple,
     series_of,
 )
+from envforge.knowledge.verdicts import HSA_OVERRIDE, Reason, VerdictKind, Violation, cite
 from envforge.patterns import ENV_NAME_RE
 from envforge.recipe.model import Recipe
 
-HSA_OVERRIDE = "HSA_OVERRIDE_GFX_VERSION"
+__all__ = [
+    "HSA_OVERRIDE",
+    "STRICT_ENV",
+    "Reason",
+    "VerdictKind",
+    "Violation",
+    "check",
+    "effective_confidence",
+    "enforce",
+    "explain",
+    "split",
+    "strict_from_env",
+    "unknowns",
+]
+
 #: ``1`` (or ``true``/``yes``): treat unknown stacks as refusals (for CI).
 STRICT_ENV = "ENVFORGE_STRICT"
-
-VerdictKind = Literal["impossible", "unknown"]
 
 #: NumPy versions probed to decide whether a specifier admits a breaking release.
 _NUMPY_PROBES = tuple(
@@ -73,47 +85,6 @@ _NUMPY_PROBES = tuple(
     for minor in range(40)
     for micro in range(12)
 )
-
-
-@dataclass(frozen=True)
-class Violation:
-    """One refusal: a stable rule id, what conflicts, where the rule comes from, the fix."""
-
-    rule: str
-    message: str
-    evidence: str
-    hint: str
-    #: ``impossible`` (refused) or ``unknown`` (accepted as uncertain unless strict).
-    kind: VerdictKind = "impossible"
-
-    @property
-    def unknown(self) -> bool:
-        return self.kind == "unknown"
-
-    def warning(self, origin: str) -> str:
-        """``ORIGIN: [rule] message; accepted as uncertain ...`` on one line."""
-        return (
-            f"{origin}: [{self.rule}] {self.message}; accepted as uncertain "
-            "(certification decides; --strict refuses)"
-        )
-
-    def error(self, origin: str) -> ConstraintViolation:
-        return ConstraintViolation(
-            origin, self.rule, self.message, evidence=self.evidence, hint=self.hint
-        )
-
-    def one_line(self, origin: str) -> str:
-        """``ORIGIN: [rule] message (source: ...) (fix: ...)`` on one line."""
-        return self.error(origin).one_line()
-
-
-@dataclass(frozen=True)
-class Reason:
-    """Why a pin is in a recipe (for ``envforge show``)."""
-
-    pin: str
-    why: str
-    source: str
 
 
 # --------------------------------------------------------------------------- check
@@ -192,9 +163,9 @@ def _violations(recipe: Recipe, t: CompatTable) -> Iterator[Violation]:
     else:
         yield from _python_range(recipe, variant, t)
         if not vendor and recipe.gpu.vendor == "amd" and variant.kind == "rocm":
-            yield from _amd_arch(recipe, variant, t)
+            yield from amd_arch(recipe, variant, t)
         elif not vendor and recipe.gpu.vendor == "nvidia" and variant.kind == "cuda":
-            yield from _cuda_arch(recipe, variant, t)
+            yield from cuda_arch(recipe, variant, t)
         yield from _numpy(recipe, release, t)
         yield from _local_version(recipe, variant)
         yield from _index_url(recipe, variant, t)
@@ -227,7 +198,7 @@ def _base_python(recipe: Recipe, t: CompatTable) -> Iterator[Violation]:
         "base-python",
         f"base image {recipe.base_image} ({entry.distro}) ships Python {entry.python}, "
         f"not {recipe.python}",
-        _cite(t, entry.source, entry.origin),
+        cite(t, entry.source, entry.origin),
         hint,
     )
 
@@ -275,7 +246,7 @@ def _unknown_release(recipe: Recipe, t: CompatTable) -> Violation:
         return Violation(
             "torch-release",
             f"torch {version} is not a release the compatibility table knows",
-            _cite(t, "TI; PV; PYPI", series.origin),
+            cite(t, "TI; PV; PYPI", series.origin),
             f"torch {series.series} releases: {', '.join(series.versions)}",
         )
     known = t.known_versions
@@ -289,15 +260,10 @@ def _unknown_release(recipe: Recipe, t: CompatTable) -> Violation:
     return Violation(
         "torch-release",
         f"torch {version} is {what}",
-        _cite(t, "TI; PV; PYPI", t.layers[0]),
+        cite(t, "TI; PV; PYPI", t.layers[0]),
         hint,
         kind="unknown",
     )
-
-
-def _cite(t: CompatTable, text: str, origin: str) -> str:
-    """The expanded sources of a fact, and the table file it came from."""
-    return f"{t.cite(text)} [{origin}]"
 
 
 def _variant_version(name: str) -> Version | None:
@@ -355,7 +321,7 @@ def _unpublished(recipe: Recipe, release: Release, t: CompatTable) -> Violation:
             "variant-published",
             f"the table has no row for {recipe.accelerator} wheels of torch {version} "
             f"(its rows: {', '.join(release.variant_names)})",
-            _cite(t, release.source, release.origin),
+            cite(t, release.source, release.origin),
             _variant_hint(recipe, release, t),
             kind="unknown",
         )
@@ -363,7 +329,7 @@ def _unpublished(recipe: Recipe, release: Release, t: CompatTable) -> Violation:
         "variant-published",
         f"torch {version} publishes no {recipe.accelerator} wheels "
         f"(published: {', '.join(release.variant_names)})",
-        _cite(t, release.source, release.origin),
+        cite(t, release.source, release.origin),
         _variant_hint(recipe, release, t),
     )
 
@@ -378,7 +344,7 @@ def _python_range(recipe: Recipe, variant: Variant, t: CompatTable) -> Iterator[
         "python-range",
         f"torch {base_version(version)}+{variant.name} publishes wheels for CPython "
         f"{low}-{high}, not {recipe.python}",
-        _cite(t, variant.python_source, variant.origin),
+        cite(t, variant.python_source, variant.origin),
         f'set python: "{nearest}"',
     )
 
@@ -407,7 +373,7 @@ def _known_index(url: str, t: CompatTable) -> bool:
 
 def _index_url(recipe: Recipe, variant: Variant, t: CompatTable) -> Iterator[Violation]:
     index = recipe.torch.index
-    evidence = _cite(t, f"PV; {variant.source}", variant.origin)
+    evidence = cite(t, f"PV; {variant.source}", variant.origin)
     if index is None:
         if variant.kind == "cpu":
             return
@@ -459,7 +425,7 @@ def _numpy(recipe: Recipe, release: Release, t: CompatTable) -> Iterator[Violati
         f"numpy {spec or '(any)'!s} admits NumPy {bad}, but torch "
         f"{base_version(recipe.torch.version)} wheels are built against the NumPy 1.x ABI "
         f"and fail with NumPy {release.numpy_breaks.lstrip('<>=!~ ')}+ (_ARRAY_API not found)",
-        _cite(t, release.numpy_source, release.origin),
+        cite(t, release.numpy_source, release.origin),
         f"set numpy: {fix}",
     )
 
@@ -493,272 +459,3 @@ def _numpy_origin(t: CompatTable, python: str) -> str:
     return ", ".join(files) or t.layers[0]
 
 
-def _first_release_covering(arch: str, kind: str, t: CompatTable) -> tuple[Release, Variant] | None:
-    for r in t.releases:
-        for v in r.variants:
-            if v.kind == kind and v.covers(arch) and v.broken_arch(arch) is None:
-                return r, v
-    return None
-
-
-def _last_release_covering(arch: str, kind: str, t: CompatTable) -> tuple[Release, Variant] | None:
-    found = None
-    for r in t.releases:
-        for v in r.variants:
-            if v.kind == kind and v.covers(arch) and v.broken_arch(arch) is None:
-                found = (r, v)
-    return found
-
-
-def _stack_hint(arch: str, kind: str, t: CompatTable, variant: Variant) -> str:
-    first = _first_release_covering(arch, kind, t)
-    if first is None:
-        return ""
-    last = _last_release_covering(arch, kind, t)
-    key = "rocm" if kind == "rocm" else "cuda"
-    r0, v0 = first
-    text = f'torch {r0.versions[-1]} with {key}: "{v0.version}" is the first stack with {arch}'
-    if last is not None and (last[0].series, last[1].name) != (r0.series, v0.name):
-        r1, v1 = last
-        text += f'; torch {r1.versions[-1]} with {key}: "{v1.version}" the latest'
-    return text
-
-
-def _amd_arch(recipe: Recipe, variant: Variant, t: CompatTable) -> Iterator[Violation]:
-    arch = recipe.gpu.arch
-    if arch is None:
-        return
-    stack = f"torch {base_version(recipe.torch.version)}+{variant.name}"
-    override = recipe.env_map.get(HSA_OVERRIDE)
-    known = t.override_for(arch)
-    if override is None:
-        target = arch
-    else:
-        target_or_none = gfx_from_isa(override)
-        if target_or_none is None:
-            yield Violation(
-                "hsa-override",
-                f"{HSA_OVERRIDE}={override!r} is not an ISA version like 10.3.0",
-                "ROCm HSA runtime (major.minor.stepping)",
-                f"set env.{HSA_OVERRIDE}="
-                + (known.value if known else "<major.minor.stepping>"),
-            )
-            return
-        target = target_or_none
-        if arch in variant.archs and target != arch:
-            yield Violation(
-                "hsa-override",
-                f"{arch} is in the {stack} wheel; {HSA_OVERRIDE}={override} would make it "
-                f"run {target} code",
-                _cite(t, variant.arch_source(arch), variant.arch_origin(arch)),
-                f"remove env.{HSA_OVERRIDE}",
-            )
-            return
-        if known is not None and known.value != override:
-            yield Violation(
-                "hsa-override",
-                f"{HSA_OVERRIDE}={override} makes {arch} run {target} code; the known "
-                f"override for {arch} is {known.value} ({known.target})",
-                f"{known.source} [{known.origin}]",
-                f"set env.{HSA_OVERRIDE}={known.value}",
-            )
-            return
-        if known is not None and known.status == "broken":
-            yield Violation(
-                "override-known-bad",
-                f"{HSA_OVERRIDE}={override} on {arch} is known to fail: {known.note}",
-                f"{known.source} [{known.origin}]",
-                "use a stack whose wheel has the arch natively, or the CPU recipe",
-            )
-            return
-    if variant.covers(target):
-        broken = variant.broken_arch(target)
-        if broken is not None:
-            last = _last_release_covering(target, "rocm", t)
-            hint = (
-                f'use torch {last[0].versions[-1]} with rocm: "{last[1].version}" '
-                f"(last stack whose libraries still run {target})"
-                if last
-                else "use an older ROCm variant"
-            )
-            yield Violation(
-                "arch-broken",
-                f"{target} is listed in the {stack} wheel but cannot run: {broken.reason}",
-                f"{broken.source} [{broken.origin}]",
-                hint,
-            )
-        return
-    via = f" ({HSA_OVERRIDE}={override} makes {arch} run {target} code)" if override else ""
-    if override is None and known is not None and known.status != "broken":
-        ok_target = variant.covers(known.target) and variant.broken_arch(known.target) is None
-        hint = (
-            f"set env.{HSA_OVERRIDE}={known.value} ({known.confidence}, {known.status}: "
-            f"runs {known.target} code)"
-            if ok_target
-            else _stack_hint(known.target, "rocm", t, variant)
-        )
-    else:
-        hint = _stack_hint(target, "rocm", t, variant) or "no official wheel has this arch"
-    yield Violation(
-        "arch-in-wheel",
-        f"{stack} has no kernels for {target}{via} (wheel archs: {', '.join(variant.archs)})",
-        _cite(
-            t,
-            "; ".join(dict.fromkeys(s for _, s in variant.arch_sources)),
-            ", ".join(dict.fromkeys(variant.arch_origin(a) for a in variant.archs))
-            or variant.origin,
-        ),
-        hint,
-    )
-
-
-def _cuda_arch(recipe: Recipe, variant: Variant, t: CompatTable) -> Iterator[Violation]:
-    arch = recipe.gpu.arch
-    if arch is None or variant.covers(arch):
-        return
-    release = t.release(recipe.torch.version)
-    hint = ""
-    if release is not None:
-        same = [v for v in release.variants if v.kind == "cuda" and v.covers(arch)]
-        if same:
-            v = same[-1]
-            hint = f'set cuda: "{v.version}" and torch.index: {v.index}'
-    if not hint:
-        hint = _stack_hint(arch, "cuda", t, variant) or "no official wheel has this arch"
-    ptx = f" + PTX {variant.ptx}" if variant.ptx else ""
-    yield Violation(
-        "cuda-arch",
-        f"torch {base_version(recipe.torch.version)}+{variant.name} has no code for {arch} "
-        f"(SASS {', '.join(variant.archs)}{ptx})",
-        _cite(
-            t,
-            variant.arch_source(variant.archs[0]) if variant.archs else variant.source,
-            variant.origin,
-        ),
-        hint,
-    )
-
-
-# --------------------------------------------------------------------------- explain
-
-
-def explain(recipe: Recipe, table: CompatTable | None = None) -> list[Reason]:
-    """Why each pin is in the recipe, with its source (best effort on invalid recipes)."""
-    t = load_table() if table is None else table
-    out: list[Reason] = []
-    release = t.release(recipe.torch.version)
-    variant = None if release is None else release.variant(recipe.accelerator)
-    version = base_version(recipe.torch.version)
-    if release is not None and variant is not None:
-        low, high = variant.python_range(recipe.torch.version)
-        out.append(
-            Reason(
-                f"python {recipe.python}",
-                f"torch {version}+{variant.name} wheels exist for CPython {low}-{high}",
-                _cite(t, variant.python_source, variant.origin),
-            )
-        )
-        install = (
-            f"pip install torch=={version}{variant.local} --extra-index-url {variant.index}"
-            if variant.form == "extra-index-url"
-            else f"pip install torch=={version} --index-url {variant.index}"
-        )
-        note = f" ({variant.note})" if variant.note else ""
-        out.append(
-            Reason(
-                f"torch {recipe.torch.version}",
-                f"a published {variant.name} build of torch {release.series}"
-                f" [{variant.confidence}]; installed as: {install}{note}",
-                _cite(t, variant.source, variant.origin),
-            )
-        )
-        if release.numpy_breaks is not None:
-            why = (
-                f"torch {version} wheels are built against the NumPy 1.x ABI; NumPy "
-                f"{release.numpy_breaks} fails at import (_ARRAY_API not found)"
-            )
-        else:
-            why = f"torch {release.series} supports NumPy 2 on Linux (NumPy 1.x also works)"
-        numpy_cite = _cite(t, release.numpy_source or "NP2", release.origin)
-        out.append(Reason(f"numpy {recipe.numpy}", why, numpy_cite))
-        out.extend(_accelerator_reasons(recipe, variant, t))
-    entry = t.base_image(recipe.base_image)
-    if entry is not None:
-        out.append(
-            Reason(
-                f"base_image {recipe.base_image}",
-                f"{entry.distro}: its python3 is {entry.python}",
-                _cite(t, entry.source, entry.origin),
-            )
-        )
-    for e in recipe.env:
-        out.append(
-            Reason(
-                f"env {e.name}={e.value}",
-                f"{e.why} [{e.confidence}]",
-                ", ".join(e.evidence) or "(no evidence given)",
-            )
-        )
-    return out
-
-
-def _accelerator_reasons(recipe: Recipe, variant: Variant, t: CompatTable) -> list[Reason]:
-    out: list[Reason] = []
-    arch = recipe.gpu.arch
-    if variant.kind == "cuda" and recipe.cuda:
-        floor = t.driver_floor(recipe.cuda)
-        if floor is not None:
-            out.append(
-                Reason(
-                    f"cuda {recipe.cuda}",
-                    f"the {variant.name} wheel; needs an NVIDIA driver >= {floor.min} "
-                    f"(CUDA {floor.cuda_major}.x) [{floor.confidence}]",
-                    _cite(t, floor.source, floor.origin),
-                )
-            )
-        if arch is not None and variant.covers(arch):
-            exact = arch in variant.archs
-            how = "SASS compiled in" if exact else (
-                "runs the same-major SASS/PTX of the wheel (CUDA binary compatibility)"
-            )
-            out.append(
-                Reason(
-                    f"gpu.arch {arch}",
-                    f"{how}; wheel SASS: {', '.join(variant.archs)}"
-                    + (f" + PTX {variant.ptx}" if variant.ptx else ""),
-                    _cite(t, variant.arch_source(variant.archs[0]), variant.origin),
-                )
-            )
-    if variant.kind == "rocm" and recipe.rocm and arch is not None:
-        out.append(
-            Reason(
-                f"rocm {recipe.rocm}",
-                f"the {variant.name} wheel (bundles its ROCm user-space libraries; the host "
-                "needs only the amdgpu/KFD driver); archs: " + ", ".join(variant.archs),
-                _cite(t, variant.source, variant.origin),
-            )
-        )
-        override = recipe.env_map.get(HSA_OVERRIDE)
-        known = t.override_for(arch)
-        if arch in variant.archs:
-            unc = " [uncertain]" if arch in variant.archs_uncertain else ""
-            out.append(
-                Reason(
-                    f"gpu.arch {arch}",
-                    f"compiled into the {variant.name} wheel{unc}",
-                    _cite(t, variant.arch_source(arch), variant.arch_origin(arch)),
-                )
-            )
-        elif override is not None:
-            target = gfx_from_isa(override)
-            detail = (
-                f" [{known.confidence}, {known.status}]: {known.note}" if known is not None else ""
-            )
-            out.append(
-                Reason(
-                    f"gpu.arch {arch}",
-                    f"not in the wheel; {HSA_OVERRIDE}={override} runs {target} code{detail}",
-                    known.source if known is not None else "(no table entry)",
-                )
-            )
-    return out

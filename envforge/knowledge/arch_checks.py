@@ -1,0 +1,160 @@
+"""The arch rules of :func:`envforge.knowledge.rules.check`: ``arch-in-wheel``,
+``arch-broken``, ``hsa-override``, ``override-known-bad`` (AMD) and ``cuda-arch`` (NVIDIA)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from envforge.arch import gfx_from_isa
+from envforge.knowledge.table import CompatTable, Release, Variant, base_version
+from envforge.knowledge.verdicts import HSA_OVERRIDE, Violation, cite
+from envforge.recipe.model import Recipe
+
+
+def _first_release_covering(arch: str, kind: str, t: CompatTable) -> tuple[Release, Variant] | None:
+    for r in t.releases:
+        for v in r.variants:
+            if v.kind == kind and v.covers(arch) and v.broken_arch(arch) is None:
+                return r, v
+    return None
+
+
+def _last_release_covering(arch: str, kind: str, t: CompatTable) -> tuple[Release, Variant] | None:
+    found = None
+    for r in t.releases:
+        for v in r.variants:
+            if v.kind == kind and v.covers(arch) and v.broken_arch(arch) is None:
+                found = (r, v)
+    return found
+
+
+def _stack_hint(arch: str, kind: str, t: CompatTable, variant: Variant) -> str:
+    first = _first_release_covering(arch, kind, t)
+    if first is None:
+        return ""
+    last = _last_release_covering(arch, kind, t)
+    key = "rocm" if kind == "rocm" else "cuda"
+    r0, v0 = first
+    text = f'torch {r0.versions[-1]} with {key}: "{v0.version}" is the first stack with {arch}'
+    if last is not None and (last[0].series, last[1].name) != (r0.series, v0.name):
+        r1, v1 = last
+        text += f'; torch {r1.versions[-1]} with {key}: "{v1.version}" the latest'
+    return text
+
+
+def amd_arch(recipe: Recipe, variant: Variant, t: CompatTable) -> Iterator[Violation]:
+    arch = recipe.gpu.arch
+    if arch is None:
+        return
+    stack = f"torch {base_version(recipe.torch.version)}+{variant.name}"
+    override = recipe.env_map.get(HSA_OVERRIDE)
+    known = t.override_for(arch)
+    if override is None:
+        target = arch
+    else:
+        target_or_none = gfx_from_isa(override)
+        if target_or_none is None:
+            yield Violation(
+                "hsa-override",
+                f"{HSA_OVERRIDE}={override!r} is not an ISA version like 10.3.0",
+                "ROCm HSA runtime (major.minor.stepping)",
+                f"set env.{HSA_OVERRIDE}="
+                + (known.value if known else "<major.minor.stepping>"),
+            )
+            return
+        target = target_or_none
+        if arch in variant.archs and target != arch:
+            yield Violation(
+                "hsa-override",
+                f"{arch} is in the {stack} wheel; {HSA_OVERRIDE}={override} would make it "
+                f"run {target} code",
+                cite(t, variant.arch_source(arch), variant.arch_origin(arch)),
+                f"remove env.{HSA_OVERRIDE}",
+            )
+            return
+        if known is not None and known.value != override:
+            yield Violation(
+                "hsa-override",
+                f"{HSA_OVERRIDE}={override} makes {arch} run {target} code; the known "
+                f"override for {arch} is {known.value} ({known.target})",
+                f"{known.source} [{known.origin}]",
+                f"set env.{HSA_OVERRIDE}={known.value}",
+            )
+            return
+        if known is not None and known.status == "broken":
+            yield Violation(
+                "override-known-bad",
+                f"{HSA_OVERRIDE}={override} on {arch} is known to fail: {known.note}",
+                f"{known.source} [{known.origin}]",
+                "use a stack whose wheel has the arch natively, or the CPU recipe",
+            )
+            return
+    if variant.covers(target):
+        broken = variant.broken_arch(target)
+        if broken is not None:
+            last = _last_release_covering(target, "rocm", t)
+            hint = (
+                f'use torch {last[0].versions[-1]} with rocm: "{last[1].version}" '
+                f"(last stack whose libraries still run {target})"
+                if last
+                else "use an older ROCm variant"
+            )
+            yield Violation(
+                "arch-broken",
+                f"{target} is listed in the {stack} wheel but cannot run: {broken.reason}",
+                f"{broken.source} [{broken.origin}]",
+                hint,
+            )
+        return
+    via = f" ({HSA_OVERRIDE}={override} makes {arch} run {target} code)" if override else ""
+    if override is None and known is not None and known.status != "broken":
+        ok_target = variant.covers(known.target) and variant.broken_arch(known.target) is None
+        hint = (
+            f"set env.{HSA_OVERRIDE}={known.value} ({known.confidence}, {known.status}: "
+            f"runs {known.target} code)"
+            if ok_target
+            else _stack_hint(known.target, "rocm", t, variant)
+        )
+    else:
+        hint = _stack_hint(target, "rocm", t, variant) or "no official wheel has this arch"
+    yield Violation(
+        "arch-in-wheel",
+        f"{stack} has no kernels for {target}{via} (wheel archs: {', '.join(variant.archs)})",
+        cite(
+            t,
+            "; ".join(dict.fromkeys(s for _, s in variant.arch_sources)),
+            ", ".join(dict.fromkeys(variant.arch_origin(a) for a in variant.archs))
+            or variant.origin,
+        ),
+        hint,
+    )
+
+
+def cuda_arch(recipe: Recipe, variant: Variant, t: CompatTable) -> Iterator[Violation]:
+    arch = recipe.gpu.arch
+    if arch is None or variant.covers(arch):
+        return
+    release = t.release(recipe.torch.version)
+    hint = ""
+    if release is not None:
+        same = [v for v in release.variants if v.kind == "cuda" and v.covers(arch)]
+        if same:
+            v = same[-1]
+            hint = f'set cuda: "{v.version}" and torch.index: {v.index}'
+    if not hint:
+        hint = _stack_hint(arch, "cuda", t, variant) or "no official wheel has this arch"
+    ptx = f" + PTX {variant.ptx}" if variant.ptx else ""
+    yield Violation(
+        "cuda-arch",
+        f"torch {base_version(recipe.torch.version)}+{variant.name} has no code for {arch} "
+        f"(SASS {', '.join(variant.archs)}{ptx})",
+        cite(
+            t,
+            variant.arch_source(variant.archs[0]) if variant.archs else variant.source,
+            variant.origin,
+        ),
+        hint,
+    )
+
+
+# --------------------------------------------------------------------------- explain

@@ -1,0 +1,283 @@
+"""Release rows of the compatibility table: a torch series and its wheel variants.
+
+:func:`read_release` validates one merged release row (the release-level keys and the
+variant rows, each read by the layer it came from) into a
+:class:`~envforge.knowledge.table.Release`. ROCm variants take their arch lists from the
+``rocm_archs`` / ``rocm_broken`` rows; CUDA variants list their SASS (``sm``) and PTX.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import Version
+
+from envforge.knowledge.rows import (
+    ArchRule,
+    BrokenRule,
+    Check,
+    Row,
+    read_checked,
+    read_python_exceptions,
+)
+from envforge.knowledge.table import (
+    INDEX_FORMS,
+    BrokenArch,
+    IndexForm,
+    Kind,
+    Release,
+    Variant,
+    series_of,
+)
+from envforge.patterns import SM_RE
+
+_VARIANT_RE = re.compile(r"^(rocm[0-9]+(\.[0-9]+)+|cu[0-9]{3}|cpu)\Z", re.ASCII)
+_RELEASE_VERSION_RE = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+\Z", re.ASCII)
+
+RELEASE_KEYS = (
+    "series",
+    "versions",
+    "python",
+    "python_source",
+    "numpy_breaks",
+    "numpy_source",
+    "source",
+    "note",
+    "variants",
+    "checked",
+)
+RELEASE_REQUIRED = ("series", "versions", "python", "python_source", "source", "variants")
+VARIANT_KEYS = (
+    "name",
+    "form",
+    "python",
+    "python_source",
+    "python_exceptions",
+    "index",
+    "confidence",
+    "source",
+    "note",
+    "pypi_default",
+    "sm",
+    "sm_source",
+    "sm_confidence",
+    "ptx",
+)
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What every variant of one release is read against."""
+
+    series: str
+    torch: Version
+    form_default: IndexForm
+    python: tuple[str, str, str]
+    index_root: str
+    rocm_caveat: str
+    arch_rules: Sequence[ArchRule]
+    broken_rules: Sequence[BrokenRule]
+
+
+@dataclass(frozen=True)
+class _Archs:
+    """A variant's arch facts (empty for cpu)."""
+
+    archs: tuple[str, ...] = ()
+    uncertain: tuple[str, ...] = ()
+    sources: tuple[tuple[str, str], ...] = ()
+    origins: tuple[tuple[str, str], ...] = ()
+    broken: tuple[BrokenArch, ...] = ()
+    ptx: str | None = None
+
+
+def read_release(
+    c: Check,
+    raw: object,
+    path: str,
+    *,
+    variants: Sequence[Row],
+    index_root: str,
+    rocm_caveat: str,
+    arch_rules: Sequence[ArchRule],
+    broken_rules: Sequence[BrokenRule],
+) -> Release:
+    body = c.mapping(raw, path, RELEASE_KEYS, RELEASE_REQUIRED)
+    series = c.text(body["series"], f"{path}.series")
+    versions = c.texts(body["versions"], f"{path}.versions")
+    for ver in versions:
+        if series_of(ver) != series or not _RELEASE_VERSION_RE.match(ver):
+            raise c.fail(f"{path}.versions", f"{ver!r} is not a {series}.N version")
+    py_min, py_max = c.python(body["python"], f"{path}.python")
+    py_source = c.text(body["python_source"], f"{path}.python_source")
+    breaks, numpy_source = _numpy(c, body, path)
+    torch_v = Version(series)
+    ctx = _Context(
+        series=series,
+        torch=torch_v,
+        form_default="extra-index-url" if torch_v < Version("2.0") else "index-url",
+        python=(py_min, py_max, py_source),
+        index_root=index_root,
+        rocm_caveat=rocm_caveat,
+        arch_rules=arch_rules,
+        broken_rules=broken_rules,
+    )
+    release_source = c.text(body["source"], f"{path}.source")
+    checked = read_checked(c, body.get("checked"), f"{path}.checked")
+    release_origin = c.source
+    release_note = c.opt_str(body.get("note"), f"{path}.note")
+    if not variants:
+        raise c.fail(f"{path}.variants", "expected a non-empty list")
+    return Release(
+        series=series,
+        versions=versions,
+        python_min=py_min,
+        python_max=py_max,
+        numpy_breaks=breaks,
+        numpy_source=numpy_source,
+        source=release_source,
+        variants=tuple(_variant(row, ctx) for row in variants),
+        note=release_note,
+        checked=checked,
+        origin=release_origin,
+    )
+
+
+def _numpy(c: Check, body: Mapping[str, Any], path: str) -> tuple[str | None, str]:
+    breaks = body.get("numpy_breaks")
+    if breaks is not None:
+        try:
+            SpecifierSet(c.text(breaks, f"{path}.numpy_breaks"))
+        except InvalidSpecifier:
+            raise c.fail(f"{path}.numpy_breaks", f"{breaks!r} is not a specifier") from None
+    numpy_source = c.opt_str(body.get("numpy_source"), f"{path}.numpy_source")
+    if breaks is not None and not numpy_source:
+        raise c.fail(f"{path}.numpy_source", "missing (numpy_breaks needs a source)")
+    return breaks, numpy_source
+
+
+def _variant(row: Row, ctx: _Context) -> Variant:
+    c, vpath, v = row.c, row.path, row.raw
+    name = c.text(v["name"], f"{vpath}.name")
+    if not _VARIANT_RE.match(name):
+        raise c.fail(f"{vpath}.name", f"{name!r} is not rocmX.Y[.Z], cuXYZ or cpu")
+    kind: Kind = "rocm" if name.startswith("rocm") else "cuda" if name.startswith("cu") else "cpu"
+    form = v.get("form", ctx.form_default)
+    if form not in INDEX_FORMS:
+        raise c.fail(f"{vpath}.form", f"{form!r} is not one of {INDEX_FORMS}")
+    if form != ctx.form_default:
+        raise c.fail(f"{vpath}.form", f"torch {ctx.series} wheels use --{ctx.form_default}")
+    vmin, vmax, vsource = _variant_python(row, kind, ctx)
+    if kind == "rocm":
+        a = _rocm_archs(row, name, ctx)
+    elif kind == "cuda":
+        a = _cuda_archs(row)
+    elif v.get("sm") is not None:
+        raise c.fail(f"{vpath}.sm", "a cpu variant has no GPU archs")
+    else:
+        a = _Archs()
+    pypi_default = v.get("pypi_default", False)
+    if not isinstance(pypi_default, bool):
+        raise c.fail(f"{vpath}.pypi_default", "expected true or false")
+    return Variant(
+        name=name,
+        kind=kind,
+        series=ctx.series,
+        python_min=vmin,
+        python_max=vmax,
+        python_source=vsource,
+        index=c.text(v.get("index", f"{ctx.index_root}/{name}"), f"{vpath}.index").rstrip("/"),
+        form=form,
+        archs=a.archs,
+        archs_uncertain=a.uncertain,
+        arch_sources=a.sources,
+        broken=a.broken,
+        ptx=a.ptx,
+        pypi_default=pypi_default,
+        confidence=c.confidence(v.get("confidence", "verified"), f"{vpath}.confidence"),
+        source=c.text(v["source"], f"{vpath}.source"),
+        note=c.opt_str(v.get("note"), f"{vpath}.note"),
+        python_exceptions=read_python_exceptions(
+            c, v.get("python_exceptions"), f"{vpath}.python_exceptions"
+        ),
+        origin=c.source,
+        arch_origins=a.origins,
+    )
+
+
+def _variant_python(row: Row, kind: Kind, ctx: _Context) -> tuple[str, str, str]:
+    """The variant's CPython range and its source (the release's unless it sets one)."""
+    c, vpath, v = row.c, row.path, row.raw
+    if v.get("python") is not None:
+        vmin, vmax = c.python(v["python"], f"{vpath}.python")
+        return vmin, vmax, c.text(v.get("python_source"), f"{vpath}.python_source")
+    py_min, py_max, py_source = ctx.python
+    if v.get("python_source") is not None:
+        own = c.text(v["python_source"], f"{vpath}.python_source")
+        return py_min, py_max, own + "; " + py_source
+    if kind == "rocm" and ctx.rocm_caveat:
+        return py_min, py_max, f"{py_source}; {ctx.rocm_caveat}"
+    return py_min, py_max, py_source
+
+
+def _rocm_archs(row: Row, name: str, ctx: _Context) -> _Archs:
+    c, vpath, v = row.c, row.path, row.raw
+    if v.get("sm") is not None or v.get("ptx") is not None:
+        raise c.fail(f"{vpath}.sm", "ROCm variants take their archs from rocm_archs")
+    rocm_v = Version(name[len("rocm") :])
+    a_list: list[str] = []
+    a_unc: list[str] = []
+    a_src: list[tuple[str, str]] = []
+    a_origin: list[tuple[str, str]] = []
+    for rule in ctx.arch_rules:
+        torch_ok = rule.torch_min is None or ctx.torch >= rule.torch_min
+        below_ok = rule.rocm_below is None or rocm_v < rule.rocm_below
+        if not (rocm_v >= rule.rocm_min and torch_ok and below_ok):
+            continue
+        for arch in rule.archs:
+            a_list.append(arch)
+            a_src.append((arch, rule.source))
+            a_origin.append((arch, rule.origin))
+            if rule.confidence == "uncertain":
+                a_unc.append(arch)
+    if not a_list:
+        raise c.fail(vpath, f"no rocm_archs row covers {name}")
+    broken = tuple(
+        BrokenArch(
+            arch=a,
+            reason=b.reason,
+            source=b.source,
+            confidence=b.confidence,
+            origin=b.origin,
+        )
+        for b in ctx.broken_rules
+        if rocm_v >= b.rocm_min
+        for a in b.archs
+        if a in a_list
+    )
+    return _Archs(tuple(a_list), tuple(a_unc), tuple(a_src), tuple(a_origin), broken)
+
+
+def _cuda_archs(row: Row) -> _Archs:
+    c, vpath, v = row.c, row.path, row.raw
+    sm = c.texts(v.get("sm"), f"{vpath}.sm")
+    for s in sm:
+        if not SM_RE.match(s):
+            raise c.fail(f"{vpath}.sm", f"{s!r} is not like sm_86")
+    sm_source = c.text(v.get("sm_source"), f"{vpath}.sm_source")
+    sm_conf = c.confidence(v.get("sm_confidence", "verified"), f"{vpath}.sm_confidence")
+    ptx: str | None = None
+    if v.get("ptx") is not None:
+        ptx = c.text(v["ptx"], f"{vpath}.ptx")
+        if not SM_RE.match(ptx):
+            raise c.fail(f"{vpath}.ptx", f"{ptx!r} is not like sm_120")
+    return _Archs(
+        archs=sm,
+        uncertain=sm if sm_conf == "uncertain" else (),
+        sources=tuple((s, sm_source) for s in sm),
+        ptx=ptx,
+    )
