@@ -1,9 +1,19 @@
 """Certificates: a probe report bound to an image's filesystem content (pure: no SDK).
 
 A :class:`Certificate` says "this host ran the probe on the image whose layers have these
-diff IDs (and whose config runs them with these env vars, entrypoint and user), built
-from this recipe, and the probe passed (or failed at step X)". Its ``digest`` is the
-sha256 of its canonical JSON without the digest field, so any edit is detected.
+diff IDs and whose config is this one, built from this recipe, and the probe passed (or
+failed at step X)".
+
+Formats (the ``schema`` field, covered by the digest, so a certificate cannot be passed
+off as another format): ``envforge.certificate/2`` binds the image's whole config except
+the certificate label itself (health check, volumes, ports, ONBUILD, stop signal, shell,
+labels, env, entrypoint, ...: see :func:`envforge.container.refs.bound_config`);
+``envforge.certificate/1`` (envforge before format 2) bound only Env, Entrypoint, Cmd,
+WorkingDir and User. Format 1 certificates are still read, checked on what they bind and
+said to be older (:attr:`Certificate.full_binding` is False); new ones are always format 2.
+
+Its ``digest`` is the sha256 of its canonical JSON without the digest field, so any edit
+is detected.
 
 Where certificates live:
 
@@ -41,7 +51,17 @@ from envforge import __version__, paths
 from envforge.errors import CertificationFailed
 from envforge.fsutil import write_atomically
 
-SCHEMA = "envforge.certificate/1"
+SCHEMA = "envforge.certificate/2"
+#: Format 1: binds the layers and only Env, Entrypoint, Cmd, WorkingDir and User.
+SCHEMA_V1 = "envforge.certificate/1"
+#: Every format this envforge reads, by number.
+FORMATS = {SCHEMA: 2, SCHEMA_V1: 1}
+#: What a format 1 certificate leaves out, for the one line that says so.
+V1_PARTIAL = (
+    "certificate format 1 (an older envforge) binds only the layers and Env, Entrypoint, "
+    "Cmd, WorkingDir and User, not the rest of the image config (HEALTHCHECK, volumes, "
+    "ports, ONBUILD, labels, ...)"
+)
 
 
 def canonical_json(data: Any) -> str:
@@ -66,6 +86,15 @@ class Certificate:
     @property
     def digest(self) -> str:
         return str(self.data["digest"])
+
+    @property
+    def format(self) -> int:
+        """The certificate format: 2 binds the whole config, 1 only the run config."""
+        return FORMATS[str(self.data["schema"])]
+
+    @property
+    def full_binding(self) -> bool:
+        return self.format >= 2
 
     @property
     def status(self) -> str:
@@ -130,8 +159,14 @@ class Certificate:
 
     @classmethod
     def from_data(cls, data: Any, *, source: str = "certificate") -> Certificate:
-        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-            raise CertificationFailed(f"{source} is not an envforge certificate ({SCHEMA})")
+        schema = data.get("schema") if isinstance(data, dict) else None
+        if not isinstance(schema, str) or schema not in FORMATS:
+            newer = isinstance(schema, str) and schema.startswith("envforge.certificate/")
+            raise CertificationFailed(
+                f"{source} is not an envforge certificate ({SCHEMA} or {SCHEMA_V1})"
+                + (f": format {schema!r} is not known to this envforge" if newer else ""),
+                hint="upgrade envforge" if newer else None,
+            )
         try:
             layers = data["image"]["layers"]
             ok = (

@@ -5,7 +5,7 @@ What is read (each recognised by its content, not its file name):
 * a probe report, ``probe.json`` (:meth:`envforge.probe.report.ProbeReport.to_json`,
   schema ``envforge.probe/1``), as ``envforge probe --report DIR`` and ``build``/``certify
   --report DIR`` write it;
-* a certificate (:class:`envforge.certificate.Certificate`, schema ``envforge.certificate/1``):
+* a certificate (:class:`envforge.certificate.Certificate`, schema ``envforge.certificate/2`` or ``/1``):
   the files of the local store (``$ENVFORGE_HOME/certificates/<hex>.json``) and the
   ``certificate.json`` that ``--report DIR`` writes beside ``probe.json``. Its digest is
   checked: an altered certificate is reported, not read;
@@ -51,7 +51,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from envforge.certificate import SCHEMA as CERT_SCHEMA
+from envforge.certificate import FORMATS as CERT_FORMATS
 from envforge.certificate import Certificate
 from envforge.detect import nvidia_arch_for_product
 from envforge.errors import EnvforgeError, InvalidInput
@@ -460,7 +460,7 @@ def _parse(data: Any, redact: Callable[[str], str], signatures: bool = False) ->
     if not isinstance(data, dict):
         raise EvidenceError("not an envforge report: expected a JSON object")
     schema = data.get("schema")
-    if schema == CERT_SCHEMA:
+    if isinstance(schema, str) and schema in CERT_FORMATS:
         cert = Certificate.from_data(data, source="certificate")
         signer = cert.signed_by or ""
         if signer and signatures:

@@ -137,11 +137,13 @@ def os_error(
     culprit = Path(exc.filename) if exc.filename else target
     subject = f"cannot {verb} {target}" if known else f"cannot {verb} a file"
     where = setting or (_setting_for(target) if known else None)
-    if where == "ENVFORGE_HOME":
-        elsewhere = "set ENVFORGE_HOME to another folder"
-    else:
-        elsewhere = f"point {where} elsewhere" if where else "choose another path"
+    elsewhere = _elsewhere(where)
     code = exc.errno
+    if code == errno.ENOENT and culprit.parent.is_dir() and in_the_way(culprit) is None:
+        # a folder that exists refuses to hold a new entry (/proc, /sys): the environment
+        reason = f"the file system refuses to create {culprit}"
+        message = f"{subject}: {reason}{_state_note(where)}"
+        return StorageUnavailable(message, path=str(target), hint=f"{elsewhere}")
     if code in PATH_ERRNOS:
         if code == errno.EISDIR:
             thing = culprit if describe(culprit) == "a folder" else target
@@ -180,10 +182,40 @@ def _state_note(where: str | None) -> str:
     return f" (envforge's state folder, ENVFORGE_HOME={state_dir()})"
 
 
+def _elsewhere(where: str | None) -> str:
+    if where == "ENVFORGE_HOME":
+        return "set ENVFORGE_HOME to another folder"
+    return f"point {where} elsewhere" if where else "choose another path"
+
+
+def refuse_special_file(path: PathLike, *, setting: str | None = None) -> None:
+    """The one check every file output makes: ``path`` must be absent or a regular file
+    (a symbolic link to one, or to nothing, is replaced like a file). A character or
+    block device, a FIFO, a socket, or a symbolic link to one of them is refused with
+    :class:`BadPath` (exit 2, one line): writing there would block on a FIFO, and renaming
+    a file over it would destroy the device node (as root, ``-o /dev/null``)."""
+    try:
+        st = os.stat(path)  # follows a link: what would be written to
+    except OSError:
+        return  # absent, a dangling link or a loop: the write itself says what is wrong
+    if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+        return  # a folder is refused by the callers' own EISDIR check, with its own words
+    target = Path(path)
+    where = setting or _setting_for(target)
+    raise BadPath(
+        f"cannot write {target}: it is {describe(target)}, not a regular file"
+        f"{_state_note(where)}",
+        path=str(target),
+        hint=f"write to a regular file: {_elsewhere(where)}",
+    )
+
+
 def check_file_target(path: PathLike, *, setting: str | None = None) -> None:
     """Refuse, before any work is done, a file target that cannot be written: a folder
-    there, or a file, device or broken link where one of its folders must go."""
+    there, a device, FIFO or socket there (:func:`refuse_special_file`), or a file,
+    device or broken link where one of its folders must go."""
     target = Path(path)
+    refuse_special_file(target, setting=setting)
     if os.path.isdir(target):
         folder = IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(target))
         raise os_error(folder, target, setting=setting)
@@ -193,13 +225,22 @@ def check_file_target(path: PathLike, *, setting: str | None = None) -> None:
         raise os_error(in_way, target, setting=setting)
 
 
-def check_folder_target(path: PathLike, *, setting: str | None = None) -> None:
+#: The files ``--report DIR`` writes (probe, build and certify; both backends).
+REPORT_FILES = ("probe.json", "probe.junit.xml", "certificate.json", "certified.json")
+
+
+def check_folder_target(
+    path: PathLike, *, setting: str | None = None, files: Iterable[str] = ()
+) -> None:
     """Refuse, before any work is done, a folder to write into that cannot be one: a file,
-    device or broken link at ``path`` or where one of its parents must go."""
+    device or broken link at ``path`` or where one of its parents must go; and a device,
+    FIFO or socket where one of ``files`` (names in it) is to be written."""
     blocker = in_the_way(path)
     if blocker is not None:
         in_way = NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(blocker))
         raise os_error(in_way, path, setting=setting)
+    for name in files:
+        refuse_special_file(Path(path) / name, setting=setting)
 
 
 @contextmanager
@@ -268,7 +309,9 @@ def write_files(
 ) -> None:
     """Write every ``(path, text, mode)`` or none of them.
 
-    Text is written as UTF-8, newlines as given. Missing folders are created. On any
+    Text is written as UTF-8, newlines as given. Missing folders are created. A target
+    that is a device, FIFO or socket (or a link to one) is refused before anything is
+    written (:func:`refuse_special_file`). On any
     failure (an ``OSError`` becomes :func:`os_error`; Ctrl-C propagates) the temporary
     files are removed, replaced files are put back and created folders are removed.
     """
@@ -276,6 +319,9 @@ def write_files(
     staged: list[tuple[Path, Path]] = []  # (temporary file, target)
     moved: list[tuple[Path, Path | None]] = []  # (target, the old file moved aside)
     current = Path(".")
+    files = list(files)
+    for path, _text, _mode in files:
+        refuse_special_file(path, setting=setting)
     try:
         for path, text, mode in files:
             current = path
@@ -313,6 +359,23 @@ def write_files(
         if backup is not None:
             with suppress(OSError):
                 backup.unlink()
+
+
+def append_text(path: Path, text: str, *, setting: str | None = None) -> None:
+    """Append ``text`` to ``path`` (created when missing), a regular file only
+    (:func:`refuse_special_file`); errors as :func:`os_error`."""
+    refuse_special_file(path, setting=setting)
+    with writing(path, setting=setting):
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC,
+                     0o644)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # it changed since the check
+                refuse_special_file(path, setting=setting)
+            view = memoryview(text.encode("utf-8"))
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
 
 
 def write_atomically(

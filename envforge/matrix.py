@@ -22,14 +22,10 @@ and ``matrix.json`` together: both or neither (see :func:`write_files`).
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import json
-import os
 import re
-import shutil
 import statistics
-import tempfile
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -372,69 +368,18 @@ def _check_output(out: Path) -> None:
 
 
 def write_files(out: Path, files: Mapping[str, str]) -> list[Path]:
-    """Write ``files`` (name → text) into the folder ``out``: all of them or none.
-
-    Every file is first written to a temporary file in ``out``; only when all are
-    written are they renamed into place. If a rename fails, the files already renamed
-    are put back as they were (the previous version, or nothing), so ``out`` never holds
-    a mix of old and new. A folder this call created is removed again on failure.
-    :class:`InvalidInput` (exit 2) when ``out`` or a parent is a file;
-    :class:`Unavailable` (exit 4) when the folder cannot be written.
+    """Write ``files`` (name → text) into the folder ``out``: all of them or none
+    (:func:`envforge.fsutil.write_files`: temporary files renamed into place, what was
+    replaced put back on a failure, a folder this call created removed again).
+    :class:`InvalidInput` (exit 2) when ``out`` or a parent is a file, or a target is a
+    device, FIFO or socket; :class:`Unavailable` (exit 4) when the folder cannot be written.
     """
+    from envforge import fsutil  # noqa: PLC0415 - only when writing
+
     _check_output(out)
-    missing = [p for p in (out, *out.parents) if not p.exists()]
-    temps: dict[str, str] = {}
-    backups: dict[str, str | None] = {}
-    done: list[str] = []
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        for name, text in files.items():
-            fd, tmp = tempfile.mkstemp(dir=out, prefix=".envforge-", suffix=".tmp")
-            temps[name] = tmp
-            with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-                fh.write(text)
-            os.chmod(tmp, 0o644)
-        for name in files:
-            target = out / name
-            backup: str | None = None
-            if target.exists():
-                backup = tempfile.mktemp(dir=out, prefix=".envforge-old-", suffix=".tmp")
-                try:
-                    os.link(target, backup)
-                except OSError:  # no hard links here: a copy does as well
-                    shutil.copyfile(target, backup)
-            backups[name] = backup
-        for name in files:
-            os.replace(temps[name], out / name)
-            done.append(name)
-    except OSError as exc:
-        for name in done:  # put back what was there before
-            backup = backups.get(name)
-            try:
-                if backup is not None:
-                    os.replace(backup, out / name)
-                else:
-                    (out / name).unlink()
-            except OSError:
-                pass
-        _cleanup([*temps.values(), *(b for b in backups.values() if b)])
-        for folder in missing:  # deepest first
-            try:
-                folder.rmdir()
-            except OSError:
-                break
-        raise Unavailable(
-            f"cannot write the site to {out}: {exc.strerror or exc}",
-            hint="choose a folder you can write (-o DIR)",
-        ) from None
-    _cleanup([b for b in backups.values() if b])
-    return [out / name for name in files]
-
-
-def _cleanup(paths: Iterable[str]) -> None:
-    for path in paths:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
+    targets = [(out / name, text, 0o644) for name, text in files.items()]
+    fsutil.write_files(targets, setting="-o")
+    return [path for path, _text, _mode in targets]
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,10 @@
 only when all of these hold (else :class:`PublishRefused`, exit 5):
 
 * the image carries a certificate label that parses and whose digest matches its content;
-* that certificate passed and names exactly the image's layer diff IDs and run config;
+* that certificate passed and names exactly the image's layer diff IDs and config (the
+  whole config but the certificate label: :func:`image_binding`), and is of the current
+  format (a format 1 certificate, which binds only the run config, is refused: certify
+  again);
 * this host's local certificate store holds a certificate for those layers and the newest
   one passed (so an image that a later ``envforge certify`` failed is not published);
 * the certificate was issued for the recipe as it is now (same recipe hash);
@@ -25,12 +28,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from envforge.certificate import Certificate, CertificateStore, binding_problems
+from envforge.certificate import V1_PARTIAL, Certificate, CertificateStore, binding_problems
 from envforge.container.refs import (
     CERTIFICATE_LABEL,
     ImageInfo,
+    bound_config,
     certified_ref,
-    config_identity,
     registry_ref,
     split_ref,
 )
@@ -74,6 +77,19 @@ def certificate_of(info: ImageInfo, *, what: str) -> Certificate:
     return Certificate.from_json(text, source=f"the certificate of {what}")
 
 
+def image_binding(cert: Certificate, info: ImageInfo) -> list[str]:
+    """Why ``cert`` does not certify the image ``info`` (empty: it does): the one check
+    ``publish``, ``verify`` and ``shell`` make before they use an image."""
+    return binding_problems(cert, info.layers, bound_config(info.config, cert.format))
+
+
+def older_format(cert: Certificate, what: str) -> str | None:
+    """The one line that says ``cert`` binds only part of the image (None: it binds all)."""
+    if cert.full_binding:
+        return None
+    return f"{what}: {V1_PARTIAL}"
+
+
 def publishable(
     client: EngineClient, recipe: Recipe, store: CertificateStore, *, require_signed: bool = False
 ) -> tuple[ImageInfo, Certificate]:
@@ -89,9 +105,12 @@ def publishable(
         cert = certificate_of(info, what=ref)
     except CertificationFailed as exc:
         raise PublishRefused(exc.message, hint=hint) from None
-    problems = binding_problems(cert, info.layers, config_identity(info.config))
+    problems = image_binding(cert, info)
     if problems:
         raise PublishRefused(f"{ref}: {problems[0]}", hint=hint)
+    partial = older_format(cert, ref)
+    if partial is not None:
+        raise PublishRefused(partial, hint=f"envforge certify {recipe.name}")
     if cert.recipe_hash != recipe.hash:
         raise PublishRefused(
             f"{ref} was certified for another version of recipe {recipe.name} "
@@ -157,7 +176,7 @@ def publish(
 def verify_local(info: ImageInfo, ref: str) -> Verified:
     """Check a local image's certificate against its content; :class:`CertificationFailed`."""
     cert = certificate_of(info, what=ref)
-    problems = binding_problems(cert, info.layers, config_identity(info.config))
+    problems = image_binding(cert, info)
     if problems:
         raise CertificationFailed(f"{ref}: {'; '.join(problems)}")
     return Verified(ref=ref, image_id=info.id, certificate=cert)

@@ -154,11 +154,8 @@ def report_facts(report: ProbeReport | None) -> list[tuple[str, str]]:
 
 
 def append(path: Path, text: str) -> None:
-    """Append ``text`` to ``path`` (created when missing); one-line errors (exit 2/4)."""
-    from envforge.fsutil import os_error  # noqa: PLC0415 - only when writing
+    """Append ``text`` to ``path`` (created when missing; a regular file only); one-line
+    errors (exit 2/4)."""
+    from envforge.fsutil import append_text  # noqa: PLC0415 - only when writing
 
-    try:
-        with path.open("a", encoding="utf-8") as stream:
-            stream.write(text)
-    except OSError as exc:
-        raise os_error(exc, path, setting="--summary") from None
+    append_text(path, text, setting="--summary")

@@ -38,7 +38,7 @@ from envforge.cli.common import (
     wheelhouse_option,
 )
 from envforge.errors import CertificationFailed, EnvforgeError, InvalidInput
-from envforge.fsutil import check_folder_target, write_atomically
+from envforge.fsutil import REPORT_FILES, check_folder_target, write_atomically
 from envforge.recipe.model import Level, Recipe
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
     only when the probe passed; a failed probe exits 1 and tags nothing.
     """
     if report_dir is not None:  # before any work: a file in the way is exit 2, one line
-        check_folder_target(report_dir, setting="--report")
+        check_folder_target(report_dir, setting="--report", files=REPORT_FILES)
     with summarizing(summary_file, f"envforge build {recipe_ref}") as notes:
         _build(
             recipe_ref, tags, base_image, wheelhouse, ca_bundle, no_certify, no_cache, level,

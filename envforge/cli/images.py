@@ -30,7 +30,7 @@ from envforge.cli.common import (
     trust_option,
 )
 from envforge.errors import CertificationFailed, InvalidInput
-from envforge.fsutil import check_folder_target
+from envforge.fsutil import REPORT_FILES, check_folder_target
 from envforge.recipe.model import Level, Recipe
 
 if TYPE_CHECKING:
@@ -101,7 +101,7 @@ def certify(  # noqa: PLR0917 - click passes options positionally by name
     from envforge.cli.display import ProbeProgress  # noqa: PLC0415 - keeps --help light
 
     if report_dir is not None:  # before any work: a file in the way is exit 2, one line
-        check_folder_target(report_dir, setting="--report")
+        check_folder_target(report_dir, setting="--report", files=REPORT_FILES)
     with summarizing(summary_file, f"envforge certify {' '.join(refs)}") as notes:
         signer = load_signer(signing_key)
         client = connect()
@@ -222,11 +222,15 @@ def publish_cmd(
 def verify_cmd(ref: str, no_pull: bool, trust: tuple[Path, ...], as_json: bool) -> None:
     """Pull REF and check that its certificate passed and matches its content (exit 0/1).
 
+    Content is the layers and the whole image config but the certificate label. A
+    certificate of the older format 1 (it binds only the run config) is said to be older,
+    and refused with trusted keys.
+
     With trusted keys (--trust or ENVFORGE_TRUSTED_KEYS) the certificate must also be
     signed by one of them (exit 1 when unsigned, signed by another key, or altered).
     """
     from envforge.backends.docker.engine import connect  # noqa: PLC0415 - loads the SDK
-    from envforge.publish import verify  # noqa: PLC0415 - keeps --help light
+    from envforge.publish import older_format, verify  # noqa: PLC0415 - keeps --help light
     from envforge.signing import (  # noqa: PLC0415 - loads cryptography when used
         TrustList,
         load_trust,
@@ -241,6 +245,14 @@ def verify_cmd(ref: str, no_pull: bool, trust: tuple[Path, ...], as_json: bool) 
     client = connect()
     result = verify(client, ref, pull=not no_pull)
     cert = result.certificate
+    partial = older_format(cert, ref)
+    if partial is not None and trusted:
+        raise CertificationFailed(
+            f"{partial}: a trusted signature over it does not vouch for the rest",
+            hint="ask its publisher to certify it again with this envforge",
+        )
+    if partial is not None:
+        note(f"note: {partial}; certify it again for a full binding")
     signer_name = ""
     if trusted:
         key = require_trusted(cert.data, trusted, what=ref)
@@ -260,6 +272,8 @@ def verify_cmd(ref: str, no_pull: bool, trust: tuple[Path, ...], as_json: bool) 
                 "recipe": cert.recipe_name,
                 "stack": cert.stack_tag,
                 "layers": len(cert.layers),
+                "certificate_format": cert.format,
+                "full_binding": cert.full_binding,
                 "signed_by": cert.signed_by,
                 "signer_name": signer_name or None,
                 "trusted": bool(trusted) or None,

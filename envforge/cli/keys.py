@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from envforge.cli.common import echo_json, json_option, note
+from envforge.errors import InvalidInput, printable
 
 
 @click.group("keys")
@@ -21,20 +22,28 @@ def keys() -> None:
     "out",
     required=True,
     metavar="DIR",
-    type=click.Path(path_type=Path),
+    type=click.Path(path_type=str),
     help="Folder for envforge.key (private, mode 0600) and envforge.pub (created if missing).",
 )
 @click.option(
     "--name", default="", metavar="NAME", help="A name for the key, kept in envforge.pub."
 )
 @json_option
-def generate_cmd(out: Path, name: str, as_json: bool) -> None:
+def generate_cmd(out: str, name: str, as_json: bool) -> None:
     """Write DIR/envforge.key and DIR/envforge.pub; never overwrites existing keys (exit 2)."""
     from envforge.fsutil import os_error  # noqa: PLC0415 - only when writing
     from envforge.signing import generate, load_trust  # noqa: PLC0415 - loads cryptography
 
+    if not out.strip():
+        raise InvalidInput("-o is empty: name a folder for the keys", hint="-o keys")
+    bad = next((ch for ch in name if not ch.isprintable() and ch not in " \t"), None)
+    if bad is not None:
+        raise InvalidInput(
+            f"--name '{printable(name)}' contains the control character {printable(bad)}",
+            hint="a name of printable characters",
+        )
     try:
-        key_path, pub_path = generate(out, name)
+        key_path, pub_path = generate(Path(out), name)
     except OSError as exc:
         raise os_error(exc, verb="write", setting="-o") from None
     public = next(iter(load_trust([pub_path]).keys.values()))

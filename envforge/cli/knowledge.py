@@ -12,7 +12,7 @@ import click
 
 from envforge.cli.common import echo_json, json_option
 from envforge.errors import InvalidInput
-from envforge.fsutil import write_atomically
+from envforge.fsutil import check_file_target, write_atomically
 from envforge.knowledge import load_table
 from envforge.knowledge.index import IndexClient, default_cache_dir, pip_index_url
 from envforge.knowledge.refresh import STALE_DAYS, refresh, status
@@ -134,13 +134,15 @@ def refresh_cmd(
 
     An index that does not answer is reported and skipped; exit 4 only when none answers.
     """
+    if output is not None:  # before any request: a device, FIFO or folder is exit 2
+        check_file_target(output, setting="-o")
     table = load_table()
     roots = list(indexes) or [_default_index()]
     proots = [] if no_pytorch_index else (list(pytorch_indexes) or [table.index_root])
     client = IndexClient(cache_dir=default_cache_dir(), timeout=timeout, max_age=max_age)
     report = refresh(table, client, roots, proots)
     if output is not None:
-        write_atomically(output, report.overlay_yaml())
+        write_atomically(output, report.overlay_yaml(), setting="-o")
     if as_json:
         data = report.to_dict()
         data["output"] = None if output is None else str(output)

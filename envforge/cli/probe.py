@@ -34,7 +34,7 @@ from envforge.cli.common import (
 )
 from envforge.cli.display import ProbeProgress
 from envforge.errors import CertificationFailed, InvalidInput
-from envforge.fsutil import check_folder_target
+from envforge.fsutil import REPORT_FILES, check_folder_target
 from envforge.recipe.model import Level
 
 if TYPE_CHECKING:
@@ -101,7 +101,7 @@ def probe(  # noqa: PLR0917 - click passes options positionally
         raise InvalidInput(f"--step-timeout {step_timeout_problem(step_timeout)}",
                            hint="--step-timeout 60")
     if report_dir is not None:  # before the probe runs: a file in the way is exit 2 now
-        check_folder_target(report_dir, setting="--report")
+        check_folder_target(report_dir, setting="--report", files=REPORT_FILES)
     title = "envforge probe" + (f" --recipe {recipe_ref}" if recipe_ref else "")
     with summarizing(summary_file, title) as notes:
         if recipe_ref is None:

@@ -9,7 +9,7 @@ import yaml
 
 from envforge.cli.common import echo_json, json_option
 from envforge.errors import InvalidInput
-from envforge.fsutil import write_atomically
+from envforge.fsutil import check_file_target, write_atomically
 from envforge.knowledge import load_table
 from envforge.solve import Solution, SolveRequest, solve
 
@@ -54,6 +54,8 @@ def solve_cmd(
     the newest Python a known base image ships, the NumPy bound and env vars; each choice
     with its reason and source, plus the runner-up stacks.
     """
+    if write is not None:  # before any work: a device, FIFO or folder is exit 2
+        check_file_target(write, setting="--write")
     detected = ""
     if arch == "auto":
         from envforge.detect import detect  # noqa: PLC0415 - only for auto
@@ -82,7 +84,7 @@ def solve_cmd(
         text = "# Solved by `envforge solve`; review before curating.\n" + yaml.safe_dump(
             solution.recipe_dict(), sort_keys=False, allow_unicode=True, width=100
         )
-        write_atomically(write, text)
+        write_atomically(write, text, setting="--write")
         click.echo(f"wrote {write} (recipe {solution.arch})", err=True)
     if as_json:
         data = solution.to_dict()

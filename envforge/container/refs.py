@@ -89,12 +89,45 @@ class ImageInfo:
         )
 
 
-def config_identity(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The parts of an image config that change what runs, minus envforge's own label.
+#: Config keys a certificate does not bind: where the builder ran (the parent image it
+#: started from, the build container's host and domain name). They differ between an
+#: image and its labelled child by construction, and the engine never applies them to a
+#: container (``docker run`` takes the hostname from its own options).
+UNBOUND_CONFIG_KEYS = frozenset({"Image", "Hostname", "Domainname"})
 
-    Bound into certificates next to the layer diff IDs: an image with the same files but
-    other env vars, entrypoint or user is not the image that was probed.
+
+def _empty(value: Any) -> bool:
+    return value is None or value is False or value in ("", [], {})
+
+
+def bound_config(config: Mapping[str, Any], certificate_format: int = 2) -> dict[str, Any]:
+    """The part of an image config a certificate of ``certificate_format`` binds.
+
+    Format 2 (every new certificate): the whole config except the certificate label
+    itself and :data:`UNBOUND_CONFIG_KEYS`; keys without a value (null, empty, false) are
+    left out, so engines that print empty fields and engines that omit them agree.
+    A HEALTHCHECK, ONBUILD, VOLUME, EXPOSE, STOPSIGNAL, SHELL or LABEL added on top of a
+    certified image therefore no longer matches its certificate.
+
+    Format 1 (older certificates): Env, Entrypoint, Cmd, WorkingDir and User only.
     """
+    if certificate_format < 2:
+        return config_identity(config)
+    bound: dict[str, Any] = {}
+    for key, value in config.items():
+        if key in UNBOUND_CONFIG_KEYS:
+            continue
+        kept = value
+        if key == "Labels" and isinstance(value, Mapping):
+            kept = {k: v for k, v in value.items() if k != CERTIFICATE_LABEL}
+        if not _empty(kept):
+            bound[str(key)] = kept
+    return bound
+
+
+def config_identity(config: Mapping[str, Any]) -> dict[str, Any]:
+    """What certificate format 1 bound: the parts of an image config that change what
+    runs (env vars, entrypoint, command, working folder, user)."""
     return {
         "Env": list(config.get("Env") or []),
         "Entrypoint": config.get("Entrypoint"),

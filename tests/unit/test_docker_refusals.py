@@ -12,7 +12,7 @@ from envforge import publish as pub
 from envforge.backends.docker.engine import connect
 from envforge.backends.docker.images import assemble_context, build_image
 from envforge.certificate import Certificate, CertificateStore, issue
-from envforge.container.refs import CERTIFICATE_LABEL, ImageInfo, config_identity
+from envforge.container.refs import CERTIFICATE_LABEL, ImageInfo, bound_config
 from envforge.errors import BuildFailed, CertificationFailed, PublishRefused, Unavailable
 from tests.helpers.fake_engine import FakeEngine
 from tests.helpers.recipes import make_recipe
@@ -40,7 +40,7 @@ def _cert(status: str = "pass", *, recipe_hash: str | None = None, now: float = 
         recipe_hash=recipe_hash or RECIPE.hash,
         stack_tag=RECIPE.stack_tag,
         layers=LAYERS,
-        config=config_identity(CONFIG),
+        config=bound_config(CONFIG),
         candidate_id="sha256:" + "2" * 64,
         now=now,
     )
@@ -201,7 +201,7 @@ def test_another_recipes_failure_on_the_same_layers_does_not_block(
         recipe_hash="sha256:" + "7" * 64,
         stack_tag=RECIPE.stack_tag,
         layers=LAYERS,
-        config=config_identity(CONFIG),
+        config=bound_config(CONFIG),
         candidate_id="sha256:" + "3" * 64,
         now=2.0,
     )

@@ -213,3 +213,73 @@ def test_render_o_onto_a_file_is_one_line_exit_2(
     assert err.count("\n") == 1
     assert err.startswith(f"envforge: error: cannot write {tmp_path / 'f' / 'cpu' / 'Dockerfile'}")
     assert leftovers(tmp_path) == ["f"]
+
+
+# --------------------------------------------------------------------------- special files
+# (issue 22 class 3; the real CLI against device nodes: tests/acceptance/test_special_file_outputs.py)
+
+
+def _special(tmp_path: Path, kind: str) -> Path:
+    import socket
+    import stat as st
+
+    path = tmp_path / f"target-{kind}"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "link-to-fifo":
+        os.mkfifo(tmp_path / "fifo")
+        os.symlink(tmp_path / "fifo", path)
+    elif kind == "socket":
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        short = Path(f"/tmp/efs-{os.getpid()}.sock")
+        short.unlink(missing_ok=True)
+        sock.bind(str(short))
+        sock.close()
+        os.symlink(short, path)  # a link to a socket (the path must be short)
+    elif kind == "char-device":
+        if os.geteuid() != 0:
+            pytest.skip("mknod needs root")
+        os.mknod(path, st.S_IFCHR | 0o666, os.makedev(1, 3))
+    return path
+
+
+SPECIAL = ["fifo", "link-to-fifo", "socket", "char-device"]
+
+
+@pytest.mark.parametrize("kind", SPECIAL)
+def test_every_writer_refuses_a_special_file_and_leaves_it(tmp_path: Path, kind: str) -> None:
+    path = _special(tmp_path, kind)
+    before = os.stat(path)
+    writers = [
+        lambda: fsutil.write_atomically(path, "x", setting="-o"),
+        lambda: fsutil.write_files([(tmp_path / "fine", "y", 0o644), (path, "x", 0o644)]),
+        lambda: fsutil.append_text(path, "x", setting="--summary"),
+        lambda: fsutil.check_file_target(path, setting="-o"),
+        lambda: fsutil.check_folder_target(tmp_path, files=[path.name]),
+    ]
+    for write in writers:
+        with pytest.raises(BadPath, match="not a regular file") as info:
+            write()
+        assert info.value.exit_code is ExitCode.INVALID_INPUT
+        assert str(path) in info.value.one_line()
+    after = os.stat(path)
+    assert (after.st_mode, after.st_rdev, after.st_ino) == (before.st_mode, before.st_rdev,
+                                                            before.st_ino)
+    assert not (tmp_path / "fine").exists()  # all or none
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(fsutil.TMP_PREFIX)]
+
+
+def test_regular_files_and_links_to_them_are_still_written(tmp_path: Path) -> None:
+    (tmp_path / "real").write_text("old")
+    os.symlink(tmp_path / "real", tmp_path / "link")
+    os.symlink(tmp_path / "nowhere", tmp_path / "dangling")
+    for name in ("real", "link", "dangling", "new"):
+        fsutil.write_atomically(tmp_path / name, "new")
+        assert (tmp_path / name).read_text() == "new"
+    fsutil.append_text(tmp_path / "real", "+")
+    assert (tmp_path / "real").read_text() == "new+"
+
+
+def test_a_folder_that_refuses_new_entries_is_the_environment() -> None:
+    with pytest.raises(StorageUnavailable, match="refuses to create /proc/envforge-x"):
+        fsutil.write_atomically(Path("/proc/envforge-x/out.txt"), "x", setting="-o")

@@ -236,7 +236,7 @@ def _publishable_engine(cert: Certificate) -> FakeEngine:
 def test_publish_require_signed_refuses_unsigned_and_invalid_signatures(
     tmp_path: Path,
 ) -> None:
-    from envforge.container.refs import config_identity
+    from envforge.container.refs import bound_config
 
     attrs = image_attrs(CANDIDATE)
 
@@ -246,7 +246,7 @@ def test_publish_require_signed_refuses_unsigned_and_invalid_signatures(
         recipe_hash=RECIPE.hash,
         stack_tag=RECIPE.stack_tag,
         layers=attrs["RootFS"]["Layers"],
-        config=config_identity(attrs["Config"]),
+        config=bound_config(attrs["Config"]),
         candidate_id=CANDIDATE,
     )
     store = CertificateStore(tmp_path / "store")

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from envforge.backends.docker.client import EngineClient
     from envforge.backends.docker.images import BuildKitCli, BuildResult
     from envforge.certificate import Signer
+    from envforge.container.refs import ImageInfo
     from envforge.render.context import Builder, LockedInstall
 
 Say = Callable[[str], None]
@@ -506,7 +507,6 @@ def run(
     """
     from envforge.backends.docker.images import inspect_image  # noqa: PLC0415 - loads the SDK
     from envforge.backends.docker.shell import run_shell  # noqa: PLC0415 - loads the SDK
-    from envforge.publish import certificate_of  # noqa: PLC0415 - publish imports this package
 
     engine = client if client is not None else _connect(options)
     certified = certified_ref(recipe.name, recipe.stack_tag)
@@ -519,11 +519,7 @@ def run(
                 hint=f"envforge build {recipe.name} (or pass --image REF)",
             )
         raise InvalidInput(f"no image {image} on this engine", hint="docker images")
-    if image is not None:
-        try:
-            certificate_of(info, what=image)
-        except EnvforgeError:
-            options.say(f"warning: {image} is not a certified image; running it as asked")
+    _check_before_use(info, image or certified, recipe, asked=image is not None, say=options.say)
     return run_shell(
         engine,
         image=info.id,
@@ -534,6 +530,42 @@ def run(
         flags=flags_for(engine, recipe, options),
         cwd=Path(os.getcwd()),
     )
+
+
+def _check_before_use(
+    info: ImageInfo, ref: str, recipe: Recipe, *, asked: bool, say: Say
+) -> None:
+    """The binding check before every use, as the venv backend makes: the certified tag
+    must name an image its certificate certifies (a commit re-tagged over it does not):
+    :class:`CertificationFailed` otherwise. An image asked for by ``--image`` runs as
+    asked, with a warning when it is not certified or its certificate does not hold."""
+    from envforge.publish import (  # noqa: PLC0415 - publish imports this package
+        certificate_of,
+        image_binding,
+        older_format,
+    )
+
+    try:
+        cert = certificate_of(info, what=ref)
+        problems = image_binding(cert, info)
+    except CertificationFailed as exc:
+        if asked:
+            say(f"warning: {ref} is not a certified image; running it as asked")
+            return
+        raise CertificationFailed(
+            exc.message, hint=f"envforge build {recipe.name} makes and certifies it again"
+        ) from None
+    if problems and asked:
+        say(f"warning: {ref} does not match its certificate ({problems[0]}); running it as asked")
+    elif problems:
+        raise CertificationFailed(
+            f"{ref} is not the image its certificate certifies: {problems[0]}",
+            hint=f"envforge build {recipe.name} makes and certifies it again "
+            "(or pass --image REF to run another image)",
+        )
+    partial = older_format(cert, ref)
+    if partial is not None:
+        say(f"note: {partial}; envforge certify {recipe.name} binds all of it")
 
 
 def retag_for(ref: str) -> list[str]:

@@ -11,7 +11,7 @@ from envforge.backends.docker.images import inspect_image, label_image
 from envforge.backends.docker.probe_target import DockerTarget
 from envforge.certificate import Certificate, CertificateStore, Signer, issue, sign
 from envforge.container.devices import DeviceFlags, device_flags
-from envforge.container.refs import CERTIFICATE_LABEL, config_identity
+from envforge.container.refs import CERTIFICATE_LABEL, bound_config
 from envforge.errors import InvalidInput
 from envforge.probe.report import ProbeReport
 from envforge.probe.runner import ProbeListener, ProbeTarget, run_probe
@@ -58,7 +58,8 @@ def certify_image(
 ) -> Outcome:
     """Probe ``image`` in a container (no network, recipe env, host device flags).
 
-    The verdict is bound to the image's layer diff IDs and run config, saved in the local
+    The verdict is bound to the image's layer diff IDs and config (all of it but the
+    certificate label), saved in the local
     store (pass or fail), and on a pass a labelled image carrying it is made. Tags are the
     caller's business. With a ``signer`` the certificate is signed before it is stored
     or labelled (the private key itself goes nowhere). Raises :class:`Interrupted` on
@@ -79,7 +80,7 @@ def certify_image(
         recipe_hash=recipe.hash,
         stack_tag=recipe.stack_tag,
         layers=info.layers,
-        config=config_identity(info.config),
+        config=bound_config(info.config),
         candidate_id=info.id,
         stack=stack.to_dict(),
     )

@@ -64,8 +64,10 @@ def container_kwargs(
     network: bool = False,
     role: str = "probe",
 ) -> dict[str, Any]:
-    """Common ``containers.create`` arguments: env, devices, no network, envforge label."""
+    """Common ``containers.create`` arguments: env, devices, no network, envforge label,
+    and no health check (an image's HEALTHCHECK never runs in envforge's containers)."""
     kwargs: dict[str, Any] = {
+        "healthcheck": {"test": ["NONE"]},
         "environment": {**dict(env), **dict(flags.env)},
         "labels": {ROLE_LABEL: role},
         "detach": True,

@@ -86,6 +86,9 @@ def shell_argv(
     argv += ["--init", "--sig-proxy=true"] if init else ["--sig-proxy=true"]
     if tty:
         argv.append("-t")
+    # An image's HEALTHCHECK would run a command of the image's choosing next to the
+    # user's, with the working folder mounted: never (certificates bind it, too).
+    argv += ["--no-healthcheck"]
     argv += ["--user", user, "--network", "host", "--workdir", SHELL_WORKDIR]
     argv += ["--mount", f"type=bind,source={cwd},target={SHELL_WORKDIR}"]
     argv += ["--tmpfs", f"{SHELL_HOME}:rw,exec,mode=1777"]
