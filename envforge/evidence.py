@@ -5,7 +5,8 @@ What is read (each recognised by its content, not its file name):
 * a probe report, ``probe.json`` (:meth:`envforge.probe.report.ProbeReport.to_json`,
   schema ``envforge.probe/1``), as ``envforge probe --report DIR`` and ``build``/``certify
   --report DIR`` write it;
-* a certificate (:class:`envforge.certificate.Certificate`, schema ``envforge.certificate/2`` or ``/1``):
+* a certificate (:class:`envforge.certificate.Certificate`, schema
+  ``envforge.certificate/2`` or ``/1``):
   the files of the local store (``$ENVFORGE_HOME/certificates/<hex>.json``) and the
   ``certificate.json`` that ``--report DIR`` writes beside ``probe.json``. Its digest is
   checked: an altered certificate is reported, not read;

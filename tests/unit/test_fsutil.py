@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -216,7 +217,8 @@ def test_render_o_onto_a_file_is_one_line_exit_2(
 
 
 # --------------------------------------------------------------------------- special files
-# (issue 22 class 3; the real CLI against device nodes: tests/acceptance/test_special_file_outputs.py)
+# (issue 22 class 3; the real CLI against device nodes:
+# tests/acceptance/test_special_file_outputs.py)
 
 
 def _special(tmp_path: Path, kind: str) -> Path:
@@ -250,7 +252,7 @@ SPECIAL = ["fifo", "link-to-fifo", "socket", "char-device"]
 def test_every_writer_refuses_a_special_file_and_leaves_it(tmp_path: Path, kind: str) -> None:
     path = _special(tmp_path, kind)
     before = os.stat(path)
-    writers = [
+    writers: list[Callable[[], None]] = [
         lambda: fsutil.write_atomically(path, "x", setting="-o"),
         lambda: fsutil.write_files([(tmp_path / "fine", "y", 0o644), (path, "x", 0o644)]),
         lambda: fsutil.append_text(path, "x", setting="--summary"),
