@@ -11,7 +11,7 @@ import enum
 
 
 class ExitCode(enum.IntEnum):
-    """Process exit codes; documented in README.md ("Exit codes")."""
+    """Process exit codes; documented in docs/guarantees.md ("Exit codes")."""
 
     OK = 0
     CERTIFICATION_FAILED = 1

@@ -23,7 +23,7 @@ MAX_DEVICE_MINOR = (1 << 20) - 1
 #: Seconds each detection tool may run before its whole process group is stopped.
 TOOL_TIMEOUT = 10.0
 
-#: Override variables (documented in README.md, "Host detection").
+#: Override variables (documented in docs/venv-and-host.md).
 OVERRIDE_VARS: dict[str, str] = {
     "ENVFORGE_GPU_ARCH": "arch to assume, e.g. gfx1031 or sm_90 (replaces detection)",
     "ENVFORGE_GPU_VENDOR": "amd, nvidia or none (default: inferred from the arch; none = no GPU)",

@@ -158,7 +158,7 @@ def _print_traceback(debug: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; return the exit code (documented in README.md, "Exit codes")."""
+    """Run the CLI; return the exit code (documented in docs/guarantees.md, "Exit codes")."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     try:

@@ -38,7 +38,7 @@ MAX_TAG_CHARS = 128
 MAX_TORCH_VERSION_CHARS = 64
 MAX_ACCELERATOR_VERSION_CHARS = 32
 
-#: Environment variables a recipe may not set (README, "Recipes"): the names the built
+#: Environment variables a recipe may not set (docs/recipes.md): the names the built
 #: environment itself depends on. envforge sets PATH, VIRTUAL_ENV (the venv first on
 #: PATH), HOME and NPROC_PER_NODE (shell) itself; the others would make Python or the
 #: dynamic loader use code from outside the certified environment, or replace the base
@@ -117,7 +117,7 @@ def env_name_problem(name: str) -> tuple[str, str] | None:
     if name in RESERVED_ENV:
         return (
             f"is reserved: {RESERVED_ENV[name]}",
-            f"remove env.{name}; the reserved names are listed in the README (Recipes)",
+            f"remove env.{name}; the reserved names are listed in docs/recipes.md",
         )
     return None
 

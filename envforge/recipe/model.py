@@ -100,7 +100,7 @@ class Recipe:
 
     @property
     def stack_tag(self) -> str:
-        """Tag naming the stack, e.g. ``torch1.13.1-rocm5.2-py3.10`` (see README)."""
+        """Tag naming the stack, e.g. ``torch1.13.1-rocm5.2-py3.10`` (see docs/docker.md)."""
         version = self.torch.version.split("+", 1)[0]
         return f"torch{version}-{self.accelerator}-py{self.python}"
 
