@@ -14,11 +14,13 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from envforge.errors import InvalidInput
-from envforge.knowledge import variant_of
+from envforge.companions import CompanionTable, Row, family_of, load_companions
+from envforge.errors import ConstraintViolation, InvalidInput
+from envforge.knowledge import load_table, variant_of
 from envforge.knowledge.table import CompatTable
 from envforge.recipe.model import Recipe
 
@@ -193,9 +195,20 @@ def index_form(recipe: Recipe, table: CompatTable | None = None) -> IndexForm | 
     return "extra-index-url" if version < Version("2.0") else "index-url"
 
 
-def stack_of(recipe: Recipe, table: CompatTable | None = None) -> Stack:
-    """The stack ``recipe`` asks for, computed once; every later stage reads this value."""
-    return Stack(
+def stack_of(
+    recipe: Recipe,
+    table: CompatTable | None = None,
+    companions: CompanionTable | None = None,
+) -> Stack:
+    """The stack ``recipe`` asks for, computed once; every later stage reads this value.
+
+    Companion entries of ``packages`` (a bare ``torchvision``, or a pin) become
+    :class:`Pin` values paired with torch by the companion table; an entry that contradicts
+    the stack (another torch, another variant's build, a release that does not exist, a
+    NumPy outside the bound, a runtime wheel of another major) raises
+    :class:`ConstraintViolation` (exit 2) naming the package and the version that fits.
+    """
+    base = Stack(
         torch=torch_requirement(recipe),
         torch_version=recipe.torch.version.split("+", 1)[0],
         index=recipe.torch.index,
@@ -203,5 +216,254 @@ def stack_of(recipe: Recipe, table: CompatTable | None = None) -> Stack:
         accelerator=recipe.accelerator,
         local_tag=local_tag(recipe),
         numpy_bound=recipe.numpy,
-        packages=recipe.packages,
     )
+    pins, rest = split_packages(
+        recipe,
+        base,
+        load_companions() if companions is None else companions,
+        load_table() if table is None else table,
+    )
+    return replace(base, companions=pins, packages=rest)
+
+
+# --------------------------------------------------------------------------- packages
+
+_CUDA_RUNTIME_RE = re.compile(r"^nvidia-[a-z0-9-]+-cu(\d+)$")
+_ROCM_RUNTIME_RE = re.compile(r"^(?:rocm|rocm-sdk-[a-z0-9-]+)$")
+
+
+def _cuda_major(variant: str) -> str | None:
+    """``cu130`` → ``13``, ``cu126`` → ``12``; None for other variants."""
+    digits = variant[2:]
+    return digits[:-1] if variant.startswith("cu") and digits.isdigit() else None
+
+
+def split_packages(
+    recipe: Recipe, stack: Stack, table: CompanionTable, compat: CompatTable
+) -> tuple[tuple[Pin, ...], tuple[str, ...]]:
+    """(the companions pinned to the stack, the recipe's other packages as written)."""
+    check = _PackageCheck(recipe, stack, table, compat)
+    pins: list[Pin] = []
+    rest: list[str] = []
+    for i, entry in enumerate(recipe.packages):
+        key = f"packages[{i}]"
+        try:
+            req = Requirement(entry)
+        except InvalidRequirement:
+            rest.append(entry)  # the loader refuses these; a hand-made recipe keeps them
+            continue
+        name = canonicalize_name(req.name)
+        if name == "torch":
+            check.torch(key, req)
+            continue
+        package = table.package(name)
+        pin = None if package is None or req.url else check.companion(key, req, package.name)
+        if pin is not None:
+            pins.append(pin)
+            continue
+        if name == "numpy":
+            check.numpy(key, req)
+        check.runtime(key, req, name)
+        rest.append(entry)
+    return tuple(pins), tuple(rest)
+
+
+def _pinned(req: Requirement) -> str | None:
+    """The version of a ``==`` pin (with its local tag), or None."""
+    return next((s.version for s in req.specifier if s.operator in ("==", "===")), None)
+
+
+class _PackageCheck:
+    """The refusals of :func:`split_packages`: each one line naming the package, what it
+    pairs with and the version that fits."""
+
+    def __init__(
+        self, recipe: Recipe, stack: Stack, table: CompanionTable, compat: CompatTable
+    ) -> None:
+        self.recipe = recipe
+        self.stack = stack
+        self.table = table
+        self.compat = compat
+        self.family = family_of(stack.accelerator)
+        self.build = recipe.torch.version if "+" in recipe.torch.version else (
+            f"{stack.torch_version}+{stack.local_tag}" if stack.local_tag else stack.torch_version
+        )
+
+    def refuse(self, rule: str, message: str, *, source: str, hint: str) -> ConstraintViolation:
+        return ConstraintViolation(self.recipe.origin, rule, message, evidence=source, hint=hint)
+
+    def torch(self, key: str, req: Requirement) -> None:
+        version = _pinned(req)
+        wanted = self.stack.torch.split("==", 1)[1]
+        if version is None or version.split("+", 1)[0] != self.stack.torch_version or (
+            "+" in version and version != wanted
+        ):
+            raise self.refuse(
+                "torch-in-packages",
+                f"{key}: {req} contradicts torch.version {self.recipe.torch.version}",
+                source="the recipe's torch.version",
+                hint=f"remove {req.name} from packages (torch.version pins {self.stack.torch})",
+            )
+
+    def numpy(self, key: str, req: Requirement) -> None:
+        version = _pinned(req)
+        bound = SpecifierSet(self.stack.numpy_bound)
+        if version is not None and not bound.contains(version.split("+", 1)[0], prereleases=True):
+            raise self.refuse(
+                "numpy-bound",
+                f"{key}: {req} is outside the recipe's NumPy bound "
+                f"{self.stack.numpy_bound.strip()} (torch {self.build})",
+                source="the recipe's numpy key",
+                hint=f"pin a NumPy within {self.stack.numpy_bound.strip()}, or drop the pin",
+            )
+
+    def fitting(self, name: str) -> str:
+        row = self.table.pairing(name, self.stack.torch_version)
+        if row is None:
+            return ""
+        tags = self.tags(name, row)
+        return self._line(row, tags[0] if tags else self.stack.local_tag)
+
+    def _line(self, row: Row, tag: str | None) -> str:
+        if row.accepts is not None:
+            return f"{row.package}{row.accepts}"
+        return f"{row.package}=={row.version}" + (f"+{tag}" if tag else "")
+
+    def tags(self, name: str, row: Row) -> tuple[str | None, ...]:
+        """The local tags a build of ``row`` that fits the stack can carry: the stack's
+        own, or (CUDA) another variant of the same major when the release that ``row``
+        was published with has no build of the stack's variant; () when none fits."""
+        package = self.table.package(name)
+        tag = self.stack.local_tag
+        if package is None or not package.local_tag or not tag:
+            return (None,)
+        if Version(row.torch) == Version(self.stack.torch_version):
+            return (tag,)
+        release = self.compat.release(row.torch)
+        published = release.variant_names if release is not None else ()
+        if not published or tag in published:
+            return (tag,)
+        major = _cuda_major(tag)
+        same = [v for v in published if major is not None and _cuda_major(v) == major]
+        return tuple(sorted(same, key=lambda v: int(v[2:]), reverse=True))
+
+    def tag_for(self, key: str, name: str, row: Row) -> str | None:
+        tags = self.tags(name, row)
+        if tags:
+            return tags[0]
+        release = self.compat.release(row.torch)
+        published = ", ".join(release.variant_names) if release is not None else "?"
+        raise self.refuse(
+            "companion-variant",
+            f"{key}: {name} {row.version} (published with torch {row.torch} for {published}) "
+            f"has no build that fits torch {self.build}",
+            source=row.source,
+            hint=f"remove {name}, or choose a torch whose {name} has a {self.family} build",
+        )
+
+    def companion(self, key: str, req: Requirement, name: str) -> Pin | None:
+        package = self.table.package(name)
+        assert package is not None
+        if self.family not in package.families:
+            others = [
+                p.name for p in self.table.packages
+                if self.family in p.families and p.pinned_by_torch == package.pinned_by_torch
+                and self.table.pairing(p.name, self.stack.torch_version) is not None
+            ]
+            fits = f"; {self.fitting(others[0])} pairs with it" if others else ""
+            raise self.refuse(
+                "companion-variant",
+                f"{key}: {name} is for the {'/'.join(package.families)} builds; torch "
+                f"{self.build} is a {self.family} build{fits}",
+                source=self._source(others[0] if others else name),
+                hint=f"remove {name}" + (f" or write {others[0]}" if others else ""),
+            )
+        if not str(req.specifier):
+            return self._bare(key, name)
+        version = _pinned(req)
+        if version is None:
+            return None  # the loader refuses unpinned entries; hand-made recipes keep them
+        return self._pin(key, req, name, version)
+
+    def _source(self, name: str) -> str:
+        row = self.table.pairing(name, self.stack.torch_version)
+        rows = self.table.rows_of(name)
+        return row.source if row is not None else rows[-1].source if rows else "companions.yaml"
+
+    def _bare(self, key: str, name: str) -> Pin:
+        row = self.table.pairing(name, self.stack.torch_version)
+        if row is None:
+            raise self.refuse(
+                "companion-unknown",
+                f"{key}: the companion table has no {name} release that pairs with torch "
+                f"{self.build}",
+                source="envforge/data/companions.yaml",
+                hint=f"pin it: {name}==VERSION (the release published with torch "
+                f"{self.stack.torch_version})",
+            )
+        return Pin(name, self._line(row, self.tag_for(key, name, row)), row.reason, row.source)
+
+    def _pin(self, key: str, req: Requirement, name: str, version: str) -> Pin | None:
+        if not self.table.covers(name, version):
+            return None  # older than the table: kept as written, not checked
+        fit = self.fitting(name)
+        fits = f"; {fit} fits" if fit else ""
+        row = self.table.row(name, version)
+        if row is None:
+            raise self.refuse(
+                "companion-release",
+                f"{key}: {name} {version} is not a release the companion table knows "
+                f"(checked {max(r.checked for r in self.table.rows_of(name))}){fits}",
+                source=self.table.rows_of(name)[-1].source,
+                hint=f"write {fit or name}, or {name} alone: envforge pins the pairing release",
+            )
+        if not self.table.fits(name, version, self.stack.torch_version):
+            raise self.refuse(
+                "companion-pairing",
+                f"{key}: {name}=={version} pairs with torch {row.torch}, not torch.version "
+                f"{self.recipe.torch.version}{fits}",
+                source=row.source,
+                hint=f"write {fit or name}, or {name} alone: envforge pins the pairing release",
+            )
+        tag = version.split("+", 1)[1] if "+" in version else None
+        fitting = self.tags(name, row)
+        wanted = fitting[0] if fitting else self.tag_for(key, name, row)
+        if tag is not None and wanted is not None and tag not in fitting:
+            raise self.refuse(
+                "companion-variant",
+                f"{key}: {name}=={version} is another variant's build (+{tag}) beside torch "
+                f"{self.build}{fits}",
+                source=row.source,
+                hint=f"write {fit or name}",
+            )
+        line = str(req) if tag is not None or wanted is None else f"{name}=={version}+{wanted}"
+        return Pin(name, line, f"as written; {row.reason}", row.source)
+
+    def runtime(self, key: str, req: Requirement, name: str) -> None:
+        """A CUDA or ROCm runtime wheel must be of the stack's major (and family)."""
+        cuda = _CUDA_RUNTIME_RE.match(name)
+        major: str | None = cuda.group(1) if cuda else None
+        version = _pinned(req)
+        if name == "cuda-toolkit" and version is not None:
+            major = version.split(".", 1)[0]
+        if major is not None:
+            have = (self.recipe.cuda or "").split(".", 1)[0]
+            if major != have:
+                built = f"built for CUDA {have}" if have else f"a {self.family} build"
+                raise self.refuse(
+                    "runtime-major",
+                    f"{key}: {req} is a CUDA {major} runtime wheel; torch {self.build} is {built}",
+                    source="the recipe's cuda key",
+                    hint=f"remove {req.name}: torch's own metadata brings the runtime it needs",
+                )
+        if _ROCM_RUNTIME_RE.match(name) and version is not None:
+            series = ".".join(version.split("+", 1)[0].split(".")[:2])
+            have = ".".join((self.recipe.rocm or "").split(".")[:2])
+            if series != have:
+                built = f"built for ROCm {have}" if have else f"a {self.family} build"
+                raise self.refuse(
+                    "runtime-major",
+                    f"{key}: {req} is a ROCm {series} runtime wheel; torch {self.build} is {built}",
+                    source="the recipe's rocm key",
+                    hint=f"remove {req.name}, or pin it to ROCm {have or 'of the stack'}",
+                )

@@ -66,6 +66,7 @@ def show(recipe_ref: str, overrides: tuple[str, ...], as_json: bool) -> None:
     from envforge.knowledge import explain, unknowns  # noqa: PLC0415 - the table when needed
 
     recipe, _choice = load_for_host(recipe_ref, None, overrides)
+    stack = stack_of(recipe)
     reasons = explain(recipe)
     unknown = unknowns(recipe)
     where = _certified_on(recipe.name, gpu=recipe.gpu.vendor != "none", arch=recipe.gpu.arch)
@@ -79,6 +80,7 @@ def show(recipe_ref: str, overrides: tuple[str, ...], as_json: bool) -> None:
         data["reasons"] = [
             {"pin": r.pin, "why": r.why, "source": r.source} for r in reasons
         ]
+        data["stack"] = stack.to_dict()
         echo_json(data)
         return
     out = click.echo
@@ -89,8 +91,10 @@ def show(recipe_ref: str, overrides: tuple[str, ...], as_json: bool) -> None:
     out(f"  base image {recipe.base_image}")
     out(f"  torch      {recipe.torch.version} from {recipe.torch.index or 'the default index'}")
     out(f"  numpy      {recipe.numpy}")
-    if recipe.packages:
-        out(f"  packages   {' '.join(recipe.packages)}")
+    if stack.companions:
+        out(f"  companions {' '.join(c.requirement for c in stack.companions)}")
+    if stack.packages:
+        out(f"  packages   {' '.join(stack.packages)}")
     out(f"  recipe     {recipe.origin} ({recipe.hash[:19]})")
     if unknown:
         what = "; ".join(f"[{v.rule}] {v.message}" for v in unknown)
@@ -99,6 +103,8 @@ def show(recipe_ref: str, overrides: tuple[str, ...], as_json: bool) -> None:
         out("\nWhy these pins:")
         for r in reasons:
             out(f"  {r.pin}: {r.why} [{r.source}]")
+        for c in stack.companions:
+            out(f"  {c.requirement}: {c.reason} [{c.source}]")
     if recipe.env:
         out("\nEnvironment:")
         for e in recipe.env:
@@ -155,6 +161,13 @@ def validate(refs: tuple[str, ...], overrides: tuple[str, ...], as_json: bool) -
             first_error = first_error or exc
             continue
         violations, warned = split(check(recipe), strict=strict)
+        if not violations:
+            try:
+                stack_of(recipe)
+            except EnvforgeError as exc:
+                results.append({"recipe": recipe.name, "ok": False, "problems": [exc.one_line()]})
+                first_error = first_error or exc
+                continue
         results.append(
             {
                 "recipe": recipe.name,

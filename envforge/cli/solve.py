@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 import yaml
+from packaging.utils import canonicalize_name
 
 from envforge.cli.common import echo_json, json_option
+from envforge.companions import companion_names
 from envforge.errors import InvalidInput
 from envforge.fsutil import check_file_target, write_atomically
 from envforge.knowledge import load_table
+from envforge.recipe.load import parse_recipe
 from envforge.solve import Solution, SolveRequest, solve
+from envforge.stack import Pin, stack_of
 
 
 def register(group: click.Group) -> None:
@@ -36,6 +41,12 @@ def register(group: click.Group) -> None:
     metavar="FILE",
     help="Write the stack as a recipe YAML (named after the arch) that validate accepts.",
 )
+@click.option(
+    "--with",
+    "with_names",
+    metavar="NAMES",
+    help="Pin these companions (comma-separated: torchvision,torchaudio) to the solved torch.",
+)
 @json_option
 def solve_cmd(
     *,
@@ -46,6 +57,7 @@ def solve_cmd(
     driver: str | None,
     conservative: bool,
     write: Path | None,
+    with_names: str | None,
     as_json: bool,
 ) -> None:
     """Derive the stack for a GPU arch (or the detected one) from the compatibility table.
@@ -80,22 +92,46 @@ def solve_cmd(
         conservative=conservative,
     )
     solution = solve(request, load_table())
+    data, pins = _with_companions(solution, with_names)
     if write is not None:
         text = "# Solved by `envforge solve`; review before curating.\n" + yaml.safe_dump(
-            solution.recipe_dict(), sort_keys=False, allow_unicode=True, width=100
+            data, sort_keys=False, allow_unicode=True, width=100
         )
         write_atomically(write, text, setting="--write")
         click.echo(f"wrote {write} (recipe {solution.arch})", err=True)
     if as_json:
-        data = solution.to_dict()
+        out = solution.to_dict()
         if detected:
-            data["detected"] = detected
-        echo_json(data)
+            out["detected"] = detected
+        out["companions"] = [p.to_dict() for p in pins]
+        echo_json(out)
         return
-    _print(solution, detected)
+    _print(solution, detected, pins)
 
 
-def _print(solution: Solution, detected: str) -> None:
+def _with_companions(
+    solution: Solution, names: str | None
+) -> tuple[dict[str, Any], tuple[Pin, ...]]:
+    """The solution's recipe data with ``packages`` pinning the companions ``names`` asks
+    for (the pairing releases, as the stack pins them), and those pins."""
+    data = solution.recipe_dict()
+    wanted = [n.strip() for n in (names or "").split(",") if n.strip()]
+    if not wanted:
+        return data, ()
+    known = companion_names()
+    for name in wanted:
+        if canonicalize_name(name) not in known:
+            raise InvalidInput(
+                f"--with: {name!r} is not a companion envforge pins",
+                hint="one or more of " + ", ".join(sorted(known)),
+            )
+    recipe = parse_recipe({**data, "packages": wanted}, "envforge solve --with")
+    pins = stack_of(recipe).companions
+    data["packages"] = [p.requirement for p in pins]
+    return data, pins
+
+
+def _print(solution: Solution, detected: str, pins: tuple[Pin, ...]) -> None:
     out = click.echo
     s = solution.stack
     if detected:
@@ -112,6 +148,10 @@ def _print(solution: Solution, detected: str) -> None:
         out(f"  {p.key} = {p.value}  ({p.confidence})")
         out(f"      why: {p.reason}")
         out(f"      source: {p.source}")
+    for c in pins:
+        out(f"  {c.requirement}")
+        out(f"      why: {c.reason}")
+        out(f"      source: {c.source}")
     if s.doubts:
         out("\nUncertain:")
         for d in s.doubts:

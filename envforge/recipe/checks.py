@@ -21,8 +21,10 @@ from collections.abc import Mapping
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from envforge.companions import companion_names
 from envforge.errors import RecipeError
 from envforge.patterns import ENV_NAME_RE, IMAGE_RE, NAME_RE, PYTHON_RE
 from envforge.recipe.model import UNQUOTABLE, Recipe
@@ -123,6 +125,7 @@ def env_name_problem(name: str) -> tuple[str, str] | None:
 
 
 # ``name==`` / ``name===`` / ``name[extra] ==``: an operator with no version after it.
+_SHA256_FRAGMENT_RE = re.compile(r"#sha256=[0-9a-fA-F]{64}$")
 _EMPTY_PIN_RE = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*===?\s*$")
 
 
@@ -137,8 +140,14 @@ def pin_problem(text: str) -> tuple[str, str] | None:
         return (f"{text!r} is not a PEP 508 requirement: {' '.join(str(exc).split())}",
                 "write it as name==VERSION")
     if req.url:
-        return (f"{text!r} is not pinned (a URL)", f"write it as {req.name}==VERSION")
+        return url_problem(text, req)
     pins = [s for s in req.specifier if s.operator in ("==", "===")]
+    companion = canonicalize_name(req.name) in companion_names()
+    if not pins and companion and not str(req.specifier) and text.strip() == req.name:
+        return None  # a bare companion name: the stack pins the release that pairs with torch
+    if not pins and companion:
+        return (f"{text!r} is not pinned", f"write it as {req.name} alone (envforge pins the "
+                f"release that pairs with torch) or {req.name}==VERSION")
     if not pins:
         return (f"{text!r} is not pinned", f"write it as {req.name}==VERSION")
     for spec in pins:
@@ -154,6 +163,19 @@ def pin_problem(text: str) -> tuple[str, str] | None:
             return (f"{text!r}: {spec.version!r} is not a version", "write it like name==1.2.3")
         if not req.specifier.contains(version, prereleases=True):
             return (f"{text!r} can never be satisfied", "keep one pin per package")
+    return None
+
+
+def url_problem(text: str, req: Requirement) -> tuple[str, str] | None:
+    """A ``name @ URL`` entry must be an https (or file) URL pinned by its sha256."""
+    url = req.url or ""
+    if not _SHA256_FRAGMENT_RE.search(url):
+        return (f"{text!r} is not pinned (a URL without #sha256=...)",
+                f"write it as {req.name} @ URL#sha256=<the file's 64 hex digits>, "
+                f"or as {req.name}==VERSION")
+    if not url.startswith(("https://", "file://")):
+        return (f"{text!r}: only https:// and file:// URLs are installed",
+                "write it with an https:// URL")
     return None
 
 

@@ -69,7 +69,7 @@ def test_recipe_names_follow_the_image_name_grammar(
         ("foo==1.0,<0.5", "can never be satisfied"),
         ("foo==1.0,==2.0", "can never be satisfied"),
         ("foo>=1", "is not pinned"),
-        ("foo @ https://example.org/foo.whl", "is not pinned (a URL)"),
+        ("foo @ https://example.org/foo.whl", "is not pinned (a URL without #sha256"),
         ("--index-url=http://x.invalid/ foo", "not a PEP 508 requirement"),
     ],
 )

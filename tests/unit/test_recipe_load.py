@@ -153,7 +153,7 @@ def test_bad_numpy_specifier(tmp_path: Path, spec: str) -> None:
     assert "not a PEP 440 specifier" in line
 
 
-@pytest.mark.parametrize("pkg", ["torchvision", "pillow>=10", "not a requirement !"])
+@pytest.mark.parametrize("pkg", ["pillow", "pillow>=10", "not a requirement !"])
 def test_packages_must_be_pinned_requirements(tmp_path: Path, pkg: str) -> None:
     line = load_error(tmp_path, GOOD + f"packages: [{pkg!r}]\n")
     assert "packages[0]" in line
