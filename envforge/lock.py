@@ -24,7 +24,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,7 +33,9 @@ from envforge import proc
 from envforge.errors import BuildFailed, InvalidInput, Unavailable
 from envforge.fsutil import check_file_target, write_atomically
 from envforge.mirror import mirrors_from_env, rewrite
+from envforge.paths import state_dir
 from envforge.recipe.model import Recipe
+from envforge.resources import recipes_dir
 from envforge.stack import Stack, stack_of
 
 if TYPE_CHECKING:
@@ -74,16 +76,21 @@ class LockResult:
     count: int
 
 
-def inputs_digest(recipe: Recipe, stack: Stack | None = None) -> str:
+def inputs_digest(
+    recipe: Recipe, stack: Stack | None = None, constraints: Sequence[str] = ()
+) -> str:
     """What a lock is resolved from; a lock with another digest is stale. ``stack``: the
-    recipe's stack as the caller computed it (None: from the recipe)."""
+    recipe's stack as the caller computed it (None: from the recipe), with a project's
+    requirements when it has one; ``constraints``: a project's ``-c`` lines."""
     stack = stack_of(recipe) if stack is None else stack
-    data = {
+    data: dict[str, object] = {
         "requirements": list(stack.requirement_lines()),
         "torch_index": stack.index,
         "python": recipe.python,
         "platform": PLATFORM,
     }
+    if constraints:  # absent for recipes, so their digests stay as they were
+        data["constraints"] = list(constraints)
     blob = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
     return "sha256:" + hashlib.sha256(blob).hexdigest()
 
@@ -98,12 +105,25 @@ def recipe_file(recipe: Recipe) -> Path | None:
 
 
 def default_lock_file(recipe: Recipe) -> Path | None:
-    """``<recipe dir>/<name>.lock.txt``, whether or not it exists."""
+    """``<recipe dir>/<name>.lock.txt``, whether or not it exists; for a shipped recipe
+    ``$ENVFORGE_HOME/locks/<name>.lock.txt`` (never inside the installed package)."""
     source = recipe_file(recipe)
-    return source.with_name(recipe.name + LOCK_SUFFIX) if source is not None else None
+    if source is None:
+        return None
+    if _is_shipped(source):
+        return state_dir() / "locks" / (recipe.name + LOCK_SUFFIX)
+    return source.with_name(recipe.name + LOCK_SUFFIX)
 
 
-def _lock_digest(path: Path) -> str | None:
+def _is_shipped(source: Path) -> bool:
+    try:
+        return source.resolve().parent == recipes_dir().resolve()
+    except OSError:
+        return False
+
+
+def lock_digest(path: Path) -> str | None:
+    """The inputs digest in a lock file's first line; None without one."""
     try:
         with path.open(encoding="utf-8") as fh:
             first = fh.readline()
@@ -123,7 +143,7 @@ def lock_path(recipe: Recipe, stack: Stack | None = None) -> Path | None:
     path = default_lock_file(recipe)
     if path is None or not path.is_file():
         return None
-    if _lock_digest(path) != inputs_digest(recipe, stack):
+    if lock_digest(path) != inputs_digest(recipe, stack):
         return None
     check_lock(path, recipe.name)
     return path
@@ -259,7 +279,7 @@ def stale_lock(recipe: Recipe, stack: Stack | None = None) -> Path | None:
     path = default_lock_file(recipe)
     if path is None or not path.is_file():
         return None
-    return None if _lock_digest(path) == inputs_digest(recipe, stack) else path
+    return None if lock_digest(path) == inputs_digest(recipe, stack) else path
 
 
 def uv_bin() -> str:
@@ -375,26 +395,57 @@ def write_lock(
     output: Path | None = None,
     environ: Mapping[str, str] | None = None,
     stack: Stack | None = None,
+    constraints: Sequence[str] = (),
+    command: str | None = None,
 ) -> LockResult:
     """Resolve ``recipe`` (its ``stack``; None: computed from the recipe) into a hashed lock
-    file; written atomically."""
+    file; written atomically. ``constraints`` (a project's ``-c`` lines) bound the
+    resolution without being installed; ``command`` is how to write the lock again."""
     check_inputs(wheelhouse, ca_bundle)
     stack = stack_of(recipe) if stack is None else stack
+    command = command or f"envforge lock {recipe.name}"
     target = output or default_lock_file(recipe)
     if target is None:
         raise InvalidInput(
             f"recipe {recipe.name} has no file to put the lock next to", hint="pass -o FILE"
         )
     check_file_target(target, setting="-o" if output is not None else None)
+    body = _compile(recipe, stack, constraints, wheelhouse=wheelhouse, ca_bundle=ca_bundle,
+                    environ=environ, command=command)
+    header = (
+        f"# envforge-lock: recipe={recipe.name}"
+        f" inputs={inputs_digest(recipe, stack, constraints)}"
+        f" python={recipe.python} platform={PLATFORM}\n"
+        f"# Written by `{command}`; installs use it with hashes required.\n"
+    )
+    count = sum(
+        1
+        for line in body.splitlines()
+        if line and not line[0].isspace() and not line.startswith("#")
+    )
+    write_atomically(target, header + body)
+    return LockResult(path=target, count=count)
+
+
+def _compile(
+    recipe: Recipe, stack: Stack, constraints: Sequence[str], *, wheelhouse: Path | None,
+    ca_bundle: Path | None, environ: Mapping[str, str] | None, command: str,
+) -> str:
+    """``uv pip compile --generate-hashes`` of the stack's requirement lines."""
     with tempfile.TemporaryDirectory(prefix="envforge-lock-") as tmp:
         req = Path(tmp) / "requirements.in"
         req.write_text("\n".join(stack.requirement_lines()) + "\n", encoding="utf-8")
+        extra: list[str] = []
+        if constraints:
+            (Path(tmp) / "constraints.txt").write_text("\n".join(constraints) + "\n", "utf-8")
+            extra = ["--constraint", "constraints.txt"]
         out = Path(tmp) / "lock.txt"
         argv = [
             uv_bin(),
             "pip",
             "compile",
             req.name,  # relative, so the lock's "via -r" notes name no temporary folder
+            *extra,
             "--generate-hashes",
             "--python-version",
             recipe.python,
@@ -409,21 +460,6 @@ def write_lock(
         done = proc.run(argv, timeout=COMPILE_TIMEOUT, env=uv_env(ca_bundle, environ), cwd=tmp)
         if not done.ok:
             raise uv_failure(
-                "resolving the lock",
-                done,
-                recipe,
-                hint=f"envforge lock {recipe.name} --wheelhouse DIR",
+                "resolving the lock", done, recipe, hint=f"{command} --wheelhouse DIR"
             )
-        body = out.read_text(encoding="utf-8")
-    header = (
-        f"# envforge-lock: recipe={recipe.name} inputs={inputs_digest(recipe, stack)}"
-        f" python={recipe.python} platform={PLATFORM}\n"
-        f"# Written by `envforge lock {recipe.name}`; installs use it with hashes required.\n"
-    )
-    count = sum(
-        1
-        for line in body.splitlines()
-        if line and not line[0].isspace() and not line.startswith("#")
-    )
-    write_atomically(target, header + body)
-    return LockResult(path=target, count=count)
+        return out.read_text(encoding="utf-8")

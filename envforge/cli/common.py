@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from envforge.errors import EnvforgeError
+from envforge.errors import EnvforgeError, InvalidInput
 from envforge.recipe.model import LEVELS, Level, Recipe
 
 if TYPE_CHECKING:
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from envforge.container.devices import GpuPick
     from envforge.detect import HostInfo
     from envforge.probe.report import ProbeReport
+    from envforge.project.model import Project
     from envforge.signing import SigningKey
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -439,3 +440,41 @@ def term_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+# --------------------------------------------------------------------------- projects
+
+
+def project_option(func: F) -> F:
+    """``--project DIR`` and ``--extra NAME``: a project's requirements on the stack."""
+    func = click.option(
+        "--extra", "extras", multiple=True, metavar="NAME",
+        help="With --project: also install the project's optional dependencies NAME.",
+    )(func)
+    return click.option(
+        "--project", "project_dir", metavar="DIR",
+        type=click.Path(path_type=Path, file_okay=False),
+        help="A project folder (pyproject.toml or requirements.txt) to put on the stack.",
+    )(func)
+
+
+def recipe_ref_for(ref: str | None, project: Project | None) -> str:
+    """RECIPE as given, else the project's ``[tool.envforge] recipe``, else ``auto``
+    for a project; without either, exit 2."""
+    if ref is not None:
+        return ref
+    if project is not None:
+        return project.recipe or "auto"
+    raise InvalidInput("give a RECIPE (or auto), or --project DIR",
+                       hint="e.g. envforge lock cpu --project .")
+
+
+def load_project_option(project_dir: Path | None, extras: Sequence[str]) -> Project | None:
+    """The project named by ``--project`` (None without one); ``--extra`` needs it."""
+    if project_dir is None:
+        if extras:
+            raise InvalidInput("--extra is for --project", hint="add --project DIR")
+        return None
+    from envforge.project.read import load_project  # noqa: PLC0415 - tomllib when used
+
+    return load_project(project_dir, extras=extras)

@@ -14,6 +14,9 @@ from envforge.cli.common import (
     echo_json,
     json_option,
     load_for_host,
+    load_project_option,
+    project_option,
+    recipe_ref_for,
     root_option,
     set_option,
     wheelhouse_option,
@@ -159,26 +162,39 @@ def doctor_cmd(
 
 
 @click.command("lock")
-@click.argument("recipe_ref", metavar="RECIPE|auto")
+@click.argument("recipe_ref", metavar="[RECIPE|auto]", required=False)
 @wheelhouse_option("A folder of wheels to resolve from as well (uv --find-links).")
 @ca_bundle_option("PEM file of CA certificates for the package indexes.")
 @click.option(
     "-o",
     "--output",
     type=click.Path(path_type=Path),  # a folder there: fsutil's one-line error, exit 2
-    help="Write the lock here instead of next to the recipe (<recipe>.lock.txt).",
+    help="Write the lock here instead of next to the recipe (<recipe>.lock.txt; shipped "
+    "recipes: $ENVFORGE_HOME/locks; --project: DIR/envforge-<recipe>.lock.txt).",
 )
+@project_option
 @set_option
-def lock_cmd(
-    recipe_ref: str,
+def lock_cmd(  # noqa: PLR0917 - click passes options positionally by name
+    recipe_ref: str | None,
     wheelhouse: Path | None,
     ca_bundle: Path | None,
     output: Path | None,
+    project_dir: Path | None,
+    extras: tuple[str, ...],
     overrides: tuple[str, ...],
 ) -> None:
     """Resolve a recipe's full requirement set, with hashes, into <recipe>.lock.txt."""
-    from envforge.lock import write_lock  # noqa: PLC0415 - uv plumbing only for lock
+    from envforge.lock import LockResult, write_lock  # noqa: PLC0415 - uv plumbing only for lock
 
-    recipe, _choice = load_for_host(recipe_ref, None, overrides)
-    result = write_lock(recipe, wheelhouse=wheelhouse, ca_bundle=ca_bundle, output=output)
+    project = load_project_option(project_dir, extras)
+    recipe, _choice = load_for_host(recipe_ref_for(recipe_ref, project), None, overrides)
+    result: LockResult
+    if project is not None:
+        from envforge.project.resolve import write_project_lock  # noqa: PLC0415 - with --project
+
+        result = write_project_lock(
+            project, recipe, wheelhouse=wheelhouse, ca_bundle=ca_bundle, output=output
+        )
+    else:
+        result = write_lock(recipe, wheelhouse=wheelhouse, ca_bundle=ca_bundle, output=output)
     click.echo(f"wrote {result.path} ({result.count} packages, hashes required)")

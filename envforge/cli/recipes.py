@@ -14,6 +14,9 @@ from envforge.cli.common import (
     echo_json,
     json_option,
     load_for_host,
+    load_project_option,
+    project_option,
+    recipe_ref_for,
     set_option,
     strict_mode,
     strict_option,
@@ -26,6 +29,9 @@ from envforge.recipe.model import Recipe
 from envforge.stack import Stack, stack_of
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from envforge.project.model import Project
     from envforge.recipe.model import Recipe
     from envforge.render import RenderOptions
     from envforge.render.devcontainer import Devcontainer
@@ -57,16 +63,22 @@ def list_cmd(as_json: bool) -> None:
 
 
 @click.command()
-@click.argument("recipe_ref", metavar="RECIPE|auto")
+@click.argument("recipe_ref", metavar="[RECIPE|auto]", required=False)
+@project_option
 @set_option
 @strict_option
 @json_option
-def show(recipe_ref: str, overrides: tuple[str, ...], as_json: bool) -> None:
+def show(
+    recipe_ref: str | None, project_dir: Path | None, extras: tuple[str, ...],
+    overrides: tuple[str, ...], as_json: bool,
+) -> None:
     """Show a recipe's stack, why each pin and env var is there, and how sure we are."""
     from envforge.knowledge import explain, unknowns  # noqa: PLC0415 - the table when needed
 
-    recipe, _choice = load_for_host(recipe_ref, None, overrides)
+    project = load_project_option(project_dir, extras)
+    recipe, _choice = load_for_host(recipe_ref_for(recipe_ref, project), None, overrides)
     stack = stack_of(recipe)
+    project_view = _project_view(project, recipe, stack) if project is not None else None
     reasons = explain(recipe)
     unknown = unknowns(recipe)
     where = _certified_on(recipe.name, gpu=recipe.gpu.vendor != "none", arch=recipe.gpu.arch)
@@ -81,6 +93,8 @@ def show(recipe_ref: str, overrides: tuple[str, ...], as_json: bool) -> None:
             {"pin": r.pin, "why": r.why, "source": r.source} for r in reasons
         ]
         data["stack"] = stack.to_dict()
+        if project_view is not None:
+            data["project"] = project_view
         echo_json(data)
         return
     out = click.echo
@@ -125,6 +139,41 @@ def show(recipe_ref: str, overrides: tuple[str, ...], as_json: bool) -> None:
         + (f", {checks} extra check(s)" if checks else "")
     )
     out(f"Evidence: {where}")
+    if project_view is not None:
+        _show_project(project_view)
+
+
+def _project_view(project: Project, recipe: Recipe, stack: Stack) -> dict[str, object]:
+    """What ``show --project`` says of a project on ``recipe``'s stack (refuses, exit 2,
+    a requirement the stack's pins do not satisfy)."""
+    from envforge.project.resolve import (  # noqa: PLC0415 - only with --project
+        current_lock,
+        lock_file,
+        project_stack,
+    )
+
+    stack = project_stack(project, recipe, stack)
+    path = lock_file(project, recipe)
+    state = "current" if current_lock(project, recipe, stack) else (
+        "stale (run envforge lock again)" if path.is_file() else "none yet")
+    return {
+        "name": project.name, "root": str(project.root), "source": str(project.source),
+        "requirements": list(project.requirements), "constraints": list(project.constraints),
+        "extras": list(project.extras), "groups": list(project.groups),
+        "checks": list(project.checks), "lock": str(path), "lock_state": state,
+    }
+
+
+def _show_project(view: Mapping[str, Any]) -> None:
+    out = click.echo
+    out(f"\nProject {view['name']} ({view['source']}): fits the stack's pins")
+    for line in view["requirements"]:
+        out(f"  requires   {printable(line)}")
+    for line in view["constraints"]:
+        out(f"  constraint {printable(line)}")
+    for check in view["checks"]:
+        out(f"  check      {printable(check)}")
+    out(f"  lock       {view['lock']}: {view['lock_state']}")
 
 
 def _certified_on(name: str, *, gpu: bool, arch: str | None) -> str:

@@ -250,3 +250,14 @@ def test_a_full_or_read_only_file_system_under_uv_is_unavailable(
     assert isinstance(err, Unavailable)
     assert f"(os error {code})" in err.one_line()
     assert "ENVFORGE_HOME" in err.one_line()
+
+
+def test_a_shipped_recipe_locks_under_envforge_home_not_in_the_package(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+
+    monkeypatch.setenv("ENVFORGE_HOME", str(tmp_path / "home"))
+    recipe = Catalogue.default().load("cpu")
+    target = lock.default_lock_file(recipe)
+    assert target == tmp_path / "home" / "locks" / "cpu.lock.txt"
+    assert recipes_dir().resolve() not in target.resolve().parents
