@@ -39,15 +39,11 @@ host's name and this user's name are replaced).
 
 from __future__ import annotations
 
-import contextlib
-import getpass
 import hashlib
 import json
 import os
-import re
-import socket
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
@@ -58,6 +54,7 @@ from envforge.detect import nvidia_arch_for_product
 from envforge.errors import EnvforgeError, InvalidInput
 from envforge.probe.report import SCHEMA as PROBE_SCHEMA
 from envforge.probe.report import ProbeReport, StepResult
+from envforge.redact import Redactor as Redactor  # noqa: PLC0414 - re-exported
 
 Outcome = Literal["pass", "fail", "hang", "crash", "oom", "no-device"]
 #: A run's outcome: ``pass``, else the status of its first step that neither passed nor
@@ -186,49 +183,6 @@ class EvidenceSet:
     problems: tuple[Problem, ...] = ()
     duplicates: int = 0
     files: int = 0
-
-
-# --------------------------------------------------------------------------- redaction
-
-
-@dataclass(frozen=True)
-class Redactor:
-    """Removes what names a host or a user from free text (best effort).
-
-    Home folders (``/home/NAME``, ``/Users/NAME``, ``C:\\Users\\NAME``) lose their owner;
-    ``names`` (this host's name and this user's name, by default) are replaced where they
-    stand as words of at least 3 characters.
-    """
-
-    names: tuple[str, ...] = ()
-    _pattern: re.Pattern[str] | None = field(default=None, init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        words = sorted({n for n in self.names if len(n) >= 3}, key=len, reverse=True)
-        if words:
-            alternatives = "|".join(re.escape(w) for w in words)
-            pattern = re.compile(rf"(?<![\w.-])(?:{alternatives})(?![\w-])")
-            object.__setattr__(self, "_pattern", pattern)
-
-    @classmethod
-    def for_this_host(cls) -> Redactor:
-        names: list[str] = []
-        with contextlib.suppress(KeyError, OSError):  # no passwd entry for this uid
-            names.append(getpass.getuser())
-        host = socket.gethostname()
-        names += [host, host.split(".", 1)[0]]
-        # "root" is a word too common in messages; its home is covered by the path rule.
-        return cls(tuple(n for n in names if n and n != "root"))
-
-    def __call__(self, text: str) -> str:
-        if "Users" in text or "/home/" in text:
-            text = _HOME.sub(lambda m: m.group(1) + "~", text)
-        if self._pattern is not None and any(n in text for n in self.names):
-            text = self._pattern.sub("<redacted>", text)
-        return text
-
-
-_HOME = re.compile(r"((?:/home/|/Users/|[A-Za-z]:\\Users\\))[^/\\\s'\"]+")
 
 
 # --------------------------------------------------------------------------- parsing
@@ -631,87 +585,3 @@ def read_evidence(
                 problems.append(Problem(str(path), exc.message))
     records = tuple(sorted(kept.values(), key=lambda r: (r.created, r.key), reverse=True))
     return EvidenceSet(records, tuple(problems), total - len(records), files)
-
-
-# --------------------------------------------------------------------------- "certified on"
-
-_VERSION = re.compile(r"\d+(?:\.\d+)+")
-#: GPU products ``certified_on`` names (most hosts first); the rest are counted.
-MAX_CLAUSES = 3
-
-
-def _driver_version(driver: str) -> str:
-    """``6.8.0`` from ``amdgpu (in-tree, kernel 6.8.0-45-generic)``, ``550.54.14`` from
-    ``nvidia 550.54.14``: the first dotted version number, else the text."""
-    found = _VERSION.search(driver)
-    return found.group(0) if found else driver.strip()
-
-
-def _version_key(text: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in _VERSION.findall(text)[0].split(".")) if _VERSION.search(
-        text
-    ) else ()
-
-
-def _host_count(runs: Sequence[Evidence]) -> int:
-    """Distinct hosts: by anonymous host id; runs without one count by (kernel, driver,
-    GPU) -- the best a report without a machine ID allows."""
-    return len({r.host or f"{r.kernel}|{r.driver}|{r.gpu.product}" for r in runs})
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
-def certified_on(
-    records: Iterable[Evidence], recipe: str, *, gpu: bool = True, arch: str | None = None
-) -> str:
-    """Where ``recipe`` has passed, as ``show`` says it.
-
-    ``certified on RX 6700 XT (gfx1031), driver 6.8.0, 3 hosts, newest 2026-11-20`` (one
-    clause per GPU product, most hosts first, ``;``-separated); passes on hosts without a
-    GPU only: ``certified on CPU only, 1 host, newest 2026-11-23 (not yet on any GPU)``;
-    no pass: ``not yet certified on any GPU`` (and how many runs failed, if any).
-
-    ``gpu`` False (a CPU recipe, ``gpu.vendor: none``): the hosts' GPUs do not matter, so
-    every pass counts as ``certified on CPU only, N hosts, newest D``. ``arch`` (the
-    recipe's GPU arch): GPUs of that arch are named first. At most :data:`MAX_CLAUSES`
-    GPUs are named; the rest are counted (``and 2 more GPUs``).
-    """
-    runs = [r for r in records if r.recipe == recipe]
-    passes = [r for r in runs if r.outcome == "pass"]
-    if not passes:
-        failed = len(runs)
-        return "not yet certified on any GPU" + (
-            f" ({_plural(failed, 'run')} on record, none passed)" if failed else ""
-        )
-    on_gpu = [r for r in passes if r.gpu.vendor != "none"] if gpu else []
-    if not on_gpu:
-        newest = max(r.created for r in passes).strftime("%Y-%m-%d")
-        return (
-            f"certified on CPU only, {_plural(_host_count(passes), 'host')}, newest {newest}"
-            + (" (not yet on any GPU)" if gpu else "")
-        )
-    groups: dict[tuple[str, str], list[Evidence]] = {}
-    for r in on_gpu:
-        groups.setdefault((r.gpu.product or r.gpu.vendor.upper() + " GPU", r.gpu.arch), []).append(
-            r
-        )
-    clauses = []
-    for (product, gpu_arch), group in sorted(
-        groups.items(), key=lambda kv: (kv[0][1] != arch, -_host_count(kv[1]), kv[0])
-    ):
-        versions = sorted({_driver_version(r.driver) for r in group if r.driver}, key=_version_key)
-        driver = ""
-        if versions:
-            driver = versions[0] if len(versions) == 1 else f"{versions[0]}–{versions[-1]}"
-            driver = f", driver {driver}"
-        newest = max(r.created for r in group).strftime("%Y-%m-%d")
-        where = f"{product} ({gpu_arch})" if gpu_arch and gpu_arch != "unknown" else product
-        clauses.append(
-            f"{where}{driver}, {_plural(_host_count(group), 'host')}, newest {newest}"
-        )
-    if len(clauses) > MAX_CLAUSES:
-        rest = len(clauses) - MAX_CLAUSES
-        clauses = [*clauses[:MAX_CLAUSES], f"and {_plural(rest, 'more GPU')}"]
-    return "certified on " + "; ".join(clauses)

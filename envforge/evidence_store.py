@@ -2,11 +2,14 @@
 
 Where evidence lives under ``ENVFORGE_HOME``:
 
+* ``evidence.sqlite``: one row per report (:mod:`envforge.evidence_db`): ``probe
+  --report`` runs, venv ``build`` certifications, everything ``envforge evidence import``
+  and ``fleet collect`` brought in (:func:`save_document`), and the certificates below;
 * ``certificates/<hex digest>.json``: Docker ``build``/``certify`` verdicts (pass or fail),
   the :class:`envforge.certificate.CertificateStore` (a certificate is kept exactly as
-  issued: its digest and signature cover it);
-* ``reports/<run key>.json``: ``probe --report`` runs, venv ``build`` certifications and
-  everything ``envforge evidence import`` brought in (:func:`save_document`).
+  issued: its digest and signature cover it), read into the database when it changed;
+* ``reports/<run key>.json``: the store before the database, migrated on first use (the
+  files stay; each is read once).
 
 What this store keeps of a probe report (:func:`sanitized_report`): the steps (names and
 details through :class:`envforge.evidence.Redactor`), the host facts (GPU product, arch,
@@ -25,12 +28,14 @@ normalised records (no probe target, no snapshot) with step details redacted aga
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any
 
-from envforge import paths
+from envforge import evidence_db, paths
 from envforge.evidence import (
     Evidence,
     EvidenceSet,
@@ -38,9 +43,7 @@ from envforge.evidence import (
     Redactor,
     documents,
     parse_document,
-    read_evidence,
 )
-from envforge.fsutil import write_atomically
 
 #: Environment-snapshot keys a stored report keeps (versions only).
 SNAPSHOT_KEPT = (
@@ -49,8 +52,24 @@ SNAPSHOT_KEPT = (
 
 
 def sources(environ: Mapping[str, str] | None = None) -> list[Path]:
-    """The store's folders (certificates first)."""
+    """The store's folders of files (certificates first)."""
     return [paths.certificates_dir(environ), paths.reports_dir(environ)]
+
+
+@contextmanager
+def opened(
+    environ: Mapping[str, str] | None = None, *, redact: Redactor | None = None,
+) -> Iterator[tuple[sqlite3.Connection, tuple[Problem, ...]]]:
+    """The store's database, with the folders' new files read in (a signed certificate's
+    signature checked: one that does not match is skipped); the files skipped."""
+    redactor = Redactor.for_this_host() if redact is None else redact
+    with evidence_db.connect(evidence_db.db_path(paths.state_dir(environ))) as conn:
+        problems: list[Problem] = []
+        for folder in sources(environ):
+            if folder.is_dir():
+                # signatures always: a row is read once, whoever reads it first
+                problems += evidence_db.sync_folder(conn, folder, redactor, signatures=True)
+        yield conn, tuple(problems)
 
 
 def read_store(
@@ -59,13 +78,21 @@ def read_store(
     signatures: bool = False,
     recipe: str | None = None,
 ) -> EvidenceSet:
-    """Everything in the store (``recipe``: only documents that mention that recipe name,
-    a pre-filter on the text; callers still check ``Evidence.recipe``)."""
-    return read_evidence(
-        [p for p in sources(environ) if p.is_dir()],
-        signatures=signatures,
-        needle=json.dumps(recipe) if recipe is not None else None,
-    )
+    """Everything in the store (``recipe``: only that recipe's records)."""
+    del signatures  # rows are checked when they are read in (see :func:`opened`)
+    with opened(environ) as (conn, problems):
+        return EvidenceSet(evidence_db.records(conn, recipe), problems)
+
+
+def store_certified_on(recipe: str, *, gpu: bool = True, arch: str | None = None,
+                       environ: Mapping[str, str] | None = None) -> str:
+    """:func:`envforge.certified_on.certified_on` for ``recipe`` over the store, read
+    from the database's columns (no report is decoded)."""
+    from envforge.certified_on import describe  # noqa: PLC0415 - only for show
+
+    with opened(environ) as (conn, _problems):
+        runs, passes = evidence_db.pass_rows(conn, recipe)
+    return describe(runs, passes, gpu=gpu, arch=arch)
 
 
 def _redact_any(value: Any, redact: Redactor) -> Any:
@@ -99,13 +126,22 @@ def sanitized_report(report: Mapping[str, Any], redact: Redactor | None = None) 
     return result
 
 
+def _state(root: Path | None) -> Path:
+    """The store's folder: ``root`` names its ``reports`` folder (as callers passed it
+    when reports were files), else ENVFORGE_HOME's."""
+    return paths.state_dir() if root is None else root.parent
+
+
 def save_document(doc: Mapping[str, Any], key: str, root: Path | None = None) -> Path:
-    """Write ``doc`` as ``reports/<key>.json`` (atomically; an existing one is kept)."""
-    folder = paths.reports_dir() if root is None else root
-    target = folder / f"{key}.json"
-    if not target.exists():
-        write_atomically(target, json.dumps(doc, indent=2, sort_keys=False) + "\n")
-    return target
+    """Keep ``doc`` (its record's key is ``key``) in the store's database; the database's
+    path. A report already there is kept as it was."""
+    record = parse_document(doc, lambda text: text)
+    if record.key != key:
+        raise ValueError(f"save_document: key {key} is not the document's ({record.key})")
+    path = evidence_db.db_path(_state(root))
+    with evidence_db.connect(path) as conn:
+        evidence_db.add(conn, [(record, json.dumps(doc, separators=(",", ":")))])
+    return path
 
 
 def _key_of(doc: Mapping[str, Any], redact: Redactor) -> str:
@@ -160,31 +196,25 @@ def import_documents(
     root: Path | None = None,
     redact: Redactor | None = None,
 ) -> Imported:
-    """Check each document and keep the new ones in ``reports/`` (see module docstring)."""
+    """Check each document and keep the new ones in the store (one transaction)."""
     redactor = Redactor.for_this_host() if redact is None else redact
-    known_keys = {r.key for r in read_store().records} if root is None else {
-        r.key for r in read_evidence([root] if root.is_dir() else []).records
-    }
     skipped = list(problems)
-    added: list[Evidence] = []
-    known = 0
+    items: list[tuple[Evidence, str]] = []
+    seen: set[str] = set()
     for source, raw in docs:
         try:
-            record = parse_document(raw, redactor)
-        except Exception as exc:
+            doc = _storable(raw, redactor) if isinstance(raw, Mapping) else raw
+            stored = parse_document(doc, redactor, signatures=True)
+        except Exception as exc:  # what _storable meets in a malformed report, too
             skipped.append(Problem(source, str(getattr(exc, "message", exc))))
             continue
-        if record.key in known_keys:
-            known += 1
+        if stored.key in seen:
             continue
-        doc = _storable(raw, redactor)
-        stored = parse_document(doc, redactor)
-        if stored.key in known_keys:
-            known += 1
-            continue
-        save_document(doc, stored.key, root)
-        known_keys.update({record.key, stored.key})
-        added.append(stored)
+        seen.add(stored.key)
+        items.append((stored, json.dumps(doc, separators=(",", ":"))))
+    with evidence_db.connect(evidence_db.db_path(_state(root))) as conn:
+        added = evidence_db.add(conn, items)
+    known = len(items) - len(added)
     return Imported(tuple(added), known, tuple(skipped))
 
 

@@ -40,7 +40,7 @@ def register(group: click.Group) -> None:
     metavar="PATH",
     type=click.Path(path_type=Path),
     help="A folder (searched recursively), report file or .jsonl bundle (repeatable; "
-    "default: the local certificate store).",
+    "default: the local evidence store).",
 )
 @click.option(
     "-o",
@@ -57,9 +57,9 @@ def register(group: click.Group) -> None:
 @json_option
 def matrix(evidence: tuple[Path, ...], out: Path, trust: tuple[Path, ...], as_json: bool) -> None:
     """Write the certified-on matrix (GPU arch x recipe) as a static site."""
-    from envforge.evidence_store import sources as store  # noqa: PLC0415 - when run
+    from envforge.evidence_store import read_store  # noqa: PLC0415 - when run
 
-    sources = list(evidence) or store()
+    sources = list(evidence)
     if evidence:
         missing = missing_paths(sources)
         if missing:
@@ -74,7 +74,10 @@ def matrix(evidence: tuple[Path, ...], out: Path, trust: tuple[Path, ...], as_js
 
         keys = load_trust(files, setting="--trust" if trust else "ENVFORGE_TRUSTED_KEYS")
         signers = {fp: key.name for fp, key in keys.keys.items()}
-    found = read_evidence((p for p in sources if p.exists()), signatures=True)
+    if evidence:
+        found = read_evidence((p for p in sources if p.exists()), signatures=True)
+    else:
+        found = read_store(signatures=True)
     for problem in found.problems:
         click.echo(f"envforge: skipped {problem.line()}", err=True)
     result = aggregate(found)

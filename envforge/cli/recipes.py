@@ -178,11 +178,10 @@ def _show_project(view: Mapping[str, Any]) -> None:
 
 def _certified_on(name: str, *, gpu: bool, arch: str | None) -> str:
     """Where the recipe passed, from this host's evidence store (certificates, probe
-    reports, venv certifications, imports); see :func:`envforge.evidence.certified_on`."""
-    from envforge.evidence import certified_on  # noqa: PLC0415 - only for show
-    from envforge.evidence_store import read_store  # noqa: PLC0415 - only for show
+    reports, venv certifications, imports); see :func:`envforge.certified_on.certified_on`."""
+    from envforge.evidence_store import store_certified_on  # noqa: PLC0415 - only for show
 
-    return certified_on(read_store(recipe=name).records, name, gpu=gpu, arch=arch)
+    return store_certified_on(name, gpu=gpu, arch=arch)
 
 
 @click.command()

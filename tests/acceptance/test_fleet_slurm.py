@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from envforge import evidence_db
+
 from .helpers import unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,7 +108,7 @@ def test_plan_submit_status_collect_with_a_passing_and_a_failing_recipe(
     assert sorted(c["column"] for c in matrix["cells"]) == ["cpu", "cpu-fails"]
     again = envforge("fleet", "collect", str(plan), "--json", env=env)
     assert json.loads(again.stdout)["added"] == 0  # idempotent
-    stored = list((Path(env["ENVFORGE_HOME"]) / "reports").glob("*.json"))
-    assert len(stored) == 2
+    with evidence_db.connect(Path(env["ENVFORGE_HOME"]) / "evidence.sqlite") as conn:
+        assert len(evidence_db.documents(conn)) == 2
     shown = envforge("show", "cpu", env=env)
     assert "Evidence: certified on CPU only, 1 host" in shown.stdout

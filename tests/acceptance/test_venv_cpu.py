@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from envforge import backends, lock
+from envforge import backends, evidence_db, lock
 from envforge.backends import venv, venvfs
 from envforge.recipe.catalogue import Catalogue
 from envforge.recipe.model import Gpu
@@ -106,9 +106,9 @@ def test_the_venv_certification_is_kept_as_evidence(
     """Issue 12: the venv build's certification is in the evidence store (no interpreter
     path, no environment), and ``show`` counts it."""
     _done, path = built
-    stored = sorted((home / "reports").glob("*.json"))
-    assert stored
-    texts = [p.read_text() for p in stored]
+    with evidence_db.connect(home / "evidence.sqlite") as conn:
+        texts = evidence_db.documents(conn)
+    assert texts
     assert not any(str(path) in t or '"executable"' in t for t in texts)
     shown = envforge("show", "cpu", env=base_env(home))
     assert shown.returncode == 0, shown.stderr

@@ -18,9 +18,11 @@ from typing import Any, cast
 
 import pytest
 
+from envforge import evidence_db
+from envforge.certified_on import certified_on
 from envforge.cli import main
 from envforge.errors import InvalidInput, Unavailable
-from envforge.evidence import Redactor, certified_on, read_evidence
+from envforge.evidence import Redactor, read_evidence
 from envforge.evidence_store import (
     export_lines,
     import_paths,
@@ -60,10 +62,16 @@ def _named_report(spec: Spec = GPU, host_id: str | None = "h-0123456789abcdef") 
     return data
 
 
+def stored_texts(home: Path) -> list[str]:
+    """Every report the store keeps, as stored (the database's ``document`` column)."""
+    with evidence_db.connect(home / "evidence.sqlite") as conn:
+        return evidence_db.documents(conn)
+
+
 def test_a_stored_probe_report_keeps_host_facts_and_no_host_or_user_names(home: Path) -> None:
     stored = record_probe(_named_report(), redact=NAMES)
-    text = stored.read_text()
-    assert stored.parent == home / "reports"
+    assert stored == home / "evidence.sqlite"
+    (text,) = stored_texts(home)
     for name in ("alice", "alice-ws"):
         assert name not in text.replace("<redacted>", ""), name
     data = json.loads(text)
@@ -78,8 +86,9 @@ def test_a_stored_probe_report_keeps_host_facts_and_no_host_or_user_names(home: 
     assert record.runtime == "HIP 7.1.32830"
     assert record.envforge_version == "0.1.0"
     assert record.host == "h-0123456789abcdef"
-    # Stored twice: one file.
-    assert record_probe(_named_report(), redact=NAMES) == stored
+    # Stored twice: one row.
+    record_probe(_named_report(), redact=NAMES)
+    assert len(stored_texts(home)) == 1
 
 
 @pytest.mark.parametrize("fake", [False, True], ids=["real-names", "named-host"])
@@ -106,7 +115,7 @@ def test_this_hosts_names_are_never_stored(
     record_venv({"recipe": "gfx1031", "recipe_hash": "sha256:x", "fingerprint": "f",
                  "level": "full", "report": data})
     record_probe(dict(data, created="2026-11-21T12:00:00Z"))  # another run
-    texts = [p.read_text() for p in (home / "reports").iterdir()]
+    texts = stored_texts(home)
     assert len(texts) == 2
     for text in texts:
         for name in names:
@@ -408,8 +417,8 @@ def test_probe_report_keeps_the_run_in_the_store(
                  "--step-timeout", "120"])
     capsys.readouterr()
     assert code in (0, 1)
-    (stored,) = (home / "reports").iterdir()
-    data = json.loads(stored.read_text())
+    (stored,) = stored_texts(home)
+    data = json.loads(stored)
     assert data["schema"] == "envforge.probe/1"
     assert "/" not in data["environment"]["target"]
     assert set(data["environment"]["snapshot"]) <= {

@@ -1,0 +1,99 @@
+"""The evidence database at fleet scale (issue 21 §7): import time, ``show`` and ``matrix``.
+
+    python bench/evidence_db_bench.py [--import 100000] [--grow 1000000] [--runs 3]
+        [--matrix-at 100000]
+
+1. ``import``: N synthetic probe reports (tests/helpers/matrix_synth.py, the real
+   classes; making them is not timed) go into an empty store through
+   ``evidence_store.import_documents`` (what ``evidence import`` and ``fleet collect``
+   call): one transaction. Target: 100,000 in at most 60 s.
+2. ``matrix``: a fresh ``python -m envforge matrix -o SITE --json`` over the default store
+   holding ``--matrix-at`` reports.
+3. ``show``: the store is grown to ``--grow`` rows by copying the imported rows under new
+   keys in SQL (same columns and documents, distinct keys), then ``python -m envforge show
+   gfx1031`` is timed in fresh processes, against an empty store. Target: 0.3 s at
+   1,000,000 reports.
+Not a test: timings depend on the machine and its load (reported with the figures).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from envforge.evidence import Redactor  # noqa: E402
+from envforge.evidence_store import import_documents  # noqa: E402
+from tests.helpers.matrix_synth import corpus, make_report  # noqa: E402
+
+
+def run(home: Path, *args: str) -> tuple[float, str]:
+    env = {**os.environ, "ENVFORGE_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "envforge", *args], env=env,
+                          capture_output=True, text=True, check=True)
+    return time.perf_counter() - started, done.stdout
+
+
+def grow(db: Path, target: int) -> int:
+    with sqlite3.connect(db) as conn:
+        (have,) = conn.execute("SELECT COUNT(*) FROM reports").fetchone()
+        originals = have
+        columns = [r[1] for r in conn.execute("PRAGMA table_info(reports)")]
+        rest = ", ".join(columns[1:])
+        copy = 1
+        while have < target:
+            take = min(originals, target - have)
+            conn.execute(
+                f"INSERT INTO reports (key, {rest}) SELECT key || '-{copy}', {rest} "
+                f"FROM reports WHERE key NOT LIKE '%-%' LIMIT {take}")
+            have += take
+            copy += 1
+        conn.commit()
+        return int(conn.execute("SELECT COUNT(*) FROM reports").fetchone()[0])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--import", dest="n", type=int, default=100_000)
+    parser.add_argument("--grow", type=int, default=1_000_000)
+    parser.add_argument("--matrix-at", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    print(f"load average at start: {os.getloadavg()[0]:.1f}")
+    with tempfile.TemporaryDirectory(prefix="envforge-db-bench-") as folder:
+        home, empty = Path(folder) / "home", Path(folder) / "empty"
+        empty.mkdir()
+        started = time.perf_counter()
+        docs = [(str(i), json.loads(make_report(s).to_json()))
+                for i, s in enumerate(corpus(args.n, seed=21))]
+        print(f"made {len(docs)} reports in {time.perf_counter() - started:.1f} s (not timed)")
+        os.environ["ENVFORGE_HOME"] = str(home)
+        started = time.perf_counter()
+        result = import_documents(docs, redact=Redactor(()))
+        print(f"import: {len(result.added)} added in {time.perf_counter() - started:.1f} s")
+        del docs
+        if args.matrix_at <= args.n:
+            seconds, out = run(home, "matrix", "-o", str(Path(folder) / "site"), "--json")
+            print(f"matrix over {json.loads(out)['reports']} reports: {seconds:.1f} s")
+        rows = grow(home / "evidence.sqlite", args.grow)
+        size = (home / "evidence.sqlite").stat().st_size / 1e9
+        print(f"grown to {rows} rows ({size:.1f} GB)")
+        for name, where in (("empty store", empty), (f"{rows} reports", home)):
+            times = [run(where, "show", "gfx1031")[0] for _ in range(args.runs)]
+            print(f"show gfx1031, {name}: median {statistics.median(times):.2f} s, "
+                  f"min {min(times):.2f} s ({args.runs} runs)")
+
+
+if __name__ == "__main__":
+    main()
