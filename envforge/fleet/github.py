@@ -16,6 +16,8 @@ from typing import Any
 from envforge.fleet.plan import CPU, Plan
 
 PYTHON = "3.11"
+#: The distribution envforge is published as on the package index (pyproject.toml's name).
+DISTRIBUTION = "envforge-stacks"
 
 
 def _certify_command(plan: Plan) -> str:
@@ -80,7 +82,7 @@ def workflow(plan: Plan) -> dict[str, Any]:
         "on": {"workflow_dispatch": None, "schedule": [{"cron": "17 3 * * *"}]},
         "permissions": {"contents": "read"},
         # what `pip install` installs envforge from (a version pin, a wheel URL, a path)
-        "env": {"ENVFORGE_PIP_SPEC": "${{ vars.ENVFORGE_PIP_SPEC || 'envforge' }}"},
+        "env": {"ENVFORGE_PIP_SPEC": f"${{{{ vars.ENVFORGE_PIP_SPEC || '{DISTRIBUTION}' }}}}"},
         "jobs": {"certify": certify, "collect": collect},
     }
 
