@@ -259,11 +259,17 @@ def validate(refs: tuple[str, ...], overrides: tuple[str, ...], as_json: bool) -
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["dockerfile", "venv", "devcontainer"]),
+    type=click.Choice(["dockerfile", "venv", "devcontainer", "apptainer"]),
     default="dockerfile",
     show_default=True,
-    help="Dockerfile, the venv plan (setup.sh, requirements, activation script), or a "
-    "devcontainer.json that runs like `envforge shell`.",
+    help="Dockerfile, the venv plan (setup.sh, requirements, activation script), a "
+    "devcontainer.json that runs like `envforge shell`, or an Apptainer definition "
+    "(envforge.def) from the certified image (--image REF@sha256:...).",
+)
+@click.option(
+    "--image",
+    metavar="REF@sha256:DIGEST",
+    help="--format apptainer: the certified image, by digest (envforge publish prints it).",
 )
 @click.option(
     "--devcontainer-from",
@@ -305,9 +311,13 @@ def render(
     with_wheelhouse: bool,
     with_ca_bundle: bool,
     builder: str,
+    image: str | None,
     overrides: tuple[str, ...],
 ) -> None:
     """Render a recipe's Dockerfile (or venv plan); --all -o DIR renders the catalogue."""
+    if fmt == "apptainer":
+        _render_apptainer(recipe_ref, render_all, output, image, overrides)
+        return
     from envforge.fsutil import write_files  # noqa: PLC0415 - only when rendering
     from envforge.knowledge import enforce  # noqa: PLC0415 - the table only when needed
     from envforge.render import (  # noqa: PLC0415 - jinja2 only when rendering
@@ -381,6 +391,27 @@ def render(
         "devcontainer": "devcontainer(s)",
     }[fmt]
     click.echo(f"wrote {len(recipes)} {what} under {output}", err=True)
+
+
+def _render_apptainer(recipe_ref: str | None, render_all: bool, output: Path | None,
+                      image: str | None, overrides: tuple[str, ...]) -> None:
+    """``--format apptainer``: one recipe's envforge.def, to stdout or DIR/<recipe>/."""
+    from envforge.fsutil import write_files  # noqa: PLC0415 - only when rendering
+    from envforge.render.apptainer import render_apptainer  # noqa: PLC0415 - as above
+
+    if render_all or recipe_ref is None:
+        raise InvalidInput("--format apptainer renders one recipe (its certified image)",
+                           hint="envforge render RECIPE --format apptainer --image REF@sha256:...")
+    if image is None:
+        raise InvalidInput("--format apptainer needs --image REF@sha256:DIGEST",
+                           hint="the certified image's digest, as envforge publish prints it")
+    recipe, _choice = load_for_host(recipe_ref, None, overrides)
+    text = render_apptainer(recipe, image)
+    if output is None:
+        _emit(text)
+        return
+    write_files([(output / recipe.name / "envforge.def", text, 0o644)], setting="-o")
+    click.echo(f"wrote {output / recipe.name / 'envforge.def'}", err=True)
 
 
 def _devcontainer(recipe: Recipe, options: RenderOptions, source: str) -> Devcontainer:
