@@ -151,9 +151,11 @@ class Certificate:
     @classmethod
     def from_json(cls, text: str, *, source: str = "certificate") -> Certificate:
         """Parse and check a certificate; :class:`CertificationFailed` when it is not one."""
+        from envforge.jsonlimits import BadJSON, loads  # noqa: PLC0415 - light import
+
         try:
-            data = json.loads(text)
-        except ValueError as exc:
+            data = loads(text)
+        except BadJSON as exc:
             raise CertificationFailed(f"{source} is not valid JSON: {exc}") from None
         return cls.from_data(data, source=source)
 
@@ -290,6 +292,17 @@ def binding_problems(
     return problems
 
 
+#: Bytes one stored certificate may have (a probe report with its steps: kilobytes).
+MAX_CERTIFICATE_BYTES = 4 * 1024 * 1024
+
+
+def _read_stored(path: Path) -> str:
+    """A store file, bounded and regular only (a FIFO in the store never blocks)."""
+    from envforge.fsutil import read_limited  # noqa: PLC0415 - light import
+
+    return read_limited(path, MAX_CERTIFICATE_BYTES).decode("utf-8")
+
+
 class CertificateStore:
     """The local store: ``<root>/<hex digest>.json``, one certificate per file."""
 
@@ -308,8 +321,8 @@ class CertificateStore:
     def load(self, digest: str) -> Certificate | None:
         path = self.path_for(digest)
         try:
-            text = path.read_text(encoding="utf-8")
-        except OSError:
+            text = _read_stored(path)
+        except (OSError, UnicodeDecodeError):
             return None
         try:
             cert = Certificate.from_json(text, source=str(path))
@@ -323,9 +336,8 @@ class CertificateStore:
             return certs
         for path in sorted(self.root.glob("*.json")):
             try:
-                text = path.read_text(encoding="utf-8")
-                certs.append(Certificate.from_json(text, source=str(path)))
-            except (OSError, CertificationFailed):
+                certs.append(Certificate.from_json(_read_stored(path), source=str(path)))
+            except (OSError, UnicodeDecodeError, CertificationFailed):
                 continue
         return certs
 

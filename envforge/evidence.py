@@ -474,34 +474,44 @@ def _files(path: Path, problems: list[Problem]) -> Iterator[Path]:
         yield path
 
 
+#: Bytes one evidence file may have (a bundle of many reports); each document within
+#: the decoder's own limit (:data:`envforge.jsonlimits.MAX_BYTES`).
+MAX_FILE_BYTES = 256 * 1024 * 1024
+
+
 def _documents(path: Path, needle: str | None = None) -> Iterator[tuple[str, Any]]:
     """(source, decoded JSON) for each document in ``path``; raises EvidenceError for
-    a file that cannot be read or decoded at all, and yields EvidenceError values for
-    bad lines of a bundle. ``needle``: documents whose text lacks it are not decoded."""
+    a file that cannot be read or decoded at all (a FIFO, a device, too large: never
+    read), and yields EvidenceError values for bad lines of a bundle. ``needle``:
+    documents whose text lacks it are not decoded. Decoded by :mod:`envforge.jsonlimits`
+    (size, depth and number limits)."""
+    from envforge.fsutil import read_limited, read_reason  # noqa: PLC0415 - light import
+    from envforge.jsonlimits import BadJSON, loads  # noqa: PLC0415 - as above
+
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_limited(path, MAX_FILE_BYTES).decode("utf-8")
     except UnicodeDecodeError:
         raise EvidenceError("not UTF-8 text") from None
     except OSError as exc:
-        raise EvidenceError(f"cannot read: {exc.strerror or exc}") from None
+        raise EvidenceError(f"cannot read: {read_reason(exc, path)}") from None
     if path.suffix == ".jsonl":
         for number, line in enumerate(text.splitlines(), 1):
             if not line.strip() or (needle is not None and needle not in line):
                 continue
             source = f"{path}:{number}"
             try:
-                yield source, json.loads(line)
-            except ValueError as exc:
-                yield source, EvidenceError(f"not JSON: {exc}")
+                yield source, loads(line)
+            except BadJSON as exc:
+                yield source, EvidenceError(str(exc) if str(exc).startswith("not JSON")
+                                            else f"not JSON: {exc}")
         return
     if needle is not None and needle not in text:
         return
     try:
-        yield str(path), json.loads(text)
-    except ValueError as exc:  # JSONDecodeError, and RecursionError's cousins are rare
-        raise EvidenceError(f"not JSON: {exc}") from None
-    except RecursionError:
-        raise EvidenceError("not JSON: nested too deeply") from None
+        yield str(path), loads(text)
+    except BadJSON as exc:
+        raise EvidenceError(str(exc) if str(exc).startswith("not JSON")
+                            else f"not JSON: {exc}") from None
 
 
 def missing_paths(paths: Sequence[Path]) -> list[Path]:

@@ -438,3 +438,18 @@ def read_limited(path: Path, max_bytes: int) -> bytes:
     if len(data) > max_bytes:
         raise FileTooLarge(path, None, max_bytes)
     return data
+
+
+def read_reason(exc: OSError, path: PathLike | None = None) -> str:
+    """Why a read (:func:`read_limited`) failed, in words for a one-line error: ``it is a
+    FIFO, not a regular file``, ``larger than 1048576 bytes``, ``no such file``, …"""
+    if isinstance(exc, NotRegularFile):
+        what = describe(path if path is not None else exc.filename or "?")
+        return f"it is {what}, not a regular file"
+    if isinstance(exc, FileTooLarge):
+        return f"larger than {exc.limit} bytes"
+    if isinstance(exc, IsADirectoryError):
+        return "it is a folder, not a file"
+    if isinstance(exc, FileNotFoundError):
+        return "no such file"
+    return exc.strerror or type(exc).__name__

@@ -156,14 +156,28 @@ def publish(
     on_line: Callable[[str], None] = lambda _l: None,
     require_signed: bool = False,
 ) -> Published:
-    from envforge.backends.docker.images import push, tag_image  # noqa: PLC0415 - loads the SDK
+    from envforge.backends.docker.images import (  # noqa: PLC0415 - loads the SDK
+        inspect_image,
+        push,
+        tag_image,
+        untag,
+    )
 
     target = registry_ref(registry, recipe.name, recipe.stack_tag)
     info, cert = publishable(
         client, recipe, store or CertificateStore(), require_signed=require_signed
     )
+    before = inspect_image(client, target)
     tag_image(client, info.id, target)
-    result = push(client, target, on_line=on_line)
+    try:
+        result = push(client, target, on_line=on_line)
+    except BaseException:
+        # a failed (or interrupted) push leaves the local registry tag as it was
+        if before is not None and before.id != info.id:
+            tag_image(client, before.id, target)
+        elif before is None:
+            untag(client, target)
+        raise
     return Published(
         ref=target,
         digest=result.digest,

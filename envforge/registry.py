@@ -18,7 +18,6 @@ speak plain HTTP on a non-loopback address are not supported. Stdlib only.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import urllib.error
 import urllib.parse
@@ -27,7 +26,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from envforge.container.refs import DIGEST_RE
 from envforge.errors import InvalidInput, Unavailable
+from envforge.jsonlimits import BadJSON, loads
 
 MANIFEST_TYPES = (
     "application/vnd.docker.distribution.manifest.v2+json",
@@ -84,6 +85,11 @@ def parse_ref(ref: str) -> RemoteRef:
         host, repo = DOCKER_HUB, name if len(parts) > 1 else f"library/{name}"
     if not re.fullmatch(r"[a-z0-9]+(?:[._/-][a-z0-9]+)*", repo) or not reference:
         raise InvalidInput(f"{ref!r} is not an image reference", hint="HOST[:PORT]/REPO:TAG")
+    if "@" in text and not DIGEST_RE.fullmatch(reference):
+        raise InvalidInput(
+            f"{ref!r}: {reference[:80]!r} is not a sha256 digest",
+            hint="REPO@sha256:<64 hex digits>",
+        )
     return RemoteRef(host, repo, reference)
 
 
@@ -105,9 +111,9 @@ def _token(challenge: str, ref: RemoteRef) -> str | None:
     query = {"service": fields.get("service", ""), "scope": f"repository:{ref.repository}:pull"}
     url = realm + "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v})
     with _OPENER.open(url, timeout=TIMEOUT) as response:
-        data = json.loads(_read(response))
+        data = _json(_read(response), f"the token answer of {urllib.parse.urlsplit(realm).netloc}")
     token = data.get("token") or data.get("access_token")
-    return str(token) if token else None
+    return token if isinstance(token, str) and token else None
 
 
 class _DropAuthOnRedirect(urllib.request.HTTPRedirectHandler):
@@ -138,6 +144,7 @@ def _get(url: str, ref: RemoteRef, accept: str, auth: list[str]) -> tuple[bytes,
         with _OPENER.open(request, timeout=TIMEOUT) as response:
             return _read(response), dict(response.headers)
     except urllib.error.HTTPError as exc:
+        exc.close()  # its answer is not read: the connection goes now, not at GC
         if exc.code == 401 and not auth:
             token = _token(exc.headers.get("WWW-Authenticate", ""), ref)
             if token:
@@ -161,25 +168,48 @@ def _get(url: str, ref: RemoteRef, accept: str, auth: list[str]) -> tuple[bytes,
 
 
 def _json(data: bytes, what: str) -> dict[str, Any]:
+    """A registry document: decoded within :mod:`envforge.jsonlimits`' limits, an object."""
     try:
-        value = json.loads(data)
-    except ValueError:
-        raise Unavailable(f"{what} is not JSON") from None
+        value = loads(data, max_bytes=MAX_BYTES)
+    except BadJSON as exc:
+        raise Unavailable(f"{what} is not JSON within limits: {exc}") from None
     if not isinstance(value, dict):
         raise Unavailable(f"{what} is not a JSON object")
     return value
 
 
+def _shape(value: Any, kind: type, what: str, key: str) -> Any:
+    """``value`` when it is a ``kind``; else one line (exit 4: the registry's data)."""
+    if not isinstance(value, kind):
+        raise Unavailable(
+            f"{what}: {key} is {type(value).__name__}, not {kind.__name__}",
+            hint="the registry serves a malformed document; check the image",
+        )
+    return value
+
+
+def _digest(value: Any, what: str, key: str) -> str:
+    text = _shape(value, str, what, key)
+    if not DIGEST_RE.fullmatch(text):
+        raise Unavailable(f"{what}: {key} {text[:80]!r} is not a sha256 digest")
+    return str(text)
+
+
 def _pick(index: Mapping[str, Any], what: str) -> str:
-    manifests = [m for m in index.get("manifests") or () if isinstance(m, dict)]
+    """The ``linux/amd64`` manifest of a list (else the first image), its digest checked."""
+    listed = _shape(index.get("manifests"), list, what, "manifests")
+    manifests = [_shape(m, dict, what, "an entry of manifests") for m in listed]
     if not manifests:
         raise Unavailable(f"{what}: the manifest list is empty")
+
+    def platform(m: Mapping[str, Any]) -> Mapping[str, Any]:
+        return _shape(m.get("platform") or {}, dict, what, "platform")  # type: ignore[no-any-return]
+
     for m in manifests:
-        platform = m.get("platform") or {}
-        if platform.get("os") == "linux" and platform.get("architecture") == "amd64":
-            return str(m["digest"])
-    images = [m for m in manifests if (m.get("platform") or {}).get("os") != "unknown"]
-    return str((images or manifests)[0]["digest"])
+        if platform(m).get("os") == "linux" and platform(m).get("architecture") == "amd64":
+            return _digest(m.get("digest"), what, "digest")
+    images = [m for m in manifests if platform(m).get("os") != "unknown"]
+    return _digest((images or manifests)[0].get("digest"), what, "digest")
 
 
 def image_config(ref: str) -> tuple[RemoteRef, dict[str, Any]]:
@@ -199,9 +229,9 @@ def image_config(ref: str) -> tuple[RemoteRef, dict[str, Any]]:
     else:
         raise Unavailable(f"{ref}: a manifest list names another manifest list")
     config = manifest.get("config")
-    if not isinstance(config, dict) or not str(config.get("digest", "")).startswith("sha256:"):
-        raise Unavailable(f"{ref}: the manifest names no sha256 image config")
-    digest = str(config["digest"])
+    if not isinstance(config, dict):
+        raise Unavailable(f"{ref}: the manifest names no image config")
+    digest = _digest(config.get("digest"), f"the manifest of {ref}", "config.digest")
     blob, _headers = _get(f"{remote.base}/blobs/{digest}", remote, "*/*", auth)
     if "sha256:" + hashlib.sha256(blob).hexdigest() != digest:
         raise Unavailable(f"{ref}: the config blob does not match its digest {digest[:19]}")
@@ -211,5 +241,9 @@ def image_config(ref: str) -> tuple[RemoteRef, dict[str, Any]]:
 def image_labels(ref: str) -> dict[str, str]:
     """``config.Labels`` of ``ref`` in its registry (see the module docstring)."""
     _remote, config = image_config(ref)
-    labels = (config.get("config") or {}).get("Labels") or {}
-    return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
+    what = f"the image config of {ref}"
+    inner = _shape(config.get("config") or {}, dict, what, "config")
+    labels = _shape(inner.get("Labels") or {}, dict, what, "config.Labels")
+    for key, value in labels.items():
+        _shape(value, str, what, f"label {str(key)[:80]!r}")
+    return dict(labels)

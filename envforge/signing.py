@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from envforge.errors import CertificationFailed, InvalidInput, Unavailable
+from envforge.fsutil import read_limited, read_reason
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -53,6 +54,10 @@ PUB_NAME = "envforge.pub"
 ENV_SIGNING_KEY = "ENVFORGE_SIGNING_KEY"
 ENV_TRUSTED_KEYS = "ENVFORGE_TRUSTED_KEYS"
 _CONTEXT = b"envforge.certificate/1 signature\n"
+#: Bytes a private key file may have (a PEM ed25519 key is 119).
+MAX_KEY_FILE_BYTES = 64 * 1024
+#: Bytes a trust file may have (one line of about 130 bytes per key).
+MAX_TRUST_FILE_BYTES = 1024 * 1024
 
 
 def signed_message(digest: str) -> bytes:
@@ -207,10 +212,10 @@ def load_signing_key(path: Path, *, setting: str = "--signing-key") -> SigningKe
             hint="write the key to a file only you can read (mode 0600) and pass its path",
         )
     try:
-        data = path.read_bytes()
-    except OSError as exc:
+        data = read_limited(path, MAX_KEY_FILE_BYTES)
+    except OSError as exc:  # a FIFO or /dev/zero is refused at once, never read
         raise InvalidInput(
-            f"{setting} {path}: cannot read: {exc.strerror or type(exc).__name__}",
+            f"{setting} {path}: cannot read: {read_reason(exc, path)}",
             hint="name the envforge.key written by envforge keys generate",
         ) from None
     try:
@@ -277,11 +282,11 @@ def load_trust(paths: Iterable[Path], *, setting: str = "--trust") -> TrustList:
     sources: list[str] = []
     for path in paths:
         try:
-            text = path.read_text(encoding="utf-8")
+            text = read_limited(path, MAX_TRUST_FILE_BYTES).decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            reason = read_reason(exc, path) if isinstance(exc, OSError) else "not UTF-8 text"
             raise InvalidInput(
-                f"{setting} {path}: cannot read: {reason or type(exc).__name__}",
+                f"{setting} {path}: cannot read: {reason}",
                 hint="name an envforge.pub file (or a file of such lines)",
             ) from None
         count = 0

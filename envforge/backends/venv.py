@@ -80,6 +80,7 @@ from envforge.errors import (
     Unavailable,
 )
 from envforge.fsutil import make_dirs, make_temp_dir, write_atomically, write_files, writing
+from envforge.jsonlimits import load_file
 from envforge.probe.report import ProbeReport, StepResult
 from envforge.probe.runner import LocalPythonTarget, ProbeListener, run_probe
 from envforge.probe.spec import ProbeSpec
@@ -278,8 +279,8 @@ def fingerprint(venv: Path) -> str:
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+    try:  # regular files only, bounded, within the decoder's limits
+        data = load_file(path)
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None

@@ -9,7 +9,6 @@ redacted JSON-lines bundle that ``import`` and ``matrix --evidence`` read.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -42,6 +41,7 @@ def import_cmd(sources: tuple[str, ...], as_json: bool) -> None:
     from envforge.container.refs import CERTIFICATE_LABEL  # noqa: PLC0415 - pure
     from envforge.evidence import Problem, documents  # noqa: PLC0415 - when run
     from envforge.evidence_store import import_documents  # noqa: PLC0415 - when run
+    from envforge.jsonlimits import BadJSON, loads  # noqa: PLC0415 - when run
 
     problems: list[Problem] = []
     docs: list[tuple[str, object]] = []
@@ -58,8 +58,8 @@ def import_cmd(sources: tuple[str, ...], as_json: bool) -> None:
                 problems.append(Problem(source, f"carries no certificate ({CERTIFICATE_LABEL})"))
                 continue
             try:
-                docs.append((source, json.loads(label)))
-            except ValueError as exc:
+                docs.append((source, loads(label)))
+            except BadJSON as exc:
                 problems.append(Problem(source, f"its certificate label is not JSON: {exc}"))
         elif Path(source).exists():
             docs.extend(documents([Path(source)], problems))

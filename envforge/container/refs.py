@@ -18,6 +18,8 @@ from envforge.errors import InvalidInput
 ROLE_LABEL = "io.envforge.role"
 #: Where a certified image carries its certificate (compact JSON).
 CERTIFICATE_LABEL = "io.envforge.certificate"
+#: What an image content digest looks like (the one algorithm registries use).
+DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
 #: Repository prefix of certified tags: ``envforge/<recipe>:<stack tag>``.
 CERTIFIED_REPOSITORY_PREFIX = "envforge"
 

@@ -38,14 +38,13 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from packaging.utils import (
-    InvalidSdistFilename,
-    InvalidWheelFilename,
     parse_sdist_filename,
     parse_wheel_filename,
 )
 from packaging.version import Version
 
 from envforge.fsutil import write_atomically
+from envforge.jsonlimits import load_file, loads
 from envforge.paths import state_dir
 
 PEP691_JSON = "application/vnd.pypi.simple.v1+json"
@@ -163,7 +162,7 @@ def parse_listing(
 
 def _parse_json(text: str, url: str, project: str, origin: str) -> Listing | IndexProblem:
     try:
-        data = json.loads(text)
+        data = loads(text, max_bytes=MAX_JSON_BYTES)
     except ValueError as exc:
         return IndexProblem(url, "malformed", f"invalid JSON ({exc})")
     if not isinstance(data, dict):
@@ -264,6 +263,13 @@ def _parse_html(text: str, url: str, project: str, origin: str) -> Listing | Ind
     return Listing(url, project, "html", tuple(out), origin, tuple(skipped))
 
 
+#: The JSON decoder's ceiling for index pages and cached answers (envforge.jsonlimits:
+#: depth and number limits; the network layer bounds what it reads).
+MAX_JSON_BYTES = 256 * 1024 * 1024
+#: Characters a listed file name may have (real wheel names have fewer than 200).
+MAX_FILE_NAME = 512
+
+
 def _file(
     name: str,
     url: str,
@@ -273,7 +279,11 @@ def _file(
     requires_python: str,
     has_metadata: bool | None,
 ) -> IndexFile | None:
-    """One listed file; None for names that are no wheel or sdist of a valid version."""
+    """One listed file; None for names that are no wheel or sdist of a valid version, and
+    for hostile entries: a name longer than :data:`MAX_FILE_NAME` (a 5,000-digit version
+    would cost quadratic time to convert), a URL with a control character or a space."""
+    if len(name) > MAX_FILE_NAME or any(not ch.isprintable() or ch.isspace() for ch in url):
+        return None
     pythons: set[str] = set()
     pythons_t: set[str] = set()
     linux = False
@@ -292,7 +302,7 @@ def _file(
             _, version = parse_sdist_filename(name)
         else:
             return None
-    except (InvalidWheelFilename, InvalidSdistFilename):
+    except ValueError:  # InvalidWheelFilename, InvalidSdistFilename, too many digits
         return None
     return IndexFile(
         filename=name,
@@ -481,7 +491,7 @@ class IndexClient:
         if isinstance(got, IndexProblem):
             return got
         try:
-            return json.loads(got.body)
+            return loads(got.body, max_bytes=MAX_JSON_BYTES)
         except ValueError as exc:
             return IndexProblem(url, "malformed", f"invalid JSON ({exc})")
 
@@ -505,8 +515,8 @@ class IndexClient:
         if path is None:
             return None
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            data = load_file(path, max_bytes=MAX_JSON_BYTES)
+        except (OSError, ValueError):  # a FIFO or device in the cache is never read
             return None
         if not isinstance(data, dict) or data.get("url") != url or "body" not in data:
             return None

@@ -213,9 +213,11 @@ class ProbeReport:
 
     @classmethod
     def from_json(cls, text: str) -> ProbeReport:
+        from envforge.jsonlimits import BadJSON, loads  # noqa: PLC0415 - light import
+
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
+            data = loads(text)
+        except BadJSON as exc:
             raise InvalidInput(f"not a probe report: {exc}") from None
         if not isinstance(data, dict):
             raise InvalidInput("not a probe report: expected a JSON object")

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import json
 import os
 import queue
 import re
@@ -70,6 +69,7 @@ from typing import IO, Any, Protocol
 
 from envforge import __version__
 from envforge.errors import Interrupted, Unavailable
+from envforge.jsonlimits import BadJSON, loads
 from envforge.probe.report import (
     ProbeReport,
     ReportHost,
@@ -546,13 +546,17 @@ def _drive(run: _Run, handle: WorkerHandle, clock: Callable[[], float]) -> None:
     # not reached
 
 
+#: Bytes one line of the worker's output may have to be read as a message.
+MAX_LINE_BYTES = 4 * 1024 * 1024
+
+
 def _parse(line: str) -> dict[str, Any] | None:
     line = line.strip()
     if not line.startswith("{"):
         return None
     try:
-        data = json.loads(line)
-    except ValueError:
+        data = loads(line, max_bytes=MAX_LINE_BYTES)
+    except BadJSON:  # what the image's worker printed: any shape, any depth
         return None
     return data if isinstance(data, dict) else None
 

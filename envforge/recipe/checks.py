@@ -59,6 +59,8 @@ RESERVED_ENV: Mapping[str, str] = {
     "no $LD_LIBRARY_PATH appending form)",
     "LD_PRELOAD": "it loads libraries from outside the environment into every process",
     "LD_AUDIT": "it loads libraries from outside the environment into every process",
+    "BASH_ENV": "bash runs the file it names before every non-interactive script",
+    "ENV": "sh and bash in POSIX mode run the file it names when they start",
     "HOME": "the shell sets it",
     "NPROC_PER_NODE": "the shell sets it from the GPU count",
 }

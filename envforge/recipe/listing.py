@@ -109,11 +109,11 @@ def load_row(name: str, path: Path) -> Row:
 
 
 def _read_cache(cache: Path, stamp: str) -> dict[str, Row]:
-    try:
-        with open(cache, "rb") as fh:
-            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-                return {}
-            data = json.loads(fh.read(MAX_CACHE_BYTES + 1))
+    from envforge.fsutil import read_limited  # noqa: PLC0415 - light import
+    from envforge.jsonlimits import loads  # noqa: PLC0415 - as above
+
+    try:  # regular files only, never blocking (a FIFO there), bounded
+        data = loads(read_limited(cache, MAX_CACHE_BYTES), max_bytes=MAX_CACHE_BYTES)
     except (OSError, ValueError):
         return {}
     if not isinstance(data, dict) or data.get("schema") != SCHEMA or data.get("code") != stamp:

@@ -71,6 +71,7 @@ class FakeApi:
         self.tags: list[tuple[str, str, str]] = []
         self.pushed: list[tuple[str, str | None]] = []
         self.pulled: list[tuple[str, str | None]] = []
+        self.removed: list[str] = []
         self.builds: list[dict[str, Any]] = []
         self.build_chunks: list[dict[str, Any]] = []
 
@@ -102,6 +103,11 @@ class FakeApi:
         self.pushed.append((repository, tag))
         yield {"status": "Pushed", "id": "abc"}
         yield {"aux": {"Tag": tag, "Digest": "sha256:" + "9" * 64, "Size": 1}}
+
+    def remove_image(self, image: str, force: bool = False, noprune: bool = False) -> object:
+        self.removed.append(image)
+        self.images.by_ref.pop(image, None)
+        return None
 
     def pull(self, repository: str, tag: str | None = None) -> object:
         self.pulled.append((repository, tag))

@@ -76,6 +76,8 @@ EXPECT = {
     "reserved-env-path.yaml": "env.PATH: is reserved",
     "reserved-env-ld-library-path.yaml": "env.LD_LIBRARY_PATH: is reserved",
     "reserved-env-pythonpath.yaml": "env.PYTHONPATH: is reserved",
+    "reserved-env-bash-env.yaml": "env.BASH_ENV: is reserved",
+    "reserved-env-env.yaml": "env.ENV: is reserved",
     "step-timeout-inf.yaml": "certify.step_timeout: inf is not a finite number",
     "step-timeout-nan.yaml": "certify.step_timeout: nan is not a finite number",
     "step-timeout-huge.yaml": "certify.step_timeout: 1e+308 s is more than a day",

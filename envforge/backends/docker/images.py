@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
@@ -18,8 +19,8 @@ import docker.errors
 from envforge.backends.docker.client import EngineClient
 from envforge.backends.docker.engine import TRANSPORT_ERRORS, api_message, first_line
 from envforge.container.identity import engine_kind
-from envforge.container.refs import ImageInfo, split_ref
-from envforge.errors import BuildFailed, InvalidInput, PublishRefused, Unavailable
+from envforge.container.refs import DIGEST_RE, ImageInfo, split_ref
+from envforge.errors import BuildFailed, InvalidInput, PublishRefused, Unavailable, printable
 
 
 def inspect_image(client: EngineClient, ref: str) -> ImageInfo | None:
@@ -31,6 +32,11 @@ def inspect_image(client: EngineClient, ref: str) -> ImageInfo | None:
     except docker.errors.APIError as exc:
         if exc.status_code == 404:
             return None
+        if exc.status_code == 400:  # "invalid reference format": the user's input
+            raise InvalidInput(
+                f"{ref!r} is not an image reference: {api_message(exc)}",
+                hint="REPO[:TAG], REPO@sha256:DIGEST or an image ID",
+            ) from None
         raise Unavailable(f"cannot inspect image {ref}: {api_message(exc)}") from None
 
 
@@ -111,6 +117,13 @@ def _link_or_copy(src: Path, dst: Path) -> None:
         shutil.copyfile(src, dst)
 
 
+#: The fix when the base image cannot be pulled (exit 4, like every network problem).
+BASE_UNAVAILABLE = (
+    "the base image is neither local nor pullable: check the network and the registry, "
+    "or pass --base-image REF"
+)
+
+
 def build_image(
     client: EngineClient,
     context_dir: Path,
@@ -187,12 +200,10 @@ def build_image(
         failing = (
             f"step {steps[-1].number} ({steps[-1].instruction[:80]})" if steps else "the build"
         )
-        hint = "see the build output above"
+        message = f"{failing} failed: {first_line(error or 'no image was produced')}"
         if steps and steps[-1].instruction.upper().startswith("FROM "):
-            hint = "the base image is neither local nor pullable; pass --base-image REF"
-        raise BuildFailed(
-            f"{failing} failed: {first_line(error or 'no image was produced')}", hint=hint
-        )
+            raise Unavailable(message, hint=BASE_UNAVAILABLE)  # a network problem: exit 4
+        raise BuildFailed(message, hint="see the build output above")
     if not image_id.startswith("sha256:"):
         image = inspect_image(client, image_id)
         if image is not None:
@@ -256,6 +267,13 @@ def digest_in_status(status: str) -> str | None:
     return match.group(1) if match else None
 
 
+def untag(client: EngineClient, ref: str) -> None:
+    """Remove the tag ``ref`` (the image stays when other tags or IDs name it: no prune).
+    Quiet when it is gone already; never raises."""
+    with contextlib.suppress(*TRANSPORT_ERRORS):  # APIError included (a DockerException)
+        client.api.remove_image(ref, noprune=True)
+
+
 def push(
     client: EngineClient, ref: str, *, on_line: Callable[[str], None] = lambda _l: None
 ) -> PushResult:
@@ -272,6 +290,12 @@ def push(
             aux = chunk.get("aux")
             if isinstance(aux, dict) and aux.get("Digest"):
                 digest = str(aux["Digest"])
+                if not DIGEST_RE.fullmatch(digest):
+                    raise PublishRefused(
+                        f"push of {ref}: the registry answered a malformed digest "
+                        f"{printable(digest[:80])!r}",
+                        hint="check the registry",
+                    )
             status = chunk.get("status")
             if digest is None and isinstance(status, str):
                 digest = digest_in_status(status)
@@ -428,6 +452,7 @@ def build_image_buildkit(
     cached: set[int] = set()
     log: list[str] = []
     failed: tuple[int, str] | None = None
+    base_vertices: set[int] = set()  # resolving the base image: "[internal] load metadata"
     try:
         with proc.spawn(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as child:
             assert child.stdout is not None
@@ -438,7 +463,10 @@ def build_image_buildkit(
                 log.append(line)
                 on_line(line)
                 m = _VERTEX_RE.match(line)
-                if m and not m.group(2).startswith("internal"):
+                if m and m.group(2).startswith("internal"):
+                    if m.group(3).startswith("load metadata for "):
+                        base_vertices.add(int(m.group(1)))
+                elif m:
                     names.setdefault(int(m.group(1)), m.group(3))
                     continue
                 m = _CACHED_RE.match(line)
@@ -468,8 +496,8 @@ def build_image_buildkit(
         else:
             what = "the build"
             reason = next((ln for ln in reversed(log) if "error" in ln.lower()), "no image")
-        hint = "see the build output above"
-        if what.startswith("step FROM "):
-            hint = "the base image is neither local nor pullable; pass --base-image REF"
-        raise BuildFailed(f"{what} failed (BuildKit): {first_line(reason)}", hint=hint)
+        message = f"{what} failed (BuildKit): {first_line(reason)}"
+        if what.startswith("step FROM ") or (failed is not None and failed[0] in base_vertices):
+            raise Unavailable(message, hint=BASE_UNAVAILABLE)  # a network problem: exit 4
+        raise BuildFailed(message, hint="see the build output above")
     return BuildResult(image_id, time.monotonic() - start, steps, tuple(log))

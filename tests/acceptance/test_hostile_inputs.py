@@ -1,0 +1,144 @@
+"""Issue 22 class 8 with real processes: the hostile corpus (tests/fixtures/hostile/)
+through ``python -m envforge``: registry documents from a real HTTP registry on
+127.0.0.1, evidence files, FIFOs and /dev/zero as evidence, signing keys and trust
+files, and index pages with a 5,000-digit version and an ESC in a URL.
+
+Each run: no traceback, the documented exit code, one line per problem, no hang (every
+process has a deadline far above what it needs).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import hostile_registry
+
+ROOT = Path(__file__).resolve().parents[2]
+EVIDENCE = ROOT / "tests" / "fixtures" / "hostile" / "evidence"
+
+
+def envforge(*args: str, home: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENVFORGE_")}
+    env["ENVFORGE_HOME"] = str(home)
+    env["PYTHONPATH"] = str(ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "envforge", *args],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_every_hostile_registry_image_is_skipped_in_one_line(tmp_path: Path) -> None:
+    with hostile_registry.serving() as registry:
+        refs = [registry.ref(n) for n in sorted(p.name for p in hostile_registry.CORPUS.iterdir())]
+        done = envforge("evidence", "import", *refs, home=tmp_path)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 2, done.stderr
+    skipped = [ln for ln in done.stderr.splitlines() if ln.startswith("envforge: skipped")]
+    assert len(skipped) == len(refs), done.stderr
+    for ref in refs:
+        assert sum(ref + ":" in ln or ln.endswith(ref) for ln in skipped) == 1, ref
+    assert "\x1b" not in done.stderr
+
+
+def test_every_hostile_evidence_file_is_skipped_in_one_line(tmp_path: Path) -> None:
+    done = envforge("evidence", "import", str(EVIDENCE), home=tmp_path)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 2, done.stderr
+    for path in EVIDENCE.iterdir():
+        assert f"skipped {path}" in done.stderr, path.name
+
+
+@pytest.fixture
+def fifo(tmp_path: Path) -> Path:
+    path = tmp_path / "special.json"
+    os.mkfifo(path)
+    return path
+
+
+@pytest.mark.parametrize("special", ["fifo", "/dev/zero"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("evidence", "import", "{P}"),
+        ("certify", "cpu", "--signing-key", "{P}"),
+        ("verify", "127.0.0.1:9/x/y:z", "--no-pull", "--trust", "{P}"),
+        ("matrix", "--evidence", "{T}", "--trust", "{P}", "-o", "{T}/site"),
+    ],
+    ids=["evidence-import", "signing-key", "verify-trust", "matrix-trust"],
+)
+def test_a_fifo_or_dev_zero_as_input_is_exit_2_at_once(
+    tmp_path: Path, fifo: Path, special: str, command: tuple[str, ...]
+) -> None:
+    path = str(fifo) if special == "fifo" else special  # /dev/zero: opened, never read
+    args = [a.replace("{P}", path).replace("{T}", str(tmp_path)) for a in command]
+    started = time.monotonic()
+    done = envforge(*args, home=tmp_path / "home", timeout=60)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 2, done.stderr
+    assert "not a regular file" in done.stderr
+    assert time.monotonic() - started < 30  # measured: ~1 s (the interpreter's start)
+
+
+WHEEL = "-cp311-cp311-manylinux_2_28_x86_64.whl"
+HOSTILE_PAGE = (
+    "<!DOCTYPE html><html><body>\n"
+    f'<a href="/f/torch-{{digits}}{WHEEL}">torch-{{digits}}{WHEEL}</a>\n'
+    f'<a href="/f/\x1b[2Jtorch-2.99.0{WHEEL}">torch-2.99.0{WHEEL}</a>\n'
+    '<a href="/f/{project}-1.0.0-py3-none-any.whl">{project}-1.0.0-py3-none-any.whl</a>\n'
+    "</body></html>\n"
+)
+
+
+@pytest.fixture
+def hostile_index() -> Iterator[str]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            project = self.path.strip("/").split("/")[-1] or "x"
+            body = HOSTILE_PAGE.format(digits="1" * 5000, project=project).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/simple/"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_an_index_with_a_5000_digit_version_and_an_esc_in_a_url(
+    tmp_path: Path, hostile_index: str
+) -> None:
+    done = envforge(
+        "knowledge", "refresh", "--index", hostile_index, "--no-pytorch-index", "--json",
+        home=tmp_path, timeout=120,
+    )
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode in (0, 1), done.stderr  # an answer, not a crash
+    assert "\x1b" not in done.stdout + done.stderr
+    assert "2.99.0" not in done.stdout  # the file behind the ESC URL was not taken
+    assert "1" * 100 not in done.stdout
