@@ -208,3 +208,18 @@ def test_a_commit_retagged_over_the_certified_tag_is_refused_by_shell(
         _point_certified_tag_at(client, setup, setup.labelled)
         if committed_id is not None and committed_id.id != setup.labelled:
             docker_cli("rmi", committed_id.id)
+
+
+def test_an_unpullable_base_image_is_exit_4_and_a_bad_image_reference_exit_2(
+    setup: Setup, tmp_path: Path
+) -> None:
+    """Issue 22 §9 on the real engine: a network problem is exit 4, the user's typo 2."""
+    ef, env = setup.envforge, setup.env
+    built = ef("build", NAME, "--base-image", "127.0.0.1:1/envforge-nope:t", "--no-certify",
+               extra_env=env, cwd=tmp_path)
+    assert built.returncode == 4, built.stderr
+    assert "neither local nor pullable" in built.stderr
+    assert "Traceback" not in built.stderr
+    ran = ef("shell", NAME, "--image", "Not A Ref!!", "--", "true", extra_env=env, cwd=tmp_path)
+    assert ran.returncode == 2, ran.stderr
+    assert "is not an image reference" in ran.stderr

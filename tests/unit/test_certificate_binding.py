@@ -243,3 +243,28 @@ def test_no_container_of_envforge_runs_a_health_check(tmp_path: Path) -> None:
     assert "--no-healthcheck" in argv
     assert argv.index("--no-healthcheck") < argv.index("img")
     assert container_kwargs(env={}, flags=DeviceFlags())["healthcheck"] == {"test": ["NONE"]}
+
+
+def test_verify_says_a_format_1_certificate_is_older_and_trust_refuses_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from envforge.backends.docker import engine as engine_module
+    from envforge.certificate import sign
+    from envforge.cli import main
+    from envforge.signing import generate, load_signing_key
+
+    key_path, pub_path = generate(tmp_path / "keys")
+    old = sign(_cert(fmt=1), load_signing_key(key_path))
+    monkeypatch.setattr(engine_module, "connect", lambda *_a, **_k: _engine(CONFIG, old))
+    assert main(["verify", CERTIFIED, "--no-pull", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["certificate_format"] == 1
+    assert json.loads(captured.out)["full_binding"] is False
+    assert "certificate format 1" in captured.err
+    assert main(["verify", CERTIFIED, "--no-pull", "--trust", str(pub_path)]) == 1
+    err = capsys.readouterr().err
+    assert "does not vouch for the rest" in err
+    new = sign(_cert(), load_signing_key(key_path))
+    monkeypatch.setattr(engine_module, "connect", lambda *_a, **_k: _engine(CONFIG, new))
+    assert main(["verify", CERTIFIED, "--no-pull", "--trust", str(pub_path)]) == 0
+    assert "format 1" not in capsys.readouterr().err
