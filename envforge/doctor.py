@@ -23,30 +23,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from envforge import knowledge
-from envforge.container.cdi import scan as scan_cdi
-from envforge.container.devices import device_flags
-from envforge.container.identity import EngineIdentity
 from envforge.detect import GpuInfo, HostInfo
-from envforge.errors import EnvforgeError
 from envforge.hostfs import host_int, numeric_name, read_host_text
-from envforge.paths import state_dir
 from envforge.recipe.model import Recipe
 
 Severity = Literal["ok", "warn", "block"]
-Backend = Literal["docker", "venv"]
 
 GIB = 1024**3
-
-#: Rough space a build takes (image layers or site-packages), by vendor and backend.
-#: ROCm wheels bundle the user-space ROCm libraries; the ROCm base images are large.
-SPACE_ESTIMATE: dict[tuple[str, str], int] = {
-    ("amd", "docker"): 30 * GIB,
-    ("amd", "venv"): 16 * GIB,
-    ("nvidia", "docker"): 18 * GIB,
-    ("nvidia", "venv"): 8 * GIB,
-    ("none", "docker"): 3 * GIB,
-    ("none", "venv"): 2 * GIB,
-}
 
 
 @dataclass(frozen=True)
@@ -108,24 +91,6 @@ class DoctorReport:
             "host": self.host.to_dict(),
             "findings": [f.to_dict() for f in self.findings],
         }
-
-
-#: Pings the Docker engine: returns None when it answers, else why it did not.
-DockerPing = Callable[[], "str | None"]
-
-
-def docker_ping() -> str | None:
-    """Ask the engine the docker CLI would use (DOCKER_HOST, context) for a ping."""
-    try:
-        from envforge.backends.docker.engine import connect  # noqa: PLC0415 - loads the SDK
-
-        connect().close()
-    except EnvforgeError as exc:
-        return exc.message
-    except Exception as exc:  # any failure means "not reachable"; say why
-        text = " ".join(str(exc).split())
-        return text[:200] or type(exc).__name__
-    return None
 
 
 # --------------------------------------------------------------------------- groups
@@ -449,78 +414,6 @@ def check_busy(recipe: Recipe | None, host: HostInfo, root: Path) -> list[Findin
     ]
 
 
-def check_docker(ping: DockerPing, backend: Backend | None) -> list[Finding]:
-    problem = ping()
-    if problem is None:
-        return [Finding("docker", "ok", "Docker engine answers")]
-    severity: Severity = "block" if backend == "docker" else "warn"
-    return [
-        Finding(
-            "docker",
-            severity,
-            f"Docker engine not reachable: {problem}",
-            "start the engine (`sudo systemctl start docker`) or set DOCKER_HOST;"
-            " or use `--backend venv`",
-        )
-    ]
-
-
-#: Asks the engine what it is (Docker or Podman, CDI, rootless); None when none answers.
-EngineProbe = Callable[[], "EngineIdentity | None"]
-
-
-def engine_identity() -> EngineIdentity | None:
-    """The engine the docker CLI would use, identified; None when none answers."""
-    try:
-        from envforge.backends.docker.engine import (  # noqa: PLC0415 - loads the SDK
-            connect,
-            identify_engine,
-        )
-
-        client = connect()
-    except Exception:  # check_docker says why the engine does not answer
-        return None
-    try:
-        return identify_engine(client)
-    finally:
-        client.close()
-
-
-def check_device_path(
-    recipe: Recipe | None, root: Path, engine: EngineIdentity | None, backend: Backend | None
-) -> list[Finding]:
-    """How the recipe's GPUs reach its containers on this engine: CDI names, raw device
-    nodes or Docker's GPU request, and why (CDI specs under ``etc/cdi`` and ``var/run/cdi``
-    of ``root``; the engine's CDI support)."""
-    if recipe is None or recipe.gpu.vendor not in ("amd", "nvidia") or backend == "venv":
-        return []
-    inventory = scan_cdi((root / "etc" / "cdi", root / "var" / "run" / "cdi"))
-    findings = [Finding("cdi", "warn", note, "fix or remove that spec") for note in inventory.notes]
-    eng = engine or EngineIdentity(cdi_reason="no engine answered")
-    flags = device_flags(
-        recipe.gpu.vendor,
-        dev_root=root / "dev",
-        proc_root=root / "proc",
-        engine=eng,
-        cdi=inventory,
-    )
-    who = f"{eng.label}:" if engine is not None else "no engine answered;"
-    if flags.path == "none":
-        if flags.reason:  # devices present, but this engine cannot pass them
-            findings.append(
-                Finding(
-                    "device-path",
-                    "block" if backend == "docker" else "warn",
-                    f"{who} {flags.reason}",
-                    "generate a CDI spec for the GPUs, or use Docker, or `--backend venv`",
-                )
-            )
-        return findings  # no devices: check_device_nodes says so
-    ipc = "host IPC" if flags.ipc_mode == "host" else f"/dev/shm {flags.shm_size}"
-    findings.append(
-        Finding("device-path", "ok", f"{who} GPUs reach containers by {flags.reason}; {ipc}")
-    )
-    return findings
 def shutil_free(path: Path) -> int:
     """Free bytes of the file system holding ``path``."""
     return shutil.disk_usage(path).free
@@ -531,21 +424,23 @@ free_bytes = shutil_free
 
 
 def check_disk(
-    recipe: Recipe | None, space_dir: Path, backend: Backend | None, host: HostInfo | None = None
+    recipe: Recipe | None, space_dir: Path | None, need: tuple[int, Path],
+    host: HostInfo | None = None,
 ) -> list[Finding]:
-    gpu = host.primary if host is not None else None
-    vendor = recipe.gpu.vendor if recipe is not None else gpu.vendor if gpu is not None else "none"
-    need = SPACE_ESTIMATE[(vendor, backend or "docker")]
-    probe = space_dir
+    """``need``: the bytes a build takes and the folder they go to (the backend's
+    :func:`~envforge.backends.Backend.disk_need`); ``space_dir`` (tests) replaces that folder."""
+    label = {"none": "CPU", "amd": "ROCm", "nvidia": "CUDA"}[vendor_of(recipe, host)]
+    size, folder = need
+    probe = space_dir or folder
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     try:
         free = free_bytes(probe)
     except OSError as exc:
-        return [Finding("disk", "warn", f"cannot read free space of {space_dir}: {exc.strerror}")]
-    label = {"none": "CPU", "amd": "ROCm", "nvidia": "CUDA"}[vendor]
-    text = f"{free / GIB:.1f} GiB free at {probe}; a {label} build needs about {need / GIB:.0f} GiB"
-    if free < need:
+        where = space_dir or folder
+        return [Finding("disk", "warn", f"cannot read free space of {where}: {exc.strerror}")]
+    text = f"{free / GIB:.1f} GiB free at {probe}; a {label} build needs about {size / GIB:.0f} GiB"
+    if free < size:
         return [
             Finding(
                 "disk", "block", text, f"free space under {probe}, or point ENVFORGE_HOME elsewhere"
@@ -554,47 +449,45 @@ def check_disk(
     return [Finding("disk", "ok", text)]
 
 
+def vendor_of(recipe: Recipe | None, host: HostInfo | None) -> str:
+    """The recipe's GPU vendor; without a recipe, the host's first GPU's ("none")."""
+    gpu = host.primary if host is not None else None
+    return recipe.gpu.vendor if recipe is not None else gpu.vendor if gpu is not None else "none"
+
+
 def diagnose(
     recipe: Recipe | None,
     host: HostInfo,
     *,
     root: Path = Path("/"),
     identity: Identity | None = None,
-    ping: DockerPing | None = None,
     space_dir: Path | None = None,
-    backend: Backend | None = None,
-    engine: EngineProbe | None = None,
+    backend: str | None = None,
+    stand_ins: Mapping[str, Callable[[], Any]] | None = None,
     chosen_for: str | None = None,
 ) -> DoctorReport:
     """Run every check for ``recipe`` (None: just the host) and collect the findings.
 
-    ``engine`` identifies the engine for the device-path check; when a fake ``ping`` is
-    given without it, no engine is asked (tests never touch this machine's engine).
-    ``chosen_for``: the arch ``auto`` chose ``recipe`` for.
+    The host checks are here; each backend (``backend``, else every backend, none of them
+    blocking) adds its own through the protocol (``findings``; ``stand_ins`` stand in for
+    what a backend would ask this machine). The disk check counts the space the backend
+    (else the default one) needs. ``chosen_for``: the arch ``auto`` chose ``recipe`` for.
     """
+    from envforge.backends import BACKENDS, HostCheck, default_backend  # noqa: PLC0415 - doctor
+
     who = identity or Identity.current()
-    probe_engine = engine or (engine_identity if ping is None else (lambda: None))
+    asked = [backend] if backend is not None else list(BACKENDS)
+    check = HostCheck(root=root, required=backend is not None, stand_ins=stand_ins or {})
+    need = BACKENDS[backend or default_backend()].disk_need(vendor_of(recipe, host))
     findings = [
         *check_gpu_present(recipe, host, chosen_for=chosen_for),
         *check_device_nodes(recipe, host, root, who),
         *check_groups(recipe, host, root, who),
         *check_driver(recipe, host),
         *check_busy(recipe, host, root),
-        *(check_docker(ping or docker_ping, backend) if backend != "venv" else []),
-        *(
-            check_device_path(recipe, root, probe_engine(), backend)
-            if backend != "venv" and recipe is not None and recipe.gpu.vendor != "none"
-            else []
-        ),
-        *check_disk(recipe, space_dir or _default_space_dir(backend, state_dir()), backend, host),
+        *(f for name in asked for f in BACKENDS[name].findings(recipe, host, check)),
+        *check_disk(recipe, space_dir, need, host),
     ]
     for note in host.notes:
         findings.append(Finding("detect", "warn", note))
     return DoctorReport(recipe=recipe.name if recipe else None, host=host, findings=tuple(findings))
-
-
-def _default_space_dir(backend: Backend | None, state: Path) -> Path:
-    docker_root = Path("/var/lib/docker")
-    if backend != "venv" and docker_root.is_dir():
-        return docker_root
-    return state

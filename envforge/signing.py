@@ -36,7 +36,7 @@ import base64
 import binascii
 import hashlib
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -384,4 +384,19 @@ def require_trusted(data: Mapping[str, Any], trust: TrustList, *, what: str) -> 
             f"{what}: the signature does not match the certificate (key {key.label})",
             hint="the certificate or its signature was altered; do not use this image",
         )
+    return key
+
+
+def load_signer(path: Path | None, *, say: Callable[[str], None]) -> SigningKey | None:
+    """The ``--signing-key`` / ``ENVFORGE_SIGNING_KEY`` key (None: no path); a key other
+    users can read is said as a warning."""
+    if path is None or not str(path):
+        return None
+    key = load_signing_key(path, setting="--signing-key (or ENVFORGE_SIGNING_KEY)")
+    try:
+        loose = path.stat().st_mode & 0o077
+    except OSError:
+        loose = 0
+    if loose:
+        say(f"warning: signing key {path} can be read by other users (chmod 600 {path})")
     return key

@@ -2,87 +2,101 @@
 
 A backend is a *module* that implements :class:`Backend` with module-level functions
 (as cibuildwheel's ``PlatformModule`` and pre-commit's ``Language`` do); :data:`BACKENDS`
-names them. Each takes its own options dataclass (:class:`~envforge.backends.docker.DockerOptions`,
-:class:`~envforge.backends.venv.VenvOptions`): how to build and run, never part of the
-recipe hash.
+names them, and every command reaches a backend only through it: ``BACKENDS[name]``.
+Each is handed the one :class:`~envforge.backends.base.Options` value of the command and
+declares the flags only it has (``cli_options``); doctor asks each for its own findings.
 
 ``envforge.backends.docker`` is the only package that imports the ``docker`` SDK, and
 only in its engine-bound modules (importing the package itself loads no SDK).
 
-:func:`shell` is the one place that decides where ``envforge shell`` runs and whether it
-falls back to another recipe.
+:func:`pick` decides which backend runs a recipe when none is named, and :func:`shell`
+whether ``envforge shell`` falls back to another recipe.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, Final, Protocol, TypeVar
+from collections.abc import Callable, MutableMapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Final, Protocol
 
 from envforge.backends import docker, venv
+from envforge.backends.base import BackendOption, Command, HostCheck, Options, Result
 from envforge.recipe.model import Recipe
 
-OptionsT_contra = TypeVar("OptionsT_contra", contravariant=True)
-OptionsT = TypeVar("OptionsT")
+if TYPE_CHECKING:
+    from envforge.detect import HostInfo
+    from envforge.doctor import Finding
 
 #: Seconds per step of the quick probe ``--fallback`` runs before choosing.
 FALLBACK_STEP_TIMEOUT = 30.0
 
 
-class Result(Protocol):
-    """What ``build`` and ``certify`` return."""
-
-    # whether the environment is certified for the recipe now
-    @property
-    def certified(self) -> bool: ...
-
-    # the data ``--json`` prints
-    def to_dict(self) -> dict[str, Any]: ...
-
-
-class Backend(Protocol[OptionsT_contra]):
+class Backend(Protocol):
     """A backend module. As per PEP 544, ``self`` is ignored when a module implements it."""
+
+    # the flags only some backends have, declared by this one (per command)
+    def cli_options(self) -> tuple[BackendOption, ...]: ...
 
     # where the recipe's environment lives on this backend, for messages
     def describe(self, recipe: Recipe) -> str: ...
 
     # whether this backend can run the recipe now; (False, why not) otherwise
-    def serves(self, recipe: Recipe, options: OptionsT_contra) -> tuple[bool, str]: ...
+    def serves(self, recipe: Recipe, options: Options) -> tuple[bool, str]: ...
 
     # make the recipe's environment and certify it (raises when the build fails)
-    def build(self, recipe: Recipe, options: OptionsT_contra) -> Result: ...
+    def build(self, recipe: Recipe, options: Options) -> Result: ...
 
     # probe the recipe's existing environment again and record the verdict
-    def certify(self, recipe: Recipe, options: OptionsT_contra) -> Result: ...
+    def certify(self, recipe: Recipe, options: Options) -> Result: ...
 
     # a quick probe now: None when the environment is usable, else why not
-    def check(
-        self, recipe: Recipe, options: OptionsT_contra, *, step_timeout: float
-    ) -> str | None: ...
+    def check(self, recipe: Recipe, options: Options, *, step_timeout: float) -> str | None: ...
 
     # run argv (empty: an interactive shell) in the recipe's certified environment
-    def run(self, recipe: Recipe, argv: Sequence[str], options: OptionsT_contra) -> int: ...
+    def run(self, recipe: Recipe, argv: Sequence[str], options: Options) -> int: ...
+
+    # doctor: what this backend needs of this host, found there (recipe None: the host only)
+    def findings(
+        self, recipe: Recipe | None, host: HostInfo, check: HostCheck
+    ) -> list[Finding]: ...
+
+    # doctor: about how many bytes a build of a recipe for ``vendor`` takes, and where
+    def disk_need(self, vendor: str) -> tuple[int, Path]: ...
 
 
-BACKENDS: Final[dict[str, Backend[Any]]] = {"docker": docker, "venv": venv}
+#: The backends, in the order :func:`pick` prefers them (the first is the default).
+BACKENDS: Final[MutableMapping[str, Backend]] = {"docker": docker, "venv": venv}
+
+
+def default_backend() -> str:
+    """The backend a command uses when none is named and none is implied."""
+    return next(iter(BACKENDS))
 
 
 def pick(recipe: Recipe, requested: str | None, *, say: Callable[[str], None]) -> str:
-    """The backend to run ``recipe`` on: ``requested`` when given; else docker when it
-    serves the recipe now (an engine with its certified image), else venv (said)."""
+    """The backend to run ``recipe`` on: ``requested`` when given; else the first of
+    :data:`BACKENDS` that serves the recipe now (docker: an engine with its certified
+    image), saying why the ones before it do not; else the last."""
     if requested is not None:
         return requested
-    ok, why = docker.serves(recipe, docker.DockerOptions())
-    if ok:
-        return "docker"
-    say(f"using the venv backend ({why})")
-    return "venv"
+    names = list(BACKENDS)
+    why = ""
+    for name in names:
+        ok, why_not = BACKENDS[name].serves(recipe, Options())
+        if ok:
+            if why:
+                say(f"using the {name} backend ({why})")
+            return name
+        why = why or why_not
+    say(f"using the {names[-1]} backend ({why})")
+    return names[-1]
 
 
 def shell(
-    backend: Backend[OptionsT],
+    backend: Backend,
     recipe: Recipe,
     argv: Sequence[str],
-    options: OptionsT,
+    options: Options,
     *,
     fallback: Recipe | None = None,
     say: Callable[[str], None],
@@ -101,3 +115,17 @@ def shell(
             say(f"falling back to {fallback.name}")
             chosen = fallback
     return backend.run(chosen, argv, options)
+
+
+__all__ = [
+    "BACKENDS",
+    "Backend",
+    "BackendOption",
+    "Command",
+    "HostCheck",
+    "Options",
+    "Result",
+    "default_backend",
+    "pick",
+    "shell",
+]

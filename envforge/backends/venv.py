@@ -59,9 +59,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from envforge import __version__, lock, paths, proc
+from envforge.backends.base import BackendOption, HostCheck, Options, ProbeFailed
 from envforge.backends.venvfs import (
     aside_prefix,
     content_digests,
@@ -70,6 +71,7 @@ from envforge.backends.venvfs import (
     sweep_leftovers,
     verify_records,
 )
+from envforge.container.devices import visible_env
 from envforge.errors import (
     BuildFailed,
     CertificationFailed,
@@ -87,6 +89,10 @@ from envforge.probe.spec import ProbeSpec
 from envforge.recipe.model import Level, Recipe
 from envforge.render import RenderOptions, plan_venv
 from envforge.stack import Stack, stack_of
+
+if TYPE_CHECKING:
+    from envforge.detect import HostInfo
+    from envforge.doctor import Finding
 
 #: Seconds one ``uv`` install may run (a ROCm torch wheel is several GB).
 INSTALL_TIMEOUT = 3600.0
@@ -322,6 +328,20 @@ class VenvBuildResult:
     @property
     def certified(self) -> bool:
         return self.status == "up-to-date" or (self.report is not None and self.report.passed)
+
+    def facts(self) -> list[tuple[str, str]]:
+        return [("backend", "venv"), ("status", self.status)]
+
+    def printed(self) -> str:
+        return str(self.path)
+
+    def closing(self) -> str | None:
+        if self.status == "up-to-date":
+            return f"{self.recipe}: up to date ({self.path})"
+        return f"{self.recipe}: certified ({self.status} in {self.seconds:.1f}s)"
+
+    def failure(self) -> CertificationFailed | None:
+        return None  # a probe that did not pass raised
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -631,7 +651,7 @@ def _keep_evidence(
     )
 
 
-def certify(recipe: Recipe, options: VenvOptions = VenvOptions()) -> VenvBuildResult:
+def recertify(recipe: Recipe, options: VenvOptions = VenvOptions()) -> VenvBuildResult:
     """Probe the recipe's existing venv again and record the verdict (no install).
 
     Raises :class:`InvalidInput` when there is no venv yet, :class:`CertificationFailed`
@@ -692,7 +712,7 @@ def _reinstall_reason(
     return None, content
 
 
-def build(recipe: Recipe, options: VenvOptions = VenvOptions()) -> VenvBuildResult:
+def make(recipe: Recipe, options: VenvOptions = VenvOptions()) -> VenvBuildResult:
     """Build (or confirm) the certified venv for ``recipe``; see the module docstring.
 
     Raises :class:`Unavailable` (no interpreter, index unreachable), :class:`BuildFailed`
@@ -1043,7 +1063,7 @@ def ensure(recipe: Recipe, options: VenvOptions = VenvOptions()) -> tuple[Path, 
             hint=f"`envforge build {recipe.name} --backend venv` re-certifies it,"
             " reinstalling what changed",
         )
-    return build(recipe, options).path, True
+    return make(recipe, options).path, True
 
 
 def problem_of(report: ProbeReport) -> str:
@@ -1056,25 +1076,129 @@ def problem_of(report: ProbeReport) -> str:
 
 # --------------------------------------------------------------------------- backend protocol
 
+#: The flags only this backend has (``envforge build`` / ``shell``).
+CLI_OPTIONS: tuple[BackendOption, ...] = (
+    BackendOption("--python", "python", "venv backend: the interpreter to use (must be the "
+                  "recipe's Python version).", ("build", "shell"), metavar="PATH"),
+    BackendOption("--wheelhouse", "wheelhouse", "venv backend, when the venv must be built: "
+                  "install torch from these wheels.", ("shell",), kind="dir"),
+    BackendOption("--ca-bundle", "ca_bundle", "venv backend, when the venv must be built: PEM "
+                  "bundle uv trusts.", ("shell",), kind="file"),
+)
+
+GIB = 1024**3
+
+#: Rough space a venv takes (site-packages), by vendor: ROCm wheels bundle the
+#: user-space ROCm libraries.
+SPACE_ESTIMATE: dict[str, int] = {"amd": 16 * GIB, "nvidia": 8 * GIB, "none": 2 * GIB}
+
+
+def cli_options() -> tuple[BackendOption, ...]:
+    """The flags only this backend has."""
+    return CLI_OPTIONS
+
+
+def venv_options(options: Options | VenvOptions) -> VenvOptions:
+    """This backend's view of a command's :class:`~envforge.backends.base.Options`: the
+    ``--gpu`` selection becomes this process's environment plus the visible-devices
+    variables in the host's numbering."""
+    if isinstance(options, VenvOptions):
+        return options
+    if options.signing_key is not None:
+        options.say("venv certifications are not signed (--signing-key signs Docker images)")
+    extra = options.extra
+    environ = options.environ
+    if options.gpus is not None:
+        base = os.environ if environ is None else environ
+        environ = {**base, **visible_env(options.gpus, container=False)}
+    return VenvOptions(
+        python=extra.get("python"),
+        wheelhouse=options.wheelhouse or extra.get("wheelhouse"),
+        ca_bundle=options.ca_bundle or extra.get("ca_bundle"),
+        level=options.level,
+        step_timeout=options.step_timeout,
+        listener=options.listener,
+        say=options.say,
+        environ=environ,
+    )
+
+
+def build(recipe: Recipe, options: Options | VenvOptions = VenvOptions()) -> VenvBuildResult:
+    """:func:`make` the recipe's certified venv. With a command's options, the probe's
+    reports are copied to ``report_dir`` (pass or fail), and a probe that did not pass is
+    a :class:`~envforge.backends.base.ProbeFailed` carrying the report."""
+    if isinstance(options, VenvOptions):
+        return make(recipe, options)
+    return _reporting(recipe, venv_options(options), options.report_dir, make)
+
+
+def certify(recipe: Recipe, options: Options | VenvOptions = VenvOptions()) -> VenvBuildResult:
+    """:func:`recertify` the recipe's existing venv (reports as :func:`build`)."""
+    if isinstance(options, VenvOptions):
+        return recertify(recipe, options)
+    return _reporting(recipe, venv_options(options), options.report_dir, recertify)
+
+
+def _reporting(
+    recipe: Recipe,
+    options: VenvOptions,
+    report_dir: Path | None,
+    step: Callable[[Recipe, VenvOptions], VenvBuildResult],
+) -> VenvBuildResult:
+    markers = venv_location(recipe, options.environ) / MARKER_DIR
+    try:
+        return step(recipe, options)
+    except CertificationFailed as exc:
+        raise ProbeFailed(exc.message, hint=exc.hint, report=_last_report(markers)) from None
+    finally:
+        if report_dir is not None:
+            for name in ("probe.json", "probe.junit.xml", "certified.json"):
+                if (markers / name).is_file():
+                    write_atomically(report_dir / name, (markers / name).read_bytes())
+
+
+def _last_report(markers: Path) -> ProbeReport | None:
+    try:
+        return ProbeReport.from_json((markers / "probe.json").read_text(encoding="utf-8"))
+    except (OSError, EnvforgeError):
+        return None
+
+
+def findings(recipe: Recipe | None, host: HostInfo, check: HostCheck) -> list[Finding]:
+    """Nothing beyond doctor's host checks: a venv needs the GPU's device nodes and
+    driver, which every backend needs."""
+    del recipe, host, check
+    return []
+
+
+def disk_need(vendor: str) -> tuple[int, Path]:
+    """Bytes a venv for ``vendor`` takes, and the folder venvs go to."""
+    return SPACE_ESTIMATE[vendor], paths.state_dir()
+
 
 def describe(recipe: Recipe) -> str:
     """The recipe's environment on this backend: its venv folder."""
     return f"venv {venv_location(recipe)}"
 
 
-def serves(recipe: Recipe, options: VenvOptions = VenvOptions()) -> tuple[bool, str]:
+def serves(recipe: Recipe, options: Options | VenvOptions = VenvOptions()) -> tuple[bool, str]:
     """The venv backend serves any recipe: it builds the venv when there is none."""
+    options = venv_options(options)
     current = state(recipe, options.environ)
     return True, "" if current.certified else f"{current.path} is built first"
 
 
 def check(
-    recipe: Recipe, options: VenvOptions = VenvOptions(), *, step_timeout: float = 30.0
+    recipe: Recipe,
+    options: Options | VenvOptions = VenvOptions(),
+    *,
+    step_timeout: float = 30.0,
 ) -> str | None:
     """Make sure the recipe's venv exists and passes a quick probe now; None, else why not.
 
     A venv built just now was certified by that build; an existing one is probed again.
     """
+    options = venv_options(options)
     try:
         path, fresh = ensure(recipe, options)
         if not fresh:
@@ -1092,9 +1216,12 @@ def check(
     return None
 
 
-def run(recipe: Recipe, argv: Sequence[str], options: VenvOptions = VenvOptions()) -> int:
+def run(
+    recipe: Recipe, argv: Sequence[str], options: Options | VenvOptions = VenvOptions()
+) -> int:
     """Run ``argv`` (default: ``$SHELL``, else bash) in the recipe's certified venv (built
     first if there is none); its exit code."""
+    options = venv_options(options)
     command = list(argv) or [os.environ.get("SHELL") or "bash"]
     path, _fresh = ensure(recipe, options)
     return run_in_venv(path, recipe, command, options.environ)

@@ -17,6 +17,7 @@ from envforge.errors import EnvforgeError, InvalidInput
 from envforge.recipe.model import LEVELS, Level, Recipe
 
 if TYPE_CHECKING:
+    from envforge.backends.base import Command
     from envforge.choose import Choice
     from envforge.container.devices import GpuPick
     from envforge.detect import HostInfo
@@ -165,14 +166,66 @@ def trust_option(help: str) -> Callable[[F], F]:
     )
 
 
+def _check_backend(_ctx: object, _param: object, value: str | None) -> str | None:
+    """A name in :data:`envforge.backends.BACKENDS`, read when a value is given (so
+    ``--help`` of light commands loads no backend)."""
+    if value is None:
+        return None
+    from envforge.backends import BACKENDS  # noqa: PLC0415 - only when --backend is given
+
+    if value not in BACKENDS:
+        raise click.BadParameter(f"{value!r} is not a backend (one of: {', '.join(BACKENDS)})")
+    return value
+
+
 def backend_option(help: str, default: str | None = None) -> Callable[[F], F]:
     return click.option(
         "--backend",
-        type=click.Choice(["docker", "venv"]),
         default=default,
+        callback=_check_backend,
         show_default=default is not None,
-        help=help,
+        metavar="NAME",
+        help=f"{help} (docker, venv, or another installed backend)",
     )
+
+
+def backend_flags(command: Command) -> Callable[[F], F]:
+    """The flags the backends declare for ``command`` (each once), as click options."""
+    from envforge.backends import BACKENDS  # noqa: PLC0415 - build and shell load backends
+    from envforge.backends.base import unique_options  # noqa: PLC0415 - as above
+
+    kinds: dict[str, Any] = {
+        "dir": click.Path(exists=True, file_okay=False, path_type=Path),
+        "file": click.Path(exists=True, dir_okay=False, path_type=Path),
+    }
+
+    def decorate(func: F) -> F:
+        for option in reversed(unique_options(BACKENDS, command)):
+            kind: Any = click.Choice(option.choices) if option.choices else kinds.get(option.kind)
+            func = click.option(
+                option.flag,
+                option.key,
+                type=kind,
+                is_flag=option.is_flag,
+                multiple=option.multiple,
+                metavar=option.metavar,
+                default=None if not (option.is_flag or option.multiple) else (
+                    False if option.is_flag else ()
+                ),
+                callback=_check_shm_size if option.kind == "size" else None,
+                help=option.help,
+            )(func)
+        return func
+
+    return decorate
+
+
+def backend_extra(command: Command, values: dict[str, Any]) -> dict[str, Any]:
+    """Of a command's keyword arguments, the values of the backend flags given."""
+    from envforge.backends import BACKENDS  # noqa: PLC0415 - build and shell load backends
+    from envforge.backends.base import given, unique_options  # noqa: PLC0415 - as above
+
+    return given(unique_options(BACKENDS, command), values)
 
 
 def python_option(help: str) -> Callable[[F], F]:
@@ -360,18 +413,9 @@ def echo_json(data: Any) -> None:
 
 def load_signer(path: Path | None) -> SigningKey | None:
     """The ``--signing-key`` / ``ENVFORGE_SIGNING_KEY`` key, loaded before any work."""
-    if path is None or not str(path):
-        return None
-    from envforge.signing import load_signing_key  # noqa: PLC0415 - loads cryptography
+    from envforge.signing import load_signer as load  # noqa: PLC0415 - loads cryptography
 
-    key = load_signing_key(path, setting="--signing-key (or ENVFORGE_SIGNING_KEY)")
-    try:
-        loose = path.stat().st_mode & 0o077
-    except OSError:
-        loose = 0
-    if loose:
-        say(f"warning: signing key {path} can be read by other users (chmod 600 {path})")
-    return key
+    return load(path, say=say)
 
 
 @dataclass

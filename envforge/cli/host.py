@@ -26,7 +26,7 @@ from envforge.errors import EnvforgeError, InvalidInput, Unavailable
 if TYPE_CHECKING:
     from envforge.choose import ArchChoice, Choice
     from envforge.detect import HostInfo
-    from envforge.doctor import Backend, DoctorReport, Finding
+    from envforge.doctor import DoctorReport, Finding
     from envforge.recipe.model import Recipe
 
 
@@ -138,11 +138,8 @@ def doctor_cmd(
         # No recipe for this GPU: still check the host, and say so as a blocking finding.
         recipe, choice = None, None
         no_recipe = Finding("recipe", "block", exc.message, exc.hint)
-    chosen: Backend | None = (
-        "docker" if backend == "docker" else "venv" if backend == "venv" else None
-    )
     report = diagnose(
-        recipe, host, root=root, backend=chosen, chosen_for=choice.arch if choice else None
+        recipe, host, root=root, backend=backend, chosen_for=choice.arch if choice else None
     )
     if no_recipe is not None:
         report = replace(report, findings=(no_recipe, *report.findings))

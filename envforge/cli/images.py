@@ -12,17 +12,19 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from envforge.cli.common import (
+    backend_extra,
+    backend_flags,
+    backend_option,
     echo_json,
     gpu_option,
     json_option,
     level_option,
     load_checked,
-    load_signer,
     note,
     pick_for,
     report_option,
+    say,
     set_option,
-    shm_size_option,
     signing_key_option,
     step_timeout_option,
     summarizing,
@@ -66,12 +68,30 @@ def _safe_name(ref: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in ref)
 
 
+def _image_target(ref: str, overrides: Sequence[str]) -> tuple[Recipe, dict[str, Any]]:
+    """An IMAGE ref: the recipe it was built from, and the image (retagged on a pass when
+    named by tag) as backend options."""
+    from envforge.backends import docker  # noqa: PLC0415 - keeps the SDK out of light commands
+    from envforge.backends.docker.engine import connect  # noqa: PLC0415 - as above
+    from envforge.backends.docker.images import inspect_image  # noqa: PLC0415 - as above
+
+    client = connect()
+    try:
+        info = inspect_image(client, ref)
+    finally:
+        client.close()
+    if info is None:
+        raise InvalidInput(f"no image {ref} on this engine")
+    return _recipe_for_image(info, ref, overrides), {"image": ref, "retag": docker.retag_for(ref)}
+
+
 @click.command()
 @click.argument("refs", nargs=-1, required=True, metavar="RECIPE|IMAGE...")
 @level_option("Probe level (default: the recipe's).")
 @step_timeout_option("Seconds per probe step (default: the recipe's).")
 @report_option("Write probe.json, probe.junit.xml and certificate.json (per image: DIR/NAME/).")
-@shm_size_option
+@backend_option("Certify on this backend (default: docker; IMAGE refs: docker).")
+@backend_flags("certify")
 @signing_key_option
 @summary_option
 @gpu_option
@@ -82,72 +102,70 @@ def certify(  # noqa: PLR0917 - click passes options positionally by name
     level: Level | None,
     step_timeout: float | None,
     report_dir: Path | None,
-    shm_size: str | None,
+    backend: str | None,
     signing_key: Path | None,
     summary_file: Path | None,
     gpu: str | None,
     overrides: tuple[str, ...],
     as_json: bool,
+    **flags: Any,
 ) -> None:
     """Re-certify existing images on this host (a recipe name means envforge/RECIPE:STACK).
 
     Every verdict goes to the local certificate store; a pass relabels and retags the
     image. Exits 1 when any image fails.
     """
-    from envforge.backends import docker  # noqa: PLC0415 - keeps the SDK out of light commands
-    from envforge.backends.docker.engine import connect  # noqa: PLC0415 - as above
-    from envforge.backends.docker.images import inspect_image  # noqa: PLC0415 - as above
-    from envforge.cli.build import certificate_facts  # noqa: PLC0415 - as above
+    from envforge.backends import BACKENDS, Options, default_backend  # noqa: PLC0415 - loads them
+    from envforge.backends.base import refuse_foreign  # noqa: PLC0415 - as above
     from envforge.cli.display import ProbeProgress  # noqa: PLC0415 - keeps --help light
 
     if report_dir is not None:  # before any work: a file in the way is exit 2, one line
         check_folder_target(report_dir, setting="--report", files=REPORT_FILES)
+    backend = backend or default_backend()
+    chosen = BACKENDS[backend]
+    extra = backend_extra("certify", flags)
+    refuse_foreign(BACKENDS, backend, "certify", extra)
     with summarizing(summary_file, f"envforge certify {' '.join(refs)}") as notes:
-        signer = load_signer(signing_key)
-        client = connect()
         results: list[dict[str, Any]] = []
         failures: list[str] = []
         for ref in refs:
-            image: str | None = None
-            retag: list[str] = []
+            target: dict[str, Any] = {}
             if _looks_like_image(ref):
-                info = inspect_image(client, ref)
-                if info is None:
-                    raise InvalidInput(f"no image {ref} on this engine")
-                recipe = _recipe_for_image(info, ref, overrides)
-                image = ref
-                retag = docker.retag_for(ref)
+                if "image" not in {o.key for o in chosen.cli_options()}:
+                    raise InvalidInput(
+                        f"{ref}: an image reference; --backend {backend} certifies recipes",
+                        hint="name the recipe instead",
+                    )
+                recipe, target = _image_target(ref, overrides)
             else:
                 recipe = load_checked(ref, overrides)
-            pick = pick_for(recipe, gpu)
             sub = None
             if report_dir is not None:
                 sub = report_dir if len(refs) == 1 else report_dir / _safe_name(ref)
-            options = docker.DockerOptions(
+            options = Options(
                 level=level,
                 step_timeout=step_timeout,
                 report_dir=sub,
-                shm_size=shm_size,
+                signing_key=signing_key,
+                gpus=pick_for(recipe, gpu),
                 listener=ProbeProgress(table=False),
-                say=note,
-                signer=signer,
-                gpus=pick,
+                say=say,
+                note=note,
+                extra={**extra, **target},
             )
-            result = docker.certify(recipe, options, image=image, retag=retag, client=client)
-            notes.add(
-                result.outcome.report,
-                certificate_facts(result),
-                title=f"envforge certify {ref}",
-            )
-            results.append({"ref": ref, "recipe": recipe.name, **result.to_dict()})
-            if not result.certified:
-                failures.append(f"{ref}: {result.outcome.certificate.failing_step}")
+            result = chosen.certify(recipe, options)
+            notes.add(result.report, result.facts(), title=f"envforge certify {ref}")
+            row = {"ref": ref, "recipe": recipe.name, **result.to_dict()}
+            results.append(row)
+            failure = result.failure()
+            if failure is not None:
+                failures.append(f"{ref}: {row.get('failing_step') or failure.message}")
         if as_json:
             echo_json(results)
         else:
             for row in results:
                 verdict = "pass" if row["certified"] else "FAIL"
-                click.echo(f"{verdict}  {row['ref']}  {row['certificate']}")
+                click.echo(f"{verdict}  {row['ref']}  {row.get('certificate', row.get('path'))}")
         if failures:
             raise CertificationFailed(
                 f"{len(failures)} of {len(refs)} image(s) failed certification; "

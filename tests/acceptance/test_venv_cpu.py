@@ -229,7 +229,7 @@ def test_fallback_when_the_gpu_probe_finds_no_device(
     # reports no-device, so shell runs in cpu instead, and the GPU venv stays uncertified.
     cpu = Catalogue.default().load("cpu")
     gpu = replace(cpu, name="fake-gfx1030", gpu=Gpu(vendor="amd", arch="gfx1030"))
-    options = venv.VenvOptions(wheelhouse=WHEELS, environ=base_env(home))
+    options = backends.Options(wheelhouse=WHEELS, environ=base_env(home))
     notes: list[str] = []
     code = backends.shell(
         venv, gpu, ["python", "-c", "raise SystemExit(0)"], options, fallback=cpu, say=notes.append

@@ -127,7 +127,7 @@ def test_shell_auto_resolves(
     assert main(["shell", "auto", "--backend", "venv", "--image", "x", "--", "true"]) == 2
     err = capsys.readouterr().err
     assert "envforge: auto -> sm_87: " in err
-    assert "--image is for --backend docker" in err
+    assert "--image: only for --backend docker" in err
 
 
 def test_auto_without_any_stack_is_one_line_exit_2(

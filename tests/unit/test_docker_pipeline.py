@@ -3,7 +3,6 @@ engine with a fake probe (no containers run), and the one shell routing function
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from envforge.errors import InvalidInput
 from envforge.probe.report import ProbeReport, Status, StepResult
 from envforge.probe.runner import ProbeListener, ProbeTarget
 from envforge.probe.spec import ProbeSpec
-from envforge.recipe.model import Recipe
+from tests.helpers.fake_backend import FakeBackend
 from tests.helpers.fake_engine import FakeEngine, image_attrs
 from tests.helpers.recipes import make_recipe
 
@@ -140,6 +139,7 @@ def test_a_failed_probe_tags_nothing_and_names_the_step() -> None:
     data = result.to_dict()
     assert (data["certified"], data["status"], data["tags"]) == (False, "fail", [])
     error = result.certification.failure()
+    assert error is not None
     assert error.message.startswith("certification of cpu failed at step ")
     assert error.message.endswith(f"{CERTIFIED} was not tagged")
 
@@ -166,43 +166,18 @@ def test_certify_an_image_by_tag_retags_it() -> None:
     assert docker.retag_for(CANDIDATE) == []
 
 
-class FakeBackend:
-    """A backend whose quick check fails for GPU recipes; records what ran where."""
-
-    def __init__(self, problem: str | None) -> None:
-        self.problem = problem
-        self.ran: list[tuple[str, tuple[str, ...]]] = []
-
-    def describe(self, recipe: Recipe) -> str:
-        return recipe.name
-
-    def serves(self, recipe: Recipe, options: None) -> tuple[bool, str]:
-        return True, ""
-
-    def build(self, recipe: Recipe, options: None) -> backends.Result:
-        raise NotImplementedError
-
-    def certify(self, recipe: Recipe, options: None) -> backends.Result:
-        raise NotImplementedError
-
-    def check(self, recipe: Recipe, options: None, *, step_timeout: float) -> str | None:
-        assert step_timeout == backends.FALLBACK_STEP_TIMEOUT
-        return self.problem
-
-    def run(self, recipe: Recipe, argv: Sequence[str], options: None) -> int:
-        self.ran.append((recipe.name, tuple(argv)))
-        return 3
-
-
 GPU = make_recipe(name="gfx1030", vendor="amd", arch="gfx1030")
 
 
 def test_shell_falls_back_when_the_quick_check_fails() -> None:
     backend = FakeBackend("quick probe: device: no-device")
     said: list[str] = []
-    code = backends.shell(backend, GPU, ["true"], None, fallback=RECIPE, say=said.append)
+    code = backends.shell(
+        backend, GPU, ["true"], backends.Options(), fallback=RECIPE, say=said.append
+    )
     assert code == 3
     assert backend.ran == [("cpu", ("true",))]
+    assert backend.step_timeouts == [backends.FALLBACK_STEP_TIMEOUT]
     assert said == [
         "gfx1030 cannot be used here: quick probe: device: no-device",
         "falling back to cpu",
@@ -212,9 +187,10 @@ def test_shell_falls_back_when_the_quick_check_fails() -> None:
 def test_shell_stays_on_a_usable_gpu_and_never_checks_without_fallback() -> None:
     backend = FakeBackend(None)
     said: list[str] = []
-    assert backends.shell(backend, GPU, [], None, fallback=RECIPE, say=said.append) == 3
+    options = backends.Options()
+    assert backends.shell(backend, GPU, [], options, fallback=RECIPE, say=said.append) == 3
     broken = FakeBackend("would fall back")
-    assert backends.shell(broken, GPU, [], None, say=said.append) == 3
+    assert backends.shell(broken, GPU, [], backends.Options(), say=said.append) == 3
     assert backend.ran == [("gfx1030", ())]
     assert broken.ran == [("gfx1030", ())]
     assert said == []

@@ -8,13 +8,14 @@ from pathlib import Path
 import pytest
 
 from envforge import doctor
+from envforge.backends import docker, venv
+from envforge.backends.docker.doctor import check_docker
 from envforge.detect import detect, no_tools
 from envforge.doctor import (
     DoctorReport,
     Finding,
     Identity,
     check_disk,
-    check_docker,
     check_driver,
     diagnose,
     gpu_holders,
@@ -53,6 +54,11 @@ def no_engine() -> str | None:
     return "Error while fetching server API version: connection refused"
 
 
+#: Stand-ins for the Docker backend's engine ping (doctor never asks this machine's).
+ENGINE_UP = {"ping": pong}
+ENGINE_DOWN = {"ping": no_engine}
+
+
 def amd_root(tmp_path: Path, mode: int = 0o660) -> Path:
     """A host with an RX 6700 XT: sysfs from the fixture, dev/ and etc/group made here."""
     root = tmp_path / "root"
@@ -82,7 +88,9 @@ def test_healthy_amd_host(tmp_path: Path) -> None:
     root = amd_root(tmp_path, mode=0o666)
     host = detect(root=SYSFS / "rx6700xt", environ={}, tools=no_tools)
     who = Identity(uid=1000, user="alice", gids=frozenset({1000, 44, 109}))
-    report = diagnose(GFX1031, host, root=root, identity=who, ping=pong, space_dir=tmp_path)
+    report = diagnose(
+        GFX1031, host, root=root, identity=who, stand_ins=ENGINE_UP, space_dir=tmp_path
+    )
     assert report.ok, report.findings
     assert {f.check for f in report.findings} >= {
         "gpu",
@@ -99,7 +107,9 @@ def test_inaccessible_nodes_block_with_usermod_fix(tmp_path: Path) -> None:
     gid = os.stat(root / "dev/kfd").st_gid
     host = detect(root=SYSFS / "rx6700xt", environ={}, tools=no_tools)
     who = Identity(uid=1000, user="alice", gids=frozenset({1000}), group_names={gid: "render"})
-    report = diagnose(GFX1031, host, root=root, identity=who, ping=pong, space_dir=tmp_path)
+    report = diagnose(
+        GFX1031, host, root=root, identity=who, stand_ins=ENGINE_UP, space_dir=tmp_path
+    )
     assert not report.ok
     nodes = find(report, "device-nodes")
     assert [f.severity for f in nodes] == ["block", "block"]
@@ -113,7 +123,9 @@ def test_group_membership_findings(tmp_path: Path) -> None:
     host = detect(root=SYSFS / "rx6700xt", environ={}, tools=no_tools)
     # Listed in video (but the session predates it), not in render at all.
     who = Identity(uid=1000, user="alice", gids=frozenset({1000}))
-    report = diagnose(GFX1031, host, root=root, identity=who, ping=pong, space_dir=tmp_path)
+    report = diagnose(
+        GFX1031, host, root=root, identity=who, stand_ins=ENGINE_UP, space_dir=tmp_path
+    )
     groups = {f.message: f for f in find(report, "groups")}
     video = groups["alice was added to group video but this session does not have it yet"]
     assert video.fix is not None
@@ -132,7 +144,7 @@ def test_missing_kfd_blocks(tmp_path: Path) -> None:
         host,
         root=root,
         identity=who,
-        ping=pong,
+        stand_ins=ENGINE_UP,
         space_dir=tmp_path,
     )
     blocks = report.blocking
@@ -145,7 +157,7 @@ def test_gpu_recipe_on_host_without_gpu_blocks(tmp_path: Path) -> None:
     host = detect(root=SYSFS / "none", environ={}, tools=no_tools)
     who = Identity(uid=0, user="root", gids=frozenset({0}))
     report = diagnose(
-        GFX1031, host, root=tmp_path, identity=who, ping=pong, space_dir=tmp_path
+        GFX1031, host, root=tmp_path, identity=who, stand_ins=ENGINE_UP, space_dir=tmp_path
     )
     gpu = find(report, "gpu")
     assert gpu[0].severity == "block"
@@ -158,11 +170,19 @@ def test_cpu_recipe_on_host_without_gpu_is_fine(tmp_path: Path) -> None:
     who = Identity(uid=0, user="root", gids=frozenset({0}))
     cpu = CPU
     report = diagnose(
-        cpu, host, root=tmp_path, identity=who, ping=no_engine, space_dir=tmp_path, backend="venv"
+        cpu,
+        host,
+        root=tmp_path,
+        identity=who,
+        stand_ins=ENGINE_DOWN,
+        space_dir=tmp_path,
+        backend="venv",
     )
     assert report.ok
     assert find(report, "docker") == []  # the venv backend does not need an engine
-    report = diagnose(cpu, host, root=tmp_path, identity=who, ping=no_engine, space_dir=tmp_path)
+    report = diagnose(
+        cpu, host, root=tmp_path, identity=who, stand_ins=ENGINE_DOWN, space_dir=tmp_path
+    )
     assert report.ok
     assert find(report, "docker")[0].severity == "warn"
 
@@ -176,7 +196,7 @@ def test_arch_mismatch_warns(tmp_path: Path) -> None:
         host,
         root=root,
         identity=who,
-        ping=pong,
+        stand_ins=ENGINE_UP,
         space_dir=tmp_path,
     )
     assert find(report, "gpu")[0].severity == "warn"
@@ -244,7 +264,9 @@ def test_busy_gpu_is_a_warning_in_the_report(tmp_path: Path) -> None:
     (root / "proc/999/comm").write_text("train.py\n")
     host = detect(root=SYSFS / "rx6700xt", environ={}, tools=no_tools)
     who = Identity(uid=0, user="root", gids=frozenset({0}))
-    report = diagnose(GFX1031, host, root=root, identity=who, ping=pong, space_dir=tmp_path)
+    report = diagnose(
+        GFX1031, host, root=root, identity=who, stand_ins=ENGINE_UP, space_dir=tmp_path
+    )
     busy = find(report, "gpu-busy")
     assert busy[0].severity == "warn"
     assert "999 train.py" in busy[0].message
@@ -252,18 +274,18 @@ def test_busy_gpu_is_a_warning_in_the_report(tmp_path: Path) -> None:
 
 
 def test_docker_unreachable_blocks_only_for_docker_backend() -> None:
-    assert check_docker(no_engine, "docker")[0].severity == "block"
-    assert check_docker(no_engine, "venv")[0].severity == "warn"
-    assert check_docker(pong, "docker")[0].severity == "ok"
+    assert check_docker(no_engine, True)[0].severity == "block"
+    assert check_docker(no_engine, False)[0].severity == "warn"
+    assert check_docker(pong, True)[0].severity == "ok"
 
 
 def test_disk_space_against_estimate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(doctor, "free_bytes", doctor.shutil_free)
     cpu = CPU
-    ok = check_disk(cpu, tmp_path / "not" / "yet", "venv")
+    ok = check_disk(cpu, tmp_path / "not" / "yet", venv.disk_need("none"))
     assert ok[0].severity in ("ok", "block")
     assert "GiB free" in ok[0].message
-    huge = check_disk(GFX1031, tmp_path, "docker")
+    huge = check_disk(GFX1031, tmp_path, docker.disk_need("amd"))
     free = __import__("shutil").disk_usage(tmp_path).free
     assert huge[0].severity == ("block" if free < 30 * 1024**3 else "ok")
 
@@ -271,7 +293,9 @@ def test_disk_space_against_estimate(tmp_path: Path, monkeypatch: pytest.MonkeyP
 def test_report_to_dict(tmp_path: Path) -> None:
     host = detect(root=SYSFS / "none", environ={}, tools=no_tools)
     who = Identity(uid=0, user="root", gids=frozenset({0}))
-    report = diagnose(None, host, root=tmp_path, identity=who, ping=pong, space_dir=tmp_path)
+    report = diagnose(
+        None, host, root=tmp_path, identity=who, stand_ins=ENGINE_UP, space_dir=tmp_path
+    )
     data = report.to_dict()
     assert data["ok"] is True
     assert data["host"]["count"] == 0

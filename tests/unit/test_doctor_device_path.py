@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
+from envforge.backends.docker.doctor import check_device_path
 from envforge.container.identity import EngineIdentity, identify
 from envforge.detect import detect, no_tools
-from envforge.doctor import DoctorReport, Finding, Identity, check_device_path, diagnose
+from envforge.doctor import DoctorReport, Finding, Identity, diagnose
 from tests.helpers.recipes import make_recipe
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -69,7 +70,7 @@ def test_nvidia_device_path(
     tmp_path: Path, engine: EngineIdentity, cdi: str, severity: str, words: list[str]
 ) -> None:
     root = host_root(tmp_path, "h100", cdi)
-    found = path_findings(check_device_path(NVIDIA, root, engine, "docker"))
+    found = path_findings(check_device_path(NVIDIA, root, engine, True))
     assert found.severity == severity
     for word in words:
         assert word in found.message, (word, found.message)
@@ -88,7 +89,7 @@ def test_nvidia_device_path(
 )
 def test_amd_device_path(tmp_path: Path, engine: EngineIdentity, words: list[str]) -> None:
     root = host_root(tmp_path, "mi300x", "mi300x")
-    found = path_findings(check_device_path(AMD, root, engine, "docker"))
+    found = path_findings(check_device_path(AMD, root, engine, True))
     assert found.severity == "ok"
     for word in words:
         assert word in found.message, (word, found.message)
@@ -96,7 +97,7 @@ def test_amd_device_path(tmp_path: Path, engine: EngineIdentity, words: list[str
 
 def test_broken_specs_are_reported_and_raw_nodes_kept(tmp_path: Path) -> None:
     root = host_root(tmp_path, "mi300x", "broken")
-    findings = check_device_path(AMD, root, DOCKER_CDI, "docker")
+    findings = check_device_path(AMD, root, DOCKER_CDI, True)
     notes = [f for f in findings if f.check == "cdi"]
     assert len(notes) == 2
     assert all(f.severity == "warn" for f in notes)
@@ -105,7 +106,7 @@ def test_broken_specs_are_reported_and_raw_nodes_kept(tmp_path: Path) -> None:
 
 def test_no_engine_answering_still_names_the_path(tmp_path: Path) -> None:
     root = host_root(tmp_path, "h100", "h100")
-    found = path_findings(check_device_path(NVIDIA, root, None, "docker"))
+    found = path_findings(check_device_path(NVIDIA, root, None, True))
     assert found.message.startswith("no engine answered;")
     assert "Docker GPU request" in found.message
 
@@ -113,8 +114,14 @@ def test_no_engine_answering_still_names_the_path(tmp_path: Path) -> None:
 def test_cpu_recipes_and_the_venv_backend_have_no_device_path(tmp_path: Path) -> None:
     root = host_root(tmp_path, "h100", "h100")
     cpu = make_recipe(AMD, name="cpu", vendor="none", arch=None, rocm=None)
-    assert check_device_path(cpu, root, DOCKER_CDI, "docker") == []
-    assert check_device_path(NVIDIA, root, DOCKER_CDI, "venv") == []
+    assert check_device_path(cpu, root, DOCKER_CDI, True) == []
+    host = detect(root, tools=no_tools)
+    who = Identity(uid=1000, user="alice", gids=frozenset([1000]))
+    report = diagnose(
+        NVIDIA, host, root=root, identity=who, space_dir=tmp_path, backend="venv",
+        stand_ins={"ping": lambda: None, "engine": lambda: PODMAN4},
+    )
+    assert [f for f in report.findings if f.check in ("device-path", "docker")] == []
 
 
 def test_diagnose_reports_the_device_path(tmp_path: Path) -> None:
@@ -126,8 +133,7 @@ def test_diagnose_reports_the_device_path(tmp_path: Path) -> None:
         host,
         root=root,
         identity=who,
-        ping=lambda: None,
-        engine=lambda: PODMAN4,
+        stand_ins={"ping": lambda: None, "engine": lambda: PODMAN4},
         space_dir=tmp_path,
         backend="docker",
     )

@@ -19,10 +19,7 @@ ALLOWED: dict[str, str] = {
     # pushing and pulling certified images is Docker-bound by nature (registries of OCI
     # images); neither is a step every backend has
     "publish.py": "push/pull of certified images",
-    "cli/images.py": "publish and verify: the registry side of certified images",
-    # not yet through the protocol (removed by the next steps of issue 17 §2)
-    "doctor.py": "engine ping and identity",
-    "cli/build.py": "options per backend",
+    "cli/images.py": "publish and verify, and certify's IMAGE refs: images on an engine",
 }
 
 

@@ -139,7 +139,7 @@ def test_venv_build_summary_shows_the_report_and_the_failure(
                                     venv.Interpreter("python3", "python3", "3.11.7"),
                                     report, 1.0)
 
-    monkeypatch.setattr(venv, "build", passing)
+    monkeypatch.setattr(venv, "make", passing)
     summary = tmp_path / "summary.md"
     assert main(["build", "cpu", "--backend", "venv", "--summary", str(summary)]) == 0
     assert summary.read_text().startswith("### envforge build cpu: ✅ pass")
@@ -153,7 +153,7 @@ def test_venv_build_summary_shows_the_report_and_the_failure(
         bad.write(markers)
         raise CertificationFailed("cpu: the probe did not pass")
 
-    monkeypatch.setattr(venv, "build", failing)
+    monkeypatch.setattr(venv, "make", failing)
     assert main(["build", "cpu", "--backend", "venv", "--summary", str(summary)]) == 1
     text = summary.read_text()
     assert "### envforge build cpu: ❌ fail at step matmul (fail)" in text

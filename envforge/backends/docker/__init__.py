@@ -24,13 +24,19 @@ import os
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Callable
 
+from envforge.backends.base import HostCheck, LineSink, Options
+from envforge.backends.docker.options import (
+    CLI_OPTIONS,
+    DockerOptions,
+    cli_options,
+    docker_options,
+)
+from envforge.backends.docker.results import Certified, DockerBuildResult
 from envforge.container.devices import (
     DeviceFlags,
-    GpuPick,
     SharedMemory,
     device_flags,
     select_devices,
@@ -38,78 +44,23 @@ from envforge.container.devices import (
 from envforge.container.refs import CERTIFIED_REPOSITORY_PREFIX, certified_ref, split_ref
 from envforge.errors import CertificationFailed, EnvforgeError, InvalidInput, Unavailable
 from envforge.fsutil import write_atomically
-from envforge.probe.runner import ProbeListener
-from envforge.recipe.model import Level, Recipe
+from envforge.recipe.model import Recipe
 from envforge.stack import Stack, stack_of
 
 if TYPE_CHECKING:
-    from envforge.backends.docker.certification import Outcome, Prober
+    from envforge.backends.docker.certification import Prober
     from envforge.backends.docker.client import EngineClient
-    from envforge.backends.docker.images import BuildKitCli, BuildResult
-    from envforge.certificate import Signer
+    from envforge.backends.docker.images import BuildKitCli
     from envforge.container.refs import ImageInfo
+    from envforge.detect import HostInfo
+    from envforge.doctor import Finding
     from envforge.render.context import Builder, LockedInstall
 
 Say = Callable[[str], None]
 
 
-class LineSink(Protocol):
-    """Where build and push output goes, line by line (``envforge.cli.display.BuildDisplay``)."""
-
-    def __call__(self, line: str) -> None: ...
-
-    def close(self) -> None: ...
-
-
-class _Discard:
-    def __call__(self, line: str) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-def _quiet(_text: str) -> None:
-    pass
-
-
-@dataclass(frozen=True)
-class DockerOptions:
-    """How to build, certify and run (none of this is part of the recipe hash)."""
-
-    wheelhouse: Path | None = None
-    ca_bundle: Path | None = None
-    level: Level | None = None
-    step_timeout: float | None = None
-    #: Also tag the certified image (or, with ``certify=False``, the built one).
-    tags: tuple[str, ...] = ()
-    #: Build FROM this image instead of the recipe's.
-    base_image: str | None = None
-    no_cache: bool = False
-    #: ``auto`` (BuildKit when a docker CLI here drives it, else the classic builder),
-    #: ``buildkit`` or ``classic``; None: ``ENVFORGE_BUILDER`` from ``environ``, else auto.
-    builder: str | None = None
-    #: ``uv`` (pip where uv cannot run in the base image) or ``pip`` only.
-    installer: str = "uv"
-    #: Install the recipe's lock file (hashes required) when one matches the recipe.
-    use_lock: bool = True
-    #: False: build only; no probe, no certified tag.
-    certify: bool = True
-    #: Write probe.json, probe.junit.xml and certificate.json here.
-    report_dir: Path | None = None
-    #: ``run``: this image instead of the recipe's certified one.
-    image: str | None = None
-    #: GPU containers: a private /dev/shm of this size instead of host IPC (None: host IPC).
-    shm_size: str | None = None
-    #: Base environment for finding the engine (DOCKER_HOST, DOCKER_CONTEXT).
-    environ: Mapping[str, str] | None = None
-    listener: ProbeListener | None = None
-    #: Signs each certificate (:class:`envforge.signing.SigningKey`); None: unsigned.
-    signer: Signer | None = None
-    output: LineSink = field(default_factory=_Discard)
-    say: Say = field(default=_quiet)
-    #: ``--gpu``: only these GPUs in the container (None: all of the recipe's vendor).
-    gpus: GpuPick | None = None
+#: The options of a call that gives none.
+DEFAULT_OPTIONS = DockerOptions()
 
 
 def _connect(options: DockerOptions) -> EngineClient:
@@ -137,42 +88,6 @@ def flags_for(client: EngineClient, recipe: Recipe, options: DockerOptions) -> D
 
 
 # --------------------------------------------------------------------------- certify
-
-
-@dataclass(frozen=True)
-class Certified:
-    """One image certified (pass or fail), and the tags it was given on a pass."""
-
-    recipe: Recipe
-    outcome: Outcome
-    tags: tuple[str, ...] = ()
-
-    @property
-    def certified(self) -> bool:
-        return self.outcome.passed
-
-    def to_dict(self) -> dict[str, Any]:
-        outcome = self.outcome
-        return {
-            "certified": outcome.passed,
-            "image": outcome.certified_image,
-            "tags": [certified_ref(self.recipe.name, self.recipe.stack_tag), *self.tags]
-            if outcome.passed
-            else [],
-            "certificate": outcome.certificate.digest,
-            "certificate_path": str(outcome.stored_at),
-            "status": outcome.certificate.status,
-            "failing_step": outcome.certificate.failing_step,
-        }
-
-    def failure(self) -> CertificationFailed:
-        """The error to raise when the probe did not pass."""
-        return CertificationFailed(
-            f"certification of {self.recipe.name} failed at step "
-            f"{self.outcome.certificate.failing_step}; "
-            f"{certified_ref(self.recipe.name, self.recipe.stack_tag)} was not tagged",
-            hint="see the step detail above; envforge doctor checks the host",
-        )
 
 
 def certify_and_tag(
@@ -231,7 +146,7 @@ def certify_and_tag(
 
 def certify(
     recipe: Recipe,
-    options: DockerOptions = DockerOptions(),
+    options: Options | DockerOptions = DEFAULT_OPTIONS,
     *,
     image: str | None = None,
     retag: Sequence[str] = (),
@@ -245,6 +160,10 @@ def certify(
     """
     from envforge.backends.docker.images import inspect_image  # noqa: PLC0415 - loads the SDK
 
+    if isinstance(options, Options):  # a command's options: IMAGE refs come in extra
+        image = image or options.extra.get("image")
+        retag = retag or tuple(options.extra.get("retag", ()))
+    options = docker_options(options)
     engine = client if client is not None else _connect(options)
     if image is None:
         image = certified_ref(recipe.name, recipe.stack_tag)
@@ -267,45 +186,9 @@ def certify(
 # --------------------------------------------------------------------------- build
 
 
-@dataclass(frozen=True)
-class DockerBuildResult:
-    """An image built from a recipe and, unless ``certify=False``, its certification."""
-
-    recipe: Recipe
-    build: BuildResult
-    #: None when the build was not certified (``certify=False``).
-    certification: Certified | None
-    #: Extra tags given (``--tag``).
-    tags: tuple[str, ...] = ()
-
-    @property
-    def image_id(self) -> str:
-        return self.build.image_id
-
-    @property
-    def certified(self) -> bool:
-        return self.certification is not None and self.certification.certified
-
-    def to_dict(self) -> dict[str, Any]:
-        result = self.build
-        data: dict[str, Any] = {
-            "recipe": self.recipe.name,
-            "candidate": result.image_id,
-            "build_seconds": round(result.seconds, 3),
-            "steps_cached": sum(1 for s in result.steps if s.cached),
-            "steps_rebuilt": len(result.rebuilt),
-            "steps": len(result.steps),
-        }
-        if self.certification is None:
-            data.update({"certified": False, "tags": list(self.tags)})
-        else:
-            data.update(self.certification.to_dict())
-        return data
-
-
 def build(
     recipe: Recipe,
-    options: DockerOptions = DockerOptions(),
+    options: Options | DockerOptions = DEFAULT_OPTIONS,
     *,
     client: EngineClient | None = None,
     prober: Prober | None = None,
@@ -325,6 +208,7 @@ def build(
     )
     from envforge.render import RenderOptions, render_dockerfile  # noqa: PLC0415 - jinja2
 
+    options = docker_options(options)
     reserved = [t for t in options.tags if t.startswith(CERTIFIED_REPOSITORY_PREFIX + "/")]
     if not options.certify and reserved:
         raise InvalidInput(
@@ -447,8 +331,9 @@ def describe(recipe: Recipe) -> str:
     return f"docker image {certified_ref(recipe.name, recipe.stack_tag)}"
 
 
-def serves(recipe: Recipe, options: DockerOptions = DockerOptions()) -> tuple[bool, str]:
+def serves(recipe: Recipe, options: Options | DockerOptions = DEFAULT_OPTIONS) -> tuple[bool, str]:
     """Whether this backend can run ``recipe`` now: an engine answers and has its image."""
+    options = docker_options(options)
     try:
         client = _connect(options)
     except EnvforgeError as exc:
@@ -465,7 +350,10 @@ def serves(recipe: Recipe, options: DockerOptions = DockerOptions()) -> tuple[bo
 
 
 def check(
-    recipe: Recipe, options: DockerOptions = DockerOptions(), *, step_timeout: float = 30.0
+    recipe: Recipe,
+    options: Options | DockerOptions = DEFAULT_OPTIONS,
+    *,
+    step_timeout: float = 30.0,
 ) -> str | None:
     """Quick probe of the recipe's certified image now; None on a pass, else why not."""
     from envforge.backends.docker.images import inspect_image  # noqa: PLC0415 - loads the SDK
@@ -476,6 +364,7 @@ def check(
     from envforge.probe.runner import run_probe  # noqa: PLC0415 - only when probing
     from envforge.probe.spec import ProbeSpec  # noqa: PLC0415 - only when probing
 
+    options = docker_options(options)
     try:
         client = _connect(options)
         try:
@@ -496,7 +385,7 @@ def check(
 def run(
     recipe: Recipe,
     argv: Sequence[str],
-    options: DockerOptions = DockerOptions(),
+    options: Options | DockerOptions = DEFAULT_OPTIONS,
     *,
     client: EngineClient | None = None,
 ) -> int:
@@ -508,6 +397,7 @@ def run(
     from envforge.backends.docker.images import inspect_image  # noqa: PLC0415 - loads the SDK
     from envforge.backends.docker.shell import run_shell  # noqa: PLC0415 - loads the SDK
 
+    options = docker_options(options)
     engine = client if client is not None else _connect(options)
     certified = certified_ref(recipe.name, recipe.stack_tag)
     image = options.image
@@ -571,3 +461,45 @@ def _check_before_use(
 def retag_for(ref: str) -> list[str]:
     """A tag given by name follows a new certificate; an ID or digest cannot."""
     return [ref] if split_ref(ref)[1] is not None else []
+
+
+# --------------------------------------------------------------------------- doctor
+
+
+def findings(recipe: Recipe | None, host: HostInfo, check: HostCheck) -> list[Finding]:
+    """What this backend needs of the host: an engine that answers, and a way for the
+    recipe's GPUs into its containers (:mod:`.doctor`)."""
+    del host  # the engine and the device path are read from check.root
+    from envforge.backends.docker.doctor import host_findings  # noqa: PLC0415 - doctor only
+
+    return host_findings(recipe, check)
+
+
+def disk_need(vendor: str) -> tuple[int, Path]:
+    """Bytes an image build for ``vendor`` takes (ROCm base images are large), and the
+    engine's data folder (this host's ``/var/lib/docker`` when there is one)."""
+    from envforge.backends.docker.doctor import disk_need as need  # noqa: PLC0415 - doctor only
+
+    return need(vendor)
+
+
+__all__ = [
+    "CLI_OPTIONS",
+    "Certified",
+    "DockerBuildResult",
+    "DockerOptions",
+    "LineSink",
+    "build",
+    "certify",
+    "certify_and_tag",
+    "check",
+    "cli_options",
+    "describe",
+    "disk_need",
+    "docker_options",
+    "findings",
+    "flags_for",
+    "retag_for",
+    "run",
+    "serves",
+]

@@ -1,0 +1,126 @@
+"""The Docker backend's options: its flags, and its view of a command's options value."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from envforge.backends.base import BackendOption, LineSink, Options
+from envforge.probe.runner import ProbeListener
+from envforge.recipe.model import Level
+
+if TYPE_CHECKING:
+    from envforge.certificate import Signer
+    from envforge.container.devices import GpuPick
+
+Say = Callable[[str], None]
+
+
+class _Discard:
+    def __call__(self, line: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _quiet(_text: str) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class DockerOptions:
+    """How to build, certify and run (none of this is part of the recipe hash)."""
+
+    wheelhouse: Path | None = None
+    ca_bundle: Path | None = None
+    level: Level | None = None
+    step_timeout: float | None = None
+    #: Also tag the certified image (or, with ``certify=False``, the built one).
+    tags: tuple[str, ...] = ()
+    #: Build FROM this image instead of the recipe's.
+    base_image: str | None = None
+    no_cache: bool = False
+    #: ``auto`` (BuildKit when a docker CLI here drives it, else the classic builder),
+    #: ``buildkit`` or ``classic``; None: ``ENVFORGE_BUILDER`` from ``environ``, else auto.
+    builder: str | None = None
+    #: ``uv`` (pip where uv cannot run in the base image) or ``pip`` only.
+    installer: str = "uv"
+    #: Install the recipe's lock file (hashes required) when one matches the recipe.
+    use_lock: bool = True
+    #: False: build only; no probe, no certified tag.
+    certify: bool = True
+    #: Write probe.json, probe.junit.xml and certificate.json here.
+    report_dir: Path | None = None
+    #: ``run``: this image instead of the recipe's certified one.
+    image: str | None = None
+    #: GPU containers: a private /dev/shm of this size instead of host IPC (None: host IPC).
+    shm_size: str | None = None
+    #: Base environment for finding the engine (DOCKER_HOST, DOCKER_CONTEXT).
+    environ: Mapping[str, str] | None = None
+    listener: ProbeListener | None = None
+    #: Signs each certificate (:class:`envforge.signing.SigningKey`); None: unsigned.
+    signer: Signer | None = None
+    output: LineSink = field(default_factory=_Discard)
+    say: Say = field(default=_quiet)
+    #: ``--gpu``: only these GPUs in the container (None: all of the recipe's vendor).
+    gpus: GpuPick | None = None
+
+
+#: The flags only this backend has (``envforge build`` / ``shell`` / ``certify``).
+CLI_OPTIONS: tuple[BackendOption, ...] = (
+    BackendOption("--tag", "tags", "Also tag the certified image.", ("build",),
+                  metavar="REF", multiple=True),
+    BackendOption("--base-image", "base_image", "Build FROM this image instead of the recipe's.",
+                  ("build",), metavar="REF"),
+    BackendOption("--no-certify", "no_certify", "Build only; no probe, no certified tag.",
+                  ("build",), is_flag=True),
+    BackendOption("--no-cache", "no_cache", "Do not reuse cached layers.", ("build",),
+                  is_flag=True),
+    BackendOption("--builder", "builder", "Image builder (default: ENVFORGE_BUILDER, else auto: "
+                  "BuildKit when available).", ("build",), choices=("auto", "buildkit", "classic")),
+    BackendOption("--image", "image", "Run this image instead of the certified one.", ("shell",),
+                  metavar="REF"),
+    BackendOption("--shm-size", "shm_size", "GPU containers: a private /dev/shm of SIZE (e.g. "
+                  "16g) instead of the host's IPC namespace (the default; Docker's 64 MB /dev/shm "
+                  "breaks DataLoader workers).", ("build", "certify", "shell"), metavar="SIZE",
+                  kind="size"),
+)
+
+
+def cli_options() -> tuple[BackendOption, ...]:
+    """The flags only this backend has."""
+    return CLI_OPTIONS
+
+
+def docker_options(options: Options | DockerOptions) -> DockerOptions:
+    """This backend's view of a command's :class:`~envforge.backends.base.Options` (the
+    signing key is loaded here, before any work, unless nothing is certified)."""
+    if isinstance(options, DockerOptions):
+        return options
+    extra = options.extra
+    certify = not extra.get("no_certify", False)
+    from envforge.signing import load_signer  # noqa: PLC0415 - loads cryptography
+
+    return DockerOptions(
+        wheelhouse=options.wheelhouse,
+        ca_bundle=options.ca_bundle,
+        level=options.level,
+        step_timeout=options.step_timeout,
+        tags=tuple(extra.get("tags", ())),
+        base_image=extra.get("base_image"),
+        no_cache=bool(extra.get("no_cache", False)),
+        builder=extra.get("builder"),
+        certify=certify,
+        report_dir=options.report_dir,
+        image=extra.get("image"),
+        shm_size=extra.get("shm_size"),
+        listener=options.listener,
+        signer=load_signer(options.signing_key, say=options.say) if certify else None,
+        environ=options.environ,
+        output=options.output or _Discard(),
+        say=options.note,
+        gpus=options.gpus,
+    )
