@@ -29,6 +29,7 @@ from typing import Any
 from envforge.certified_on import PassRow, host_key
 from envforge.evidence import (
     _KIND_RANK,
+    MAX_FILE_BYTES,
     Evidence,
     EvidenceError,
     Gpu,
@@ -36,6 +37,8 @@ from envforge.evidence import (
     parse_document,
     parse_time,
 )
+from envforge.fsutil import read_limited
+from envforge.jsonlimits import loads
 from envforge.probe.report import StepResult
 
 NAME = "evidence.sqlite"
@@ -137,7 +140,7 @@ def _evidence(row: Sequence[Any]) -> Evidence:
         level=v["level"], gpu=Gpu(v["vendor"], v["arch"], v["product"]),
         gpu_count=v["gpu_count"], driver=v["driver"], kernel=v["kernel"], torch=v["torch"],
         runtime=v["runtime"], python=v["python"], envforge_version=v["envforge_version"],
-        seconds=v["seconds"], steps=tuple(StepResult.from_dict(s) for s in json.loads(v["steps"])),
+        seconds=v["seconds"], steps=tuple(StepResult.from_dict(s) for s in loads(v["steps"])),
         certificate=v["certificate"], pci_id=v["pci_id"], host=v["host"], signer=v["signer"],
     )
 
@@ -193,8 +196,8 @@ def sync_folder(conn: sqlite3.Connection, folder: Path, redact: Callable[[str], 
     items: list[tuple[Evidence, str]] = []
     for name in new:
         try:
-            text = Path(name).read_text(encoding="utf-8")
-            items.append((parse_document(json.loads(text), redact, signatures=signatures), text))
+            text = read_limited(Path(name), MAX_FILE_BYTES).decode("utf-8")
+            items.append((parse_document(loads(text), redact, signatures=signatures), text))
         except EvidenceError as exc:
             problems.append(Problem(name, exc.message))
         except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:

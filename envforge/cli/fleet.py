@@ -11,7 +11,6 @@ planned recipe, and writes the matrix site (exit 1 when any failed or is missing
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ import click
 
 from envforge.cli.common import echo_json, json_option, note, say, wheelhouse_option
 from envforge.errors import CertificationFailed, InvalidInput, Unavailable
+from envforge.jsonlimits import load_file
 
 if TYPE_CHECKING:
     from envforge.fleet.outcome import TaskState
@@ -129,7 +129,7 @@ def _jobs(folder: Path) -> list[str]:
     if not path.is_file():
         return []
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = load_file(path)  # regular, bounded, depth-limited (envforge.jsonlimits)
         return [str(j) for j in data["jobs"]]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise InvalidInput(f"{path}: unreadable ({exc})",

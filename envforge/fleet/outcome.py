@@ -9,7 +9,6 @@ recipe hash or image than planned is ``failed`` too: it is no evidence for the p
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any, Literal
 
 from envforge.evidence import Evidence, EvidenceError, parse_document
 from envforge.fleet.plan import Plan, Task
+from envforge.jsonlimits import loads
 
 State = Literal["queued", "running", "passed", "failed", "missing"]
 #: Report files in the order they are preferred (a certificate names the image digest).
@@ -53,7 +53,7 @@ class TaskState:
 def _read_json(path: Path) -> Any:
     from envforge.fsutil import read_limited  # noqa: PLC0415 - only when reading reports
 
-    return json.loads(read_limited(path, MAX_REPORT))
+    return loads(read_limited(path, MAX_REPORT), max_bytes=MAX_REPORT)
 
 
 def _mismatch(task: Task, record: Evidence) -> str:

@@ -20,7 +20,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from envforge.errors import InvalidInput
+from envforge.jsonlimits import loads
 from envforge.recipe.model import Recipe
+
+#: Bytes a plan.json may have.
+PLAN_MAX_BYTES = 64 * 1024 * 1024
 
 SCHEMA = "envforge.fleet-plan/1"
 Engine = Literal["slurm", "k8s", "github"]
@@ -277,7 +281,7 @@ def load_plan(folder: Path) -> Plan:
         raise InvalidInput(f"{path}: no such file",
                            hint="envforge fleet plan ... -o DIR writes it")
     try:
-        data = json.loads(read_limited(path, 64 * 1024 * 1024))
+        data = loads(read_limited(path, PLAN_MAX_BYTES), max_bytes=PLAN_MAX_BYTES)
     except ValueError as exc:
         raise InvalidInput(f"{path}: not JSON: {exc}", hint="plan again") from None
     return plan_from_dict(data, str(path))

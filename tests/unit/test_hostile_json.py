@@ -186,3 +186,35 @@ def test_special_files_as_evidence_keys_and_trust_are_exit_2_at_once(
         err = capsys.readouterr().err
         assert "not a regular file" in err, err
         assert "Traceback" not in err
+
+
+# --------------------------------------------------------------------------- one decoder
+
+#: Where ``json.loads`` may still be called, and why it is not an input.
+JSON_ALLOWED = {
+    "envforge/jsonlimits.py": "the decoder itself",
+    "envforge/probe/worker.py": "runs inside the image with the stdlib only; reads the spec "
+    "envforge wrote for it",
+    "envforge/certificate.py": "round-trips the certificate it is issuing (canonical JSON)",
+}
+
+
+def test_every_json_input_goes_through_the_one_decoder() -> None:
+    import ast
+
+    root = Path(__file__).resolve().parents[2]
+    found: list[str] = []
+    for path in sorted((root / "envforge").rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel in JSON_ALLOWED:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("loads", "load")
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "json"
+            ):
+                found.append(f"{rel}:{node.lineno}")
+    assert found == [], "use envforge.jsonlimits.loads / load_file: " + ", ".join(found)
