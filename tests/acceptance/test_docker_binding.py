@@ -85,7 +85,8 @@ def setup(
     CertificateStore(home / "certificates").save(cert)
     labelled = label_image(client, info.id, {CERTIFICATE_LABEL: cert.to_json()})
     certified = certified_ref(recipe.name, recipe.stack_tag)
-    made = [certified]
+    # the certified tag, and the local registry tag a successful publish leaves
+    made = [certified, f"{registry}/envforge-harden/{recipe.name}:{recipe.stack_tag}"]
     yield Setup(envforge, env, certified, labelled, folder / "keys" / "envforge.pub", registry)
     for tag in made + [f"envforge-harden/derived:{k.lower()}" for k in DERIVED]:
         docker_cli("rmi", "--no-prune", tag)
