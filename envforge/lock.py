@@ -29,6 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from packaging.requirements import Requirement
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
 from envforge import proc
 from envforge.errors import BuildFailed, InvalidInput, Unavailable
 from envforge.fsutil import check_file_target, write_atomically
@@ -219,11 +223,13 @@ def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def split_lock(path: Path, root: str = "torch") -> LockedInstall:
-    """Split a (checked) lock into torch's closure and the rest, one line per package.
+def split_lock(path: Path, roots: Sequence[str] = ("torch",)) -> LockedInstall:
+    """Split a (checked) lock into the torch family's closure and the rest, one line per
+    package.
 
-    A package belongs to torch's layer when the lock's ``# via`` notes (uv's annotations)
-    say that torch, or a package already in torch's layer, needs it; everything else
+    A package belongs to torch's layer when it is one of ``roots`` (torch and the stack's
+    companions, :meth:`envforge.stack.Stack.family`) or the lock's ``# via`` notes (uv's
+    annotations) say that a package already in torch's layer needs it; everything else
     (NumPy, the recipe's packages and what only they need) is the rest. A lock without
     notes puts only torch in the first layer, which is still exact, just less reusable.
     """
@@ -259,7 +265,7 @@ def split_lock(path: Path, root: str = "torch") -> LockedInstall:
             name = line.lstrip("#").strip()
             if name and not name.startswith("-"):
                 parents[current].add(_canonical(name.split()[0]))
-    closure = {_canonical(root)} & set(entries)
+    closure = {_canonical(root) for root in roots} & set(entries)
     grew = True
     while grew:
         grew = False
@@ -343,6 +349,33 @@ def check_inputs(wheelhouse: Path | None, ca_bundle: Path | None) -> None:
         )
 
 
+def check_wheelhouse(stack: Stack, wheelhouse: Path | None) -> None:
+    """With a wheelhouse the stack's index is not used, and the torch family never comes
+    from the default index: every companion must have its wheel in the wheelhouse.
+    :class:`Unavailable` (exit 4) names the wheel that is needed. (A stack whose torch
+    comes from the default index has no other index: nothing to check.)"""
+    if wheelhouse is None or stack.index is None:
+        return
+    have: list[tuple[str, Version]] = []
+    for path in wheelhouse.glob("*.whl"):
+        try:
+            name, version, _build, _tags = parse_wheel_filename(path.name)
+        except InvalidWheelFilename:
+            continue
+        have.append((name, version))
+    for pin in stack.companions:
+        req = Requirement(pin.requirement)
+        wanted = canonicalize_name(req.name)
+        if not any(n == wanted and req.specifier.contains(v, prereleases=True) for n, v in have):
+            raise Unavailable(
+                f"--wheelhouse {wheelhouse}: no wheel for {pin.requirement}, which pairs with "
+                f"{stack.torch} (the torch family comes from the wheelhouse or {stack.index}, "
+                "never from the default index)",
+                hint=f"put the {pin.requirement} wheel into {wheelhouse}, e.g. `pip download "
+                f"--no-deps --index-url {stack.index} '{pin.requirement}' -d {wheelhouse}`",
+            )
+
+
 def looks_like_network(stderr: str) -> bool:
     text = stderr.lower()
     return any(marker in text for marker in _NETWORK_MARKERS)
@@ -403,6 +436,7 @@ def write_lock(
     resolution without being installed; ``command`` is how to write the lock again."""
     check_inputs(wheelhouse, ca_bundle)
     stack = stack_of(recipe) if stack is None else stack
+    check_wheelhouse(stack, wheelhouse)
     command = command or f"envforge lock {recipe.name}"
     target = output or default_lock_file(recipe)
     if target is None:

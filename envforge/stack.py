@@ -93,6 +93,18 @@ class Stack:
             *self.project,
         )
 
+    def first_layer(self) -> tuple[str, ...]:
+        """What is installed from the stack's index (or the wheelhouse) alone, never the
+        default index: torch and its companions (with the NumPy bound, which torchvision
+        and torchaudio need, so that the first install already honours it)."""
+        if not self.companions:
+            return (self.torch,)
+        return (self.torch, *(c.requirement for c in self.companions), self.numpy)
+
+    def family(self) -> tuple[str, ...]:
+        """Canonical names of the torch family: torch and the companions."""
+        return ("torch", *(c.name for c in self.companions))
+
     def constraint_lines(self) -> tuple[str, ...]:
         """What nothing else may move: torch, the NumPy bound and the companions."""
         return (self.torch, self.numpy, *(c.requirement for c in self.companions))

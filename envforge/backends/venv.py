@@ -723,6 +723,7 @@ def make(recipe: Recipe, options: VenvOptions = VenvOptions()) -> VenvBuildResul
     lock.check_inputs(options.wheelhouse, options.ca_bundle)
     interp = find_interpreter(recipe.python, explicit=options.python, environ=options.environ)
     stack = stack_of(recipe)
+    lock.check_wheelhouse(stack, options.wheelhouse)
     lock_file = lock.lock_path(recipe, stack) if options.use_lock else None
     stale = lock.stale_lock(recipe, stack) if options.use_lock else None
     if stale is not None:

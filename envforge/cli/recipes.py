@@ -451,7 +451,9 @@ def _with_lock(recipe: Recipe, options: RenderOptions, stack: Stack) -> RenderOp
     from envforge import lock  # noqa: PLC0415 - only when rendering
 
     path = lock.lock_path(recipe, stack)
-    return replace(options, lock=lock.split_lock(path)) if path is not None else options
+    if path is None:
+        return options
+    return replace(options, lock=lock.split_lock(path, stack.family()))
 
 
 def _load_unchecked(catalogue: Catalogue, ref: str, overrides: tuple[str, ...]) -> Recipe:

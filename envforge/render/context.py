@@ -338,7 +338,7 @@ def _installs(
             ),
         ]
     else:
-        req = shell_quote(stack.torch)
+        req = " ".join(shell_quote(r) for r in stack.first_layer())
         torch_lines = [
             "set -eu",
             *choose(
@@ -475,7 +475,7 @@ def venv_context(recipe: Recipe, options: RenderOptions, stack: Stack | None = N
         recipe_hash=recipe.hash,
         stack_tag=recipe.stack_tag,
         python=recipe.python,
-        torch_requirement=shell_quote(stack.torch),
+        torch_requirement=" ".join(shell_quote(r) for r in stack.first_layer()),
         torch_index_args=_torch_index_args(stack, options),
         rest_index_args=_rest_index_args(stack, options),
         requirements=tuple(shell_quote(r) for r in reqs),

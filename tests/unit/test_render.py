@@ -164,7 +164,8 @@ def test_torch_index_forms(rocm: Recipe, cpu: Recipe, cuda: Recipe) -> None:
     assert "--index-url https://download.pytorch.org/whl/cpu --" in torch_run
     torch_run = stages(parse(render_dockerfile(cuda)))[0][-1].args
     assert "index-url" not in torch_run
-    assert install_requirements(torch_run) == ["torch==2.6.0"]
+    # the torch family in one step: torch, its companion triton pin, the NumPy bound
+    assert install_requirements(torch_run) == ["torch==2.6.0", "triton==3.2.0", "numpy>=2"]
     assert "--no-cache-dir" in torch_run
 
 

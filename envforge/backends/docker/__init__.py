@@ -223,6 +223,7 @@ def build(
     environ = {**os.environ, **(options.environ or {})}
     builder, buildkit, why = _choose_builder(engine, options, environ)
     stack = stack_of(recipe)
+    _check_wheelhouse(stack, options)
     locked = _lock_for(recipe, options, stack)
     dockerfile = render_dockerfile(
         recipe,
@@ -307,6 +308,13 @@ def _choose_builder(
     return "classic", None, why
 
 
+def _check_wheelhouse(stack: Stack, options: DockerOptions) -> None:
+    """The companions the image needs are in the wheelhouse (see :func:`lock.check_wheelhouse`)."""
+    from envforge import lock  # noqa: PLC0415 - uv plumbing only when building
+
+    lock.check_wheelhouse(stack, options.wheelhouse)
+
+
 def _lock_for(recipe: Recipe, options: DockerOptions, stack: Stack) -> LockedInstall | None:
     """The recipe's matching lock, split for the image's layers; a stale one is named."""
     from envforge import lock  # noqa: PLC0415 - uv plumbing only when building
@@ -320,7 +328,7 @@ def _lock_for(recipe: Recipe, options: DockerOptions, stack: Stack) -> LockedIns
             f"{recipe.name}`"
         )
     path = lock.lock_path(recipe, stack)
-    return lock.split_lock(path) if path is not None else None
+    return lock.split_lock(path, stack.family()) if path is not None else None
 
 
 # --------------------------------------------------------------------------- shell

@@ -90,5 +90,5 @@ fi
 
 # torch first, from its own source; then the NumPy bound and the packages, with torch
 # repeated so that resolving them cannot move it.
-"${install[@]}" ${torch_source[@]+"${torch_source[@]}"} -- torch==2.6.0
+"${install[@]}" ${torch_source[@]+"${torch_source[@]}"} -- torch==2.6.0 triton==3.2.0 'numpy>=2'
 "${install[@]}" ${rest_source[@]+"${rest_source[@]}"} -- "${requirements[@]}"
