@@ -323,7 +323,10 @@ def _auto_for_gpu(gpu: GpuInfo, recipes: Sequence[Recipe], *, where: Mapping[str
     from envforge.solve import SolveRequest, solve  # noqa: PLC0415 - only without a recipe
 
     driver = gpu.driver_version if gpu.vendor == "nvidia" else None
-    solution = solve(SolveRequest(arch=gpu.arch, driver=driver), load_table())
+    from envforge.platforms import solve_default  # noqa: PLC0415 - with solve
+
+    request = SolveRequest(arch=gpu.arch, driver=driver, platform=solve_default())
+    solution = solve(request, load_table())
     s = solution.stack
     return Choice(
         solution.arch,

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from envforge.knowledge.table import CompatTable
+from envforge.platforms import platform_of
 
 GpuVendor = Literal["amd", "nvidia"]
 
@@ -85,6 +86,11 @@ class HostInfo:
     notes: tuple[str, ...] = field(default=())
 
     @property
+    def platform(self) -> str:
+        """The host's wheel/image platform (``linux/amd64``, ``linux/arm64``)."""
+        return platform_of(self.machine)
+
+    @property
     def count(self) -> int:
         return len(self.gpus)
 
@@ -135,6 +141,7 @@ class HostInfo:
             "archs": list(self.archs),
             "kernel": self.kernel,
             "machine": self.machine,
+            "platform": self.platform,
             "sources": list(self.sources),
             "notes": list(self.notes),
         }

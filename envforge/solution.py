@@ -40,6 +40,11 @@ class SolveRequest:
     #: NVIDIA driver version (detected or ``--driver``); None when unknown.
     driver: str | None = None
     conservative: bool = False
+    #: ``linux/amd64`` or ``linux/arm64`` (the wheels' platform); None: the arch's own
+    #: platform when it has only one (Jetson, GB10), else linux/amd64.
+    platform: str | None = None
+    #: Allow uncertain choices: the newest stack, not the newest fully verified one.
+    latest: bool = False
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,8 @@ class Stack:
     #: From the table's newest release (not yet widely reported on).
     newest_release: bool
     driver_floor: str | None
+    #: The wheels' platform (``linux/amd64``, ``linux/arm64``).
+    platform: str = "linux/amd64"
 
     @property
     def label(self) -> str:
@@ -106,6 +113,7 @@ class Stack:
             "confidence": self.confidence,
             "doubts": list(self.doubts),
             "driver_floor": self.driver_floor,
+            "platform": self.platform,
         }
 
 
@@ -122,6 +130,13 @@ class Solution:
     runner_ups: tuple[Stack, ...]
     conservative: bool
     notes: tuple[str, ...] = ()
+    #: ``--latest``: uncertain choices were allowed.
+    latest: bool = False
+
+    @property
+    def mode(self) -> str:
+        """``conservative``, ``latest`` or ``verified`` (the default)."""
+        return "conservative" if self.conservative else "latest" if self.latest else "verified"
 
     @property
     def confidence(self) -> Confidence:
@@ -133,7 +148,8 @@ class Solution:
             "vendor": self.vendor,
             "family": self.family,
             "products": list(self.products),
-            "mode": "conservative" if self.conservative else "newest",
+            "mode": self.mode,
+            "platform": self.stack.platform,
             "confidence": self.confidence,
             "stack": self.stack.to_dict(),
             "choices": [p.to_dict() for p in self.picks],
@@ -204,7 +220,7 @@ class Solution:
         }[s.via]
         text = (
             f"{self.family} ({products}): solved by envforge from the compatibility table "
-            f"({'conservative' if self.conservative else 'newest'}): torch {s.torch}+"
+            f"({self.mode}, {s.platform}): torch {s.torch}+"
             f"{s.variant} on {s.distro}'s Python {s.python}; {how}."
         )
         if s.confidence != "verified":

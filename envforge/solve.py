@@ -27,6 +27,8 @@ raises :class:`UnknownArch` (exit 2) with the nearest known archs.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from packaging.specifiers import SpecifierSet
@@ -44,6 +46,8 @@ from envforge.arch import (
 from envforge.errors import InvalidInput
 from envforge.knowledge.links import evidence_links
 from envforge.knowledge.table import (
+    PLATFORMS,
+    ArchInfo,
     CompatTable,
     Override,
     Variant,
@@ -187,10 +191,13 @@ def _images_by_python(table: CompatTable) -> dict[str, tuple[str, str, str]]:
 
 
 
-def _candidates(arch: str, table: CompatTable) -> list[Candidate]:
+def _candidates(arch: str, table: CompatTable, platform: str) -> list[Candidate]:
     out: list[Candidate] = []
     for release in table.releases:
-        for variant in release.variants:
+        for published in release.variants:
+            variant = published.for_platform(platform)
+            if variant is None:
+                continue
             found = _coverage(arch, variant, table)
             if found is None:
                 continue
@@ -200,9 +207,14 @@ def _candidates(arch: str, table: CompatTable) -> list[Candidate]:
     return out
 
 
-def _doubts(c: Candidate, arch: str) -> tuple[Confidence, tuple[str, ...]]:
+def _doubts(
+    c: Candidate, arch: str, info: ArchInfo | None = None
+) -> tuple[Confidence, tuple[str, ...]]:
     doubts: list[str] = []
     worst = "verified"
+    if info is not None and info.confidence != "verified":
+        doubts.append(f"{arch} ({info.family}) on these wheels: {info.official}")
+        worst = info.confidence
     if c.variant.confidence != "verified":
         doubts.append(f"the {c.variant.name} variant of torch {c.release.series} is unconfirmed")
         worst = c.variant.confidence
@@ -212,7 +224,7 @@ def _doubts(c: Candidate, arch: str) -> tuple[Confidence, tuple[str, ...]]:
     if c.via == "ptx":
         doubts.append(
             f"PTX of {c.runs} in the {c.variant.name} wheel is per the release notes only; "
-            "the package index's cu13x wheels have none (AUDIT row 60)"
+            "cuobjdump finds none in PyPI's 2.13.0 and 2.15.0 cu13x wheels"
         )
         worst = "uncertain"
     if c.override is not None:
@@ -245,9 +257,12 @@ def solve(request: SolveRequest, table: CompatTable) -> Solution:
     products = info.products if info else ()
     fam = info.family if info else (family(arch) or arch)
 
-    all_candidates = _candidates(arch, table)
+    platform = _platform(arch, request, table)
+    all_candidates = _candidates(arch, table, platform)
     if not all_candidates:
-        raise NoStack(no_wheel_message(arch, table), hint=no_wheel_hint(arch, table))
+        raise NoStack(
+            no_wheel_message(arch, table, platform), hint=no_wheel_hint(arch, table, platform)
+        )
     newest_series = table.releases[-1].series
     images = _images_by_python(table)
 
@@ -260,19 +275,23 @@ def solve(request: SolveRequest, table: CompatTable) -> Solution:
         if stack is None:
             rejected.append(why)
         else:
-            stacks.append(stack)
+            stacks.append(replace(stack, platform=platform))
     if not stacks:
         last = all_candidates[-1]
         raise NoStack(
             f"no published wheel runs {arch} under the constraints given ({rejected[-1]}); the "
             f"last release that can run {arch} is torch {last.version}+{last.variant.name}",
-            hint="drop or change --torch/--python/--base-image/--driver",
+            hint="drop or change --torch/--python/--base-image/--driver/--platform",
         )
 
+    notes: list[str] = []
     if request.conservative:
         stacks.sort(key=_evidence_key)
     else:
         stacks.sort(key=_newest_key)
+        if not request.latest:
+            stacks, note = _verified_first(stacks, all_candidates, arch, request, table)
+            notes += [note] if note else []
     best = stacks[0]
     runner_ups: list[Stack] = []
     seen = {(best.series, best.variant)}
@@ -287,7 +306,10 @@ def solve(request: SolveRequest, table: CompatTable) -> Solution:
         c for c in all_candidates if (c.version, c.variant.name) == (best.torch, best.variant)
     )
     chosen_picks = picks(arch, best, chosen, request, table)
-    notes: list[str] = []
+    if request.latest and not request.conservative and _unverified(chosen_picks):
+        notes.append(
+            f"--latest: the newest stack, uncertain choices allowed ({_unverified(chosen_picks)})"
+        )
     if not request.conservative and best.confidence != "verified":
         safest = min(stacks, key=_evidence_key)
         if safest is not best and _CONF_RANK[safest.confidence] < _CONF_RANK[best.confidence]:
@@ -295,14 +317,7 @@ def solve(request: SolveRequest, table: CompatTable) -> Solution:
                 f"--conservative would choose {safest.label} on {safest.base_image} "
                 f"({safest.confidence})"
             )
-    if info is not None and info.official:
-        notes.append(f"{arch} official support: {info.official}")
-    o = table.override_for(arch)
-    if o is not None and best.override is None and o.status != "works":
-        notes.append(
-            f"the table's {HSA_OVERRIDE}={o.value} override for {arch} is {o.status} "
-            f"({o.note}; {o.source}): not used"
-        )
+    notes += _arch_notes(arch, best, table)
     return Solution(
         arch=arch,
         vendor=vendor,
@@ -313,7 +328,74 @@ def solve(request: SolveRequest, table: CompatTable) -> Solution:
         runner_ups=tuple(runner_ups),
         conservative=request.conservative,
         notes=tuple(notes),
+        latest=request.latest and not request.conservative,
     )
+
+
+def _arch_notes(arch: str, best: Stack, table: CompatTable) -> list[str]:
+    """The arch's official support and an override the table knows but did not use."""
+    notes: list[str] = []
+    info = table.arch_info(arch)
+    if info is not None and info.official:
+        notes.append(f"{arch} official support: {info.official}")
+    o = table.override_for(arch)
+    if o is not None and best.override is None and o.status != "works":
+        notes.append(
+            f"the table's {HSA_OVERRIDE}={o.value} override for {arch} is {o.status} "
+            f"({o.note}; {o.source}): not used"
+        )
+    return notes
+
+
+def _platform(arch: str, request: SolveRequest, table: CompatTable) -> str:
+    """The wheels' platform: ``tegra`` for Jetson archs, the arch's only platform, else
+    the one asked for (default linux/amd64)."""
+    where = table.arch_platform(arch)
+    if where == "tegra":
+        return where
+    if where and request.platform not in (None, where):
+        raise NoStack(
+            f"{arch} exists only on {where} hosts; --platform {request.platform} has no "
+            f"{arch} GPU",
+            hint=f"--platform {where}",
+        )
+    return where or request.platform or PLATFORMS[0]
+
+
+def _unverified(chosen: Sequence[Pick]) -> str:
+    """The choices of a stack that are not verified, as ``key (confidence)`` text."""
+    return ", ".join(f"{p.key} ({p.confidence})" for p in chosen if p.confidence != "verified")
+
+
+def _verified_first(
+    stacks: list[Stack],
+    candidates: Sequence[Candidate],
+    arch: str,
+    request: SolveRequest,
+    table: CompatTable,
+) -> tuple[list[Stack], str]:
+    """``stacks`` (newest first) reordered so the newest with the best evidence leads:
+    verified over community over uncertain, then the newest."""
+    by_key = {(c.version, c.variant.name): c for c in candidates}
+
+    def unverified(s: Stack) -> int:
+        c = by_key[(s.torch, s.variant)]
+        return sum(p.confidence != "verified" for p in picks(arch, s, c, request, table))
+
+    # the newest stack with the best evidence for the arch (every choice verified where
+    # one exists: a ROCm wheel's CPython range is assumed for every release, so the
+    # stack's own confidence decides first)
+    best = min(range(len(stacks)), key=lambda i: (_CONF_RANK[stacks[i].confidence], i))
+    if best == 0:
+        return stacks, ""
+    chosen, newest = stacks[best], stacks[0]
+    latest = f"--latest would choose {newest.label} on {newest.base_image} ({newest.confidence})"
+    note = (
+        f"chose the newest stack whose every choice is verified; {latest}"
+        if unverified(chosen) == 0
+        else f"chose the newest stack with the best evidence ({chosen.confidence}); {latest}"
+    )
+    return [chosen, *stacks[:best], *stacks[best + 1 :]], note
 
 
 def _check_request(request: SolveRequest, table: CompatTable) -> None:
@@ -356,7 +438,7 @@ def _stack_for(
     numpy, _ = numpy_spec(c.release, python, table)
     if not any(SpecifierSet(numpy).contains(v) for v in table.numpy_installable(python)):
         return None, f"no NumPy release admitted by {numpy} has a wheel for Python {python}"
-    confidence, doubts = _doubts(c, arch)
+    confidence, doubts = _doubts(c, arch, table.arch_info(arch))
     accel = c.variant.version or ""
     return (
         Stack(

@@ -7,7 +7,7 @@ import re
 
 from packaging.specifiers import SpecifierSet
 
-from envforge.knowledge.table import CompatTable, Release
+from envforge.knowledge.table import PLATFORMS, CompatTable, Release
 from envforge.patterns import Confidence
 from envforge.solution import HSA_OVERRIDE, Candidate, Pick, SolveRequest, Stack
 
@@ -74,7 +74,8 @@ def picks(
             "variant",
             f"{v.name} ({s.index}, {s.form})",
             f"{'ROCm' if v.kind == 'rocm' else 'CUDA'} {s.accelerator_version} wheels of torch "
-            f"{s.torch}" + (" (the package-index default)" if v.pypi_default else ""),
+            f"{s.torch} for {s.platform}"
+            + (" (the package-index default)" if v.pypi_default else ""),
             table.cite(v.source),
             v.confidence,
         ),
@@ -136,13 +137,29 @@ def picks(
     return tuple(picks)
 
 
-def no_wheel_message(arch: str, table: CompatTable) -> str:
+def no_wheel_message(arch: str, table: CompatTable, platform: str = PLATFORMS[0]) -> str:
     info = table.arch_info(arch)
     what = f"{arch} ({info.family})" if info else arch
+    if platform == "tegra":
+        route = table.tegra
+        text = (
+            f"{what} is a Jetson (Tegra) GPU: the package index's torch wheels are built for "
+            "x86_64 and server arm64 (SBSA) CUDA and do not run on L4T/JetPack, and the "
+            "table has no Jetson row for it"
+        )
+        if route is not None:
+            text += f"; use {route.route} (source: {table.cite(route.source)})"
+        return text
     text = f"no published torch wheel in the compatibility table runs {what}"
+    if platform != PLATFORMS[0]:
+        text += f" on {platform}"
     o = table.override_for(arch)
     if o is not None:
         text += f"; the {HSA_OVERRIDE}={o.value} override is {o.status} ({o.confidence}: {o.note})"
+    elif platform != PLATFORMS[0] and any(
+        v.covers(arch) for r in table.releases for v in r.variants
+    ):
+        text += f"; the {PLATFORMS[0]} wheels have code for it"
     else:
         text += "; no release the table knows ever had code for it (none could)"
     if info is not None and info.official:
@@ -150,7 +167,12 @@ def no_wheel_message(arch: str, table: CompatTable) -> str:
     return text
 
 
-def no_wheel_hint(arch: str, table: CompatTable) -> str:
+def no_wheel_hint(arch: str, table: CompatTable, platform: str = PLATFORMS[0]) -> str:
+    if platform == "tegra":
+        return (
+            "install NVIDIA's JetPack torch wheel on an L4T base image, or add a sourced "
+            "Jetson row (platforms: tegra) in a knowledge overlay"
+        )
     o = table.override_for(arch)
     if o is not None and o.status == "unreliable":
         return (

@@ -28,6 +28,7 @@ from envforge.cli.common import (
     set_option,
     signing_key_option,
     step_timeout_option,
+    strict_mode,
     strict_option,
     summarizing,
     summary_option,
@@ -35,7 +36,7 @@ from envforge.cli.common import (
     wheelhouse_option,
 )
 from envforge.fsutil import REPORT_FILES, check_folder_target
-from envforge.recipe.model import Level
+from envforge.recipe.model import Level, Recipe
 
 
 @click.command()
@@ -86,6 +87,8 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
         recipe, _choice, pick = load_with_gpus(recipe_ref, gpu, overrides)
         extra = backend_extra("build", flags)
         refuse_foreign(BACKENDS, backend, "build", extra)
+        if extra.get("platform"):
+            _check_platform(recipe, str(extra["platform"]))
         options = Options(
             level=level,
             step_timeout=step_timeout,
@@ -117,3 +120,11 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
             if closing is not None:
                 say(closing)
             click.echo(result.printed())
+
+
+def _check_platform(recipe: Recipe, platform: str) -> None:
+    """``--platform``: the table's row for that platform must accept the recipe (a Jetson
+    arch, ROCm on arm64 or an arch the platform's wheels lack is refused, exit 2)."""
+    from envforge.knowledge import enforce  # noqa: PLC0415 - the table only when needed
+
+    enforce(recipe, strict=strict_mode(), platform=platform)

@@ -256,6 +256,26 @@ def root_option(func: F) -> F:
     )(func)
 
 
+def host_platform() -> str:
+    """This host's platform in docker's names (``linux/amd64``, ``linux/arm64``)."""
+    from envforge.platforms import host_platform as found  # noqa: PLC0415
+
+    return found()
+
+
+def platform_option(func: F) -> F:
+    """``--platform linux/amd64|linux/arm64``: the wheels' (and image's) platform."""
+    from envforge.platforms import PLATFORMS  # noqa: PLC0415 - a constant
+
+    return click.option(
+        "--platform",
+        "platform",
+        type=click.Choice(PLATFORMS),
+        default=None,
+        help="Wheel and image platform (default: this host's).",
+    )(func)
+
+
 #: ``ctx.meta`` key set by ``--strict`` (the meta dict is shared by the group and command).
 STRICT_META = "envforge.strict"
 

@@ -77,7 +77,7 @@ def detect_cmd(root: Path, as_json: bool) -> None:
         if host.count > 1:
             out("  (select with --gpu INDEX[,INDEX]|all on build, certify, shell and probe)")
     out(
-        f"kernel {host.kernel or '?'} ({host.machine});"
+        f"kernel {host.kernel or '?'} ({host.machine}, {host.platform});"
         f" sources: {', '.join(host.sources) or 'none'}"
     )
     for note in host.notes:

@@ -12,9 +12,11 @@ import click
 from envforge.cli.common import (
     auto_choice,
     echo_json,
+    host_platform,
     json_option,
     load_for_host,
     load_project_option,
+    platform_option,
     project_option,
     recipe_ref_for,
     set_option,
@@ -188,12 +190,15 @@ def _certified_on(name: str, *, gpu: bool, arch: str | None) -> str:
 @click.argument("refs", nargs=-1, metavar="[RECIPE|PATH|auto]...")
 @set_option
 @strict_option
+@platform_option
 @json_option
-def validate(refs: tuple[str, ...], overrides: tuple[str, ...], as_json: bool) -> None:
+def validate(
+    refs: tuple[str, ...], overrides: tuple[str, ...], platform: str | None, as_json: bool
+) -> None:
     """Check recipes against the schema and the compatibility table (default: all).
 
     What the table has no row for is accepted as uncertain with a warning (--strict:
-    refused)."""
+    refused). --platform (default: this host's) picks the wheels' platform row."""
     from envforge.knowledge import check, split  # noqa: PLC0415 - the table when needed
 
     strict = strict_mode()
@@ -208,7 +213,9 @@ def validate(refs: tuple[str, ...], overrides: tuple[str, ...], as_json: bool) -
             results.append({"recipe": ref, "ok": False, "problems": [exc.one_line()]})
             first_error = first_error or exc
             continue
-        violations, warned = split(check(recipe), strict=strict)
+        violations, warned = split(
+            check(recipe, platform=platform or host_platform()), strict=strict
+        )
         if not violations:
             try:
                 stack_of(recipe)
@@ -298,6 +305,7 @@ def validate(refs: tuple[str, ...], overrides: tuple[str, ...], as_json: bool) -
     show_default=True,
     help="Dockerfile for the classic builder, or for BuildKit (cache and bind mounts).",
 )
+@platform_option
 @set_option
 @strict_option
 def render(
@@ -312,9 +320,13 @@ def render(
     with_ca_bundle: bool,
     builder: str,
     image: str | None,
+    platform: str | None,
     overrides: tuple[str, ...],
 ) -> None:
-    """Render a recipe's Dockerfile (or venv plan); --all -o DIR renders the catalogue."""
+    """Render a recipe's Dockerfile (or venv plan); --all -o DIR renders the catalogue.
+
+    --platform linux/amd64|linux/arm64 names the platform in every FROM of the base image
+    (the engine builds for it); the default leaves the engine's own."""
     if fmt == "apptainer":
         _render_apptainer(recipe_ref, render_all, output, image, overrides)
         return
@@ -335,6 +347,7 @@ def render(
         wheelhouse=with_wheelhouse,
         ca_bundle=with_ca_bundle,
         builder="buildkit" if builder == "buildkit" else "classic",
+        platform=platform,
     )
     if recipe_ref is not None:
         recipe, _choice = load_for_host(recipe_ref, None, overrides)

@@ -9,11 +9,12 @@ import click
 import yaml
 from packaging.utils import canonicalize_name
 
-from envforge.cli.common import echo_json, json_option
+from envforge.cli.common import echo_json, json_option, platform_option
 from envforge.companions import companion_names
 from envforge.errors import InvalidInput
 from envforge.fsutil import check_file_target, write_atomically
 from envforge.knowledge import load_table
+from envforge.platforms import solve_default
 from envforge.recipe.load import parse_recipe
 from envforge.solve import Solution, SolveRequest, solve
 from envforge.stack import Pin, stack_of
@@ -34,6 +35,12 @@ def register(group: click.Group) -> None:
 @click.option(
     "--conservative", is_flag=True, help="Prefer the stack with the most evidence over the newest."
 )
+@click.option(
+    "--latest",
+    is_flag=True,
+    help="The newest stack, allowing uncertain choices (default: the newest verified one).",
+)
+@platform_option
 @click.option(
     "--write",
     "write",
@@ -56,15 +63,19 @@ def solve_cmd(
     base_image: str | None,
     driver: str | None,
     conservative: bool,
+    latest: bool,
+    platform: str | None,
     write: Path | None,
     with_names: str | None,
     as_json: bool,
 ) -> None:
     """Derive the stack for a GPU arch (or the detected one) from the compatibility table.
 
-    Newest torch whose wheel has code for the arch (or --conservative: most evidence),
+    The newest torch whose every choice is verified and whose wheel has code for the arch
+    (--latest: the newest, uncertain choices allowed; --conservative: the most evidence),
     the newest Python a known base image ships, the NumPy bound and env vars; each choice
-    with its reason and source, plus the runner-up stacks.
+    with its reason and source, plus the runner-up stacks. --platform picks the wheels'
+    platform (default: the arch's own for Jetson/GB10/Thor, else this host's).
     """
     if write is not None:  # before any work: a device, FIFO or folder is exit 2
         check_file_target(write, setting="--write")
@@ -90,6 +101,8 @@ def solve_cmd(
         base_image=base_image,
         driver=driver,
         conservative=conservative,
+        latest=latest,
+        platform=platform or solve_default(),
     )
     solution = solve(request, load_table())
     data, pins = _with_companions(solution, with_names)
@@ -138,10 +151,9 @@ def _print(solution: Solution, detected: str, pins: tuple[Pin, ...]) -> None:
         out(detected)
     products = ", ".join(solution.products) or "-"
     out(f"{solution.arch}: {solution.family} ({products})")
-    mode = "conservative" if solution.conservative else "newest"
     out(
-        f"  stack      torch {s.torch}+{s.variant} py{s.python} on {s.base_image} ({mode}, "
-        f"{s.confidence})"
+        f"  stack      torch {s.torch}+{s.variant} py{s.python} on {s.base_image} "
+        f"({solution.mode}, {s.platform}, {s.confidence})"
     )
     out("\nChoices:")
     for p in solution.picks:

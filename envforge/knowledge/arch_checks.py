@@ -1,5 +1,6 @@
 """The arch rules of :func:`envforge.knowledge.rules.check`: ``arch-in-wheel``,
-``arch-broken``, ``hsa-override``, ``override-known-bad`` (AMD) and ``cuda-arch`` (NVIDIA)."""
+``arch-broken``, ``hsa-override``, ``override-known-bad`` (AMD), ``cuda-arch`` and
+``tegra`` (NVIDIA), and ``platform`` (a variant's wheels for the platform)."""
 
 from __future__ import annotations
 
@@ -158,3 +159,45 @@ def cuda_arch(recipe: Recipe, variant: Variant, t: CompatTable) -> Iterator[Viol
 
 
 # --------------------------------------------------------------------------- explain
+
+
+def tegra_arch(recipe: Recipe, variant: Variant, t: CompatTable) -> Iterator[Violation]:
+    """A Jetson (Tegra) arch on the package index's wheels: refused unless the variant
+    has a sourced Jetson (``platforms: tegra``) row."""
+    arch = recipe.gpu.arch
+    if recipe.gpu.vendor != "nvidia" or arch is None or t.arch_platform(arch) != "tegra":
+        return
+    if variant.for_platform("tegra") is not None:
+        return
+    route = t.tegra
+    yield Violation(
+        "tegra",
+        f"{arch} is a Jetson (Tegra) GPU: torch {base_version(recipe.torch.version)}+"
+        f"{variant.name} from the package index is built for x86_64 and server arm64 "
+        "(SBSA) CUDA and does not run on L4T/JetPack",
+        cite(t, route.source, route.origin) if route else "",
+        f"use {route.route}" if route else "use NVIDIA's JetPack wheels on an L4T base image",
+    )
+
+
+def platform_missing(
+    recipe: Recipe, variant: Variant, platform: str, t: CompatTable
+) -> Violation:
+    """The table has no row for the variant's wheels on ``platform``: ROCm wheels are
+    linux/amd64 only (impossible); other variants are unknown (certification decides)."""
+    stack = f"torch {base_version(recipe.torch.version)}+{variant.name}"
+    if variant.kind == "rocm":
+        return Violation(
+            "platform",
+            f"{stack} has no {platform} wheels: ROCm wheels are built for linux/amd64 only",
+            cite(t, "TI (no aarch64 ROCm builds)", variant.origin),
+            "build for --platform linux/amd64",
+        )
+    return Violation(
+        "platform",
+        f"the compatibility table has no row saying {stack} publishes {platform} wheels",
+        cite(t, variant.source, variant.origin),
+        f"use a release with {platform} wheels (envforge solve ARCH --platform {platform}), "
+        "or add a sourced platforms row in a knowledge overlay",
+        kind="unknown",
+    )

@@ -47,6 +47,7 @@ from envforge.knowledge.table import (
     Override,
     PciProduct,
     Release,
+    TegraRoute,
 )
 from envforge.resources import data_file
 
@@ -67,6 +68,7 @@ _TOP_KEYS = (
     "rocm_python_caveat",
     "amd_pci_ids",
     "nvidia_model_names",
+    "tegra",
 )
 
 _Tops = Sequence[tuple[Check, dict[str, Any]]]
@@ -129,6 +131,7 @@ def parse_layers(
         sources=tuple(scalars.sources.items()),
         index_root=scalars.index_root,
         layers=tuple(where for where, _ in layers),
+        tegra=_tegra(tops),
     )
 
 
@@ -158,6 +161,21 @@ def _scalars(tops: _Tops) -> _Scalars:
         if top.get("rocm_python_caveat") is not None:
             out.rocm_caveat = c.opt_str(top.get("rocm_python_caveat"), "rocm_python_caveat")
     return out
+
+
+def _tegra(tops: _Tops) -> TegraRoute | None:
+    """``tegra: {route, source}``: where Jetson users get torch (the last layer's)."""
+    found: TegraRoute | None = None
+    for c, top in tops:
+        if top.get("tegra") is None:
+            continue
+        body = c.mapping(top["tegra"], "tegra", ("route", "source"), ("route", "source"))
+        found = TegraRoute(
+            route=c.text(body["route"], "tegra.route"),
+            source=c.text(body["source"], "tegra.source"),
+            origin=c.source,
+        )
+    return found
 
 
 def _rocm_rules(tops: _Tops) -> tuple[tuple[ArchRule, ...], tuple[BrokenRule, ...]]:

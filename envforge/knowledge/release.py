@@ -26,9 +26,11 @@ from envforge.knowledge.rows import (
 )
 from envforge.knowledge.table import (
     INDEX_FORMS,
+    PLATFORMS,
     BrokenArch,
     IndexForm,
     Kind,
+    PlatformBuild,
     Release,
     Variant,
     series_of,
@@ -66,7 +68,9 @@ VARIANT_KEYS = (
     "sm_source",
     "sm_confidence",
     "ptx",
+    "platforms",
 )
+_PLATFORM_KEYS = ("sm", "ptx", "sm_source", "sm_confidence", "python", "python_source")
 
 
 @dataclass(frozen=True)
@@ -206,6 +210,7 @@ def _variant(row: Row, ctx: _Context) -> Variant:
         ),
         origin=c.source,
         arch_origins=a.origins,
+        platforms=_platforms(row, kind, (vmin, vmax, vsource)),
     )
 
 
@@ -281,3 +286,43 @@ def _cuda_archs(row: Row) -> _Archs:
         sources=tuple((s, sm_source) for s in sm),
         ptx=ptx,
     )
+
+
+def _platforms(
+    row: Row, kind: Kind, python: tuple[str, str, str]
+) -> tuple[PlatformBuild, ...]:
+    """``platforms: {linux/arm64: {sm, ptx, sm_source, python, python_source}}``: the
+    variant's wheels for another platform (the row's own facts are linux/amd64's)."""
+    c, vpath, v = row.c, row.path, row.raw
+    raw = v.get("platforms")
+    if raw is None:
+        return ()
+    body = c.mapping(raw, f"{vpath}.platforms", [*PLATFORMS[1:], "tegra"])
+    out: list[PlatformBuild] = []
+    for name, entry_raw in body.items():
+        path = f"{vpath}.platforms.{name}"
+        entry = c.mapping(entry_raw, path, _PLATFORM_KEYS, ("python_source",))
+        if kind == "rocm":
+            raise c.fail(path, "ROCm wheels are built for linux/amd64 only")
+        archs = _Archs()
+        if kind == "cuda":
+            archs = _cuda_archs(Row(c, path, entry))
+        elif entry.get("sm") is not None:
+            raise c.fail(f"{path}.sm", "a cpu variant has no GPU archs")
+        own = c.text(entry["python_source"], f"{path}.python_source")
+        low, high = python[0], python[1]
+        if entry.get("python") is not None:
+            low, high = c.python(entry["python"], f"{path}.python")
+        out.append(
+            PlatformBuild(
+                platform=str(name),
+                archs=archs.archs,
+                ptx=archs.ptx,
+                arch_source=archs.sources[0][1] if archs.sources else "",
+                arch_uncertain=bool(archs.uncertain),
+                python_min=low,
+                python_max=high,
+                python_source=own,
+            )
+        )
+    return tuple(out)

@@ -20,6 +20,7 @@ from envforge import yamlcheck
 from envforge.arch import gfx_from_isa
 from envforge.errors import DataFileError, TableError
 from envforge.knowledge.table import (
+    ARCH_PLATFORMS,
     OVERRIDE_STATUSES,
     ArchInfo,
     BaseImage,
@@ -361,12 +362,15 @@ def read_arch_infos(c: Check, raw: object, path: str, *, amd: bool) -> tuple[Arc
         entry = c.mapping(
             info,
             f"{path}.{arch}",
-            ("family", "products", "official", "integrated"),
+            ("family", "products", "official", "integrated", "platform", "confidence"),
             ("family", "products"),
         )
         integrated = entry.get("integrated", False)
         if not isinstance(integrated, bool):
             raise c.fail(f"{path}.{arch}.integrated", "expected true or false")
+        platform = c.opt_str(entry.get("platform"), f"{path}.{arch}.platform")
+        if platform and platform not in ARCH_PLATFORMS:
+            raise c.fail(f"{path}.{arch}.platform", f"{platform!r} is not one of {ARCH_PLATFORMS}")
         out.append(
             ArchInfo(
                 arch=arch,
@@ -374,6 +378,10 @@ def read_arch_infos(c: Check, raw: object, path: str, *, amd: bool) -> tuple[Arc
                 products=c.texts(entry["products"], f"{path}.{arch}.products"),
                 official=c.opt_str(entry.get("official"), f"{path}.{arch}.official"),
                 integrated=integrated,
+                platform=platform,
+                confidence=c.confidence(
+                    entry.get("confidence", "verified"), f"{path}.{arch}.confidence"
+                ),
                 origin=c.source,
             )
         )

@@ -20,6 +20,10 @@ hsa-override        HSA_OVERRIDE_GFX_VERSION is malformed, contradicts the table
                     for the arch, or points a natively supported arch elsewhere
 override-known-bad  the override for this arch is known to fault or corrupt results
 cuda-arch           the CUDA wheel has neither SASS nor PTX for the nvidia arch
+tegra               the nvidia arch is a Jetson (Tegra) GPU: the package index's wheels do
+                    not run on L4T/JetPack (NVIDIA's JetPack wheels do)
+platform            the table has no row saying the variant publishes wheels for the
+                    platform (--platform); ROCm wheels are linux/amd64 only
 base-python         a base image the table knows ships another python3 than the recipe's
 env-name            an env var name is not a POSIX shell name
 ==================  ==========================================================
@@ -44,10 +48,11 @@ from dataclasses import replace
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from envforge.knowledge.arch_checks import amd_arch, cuda_arch
+from envforge.knowledge.arch_checks import amd_arch, cuda_arch, platform_missing, tegra_arch
 from envforge.knowledge.explain import explain
 from envforge.knowledge.parse import load_table
 from envforge.knowledge.table import (
+    PLATFORMS,
     CompatTable,
     Release,
     Variant,
@@ -90,12 +95,16 @@ _NUMPY_PROBES = tuple(
 # --------------------------------------------------------------------------- check
 
 
-def check(recipe: Recipe, table: CompatTable | None = None) -> list[Violation]:
+def check(
+    recipe: Recipe, table: CompatTable | None = None, *, platform: str | None = None
+) -> list[Violation]:
     """Every rule the recipe breaks, most fundamental first; [] when it is consistent.
 
-    Verdicts of kind ``unknown`` are included (see :func:`split`)."""
+    ``platform`` (``linux/amd64`` when None) is where the wheels will run: its row of the
+    variant decides the CPython range and the CUDA archs. Verdicts of kind ``unknown``
+    are included (see :func:`split`)."""
     t = load_table() if table is None else table
-    return list(_violations(recipe, t))
+    return list(_violations(recipe, t, platform or PLATFORMS[0]))
 
 
 def strict_from_env(environ: Mapping[str, str] | None = None) -> bool:
@@ -113,9 +122,11 @@ def split(
     return refused, warned
 
 
-def unknowns(recipe: Recipe, table: CompatTable | None = None) -> list[Violation]:
+def unknowns(
+    recipe: Recipe, table: CompatTable | None = None, *, platform: str | None = None
+) -> list[Violation]:
     """What the table has no row for; non-empty means the recipe is ``uncertain``."""
-    return [v for v in check(recipe, table) if v.unknown]
+    return [v for v in check(recipe, table, platform=platform) if v.unknown]
 
 
 def effective_confidence(recipe: Recipe, table: CompatTable | None = None) -> str:
@@ -129,12 +140,13 @@ def enforce(
     *,
     strict: bool | None = None,
     warn: Callable[[str], None] | None = None,
+    platform: str | None = None,
 ) -> list[Violation]:
     """Raise the first refusal as a ConstraintViolation (exit 2); warn about each unknown
     verdict accepted (one line each, on stderr unless ``warn`` is given) and return them.
     ``strict`` None: from ``ENVFORGE_STRICT``; strict turns unknown into refusal."""
     strict = strict_from_env() if strict is None else strict
-    refused, warned = split(check(recipe, table), strict=strict)
+    refused, warned = split(check(recipe, table, platform=platform), strict=strict)
     if refused:
         first = refused[0]
         if len(refused) > 1:
@@ -151,24 +163,30 @@ def _stderr(line: str) -> None:
     sys.stderr.flush()
 
 
-def _violations(recipe: Recipe, t: CompatTable) -> Iterator[Violation]:
+def _violations(recipe: Recipe, t: CompatTable, platform: str) -> Iterator[Violation]:
     vendor = list(_vendor_variant(recipe))
     yield from vendor
     release = t.release(recipe.torch.version)
-    variant = None if release is None else release.variant(recipe.accelerator)
+    published = None if release is None else release.variant(recipe.accelerator)
     if release is None:
         yield _unknown_release(recipe, t)
-    elif variant is None:
+    elif published is None:
         yield _unpublished(recipe, release, t)
     else:
-        yield from _python_range(recipe, variant, t)
-        if not vendor and recipe.gpu.vendor == "amd" and variant.kind == "rocm":
-            yield from amd_arch(recipe, variant, t)
-        elif not vendor and recipe.gpu.vendor == "nvidia" and variant.kind == "cuda":
-            yield from cuda_arch(recipe, variant, t)
+        tegra = list(tegra_arch(recipe, published, t))
+        yield from tegra
+        variant = published.for_platform(platform)
+        if variant is None:
+            yield platform_missing(recipe, published, platform, t)
+        elif not tegra:
+            yield from _python_range(recipe, variant, t)
+            if not vendor and recipe.gpu.vendor == "amd" and variant.kind == "rocm":
+                yield from amd_arch(recipe, variant, t)
+            elif not vendor and recipe.gpu.vendor == "nvidia" and variant.kind == "cuda":
+                yield from cuda_arch(recipe, variant, t)
         yield from _numpy(recipe, release, t)
-        yield from _local_version(recipe, variant)
-        yield from _index_url(recipe, variant, t)
+        yield from _local_version(recipe, published)
+        yield from _index_url(recipe, published, t)
     yield from _numpy_python(recipe, t)
     yield from _base_python(recipe, t)
     yield from _env_names(recipe)

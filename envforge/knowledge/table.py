@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from packaging.version import Version
 
 from envforge.arch import same_major_lower, sm_covered, sm_number
 from envforge.patterns import Confidence
+from envforge.platforms import PLATFORMS as _PLATFORMS
 
 IndexForm = Literal["index-url", "extra-index-url"]
 Kind = Literal["rocm", "cuda", "cpu"]
@@ -36,6 +37,12 @@ OverrideStatus = Literal["works", "unreliable", "broken"]
 
 INDEX_FORMS: tuple[IndexForm, ...] = ("index-url", "extra-index-url")
 OVERRIDE_STATUSES: tuple[OverrideStatus, ...] = ("works", "unreliable", "broken")
+#: Wheel platforms (docker's names): the table's top-level ``sm``/``python`` facts are
+#: linux/amd64's; a variant's ``platforms:`` gives the others.
+PLATFORMS = _PLATFORMS
+#: Where an arch exists (``nvidia_archs.*.platform``): Jetson SoCs on L4T (``tegra``), or
+#: one wheel platform only.
+ARCH_PLATFORMS: tuple[str, ...] = ("tegra", *PLATFORMS)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -85,6 +92,30 @@ class PythonException:
     python_min: str
     python_max: str
     source: str
+
+
+@dataclass(frozen=True)
+class PlatformBuild:
+    """A variant's wheels for another platform than linux/amd64 (``platforms:`` rows):
+    their SASS/PTX (CUDA) and CPython range, each with its source."""
+
+    platform: str
+    archs: tuple[str, ...]
+    ptx: str | None
+    arch_source: str
+    arch_uncertain: bool
+    python_min: str
+    python_max: str
+    python_source: str
+
+
+@dataclass(frozen=True)
+class TegraRoute:
+    """Where Jetson (Tegra, L4T) users get torch: not the package index's wheels."""
+
+    route: str
+    source: str
+    origin: str = "compat.yaml"
 
 
 @dataclass(frozen=True)
@@ -173,6 +204,30 @@ class Variant:
         """The table file that says ``arch`` is (or is not) in this wheel."""
         return dict(self.arch_origins).get(arch, self.origin)
 
+    #: Wheels for other platforms than linux/amd64 (whose facts are the fields above).
+    platforms: tuple[PlatformBuild, ...] = ()
+
+    def for_platform(self, platform: str) -> Variant | None:
+        """This variant as its wheels for ``platform`` are (SASS/PTX, CPython range), or
+        None when the table has no row saying it publishes wheels for that platform."""
+        if platform == PLATFORMS[0]:
+            return self
+        for b in self.platforms:
+            if b.platform == platform:
+                return replace(
+                    self,
+                    archs=b.archs,
+                    archs_uncertain=b.archs if b.arch_uncertain else (),
+                    arch_sources=tuple((a, b.arch_source) for a in b.archs),
+                    ptx=b.ptx,
+                    python_min=b.python_min,
+                    python_max=b.python_max,
+                    python_source=b.python_source,
+                    python_exceptions=(),
+                    platforms=(),
+                )
+        return None
+
 
 @dataclass(frozen=True)
 class Release:
@@ -243,6 +298,11 @@ class ArchInfo:
     #: APU graphics (an iGPU): a discrete GPU beside it is preferred.
     integrated: bool = False
     origin: str = "compat.yaml"
+    #: Where the arch exists: ``tegra`` (Jetson on L4T), ``linux/arm64``; "" = anywhere.
+    platform: str = ""
+    #: How sure the table is that the package index's wheels run the arch (``official``
+    #: says why when not verified).
+    confidence: Confidence = "verified"
 
 
 @dataclass(frozen=True)
@@ -296,6 +356,8 @@ class CompatTable:
     #: The files merged into this table, shipped table first, then each overlay in the
     #: order applied (a later file's rows replace an earlier one's).
     layers: tuple[str, ...] = ("compat.yaml",)
+    #: Where Jetson (Tegra) users get torch (``tegra:``), None when not stated.
+    tegra: TegraRoute | None = None
 
     # ------------------------------------------------------------------ releases
 
@@ -363,6 +425,11 @@ class CompatTable:
             if info.arch == arch:
                 return info
         return None
+
+    def arch_platform(self, arch: str) -> str:
+        """Where the arch exists: ``tegra``, ``linux/arm64``; "" when anywhere."""
+        info = self.arch_info(arch)
+        return "" if info is None else info.platform
 
     def is_integrated(self, arch: str) -> bool:
         """The arch is APU graphics (``integrated: true`` in ``amd_archs``)."""

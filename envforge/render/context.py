@@ -22,6 +22,7 @@ from envforge.errors import InvalidInput
 from envforge.knowledge import unknowns
 from envforge.mirror import Mirrors, mirrors_from_env, rewrite
 from envforge.patterns import IMAGE_RE
+from envforge.platforms import PLATFORMS
 from envforge.recipe.checks import check_renderable
 from envforge.recipe.model import Recipe
 from envforge.render.quoting import check_one_line, docker_quote, shell_quote
@@ -96,6 +97,9 @@ class RenderOptions:
     installer: Installer = "uv"
     #: Install exactly this lock, hashes required (Docker only).
     lock: LockedInstall | None = None
+    #: ``linux/amd64`` / ``linux/arm64`` (``--platform``): every ``FROM`` of the base image
+    #: names it, so the engine builds for it; None: the engine's own platform.
+    platform: str | None = None
 
 
 #: The defaults: the recipe's base image, torch from its index, the system's CAs.
@@ -125,6 +129,8 @@ class DockerContext:
     recipe: str
     stack_tag: str
     base_image: str
+    #: ``--platform=linux/arm64 `` for the base image's ``FROM`` lines ("" by default).
+    from_platform: str
     python: str
     python_bin: str
     #: Shell words (already quoted) for apt package names.
@@ -425,6 +431,7 @@ def docker_context(
         recipe=recipe.name,
         stack_tag=recipe.stack_tag,
         base_image=base_image,
+        from_platform=_from_platform(options.platform),
         python=recipe.python,
         python_bin=py,
         python_apt=py,
@@ -487,3 +494,15 @@ def venv_context(recipe: Recipe, options: RenderOptions, stack: Stack | None = N
         env=_env_lines(recipe),
         stack=stack,
     )
+
+
+def _from_platform(platform: str | None) -> str:
+    """``FROM --platform=…`` words for ``platform`` ("" when None); refuses an unknown one."""
+    if platform is None:
+        return ""
+    if platform not in PLATFORMS:
+        raise InvalidInput(
+            f"--platform {platform!r} is not one of {', '.join(PLATFORMS)}",
+            hint="--platform linux/amd64 or --platform linux/arm64",
+        )
+    return f"--platform={platform} "

@@ -36,7 +36,7 @@ def _auto_lines(err: str) -> list[str]:
 @pytest.mark.parametrize(
     ("arch", "recipe", "solved"),
     [
-        ("sm_87", "sm_87", True),  # Jetson Orin: no curated recipe; the sm_86 one is not its own
+        ("sm_103", "sm_103", True),  # B300: no curated recipe; the sm_100 one is not its own
         ("gfx1150", "gfx1150", True),  # Strix Point: no curated recipe, a solvable stack
         ("gfx1034", "gfx1031", False),  # the gfx1031 recipe sets the 10.3.0 override it needs
         ("sm_89", "sm_89", False),  # its own curated recipe (not sm_90's, as before)
@@ -68,7 +68,7 @@ def test_show_auto_uses_the_covering_recipe_or_the_solved_stack(
 def test_render_auto_prints_the_solved_stacks_dockerfile(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _gpu(monkeypatch, "sm_87")
+    _gpu(monkeypatch, "sm_103")
     assert main(["render", "auto"]) == 0
     captured = capsys.readouterr()
     assert "FROM " in captured.out
@@ -101,12 +101,12 @@ def test_lock_auto_resolves_then_asks_where_to_write_a_solved_lock(
 ) -> None:
     # Before issue 10 §2: "lock needs a recipe name, not auto". Now auto resolves; a solved
     # recipe has no file to put the lock next to, so -o is asked for (before uv runs).
-    _gpu(monkeypatch, "sm_87")
+    _gpu(monkeypatch, "sm_103")
     assert main(["lock", "auto"]) == 2
     err = capsys.readouterr().err
     assert "not auto" not in err
-    assert "envforge: auto -> sm_87: " in err
-    assert "recipe sm_87 has no file to put the lock next to" in err
+    assert "envforge: auto -> sm_103: " in err
+    assert "recipe sm_103 has no file to put the lock next to" in err
 
 
 def test_build_auto_resolves_before_checking_options(
@@ -123,10 +123,10 @@ def test_build_auto_resolves_before_checking_options(
 def test_shell_auto_resolves(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _gpu(monkeypatch, "sm_87")
+    _gpu(monkeypatch, "sm_103")
     assert main(["shell", "auto", "--backend", "venv", "--image", "x", "--", "true"]) == 2
     err = capsys.readouterr().err
-    assert "envforge: auto -> sm_87: " in err
+    assert "envforge: auto -> sm_103: " in err
     assert "--image: only for --backend docker" in err
 
 
@@ -163,11 +163,11 @@ def test_doctor_auto_judges_the_chosen_recipe_without_the_other_arch_warning(
 def test_doctor_auto_with_a_solved_stack(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("ENVFORGE_GPU_ARCH", "sm_87")
+    monkeypatch.setenv("ENVFORGE_GPU_ARCH", "sm_103")
     main(["doctor", "--json", "--backend", "venv", "--root", str(SYSFS / "h100")])
     data = json.loads(capsys.readouterr().out)
-    assert data["recipe"] == "sm_87"
+    assert data["recipe"] == "sm_103"
     assert data["auto"]["solved"] is True
     gpu = next(f for f in data["findings"] if f["check"] == "gpu")
     assert gpu["severity"] == "ok"
-    assert "auto chose sm_87 for sm_87" in gpu["message"]
+    assert "auto chose sm_103 for sm_103" in gpu["message"]

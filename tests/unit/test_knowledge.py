@@ -612,10 +612,13 @@ def test_new_releases_2_14_and_2_15() -> None:
     assert cu132 is not None
     assert cu132.confidence == "verified"
     assert cu132.ptx is None
-    for name in ("rocm7.14", "rocm10.0", "cu130", "cu134", "cpu"):
+    for name in ("rocm7.14", "rocm10.0", "cu134", "cpu"):
         v = r215.variant(name)
         assert v is not None, name
         assert v.confidence == "uncertain", name
+    cu130 = r215.variant("cu130")  # users report 2.15.0+cu130 wheels: raised from uncertain
+    assert cu130 is not None
+    assert cu130.confidence == "community"
     rocm714 = r214.variant("rocm7.14")
     rocm72 = r214.variant("rocm7.2")
     assert rocm714 is not None

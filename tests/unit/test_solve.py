@@ -28,8 +28,13 @@ TABLE = load_table()
 #: Archs no published wheel in the table can run (and why), checked below.
 UNSOLVABLE = {
     "sm_35": "none could",
-    "sm_110": "none could",
+    "sm_53": "Jetson",
+    "sm_62": "Jetson",
+    "sm_72": "Jetson",
+    "sm_87": "Jetson",
     "gfx803": "none could",
+    "gfx90c": "none could",
+    "gfx1153": "none could",
     "gfx1010": "unreliable",
     "gfx1011": "unreliable",
     "gfx1012": "unreliable",
@@ -62,7 +67,8 @@ def solvable() -> list[str]:
 
 def validated(solution: Solution) -> list[str]:
     recipe = parse_recipe(solution.recipe_dict(), f"<solve {solution.arch}>")
-    return [v.one_line(recipe.origin) for v in check(recipe, TABLE)]
+    found = check(recipe, TABLE, platform=solution.stack.platform)
+    return [v.one_line(recipe.origin) for v in found]
 
 
 @pytest.mark.parametrize("conservative", [False, True])
@@ -81,8 +87,8 @@ def test_every_known_arch_solves_to_a_stack_the_rules_accept(arch: str, conserva
 def test_unsolvable_and_solvable_archs_cover_the_table() -> None:
     archs = known_archs(TABLE)
     assert set(UNSOLVABLE) <= set(archs)
-    for arch in UNSOLVABLE:
-        with pytest.raises(NoStack):
+    for arch, why in UNSOLVABLE.items():
+        with pytest.raises(NoStack, match=why):
             solve(SolveRequest(arch), TABLE)
 
 
@@ -142,14 +148,70 @@ def test_override_from_the_table_sets_the_env_var() -> None:
 
 
 def test_conservative_prefers_evidence_over_the_newest() -> None:
-    newest = solve(SolveRequest("gfx1151"), TABLE)
-    assert newest.stack.confidence == "uncertain"  # 2.15's ROCm variants are unconfirmed
+    latest = solve(SolveRequest("gfx1151", latest=True), TABLE)
+    assert latest.stack.confidence == "uncertain"  # 2.15's ROCm variants are unconfirmed
+    assert latest.mode == "latest"
+    said = "--latest: the newest stack, uncertain choices allowed"
+    assert any(n.startswith(said) for n in latest.notes)
     safe = solve(SolveRequest("gfx1151", conservative=True), TABLE)
-    assert f"--conservative would choose {safe.stack.label}" in " ".join(newest.notes)
+    assert f"--conservative would choose {safe.stack.label}" in " ".join(latest.notes)
     assert safe.stack.confidence == "verified"
     assert safe.stack.torch != "2.15.0"
-    assert newest.runner_ups
+    assert latest.runner_ups
     assert safe.runner_ups
+
+
+@pytest.mark.parametrize("arch", ["gfx1100", "gfx1151", "gfx942", "gfx1201"])
+def test_the_default_is_the_newest_verified_stack(arch: str) -> None:
+    """Issue 20 §3: not 2.15.0+rocm10.0 (no evidence found) but the newest verified stack,
+    saying what --latest would choose."""
+    default = solve(SolveRequest(arch), TABLE)
+    latest = solve(SolveRequest(arch, latest=True), TABLE)
+    assert default.mode == "verified"
+    assert default.stack.confidence == "verified"
+    assert latest.stack.confidence == "uncertain"
+    assert (default.stack.torch, default.stack.variant) != ("2.15.0", "rocm10.0")
+    assert f"--latest would choose {latest.stack.label}" in " ".join(default.notes)
+
+
+def test_only_uncertain_stacks_are_still_solved_and_said_so() -> None:
+    only = solve(SolveRequest("gfx1250"), TABLE)  # in the 2.15 nightly list only
+    assert only.stack.confidence == "uncertain"
+    assert only.stack.torch == "2.15.0"
+
+
+def test_arm64_has_its_own_sass_list() -> None:
+    """The linux/arm64 wheels carry sm_80 sm_90 sm_100 sm_110 sm_120, not sm_75/sm_86."""
+    with pytest.raises(NoStack, match="on linux/arm64; the linux/amd64 wheels have code"):
+        solve(SolveRequest("sm_75", platform="linux/arm64"), TABLE)
+    ampere = solve(SolveRequest("sm_86", platform="linux/arm64"), TABLE)
+    assert (ampere.stack.via, ampere.stack.runs, ampere.stack.platform) == (
+        "same-major", "sm_80", "linux/arm64"
+    )
+    amd64 = solve(SolveRequest("sm_86"), TABLE)
+    assert (amd64.stack.via, amd64.stack.platform) == ("sass", "linux/amd64")
+    with pytest.raises(NoStack, match="linux/arm64"):
+        solve(SolveRequest("gfx1100", platform="linux/arm64"), TABLE)
+
+
+def test_thor_and_gb10_are_solved_on_arm64() -> None:
+    thor = solve(SolveRequest("sm_110"), TABLE)
+    assert (thor.stack.via, thor.stack.platform) == ("sass", "linux/arm64")
+    assert thor.stack.confidence == "community"  # runtime on JetPack 7: third-party reports
+    spark = solve(SolveRequest("sm_121"), TABLE)
+    assert (spark.stack.via, spark.stack.runs, spark.stack.platform) == (
+        "same-major", "sm_120", "linux/arm64"
+    )
+    with pytest.raises(NoStack, match="only on linux/arm64"):
+        solve(SolveRequest("sm_121", platform="linux/amd64"), TABLE)
+
+
+@pytest.mark.parametrize("arch", ["sm_53", "sm_62", "sm_72", "sm_87"])
+def test_jetson_archs_are_routed_to_jetpack(arch: str) -> None:
+    with pytest.raises(NoStack, match="JetPack wheels") as err:
+        solve(SolveRequest(arch), TABLE)
+    assert err.value.exit_code == 2
+    assert "https://docs.nvidia.com/" in str(err.value)
 
 
 def test_driver_floor_excludes_wheels_the_driver_cannot_load() -> None:
@@ -262,7 +324,7 @@ def test_cli_write_gives_a_recipe_validate_accepts(
 
 @pytest.mark.parametrize(
     ("arch", "text"),
-    [("sm_35", "none could"), ("gfx803", "none could"), ("gfx1299", "nearest known: gfx1201")],
+    [("sm_35", "none could"), ("gfx803", "none could"), ("gfx1299", "nearest known: gfx1250")],
 )
 def test_cli_refusals_exit_2(arch: str, text: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["solve", arch]) == 2

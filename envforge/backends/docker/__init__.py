@@ -234,6 +234,7 @@ def build(
             builder=builder,
             installer="pip" if options.installer == "pip" else "uv",
             lock=locked,
+            platform=options.platform,
         ),
         stack,
     )

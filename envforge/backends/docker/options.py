@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envforge.backends.base import BackendOption, LineSink, Options
+from envforge.platforms import PLATFORMS
 from envforge.probe.runner import ProbeListener
 from envforge.recipe.model import Level
 
@@ -67,6 +68,9 @@ class DockerOptions:
     say: Say = field(default=_quiet)
     #: ``--gpu``: only these GPUs in the container (None: all of the recipe's vendor).
     gpus: GpuPick | None = None
+    #: ``--platform``: build the image for ``linux/amd64`` / ``linux/arm64`` (the rendered
+    #: Dockerfile's FROM names it); None: the engine's own platform.
+    platform: str | None = None
 
 
 #: The flags only this backend has (``envforge build`` / ``shell`` / ``certify``).
@@ -81,6 +85,9 @@ CLI_OPTIONS: tuple[BackendOption, ...] = (
                   is_flag=True),
     BackendOption("--builder", "builder", "Image builder (default: ENVFORGE_BUILDER, else auto: "
                   "BuildKit when available).", ("build",), choices=("auto", "buildkit", "classic")),
+    BackendOption("--platform", "platform", "Build the image for this platform (the table's "
+                  "row for it must accept the recipe; default: the engine's own).", ("build",),
+                  choices=PLATFORMS),
     BackendOption("--image", "image", "Run this image instead of the certified one.", ("shell",),
                   metavar="REF"),
     BackendOption("--shm-size", "shm_size", "GPU containers: a private /dev/shm of SIZE (e.g. "
@@ -123,4 +130,5 @@ def docker_options(options: Options | DockerOptions) -> DockerOptions:
         output=options.output or _Discard(),
         say=options.note,
         gpus=options.gpus,
+        platform=extra.get("platform"),
     )
