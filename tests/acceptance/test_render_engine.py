@@ -17,9 +17,10 @@ import pytest
 
 from envforge.backends.docker.client import EngineClient
 from envforge.backends.docker.images import build_image, inspect_image
+from envforge.platforms import host_platform
 from envforge.recipe.load import load_recipe_file
 from envforge.recipe.model import EnvVar
-from envforge.render import render_dockerfile
+from envforge.render import RenderOptions, render_dockerfile
 
 pytestmark = pytest.mark.engine
 
@@ -87,5 +88,27 @@ def test_builder_reads_hostile_values_back(
         assert labels["io.envforge.recipe-hash"] == recipe.hash
         assert "evil" not in labels
         assert not any(key.startswith("RUN") for key in seen)
+    finally:
+        sdk.images.remove(result.image_id, force=True)
+
+
+def test_the_engine_builds_for_the_rendered_platform(
+    client: EngineClient, sdk: docker.DockerClient, standin: str
+) -> None:
+    """``render --platform`` (this host's): the final stage's FROM names the platform and
+    the real classic builder builds an image of that platform from it (issue 20 §1)."""
+    platform = host_platform()
+    base = load_recipe_file(FIXTURE)
+    text = render_dockerfile(base, RenderOptions(base_image=standin, platform=platform))
+    froms = [line for line in text.splitlines() if line.startswith("FROM ")]
+    assert froms[-1] == f"FROM --platform={platform} {standin}"
+    dockerfile = froms[-1] + "\nLABEL io.envforge.test=platform\n"
+    with tempfile.TemporaryDirectory(prefix="envforge-render-platform-") as tmp:
+        context = Path(tmp)
+        (context / "Dockerfile").write_text(dockerfile, encoding="utf-8")
+        result = build_image(client, context)
+    try:
+        attrs = sdk.images.get(result.image_id).attrs
+        assert f"{attrs['Os']}/{attrs['Architecture']}" == platform
     finally:
         sdk.images.remove(result.image_id, force=True)
