@@ -60,7 +60,8 @@ _HINTS = {
 @set_option
 @level_option(
     "quick: versions, device, memory, tensor, matmul, transfer; full adds conv2d, "
-    "autocast, gradient checkpointing. Default: the recipe's, else full."
+    "autocast, gradient checkpointing. Both import every distribution the recipe asks "
+    "for and run torchvision's/torchaudio's device steps. Default: the recipe's, else full."
 )
 @step_timeout_option("Deadline of each step (default: the recipe's, else 60).", "SECONDS")
 @click.option(

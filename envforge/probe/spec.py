@@ -39,6 +39,13 @@ QUICK_STEPS: tuple[str, ...] = (
 )
 FULL_STEPS: tuple[str, ...] = (*QUICK_STEPS, "conv2d", "autocast", "grad-checkpoint")
 CHECK_PREFIX = "check:"
+#: ``import:NAME`` imports every top-level module of the installed distribution NAME.
+IMPORT_PREFIX = "import:"
+#: Device steps of the torch companions, run (at both levels) when the recipe asks for them.
+COMPANION_STEPS: dict[str, tuple[str, ...]] = {
+    "torchvision": ("torchvision-nms", "torchvision-convnet"),
+    "torchaudio": ("torchaudio-melspectrogram",),
+}
 #: Seconds the worker may take to start (interpreter start, container start) at least.
 MIN_STARTUP_TIMEOUT = 30.0
 #: The largest check file read (a check is a short Python file).
@@ -188,7 +195,8 @@ class ProbeSpec:
     recipe_name: str | None = None
     recipe_hash: str | None = None
     #: Canonical names of the distributions the stack asks for (``Stack.distributions()``:
-    #: torch, numpy, the companions, the recipe's packages); empty without a recipe.
+    #: torch, numpy, the companions, the recipe's packages); empty without a recipe. Each
+    #: gets an ``import:NAME`` step; torchvision and torchaudio add their device steps.
     distributions: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -200,9 +208,14 @@ class ProbeSpec:
 
     @property
     def steps(self) -> tuple[str, ...]:
-        """Every step, in order. User checks run at both levels."""
+        """Every step, in order: the torch steps of the level, one import step per
+        distribution, the companions' device steps, then user checks (both levels)."""
         base = QUICK_STEPS if self.level == "quick" else FULL_STEPS
-        return (*base, *(c.step for c in self.checks))
+        imports = tuple(IMPORT_PREFIX + name for name in self.distributions)
+        companions = tuple(
+            step for name in self.distributions for step in COMPANION_STEPS.get(name, ())
+        )
+        return (*base, *imports, *companions, *(c.step for c in self.checks))
 
     @property
     def startup_deadline(self) -> float:

@@ -144,6 +144,7 @@ class Context(object):
         self.torch_error = None
         self.device = None  # "cuda" or "cpu" once the device step ran
         self.device_error = None
+        self.module_errors = {}  # distribution -> why its import step failed
 
     def need_torch(self):
         if self.torch is not None:
@@ -167,6 +168,17 @@ class Context(object):
     def sync(self):
         if self.device == "cuda":
             self.torch.cuda.synchronize()
+
+    def need_module(self, name):
+        """A companion module (torchvision) for its device steps; Skip when it did not import."""
+        if name in self.module_errors:
+            raise Skip("%s is not importable: %s" % (name, self.module_errors[name]))
+        import importlib
+        try:
+            return importlib.import_module(name)
+        except BaseException as exc:
+            self.module_errors[name] = first_line(exc)
+            raise Skip("%s is not importable: %s" % (name, self.module_errors[name]))
 
 
 # --------------------------------------------------------------------------- steps
@@ -318,47 +330,66 @@ def major_minor(text):
 
 def step_expected_versions(ctx):
     exp = ctx.expect
-    problems = []
-    seen = []
-    py = "%d.%d" % sys.version_info[:2]
-    if exp.get("python"):
-        seen.append("python " + py)
-        if py != exp["python"]:
-            problems.append("python %s, recipe pins %s" % (py, exp["python"]))
-    if exp.get("numpy"):
-        try:
-            import numpy
-            have = numpy.__version__
-            seen.append("numpy %s %s" % (have, exp["numpy"]))
-            if not specifier_contains(exp["numpy"], have):
-                problems.append("numpy %s is outside %s" % (have, exp["numpy"]))
-        except ImportError as exc:
-            problems.append("numpy is not importable (%s), recipe wants %s"
-                            % (short(exc, 80), exp["numpy"]))
+    problems, seen = [], []
+    python_problems(exp, problems, seen)
+    numpy_problems(exp, problems, seen)
     try:
         torch = ctx.need_torch()
     except Skip:
         problems.append("torch is not importable (%s)" % ctx.torch_error)
         raise StepFailed("; ".join(problems))
-    have_torch = torch.__version__
+    seen.append("torch " + torch.__version__)
+    torch_version_problems(exp, torch.__version__, problems)
+    build_problems(exp, torch, problems)
+    arch_problems(exp, torch, problems, seen)
+    if problems:
+        raise StepFailed("; ".join(problems))
+    return ", ".join(seen) if seen else "no pins; installed versions accepted"
+
+
+def python_problems(exp, problems, seen):
+    py = "%d.%d" % sys.version_info[:2]
+    if exp.get("python"):
+        seen.append("python " + py)
+        if py != exp["python"]:
+            problems.append("python %s, recipe pins %s" % (py, exp["python"]))
+
+
+def numpy_problems(exp, problems, seen):
+    if not exp.get("numpy"):
+        return
+    try:
+        import numpy
+    except ImportError as exc:
+        problems.append("numpy is not importable (%s), recipe wants %s"
+                        % (short(exc, 80), exp["numpy"]))
+        return
+    have = numpy.__version__
+    seen.append("numpy %s %s" % (have, exp["numpy"]))
+    if not specifier_contains(exp["numpy"], have):
+        problems.append("numpy %s is outside %s" % (have, exp["numpy"]))
+
+
+def torch_version_problems(exp, have_torch, problems):
     want_torch = exp.get("torch")
-    seen.append("torch " + have_torch)
-    if want_torch:
-        if "+" in want_torch:
-            if have_torch != want_torch:
-                problems.append("torch %s, recipe pins %s" % (have_torch, want_torch))
-        else:
-            public, _, local = have_torch.partition("+")
-            if release(public) != release(want_torch) or public.split(".")[:3] != \
-                    want_torch.split(".")[:3]:
-                problems.append("torch %s, recipe pins %s" % (have_torch, want_torch))
-            acc = exp.get("accelerator")
-            if local and acc and local != acc:
-                problems.append("torch %s is the %s build, recipe wants %s"
-                                % (have_torch, local, acc))
+    if not want_torch:
+        return
+    if "+" in want_torch:
+        if have_torch != want_torch:
+            problems.append("torch %s, recipe pins %s" % (have_torch, want_torch))
+        return
+    public, _, local = have_torch.partition("+")
+    if release(public) != release(want_torch) or \
+            public.split(".")[:3] != want_torch.split(".")[:3]:
+        problems.append("torch %s, recipe pins %s" % (have_torch, want_torch))
+    acc = exp.get("accelerator")
+    if local and acc and local != acc:
+        problems.append("torch %s is the %s build, recipe wants %s" % (have_torch, local, acc))
+
+
+def build_problems(exp, torch, problems):
     hip = getattr(torch.version, "hip", None)
     cuda = getattr(torch.version, "cuda", None)
-    acc = exp.get("accelerator")
     if exp.get("hip"):
         if not hip:
             problems.append("torch has no HIP (ROCm) support, recipe wants ROCm %s (wrong wheel: "
@@ -371,20 +402,20 @@ def step_expected_versions(ctx):
                             "it would run on the CPU)" % exp["cuda"])
         elif major_minor(cuda) != major_minor(exp["cuda"]):
             problems.append("torch built for CUDA %s, recipe wants %s" % (cuda, exp["cuda"]))
-    if acc == "cpu" and (hip or cuda):
+    if exp.get("accelerator") == "cpu" and (hip or cuda):
         problems.append("torch is a %s build, recipe wants the CPU build"
                         % ("HIP " + str(hip) if hip else "CUDA " + str(cuda)))
+
+
+def arch_problems(exp, torch, problems, seen):
     arch = exp.get("arch")
-    if arch:
-        archs = compiled_archs(torch)
-        bases = set(a.split(":", 1)[0] for a in archs)
-        if archs and arch not in bases:
-            problems.append("torch is not compiled for %s (has %s)" % (arch, " ".join(archs)))
-        elif archs:
-            seen.append("arch %s compiled in" % arch)
-    if problems:
-        raise StepFailed("; ".join(problems))
-    return ", ".join(seen) if seen else "no pins; installed versions accepted"
+    archs = compiled_archs(torch) if arch else []
+    if not archs:
+        return
+    if arch not in set(a.split(":", 1)[0] for a in archs):
+        problems.append("torch is not compiled for %s (has %s)" % (arch, " ".join(archs)))
+    else:
+        seen.append("arch %s compiled in" % arch)
 
 
 def step_device(ctx):
@@ -615,6 +646,217 @@ def step_grad_checkpoint(ctx):
     return "checkpointed backward (use_reentrant=False) matches plain backward on %s" % dev
 
 
+# --------------------------------------------------------------------------- packages
+#
+# "import:NAME" imports every top-level module of the installed distribution NAME, as its
+# metadata lists them (top_level.txt, else RECORD): never a hand-written module map.
+
+
+def canonical(name):
+    """PEP 503 name: 'Pillow' -> 'pillow', 'typing_extensions' -> 'typing-extensions'."""
+    out, dash = [], False
+    for ch in name.lower():
+        if ch in "-_.":
+            dash = True
+            continue
+        if dash and out:
+            out.append("-")
+        dash = False
+        out.append(ch)
+    return "".join(out)
+
+
+def find_distribution(name):
+    """The metadata folder (NAME-VERSION.dist-info / .egg-info) first on sys.path, or None."""
+    want = canonical(name)
+    for entry in sys.path:
+        try:
+            names = sorted(os.listdir(entry or "."))
+        except OSError:
+            continue
+        for folder in names:
+            stem, dot, kind = folder.rpartition(".")
+            if dot and kind in ("dist-info", "egg-info") and \
+                    canonical(stem.split("-", 1)[0]) == want:
+                path = os.path.join(entry or ".", folder)
+                if os.path.isdir(path):
+                    return path
+    return None
+
+
+def read_meta(folder, name):
+    try:
+        with open(os.path.join(folder, name), "r", encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def dist_version(folder):
+    text = read_meta(folder, "METADATA") or read_meta(folder, "PKG-INFO") or ""
+    for line in text.splitlines():
+        if line.startswith("Version:"):
+            return line.split(":", 1)[1].strip()
+        if not line.strip():
+            break
+    return os.path.basename(folder).rpartition(".")[0].partition("-")[2] or "?"
+
+
+def module_of(path):
+    """The top-level module a RECORD path installs, or None (metadata, scripts, .pth)."""
+    head, sep, _ = path.replace("\\", "/").partition("/")
+    if sep:
+        if head.endswith((".dist-info", ".egg-info", ".data")) or head in ("..", "__pycache__"):
+            return None
+        return head
+    if head.endswith(".py"):
+        return head[:-3]
+    if head.endswith((".so", ".pyd")):
+        return head.split(".", 1)[0]
+    return None
+
+
+def top_level_modules(folder):
+    """Importable top-level names of a distribution: top_level.txt, else RECORD's paths."""
+    text = read_meta(folder, "top_level.txt")
+    if text is not None:
+        names = [line.strip().replace("\\", "/").split("/")[0] for line in text.splitlines()]
+    else:
+        import csv
+        rows = csv.reader((read_meta(folder, "RECORD") or "").splitlines())
+        names = [module_of(row[0]) for row in rows if row]
+    return sorted(set(n for n in names if n and n.isidentifier() and not n.startswith("__")))
+
+
+def first_line(exc):
+    """'TypeName: the first line of the message' (short)."""
+    lines = text_of(exc).strip().splitlines()
+    return short("%s: %s" % (type(exc).__name__, lines[0] if lines else ""), 300)
+
+
+def make_import_step(name):
+    def step_import(ctx):
+        folder = find_distribution(name)
+        if folder is None:
+            ctx.module_errors[name] = "not installed"
+            raise StepFailed("%s is not installed (no %s metadata on sys.path)" % (name, name))
+        version = dist_version(folder)
+        modules = top_level_modules(folder)
+        for module in modules:
+            import_or_fail(ctx, name, version, module)
+        detail = "%s %s: imported %s" % (name, version, ", ".join(modules) or "no modules")
+        return detail, {"distribution": name, "version": version, "modules": modules}
+    return step_import
+
+
+def import_or_fail(ctx, name, version, module):
+    import importlib
+    try:
+        importlib.import_module(module)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # ImportError, a broken .so's OSError, RuntimeError, ...
+        traceback.print_exc(file=sys.stderr)
+        ctx.module_errors[name] = first_line(exc)
+        raise StepFailed("%s %s: import %s: %s" % (name, version, module, first_line(exc)))
+
+
+# --------------------------------------------------------------------------- companions
+
+
+def nms_case(torch):
+    """Overlapping boxes in clusters, distinct scores, and the IoU threshold in the widest
+    gap between the pairs' IoUs near 0.5 (float32 and float64 agree on every decision)."""
+    g = _gen(torch)
+    n = 160
+    centres = torch.rand(10, 2, generator=g) * 200.0
+    xy = centres[torch.randint(0, 10, (n,), generator=g)] + torch.randn(n, 2, generator=g) * 6.0
+    boxes = torch.cat([xy, xy + 12.0 + torch.rand(n, 2, generator=g) * 20.0], dim=1)
+    scores = (torch.randperm(n, generator=g).float() + 1.0) / n
+    ious = box_iou(torch, boxes.double(), boxes.double()).flatten().tolist()
+    near = sorted(set([0.3, 0.7] + [v for v in ious if 0.3 < v < 0.7]))
+    low, high = max(zip(near, near[1:]), key=lambda pair: pair[1] - pair[0])
+    return boxes, scores, (low + high) / 2.0
+
+
+def box_iou(torch, a, b):
+    area_a = (a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1])
+    area_b = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
+    low = torch.max(a[:, None, :2], b[None, :, :2])
+    high = torch.min(a[:, None, 2:], b[None, :, 2:])
+    inter = (high - low).clamp(min=0).prod(dim=2)
+    return inter / (area_a[:, None] + area_b[None, :] - inter)
+
+
+def nms_reference(torch, boxes, scores, threshold):
+    """Greedy NMS in float64 on the CPU, written out: the indices kept, best first."""
+    order = scores.argsort(descending=True).tolist()
+    ious = box_iou(torch, boxes, boxes).tolist()
+    kept, removed = [], set()
+    for i in order:
+        if i in removed:
+            continue
+        kept.append(i)
+        removed.update(j for j, iou in enumerate(ious[i]) if iou > threshold)
+    return kept
+
+
+def step_torchvision_nms(ctx):
+    torch, dev = ctx.need_device()
+    tv = ctx.need_module("torchvision")
+    boxes, scores, threshold = nms_case(torch)
+    got = tv.ops.nms(boxes.to(dev), scores.to(dev), threshold)
+    ctx.sync()
+    got = got.to("cpu").tolist()
+    want = nms_reference(torch, boxes.double(), scores.double(), threshold)
+    if got != want:
+        raise StepFailed("torchvision.ops.nms on %s kept %d boxes, the float64 reference %d "
+                         "(first difference at rank %d)" % (dev, len(got), len(want),
+                                                            first_difference(got, want)))
+    return "torchvision.ops.nms on %s: %d of %d boxes kept, as the float64 reference" % (
+        dev, len(got), len(boxes))
+
+
+def first_difference(a, b):
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return min(len(a), len(b))
+
+
+def step_torchvision_convnet(ctx):
+    torch, dev = ctx.need_device()
+    tv = ctx.need_module("torchvision")
+    import copy
+    torch.manual_seed(1234)
+    model = tv.models.resnet18(num_classes=10).eval()
+    x = torch.randn(2, 3, 32, 32, generator=_gen(torch))
+    with torch.no_grad():
+        got = copy.deepcopy(model).to(dev)(x.to(dev))
+        ctx.sync()
+        want = model.double()(x.double())
+    err = _close(torch, got, want, 2e-2, "resnet18 forward")  # TF32 convolutions on GPUs
+    return "resnet18 forward (2x3x32x32) on %s vs CPU float64: max rel error %.2g" % (dev, err)
+
+
+def step_torchaudio_melspectrogram(ctx):
+    torch, dev = ctx.need_device()
+    ta = ctx.need_module("torchaudio")
+    import copy
+    t = torch.arange(16000, dtype=torch.float64) / 16000.0
+    wave = (torch.sin(2 * 3.141592653589793 * 440.0 * t)
+            + 0.5 * torch.sin(2 * 3.141592653589793 * 1500.0 * t)
+            + 0.1 * torch.randn(16000, generator=_gen(torch), dtype=torch.float64))[None, :]
+    mel = ta.transforms.MelSpectrogram(sample_rate=16000, n_fft=400, n_mels=40)
+    with torch.no_grad():
+        got = copy.deepcopy(mel).to(dev)(wave.float().to(dev))
+        ctx.sync()
+        want = mel.double()(wave)
+    err = _close(torch, got, want, 1e-3, "MelSpectrogram")
+    return "MelSpectrogram (1 s at 16 kHz, 40 mels) on %s vs CPU float64: max rel error %.2g" % (
+        dev, err)
+
+
 def make_check_step(check):
     def step_check(ctx):
         import runpy
@@ -685,7 +927,11 @@ STEPS = {
     "conv2d": step_conv2d,
     "autocast": step_autocast,
     "grad-checkpoint": step_grad_checkpoint,
+    "torchvision-nms": step_torchvision_nms,
+    "torchvision-convnet": step_torchvision_convnet,
+    "torchaudio-melspectrogram": step_torchaudio_melspectrogram,
 }
+IMPORT_PREFIX = "import:"
 
 
 # --------------------------------------------------------------------------- driver
@@ -699,62 +945,86 @@ def run_step(ctx, name, func, deadline):
     sys.stderr.write(STDERR_MARK + name + "\n")
     sys.stderr.flush()
     emit({"event": "start", "step": name, "deadline": deadline})
-    if deadline and hasattr(signal, "SIGALRM"):
-        try:
-            signal.alarm(min(int(deadline), ALARM_MAX) + BACKSTOP)
-        except (OverflowError, ValueError):
-            pass
+    set_alarm(deadline)
     start = time.monotonic()
-    status, detail, data = "pass", "", None
     try:
-        result = func(ctx)
-        if isinstance(result, tuple):
-            detail = result[0]
-            data = result[1] if len(result) > 1 else None
-            if len(result) > 2:
-                status = result[2]
-        else:
-            detail = result or ""
-    except Skip as exc:
-        status, detail = "skip", "skipped: %s" % exc
-    except NoDevice as exc:
-        status, detail = "no-device", str(exc)
-        ctx.device_error = ctx.device_error or "no GPU device"
-    except StepFailed as exc:
-        status, detail = "fail", str(exc)
-    except SystemExit as exc:  # a check calling sys.exit(0) passed; any other code failed
-        if exc.code in (None, 0):
-            status, detail = "pass", "exited with sys.exit(0)"
-        else:
-            status, detail = "fail", "check exited with sys.exit(%r)" % (exc.code,)
-    except BaseException as exc:  # everything a step raises is reported, never fatal
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        status = "oom" if is_oom(exc) else "fail"
-        detail = describe(exc, getattr(func, "check_path", None))
-        traceback.print_exc(file=sys.stderr)
-        if name == "device":
-            ctx.device_error = "device step failed: " + short(exc, 120)
-        if status == "oom" and ctx.torch is not None and ctx.device == "cuda":
-            try:
-                ctx.torch.cuda.empty_cache()
-            except BaseException:
-                pass
+        status, detail, data = call_step(ctx, name, func)
     finally:
-        if deadline and hasattr(signal, "SIGALRM"):
-            signal.alarm(0)
+        set_alarm(None)
     seconds = round(time.monotonic() - start, 4)
     if getattr(func, "is_check", False):
-        stopped = stop_descendants(os.getpid())
-        if stopped:
-            detail = short(detail, DETAIL_MAX - 120) + "; " + short(
-                "stopped %d process%s the check left running: %s" % (
-                    len(stopped), "" if len(stopped) == 1 else "es", ", ".join(stopped)), 115)
+        detail = note_stopped(detail, stop_descendants(os.getpid()))
     event = {"event": "end", "step": name, "status": status,
              "seconds": seconds, "detail": short(detail)}
     if data is not None:
         event["data"] = data
     emit(event)
+
+
+def set_alarm(deadline):
+    """The backstop alarm past a step's deadline; None or 0 clears it."""
+    if not hasattr(signal, "SIGALRM"):
+        return
+    if not deadline:
+        signal.alarm(0)
+        return
+    try:
+        signal.alarm(min(int(deadline), ALARM_MAX) + BACKSTOP)
+    except (OverflowError, ValueError):
+        pass
+
+
+def call_step(ctx, name, func):
+    """(status, detail, data) of one step; everything it raises is reported, never fatal."""
+    try:
+        return step_outcome(func(ctx))
+    except Skip as exc:
+        return "skip", "skipped: %s" % exc, None
+    except NoDevice as exc:
+        ctx.device_error = ctx.device_error or "no GPU device"
+        return "no-device", str(exc), None
+    except StepFailed as exc:
+        return "fail", str(exc), None
+    except SystemExit as exc:  # a check calling sys.exit(0) passed; any other code failed
+        if exc.code in (None, 0):
+            return "pass", "exited with sys.exit(0)", None
+        return "fail", "check exited with sys.exit(%r)" % (exc.code,), None
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:
+        return step_error(ctx, name, func, exc), describe(exc, getattr(func, "check_path", None)), \
+            None
+
+
+def step_outcome(result):
+    """A step's return value as (status, detail, data): TEXT or (TEXT, DATA[, STATUS])."""
+    if not isinstance(result, tuple):
+        return "pass", result or "", None
+    data = result[1] if len(result) > 1 else None
+    return (result[2] if len(result) > 2 else "pass"), result[0], data
+
+
+def step_error(ctx, name, func, exc):
+    """The status of a step that raised exc (fail or oom), after noting what it broke."""
+    status = "oom" if is_oom(exc) else "fail"
+    traceback.print_exc(file=sys.stderr)
+    if name == "device":
+        ctx.device_error = "device step failed: " + short(exc, 120)
+    if status == "oom" and ctx.torch is not None and ctx.device == "cuda":
+        try:
+            ctx.torch.cuda.empty_cache()
+        except BaseException:
+            pass
+    return status
+
+
+def note_stopped(detail, stopped):
+    """detail, plus what a check left running (now stopped)."""
+    if not stopped:
+        return detail
+    return short(detail, DETAIL_MAX - 120) + "; " + short(
+        "stopped %d process%s the check left running: %s" % (
+            len(stopped), "" if len(stopped) == 1 else "es", ", ".join(stopped)), 115)
 
 
 def proc_table():
@@ -902,6 +1172,9 @@ def worker_orphaned():
     os._exit(3)
 
 
+TREE_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+
+
 def launch():
     """Split into launcher (this process) and worker (the child, which returns).
 
@@ -925,6 +1198,11 @@ def launch():
         except OSError:
             pass
         return
+    supervise(child, pid1)
+
+
+def supervise(child, pid1):
+    """The launcher's life: wait for the worker, stop what is left, exit as it did."""
     me = os.getpid()
 
     def end_all(signum=None, frame=None):
@@ -935,22 +1213,31 @@ def launch():
         stop_descendants(me)
         os._exit(128 + (signum or signal.SIGKILL))
 
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
-        signal.signal(sig, end_all)
+    for name in TREE_SIGNALS:
+        signal.signal(getattr(signal, name), end_all)
     watch_parent(end_all)
-    status = None
-    while status is None:
+    status = wait_for(child)
+    for name in TREE_SIGNALS:
+        signal.signal(getattr(signal, name), signal.SIG_IGN)  # the cleanup below must finish
+    stop_descendants(me)
+    exit_like(status, pid1)
+
+
+def wait_for(child):
+    """The wait status of child (reaping every orphan meanwhile); None if it is not ours."""
+    while True:
         try:
             pid, got = os.wait()
         except ChildProcessError:
-            break
+            return None
         except InterruptedError:
             continue
         if pid == child:
-            status = got
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
-        signal.signal(sig, signal.SIG_IGN)  # the cleanup below must finish
-    stop_descendants(me)
+            return got
+
+
+def exit_like(status, pid1):
+    """Exit as the worker did: its signal (128+N as PID 1) or its exit code."""
     if status is None:
         os._exit(1)
     if os.WIFSIGNALED(status):
@@ -1020,6 +1307,8 @@ def main(argv):
     for name in spec.get("steps") or []:
         if name in STEPS:
             func = STEPS[name]
+        elif name.startswith(IMPORT_PREFIX):
+            func = make_import_step(name[len(IMPORT_PREFIX):])
         elif name in checks:
             func = make_check_step(checks[name])
         else:

@@ -190,7 +190,9 @@ def test_cli_full_level_passes_for_the_cpu_recipe_and_writes_reports(tmp_path: P
     data = json.loads(done.stdout)
     assert data["status"] == "pass"
     names = [s["name"] for s in data["steps"]]
-    assert names[-3:] == ["conv2d", "autocast", "grad-checkpoint"]
+    # the torch steps, then one import step per distribution the stack asks for
+    assert names[-5:] == ["conv2d", "autocast", "grad-checkpoint", "import:torch",
+                          "import:numpy"]
     assert all(s["status"] == "pass" for s in data["steps"])
     assert data["recipe"]["name"] == "cpu"
     assert "44x44" in next(s["detail"] for s in data["steps"] if s["name"] == "conv2d")

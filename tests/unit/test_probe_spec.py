@@ -11,6 +11,7 @@ import pytest
 from envforge.errors import InvalidInput
 from envforge.probe.spec import (
     FULL_STEPS,
+    IMPORT_PREFIX,
     MAX_CHECK_BYTES,
     QUICK_STEPS,
     CheckFile,
@@ -21,6 +22,7 @@ from envforge.probe.spec import (
 )
 from envforge.recipe.checks import MAX_STEP_TIMEOUT
 from envforge.recipe.model import CertifySettings, EnvVar, Gpu
+from envforge.stack import stack_of
 from tests.helpers.recipes import make_recipe
 
 #: RDNA1 with ROCm 5.2, its conv workaround and a quick, short certification.
@@ -107,8 +109,9 @@ def test_recipe_extra_checks_come_before_command_line_checks(tmp_path: Path) -> 
 def test_worker_json_lists_steps_deadlines_and_expectations() -> None:
     spec = ProbeSpec.from_recipe(GFX1010, step_timeout=7.0)
     data = json.loads(spec.worker_json())
-    assert data["steps"] == list(QUICK_STEPS)
+    assert data["steps"] == [*QUICK_STEPS, "import:torch", "import:numpy"]
     assert data["deadlines"]["device"] == 7.0
+    assert data["deadlines"]["import:numpy"] == 7.0
     assert data["vendor"] == "amd"
     assert data["expect"]["hip"] == "5.2"
 
@@ -174,3 +177,26 @@ def test_control_characters_in_a_check_name_are_escaped_in_its_step(tmp_path: Pa
     (check,) = read_checks([odd])
     assert check.step == "check:e\\x1bvil\\x0a.py"
     assert check.source == "pass\n"
+
+
+def test_every_distribution_the_stack_asks_for_gets_an_import_step() -> None:
+    recipe = make_recipe(
+        GFX1010,
+        packages=("torchvision==0.14.1+rocm5.2", "Pillow==10.4.0", "typing_extensions==4.12.2"),
+    )
+    spec = ProbeSpec.from_recipe(recipe)
+    assert spec.distributions == stack_of(recipe).distributions()
+    assert spec.distributions[:2] == ("torch", "numpy")
+    assert {"torchvision", "pillow", "typing-extensions"} <= set(spec.distributions)
+    imports = [s for s in spec.steps if s.startswith(IMPORT_PREFIX)]
+    assert imports == [IMPORT_PREFIX + n for n in spec.distributions]
+    # after the torch steps, then the companion's device steps, then nothing else
+    assert spec.steps[: len(QUICK_STEPS)] == QUICK_STEPS
+    assert spec.steps[-2:] == ("torchvision-nms", "torchvision-convnet")
+
+
+def test_torchaudio_gets_its_device_step_and_a_spec_without_recipe_imports_nothing() -> None:
+    steps = ProbeSpec(distributions=("torch", "torchaudio")).steps
+    assert steps[-1] == "torchaudio-melspectrogram"
+    assert "torchvision-nms" not in steps
+    assert ProbeSpec.for_installed().steps == FULL_STEPS
