@@ -1,4 +1,4 @@
-"""The probe runner's target for a container (see :mod:`envforge.probe.runner`)."""
+"""The probe runner's target for a container (see :mod:`envforge.probe.target`)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from envforge.backends.docker.containers import (
 from envforge.backends.docker.engine import TRANSPORT_ERRORS, api_message
 from envforge.container.devices import DeviceFlags
 from envforge.errors import Unavailable
-from envforge.probe.runner import LineQueue, container_exit_status
+from envforge.probe.target import LineQueue, container_exit_status
 
 #: How an attach stream ends when its container is killed under the reader.
 _STREAM_END: tuple[type[Exception], ...] = (*TRANSPORT_ERRORS, ValueError)
@@ -124,7 +124,7 @@ class ContainerHandle:
 
 @dataclass(frozen=True)
 class DockerTarget:
-    """The probe runner's target for a container of ``image`` (see envforge.probe.runner).
+    """The probe runner's target for a container of ``image`` (see envforge.probe.target).
 
     The container has no network, the recipe's env vars (passed in by the runner) and
     this host's device flags. The worker and its spec are copied in with ``put_archive``
