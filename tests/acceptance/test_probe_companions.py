@@ -10,7 +10,7 @@ Nothing is mocked: real wheels, real virtualenvs, the real worker in a child pro
   outputs.
 * Positive: the index's default torch 2.14.1 (a CUDA 13.0 build, which runs on a CPU) with
   torchvision 0.29.1 in a fresh venv certifies: every import and the torchvision device
-  steps (``ops.nms``, a ResNet-18 forward) pass on the CPU.
+  steps (``ops.nms``, a small ResNet forward) pass on the CPU.
 
 The wheels come from ``ENVFORGE_TEST_MORE_WHEELS`` (default ``/opt/pypi-more/files``);
 torch 2.14.1's own dependencies (nvidia-* runtime wheels, triton) from the package index.
@@ -144,5 +144,5 @@ def test_the_default_torch_with_its_torchvision_certifies_on_the_cpu(
     assert report.passed, [s.to_dict() for s in report.steps if s.status != "pass"]
     assert steps["import:torchvision"].detail == "torchvision 0.29.1: imported torchvision"
     assert "as the float64 reference" in steps["torchvision-nms"].detail
-    assert "resnet18 forward" in steps["torchvision-convnet"].detail
+    assert "ResNet (BasicBlock x4) forward" in steps["torchvision-convnet"].detail
     assert report.snapshot["cuda"] == "13.0"
