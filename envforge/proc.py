@@ -114,6 +114,39 @@ def spawn(
         stop_group(proc, grace)
 
 
+@contextmanager
+def watcher(argv: Sequence[str]) -> Iterator[subprocess.Popen[bytes] | None]:
+    """Start ``argv`` as a watcher that outlives this process: its own session (a Ctrl-C,
+    a hang-up or a ``kill`` of this process group never reaches it), its stdin a pipe
+    whose only writer is this process, so it reads EOF the moment this process ends, by
+    any route, SIGKILL included. Leaving the block writes ``done`` and closes the pipe
+    (the watcher then has nothing to do) and reaps it. None when it cannot be started:
+    the caller goes on without a watcher."""
+    try:
+        proc = subprocess.Popen(  # argv is built by envforge, never a shell string
+            list(argv),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    except OSError:
+        yield None
+        return
+    try:
+        yield proc
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            assert proc.stdin is not None
+            proc.stdin.write(b"done\n")
+            proc.stdin.close()
+        try:
+            proc.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def run(
     argv: Sequence[str],
     *,

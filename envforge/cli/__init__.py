@@ -23,7 +23,7 @@ from typing import Any
 import click
 
 from envforge import __version__
-from envforge.cli.common import strict_option
+from envforge.cli.common import strict_option, term_as_interrupt
 from envforge.errors import EnvforgeError, ExitCode
 
 #: Every command: its name -> ``module:attribute`` of its click command.
@@ -162,7 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     try:
-        cli.main(args=args, prog_name="envforge", standalone_mode=False)
+        with term_as_interrupt():  # SIGTERM and SIGHUP end every command like Ctrl-C
+            cli.main(args=args, prog_name="envforge", standalone_mode=False)
     except EnvforgeError as exc:
         _print_traceback(debug)
         click.echo(f"envforge: error: {exc.one_line()}", err=True)

@@ -487,23 +487,26 @@ def summarizing(path: Path | None, title: str) -> Iterator[SummaryNotes]:
 
 @contextlib.contextmanager
 def term_as_interrupt() -> Iterator[None]:
-    """While the block runs, SIGTERM stops what it started like Ctrl-C does: the
-    ``finally`` blocks run (child process groups stopped, folders built aside removed),
-    then exit 130 with ``envforge: interrupted`` (as ``envforge probe`` does)."""
+    """While the block runs, SIGTERM and SIGHUP stop what it started like Ctrl-C does: the
+    ``finally`` blocks run (child process groups stopped, containers and folders built
+    aside removed), then exit 130 with ``envforge: interrupted``. Every command runs under
+    it (:func:`envforge.cli.main`); ``shell`` replaces it while its command runs (the
+    signals go on to the command)."""
 
     def handler(signum: int, frame: object) -> None:
         del signum, frame
         raise KeyboardInterrupt
 
     try:
-        previous = signal.signal(signal.SIGTERM, handler)
+        previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
     except ValueError:  # not the main thread: leave signals alone
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 # --------------------------------------------------------------------------- projects

@@ -84,7 +84,7 @@ class FakeApi:
     def build(self, **kwargs: Any) -> Iterator[dict[str, Any]]:
         self.builds.append(kwargs)
         fileobj = kwargs.get("fileobj")
-        if fileobj is None:
+        if fileobj is None or kwargs.get("custom_context"):  # a build of a context tar
             yield from self.build_chunks
             return
         # A label build: ``FROM <id>`` plus labels makes a new image with the same layers.
@@ -112,6 +112,13 @@ class FakeApi:
     def pull(self, repository: str, tag: str | None = None) -> object:
         self.pulled.append((repository, tag))
         return None
+
+    def containers(
+        self, *, all: bool = False, filters: Mapping[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        """The engine's container list: none (the fake keeps no containers listed)."""
+        del all, filters
+        return []
 
     def version(self) -> dict[str, Any]:
         """Docker 20.10 as far as identification goes, but an API without BuildKit (1.38),

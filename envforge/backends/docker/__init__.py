@@ -206,6 +206,7 @@ def build(
         build_image_buildkit,
         tag_image,
     )
+    from envforge.backends.docker.leftovers import context_prefix  # noqa: PLC0415 - SDK
     from envforge.render import RenderOptions, render_dockerfile  # noqa: PLC0415 - jinja2
 
     options = docker_options(options)
@@ -238,7 +239,7 @@ def build(
         ),
         stack,
     )
-    context = Path(tempfile.mkdtemp(prefix="envforge-build-"))
+    context = Path(tempfile.mkdtemp(prefix=context_prefix()))  # names its owner: swept
     try:
         assemble_context(
             context, dockerfile, wheelhouse=options.wheelhouse, ca_bundle=options.ca_bundle

@@ -1,7 +1,8 @@
 """Containers envforge creates (probe, helpers, shells) and the named cache volumes.
 
-Every container carries the role label :data:`~envforge.container.refs.ROLE_LABEL`
-and is removed in every outcome, with SIGINT held during the removal.
+Every container carries the role label :data:`~envforge.container.refs.ROLE_LABEL` and
+the owner label of :mod:`.leftovers` (what a killed envforge left is swept by the next
+one), and is removed in every outcome, with SIGINT held during the removal.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from docker.types import DeviceRequest
 
 from envforge.backends.docker.client import ContainerModel, EngineClient
 from envforge.backends.docker.engine import TRANSPORT_ERRORS, api_message, first_line
+from envforge.backends.docker.leftovers import owner_labels
 from envforge.container.devices import DeviceFlags
 from envforge.container.refs import ROLE_LABEL
 from envforge.errors import InvalidInput, Unavailable
@@ -28,11 +30,11 @@ from envforge.errors import InvalidInput, Unavailable
 
 @contextmanager
 def sigint_deferred() -> Iterator[None]:
-    """Hold SIGINT/SIGTERM while cleaning up, so a second Ctrl-C cannot skip a removal."""
+    """Hold SIGINT/SIGTERM/SIGHUP while cleaning up, so a second Ctrl-C cannot skip a removal."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    sigs = {signal.SIGINT, signal.SIGTERM}
+    sigs = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
     old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
     try:
         yield
@@ -69,7 +71,7 @@ def container_kwargs(
     kwargs: dict[str, Any] = {
         "healthcheck": {"test": ["NONE"]},
         "environment": {**dict(env), **dict(flags.env)},
-        "labels": {ROLE_LABEL: role},
+        "labels": {ROLE_LABEL: role, **owner_labels()},
         "detach": True,
         "stdin_open": False,
         "tty": False,

@@ -119,7 +119,11 @@ def connect(environ: Mapping[str, str] | None = None) -> EngineClient:
     client.api.timeout = _STREAM_TIMEOUT
     # DockerClient is the EngineClient these Protocols describe (its stubs' signatures are
     # wider than the slice envforge declares, so mypy cannot match them structurally).
-    return cast(EngineClient, client)
+    engine = cast(EngineClient, client)
+    from envforge.backends.docker.leftovers import sweep  # noqa: PLC0415 - import cycle
+
+    sweep(engine)  # what killed envforges left: their containers, their build contexts
+    return engine
 
 
 def identify_engine(client: EngineClient) -> EngineIdentity:

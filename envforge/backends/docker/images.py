@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import IO
 
 import docker.errors
+import docker.utils.build
 
 from envforge.backends.docker.client import EngineClient
 from envforge.backends.docker.engine import TRANSPORT_ERRORS, api_message, first_line
@@ -143,9 +144,20 @@ def build_image(
     pending: tuple[int, str] | None = None
     image_id: str | None = None
     error: str | None = None
+    # The context's tar goes beside the context, under its owner-naming name (the SDK's
+    # own would be an anonymous TMPDIR file that a SIGKILL leaves and no sweep can tell).
+    tarball = context_dir.parent / (context_dir.name + ".tar")
+    try:
+        with open(tarball, "w+b") as fh:
+            docker.utils.build.tar(context_dir, fileobj=fh)
+        tar_file = open(tarball, "rb")  # noqa: SIM115 - closed in the finally below
+    except OSError as exc:
+        tarball.unlink(missing_ok=True)
+        raise BuildFailed(f"cannot write the build context: {exc.strerror}") from None
     try:
         stream = client.api.build(
-            path=str(context_dir),
+            fileobj=tar_file,
+            custom_context=True,
             dockerfile="Dockerfile",
             rm=True,
             forcerm=True,
@@ -194,6 +206,9 @@ def build_image(
         raise BuildFailed(f"the engine refused the build: {api_message(exc)}") from None
     except TRANSPORT_ERRORS as exc:
         raise BuildFailed(f"build failed: {first_line(str(exc))}") from None
+    finally:
+        tar_file.close()
+        tarball.unlink(missing_ok=True)
     if pending is not None:
         steps.append(BuildStep(pending[0], pending[1], cached=False))
     if error is not None or image_id is None:

@@ -21,6 +21,7 @@ from envforge.backends.docker.containers import (
     unique_name,
 )
 from envforge.backends.docker.engine import TRANSPORT_ERRORS, api_message
+from envforge.backends.docker.leftovers import bound
 from envforge.container.devices import DeviceFlags
 from envforge.errors import Unavailable
 from envforge.probe.target import LineQueue, container_exit_status
@@ -148,25 +149,28 @@ class DockerTarget:
         command = [self.python, f"{_PROBE_DIR}/{_PROBE_WORKER}", f"{_PROBE_DIR}/{_PROBE_SPEC}"]
         kwargs = container_kwargs(env=env, flags=self.flags, role="probe")
         kwargs["name"] = name
-        container: ContainerModel | None = None
-        try:
-            container = create_container(self.client, self.image, command, **kwargs)
-            put_file(container, _PROBE_DIR, _PROBE_WORKER, worker_source.encode())
-            put_file(container, _PROBE_DIR, _PROBE_SPEC, spec_json.encode())
-            handle = ContainerHandle(self.client, container)
+        # a killed envforge (SIGKILL) leaves no probe container: a watcher removes it
+        with bound(name):
+            container: ContainerModel | None = None
             try:
-                container.start()
-            except docker.errors.APIError as exc:
-                raise Unavailable(
-                    f"cannot start a probe container from {self.image[:19]}: {api_message(exc)}",
-                    hint="check the device flags this host needs (envforge doctor)",
-                ) from None
-            handle.begin()
-            try:
-                yield handle
+                container = create_container(self.client, self.image, command, **kwargs)
+                put_file(container, _PROBE_DIR, _PROBE_WORKER, worker_source.encode())
+                put_file(container, _PROBE_DIR, _PROBE_SPEC, spec_json.encode())
+                handle = ContainerHandle(self.client, container)
+                try:
+                    container.start()
+                except docker.errors.APIError as exc:
+                    raise Unavailable(
+                        f"cannot start a probe container from {self.image[:19]}: "
+                        f"{api_message(exc)}",
+                        hint="check the device flags this host needs (envforge doctor)",
+                    ) from None
+                handle.begin()
+                try:
+                    yield handle
+                finally:
+                    handle.stop()
             finally:
-                handle.stop()
-        finally:
-            if container is not None:
-                remove_container(container)
-            remove_by_name(self.client, name)
+                if container is not None:
+                    remove_container(container)
+                remove_by_name(self.client, name)

@@ -22,6 +22,7 @@ from envforge.backends.docker.containers import (
     unique_name,
 )
 from envforge.backends.docker.engine import TRANSPORT_ERRORS, identify_engine
+from envforge.backends.docker.leftovers import bound, owner_labels
 from envforge.container.caches import (
     CACHE_ROOT,
     SHELL_HOME,
@@ -71,6 +72,7 @@ def shell_argv(
     tty: bool,
     docker_cli: str = "docker",
     init: bool = True,
+    labels: Mapping[str, str] | None = None,
 ) -> list[str]:
     """``docker run ...`` for :func:`run_shell` (pure; unit-tested).
 
@@ -79,6 +81,8 @@ def shell_argv(
     name afterwards instead, on every engine.
     """
     argv = [docker_cli, "run", "--name", name, "--label", f"{ROLE_LABEL}=shell", "-i"]
+    for key, value in (labels or {}).items():  # the owner (see .leftovers)
+        argv += ["--label", f"{key}={value}"]
     # An init as PID 1 (docker-init): the command is not PID 1, so a signal it has no
     # handler for (SIGTERM to `sleep`) ends it as outside a container; the CLI passes
     # the signals it gets on to the container (--sig-proxy, said for clarity).
@@ -238,9 +242,19 @@ def run_shell(
         tty=sys.stdin.isatty(),
         docker_cli=cli,
         init=engine_has_init(identify_engine(client).kind),
+        labels=owner_labels(),
     )
     handlers: dict[int, Any] = {}
     watch = ExitWatch(client, name)
+    # bound: an envforge killed by SIGKILL leaves no container running (a watcher removes it)
+    with bound(name):
+        return _run_bound(client, name, argv, watch, handlers)
+
+
+def _run_bound(
+    client: EngineClient, name: str, argv: list[str], watch: ExitWatch, handlers: dict[int, Any]
+) -> int:
+    """:func:`run_shell` once its container is bound to this process."""
     try:
         watch.start()
         with spawn(argv, stdin=None, stdout=None, stderr=None, grace=10.0) as proc:
