@@ -12,23 +12,40 @@ is how the Docker engine treats them too; ``https://`` (system CA bundle) for ev
 host. Anonymous bearer tokens are fetched when the registry asks for them
 (``WWW-Authenticate: Bearer realm=…``), as for public images on Docker Hub; a redirect to
 another host (blob storage) does not carry the token. Registries that need a login or
-speak plain HTTP on a non-loopback address are not supported. Stdlib only.
+speak plain HTTP on a non-loopback address are not supported.
+
+Every request goes through the one URL opener (:mod:`envforge.net`): only the registry's
+own host (and ``ENVFORGE_ALLOW_HOSTS``), so a token realm or redirect that names a
+``file://`` URL or another host is refused and named (a redirect may keep its scheme:
+https to https, for blob storage); documents are read up to :data:`MAX_BYTES`; the whole
+read has one overall deadline (``ENVFORGE_NET_DEADLINE``, ``--deadline``): exit 4 naming
+the request that did not answer.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from envforge.container.refs import DIGEST_RE
 from envforge.errors import InvalidInput, Unavailable
-from envforge.jsonlimits import BadJSON, loads
+from envforge.jsonlimits import BadJSON
+from envforge.net import (
+    ALLOW_ENV,
+    Deadline,
+    NetError,
+    NotAnswered,
+    Policy,
+    Reply,
+    call,
+    deadline_seconds,
+    decode_json,
+    fetch,
+)
 
 MANIFEST_TYPES = (
     "application/vnd.docker.distribution.manifest.v2+json",
@@ -93,84 +110,98 @@ def parse_ref(ref: str) -> RemoteRef:
     return RemoteRef(host, repo, reference)
 
 
-def _read(response: Any) -> bytes:
-    data = response.read(MAX_BYTES + 1)
-    if len(data) > MAX_BYTES:
-        raise Unavailable(f"{response.geturl()}: more than {MAX_BYTES} bytes; not a manifest")
-    return bytes(data)
+#: Bytes read at most from a token answer.
+TOKEN_LIMIT = 1024 * 1024
 
 
-def _token(challenge: str, ref: RemoteRef) -> str | None:
-    """An anonymous bearer token for a ``WWW-Authenticate: Bearer …`` challenge."""
+@dataclass(frozen=True)
+class _Session:
+    """One registry conversation: its policy, deadline and (once fetched) bearer token."""
+
+    ref: RemoteRef
+    policy: Policy
+    deadline: Deadline
+    auth: list[str]
+
+    def request(self, url: str, accept: str, *, limit: int = MAX_BYTES,
+                token: bool = True) -> Reply:
+        headers = {"Accept": accept}
+        if token and self.auth:
+            headers["Authorization"] = f"Bearer {self.auth[0]}"
+
+        def hop(old: str, new: str) -> dict[str, str]:
+            # blob storage on another host (signed URLs) does not get the registry's token
+            same = urllib.parse.urlsplit(old).netloc == urllib.parse.urlsplit(new).netloc
+            return headers if same else {"Accept": accept}
+
+        try:
+            return fetch(url, self.policy, deadline=self.deadline, limit=limit,
+                         timeout=min(TIMEOUT, self.deadline.seconds), headers=headers,
+                         on_redirect=hop)
+        except NetError as exc:
+            raise _unavailable(self.ref, exc) from None
+
+
+def _unavailable(ref: RemoteRef, exc: NetError) -> Unavailable:
+    if exc.kind == "refused":
+        return Unavailable(f"registry {ref.host}: {exc.url}: refused: {exc.reason}",
+                           hint=f"a registry may only send envforge to its own host; "
+                           f"add a host you trust with {ALLOW_ENV}")
+    if exc.kind == "timeout":
+        return NotAnswered(f"registry {ref.host}: {exc.url}: {exc.reason}",
+                           hint="check that the registry answers, or raise --deadline")
+    if exc.kind == "unreachable":
+        return NotAnswered(f"registry {ref.host} cannot be reached: {exc.reason}",
+                           hint="check the host and port, and that the registry runs")
+    return Unavailable(f"registry {ref.host}: {exc.url}: {exc.kind}: {exc.reason}")
+
+
+def _token(challenge: str, session: _Session) -> str | None:
+    """An anonymous bearer token for a ``WWW-Authenticate: Bearer …`` challenge; the
+    realm must be an http(s) URL on an allowed host."""
     if not challenge.lower().startswith("bearer "):
         return None
-    fields = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+    fields = dict(re.findall(r'(\w+)="([^"]*)"', challenge[:8192]))
     realm = fields.get("realm")
     if not realm:
         return None
-    query = {"service": fields.get("service", ""), "scope": f"repository:{ref.repository}:pull"}
+    query = {"service": fields.get("service", ""),
+             "scope": f"repository:{session.ref.repository}:pull"}
     url = realm + "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v})
-    with _OPENER.open(url, timeout=TIMEOUT) as response:
-        data = _json(_read(response), f"the token answer of {urllib.parse.urlsplit(realm).netloc}")
+    reply = session.request(url, "application/json", limit=TOKEN_LIMIT, token=False)
+    if reply.status != 200:
+        raise Unavailable(f"registry {session.ref.host}: its token service {realm} answered "
+                          f"HTTP {reply.status}")
+    data = _json(reply.body, f"the token answer of {realm}")
     token = data.get("token") or data.get("access_token")
     return token if isinstance(token, str) and token else None
 
 
-class _DropAuthOnRedirect(urllib.request.HTTPRedirectHandler):
-    """Blob downloads are often redirected to storage on another host (signed URLs):
-    the registry's token is not sent there."""
-
-    def redirect_request(  # noqa: PLR0917 - the stdlib signature
-        self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any,
-        newurl: str,
-    ) -> urllib.request.Request | None:
-        new = super().redirect_request(req, fp, code, msg, headers, newurl)
-        if new is not None and (
-            urllib.parse.urlsplit(newurl).netloc != urllib.parse.urlsplit(req.full_url).netloc
-        ):
-            new.remove_header("Authorization")
-        return new
-
-
-_OPENER = urllib.request.build_opener(_DropAuthOnRedirect())
-
-
-def _get(url: str, ref: RemoteRef, accept: str, auth: list[str]) -> tuple[bytes, Mapping[str, str]]:
-    headers = {"Accept": accept}
-    if auth:
-        headers["Authorization"] = f"Bearer {auth[0]}"
-    request = urllib.request.Request(url, headers=headers)
-    try:
-        with _OPENER.open(request, timeout=TIMEOUT) as response:
-            return _read(response), dict(response.headers)
-    except urllib.error.HTTPError as exc:
-        exc.close()  # its answer is not read: the connection goes now, not at GC
-        if exc.code == 401 and not auth:
-            token = _token(exc.headers.get("WWW-Authenticate", ""), ref)
-            if token:
-                auth.append(token)
-                return _get(url, ref, accept, auth)
-        if exc.code == 404:
-            raise InvalidInput(
-                f"{ref.host}/{ref.repository}:{ref.reference}: not in the registry (HTTP 404)",
-                hint="check the reference (envforge publish prints it)",
-            ) from None
+def _get(url: str, session: _Session, accept: str) -> tuple[bytes, Mapping[str, str]]:
+    reply = session.request(url, accept)
+    ref = session.ref
+    if reply.status == 401 and not session.auth:
+        token = _token(reply.header("www-authenticate"), session)
+        if token:
+            session.auth.append(token)
+            return _get(url, session, accept)
+    if reply.status == 404:
+        raise InvalidInput(
+            f"{ref.host}/{ref.repository}:{ref.reference}: not in the registry (HTTP 404)",
+            hint="check the reference (envforge publish prints it)",
+        )
+    if reply.status != 200:
         raise Unavailable(
-            f"{ref.host}: HTTP {exc.code} for {urllib.parse.urlsplit(url).path}",
+            f"{ref.host}: HTTP {reply.status} for {urllib.parse.urlsplit(url).path}",
             hint="check the registry and your access to it",
-        ) from None
-    except (urllib.error.URLError, OSError, TimeoutError) as exc:
-        reason = getattr(exc, "reason", None) or exc
-        raise Unavailable(
-            f"registry {ref.host} cannot be reached: {reason}",
-            hint="check the host and port, and that the registry runs",
-        ) from None
+        )
+    return reply.body, reply.headers
 
 
 def _json(data: bytes, what: str) -> dict[str, Any]:
     """A registry document: decoded within :mod:`envforge.jsonlimits`' limits, an object."""
     try:
-        value = loads(data, max_bytes=MAX_BYTES)
+        value = decode_json(data, max_bytes=MAX_BYTES)
     except BadJSON as exc:
         raise Unavailable(f"{what} is not JSON within limits: {exc}") from None
     if not isinstance(value, dict):
@@ -212,16 +243,33 @@ def _pick(index: Mapping[str, Any], what: str) -> str:
     return _digest((images or manifests)[0].get("digest"), what, "digest")
 
 
-def image_config(ref: str) -> tuple[RemoteRef, dict[str, Any]]:
-    """The image config JSON of ``ref`` (manifest + config blob only)."""
+def image_config(
+    ref: str, *, deadline: Deadline | None = None
+) -> tuple[RemoteRef, dict[str, Any]]:
+    """The image config JSON of ``ref`` (manifest + config blob only), read from the
+    registry's host only (and ENVFORGE_ALLOW_HOSTS'), all before ``deadline`` (default:
+    :func:`envforge.net.deadline_seconds` from now); Unavailable (exit 4) naming what
+    did not answer in time."""
     remote = parse_ref(ref)
-    auth: list[str] = []
+    if deadline is None:
+        deadline = Deadline.start(deadline_seconds(None))
+    session = _Session(remote, Policy.for_urls([remote.base], hops=True), deadline, [])
+    try:
+        return call(lambda: _image_config(ref, remote, session), deadline=deadline,
+                    what=f"{remote.base}/manifests/{remote.reference}")
+    except NetError as exc:
+        raise _unavailable(remote, exc) from None
+
+
+def _image_config(
+    ref: str, remote: RemoteRef, session: _Session
+) -> tuple[RemoteRef, dict[str, Any]]:
     accept = ", ".join(MANIFEST_TYPES)
     reference = remote.reference
     for _ in range(2):  # an index, then the image manifest it names
-        data, headers = _get(f"{remote.base}/manifests/{reference}", remote, accept, auth)
+        data, headers = _get(f"{remote.base}/manifests/{reference}", session, accept)
         manifest = _json(data, f"the manifest of {ref}")
-        media = manifest.get("mediaType") or headers.get("Content-Type", "")
+        media = manifest.get("mediaType") or headers.get("content-type", "")
         if media in _INDEX_TYPES or "manifests" in manifest:
             reference = _pick(manifest, ref)
             continue
@@ -232,15 +280,15 @@ def image_config(ref: str) -> tuple[RemoteRef, dict[str, Any]]:
     if not isinstance(config, dict):
         raise Unavailable(f"{ref}: the manifest names no image config")
     digest = _digest(config.get("digest"), f"the manifest of {ref}", "config.digest")
-    blob, _headers = _get(f"{remote.base}/blobs/{digest}", remote, "*/*", auth)
+    blob, _headers = _get(f"{remote.base}/blobs/{digest}", session, "*/*")
     if "sha256:" + hashlib.sha256(blob).hexdigest() != digest:
         raise Unavailable(f"{ref}: the config blob does not match its digest {digest[:19]}")
     return remote, _json(blob, f"the image config of {ref}")
 
 
-def image_labels(ref: str) -> dict[str, str]:
+def image_labels(ref: str, *, deadline: Deadline | None = None) -> dict[str, str]:
     """``config.Labels`` of ``ref`` in its registry (see the module docstring)."""
-    _remote, config = image_config(ref)
+    _remote, config = image_config(ref, deadline=deadline)
     what = f"the image config of {ref}"
     inner = _shape(config.get("config") or {}, dict, what, "config")
     labels = _shape(inner.get("Labels") or {}, dict, what, "config.Labels")

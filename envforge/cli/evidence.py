@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from envforge.cli.common import echo_json, json_option, note
-from envforge.errors import EnvforgeError, InvalidInput
+from envforge.errors import EnvforgeError, InvalidInput, Unavailable
 
 
 @click.group("evidence")
@@ -34,25 +34,41 @@ def _is_ref(text: str) -> bool:
 
 @evidence.command("import")
 @click.argument("sources", nargs=-1, required=True, metavar="PATH|REF...")
+@click.option(
+    "--deadline",
+    type=click.FloatRange(min=0.1, max=86400),
+    default=None,
+    help="Seconds all registry reads together may take (default: $ENVFORGE_NET_DEADLINE, "
+    "else 45); a registry that has not answered by then is skipped, named.",
+)
 @json_option
-def import_cmd(sources: tuple[str, ...], as_json: bool) -> None:
+def import_cmd(sources: tuple[str, ...], deadline: float | None, as_json: bool) -> None:
     """Add reports (folders, files, .jsonl bundles) and registry images' certificates
-    to the local evidence store. Exit 2 when nothing could be read."""
+    to the local evidence store. Exit 2 when nothing could be read (4: a registry did
+    not answer)."""
     from envforge.container.refs import CERTIFICATE_LABEL  # noqa: PLC0415 - pure
     from envforge.evidence import Problem, documents  # noqa: PLC0415 - when run
     from envforge.evidence_store import import_documents  # noqa: PLC0415 - when run
     from envforge.jsonlimits import BadJSON, loads  # noqa: PLC0415 - when run
+    from envforge.net import Deadline, NotAnswered, deadline_seconds  # noqa: PLC0415 - when run
 
+    try:
+        budget = Deadline.start(deadline_seconds(deadline))
+    except ValueError as exc:
+        raise InvalidInput(str(exc), hint="pass --deadline SECONDS") from None
     problems: list[Problem] = []
     docs: list[tuple[str, object]] = []
+    network = ""  # a registry that did not answer (exit 4 when nothing was read)
     for source in sources:
         if _is_ref(source):
             from envforge.registry import image_labels  # noqa: PLC0415 - only for refs
 
             try:
-                label = image_labels(source).get(CERTIFICATE_LABEL)
+                label = image_labels(source, deadline=budget).get(CERTIFICATE_LABEL)
             except EnvforgeError as exc:
                 problems.append(Problem(source, exc.one_line()))
+                if isinstance(exc, NotAnswered) and not network:
+                    network = f"{source}: {exc.one_line()}"
                 continue
             if not label:
                 problems.append(Problem(source, f"carries no certificate ({CERTIFICATE_LABEL})"))
@@ -92,6 +108,11 @@ def import_cmd(sources: tuple[str, ...], as_json: bool) -> None:
         note(
             f"{len(result.added)} added, {result.known} already in the store, "
             f"{len(result.problems)} skipped"
+        )
+    if not result.added and not result.known and network:
+        raise Unavailable(
+            f"no evidence could be read; a registry did not answer: {network}",
+            hint="check the registry, or raise --deadline",
         )
     if not result.added and not result.known:
         raise InvalidInput(

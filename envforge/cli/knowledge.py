@@ -11,11 +11,19 @@ from typing import Any
 import click
 
 from envforge.cli.common import echo_json, json_option
-from envforge.errors import InvalidInput
+from envforge.errors import InvalidInput, Unavailable, printable
 from envforge.fsutil import check_file_target, write_atomically
 from envforge.knowledge import load_table
 from envforge.knowledge.index import IndexClient, default_cache_dir, pip_index_url
 from envforge.knowledge.refresh import STALE_DAYS, refresh, status
+from envforge.net import (
+    DEADLINE_ENV,
+    DEFAULT_DEADLINE,
+    Deadline,
+    Policy,
+    deadline_seconds,
+    origin_of,
+)
 
 
 def register(group: click.Group) -> None:
@@ -69,11 +77,19 @@ def show_cmd(*, as_json: bool) -> None:
 
 def _client_options(func: Any) -> Any:
     func = click.option(
+        "--deadline",
+        type=click.FloatRange(min=0.1, max=86400),
+        default=None,
+        help=f"Seconds the whole command may spend on the network (default: "
+        f"${DEADLINE_ENV}, else {DEFAULT_DEADLINE:g}); what did not answer by then is "
+        "reported as not checked.",
+    )(func)
+    func = click.option(
         "--timeout",
         type=click.FloatRange(min=0.1),
         default=10.0,
         show_default=True,
-        help="Seconds to wait for each request.",
+        help="Seconds to wait for each request (connect, and between bytes).",
     )(func)
     return click.option(
         "--max-age",
@@ -83,6 +99,22 @@ def _client_options(func: Any) -> Any:
         help="Use a cached listing younger than this without asking the index "
         "(0: always revalidate with ETag / Last-Modified). Cache: $ENVFORGE_HOME/cache/index.",
     )(func)
+
+
+def _client(urls: list[str], timeout: float, max_age: float, deadline: float | None
+            ) -> IndexClient:
+    """The index client for ``urls``: their hosts only (and ENVFORGE_INDEX_MIRROR's,
+    ENVFORGE_ALLOW_HOSTS'), one overall deadline starting now."""
+    try:
+        seconds = deadline_seconds(deadline)
+    except ValueError as exc:
+        raise InvalidInput(str(exc), hint=f"unset {DEADLINE_ENV} or pass --deadline") from None
+    for url in urls:
+        if origin_of(url) is None:
+            raise InvalidInput(f"{url!r} is not an http(s) URL",
+                               hint="pass --index / --pytorch-index http(s)://HOST/PATH")
+    return IndexClient(cache_dir=default_cache_dir(), timeout=timeout, max_age=max_age,
+                       policy=Policy.for_urls(urls), deadline=Deadline.start(seconds))
 
 
 def _default_index() -> str:
@@ -113,6 +145,12 @@ def _default_index() -> str:
 )
 @click.option("--no-pytorch-index", is_flag=True, help="Read no PyTorch variant index.")
 @click.option(
+    "--allow-partial",
+    is_flag=True,
+    help="Exit 0 when some listings answered although others did not (scheduled jobs); "
+    "without it, anything not checked is exit 4.",
+)
+@click.option(
     "-o",
     "--output",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -125,21 +163,25 @@ def refresh_cmd(
     indexes: tuple[str, ...],
     pytorch_indexes: tuple[str, ...],
     no_pytorch_index: bool,
+    allow_partial: bool,
     output: Path | None,
     timeout: float,
     max_age: float,
+    deadline: float | None,
     as_json: bool,
 ) -> None:
     """List what the indexes publish that the table lacks or states differently.
 
-    An index that does not answer is reported and skipped; exit 4 only when none answers.
+    Exit 4 when anything could not be checked (a listing or metadata file that did not
+    answer in time, was refused, too large or malformed), naming it; with
+    --allow-partial only when no listing answered.
     """
     if output is not None:  # before any request: a device, FIFO or folder is exit 2
         check_file_target(output, setting="-o")
     table = load_table()
     roots = list(indexes) or [_default_index()]
     proots = [] if no_pytorch_index else (list(pytorch_indexes) or [table.index_root])
-    client = IndexClient(cache_dir=default_cache_dir(), timeout=timeout, max_age=max_age)
+    client = _client([*roots, *proots], timeout, max_age, deadline)
     report = refresh(table, client, roots, proots)
     if output is not None:
         write_atomically(output, report.overlay_yaml(), setting="-o")
@@ -147,11 +189,15 @@ def refresh_cmd(
         data = report.to_dict()
         data["output"] = None if output is None else str(output)
         echo_json(data)
-        return
-    for line in report.lines():
-        click.echo(line)
-    if output is not None:
-        click.echo(f"wrote {len(report.proposed)} proposed row(s) to {output}")
+    else:
+        for line in report.lines():
+            click.echo(printable(line))
+        if output is not None:
+            click.echo(f"wrote {len(report.proposed)} proposed row(s) to {output}")
+    if not report.complete and not allow_partial:
+        sys.stdout.flush()
+        raise Unavailable(report.summary(),
+                          hint="check the network and --deadline, or pass --allow-partial")
 
 
 @knowledge.command("status")
@@ -171,18 +217,21 @@ def refresh_cmd(
 @json_option
 def status_cmd(
     *,
-    index: str | None, stale_days: int, timeout: float, max_age: float, as_json: bool
+    index: str | None, stale_days: int, timeout: float, max_age: float,
+    deadline: float | None, as_json: bool,
 ) -> None:
     """Is the table current? Exit 0 when it knows every release the index lists, 1 when
-    the index lists a release the table lacks (4: the index did not answer)."""
+    the index lists a release the table lacks (4: the index did not answer in time,
+    was refused, too large or malformed: nothing was checked)."""
     table = load_table()
-    client = IndexClient(cache_dir=default_cache_dir(), timeout=timeout, max_age=max_age)
-    report = status(table, client, index or _default_index(), stale_days=stale_days)
+    root = index or _default_index()
+    client = _client([root], timeout, max_age, deadline)
+    report = status(table, client, root, stale_days=stale_days)
     if as_json:
         echo_json(report.to_dict())
     else:
         for line in report.lines():
-            click.echo(line)
+            click.echo(printable(line))
     if not report.current:
         sys.stdout.flush()
         raise SystemExit(1)

@@ -5,10 +5,10 @@
 ``ROOT/<variant>/torch/``) and the PEP 658 metadata of one Linux x86_64 wheel per torch
 series (its CUDA pins name the default build). It reports what is new (a release, a
 version, a variant the table lacks) or different (CPython range, default build, yanked
-flags) as :class:`Finding` values, every index that did not answer as an
-:class:`~envforge.knowledge.index.IndexProblem`, and proposes overlay rows (same schema
-as ``compat.yaml``), each ``confidence: uncertain`` with the listing URL and date as its
-source.
+flags) as :class:`Finding` values, every request that did not answer (what could not be
+checked) as an :class:`~envforge.knowledge.index.IndexProblem`, and proposes overlay rows
+(:mod:`envforge.knowledge.propose`). Every request goes through the client's policy and
+overall deadline (:mod:`envforge.net`).
 
 :func:`status` is the cheap check for CI: the newest release the table knows against the
 newest the index lists, the releases missing, and the rows not checked for too long.
@@ -20,9 +20,7 @@ import datetime
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-import yaml
 from packaging.version import Version
 
 from envforge.errors import Unavailable
@@ -32,140 +30,65 @@ from envforge.knowledge.index import (
     IndexProblem,
     Listing,
     cuda_variant,
+    listing_url,
     requires_dist,
 )
-from envforge.knowledge.table import CompatTable, Release, Variant, series_of
+from envforge.knowledge.listing import VersionKey, version_key
+from envforge.knowledge.propose import default_variant, linux_pythons, propose, range_of
+from envforge.knowledge.report import (
+    Finding,
+    RefreshReport,
+    RootSummary,
+    StatusReport,
+    problem_lines,
+)
+from envforge.knowledge.table import CompatTable, series_of
+from envforge.net import ALLOW_ENV, origin_of
+
+__all__ = [
+    "STALE_DAYS",
+    "Finding",
+    "RefreshReport",
+    "StatusReport",
+    "problem_lines",
+    "refresh",
+    "stale_rows",
+    "status",
+]
 
 #: rows whose ``checked`` date is older than this are reported by ``status``
 STALE_DAYS = 90
 #: wheels of one series whose PEP 658 metadata is tried before giving up
 METADATA_TRIES = 4
 
-
-@dataclass(frozen=True)
-class Finding:
-    """One difference between an index and the table.
-
-    kind: new-release, missing-release, yanked, python-range, default-build,
-    new-variant, missing-variant, numpy-new, numpy-python, numpy-yanked.
-    ``new`` is True when the index lists something the table lacks.
-    """
-
-    kind: str
-    subject: str
-    message: str
-    url: str
-    new: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "subject": self.subject,
-            "message": self.message,
-            "url": self.url,
-            "new": self.new,
-        }
+Job = tuple[str, str, str]  # (role, root, project)
 
 
-@dataclass(frozen=True)
-class RootSummary:
-    root: str
-    role: str  # "index" or "pytorch-index"
-    asked: int
-    answered: int
+@dataclass
+class _Pages:
+    """The listings that answered, sorted by what they are, and the per-root counts."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "root": self.root,
-            "role": self.role,
-            "asked": self.asked,
-            "answered": self.answered,
-        }
+    torch: list[Listing] = field(default_factory=list)
+    numpy: list[Listing] = field(default_factory=list)
+    variants: list[tuple[str, Listing]] = field(default_factory=list)
+    problems: list[IndexProblem] = field(default_factory=list)
+    counts: dict[tuple[str, str], list[int]] = field(default_factory=dict)
 
-
-@dataclass(frozen=True)
-class RefreshReport:
-    date: str
-    roots: tuple[RootSummary, ...]
-    findings: tuple[Finding, ...]
-    problems: tuple[IndexProblem, ...]
-    #: notes that are no difference (e.g. a default build the metadata cannot tell)
-    notes: tuple[str, ...]
-    #: torch versions the package index(es) list, oldest first
-    torch_versions: tuple[str, ...]
-    proposed: tuple[dict[str, Any], ...]
-    seconds: float
-    requests: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def new(self) -> tuple[Finding, ...]:
-        return tuple(f for f in self.findings if f.new)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "date": self.date,
-            "roots": [r.to_dict() for r in self.roots],
-            "findings": [f.to_dict() for f in self.findings],
-            "problems": [
-                {"url": p.url, "kind": p.kind, "reason": p.reason, "status": p.status}
-                for p in self.problems
-            ],
-            "notes": list(self.notes),
-            "torch_versions": list(self.torch_versions),
-            "proposed": list(self.proposed),
-            "seconds": round(self.seconds, 3),
-            "requests": dict(self.requests),
-        }
-
-    def lines(self) -> list[str]:
-        out = []
-        for r in self.roots:
-            what = "answered" if r.answered == r.asked else f"{r.answered} of {r.asked} answered"
-            if r.answered == 0:
-                what = "did not answer (skipped)"
-            out.append(f"{r.role} {r.root}: {r.asked} listing(s), {what}")
-        new = [f for f in self.findings if f.new]
-        other = [f for f in self.findings if not f.new]
-        if new:
-            out.append("new on the index (not in the table):")
-            out.extend(f"  {f.subject}: {f.message} ({f.url})" for f in new)
-        if other:
-            out.append("different from the table:")
-            out.extend(f"  {f.subject}: {f.message} ({f.url})" for f in other)
-        if not self.findings:
-            out.append("the table matches every listing that answered")
-        out.extend(f"note: {n}" for n in self.notes)
-        out.extend(f"problem: {line}" for line in _problem_lines(self.problems))
-        req = self.requests
-        out.append(
-            f"{len(self.torch_versions)} torch versions listed; {req.get('network', 0)} "
-            f"request(s), {req.get('revalidated', 0)} revalidated, {req.get('cache', 0)} from "
-            f"cache, {req.get('failed', 0)} failed; {self.seconds:.2f} s"
-        )
-        return out
-
-    def overlay_yaml(self) -> str:
-        head = (
-            f"# envforge knowledge refresh {self.date}: proposed rows (review before use).\n"
-            "# Every fact here comes from an index listing and is confidence: uncertain.\n"
-        )
-        body = {"schema": 1, "releases": list(self.proposed)}
-        return head + yaml.safe_dump(body, sort_keys=False, width=100)
-
-
-def _problem_lines(problems: Sequence[IndexProblem]) -> list[str]:
-    """One line per problem; problems of one kind and reason under one root are merged."""
-    groups: dict[tuple[str, str, str], list[str]] = {}
-    for p in problems:
-        root = p.url.rstrip("/").rsplit("/", 2)[0]
-        groups.setdefault((root, p.kind, p.reason), []).append(p.url)
-    out = []
-    for (root, kind, reason), urls in groups.items():
-        if len(urls) == 1:
-            out.append(f"{urls[0]}: {kind}: {reason}")
+    def add(self, job: Job, got: Listing | IndexProblem) -> None:
+        role, root, project = job
+        key = (role, root if role == "index" else root.rsplit("/", 1)[0])
+        counts = self.counts.setdefault(key, [0, 0])
+        counts[0] += 1
+        if isinstance(got, IndexProblem):
+            self.problems.append(got)
+            return
+        counts[1] += 1
+        if role == "pytorch-index":
+            self.variants.append((root.rsplit("/", 1)[1], got))
+        elif project == "torch":
+            self.torch.append(got)
         else:
-            out.append(f"{root}/... ({len(urls)} listings): {kind}: {reason}")
-    return out
+            self.numpy.append(got)
 
 
 # --------------------------------------------------------------------------- refresh
@@ -180,80 +103,49 @@ def refresh(
     today: datetime.date | None = None,
 ) -> RefreshReport:
     """Read the indexes and compare them with ``table``; raises Unavailable (exit 4)
-    only when no listing at all answered."""
+    only when no listing at all answered (a partial check is the caller's to judge:
+    :attr:`RefreshReport.complete`)."""
     started = time.monotonic()
     day = (today or datetime.datetime.now(datetime.timezone.utc).date()).isoformat()
-    variant_names = _variant_names(table)
-    jobs: list[tuple[str, str, str]] = []  # (role, root, project)
+    jobs: list[Job] = []
     for root in indexes:
         jobs += [("index", root.rstrip("/"), "torch"), ("index", root.rstrip("/"), "numpy")]
     for proot in pytorch_indexes:
-        jobs += [("pytorch-index", f"{proot.rstrip('/')}/{v}", "torch") for v in variant_names]
-    results = client.map(lambda job: client.listing(job[1], job[2]), jobs)
-
-    problems: list[IndexProblem] = []
-    findings: list[Finding] = []
-    notes: list[str] = []
-    summaries: dict[tuple[str, str], list[int]] = {}
-    torch_pages: list[Listing] = []
-    numpy_pages: list[Listing] = []
-    variant_pages: list[tuple[str, Listing]] = []
-    for (role, root, project), got in zip(jobs, results):
-        key = (role, root if role == "index" else root.rsplit("/", 1)[0])
-        counts = summaries.setdefault(key, [0, 0])
-        counts[0] += 1
-        if isinstance(got, IndexProblem):
-            problems.append(got)
-            continue
-        counts[1] += 1
-        if role == "pytorch-index":
-            variant_pages.append((root.rsplit("/", 1)[1], got))
-        elif project == "torch":
-            torch_pages.append(got)
-        else:
-            numpy_pages.append(got)
-    if not any(c[1] for c in summaries.values()):
-        first = problems[0].one_line() if problems else "no index given"
+        jobs += [("pytorch-index", f"{proot.rstrip('/')}/{v}", "torch")
+                 for v in _variant_names(table)]
+    pages = _Pages()
+    results = client.map(lambda job: client.listing(job[1], job[2]), jobs,
+                         late=lambda job: client.late(listing_url(job[1], job[2])))
+    for job, got in zip(jobs, results):
+        pages.add(job, got)
+    if not any(c[1] for c in pages.counts.values()):
+        lines = problem_lines(pages.problems)
         raise Unavailable(
-            f"no index answered ({len(problems)} listing(s) failed; first: {first})",
-            hint="check the network or pass --index URL",
+            f"no index answered ({len(pages.problems)} listing(s) could not be checked: "
+            f"{'; '.join(lines[:3])})",
+            hint="check the network, --index URL and --deadline",
         )
-
+    notes: list[str] = []
     listed: set[str] = set()
-    for page in torch_pages:
+    findings: list[Finding] = []
+    for page in pages.torch:
         listed.update(page.versions())
         findings += _compare_torch(table, page)
-    defaults = _default_builds(table, client, torch_pages, problems, notes)
-    for series, (found, url) in sorted(defaults.items(), key=lambda i: Version(i[0])):
-        release = table.series(series)
-        if release is None or found is None:
-            continue
-        known = next((v.name for v in release.variants if v.pypi_default), None)
-        if known != found:
-            findings.append(
-                Finding(
-                    "default-build",
-                    f"torch {series}",
-                    f"the index's default build carries CUDA {found} (its metadata's CUDA "
-                    f"pins); the table marks {known or 'no variant'} as pypi_default",
-                    url,
-                )
-            )
-    for page in numpy_pages:
+    defaults = _default_builds(table, client, pages.torch, pages.problems, notes)
+    findings += _compare_defaults(table, defaults)
+    for page in pages.numpy:
         findings += _compare_numpy(table, page)
-    for variant, page in variant_pages:
-        findings += _compare_variant(table, variant, page)
-
-    proposed = _propose(table, findings, torch_pages, variant_pages, defaults, day)
+    for variant, vpage in pages.variants:
+        findings += _compare_variant(table, variant, vpage)
     stats = client.stats
     return RefreshReport(
         date=day,
-        roots=tuple(RootSummary(k[1], k[0], c[0], c[1]) for k, c in summaries.items()),
+        roots=tuple(RootSummary(k[1], k[0], c[0], c[1]) for k, c in pages.counts.items()),
         findings=tuple(_dedupe(findings)),
-        problems=tuple(problems),
+        problems=tuple(pages.problems),
         notes=tuple(notes),
-        torch_versions=tuple(sorted(listed, key=Version)),
-        proposed=tuple(proposed),
+        torch_versions=tuple(sorted(listed, key=version_key)),
+        proposed=tuple(propose(table, findings, pages.torch, pages.variants, defaults, day)),
         seconds=time.monotonic() - started,
         requests={
             "network": stats.network,
@@ -262,6 +154,28 @@ def refresh(
             "failed": stats.failed,
         },
     )
+
+
+def _compare_defaults(
+    table: CompatTable, defaults: dict[str, tuple[str | None, str]]
+) -> list[Finding]:
+    out = []
+    for series, (found, url) in sorted(defaults.items(), key=lambda i: Version(i[0])):
+        release = table.series(series)
+        if release is None or found is None:
+            continue
+        known = next((v.name for v in release.variants if v.pypi_default), None)
+        if known != found:
+            out.append(
+                Finding(
+                    "default-build",
+                    f"torch {series}",
+                    f"the index's default build carries CUDA {found} (its metadata's CUDA "
+                    f"pins); the table marks {known or 'no variant'} as pypi_default",
+                    url,
+                )
+            )
+    return out
 
 
 def _dedupe(findings: Sequence[Finding]) -> list[Finding]:
@@ -284,23 +198,8 @@ def _variant_names(table: CompatTable) -> list[str]:
     return names
 
 
-def _oldest(table: CompatTable) -> Version:
-    return min(Version(v) for v in table.known_versions)
-
-
-def _range(pythons: Sequence[str]) -> tuple[str, str] | None:
-    if not pythons:
-        return None
-    ordered = sorted(set(pythons), key=lambda p: tuple(int(x) for x in p.split(".")))
-    return ordered[0], ordered[-1]
-
-
-def _linux_pythons(files: Sequence[IndexFile]) -> list[str]:
-    return [py for f in files if f.linux_x86_64 and f.is_wheel for py in f.pythons]
-
-
-def _default_variant(release: Release) -> Variant | None:
-    return next((v for v in release.variants if v.pypi_default), None)
+def _oldest(table: CompatTable) -> VersionKey:
+    return min(version_key(v) for v in table.known_versions)
 
 
 def _compare_torch(table: CompatTable, page: Listing) -> list[Finding]:
@@ -309,8 +208,8 @@ def _compare_torch(table: CompatTable, page: Listing) -> list[Finding]:
     known = set(table.known_versions)
     oldest = _oldest(table)
     for v in listed:
-        if v not in known and Version(v) >= oldest:
-            rng = _range(_linux_pythons(page.files_of(v)))
+        if v not in known and version_key(v) >= oldest:
+            rng = range_of(linux_pythons(page.files_of(v)))
             extra = f", Linux x86_64 wheels for CPython {rng[0]}-{rng[1]}" if rng else ""
             out.append(
                 Finding("new-release", f"torch {v}", f"listed{extra}; not in the table",
@@ -326,9 +225,9 @@ def _compare_torch(table: CompatTable, page: Listing) -> list[Finding]:
             out.append(Finding("yanked", f"torch {v}", "every file is yanked on the index",
                                page.url))
     for release in table.releases:
-        default = _default_variant(release)
+        default = default_variant(release)
         for v in release.versions:
-            rng = _range(_linux_pythons(page.files_of(v)))
+            rng = range_of(linux_pythons(page.files_of(v)))
             if rng is None:
                 continue
             want = default.python_range(v) if default else (release.python_min,
@@ -352,10 +251,10 @@ def _compare_numpy(table: CompatTable, page: Listing) -> list[Finding]:
     if not table.numpy_releases:
         return out
     known = {v for n in table.numpy_releases for v in n.versions}
-    oldest = min(Version(v) for v in known)
+    oldest = min(version_key(v) for v in known)
     by_series: dict[str, list[str]] = {}
     for v in page.versions():
-        if Version(v) >= oldest:
+        if version_key(v) >= oldest:
             by_series.setdefault(".".join(v.split(".")[:2]), []).append(v)
     yanked_listed = set(page.yanked_versions())
     for series, versions in by_series.items():
@@ -366,7 +265,7 @@ def _compare_numpy(table: CompatTable, page: Listing) -> list[Finding]:
                                    page.url, new=True))
         if row is None:
             continue
-        rng = _range([py for v in versions for py in _linux_pythons(page.files_of(v))])
+        rng = range_of([py for v in versions for py in linux_pythons(page.files_of(v))])
         if rng is not None and rng != (row.python_min, row.python_max):
             out.append(
                 Finding(
@@ -378,10 +277,10 @@ def _compare_numpy(table: CompatTable, page: Listing) -> list[Finding]:
                 )
             )
         table_yanked = {v for v, _ in row.yanked}
-        for v in sorted(set(versions) & yanked_listed - table_yanked, key=Version):
+        for v in sorted(set(versions) & yanked_listed - table_yanked, key=version_key):
             out.append(Finding("numpy-yanked", f"numpy {v}",
                                "yanked on the index; the table lists it as ordinary", page.url))
-        for v in sorted(table_yanked - yanked_listed, key=Version):
+        for v in sorted(table_yanked - yanked_listed, key=version_key):
             if v in versions:
                 out.append(Finding("numpy-yanked", f"numpy {v}",
                                    "the table marks it yanked; the index does not", page.url))
@@ -395,14 +294,14 @@ def _compare_variant(table: CompatTable, variant: str, page: Listing) -> list[Fi
         {
             f.version
             for f in page.files
-            if f.local == variant and not Version(f.version).is_prerelease
+            if f.local == variant and not version_key(f.version)[-1]
         },
-        key=Version,
+        key=version_key,
     )
     for v in versions:
         release = table.release(v)
         if release is None:
-            if Version(v) >= oldest:
+            if version_key(v) >= oldest:
                 out.append(Finding("new-release", f"torch {v}",
                                    f"{variant} wheels listed; not in the table", page.url,
                                    new=True))
@@ -415,7 +314,7 @@ def _compare_variant(table: CompatTable, variant: str, page: Listing) -> list[Fi
                         f"for torch {release.series}", page.url, new=True)
             )
             continue
-        rng = _range(_linux_pythons(page.files_of(v, variant)))
+        rng = range_of(linux_pythons(page.files_of(v, variant)))
         if rng is not None and rng != row.python_range(v):
             low, high = row.python_range(v)
             out.append(
@@ -435,6 +334,60 @@ def _compare_variant(table: CompatTable, variant: str, page: Listing) -> list[Fi
 
 # --------------------------------------------------------------------------- default build
 
+#: series newer than the table's newest whose default build is read (the newest ones)
+NEW_SERIES_CHECKED = 3
+
+_Found = tuple[str, "str | None", str, list[IndexProblem], list[str]]
+
+
+def _series_to_check(table: CompatTable, page: Listing) -> dict[str, list[str]]:
+    """series -> its listed versions: the series the table knows, and the newest few
+    it does not (a hostile listing of 10^5 versions costs no more requests)."""
+    oldest = version_key(min(table.known_versions, key=version_key))
+    known = {r.series for r in table.releases}
+    found: dict[str, list[str]] = {}
+    for v in page.versions():
+        if version_key(v) >= oldest:
+            found.setdefault(series_of(v), []).append(v)
+    unknown = [s for s in found if s not in known][-NEW_SERIES_CHECKED:]
+    return {s: vs for s, vs in found.items() if s in known or s in unknown}
+
+
+def _candidates(page: Listing, versions: Sequence[str]) -> list[IndexFile]:
+    """Linux x86_64 CPython wheels that may have metadata, one of each version first
+    (newest first): missing metadata is per upload."""
+    per_version = [
+        [f for f in page.files_of(v)
+         if f.is_wheel and f.linux_x86_64 and f.pythons and f.has_metadata is not False]
+        for v in reversed(versions)
+    ]
+    return [
+        files[i] for i in range(max(map(len, per_version), default=0))
+        for files in per_version if i < len(files)
+    ]
+
+
+def _one_default(client: IndexClient, page: Listing, series: str,
+                 versions: Sequence[str]) -> _Found:
+    """(series, CUDA variant or None, metadata URL or "", problems, refused hosts)."""
+    failed: list[IndexProblem] = []
+    hosts: list[str] = []
+    tried = 0
+    for f in _candidates(page, versions):
+        if tried >= METADATA_TRIES:
+            break
+        refusal = client.refusal(f.url + ".metadata")
+        if refusal is not None and origin_of(f.url) is not None:
+            hosts.append(origin_of(f.url)[1])  # type: ignore[index]
+            continue  # a file host the user did not configure: a note, not a problem
+        tried += 1
+        got = client.metadata(f)
+        if isinstance(got, IndexProblem):
+            failed.append(got)
+            continue
+        return series, cuda_variant(requires_dist(got)), f.url + ".metadata", [], hosts
+    return series, None, "", failed, hosts
+
 
 def _default_builds(
     table: CompatTable,
@@ -447,39 +400,16 @@ def _default_builds(
     if not pages:
         return {}
     page = pages[0]
-    oldest = _oldest(table)
-    series_versions: dict[str, list[str]] = {}
-    for v in page.versions():
-        if Version(v) >= oldest:
-            series_versions.setdefault(series_of(v), []).append(v)
-
-    def one(series: str) -> tuple[str, str | None, str, list[IndexProblem]]:
-        failed: list[IndexProblem] = []
-        per_version = [
-            [
-                f
-                for f in page.files_of(v)
-                if f.is_wheel and f.linux_x86_64 and f.pythons and f.has_metadata is not False
-            ]
-            for v in reversed(series_versions[series])
-        ]
-        # one wheel of each version first (newest first): missing metadata is per upload
-        candidates = [
-            files[i] for i in range(max(map(len, per_version), default=0))
-            for files in per_version if i < len(files)
-        ]
-        for f in candidates[:METADATA_TRIES]:
-            got = client.metadata(f)
-            if isinstance(got, IndexProblem):
-                failed.append(got)
-                continue
-            return series, cuda_variant(requires_dist(got)), f.url + ".metadata", []
-        return series, None, "", failed
-
-    results = client.map(one, list(series_versions))
+    series_versions = _series_to_check(table, page)
+    results = client.map(
+        lambda s: _one_default(client, page, s, series_versions[s]), list(series_versions),
+        late=lambda s: (s, None, "", [client.late(f"{page.url} (torch {s} metadata)")], []),
+    )
     out: dict[str, tuple[str | None, str]] = {}
-    newest = page.versions()[-1] if page.versions() else ""
-    for series, found, url, failed in results:
+    listed = page.versions()
+    newest = listed[-1] if listed else ""
+    elsewhere: dict[str, list[str]] = {}  # file host -> series whose wheels are there
+    for series, found, url, failed, hosts in results:
         if url:
             out[series] = (found, url)
             if found is None:
@@ -488,14 +418,22 @@ def _default_builds(
                     "bundled in the wheel, or a CPU build): pypi_default not checked"
                 )
             continue
-        fallback = _json_api_default(client, page.url, newest) if newest in series_versions[
-            series] else None
+        fallback = (_json_api_default(client, page.url, newest)
+                    if newest in series_versions[series] else None)
         if fallback is not None:
             out[series] = fallback
             continue
         problems.extend(p for p in failed if p.status != 404)
-        notes.append(f"torch {series}: no wheel metadata answered (PEP 658): default build "
-                     "not checked")
+        if hosts and not failed:
+            elsewhere.setdefault(sorted(hosts)[0], []).append(series)
+        else:
+            notes.append(f"torch {series}: no wheel metadata answered (PEP 658): default "
+                         "build not checked")
+    notes.extend(
+        f"torch {', '.join(series)}: the wheels are on {host}, not a configured host: "
+        f"default build not checked (allow it with {ALLOW_ENV}={host})"
+        for host, series in elsewhere.items()
+    )
     return out
 
 
@@ -520,219 +458,8 @@ def _json_api_default(
     return cuda_variant(str(r) for r in reqs), url
 
 
-# --------------------------------------------------------------------------- overlay rows
-
-
-def _variant_row(v: Variant) -> dict[str, Any]:
-    row: dict[str, Any] = {"name": v.name}
-    if v.form == "extra-index-url":
-        row["form"] = v.form
-    row["python"] = [v.python_min, v.python_max]
-    row["python_source"] = v.python_source
-    if v.pypi_default:
-        row["pypi_default"] = True
-    if v.kind == "cuda":
-        row["sm"] = list(v.archs)
-        row["sm_source"] = v.arch_source(v.archs[0]) if v.archs else v.source
-        if v.archs_uncertain:
-            row["sm_confidence"] = "uncertain"
-        if v.ptx:
-            row["ptx"] = v.ptx
-    row["confidence"] = v.confidence
-    row["source"] = v.source
-    if v.note:
-        row["note"] = v.note
-    return row
-
-
-def _release_row(r: Release) -> dict[str, Any]:
-    row: dict[str, Any] = {
-        "series": r.series,
-        "versions": list(r.versions),
-        "checked": r.checked or None,
-        "python": [r.python_min, r.python_max],
-        "python_source": "see the variants",
-    }
-    if r.numpy_breaks:
-        row["numpy_breaks"] = r.numpy_breaks
-    if r.numpy_source:
-        row["numpy_source"] = r.numpy_source
-    row["source"] = r.source
-    if r.note:
-        row["note"] = r.note
-    row["variants"] = [_variant_row(v) for v in r.variants]
-    return {k: v for k, v in row.items() if v is not None}
-
-
-def _template(table: CompatTable, name: str) -> Variant | None:
-    """The newest known variant of that name, else the newest of the same kind."""
-    for r in reversed(table.releases):
-        v = r.variant(name)
-        if v is not None:
-            return v
-    kind = "rocm" if name.startswith("rocm") else "cuda" if name.startswith("cu") else "cpu"
-    for r in reversed(table.releases):
-        for v in reversed(r.variants):
-            if v.kind == kind:
-                return v
-    return None
-
-
-def _propose(  # noqa: PLR0917
-    table: CompatTable,
-    findings: Sequence[Finding],
-    torch_pages: Sequence[Listing],
-    variant_pages: Sequence[tuple[str, Listing]],
-    defaults: dict[str, tuple[str | None, str]],
-    day: str,
-) -> list[dict[str, Any]]:
-    new_versions: dict[str, set[str]] = {}
-    for f in findings:
-        if f.kind == "new-release":
-            v = f.subject.split()[-1]
-            new_versions.setdefault(series_of(v), set()).add(v)
-    new_variants: dict[str, dict[str, str]] = {}  # series -> variant -> url
-    for f in findings:
-        if f.kind == "new-variant":
-            _, series, name = f.subject.split()
-            new_variants.setdefault(series, {})[name] = f.url
-    for variant, page in variant_pages:
-        for fi in page.files:
-            if fi.local == variant and series_of(fi.version) in new_versions:
-                new_variants.setdefault(series_of(fi.version), {})[variant] = page.url
-    rows: list[dict[str, Any]] = []
-    for series in sorted(set(new_versions) | set(new_variants), key=Version):
-        known = table.series(series)
-        versions = sorted(new_versions.get(series, set()), key=Version)
-        if known is not None:
-            row = _release_row(known)
-            row["versions"] = sorted(set(row["versions"]) | set(versions), key=Version)
-            row["checked"] = day
-            if versions:
-                url = next((f.url for f in findings if f.subject in
-                            {f"torch {v}" for v in versions}), "")
-                row["source"] = f"{row['source']}; {url} lists {', '.join(versions)} ({day}) [?]"
-        else:
-            row = _new_release_row(table, series, versions, torch_pages, day)
-        present = {v["name"] for v in row["variants"]}
-        for name, url in new_variants.get(series, {}).items():
-            if name not in present:
-                row["variants"].append(_new_variant_row(table, name, row, url, day))
-        default_name, default_url = defaults.get(series, (None, ""))
-        if known is None and default_name is not None:
-            same = [v for v in row["variants"] if v["name"] == default_name]
-            if same:
-                same[0]["pypi_default"] = True
-            else:
-                added = _new_variant_row(table, default_name, row, default_url, day)
-                added["pypi_default"] = True
-                row["variants"].insert(0, added)
-        if not row["variants"]:
-            prev = _default_variant(table.releases[-1])
-            assumed = prev.name if prev is not None else "cpu"
-            guess = _new_variant_row(table, assumed, row, "", day)
-            guess["source"] = f"assumed like torch {table.releases[-1].series} +{assumed} [?]"
-            row["variants"].append(guess)
-        rows.append(row)
-    return rows
-
-
-def _new_release_row(
-    table: CompatTable,
-    series: str,
-    versions: Sequence[str],
-    pages: Sequence[Listing],
-    day: str,
-) -> dict[str, Any]:
-    pythons: list[str] = []
-    url = ""
-    for page in pages:
-        for v in versions:
-            found = _linux_pythons(page.files_of(v))
-            if found:
-                pythons += found
-                url = url or page.url
-    rng = _range(pythons) or (table.releases[-1].python_min, table.releases[-1].python_max)
-    cite = f"{url or 'the PyTorch variant indexes'} (listed {day}) [?]"
-    return {
-        "series": series,
-        "versions": list(versions),
-        "checked": day,
-        "python": [rng[0], rng[1]],
-        "python_source": cite if pythons else f"assumed like torch {table.releases[-1].series} [?]",
-        "source": cite,
-        "variants": [],
-    }
-
-
-def _new_variant_row(
-    table: CompatTable, name: str, release_row: dict[str, Any], url: str, day: str
-) -> dict[str, Any]:
-    cite = f"{url} (listed {day}) [?]" if url else f"{day} [?]"
-    row: dict[str, Any] = {"name": name}
-    if Version(release_row["series"]) < Version("2.0"):
-        row["form"] = "extra-index-url"
-    row["confidence"] = "uncertain"
-    row["source"] = cite
-    if name.startswith("cu"):
-        tmpl = _template(table, name)
-        row["sm"] = list(tmpl.archs) if tmpl is not None and tmpl.archs else ["sm_75"]
-        row["sm_confidence"] = "uncertain"
-        row["sm_source"] = (
-            f"assumed like torch {tmpl.series} +{tmpl.name} [?]" if tmpl is not None
-            else "unknown [?]"
-        )
-    return row
-
 
 # --------------------------------------------------------------------------- status
-
-
-@dataclass(frozen=True)
-class StatusReport:
-    index: str
-    date: str
-    newest_known: str
-    newest_listed: str
-    #: releases the index lists and the table lacks (from the table's oldest on)
-    missing: tuple[str, ...]
-    #: (series, checked date or "never") of rows not checked for more than ``stale_days``
-    stale: tuple[tuple[str, str], ...]
-    stale_days: int
-
-    @property
-    def current(self) -> bool:
-        return not self.missing
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "date": self.date,
-            "current": self.current,
-            "newest_known": self.newest_known,
-            "newest_listed": self.newest_listed,
-            "missing": list(self.missing),
-            "stale": [{"series": s, "checked": c} for s, c in self.stale],
-            "stale_days": self.stale_days,
-        }
-
-    def lines(self) -> list[str]:
-        out = [
-            f"index {self.index} ({self.date})",
-            f"newest torch release: table {self.newest_known}, index {self.newest_listed}",
-        ]
-        if self.missing:
-            out.append(f"missing from the table: {', '.join(self.missing)}")
-        else:
-            out.append("missing from the table: none")
-        if self.stale:
-            rows = ", ".join(f"{s} ({c})" for s, c in self.stale)
-            out.append(f"rows not checked for more than {self.stale_days} days: {rows}")
-        else:
-            out.append(f"rows not checked for more than {self.stale_days} days: none")
-        out.append("current" if self.current else
-                   "NOT current: run `envforge knowledge refresh -o FILE` and review the rows")
-        return out
 
 
 def stale_rows(
@@ -759,19 +486,20 @@ def status(
     """Compare the table's torch releases with ``index``; Unavailable (exit 4) when the
     index does not answer or its listing is malformed."""
     day = today or datetime.datetime.now(datetime.timezone.utc).date()
-    got = client.listing(index, "torch")
+    got = client.map(lambda root: client.listing(root, "torch"), [index],
+                     late=lambda root: client.late(listing_url(root, "torch")))[0]
     if isinstance(got, IndexProblem):
-        raise Unavailable(f"the index did not answer: {got.one_line()}",
-                          hint="check the network or pass --index URL")
+        raise Unavailable(f"the index did not answer, nothing was checked: {got.one_line()}",
+                          hint="check the network, --index URL and --deadline")
     listed = got.versions()
     known = set(table.known_versions)
     oldest = _oldest(table)
-    missing = tuple(v for v in listed if v not in known and Version(v) >= oldest)
+    missing = tuple(v for v in listed if v not in known and version_key(v) >= oldest)
     stale = stale_rows(table, day, stale_days)
     return StatusReport(
         index=index,
         date=day.isoformat(),
-        newest_known=max(table.known_versions, key=Version),
+        newest_known=max(table.known_versions, key=version_key),
         newest_listed=listed[-1] if listed else "(none)",
         missing=missing,
         stale=stale,

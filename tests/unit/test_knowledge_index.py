@@ -25,7 +25,7 @@ from envforge.knowledge.refresh import (
     StatusReport,
     _compare_numpy,
     _compare_torch,
-    _problem_lines,
+    problem_lines,
     stale_rows,
 )
 
@@ -156,7 +156,7 @@ def test_problem_lines_merge_one_root() -> None:
     problems = [IndexProblem(f"http://h/whl/cu{n}/torch/", "unreachable", "no DNS")
                 for n in (118, 121)]
     problems.append(IndexProblem("http://o/simple/torch/", "timeout", "no answer"))
-    assert _problem_lines(problems) == [
+    assert problem_lines(problems) == [
         "http://h/whl/... (2 listings): unreachable: no DNS",
         "http://o/simple/torch/: timeout: no answer",
     ]

@@ -1,0 +1,222 @@
+"""A hostile HTTP server on 127.0.0.1 for the network commands (index and registry).
+
+Routes (``<p>`` is any project, e.g. ``torch``):
+
+- ``/drip/<p>/``: 200 and headers, then one byte every :data:`DRIP_SECONDS` s, for ever.
+- ``/stall/<p>/``: reads the request and sends nothing.
+- ``/huge/<p>/``: a JSON page that never ends (no Content-Length), up to 2 GB.
+- ``/announced/<p>/``: ``Content-Length: 3000000000``, then bytes.
+- ``/bomb/<p>/``: ``Content-Encoding: gzip``, 128 KB that inflate to 128 MB.
+- ``/cross/<p>/``: a redirect to the same path on ``localhost`` (another host).
+- ``/tofile/<p>/``: a redirect to ``file:///etc/passwd``.
+- ``/deep/<p>/``: JSON nested 100,000 levels deep.
+- ``/badhttp/<p>/``: no HTTP status line.
+- ``/corpus/<name>/<p>/``: the file ``tests/fixtures/hostile-index/<name>`` (``.json`` as PEP 691,
+  ``.html`` as HTML), the recorded numpy page for ``numpy``.
+- ``/simple/<p>/``: the recorded pages (tests/fixtures/index), as a well-behaved root.
+- ``/v2/...``: a registry whose behaviour is :attr:`HostileServer.registry`: ``drip``
+  (the config blob drips), ``realm-file`` / ``realm-other`` (a token realm on ``file://`` /
+  on another host), ``redirect-other`` (blobs redirected to a non-loopback http host),
+  ``huge`` (an endless manifest), ``deep`` (a manifest nested 100,000 levels).
+
+Every request is recorded (path), so a test can wait for the client to be stalled.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "fixtures" / "hostile-index"
+RECORDED = ROOT / "fixtures" / "index"
+PEP691 = "application/vnd.pypi.simple.v1+json"
+DRIP_SECONDS = 2.0
+#: the longest any hostile answer keeps a connection (the tests end long before)
+MAX_SECONDS = 120.0
+
+
+_BOMB: list[bytes] = []
+
+
+def bomb() -> bytes:
+    """gzip of 128 MB of spaces (about 128 KB; the listing limit is 32 MB), made once."""
+    if not _BOMB:
+        packer = zlib.compressobj(1, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+        block = b" " * (1 << 20)
+        parts = [packer.compress(block) for _ in range(128)]
+        _BOMB.append(b"".join(parts) + packer.flush())
+    return _BOMB[0]
+
+
+def deep_json(levels: int = 100_000) -> bytes:
+    return b"[" * levels + b"]" * levels
+
+
+@dataclass
+class HostileServer:
+    url: str
+    port: int
+    requests: list[str] = field(default_factory=list)
+    #: how the /v2/ registry misbehaves (see the module docstring); "" behaves
+    registry: str = ""
+
+    def wait_for(self, prefix: str, since: int, timeout: float = 30.0) -> None:
+        """Until a request whose path starts with ``prefix`` arrived after the first
+        ``since`` requests."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if any(r.startswith(prefix) for r in list(self.requests)[since:]):
+                return
+            time.sleep(0.02)
+        raise AssertionError(f"no request for {prefix} within {timeout} s: {self.requests}")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    state: HostileServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        return
+
+    def _head(self, status: int, headers: dict[str, str]) -> None:
+        self.send_response(status)
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.flush()
+
+    def _send(self, status: int, body: bytes, ctype: str = PEP691,
+              headers: dict[str, str] | None = None) -> None:
+        self._head(status, {"Content-Type": ctype, "Content-Length": str(len(body)),
+                            **(headers or {})})
+        self.wfile.write(body)
+
+    def _stream(self, first: bytes, unit: bytes, total: int, pause: float = 0.0) -> None:
+        """``first``, then ``unit`` repeated up to ``total`` bytes; stops when the client
+        goes away (a write fails) or after :data:`MAX_SECONDS`."""
+        end = time.monotonic() + MAX_SECONDS
+        sent = 0
+        try:
+            self.wfile.write(first)
+            while sent < total and time.monotonic() < end:
+                if pause:
+                    time.sleep(pause)
+                self.wfile.write(unit)
+                self.wfile.flush()
+                sent += len(unit)
+        except OSError:
+            return
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        self.state.requests.append(path)
+        parts = [p for p in path.split("/") if p]
+        if parts and parts[0] == "v2":
+            self._registry(path)
+            return
+        kind = parts[0] if parts else ""
+        handler = getattr(self, "_route_" + kind.replace("-", "_"), None)
+        if handler is None:
+            self._send(404, b"", "text/plain")
+            return
+        handler(parts)
+
+    # ------------------------------------------------------------------ index routes
+
+    def _route_drip(self, parts: list[str]) -> None:
+        self._head(200, {"Content-Type": PEP691})
+        self._stream(b"", b" ", 1 << 20, pause=DRIP_SECONDS)
+
+    def _route_stall(self, parts: list[str]) -> None:
+        time.sleep(MAX_SECONDS)
+
+    def _route_huge(self, parts: list[str]) -> None:
+        self._head(200, {"Content-Type": PEP691})
+        self._stream(b'{"meta": {"api-version": "1.1"}, "files": [], "x": "', b"x" * 65536,
+                     2 << 30)
+
+    def _route_announced(self, parts: list[str]) -> None:
+        self._head(200, {"Content-Type": PEP691, "Content-Length": "3000000000"})
+        self._stream(b"{", b"x" * 65536, 3_000_000_000)
+
+    def _route_bomb(self, parts: list[str]) -> None:
+        self._send(200, bomb(), headers={"Content-Encoding": "gzip"})
+
+    def _route_cross(self, parts: list[str]) -> None:
+        target = f"http://localhost:{self.state.port}/simple/{parts[-1]}/"
+        self._send(302, b"", "text/plain", {"Location": target})
+
+    def _route_tofile(self, parts: list[str]) -> None:
+        self._send(302, b"", "text/plain", {"Location": "file:///etc/passwd"})
+
+    def _route_deep(self, parts: list[str]) -> None:
+        self._send(200, deep_json())
+
+    def _route_badhttp(self, parts: list[str]) -> None:
+        self.wfile.write(b"garbage, not HTTP\r\n\r\n")
+
+    def _route_corpus(self, parts: list[str]) -> None:
+        if parts[-1] == "numpy":
+            self._send(200, (RECORDED / "numpy.json").read_bytes())
+            return
+        file = CORPUS / parts[1]
+        if not file.is_file():
+            self._send(404, b"", "text/plain")
+            return
+        ctype = PEP691 if file.suffix == ".json" else "text/html"
+        self._send(200, file.read_bytes(), ctype)
+
+    def _route_simple(self, parts: list[str]) -> None:
+        self._send(200, (RECORDED / f"{parts[-1]}.json").read_bytes())
+
+    # ------------------------------------------------------------------ registry
+
+    def _registry(self, path: str) -> None:
+        mode = self.state.registry
+        port = self.state.port
+        if mode in {"realm-file", "realm-other"}:
+            realm = "file:///etc/passwd" if mode == "realm-file" else "http://10.255.255.1/token"
+            self._send(401, b"{}", "application/json",
+                       {"WWW-Authenticate": f'Bearer realm="{realm}",service="x"'})
+        elif mode == "huge":
+            self._head(200, {"Content-Type": "application/json"})
+            self._stream(b'{"a": "', b"x" * 65536, 2 << 30)
+        elif mode == "deep":
+            self._send(200, deep_json(), "application/json")
+        elif "/manifests/" in path:
+            manifest = (b'{"schemaVersion": 2, "config": {"digest": "sha256:'
+                        + b"a" * 64 + b'"}, "layers": []}')
+            self._send(200, manifest, "application/vnd.oci.image.manifest.v1+json")
+        elif mode == "redirect-other":
+            self._send(307, b"", "text/plain",
+                       {"Location": f"http://10.255.255.1:{port}/storage/blob"})
+        else:  # drip: the config blob never finishes
+            self._head(200, {"Content-Type": "application/octet-stream"})
+            self._stream(b"", b"{", 1 << 20, pause=DRIP_SECONDS)
+
+
+def serve() -> Iterator[HostileServer]:
+    """Start the server on a free port of 127.0.0.1; stop it when the generator closes."""
+    bomb()
+    state = HostileServer("", 0)
+    handler = type("Handler", (_Handler,), {"state": state})
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    httpd.daemon_threads = True
+    state.port = httpd.server_address[1]
+    state.url = f"http://127.0.0.1:{state.port}"
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=10)

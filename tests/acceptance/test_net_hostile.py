@@ -1,0 +1,257 @@
+"""The network commands against a hostile server on 127.0.0.1 (hostileserver.py): a slow
+index (a byte every 2 s), one that sends nothing, endless and announced-huge pages, a
+gzip bomb, redirects to another host and to ``file://``, listings naming ``file://`` and
+``ftp://`` files, deep JSON, no HTTP at all, a registry whose token realm or blob redirect
+leaves its host, whose blob drips, whose manifest is endless or deep; Ctrl-C and SIGTERM
+during a stalled refresh.
+
+The contract: exit 4 naming what could not be checked (or 130 after a signal), within the
+overall deadline; never a traceback, a hang, a read outside the configured hosts, or
+memory beyond the response limits.
+"""
+
+from __future__ import annotations
+
+import resource
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from envforge.backends.docker.client import EngineClient
+from envforge.proc import Completed
+
+from .helpers import Envforge, parse_json
+from .hostileserver import HostileServer, serve
+
+#: a hang guard for one command; the deadlines below are a few seconds
+GUARD = 60.0
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[HostileServer]:
+    yield from serve()
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Envforge:
+    return Envforge(tmp_path / "home")
+
+
+def _refresh(cli: Envforge, server: HostileServer, route: str, *extra: str) -> Completed:
+    return cli("knowledge", "refresh", "--no-pytorch-index", "--json", "--deadline", "4",
+               "--index", f"{server.url}/{route}", *extra, timeout=GUARD)
+
+
+def _problems(data: dict[str, object]) -> dict[str, tuple[str, str]]:
+    problems = data["problems"]
+    assert isinstance(problems, list)
+    return {p["url"]: (p["kind"], p["reason"]) for p in problems}
+
+
+@pytest.mark.parametrize(
+    ("route", "kind", "words"),
+    [
+        ("drip", "timeout", "overall deadline of 4 s"),
+        ("stall", "timeout", "overall deadline of 4 s"),
+        ("huge", "too-large", "bytes"),
+        ("announced", "too-large", "3000000000 bytes announced"),
+        ("bomb", "too-large", "decoded"),
+        ("cross", "refused", "http://localhost:"),
+        ("tofile", "refused", "file URLs are not read"),
+        ("deep", "malformed", "nested deeper than 64 levels"),
+        ("badhttp", "malformed", "not an HTTP answer"),
+    ],
+)
+def test_a_hostile_index_is_exit_4_naming_the_listing(
+    server: HostileServer, cli: Envforge, route: str, kind: str, words: str
+) -> None:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    done = _refresh(cli, server, route, "--timeout", "30")
+    assert done.returncode == 4, done.stderr
+    assert "Traceback" not in done.stderr
+    line = done.stderr.strip()
+    assert len(line.splitlines()) == 1
+    assert f"{server.url}/{route}/" in line
+    assert kind in line
+    assert words in line
+    # the 2 GB page, the 3 GB announcement and the 256 MB bomb were never held in memory
+    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    assert max(before, after) < 400 * 1024, f"a child grew to {after} KB"
+
+
+def test_partial_check_is_accepted_only_when_asked(server: HostileServer, cli: Envforge) -> None:
+    done = _refresh(cli, server, "drip", "--index", f"{server.url}/simple", "--allow-partial")
+    assert done.returncode == 0, done.stderr
+    data = parse_json(done)
+    assert data["complete"] is False
+    assert _problems(data)[f"{server.url}/drip/torch/"][0] == "timeout"
+    assert "2.15.0" in data["torch_versions"]  # the root that answered was checked
+    text = cli("knowledge", "refresh", "--no-pytorch-index", "--deadline", "4", "--index",
+               f"{server.url}/drip", "--index", f"{server.url}/simple", timeout=GUARD)
+    assert text.returncode == 4
+    assert f"problem: {server.url}/drip/" in text.stdout
+    assert "could not be checked" in text.stderr
+
+
+def test_status_of_a_stalled_index_is_exit_4_naming_it(
+    server: HostileServer, cli: Envforge
+) -> None:
+    done = cli("knowledge", "status", "--deadline", "3", "--index", f"{server.url}/stall",
+               timeout=GUARD)
+    assert done.returncode == 4
+    assert f"{server.url}/stall/torch/" in done.stderr
+    assert "overall deadline of 3 s" in done.stderr
+
+
+def test_the_deadline_comes_from_the_environment(server: HostileServer, cli: Envforge) -> None:
+    done = cli("knowledge", "status", "--index", f"{server.url}/drip", timeout=GUARD,
+               extra_env={"ENVFORGE_NET_DEADLINE": "2"})
+    assert done.returncode == 4
+    assert "overall deadline of 2 s" in done.stderr
+    bad = cli("knowledge", "status", "--index", f"{server.url}/drip", timeout=GUARD,
+              extra_env={"ENVFORGE_NET_DEADLINE": "soon"})
+    assert bad.returncode == 2
+    assert "ENVFORGE_NET_DEADLINE" in bad.stderr
+
+
+@pytest.mark.parametrize(
+    ("page", "url_start", "words"),
+    [
+        ("file-url.json", "file:///dev/zero", "file URLs are not read"),
+        ("ftp-url.json", "ftp://127.0.0.1/", "ftp URLs are not read"),
+    ],
+)
+def test_a_listed_file_url_of_another_scheme_is_refused_and_named(
+    server: HostileServer, cli: Envforge, page: str, url_start: str, words: str
+) -> None:
+    done = _refresh(cli, server, f"corpus/{page}", "--allow-partial")
+    assert done.returncode == 0, done.stderr
+    problems = _problems(parse_json(done))
+    refused = {u: r for u, r in problems.items() if u.startswith(url_start)}
+    assert refused, problems
+    assert all(kind == "refused" and words in reason for kind, reason in refused.values())
+    # nothing was read from the local file into the cache
+    cache = cli.home / "cache" / "index"
+    sizes = [p.stat().st_size for p in cache.rglob("*") if p.is_file()]
+    assert max(sizes, default=0) < 4 * 1024 * 1024
+
+
+def test_a_listed_file_on_another_host_is_not_requested(
+    server: HostileServer, cli: Envforge
+) -> None:
+    done = _refresh(cli, server, "corpus/other-host-url.json", "--allow-partial")
+    data = parse_json(done)
+    assert not [u for u in _problems(data) if "10.255.255.1" in u]  # never asked
+    assert any("10.255.255.1, not a configured host" in n and "ENVFORGE_ALLOW_HOSTS" in n
+               for n in data["notes"])
+
+
+@pytest.mark.parametrize(
+    "page",
+    ["wrong-api.json", "files-not-objects.json", "files-not-a-list.json", "not-an-object.json",
+     "not-utf8.json", "no-tags.html"],
+)
+def test_a_malformed_listing_is_named(server: HostileServer, cli: Envforge, page: str) -> None:
+    done = _refresh(cli, server, f"corpus/{page}")
+    assert done.returncode == 4
+    assert "Traceback" not in done.stderr
+    assert f"{server.url}/corpus/{page}/torch/: malformed:" in done.stderr
+
+
+def test_an_escape_in_a_listed_url_is_printed_escaped(
+    server: HostileServer, cli: Envforge
+) -> None:
+    done = cli("knowledge", "refresh", "--no-pytorch-index", "--deadline", "4", "--allow-partial",
+               "--index", f"{server.url}/corpus/esc-in-url.json", timeout=GUARD)
+    assert "\x1b" not in done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def _stalled_refresh(cli: Envforge, server: HostileServer) -> subprocess.Popen[bytes]:
+    since = len(server.requests)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "envforge", "knowledge", "refresh", "--no-pytorch-index",
+         "--deadline", "600", "--index", f"{server.url}/drip"],
+        env=cli.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    server.wait_for("/drip/", since)
+    time.sleep(0.5)  # the request is in flight, its answer dripping
+    return proc
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_during_a_stalled_refresh_exits_130_at_once(
+    server: HostileServer, cli: Envforge, sig: signal.Signals
+) -> None:
+    proc = _stalled_refresh(cli, server)
+    sent = time.monotonic()
+    proc.send_signal(sig)
+    try:
+        _out, err = proc.communicate(timeout=GUARD)
+    finally:
+        proc.kill()
+    took = time.monotonic() - sent
+    assert proc.returncode == 130, err
+    assert err.decode().strip() == "envforge: interrupted"
+    # a hang guard, not a speed target: the dripping answer would hold it for minutes
+    assert took < 10, f"{took:.1f} s after the signal"
+
+
+# --------------------------------------------------------------------------- registry
+
+
+@pytest.mark.parametrize(
+    ("mode", "code", "words"),
+    [
+        ("realm-file", 2, "file URLs are not read"),
+        ("realm-other", 2, "http://10.255.255.1, which is not a configured host"),
+        ("redirect-other", 2, "a redirect from"),
+        ("drip", 4, "overall deadline of 3 s"),
+        ("huge", 2, "more than"),
+        ("deep", 2, "nested deeper than 64 levels"),
+    ],
+)
+def test_a_hostile_registry_is_named_and_bounded(
+    server: HostileServer, cli: Envforge, mode: str, code: int, words: str
+) -> None:
+    """Exit 4 when the registry did not answer in time; an answer that cannot be used
+    (refused, too large, malformed) is a skipped source like any other (exit 2)."""
+    server.registry = mode
+    try:
+        done = cli("evidence", "import", "--deadline", "3",
+                   f"127.0.0.1:{server.port}/team/cpu:v1", timeout=GUARD)
+    finally:
+        server.registry = ""
+    assert done.returncode == code, done.stderr
+    assert "Traceback" not in done.stderr
+    assert words in done.stderr
+    assert f"127.0.0.1:{server.port}" in done.stderr
+
+
+@pytest.mark.engine
+def test_sigterm_during_a_stalled_pull_exits_130(
+    server: HostileServer, cli: Envforge, client: EngineClient
+) -> None:
+    """The Docker path too: ``verify`` waits on the engine's pull of a registry that
+    drips; SIGTERM ends it like Ctrl-C (exit 130, one line), not by the default action."""
+    server.registry = "drip"
+    since = len(server.requests)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "envforge", "verify", f"127.0.0.1:{server.port}/team/cpu:v1"],
+        env=cli.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    try:
+        server.wait_for("/v2/", since)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=GUARD)
+    finally:
+        proc.kill()
+        server.registry = ""
+    assert proc.returncode == 130, err
+    assert err.decode().strip().splitlines()[-1] == "envforge: interrupted"
