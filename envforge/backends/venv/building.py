@@ -1,0 +1,222 @@
+"""Building a recipe's venv aside and swapping it in only when its probe passed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from envforge import __version__, lock
+from envforge.backends.venvfs import (
+    aside_prefix,
+    content_digests,
+    swap_dirs,
+    sweep_leftovers,
+    verify_records,
+)
+from envforge.errors import (
+    BuildFailed,
+    CertificationFailed,
+)
+from envforge.fsutil import make_dirs, make_temp_dir, write_atomically, writing
+from envforge.probe.report import ProbeReport
+from envforge.recipe.model import Level, Recipe
+from envforge.stack import Stack, stack_of
+
+if TYPE_CHECKING:
+    pass
+
+#: Seconds one ``uv`` install may run (a ROCm torch wheel is several GB).
+
+from envforge.backends.venv.certifying import (
+    _cert_json,
+    _failure,
+    _level_ok,
+    _marker_json,
+    _probe,
+    _recertify_in_place,
+    state,
+    valid_certificate,
+)
+from envforge.backends.venv.install import _install, install_key
+from envforge.backends.venv.interpreter import Interpreter, find_interpreter
+from envforge.backends.venv.layout import (
+    BUILD_MARKER,
+    CERT_MARKER,
+    DEFAULT_OPTIONS,
+    MARKER_DIR,
+    BuildStatus,
+    VenvBuildResult,
+    VenvOptions,
+    _read_json,
+    fingerprint,
+    venv_location,
+    venv_python,
+)
+
+
+def _reinstall_reason(
+    target: Path, built: Mapping[str, Any] | None, key: str, options: VenvOptions
+) -> tuple[str | None, dict[str, str]]:
+    """(why the venv must be (re)installed, or None; its content digests now)."""
+    if not venv_python(target).exists() or built is None:
+        return "new", {}
+    if options.force:
+        return "forced", {}
+    if built.get("install_key") != key:
+        return "the install inputs changed", {}
+    content = content_digests(target)
+    if built.get("content") == content:
+        return None, content
+    # The cheap check differs: the full one tells touched from modified.
+    if built.get("fingerprint") != fingerprint(target):
+        return "the installed set changed", content
+    problems = verify_records(target)
+    if problems:
+        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+        return f"installed files changed: {problems[0]}{more}", content
+    return None, content
+
+
+def make(recipe: Recipe, options: VenvOptions = DEFAULT_OPTIONS) -> VenvBuildResult:
+    """Build (or confirm) the certified venv for ``recipe``; see the package docstring.
+
+    Raises :class:`Unavailable` (no interpreter, index unreachable), :class:`BuildFailed`
+    (uv failed) or :class:`CertificationFailed` (the probe did not pass: a certified venv
+    that was there stays as it was; without one the new venv stays, uncertified).
+    """
+    started = time.monotonic()
+    lock.check_inputs(options.wheelhouse, options.ca_bundle)
+    interp = find_interpreter(recipe.python, explicit=options.python, environ=options.environ)
+    stack = stack_of(recipe)
+    lock.check_wheelhouse(stack, options.wheelhouse)
+    lock_file = lock.lock_path(recipe, stack) if options.use_lock else None
+    stale = lock.stale_lock(recipe, stack) if options.use_lock else None
+    if stale is not None:
+        options.say(
+            f"note: ignoring stale lock {stale} (the recipe changed):"
+            f" run `envforge lock {recipe.name}`"
+        )
+    key = install_key(recipe, interp, options, lock_file, stack)
+    target = venv_location(recipe, options.environ)
+    markers = target / MARKER_DIR
+    level: Level = options.level or recipe.certify.level
+    make_dirs(target.parent)
+    for gone in sweep_leftovers(target.parent):
+        options.say(f"removed {gone}, left by an envforge that was stopped")
+
+    built = _read_json(markers / BUILD_MARKER)
+    why, content = _reinstall_reason(target, built, key, options)
+    if why is None and built is not None:
+        cert = valid_certificate(recipe, target, content)
+        if cert is not None and not options.extra_checks and _level_ok(cert, level):
+            return VenvBuildResult(
+                recipe.name,
+                target,
+                "up-to-date",
+                interp,
+                None,
+                time.monotonic() - started,
+                lock_file,
+            )
+        options.say(f"{target}: installed set unchanged; certifying")
+        report = _recertify_in_place(recipe, target, built, content, level, options, stack)
+        return VenvBuildResult(
+            recipe.name, target, "recertified", interp, report, time.monotonic() - started,
+            lock_file,
+        )
+
+    status: BuildStatus = "built" if why == "new" and not target.exists() else "reinstalled"
+    if status == "reinstalled":
+        options.say(
+            f"{target}: reinstalling ({why}); the current venv stays until the new one passes"
+        )
+    report = _build_aside(recipe, interp, target, key, lock_file, level, options, stack)
+    return VenvBuildResult(
+        recipe.name, target, status, interp, report, time.monotonic() - started, lock_file
+    )
+
+
+def _build_aside(  # noqa: PLR0917 - one step of build, its inputs spelled out
+    recipe: Recipe,
+    interp: Interpreter,
+    target: Path,
+    key: str,
+    lock_file: Path | None,
+    level: Level,
+    options: VenvOptions,
+    stack: Stack,
+) -> ProbeReport:
+    """Install and probe a new venv in ``.<name>.tmp-<owner>-XXXX`` beside ``target``; swap
+    it in when it passed, or when there is no certified venv to keep. The folder aside is
+    removed in every other outcome (failure, Ctrl-C); one left by a killed envforge is
+    swept by the next build."""
+    aside = make_temp_dir(aside_prefix(target), target.parent)
+    try:
+        options.say(f"creating {target} with Python {interp.version} ({interp.executable})")
+        shutil.rmtree(aside)  # uv venv wants to create the folder itself
+        _install(recipe, interp, aside, options, lock_file, stack)
+        corrupt = verify_records(aside)
+        if corrupt:
+            more = f" (+{len(corrupt) - 1} more)" if len(corrupt) > 1 else ""
+            raise BuildFailed(
+                f"the installed files do not match their RECORD hashes: {corrupt[0]}{more}",
+                hint="uv's cache holds a modified copy: `uv cache clean`, then build again",
+            )
+        content = content_digests(aside)
+        fp = fingerprint(aside)
+        build_data = {
+            "recipe": recipe.name,
+            "recipe_hash": recipe.hash,
+            "stack_tag": recipe.stack_tag,
+            "install_key": key,
+            "fingerprint": fp,
+            "content": content,
+            "python": interp.version,
+            "interpreter": interp.executable,
+            "lock": str(lock_file) if lock_file else None,
+            "envforge_version": __version__,
+        }
+        aside_markers = aside / MARKER_DIR
+        write_atomically(aside_markers / BUILD_MARKER, _marker_json(build_data))
+        report = _probe(recipe, aside, level, options, stack)
+        report.write(aside_markers)
+        if report.passed:
+            write_atomically(aside_markers / CERT_MARKER, _cert_json(recipe, report, fp, content))
+        old = valid_certificate(recipe, target) if venv_python(target).exists() else None
+        if not report.passed and old is not None:
+            # Keep the certified venv; the failed probe is its last probe run.
+            report.write(target / MARKER_DIR)
+            kept = f"{target} stays as it was, certified ({old.get('level')} probe)"
+            raise _failure(recipe, target, report, kept=kept, rebuilt=True)
+        with writing(target):
+            previous = swap_dirs(aside, target)
+        if previous is not None:
+            shutil.rmtree(previous, ignore_errors=True)
+        if not report.passed:
+            raise _failure(recipe, target, report, kept=None)
+        return report
+    finally:
+        if os.path.lexists(aside):
+            shutil.rmtree(aside, ignore_errors=True)
+
+
+def ensure(recipe: Recipe, options: VenvOptions = DEFAULT_OPTIONS) -> tuple[Path, bool]:
+    """The recipe's certified venv, built first when there is none: (path, just built).
+
+    An existing certified venv is used as it is, whatever options built it (a shell does
+    not rebuild because ``--wheelhouse`` is not given this time).
+    """
+    current = state(recipe, options.environ)
+    if current.certified:
+        return current.path, False
+    if current.changed is not None:
+        raise CertificationFailed(
+            f"{current.path} changed since it was certified: {current.changed}",
+            hint=f"`envforge build {recipe.name} --backend venv` re-certifies it,"
+            " reinstalling what changed",
+        )
+    return make(recipe, options).path, True

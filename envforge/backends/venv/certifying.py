@@ -1,0 +1,308 @@
+"""Probing a venv and recording the verdict: certificates bound to the venv's content, its state."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from envforge import paths
+from envforge.backends.venvfs import (
+    content_digests,
+    describe_changes,
+    verify_records,
+)
+from envforge.errors import (
+    CertificationFailed,
+    Interrupted,
+    InvalidInput,
+)
+from envforge.fsutil import write_files
+from envforge.probe.report import ProbeReport, StepResult
+from envforge.probe.runner import LocalPythonTarget, ProbeListener, run_probe
+from envforge.probe.spec import ProbeSpec
+from envforge.recipe.model import Level, Recipe
+from envforge.stack import Stack, stack_of
+
+if TYPE_CHECKING:
+    pass
+
+#: Seconds one ``uv`` install may run (a ROCm torch wheel is several GB).
+
+from envforge.backends.venv.install import venv_environ
+from envforge.backends.venv.interpreter import Interpreter
+from envforge.backends.venv.layout import (
+    BUILD_MARKER,
+    CERT_MARKER,
+    DEFAULT_OPTIONS,
+    MARKER_DIR,
+    VenvBuildResult,
+    VenvOptions,
+    _read_json,
+    fingerprint,
+    venv_location,
+    venv_python,
+)
+
+
+def probe_venv(
+    recipe: Recipe,
+    venv: Path,
+    *,
+    level: Level | None = None,
+    step_timeout: float | None = None,
+    extra_checks: Sequence[Path] = (),
+    environ: Mapping[str, str] | None = None,
+    listener: ProbeListener | None = None,
+    stack: Stack | None = None,
+) -> ProbeReport:
+    """Run the probe for ``recipe`` (its ``stack``; None: computed from the recipe) with the
+    venv's interpreter and the recipe's env vars."""
+    spec = ProbeSpec.from_recipe(
+        recipe, level=level, step_timeout=step_timeout, extra_checks=extra_checks, stack=stack
+    )
+    target = LocalPythonTarget(
+        python=str(venv_python(venv)), env=venv_environ(venv, recipe, environ)
+    )
+    return run_probe(spec, target, listener=listener)
+
+
+def _level_ok(certified: Mapping[str, Any], wanted: Level) -> bool:
+    have = certified.get("level")
+    return have == wanted or (have == "full" and wanted == "quick")
+
+
+def _failure(
+    recipe: Recipe, where: Path, report: ProbeReport, *, kept: str | None, rebuilt: bool = False
+) -> CertificationFailed:
+    problem = report.first_problem
+    what = (
+        f"{problem.name}: {problem.status}" + (f" ({problem.detail})" if problem.detail else "")
+        if problem
+        else "no steps ran"
+    )
+    markers = where / MARKER_DIR
+    hint = f"see {markers / 'probe.json'}; `envforge doctor {recipe.name}` checks the host"
+    if kept:
+        hint = f"{kept}; " + hint
+    if rebuilt:
+        message = f"{recipe.name}: the probe of the venv rebuilt for {where} did not pass: {what}"
+    else:
+        message = f"{recipe.name}: the probe did not pass in {where}: {what}"
+    return CertificationFailed(message, hint=hint)
+
+
+def _probe(
+    recipe: Recipe, venv: Path, level: Level, options: VenvOptions, stack: Stack
+) -> ProbeReport:
+    options.say(f"certifying {recipe.name} ({level} probe)")
+    try:
+        report = probe_venv(
+            recipe,
+            venv,
+            level=level,
+            step_timeout=options.step_timeout,
+            extra_checks=options.extra_checks,
+            environ=options.environ,
+            listener=options.listener,
+            stack=stack,
+        )
+    except Interrupted:
+        raise Interrupted(
+            f"{recipe.name}: probe interrupted; the worker was stopped and the venv's"
+            " certificate is as it was",
+            hint=f"run `envforge build {recipe.name} --backend venv` again",
+        ) from None
+    _keep_evidence(recipe, venv, report, options.environ)
+    return report
+
+
+def _cert_json(recipe: Recipe, report: ProbeReport, fp: str, content: Mapping[str, str]) -> str:
+    data = {
+        "recipe": recipe.name,
+        "recipe_hash": recipe.hash,
+        "fingerprint": fp,
+        "content": dict(content),
+        "level": report.level,
+        "report": report.to_dict(),
+    }
+    return json.dumps(data, indent=2) + "\n"
+
+
+def _marker_json(data: Mapping[str, Any]) -> str:
+    return json.dumps(dict(data), indent=2) + "\n"
+
+
+def valid_certificate(
+    recipe: Recipe, venv: Path, content: Mapping[str, str] | None = None
+) -> dict[str, Any] | None:
+    """The venv's ``certified.json`` when it holds for ``recipe`` and the venv's content
+    now (``content``: :func:`content_digests` already taken); else None."""
+    markers = venv / MARKER_DIR
+    built = _read_json(markers / BUILD_MARKER)
+    cert = _read_json(markers / CERT_MARKER)
+    if built is None or cert is None or cert.get("recipe_hash") != recipe.hash:
+        return None
+    now = dict(content) if content is not None else content_digests(venv)
+    if (
+        cert.get("fingerprint") != built.get("fingerprint")
+        or cert.get("content") != now
+        or built.get("content") != now
+    ):
+        return None
+    return cert
+
+
+def _recertify_in_place(  # noqa: PLR0917 - one step of build, its inputs spelled out
+    recipe: Recipe,
+    target: Path,
+    built: Mapping[str, Any],
+    content: Mapping[str, str],
+    level: Level,
+    options: VenvOptions,
+    stack: Stack,
+) -> ProbeReport:
+    """Probe the installed venv where it is (a probe changes no file RECORD lists); on a
+    pass write ``build.json`` (its content digests now) and ``certified.json`` together. A
+    failure or interrupt leaves the previous certificate as it was."""
+    markers = target / MARKER_DIR
+    before = valid_certificate(recipe, target, content)
+    report = _probe(recipe, target, level, options, stack)
+    report.write(markers)
+    if not report.passed:
+        kept = (
+            f"{target} keeps its earlier certificate ({before.get('level')} probe)"
+            if before is not None
+            else None
+        )
+        raise _failure(recipe, target, report, kept=kept)
+    fp = fingerprint(target)
+    now_built = {**built, "fingerprint": fp, "content": dict(content)}
+    write_files(
+        [
+            (markers / BUILD_MARKER, _marker_json(now_built), 0o644),
+            (markers / CERT_MARKER, _cert_json(recipe, report, fp, content), 0o644),
+        ]
+    )
+    return report
+
+
+def _keep_evidence(
+    recipe: Recipe, target: Path, report: ProbeReport, environ: Mapping[str, str] | None
+) -> None:
+    """Every venv certification (pass or fail) goes to the local evidence store
+    (``ENVFORGE_HOME`` of ``environ``, like the venvs themselves)."""
+    from envforge.evidence_store import record_venv  # noqa: PLC0415 - only when certifying
+
+    record_venv(
+        {
+            "recipe": recipe.name,
+            "recipe_hash": recipe.hash,
+            "fingerprint": fingerprint(target),
+            "level": report.level,
+            "report": report.to_dict(),
+        },
+        root=paths.reports_dir(environ),
+    )
+
+
+def recertify(recipe: Recipe, options: VenvOptions = DEFAULT_OPTIONS) -> VenvBuildResult:
+    """Probe the recipe's existing venv again and record the verdict (no install).
+
+    Raises :class:`InvalidInput` when there is no venv yet, :class:`CertificationFailed`
+    when the probe did not pass (a certificate the venv had stays) or the venv's files
+    changed since they were installed (``build`` reinstalls them).
+    """
+    started = time.monotonic()
+    current = state(recipe, options.environ)
+    if not current.exists:
+        raise InvalidInput(
+            f"no venv for {recipe.name} at {current.path}",
+            hint=f"envforge build {recipe.name} --backend venv",
+        )
+    built = _read_json(current.path / MARKER_DIR / BUILD_MARKER) or {}
+    interp = Interpreter(
+        path=str(venv_python(current.path)),
+        executable=str(built.get("interpreter") or venv_python(current.path)),
+        version=str(built.get("python") or recipe.python),
+    )
+    level: Level = options.level or recipe.certify.level
+    content = content_digests(current.path)
+    if built.get("content") != content:
+        problems = verify_records(current.path)
+        if problems:
+            raise CertificationFailed(
+                f"{current.path}: {len(problems)} installed file(s) changed since the install"
+                f" ({problems[0]})",
+                hint=f"`envforge build {recipe.name} --backend venv` reinstalls and certifies it",
+            )
+    report = _recertify_in_place(
+        recipe, current.path, built, content, level, options, stack_of(recipe)
+    )
+    return VenvBuildResult(
+        recipe.name, current.path, "recertified", interp, report, time.monotonic() - started
+    )
+
+
+@dataclass(frozen=True)
+class VenvState:
+    path: Path
+    exists: bool
+    certified: bool
+    problem: str | None = None
+    #: What changed in the venv's files since it was certified (None: nothing, or it was
+    #: never certified for this recipe).
+    changed: str | None = None
+
+
+def state(recipe: Recipe, environ: Mapping[str, str] | None = None) -> VenvState:
+    """Whether the recipe's venv exists and is certified, without building anything.
+
+    Certified means: a ``certified.json`` for this recipe hash whose content digests
+    (:func:`~envforge.backends.venvfs.content_digests`) are those of the venv now.
+    """
+    target = venv_location(recipe, environ)
+    if not venv_python(target).exists():
+        return VenvState(target, False, False)
+    markers = target / MARKER_DIR
+    content = content_digests(target)
+    if valid_certificate(recipe, target, content) is not None:
+        return VenvState(target, True, True)
+    cert = _read_json(markers / CERT_MARKER)
+    if cert is not None and cert.get("recipe_hash") == recipe.hash:
+        recorded = cert.get("content")
+        if isinstance(recorded, dict) and recorded != content:
+            changed = describe_changes(target, recorded) or "files changed"
+            return VenvState(target, True, False, f"changed since certified: {changed}", changed)
+    last = _read_json(markers / "probe.json")
+    steps = [
+        StepResult.from_dict(s) for s in (last or {}).get("steps", []) if isinstance(s, dict)
+    ]
+    bad = next((s for s in steps if s.status not in ("pass", "skip")), None)
+    problem = f"last probe: {bad.name} {bad.status}" if bad else "not certified"
+    return VenvState(target, True, False, problem)
+
+
+def quick_probe(
+    recipe: Recipe,
+    venv: Path,
+    *,
+    step_timeout: float = 30.0,
+    environ: Mapping[str, str] | None = None,
+    listener: ProbeListener | None = None,
+) -> ProbeReport:
+    """The quick level, short deadlines: is the GPU usable right now?"""
+    return probe_venv(
+        recipe, venv, level="quick", step_timeout=step_timeout, environ=environ, listener=listener
+    )
+
+
+def problem_of(report: ProbeReport) -> str:
+    bad = report.first_problem
+    if bad is None:
+        return "the probe did not pass"
+    detail = f" ({bad.detail[:200]})" if bad.detail else ""
+    return f"{bad.name}: {bad.status}{detail}"

@@ -1,0 +1,166 @@
+"""Where a recipe's venv lives, what is recorded in it, and the backend's options and results."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from envforge import paths
+from envforge.errors import (
+    CertificationFailed,
+)
+from envforge.jsonlimits import load_file
+from envforge.probe.report import ProbeReport
+from envforge.probe.runner import ProbeListener
+from envforge.recipe.model import Level, Recipe
+
+if TYPE_CHECKING:
+    pass
+
+#: Seconds one ``uv`` install may run (a ROCm torch wheel is several GB).
+
+from envforge.backends.venv.interpreter import Interpreter
+
+#: Seconds one ``uv`` install may run (a ROCm torch wheel is several GB).
+INSTALL_TIMEOUT = 3600.0
+
+
+#: Files are copied from uv's cache, never hard-linked: an edit inside a venv must not
+#: change uv's cache (and every venv linked to it), and a reinstall must bring back the
+#: real files.
+LINK_MODE = ("--link-mode", "copy")
+
+
+MARKER_DIR = ".envforge"
+
+
+BUILD_MARKER = "build.json"
+
+
+CERT_MARKER = "certified.json"
+
+
+ENV_SCRIPT = "envforge-env.sh"
+
+
+ACTIVATE_HOOK = (
+    "\n# envforge: the recipe's environment variables\n"
+    '[ -f "$VIRTUAL_ENV/bin/{name}" ] && . "$VIRTUAL_ENV/bin/{name}"\n'
+)
+
+
+Say = Callable[[str], None]
+
+
+BuildStatus = Literal["built", "reinstalled", "recertified", "up-to-date"]
+
+
+def _quiet(_text: str) -> None:
+    pass
+
+
+def short_hash(recipe: Recipe) -> str:
+    return recipe.hash.split(":", 1)[-1][:12]
+
+
+def venv_location(recipe: Recipe, environ: Mapping[str, str] | None = None) -> Path:
+    """``venvs_dir()/<recipe>/<stack tag>-<12 hex of the recipe hash>``."""
+    return paths.venvs_dir(environ) / recipe.name / f"{recipe.stack_tag}-{short_hash(recipe)}"
+
+
+def venv_python(venv: Path) -> Path:
+    return venv / "bin" / "python"
+
+
+def site_packages(venv: Path) -> list[Path]:
+    return sorted((venv / "lib").glob("python*/site-packages"))
+
+
+def fingerprint(venv: Path) -> str:
+    """sha256 over every installed distribution's name and RECORD (path-independent)."""
+    digest = hashlib.sha256()
+    for sp in site_packages(venv):
+        for dist in sorted(sp.glob("*.dist-info")):
+            record = dist / "RECORD"
+            try:
+                body = hashlib.sha256(record.read_bytes()).hexdigest()
+            except OSError:
+                body = "-"
+            digest.update(f"{dist.name}\0{body}\n".encode())
+    return "sha256:" + digest.hexdigest()
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:  # regular files only, bounded, within the decoder's limits
+        data = load_file(path)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+@dataclass(frozen=True)
+class VenvOptions:
+    """How to build (none of this is part of the recipe hash)."""
+
+    python: str | None = None
+    wheelhouse: Path | None = None
+    ca_bundle: Path | None = None
+    level: Level | None = None
+    step_timeout: float | None = None
+    extra_checks: tuple[Path, ...] = ()
+    #: Install from the recipe's lock file when one matches it.
+    use_lock: bool = True
+    #: Rebuild even when up to date.
+    force: bool = False
+    #: Base environment (PATH for the interpreter search, proxies, certificates).
+    environ: Mapping[str, str] | None = None
+    listener: ProbeListener | None = None
+    say: Say = field(default=_quiet)
+
+
+@dataclass(frozen=True)
+class VenvBuildResult:
+    recipe: str
+    path: Path
+    status: BuildStatus
+    interpreter: Interpreter
+    report: ProbeReport | None
+    seconds: float
+    lock: Path | None = None
+
+    @property
+    def certified(self) -> bool:
+        return self.status == "up-to-date" or (self.report is not None and self.report.passed)
+
+    def facts(self) -> list[tuple[str, str]]:
+        return [("backend", "venv"), ("status", self.status)]
+
+    def printed(self) -> str:
+        return str(self.path)
+
+    def closing(self) -> str | None:
+        if self.status == "up-to-date":
+            return f"{self.recipe}: up to date ({self.path})"
+        return f"{self.recipe}: certified ({self.status} in {self.seconds:.1f}s)"
+
+    def failure(self) -> CertificationFailed | None:
+        return None  # a probe that did not pass raised
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "recipe": self.recipe,
+            "backend": "venv",
+            "path": str(self.path),
+            "status": self.status,
+            "certified": self.certified,
+            "python": self.interpreter.version,
+            "lock": str(self.lock) if self.lock else None,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+#: The options of a call that gives none.
+DEFAULT_OPTIONS = VenvOptions()
