@@ -121,6 +121,20 @@ def show(
             out(f"  {r.pin}: {r.why} [{r.source}]")
         for c in stack.companions:
             out(f"  {c.requirement}: {c.reason} [{c.source}]")
+    _show_env_and_issues(recipe)
+    checks = len(recipe.certify.extra_checks)
+    out(
+        f"\nCertify: level {recipe.certify.level}, {recipe.certify.step_timeout:g}s per step"
+        + (f", {checks} extra check(s)" if checks else "")
+    )
+    out(f"Evidence: {where}")
+    if project_view is not None:
+        _show_project(project_view)
+
+
+def _show_env_and_issues(recipe: Recipe) -> None:
+    """``show``'s Environment and Known issues sections, each with its evidence."""
+    out = click.echo
     if recipe.env:
         out("\nEnvironment:")
         for e in recipe.env:
@@ -135,14 +149,6 @@ def show(
             out(f"      workaround: {k.workaround}")
             for link in k.evidence:
                 out(f"      evidence: {link}")
-    checks = len(recipe.certify.extra_checks)
-    out(
-        f"\nCertify: level {recipe.certify.level}, {recipe.certify.step_timeout:g}s per step"
-        + (f", {checks} extra check(s)" if checks else "")
-    )
-    out(f"Evidence: {where}")
-    if project_view is not None:
-        _show_project(project_view)
 
 
 def _project_view(project: Project, recipe: Recipe, stack: Stack) -> dict[str, object]:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import docker.errors
 import docker.utils.build
@@ -125,6 +125,91 @@ BASE_UNAVAILABLE = (
 )
 
 
+class _BuildOutput:
+    """What the classic builder's JSON stream said: lines, steps, the image ID, the error."""
+
+    def __init__(self, on_line: Callable[[str], None]) -> None:
+        self.on_line = on_line
+        self.steps: list[BuildStep] = []
+        self.log: list[str] = []
+        self.pending: tuple[int, str] | None = None
+        self.image_id: str | None = None
+        self.error: str | None = None
+
+    def feed(self, chunk: Mapping[str, Any]) -> None:
+        if "error" in chunk:
+            self._error(chunk)
+            return
+        aux = chunk.get("aux")
+        if isinstance(aux, dict) and aux.get("ID"):
+            self.image_id = str(aux["ID"])
+        text = chunk.get("stream")
+        if text is None and chunk.get("status"):
+            text = str(chunk["status"]) + (
+                " " + str(chunk["progress"]) if chunk.get("progress") else ""
+            )
+        for raw in str(text or "").splitlines():
+            line = raw.rstrip()
+            if line:
+                self._line(line)
+
+    def _error(self, chunk: Mapping[str, Any]) -> None:
+        error = str(chunk.get("error") or "").strip()
+        detail = chunk.get("errorDetail") or {}
+        if not error and isinstance(detail, dict):
+            error = str(detail.get("message") or "")
+        self.error = error
+        for line in error.splitlines():
+            self.log.append(line)
+            self.on_line(line)
+
+    def _line(self, line: str) -> None:
+        self.log.append(line)
+        self.on_line(line)
+        m = _STEP_RE.match(line)
+        if m:
+            self._close_step()
+            self.pending = (int(m.group(1)), m.group(3))
+        elif self.pending is not None and line.strip() == "---> Using cache":
+            self.steps.append(BuildStep(self.pending[0], self.pending[1], cached=True))
+            self.pending = None
+        elif line.startswith("Successfully built ") and self.image_id is None:
+            self.image_id = line.rsplit(maxsplit=1)[-1]
+
+    def _close_step(self) -> None:
+        if self.pending is not None:
+            self.steps.append(BuildStep(self.pending[0], self.pending[1], cached=False))
+            self.pending = None
+
+    def result_id(self) -> str:
+        """The built image's ID; raises the failure (exit 4 when FROM failed: a network
+        problem) when the build failed or produced nothing."""
+        self._close_step()
+        if self.error is None and self.image_id is not None:
+            return self.image_id
+        steps = self.steps
+        failing = (
+            f"step {steps[-1].number} ({steps[-1].instruction[:80]})" if steps else "the build"
+        )
+        message = f"{failing} failed: {first_line(self.error or 'no image was produced')}"
+        if steps and steps[-1].instruction.upper().startswith("FROM "):
+            raise Unavailable(message, hint=BASE_UNAVAILABLE)
+        raise BuildFailed(message, hint="see the build output above")
+
+
+def _context_tar(context_dir: Path) -> tuple[Path, IO[bytes]]:
+    """The context's tar beside the context, under its owner-naming name (the SDK's own
+    would be an anonymous TMPDIR file that a SIGKILL leaves and no sweep can tell)."""
+    tarball = context_dir.parent / (context_dir.name + ".tar")
+    try:
+        with open(tarball, "w+b") as fh:
+            docker.utils.build.tar(context_dir, fileobj=fh)
+        return tarball, open(tarball, "rb")
+    except OSError as exc:
+        tarball.unlink(missing_ok=True)
+        raise BuildFailed(f"cannot write the build context: {exc.strerror}") from None
+
+
 def build_image(
     client: EngineClient,
     context_dir: Path,
@@ -139,21 +224,8 @@ def build_image(
     Intermediate containers are removed in every outcome (``forcerm``).
     """
     start = time.monotonic()
-    steps: list[BuildStep] = []
-    log: list[str] = []
-    pending: tuple[int, str] | None = None
-    image_id: str | None = None
-    error: str | None = None
-    # The context's tar goes beside the context, under its owner-naming name (the SDK's
-    # own would be an anonymous TMPDIR file that a SIGKILL leaves and no sweep can tell).
-    tarball = context_dir.parent / (context_dir.name + ".tar")
-    try:
-        with open(tarball, "w+b") as fh:
-            docker.utils.build.tar(context_dir, fileobj=fh)
-        tar_file = open(tarball, "rb")  # noqa: SIM115 - closed in the finally below
-    except OSError as exc:
-        tarball.unlink(missing_ok=True)
-        raise BuildFailed(f"cannot write the build context: {exc.strerror}") from None
+    output = _BuildOutput(on_line)
+    tarball, tar_file = _context_tar(context_dir)
     try:
         stream = client.api.build(
             fileobj=tar_file,
@@ -167,41 +239,7 @@ def build_image(
             decode=True,
         )
         for chunk in stream:
-            if "error" in chunk:
-                error = str(chunk.get("error") or "").strip()
-                detail = chunk.get("errorDetail") or {}
-                if not error and isinstance(detail, dict):
-                    error = str(detail.get("message") or "")
-                for line in error.splitlines():
-                    log.append(line)
-                    on_line(line)
-                continue
-            aux = chunk.get("aux")
-            if isinstance(aux, dict) and aux.get("ID"):
-                image_id = str(aux["ID"])
-            text = chunk.get("stream")
-            if text is None and chunk.get("status"):
-                text = str(chunk["status"]) + (
-                    " " + str(chunk["progress"]) if chunk.get("progress") else ""
-                )
-            if not text:
-                continue
-            for raw in str(text).splitlines():
-                line = raw.rstrip()
-                if not line:
-                    continue
-                log.append(line)
-                on_line(line)
-                m = _STEP_RE.match(line)
-                if m:
-                    if pending is not None:
-                        steps.append(BuildStep(pending[0], pending[1], cached=False))
-                    pending = (int(m.group(1)), m.group(3))
-                elif pending is not None and line.strip() == "---> Using cache":
-                    steps.append(BuildStep(pending[0], pending[1], cached=True))
-                    pending = None
-                elif line.startswith("Successfully built ") and image_id is None:
-                    image_id = line.split()[-1]
+            output.feed(chunk)
     except docker.errors.APIError as exc:
         raise BuildFailed(f"the engine refused the build: {api_message(exc)}") from None
     except TRANSPORT_ERRORS as exc:
@@ -209,21 +247,14 @@ def build_image(
     finally:
         tar_file.close()
         tarball.unlink(missing_ok=True)
-    if pending is not None:
-        steps.append(BuildStep(pending[0], pending[1], cached=False))
-    if error is not None or image_id is None:
-        failing = (
-            f"step {steps[-1].number} ({steps[-1].instruction[:80]})" if steps else "the build"
-        )
-        message = f"{failing} failed: {first_line(error or 'no image was produced')}"
-        if steps and steps[-1].instruction.upper().startswith("FROM "):
-            raise Unavailable(message, hint=BASE_UNAVAILABLE)  # a network problem: exit 4
-        raise BuildFailed(message, hint="see the build output above")
+    image_id = output.result_id()
     if not image_id.startswith("sha256:"):
         image = inspect_image(client, image_id)
         if image is not None:
             image_id = image.id
-    return BuildResult(image_id, time.monotonic() - start, tuple(steps), tuple(log))
+    return BuildResult(
+        image_id, time.monotonic() - start, tuple(output.steps), tuple(output.log)
+    )
 
 
 def label_image(client: EngineClient, image_id: str, labels: Mapping[str, str]) -> str:
