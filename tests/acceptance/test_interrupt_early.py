@@ -2,10 +2,10 @@
 
 SIGINT is sent to ``python -m envforge …`` (and to the installed console script) at several
 moments while the CLI's modules load (the first ~0.3 s) and just after. A moment is wall
-time after the start, but never before the child has used 20 ms of CPU: the first ~10 ms
-of CPU are Python's own start-up (interpreter, ``site``, ``runpy``), before any line of
-envforge runs, where no program can catch a signal; on a loaded machine that start-up can
-take longer than 20 ms of wall time.
+time after the start, but never before the child has used twice the CPU that this
+interpreter's own start-up (interpreter, ``site``, ``runpy``) takes, measured first: there,
+before any line of envforge runs, no program can catch a signal; on a loaded machine that
+start-up can take longer than 20 ms of wall time.
 
 A command that already finished when the signal came must have exited 0 with its whole
 output; at the first moments it cannot have finished (it needs > 0.1 s of CPU).
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -28,9 +29,25 @@ ROOT = Path(__file__).resolve().parents[2]
 MOMENTS = (0.02, 0.05, 0.1, 0.2, 0.35)
 #: Moments at which every command is surely still loading: 130 is the only right answer.
 SURELY_RUNNING = 0.05
-#: CPU seconds the child must have used before it is sent the signal (see the docstring).
-START_CPU = 0.02
 TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _startup_cpu() -> float:
+    """CPU seconds this interpreter needs for its own start-up (``site`` with every ``.pth``
+    of this environment, ``runpy``) before any line of envforge could run: the most of
+    five runs, times two. The more packages a venv holds, the longer ``site`` takes (seen:
+    over 20 ms once the dev extras grew), so a fixed figure goes stale."""
+    most = 0.0
+    for _ in range(5):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run([sys.executable, "-c", "import runpy"], check=True, cwd=ROOT)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        most = max(most, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
+    return max(0.02, 2 * most)
+
+
+#: CPU seconds the child must have used before it is sent the signal (see the docstring).
+START_CPU = _startup_cpu()
 
 
 def cpu_seconds(pid: int) -> float | None:
