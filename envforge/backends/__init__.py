@@ -37,6 +37,9 @@ class Backend(Protocol):
     # the flags only some backends have, declared by this one (per command)
     def cli_options(self) -> tuple[BackendOption, ...]: ...
 
+    # whether the environment is an image a registry or scheduler can carry (fleet plans)
+    def runs_images(self) -> bool: ...
+
     # where the recipe's environment lives on this backend, for messages
     def describe(self, recipe: Recipe) -> str: ...
 

@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from envforge.cli.common import echo_json, json_option, note, say, wheelhouse_option
+from envforge.cli.common import (
+    backend_option,
+    echo_json,
+    json_option,
+    note,
+    say,
+    wheelhouse_option,
+)
 from envforge.errors import CertificationFailed, InvalidInput, Unavailable
 from envforge.jsonlimits import load_file
 
@@ -52,8 +59,7 @@ def _pairs(values: tuple[str, ...], setting: str) -> tuple[tuple[str, str], ...]
               help="A recipe name or file (repeatable).")
 @click.option("--arch", "archs", multiple=True, metavar="ARCH",
               help="Certify on nodes of this GPU arch (repeatable; default: each recipe's).")
-@click.option("--backend", type=click.Choice(["docker", "venv"]), default="docker",
-              show_default=True, help="Certify an image (docker) or a virtualenv (venv).")
+@backend_option("Certify an image (docker) or a virtualenv (venv)", default="docker")
 @wheelhouse_option("venv/docker: folder of wheels each task installs from.")
 @click.option("--nodes", type=int, default=1, show_default=True,
               help="Nodes (tasks) per recipe and arch.")
@@ -96,8 +102,11 @@ def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
                 arch_label=arch_label, registry=registry,
                 runner_labels=runner_labels or ("self-hosted", "gpu"))
     loaded = [(_ref(r), load_checked(r)) for r in recipes]
+    from envforge.backends import BACKENDS  # noqa: PLC0415 - when run
+
     plan = make_plan(
         engine, loaded, archs=archs, backend=backend, nodes=nodes, gpus=gpus,  # type: ignore[arg-type]
+        images=BACKENDS[backend].runs_images(),
         site=site, wheelhouse=str(wheelhouse.resolve()) if wheelhouse else "",
         level=level or "", envforge=(sys.executable, "-m", "envforge"),
     )

@@ -22,9 +22,7 @@ DISTRIBUTION = "envforge-stacks"
 
 def _certify_command(plan: Plan) -> str:
     # shell text for the runner: the matrix values are the plan's own (recipe names)
-    cmd = 'envforge build "$RECIPE" --report report'
-    if plan.backend == "venv":
-        cmd += " --backend venv"
+    cmd = f'envforge build "$RECIPE" --backend {plan.backend} --report report'
     if plan.level:
         cmd += f" --level {plan.level}"
     return cmd

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,7 +30,9 @@ PLAN_MAX_BYTES = 64 * 1024 * 1024
 SCHEMA = "envforge.fleet-plan/1"
 Engine = Literal["slurm", "k8s", "github"]
 ENGINES: tuple[Engine, ...] = ("slurm", "k8s", "github")
-BackendName = Literal["docker", "venv"]
+#: A backend as envforge.backends.BACKENDS names it; the node's envforge checks the name.
+BackendName = str
+_BACKEND_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 #: The arch of a task for a recipe without a GPU and no ``--arch``.
 CPU = "cpu"
 #: Most tasks one plan may hold (a Slurm array's default MaxArraySize is 1001).
@@ -171,6 +174,7 @@ def make_plan(
     *,
     archs: Sequence[str] = (),
     backend: BackendName = "docker",
+    images: bool = True,
     nodes: int = 1,
     gpus: int | None = None,
     site: Site = Site(),
@@ -179,15 +183,17 @@ def make_plan(
     envforge: Sequence[str] = ("envforge",),
 ) -> Plan:
     """The plan for ``recipes`` ((reference as given, loaded recipe) pairs); see the
-    module docstring for the pairing. Raises :class:`InvalidInput` for what cannot run."""
+    module docstring for the pairing; ``images``: whether ``backend`` makes images (its
+    ``runs_images()``), which Kubernetes needs and each task then names. Raises
+    :class:`InvalidInput` for what cannot run."""
     if not recipes:
         raise InvalidInput("no recipe to plan", hint="--recipe NAME (repeatable)")
     if nodes < 1:
         raise InvalidInput(f"--nodes {nodes}: must be at least 1", hint="--nodes 1")
     if gpus is not None and gpus < 0:
         raise InvalidInput(f"--gpus {gpus}: must be 0 or more", hint="--gpus 1")
-    if engine == "k8s" and backend == "venv":
-        raise InvalidInput("--engine k8s runs images: --backend venv is for Slurm and "
+    if engine == "k8s" and not images:
+        raise InvalidInput(f"--engine k8s runs images: --backend {backend} is for Slurm and "
                            "GitHub runners", hint="--backend docker")
     refs = {r.name: ref for ref, r in recipes}
     tasks: list[Task] = []
@@ -199,7 +205,7 @@ def make_plan(
                 recipe_hash=recipe.hash, stack=recipe.stack_tag,
                 vendor=recipe.gpu.vendor,
                 arch=arch, gpus=wanted,
-                image=image_for(recipe, site) if backend == "docker" else "",
+                image=image_for(recipe, site) if images else "",
             ))
     if len(tasks) > MAX_TASKS:
         raise InvalidInput(f"{len(tasks)} tasks: more than {MAX_TASKS} in one plan",
@@ -251,7 +257,7 @@ def plan_from_dict(data: Any, source: str) -> Plan:
         raise InvalidInput(f"{source}: not an envforge fleet plan (schema {SCHEMA})",
                            hint="envforge fleet plan ... -o DIR writes DIR/plan.json")
     engine, backend = data.get("engine"), data.get("backend")
-    if engine not in ENGINES or backend not in ("docker", "venv"):
+    if engine not in ENGINES or not _BACKEND_NAME.fullmatch(str(backend)):
         raise InvalidInput(f"{source}: key 'engine' or 'backend' has an unknown value",
                            hint="plan again")
     tasks = data.get("tasks")
@@ -262,7 +268,7 @@ def plan_from_dict(data: Any, source: str) -> Plan:
         raise InvalidInput(f"{source}: key 'envforge' is not a command", hint="plan again")
     return Plan(
         engine=engine,
-        backend=backend,
+        backend=str(backend),
         tasks=tuple(_task(t, i, source) for i, t in enumerate(tasks)),
         site=_site(data.get("site") or {}, source),
         wheelhouse=str(data.get("wheelhouse", "")),

@@ -29,13 +29,9 @@ from envforge.fsutil import make_dirs, write_atomically
 def command(plan: Plan, task: Task, folder: Path) -> list[str]:
     """The envforge command line the task runs."""
     report = str(folder / task.folder)
-    argv = [*plan.envforge]
-    if plan.backend == "venv":
-        argv += ["build", task.ref, "--backend", "venv", "--report", report]
-        if plan.wheelhouse:
-            argv += ["--wheelhouse", plan.wheelhouse]
-    else:
-        argv += ["build", task.ref, "--report", report]
+    argv = [*plan.envforge, "build", task.ref, "--backend", plan.backend, "--report", report]
+    if plan.wheelhouse:
+        argv += ["--wheelhouse", plan.wheelhouse]
     if plan.level:
         argv += ["--level", plan.level]
     return argv

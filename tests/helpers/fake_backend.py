@@ -54,6 +54,9 @@ class FakeBackend:
     def cli_options(self) -> tuple[BackendOption, ...]:
         return self.declared
 
+    def runs_images(self) -> bool:
+        return False
+
     def describe(self, recipe: Recipe) -> str:
         return f"fake {recipe.name}"
 

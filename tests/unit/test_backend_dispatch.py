@@ -3,6 +3,7 @@ and nothing else, is what build, certify, shell and doctor use, with no CLI edit
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import click
@@ -12,6 +13,8 @@ from envforge import backends
 from envforge.backends.base import BackendOption, Options
 from envforge.cli import main
 from envforge.cli.common import backend_flags
+from envforge.fleet.plan import load_plan
+from envforge.fleet.task import command
 from tests.helpers.fake_backend import FakeBackend
 from tests.helpers.recipes import make_recipe
 
@@ -109,3 +112,40 @@ def test_pick_prefers_the_first_backend_that_serves(
     assert said == ["using the venv backend (no engine here)"]
     assert backends.pick(make_recipe(), "fake", say=said.append) == "fake"
     assert backends.default_backend() == "docker"
+
+
+def test_a_fleet_plan_runs_a_registered_backend_by_name(
+    fake: FakeBackend, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "plan"
+    assert main(["fleet", "plan", "--engine", "slurm", "--recipe", "cpu", "--backend", "fake",
+                 "--wheelhouse", str(tmp_path), "-o", str(out)]) == 0
+    plan = load_plan(out)
+    (task,) = plan.tasks
+    assert task.image == ""  # the fake backend makes no image
+    argv = command(plan, task, out)
+    assert argv[argv.index("--backend") + 1] == "fake"
+    assert argv[argv.index("--wheelhouse") + 1] == str(tmp_path)
+    # Kubernetes runs images: a backend without them is refused, naming it
+    capsys.readouterr()
+    assert main(["fleet", "plan", "--engine", "k8s", "--recipe", "cpu", "--backend", "fake",
+                 "-o", str(tmp_path / "k8s")]) == 2
+    assert "--backend fake is for Slurm" in capsys.readouterr().err
+
+
+def test_no_module_outside_backends_compares_a_backend_name() -> None:
+    root = Path(__file__).resolve().parents[2] / "envforge"
+    names = {"docker", "venv"}
+    found = []
+    for path in root.rglob("*.py"):
+        if "backends" in path.relative_to(root).parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Compare):
+                continue
+            sides = [node.left, *node.comparators]
+            words = {s.value for s in sides if isinstance(s, ast.Constant)}
+            text = ast.unparse(node)
+            if words & names and "backend" in text:
+                found.append(f"{path.relative_to(root)}:{node.lineno}: {text}")
+    assert found == []

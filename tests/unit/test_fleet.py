@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from envforge.backends import BACKENDS
 from envforge.cli import main
 from envforge.errors import InvalidInput
 from envforge.evidence import Redactor
@@ -28,6 +29,7 @@ def recipes(*names: str) -> list[tuple[str, object]]:
 
 def plan_of(*names: str, **kw: object) -> Plan:
     engine = kw.pop("engine", "slurm")
+    kw.setdefault("images", BACKENDS[str(kw.get("backend", "docker"))].runs_images())
     return make_plan(engine, recipes(*names), **kw)  # type: ignore[arg-type]
 
 

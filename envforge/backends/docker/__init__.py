@@ -336,6 +336,11 @@ def _lock_for(recipe: Recipe, options: DockerOptions, stack: Stack) -> LockedIns
 # --------------------------------------------------------------------------- shell
 
 
+def runs_images() -> bool:
+    """Yes: the environment is an image (a fleet plan names it per task)."""
+    return True
+
+
 def describe(recipe: Recipe) -> str:
     """The recipe's environment on this backend: its certified image."""
     return f"docker image {certified_ref(recipe.name, recipe.stack_tag)}"
@@ -511,5 +516,6 @@ __all__ = [
     "flags_for",
     "retag_for",
     "run",
+    "runs_images",
     "serves",
 ]

@@ -243,6 +243,11 @@ def disk_need(vendor: str) -> tuple[int, Path]:
     return SPACE_ESTIMATE[vendor], paths.state_dir()
 
 
+def runs_images() -> bool:
+    """No: the environment is a folder on the node that builds it."""
+    return False
+
+
 def describe(recipe: Recipe) -> str:
     """The recipe's environment on this backend: its venv folder."""
     return f"venv {venv_location(recipe)}"
@@ -337,6 +342,7 @@ __all__ = [
     "run",
     "run_forwarding",
     "run_in_venv",
+    "runs_images",
     "serves",
     "short_hash",
     "site_packages",
