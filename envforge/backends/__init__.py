@@ -76,16 +76,20 @@ def default_backend() -> str:
     return next(iter(BACKENDS))
 
 
-def pick(recipe: Recipe, requested: str | None, *, say: Callable[[str], None]) -> str:
+def pick(
+    recipe: Recipe, requested: str | None, *, say: Callable[[str], None],
+    options: Options | None = None,
+) -> str:
     """The backend to run ``recipe`` on: ``requested`` when given; else the first of
-    :data:`BACKENDS` that serves the recipe now (docker: an engine with its certified
-    image), saying why the ones before it do not; else the last."""
+    :data:`BACKENDS` that serves the recipe (with ``options``: e.g. a project) now (docker:
+    an engine with its certified image), saying why the ones before it do not; else the
+    last."""
     if requested is not None:
         return requested
     names = list(BACKENDS)
     why = ""
     for name in names:
-        ok, why_not = BACKENDS[name].serves(recipe, Options())
+        ok, why_not = BACKENDS[name].serves(recipe, options or Options())
         if ok:
             if why:
                 say(f"using the {name} backend ({why})")

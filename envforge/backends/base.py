@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from envforge.container.devices import GpuPick
     from envforge.probe.report import ProbeReport
     from envforge.probe.runner import ProbeListener
+    from envforge.project.model import Project
 
 Say = Callable[[str], None]
 
@@ -65,6 +66,9 @@ class Options:
     note: Say = field(default=_quiet)
     #: Build output, line by line (None: discarded).
     output: LineSink | None = None
+    #: ``--project DIR``: a project on the stack, in an environment of its own (None: the
+    #: recipe's own environment).
+    project: Project | None = None
     #: The values of the flags a backend declared (:class:`BackendOption`), by key;
     #: only flags given are here.
     extra: Mapping[str, Any] = field(default_factory=dict)

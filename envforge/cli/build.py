@@ -21,8 +21,11 @@ from envforge.cli.common import (
     gpu_option,
     json_option,
     level_option,
+    load_project_option,
     load_with_gpus,
     note,
+    project_option,
+    recipe_ref_for,
     report_option,
     say,
     set_option,
@@ -40,7 +43,7 @@ from envforge.recipe.model import Level, Recipe
 
 
 @click.command()
-@click.argument("recipe_ref", metavar="RECIPE|auto")
+@click.argument("recipe_ref", metavar="[RECIPE|auto]", required=False)
 @wheelhouse_option(
     "Folder of .whl files pip may install from (air-gapped sites, local torch wheels)."
 )
@@ -55,9 +58,10 @@ from envforge.recipe.model import Level, Recipe
 @gpu_option
 @set_option
 @strict_option
+@project_option
 @json_option
 def build(  # noqa: PLR0917 - click passes options positionally by name
-    recipe_ref: str,
+    recipe_ref: str | None,
     wheelhouse: Path | None,
     ca_bundle: Path | None,
     level: Level | None,
@@ -68,23 +72,31 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
     summary_file: Path | None,
     gpu: str | None,
     overrides: tuple[str, ...],
+    project_dir: Path | None,
+    extras: tuple[str, ...],
     as_json: bool,
     **flags: Any,
 ) -> None:
     """Build a recipe's image, certify it in a container on this host's GPU, then tag it.
 
     The image is tagged envforge/RECIPE:STACK (e.g. envforge/gfx1010:torch1.13.1-rocm5.2-py3.10)
-    only when the probe passed; a failed probe exits 1 and tags nothing.
+    only when the probe passed; a failed probe exits 1 and tags nothing. With --project DIR:
+    the project's own environment (its requirements on the stack, the project installed
+    editable, its checks certified); RECIPE defaults to the project's.
     """
-    from envforge.backends import BACKENDS, Options, default_backend  # noqa: PLC0415 - loads them
+    from envforge.backends import BACKENDS, Options, default_backend, pick  # noqa: PLC0415
     from envforge.backends.base import ProbeFailed, refuse_foreign  # noqa: PLC0415 - as above
     from envforge.cli.display import BuildDisplay, ProbeProgress  # noqa: PLC0415 - --help light
 
     if report_dir is not None:  # before any work: a file in the way is exit 2, one line
         check_folder_target(report_dir, setting="--report", files=REPORT_FILES)
-    backend = backend or default_backend()
+    project = load_project_option(project_dir, extras)
+    recipe_ref = recipe_ref_for(recipe_ref, project)
     with summarizing(summary_file, f"envforge build {recipe_ref}") as notes:
-        recipe, _choice, pick = load_with_gpus(recipe_ref, gpu, overrides)
+        recipe, _choice, gpus = load_with_gpus(recipe_ref, gpu, overrides)
+        if project is not None:  # the first backend that builds projects
+            backend = pick(recipe, backend, say=say, options=Options(project=project))
+        backend = backend or default_backend()
         extra = backend_extra("build", flags)
         refuse_foreign(BACKENDS, backend, "build", extra)
         if extra.get("platform"):
@@ -96,12 +108,13 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
             wheelhouse=wheelhouse,
             ca_bundle=ca_bundle,
             signing_key=signing_key,
-            gpus=pick,
+            gpus=gpus,
             listener=ProbeProgress(table=False),
             say=say,
             note=note,
             output=BuildDisplay(),
             extra=extra,
+            project=project,
         )
         try:
             with term_as_interrupt():  # a SIGTERM'd build leaves nothing aside, nothing running

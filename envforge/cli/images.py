@@ -20,8 +20,10 @@ from envforge.cli.common import (
     json_option,
     level_option,
     load_checked,
+    load_project_option,
     note,
     pick_for,
+    project_option,
     report_option,
     say,
     set_option,
@@ -37,6 +39,7 @@ from envforge.recipe.model import Level, Recipe
 
 if TYPE_CHECKING:
     from envforge.container.refs import ImageInfo
+    from envforge.project.model import Project
 
 
 def _looks_like_image(ref: str) -> bool:
@@ -85,6 +88,15 @@ def _image_target(ref: str, overrides: Sequence[str]) -> tuple[Recipe, dict[str,
     return _recipe_for_image(info, ref, overrides), {"image": ref, "retag": docker.retag_for(ref)}
 
 
+def _project_backend(refs: Sequence[str], project: Project | None) -> str | None:
+    """With a project and no --backend: the first backend that serves the project."""
+    if project is None:
+        return None
+    from envforge.backends import Options, pick  # noqa: PLC0415 - loads the backends
+
+    return pick(load_checked(refs[0]), None, say=say, options=Options(project=project))
+
+
 @click.command()
 @click.argument("refs", nargs=-1, required=True, metavar="RECIPE|IMAGE...")
 @level_option("Probe level (default: the recipe's).")
@@ -96,6 +108,7 @@ def _image_target(ref: str, overrides: Sequence[str]) -> tuple[Recipe, dict[str,
 @summary_option
 @gpu_option
 @set_option
+@project_option
 @json_option
 def certify(  # noqa: PLR0917 - click passes options positionally by name
     refs: tuple[str, ...],
@@ -107,13 +120,16 @@ def certify(  # noqa: PLR0917 - click passes options positionally by name
     summary_file: Path | None,
     gpu: str | None,
     overrides: tuple[str, ...],
+    project_dir: Path | None,
+    extras: tuple[str, ...],
     as_json: bool,
     **flags: Any,
 ) -> None:
     """Re-certify existing images on this host (a recipe name means envforge/RECIPE:STACK).
 
     Every verdict goes to the local certificate store; a pass relabels and retags the
-    image. Exits 1 when any image fails.
+    image. Exits 1 when any image fails. With --project DIR: the project's environment
+    of each recipe, its checks included.
     """
     from envforge.backends import BACKENDS, Options, default_backend  # noqa: PLC0415 - loads them
     from envforge.backends.base import refuse_foreign  # noqa: PLC0415 - as above
@@ -121,7 +137,8 @@ def certify(  # noqa: PLR0917 - click passes options positionally by name
 
     if report_dir is not None:  # before any work: a file in the way is exit 2, one line
         check_folder_target(report_dir, setting="--report", files=REPORT_FILES)
-    backend = backend or default_backend()
+    project = load_project_option(project_dir, extras)
+    backend = backend or _project_backend(refs, project) or default_backend()
     chosen = BACKENDS[backend]
     extra = backend_extra("certify", flags)
     refuse_foreign(BACKENDS, backend, "certify", extra)
@@ -152,6 +169,7 @@ def certify(  # noqa: PLR0917 - click passes options positionally by name
                 say=say,
                 note=note,
                 extra={**extra, **target},
+                project=project,
             )
             result = chosen.certify(recipe, options)
             notes.add(result.report, result.facts(), title=f"envforge certify {ref}")

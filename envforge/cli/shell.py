@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -13,8 +14,10 @@ from envforge.cli.common import (
     backend_option,
     gpu_option,
     load_checked,
+    load_project_option,
     load_with_gpus,
     note,
+    project_option,
     say,
 )
 
@@ -34,12 +37,15 @@ from envforge.cli.common import (
 )
 @backend_flags("shell")
 @gpu_option
+@project_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="-- CMD...")
-def shell(
+def shell(  # noqa: PLR0917 - click passes options positionally by name
     recipe_ref: str,
     backend: str | None,
     fallback: str | None,
     gpu: str | None,
+    project_dir: Path | None,
+    extras: tuple[str, ...],
     command: tuple[str, ...],
     **flags: Any,
 ) -> None:
@@ -49,19 +55,23 @@ def shell(
     named volumes; the command runs as you; its exit code is passed through. Signals sent
     to envforge (SIGTERM, SIGINT, ...) are passed on to the command (128+N when it dies of
     one); a command that is not found is exit 127, one that cannot be executed 126.
+    With --project DIR: the project's own environment (built first when there is none, or
+    when its requirements changed), the project importable.
     """
     from envforge import backends  # noqa: PLC0415 - keeps the SDK out of light commands
     from envforge.backends.base import implied, refuse_foreign  # noqa: PLC0415 - as above
     from envforge.cli.display import ProbeProgress  # noqa: PLC0415 - keeps --help light
 
-    recipe, _choice, pick = load_with_gpus(recipe_ref, gpu)
+    project = load_project_option(project_dir, extras)
+    recipe, _choice, gpus = load_with_gpus(recipe_ref, gpu)
     spare = load_checked(fallback) if fallback else None
     extra = backend_extra("shell", flags)
     requested = backend or implied(backends.BACKENDS, "shell", extra)
-    chosen = backends.pick(recipe, requested, say=say)
+    chosen = backends.pick(recipe, requested, say=say, options=backends.Options(project=project))
     refuse_foreign(backends.BACKENDS, chosen, "shell", extra)
     options = backends.Options(
-        gpus=pick, listener=ProbeProgress(table=False), say=say, note=note, extra=extra
+        gpus=gpus, listener=ProbeProgress(table=False), say=say, note=note, extra=extra,
+        project=project,
     )
     code = backends.shell(
         backends.BACKENDS[chosen], recipe, command, options, fallback=spare, say=say

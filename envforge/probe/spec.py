@@ -257,16 +257,18 @@ class ProbeSpec:
         step_timeout: float | None = None,
         extra_checks: Sequence[Path | str] = (),
         stack: Stack | None = None,
+        checks: Sequence[CheckFile] = (),
     ) -> ProbeSpec:
         """The recipe's expectations, device and certify settings; CLI values override.
-        ``stack``: the recipe's stack as the caller computed it (None: from the recipe)."""
+        ``stack``: the recipe's stack as the caller computed it (None: from the recipe);
+        ``checks``: steps made elsewhere (a project's), run after the check files."""
         stack = stack_of(recipe) if stack is None else stack
         return cls(
             level=level or recipe.certify.level,
             vendor=recipe.gpu.vendor,
             step_timeout=step_timeout if step_timeout is not None else recipe.certify.step_timeout,
             expect=Expectations.from_recipe(recipe, stack),
-            checks=read_checks([*recipe.certify.extra_checks, *extra_checks]),
+            checks=(*read_checks([*recipe.certify.extra_checks, *extra_checks]), *checks),
             env=tuple(recipe.env_map.items()),
             recipe_name=recipe.name,
             recipe_hash=recipe.hash,

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Callable
 from envforge.backends.base import HostCheck, LineSink, Options
 from envforge.backends.docker.options import (
     CLI_OPTIONS,
+    NO_PROJECTS,
     DockerOptions,
     cli_options,
     docker_options,
@@ -348,6 +349,8 @@ def describe(recipe: Recipe) -> str:
 
 def serves(recipe: Recipe, options: Options | DockerOptions = DEFAULT_OPTIONS) -> tuple[bool, str]:
     """Whether this backend can run ``recipe`` now: an engine answers and has its image."""
+    if isinstance(options, Options) and options.project is not None:
+        return False, NO_PROJECTS
     options = docker_options(options)
     try:
         client = _connect(options)

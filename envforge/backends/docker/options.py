@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envforge.backends.base import BackendOption, LineSink, Options
+from envforge.errors import InvalidInput
 from envforge.platforms import PLATFORMS
 from envforge.probe.runner import ProbeListener
 from envforge.recipe.model import Level
@@ -102,11 +103,17 @@ def cli_options() -> tuple[BackendOption, ...]:
     return CLI_OPTIONS
 
 
+#: Why a project is refused here (one line; the venv backend builds projects).
+NO_PROJECTS = "--project: the docker backend does not build project images yet"
+
+
 def docker_options(options: Options | DockerOptions) -> DockerOptions:
     """This backend's view of a command's :class:`~envforge.backends.base.Options` (the
     signing key is loaded here, before any work, unless nothing is certified)."""
     if isinstance(options, DockerOptions):
         return options
+    if options.project is not None:
+        raise InvalidInput(NO_PROJECTS, hint="--backend venv builds the project's environment")
     extra = options.extra
     certify = not extra.get("no_certify", False)
     from envforge.signing import load_signer  # noqa: PLC0415 - loads cryptography

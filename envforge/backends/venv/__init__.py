@@ -187,6 +187,7 @@ def venv_options(options: Options | VenvOptions) -> VenvOptions:
         listener=options.listener,
         say=options.say,
         environ=environ,
+        project=options.project,
     )
 
 
@@ -212,7 +213,7 @@ def _reporting(
     report_dir: Path | None,
     step: Callable[[Recipe, VenvOptions], VenvBuildResult],
 ) -> VenvBuildResult:
-    markers = venv_location(recipe, options.environ) / MARKER_DIR
+    markers = venv_location(recipe, options.environ, options.project) / MARKER_DIR
     try:
         return step(recipe, options)
     except CertificationFailed as exc:
@@ -256,7 +257,7 @@ def describe(recipe: Recipe) -> str:
 def serves(recipe: Recipe, options: Options | VenvOptions = DEFAULT_OPTIONS) -> tuple[bool, str]:
     """The venv backend serves any recipe: it builds the venv when there is none."""
     options = venv_options(options)
-    current = state(recipe, options.environ)
+    current = state(recipe, options.environ, options.project)
     return True, "" if current.certified else f"{current.path} is built first"
 
 

@@ -7,7 +7,7 @@ import shutil
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from envforge import __version__, lock
 from envforge.backends.venvfs import (
@@ -24,12 +24,7 @@ from envforge.errors import (
 from envforge.fsutil import make_dirs, make_temp_dir, write_atomically, writing
 from envforge.probe.report import ProbeReport
 from envforge.recipe.model import Level, Recipe
-from envforge.stack import Stack, stack_of
-
-if TYPE_CHECKING:
-    pass
-
-#: Seconds one ``uv`` install may run (a ROCm torch wheel is several GB).
+from envforge.stack import Stack
 
 from envforge.backends.venv.certifying import (
     _cert_json,
@@ -41,7 +36,7 @@ from envforge.backends.venv.certifying import (
     state,
     valid_certificate,
 )
-from envforge.backends.venv.install import _install, install_key
+from envforge.backends.venv.install import _install, install_key, project_lock, stack_for
 from envforge.backends.venv.interpreter import Interpreter, find_interpreter
 from envforge.backends.venv.layout import (
     BUILD_MARKER,
@@ -53,6 +48,7 @@ from envforge.backends.venv.layout import (
     VenvOptions,
     _read_json,
     fingerprint,
+    project_binding,
     venv_location,
     venv_python,
 )
@@ -91,17 +87,12 @@ def make(recipe: Recipe, options: VenvOptions = DEFAULT_OPTIONS) -> VenvBuildRes
     started = time.monotonic()
     lock.check_inputs(options.wheelhouse, options.ca_bundle)
     interp = find_interpreter(recipe.python, explicit=options.python, environ=options.environ)
-    stack = stack_of(recipe)
+    project = options.project
+    stack = stack_for(recipe, project)
     lock.check_wheelhouse(stack, options.wheelhouse)
-    lock_file = lock.lock_path(recipe, stack) if options.use_lock else None
-    stale = lock.stale_lock(recipe, stack) if options.use_lock else None
-    if stale is not None:
-        options.say(
-            f"note: ignoring stale lock {stale} (the recipe changed):"
-            f" run `envforge lock {recipe.name}`"
-        )
+    lock_file = _lock_for(recipe, stack, options)
     key = install_key(recipe, interp, options, lock_file, stack)
-    target = venv_location(recipe, options.environ)
+    target = venv_location(recipe, options.environ, project)
     markers = target / MARKER_DIR
     level: Level = options.level or recipe.certify.level
     make_dirs(target.parent)
@@ -111,7 +102,7 @@ def make(recipe: Recipe, options: VenvOptions = DEFAULT_OPTIONS) -> VenvBuildRes
     built = _read_json(markers / BUILD_MARKER)
     why, content = _reinstall_reason(target, built, key, options)
     if why is None and built is not None:
-        cert = valid_certificate(recipe, target, content)
+        cert = valid_certificate(recipe, target, content, project)
         if cert is not None and not options.extra_checks and _level_ok(cert, level):
             return VenvBuildResult(
                 recipe.name,
@@ -138,6 +129,26 @@ def make(recipe: Recipe, options: VenvOptions = DEFAULT_OPTIONS) -> VenvBuildRes
     return VenvBuildResult(
         recipe.name, target, status, interp, report, time.monotonic() - started, lock_file
     )
+
+
+def _lock_for(recipe: Recipe, stack: Stack, options: VenvOptions) -> Path | None:
+    """The lock the build installs exactly: the project's for this recipe when it matches
+    the project now, else the recipe's own when it matches the recipe; None otherwise."""
+    if not options.use_lock:
+        return None
+    if options.project is not None:
+        found = project_lock(recipe, options.project, stack)
+        if found is None:
+            options.say(f"no current project lock: resolving; `envforge lock {recipe.name}"
+                        f" --project {options.project.root}` pins it")
+        return found
+    stale = lock.stale_lock(recipe, stack)
+    if stale is not None:
+        options.say(
+            f"note: ignoring stale lock {stale} (the recipe changed):"
+            f" run `envforge lock {recipe.name}`"
+        )
+    return lock.lock_path(recipe, stack)
 
 
 def _build_aside(  # noqa: PLR0917 - one step of build, its inputs spelled out
@@ -178,6 +189,7 @@ def _build_aside(  # noqa: PLR0917 - one step of build, its inputs spelled out
             "python": interp.version,
             "interpreter": interp.executable,
             "lock": str(lock_file) if lock_file else None,
+            "project": project_binding(options.project),
             "envforge_version": __version__,
         }
         aside_markers = aside / MARKER_DIR
@@ -185,8 +197,10 @@ def _build_aside(  # noqa: PLR0917 - one step of build, its inputs spelled out
         report = _probe(recipe, aside, level, options, stack)
         report.write(aside_markers)
         if report.passed:
-            write_atomically(aside_markers / CERT_MARKER, _cert_json(recipe, report, fp, content))
-        old = valid_certificate(recipe, target) if venv_python(target).exists() else None
+            write_atomically(aside_markers / CERT_MARKER,
+                             _cert_json(recipe, report, fp, content, options.project))
+        old = (valid_certificate(recipe, target, None, options.project)
+               if venv_python(target).exists() else None)
         if not report.passed and old is not None:
             # Keep the certified venv; the failed probe is its last probe run.
             report.write(target / MARKER_DIR)
@@ -210,7 +224,7 @@ def ensure(recipe: Recipe, options: VenvOptions = DEFAULT_OPTIONS) -> tuple[Path
     An existing certified venv is used as it is, whatever options built it (a shell does
     not rebuild because ``--wheelhouse`` is not given this time).
     """
-    current = state(recipe, options.environ)
+    current = state(recipe, options.environ, options.project)
     if current.certified:
         return current.path, False
     if current.changed is not None:

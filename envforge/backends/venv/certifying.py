@@ -23,16 +23,14 @@ from envforge.errors import (
 from envforge.fsutil import write_files
 from envforge.probe.report import ProbeReport, StepResult
 from envforge.probe.runner import LocalPythonTarget, ProbeListener, run_probe
-from envforge.probe.spec import ProbeSpec
+from envforge.probe.spec import CheckFile, ProbeSpec
 from envforge.recipe.model import Level, Recipe
 from envforge.stack import Stack, stack_of
 
 if TYPE_CHECKING:
-    pass
+    from envforge.project.model import Project
 
-#: Seconds one ``uv`` install may run (a ROCm torch wheel is several GB).
-
-from envforge.backends.venv.install import venv_environ
+from envforge.backends.venv.install import stack_for, venv_environ
 from envforge.backends.venv.interpreter import Interpreter
 from envforge.backends.venv.layout import (
     BUILD_MARKER,
@@ -43,6 +41,7 @@ from envforge.backends.venv.layout import (
     VenvOptions,
     _read_json,
     fingerprint,
+    project_binding,
     venv_location,
     venv_python,
 )
@@ -58,11 +57,13 @@ def probe_venv(
     environ: Mapping[str, str] | None = None,
     listener: ProbeListener | None = None,
     stack: Stack | None = None,
+    checks: Sequence[CheckFile] = (),
 ) -> ProbeReport:
     """Run the probe for ``recipe`` (its ``stack``; None: computed from the recipe) with the
-    venv's interpreter and the recipe's env vars."""
+    venv's interpreter and the recipe's env vars; ``checks``: a project's steps."""
     spec = ProbeSpec.from_recipe(
-        recipe, level=level, step_timeout=step_timeout, extra_checks=extra_checks, stack=stack
+        recipe, level=level, step_timeout=step_timeout, extra_checks=extra_checks, stack=stack,
+        checks=checks,
     )
     target = LocalPythonTarget(
         python=str(venv_python(venv)), env=venv_environ(venv, recipe, environ)
@@ -109,6 +110,7 @@ def _probe(
             environ=options.environ,
             listener=options.listener,
             stack=stack,
+            checks=project_steps(options.project),
         )
     except Interrupted:
         raise Interrupted(
@@ -120,10 +122,23 @@ def _probe(
     return report
 
 
-def _cert_json(recipe: Recipe, report: ProbeReport, fp: str, content: Mapping[str, str]) -> str:
+def project_steps(project: Project | None) -> tuple[CheckFile, ...]:
+    """A project's probe steps (its import, its checks); none without a project."""
+    if project is None:
+        return ()
+    from envforge.project.checks import project_checks  # noqa: PLC0415 - projects only
+
+    return project_checks(project)
+
+
+def _cert_json(
+    recipe: Recipe, report: ProbeReport, fp: str, content: Mapping[str, str],
+    project: Project | None = None,
+) -> str:
     data = {
         "recipe": recipe.name,
         "recipe_hash": recipe.hash,
+        "project": project_binding(project),
         "fingerprint": fp,
         "content": dict(content),
         "level": report.level,
@@ -137,14 +152,18 @@ def _marker_json(data: Mapping[str, Any]) -> str:
 
 
 def valid_certificate(
-    recipe: Recipe, venv: Path, content: Mapping[str, str] | None = None
+    recipe: Recipe, venv: Path, content: Mapping[str, str] | None = None,
+    project: Project | None = None,
 ) -> dict[str, Any] | None:
-    """The venv's ``certified.json`` when it holds for ``recipe`` and the venv's content
-    now (``content``: :func:`content_digests` already taken); else None."""
+    """The venv's ``certified.json`` when it holds for ``recipe`` (and ``project``: its
+    folder and requirements as they are now) and the venv's content now (``content``:
+    :func:`content_digests` already taken); else None."""
     markers = venv / MARKER_DIR
     built = _read_json(markers / BUILD_MARKER)
     cert = _read_json(markers / CERT_MARKER)
     if built is None or cert is None or cert.get("recipe_hash") != recipe.hash:
+        return None
+    if cert.get("project") != project_binding(project):
         return None
     now = dict(content) if content is not None else content_digests(venv)
     if (
@@ -169,7 +188,7 @@ def _recertify_in_place(  # noqa: PLR0917 - one step of build, its inputs spelle
     pass write ``build.json`` (its content digests now) and ``certified.json`` together. A
     failure or interrupt leaves the previous certificate as it was."""
     markers = target / MARKER_DIR
-    before = valid_certificate(recipe, target, content)
+    before = valid_certificate(recipe, target, content, options.project)
     report = _probe(recipe, target, level, options, stack)
     report.write(markers)
     if not report.passed:
@@ -184,7 +203,8 @@ def _recertify_in_place(  # noqa: PLR0917 - one step of build, its inputs spelle
     write_files(
         [
             (markers / BUILD_MARKER, _marker_json(now_built), 0o644),
-            (markers / CERT_MARKER, _cert_json(recipe, report, fp, content), 0o644),
+            (markers / CERT_MARKER,
+             _cert_json(recipe, report, fp, content, options.project), 0o644),
         ]
     )
     return report
@@ -217,11 +237,12 @@ def recertify(recipe: Recipe, options: VenvOptions = DEFAULT_OPTIONS) -> VenvBui
     changed since they were installed (``build`` reinstalls them).
     """
     started = time.monotonic()
-    current = state(recipe, options.environ)
+    current = state(recipe, options.environ, options.project)
     if not current.exists:
         raise InvalidInput(
             f"no venv for {recipe.name} at {current.path}",
-            hint=f"envforge build {recipe.name} --backend venv",
+            hint=f"envforge build {recipe.name} --backend venv"
+            + (f" --project {options.project.root}" if options.project else ""),
         )
     built = _read_json(current.path / MARKER_DIR / BUILD_MARKER) or {}
     interp = Interpreter(
@@ -240,7 +261,8 @@ def recertify(recipe: Recipe, options: VenvOptions = DEFAULT_OPTIONS) -> VenvBui
                 hint=f"`envforge build {recipe.name} --backend venv` reinstalls and certifies it",
             )
     report = _recertify_in_place(
-        recipe, current.path, built, content, level, options, stack_of(recipe)
+        recipe, current.path, built, content, level, options,
+        stack_for(recipe, options.project),
     )
     return VenvBuildResult(
         recipe.name, current.path, "recertified", interp, report, time.monotonic() - started
@@ -258,20 +280,25 @@ class VenvState:
     changed: str | None = None
 
 
-def state(recipe: Recipe, environ: Mapping[str, str] | None = None) -> VenvState:
+def state(
+    recipe: Recipe, environ: Mapping[str, str] | None = None, project: Project | None = None
+) -> VenvState:
     """Whether the recipe's venv exists and is certified, without building anything.
 
     Certified means: a ``certified.json`` for this recipe hash whose content digests
     (:func:`~envforge.backends.venvfs.content_digests`) are those of the venv now.
     """
-    target = venv_location(recipe, environ)
+    target = venv_location(recipe, environ, project)
     if not venv_python(target).exists():
         return VenvState(target, False, False)
     markers = target / MARKER_DIR
     content = content_digests(target)
-    if valid_certificate(recipe, target, content) is not None:
+    if valid_certificate(recipe, target, content, project) is not None:
         return VenvState(target, True, True)
     cert = _read_json(markers / CERT_MARKER)
+    if cert is not None and cert.get("project") != project_binding(project):
+        return VenvState(target, True, False, "the project's requirements changed since it"
+                         " was certified")
     if cert is not None and cert.get("recipe_hash") == recipe.hash:
         recorded = cert.get("content")
         if isinstance(recorded, dict) and recorded != content:

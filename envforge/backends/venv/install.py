@@ -16,9 +16,7 @@ from envforge.render import RenderOptions, plan_venv
 from envforge.stack import Stack, stack_of
 
 if TYPE_CHECKING:
-    pass
-
-#: Seconds one ``uv`` install may run (a ROCm torch wheel is several GB).
+    from envforge.project.model import Project
 
 from envforge.backends.venv.interpreter import Interpreter
 from envforge.backends.venv.layout import (
@@ -27,8 +25,26 @@ from envforge.backends.venv.layout import (
     INSTALL_TIMEOUT,
     LINK_MODE,
     VenvOptions,
+    project_binding,
     venv_python,
 )
+
+
+def stack_for(recipe: Recipe, project: Project | None) -> Stack:
+    """The recipe's stack, with the project's requirements on top when there is one (after
+    checking that the stack's pins satisfy them: exit 2 naming both sides otherwise)."""
+    if project is None:
+        return stack_of(recipe)
+    from envforge.project.resolve import project_stack  # noqa: PLC0415 - projects only
+
+    return project_stack(project, recipe)
+
+
+def project_lock(recipe: Recipe, project: Project, stack: Stack) -> Path | None:
+    """The project's lock for ``recipe`` when it matches the project as it is now."""
+    from envforge.project.resolve import current_lock  # noqa: PLC0415 - projects only
+
+    return current_lock(project, recipe, stack)
 
 
 def install_key(
@@ -57,9 +73,36 @@ def install_key(
         "lock": hashlib.sha256(lock_file.read_bytes()).hexdigest() if lock_file else None,
         "python": interp.version,
         "executable": interp.executable,
+        "project": project_binding(options.project),
+        "project_constraints": list(options.project.constraints) if options.project else [],
+        "editable": _editable(options.project),
     }
     blob = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
     return "sha256:" + hashlib.sha256(blob).hexdigest()
+
+
+def _editable(project: Project | None) -> str | None:
+    """The folder installed editable: a project that can be installed itself."""
+    return str(project.root) if project is not None and project.installable else None
+
+
+def _install_editable(  # noqa: PLR0917 - one step of build, its inputs spelled out
+    recipe: Recipe, py: str, root: Path, options: VenvOptions, env: Mapping[str, str],
+    sources: list[str],
+) -> None:
+    """``uv pip install --no-deps -e ROOT``: the project's own code, edits seen without a
+    rebuild; its dependencies are already there (installed from the stack or the lock)."""
+    options.say(f"installing the project {root} (editable)")
+    done = proc.run(
+        [lock.uv_bin(), "pip", "install", "--python", py, "--no-config", *LINK_MODE,
+         "--no-deps", "-e", str(root), *sources],
+        timeout=INSTALL_TIMEOUT, env=env,
+    )
+    if not done.ok:
+        raise lock.uv_failure(
+            f"installing the project {root}", done, recipe,
+            hint="check the project's [build-system] (pip install -e . must work there)",
+        )
 
 
 def venv_environ(
@@ -125,7 +168,9 @@ def _install(  # noqa: PLR0917 - one step of build, its inputs spelled out
             req = Path(tmp) / "requirements.txt"
             con = Path(tmp) / "constraints.txt"
             req.write_text(plan.requirements_txt, encoding="utf-8")
-            con.write_text(plan.constraints_txt, encoding="utf-8")
+            project_lines = options.project.constraints if options.project else ()
+            con.write_text(plan.constraints_txt + "".join(f"{c}\n" for c in project_lines),
+                           encoding="utf-8")
             argv = [
                 uv,
                 "pip",
@@ -153,6 +198,9 @@ def _install(  # noqa: PLR0917 - one step of build, its inputs spelled out
             recipe,
             hint="see the message; --wheelhouse DIR installs torch from local wheels",
         )
+    editable = _editable(options.project)
+    if editable is not None:
+        _install_editable(recipe, py, Path(editable), options, env, sources)
     bin_dir = target / "bin"
     (bin_dir / ENV_SCRIPT).write_text(plan.activate_script, encoding="utf-8")
     activate = bin_dir / "activate"

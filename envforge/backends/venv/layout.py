@@ -18,9 +18,7 @@ from envforge.probe.runner import ProbeListener
 from envforge.recipe.model import Level, Recipe
 
 if TYPE_CHECKING:
-    pass
-
-#: Seconds one ``uv`` install may run (a ROCm torch wheel is several GB).
+    from envforge.project.model import Project
 
 from envforge.backends.venv.interpreter import Interpreter
 
@@ -66,9 +64,24 @@ def short_hash(recipe: Recipe) -> str:
     return recipe.hash.split(":", 1)[-1][:12]
 
 
-def venv_location(recipe: Recipe, environ: Mapping[str, str] | None = None) -> Path:
-    """``venvs_dir()/<recipe>/<stack tag>-<12 hex of the recipe hash>``."""
-    return paths.venvs_dir(environ) / recipe.name / f"{recipe.stack_tag}-{short_hash(recipe)}"
+def venv_location(
+    recipe: Recipe, environ: Mapping[str, str] | None = None, project: Project | None = None
+) -> Path:
+    """``venvs_dir()/<recipe>/<stack tag>-<12 hex of the recipe hash>``; a project's
+    environment adds ``-<project name>-<8 hex of its folder>``: one per recipe and project,
+    never the recipe's own or another project's."""
+    name = f"{recipe.stack_tag}-{short_hash(recipe)}"
+    if project is not None:
+        name += f"-{project.key()}"
+    return paths.venvs_dir(environ) / recipe.name / name
+
+
+def project_binding(project: Project | None) -> str | None:
+    """What a project's certificate is bound to: the project's folder and what decides its
+    environment's contents (a requirements change makes the certificate not hold)."""
+    if project is None:
+        return None
+    return f"{project.key()}:{project.requirements_digest()}"
 
 
 def venv_python(venv: Path) -> Path:
@@ -111,6 +124,9 @@ class VenvOptions:
     level: Level | None = None
     step_timeout: float | None = None
     extra_checks: tuple[Path, ...] = ()
+    #: ``--project``: the project's requirements on the stack, the project installed
+    #: (editable) and its checks certified; an environment of its own.
+    project: Project | None = None
     #: Install from the recipe's lock file when one matches it.
     use_lock: bool = True
     #: Rebuild even when up to date.

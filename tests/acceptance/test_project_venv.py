@@ -1,0 +1,148 @@
+"""A user's project on the venv backend for real (issue 19): `build --project` resolves the
+project's dependencies on the cpu stack (torch from PIP_FIND_LINKS, the rest from the
+package index), installs the project editable in a venv of its own, certifies its import
+and its checks with the probe; `shell --project` runs the same `python` a user would."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from .test_venv_cpu import WHEELS, base_env, envforge
+from .test_venv_cpu import pytestmark as venv_marks
+
+pytestmark = venv_marks
+
+PYPROJECT = """\
+[build-system]
+requires = ["setuptools>=61"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "demo-trainer"
+version = "0.1"
+requires-python = ">=3.10"
+dependencies = ["torch>=2.4", "six>=1.16"]
+
+[tool.envforge]
+recipe = "cpu"
+checks = ["tests/smoke.py", "python -c \\"import demo_trainer; assert demo_trainer.VALUE == 41\\""]
+"""
+
+
+@pytest.fixture(scope="module")
+def proj(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("demo-trainer")
+    (root / "pyproject.toml").write_text(PYPROJECT, encoding="utf-8")
+    pkg = root / "src" / "demo_trainer"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("import six\n\nVALUE = 41\n", encoding="utf-8")
+    (root / "tests").mkdir()
+    (root / "tests" / "smoke.py").write_text(
+        "import torch, demo_trainer\nassert torch.ones(2).sum().item() == 2.0\n", encoding="utf-8"
+    )
+    return root
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("envforge-home")
+
+
+@pytest.fixture(scope="module")
+def built(proj: Path, home: Path) -> dict[str, object]:
+    done = envforge("build", "--project", str(proj), "--wheelhouse", str(WHEELS), "--json",
+                    env=base_env(home))
+    assert done.returncode == 0, done.stderr[-4000:]
+    data: dict[str, object] = json.loads(done.stdout)
+    data["stderr"] = done.stderr
+    return data
+
+
+def test_the_project_is_certified_in_a_venv_of_its_own(
+    built: dict[str, object], home: Path
+) -> None:
+    path = Path(str(built["path"]))
+    assert path.parent == home / "venvs" / "cpu"
+    assert "-demo-trainer-" in path.name  # keyed by recipe and project
+    assert "using the venv backend" in str(built["stderr"])  # docker builds no projects
+    probe = json.loads((path / ".envforge" / "probe.json").read_text(encoding="utf-8"))
+    steps = {s["name"]: s["status"] for s in probe["steps"]}
+    assert steps["check:import demo_trainer"] == "pass"
+    assert steps["check:tests/smoke.py"] == "pass"
+    assert steps["import:six"] == "pass"  # the project's requirements are imported too
+    assert [n for n in steps if n.startswith("check:python -c")] != []
+    # the recipe's own venv was not made or touched
+    assert [p.name for p in (home / "venvs" / "cpu").iterdir()] == [path.name]
+
+
+def test_shell_runs_the_project_editable_and_sees_source_edits(
+    built: dict[str, object], proj: Path, home: Path
+) -> None:
+    del built
+    code = "import demo_trainer, torch; print(demo_trainer.VALUE, torch.__version__)"
+    done = envforge("shell", "cpu", "--project", str(proj), "--backend", "venv", "--",
+                    "python", "-c", code, env=base_env(home))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["41", "2.13.0+cpu"]
+    init = proj / "src" / "demo_trainer" / "__init__.py"
+    init.write_text("import six\n\nVALUE = 42\n", encoding="utf-8")
+    try:
+        again = envforge("shell", "cpu", "--project", str(proj), "--backend", "venv", "--",
+                         "python", "-c", code, env=base_env(home))
+    finally:
+        init.write_text("import six\n\nVALUE = 41\n", encoding="utf-8")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stdout.split()[0] == "42"  # no rebuild: the project is installed editable
+    assert "installing" not in again.stderr
+
+
+def test_a_failing_check_fails_certification_naming_it(
+    built: dict[str, object], proj: Path, home: Path
+) -> None:
+    del built
+    smoke = proj / "tests" / "smoke.py"
+    before = smoke.read_text(encoding="utf-8")
+    smoke.write_text("raise SystemExit('the GPU smoke test broke')\n", encoding="utf-8")
+    try:
+        done = envforge("certify", "cpu", "--project", str(proj), env=base_env(home))
+    finally:
+        smoke.write_text(before, encoding="utf-8")
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "check:tests/smoke.py" in done.stdout + done.stderr
+
+
+def test_a_clashing_requirement_stops_before_anything_is_built(
+    tmp_path: Path, home: Path
+) -> None:
+    (tmp_path / "requirements.txt").write_text("six\ntorch<2.0\n", encoding="utf-8")
+    venvs = home / "venvs" / "cpu"
+    before = sorted(p.name for p in venvs.iterdir()) if venvs.is_dir() else []
+    done = envforge("build", "cpu", "--project", str(tmp_path), "--backend", "venv",
+                    env=base_env(home))
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.strip().splitlines()) <= 2
+    assert "torch<2.0" in done.stderr
+    assert "2.13.0" in done.stderr
+    assert (sorted(p.name for p in venvs.iterdir()) if venvs.is_dir() else []) == before
+
+
+def test_shell_rebuilds_when_the_requirements_change(
+    built: dict[str, object], proj: Path, home: Path
+) -> None:
+    del built
+    text = (proj / "pyproject.toml").read_text(encoding="utf-8")
+    (proj / "pyproject.toml").write_text(
+        text.replace('"six>=1.16"]', '"six>=1.16", "idna"]'), encoding="utf-8"
+    )
+    try:
+        done = envforge("shell", "cpu", "--project", str(proj), "--backend", "venv",
+                        "--wheelhouse", str(WHEELS), "--",
+                        "python", "-c", "import idna, demo_trainer; print('ok')",
+                        env=base_env(home))
+    finally:
+        (proj / "pyproject.toml").write_text(text, encoding="utf-8")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "ok"
