@@ -115,17 +115,21 @@ def device_flags(
     numeric group owning ``/dev/dri/renderD*``, seccomp unconfined. NVIDIA
     (``/dev/nvidiactl`` or ``/proc/driver/nvidia``): a request for all GPUs. Both get host
     IPC, or a private ``/dev/shm`` of ``shm.size`` when ``shm.host_ipc`` is False.
+    A container without GPUs (a cpu recipe, or no device of the vendor here) gets a private
+    ``/dev/shm`` of ``shm.size`` (8g, or ``--shm-size``): Docker's 64 MB default kills a
+    DataLoader with two workers ("No space left on device").
 
     When ``engine`` supports CDI and a CDI spec names the vendor's GPUs (``amd.com/gpu``,
     ``nvidia.com/gpu``), the devices are requested by CDI name instead of raw nodes or a
     GPU request. Podman ignores Docker's GPU request (containers/podman#22645): NVIDIA on
     Podman is CDI or nothing. Rootless Podman passes the user's own groups
     (``keep-groups``) instead of numeric gids it cannot map. A ``none`` recipe, or a host
-    without that vendor's devices, gets no flags (the probe then reports ``no-device``).
+    without that vendor's devices, gets no device flags (the probe then reports
+    ``no-device``).
     """
     eng = engine or EngineIdentity()
     if vendor not in ("amd", "nvidia"):
-        return DeviceFlags(engine=eng.kind)
+        return DeviceFlags(engine=eng.kind, shm_size=shm.size)
     inventory = cdi if cdi is not None else scan(cdi_roots)
     cdi_name = inventory.request_for(vendor)
     use_cdi = eng.cdi and cdi_name is not None
@@ -199,7 +203,7 @@ def device_flags(
             reason=f"Docker GPU request (--gpus all, NVIDIA container toolkit) ({why_not})",
             **common,
         )
-    return DeviceFlags(engine=eng.kind)
+    return DeviceFlags(engine=eng.kind, shm_size=shm.size)
 
 
 # --------------------------------------------------------------------------- --gpu (issue 10 §4)

@@ -113,3 +113,17 @@ def test_a_signal_ends_a_command_without_a_handler(
     assert code == 128 + sig
     assert all_containers() == before
     print(f"{sig.name}: envforge exited after {took:.3f}s")
+
+
+@pytest.mark.parametrize(
+    ("given", "kib"), [((), 8 * 1024 * 1024), (("--shm-size", "256m"), 262144)]
+)
+def test_a_cpu_container_gets_a_dev_shm_that_dataloader_workers_fit_in(
+    built_cpu: Built, envforge: Envforge, tmp_path: Path, given: tuple[str, ...], kib: int
+) -> None:
+    """Docker's default /dev/shm is 64 MB: a DataLoader with two workers dies with "No space
+    left on device". A cpu container gets 8g unless --shm-size says otherwise."""
+    script = "import os; s = os.statvfs('/dev/shm'); print(s.f_blocks * s.f_frsize // 1024)"
+    done = envforge("shell", "cpu", *given, "--", "python", "-c", script, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.strip()) == kib

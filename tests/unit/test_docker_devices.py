@@ -5,7 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from envforge.backends.docker.containers import sdk_kwargs
-from envforge.container.devices import DeviceFlags, device_flags
+from envforge.container.devices import (
+    DEFAULT_SHM_SIZE,
+    DeviceFlags,
+    SharedMemory,
+    device_flags,
+)
 
 
 def _amd_tree(root: Path, renders: int = 2) -> Path:
@@ -68,15 +73,25 @@ def test_nvidia_counted_from_device_nodes_without_proc(tmp_path: Path) -> None:
     assert flags.gpu_count == 2
 
 
-def test_no_flags_without_devices_or_for_cpu_recipes(tmp_path: Path) -> None:
+def test_no_device_flags_without_devices_or_for_cpu_recipes_but_a_real_dev_shm(
+    tmp_path: Path,
+) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert device_flags("amd", dev_root=empty, proc_root=empty) == DeviceFlags()
-    assert device_flags("nvidia", dev_root=empty, proc_root=empty) == DeviceFlags()
+    # No GPU in the container: no devices, and a private /dev/shm of 8g instead of
+    # Docker's 64 MB (a DataLoader with two workers needs more).
+    shm_only = DeviceFlags(shm_size=DEFAULT_SHM_SIZE)
+    assert DEFAULT_SHM_SIZE == "8g"
+    assert device_flags("amd", dev_root=empty, proc_root=empty) == shm_only
+    assert device_flags("nvidia", dev_root=empty, proc_root=empty) == shm_only
     dev = _amd_tree(tmp_path)
     # A CPU recipe on an AMD host: no devices (the container needs none).
-    assert device_flags("none", dev_root=dev, proc_root=empty) == DeviceFlags()
+    assert device_flags("none", dev_root=dev, proc_root=empty) == shm_only
     # An NVIDIA recipe on an AMD host: nothing to pass; the probe reports no-device.
-    assert device_flags("nvidia", dev_root=dev, proc_root=empty) == DeviceFlags()
+    assert device_flags("nvidia", dev_root=dev, proc_root=empty) == shm_only
+    # --shm-size is honoured for a cpu container too
+    sized = device_flags("none", dev_root=dev, proc_root=empty, shm=SharedMemory.sized("2g"))
+    assert sized.cli_args() == ["--shm-size", "2g"]
+    assert sdk_kwargs(sized)["shm_size"] == "2g"
     assert sdk_kwargs(DeviceFlags()) == {}
     assert DeviceFlags().cli_args() == []

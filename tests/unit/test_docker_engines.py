@@ -285,12 +285,13 @@ def test_sized_shm_instead_of_host_ipc(tree: str, vendor: str) -> None:
     assert default.shm_size is None
 
 
-def test_cpu_recipes_get_neither_ipc_nor_shm() -> None:
+def test_cpu_recipes_get_no_host_ipc_but_the_shm_size_asked_for() -> None:
     flags = device_flags(
         "none", dev_root=SYSFS / "h100" / "dev", proc_root=SYSFS / "h100" / "proc",
         shm=SharedMemory.sized("1g"),
     )
-    assert flags == DeviceFlags()
+    assert flags == DeviceFlags(shm_size="1g")
+    assert flags.ipc_mode is None
 
 
 def test_push_digest_from_podmans_status_line() -> None:
