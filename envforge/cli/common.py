@@ -82,18 +82,6 @@ def _check_shm_size(_ctx: object, _param: object, value: str | None) -> str | No
     return value.lower()
 
 
-def shm_size_option(func: F) -> F:
-    """``--shm-size SIZE``: GPU containers get a private /dev/shm of SIZE, not host IPC."""
-    return click.option(
-        "--shm-size",
-        metavar="SIZE",
-        default=None,
-        callback=_check_shm_size,
-        help="GPU containers: a private /dev/shm of SIZE (e.g. 16g) instead of the host's "
-        "IPC namespace (the default; Docker's 64 MB /dev/shm breaks DataLoader workers).",
-    )(func)
-
-
 def parse_level(value: str | None) -> Level | None:
     """A ``--level`` value as the :data:`Level` literal (click has checked the choice)."""
     for level in LEVELS:

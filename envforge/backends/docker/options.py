@@ -91,10 +91,10 @@ CLI_OPTIONS: tuple[BackendOption, ...] = (
                   choices=PLATFORMS),
     BackendOption("--image", "image", "Run this image instead of the certified one.", ("shell",),
                   metavar="REF"),
-    BackendOption("--shm-size", "shm_size", "GPU containers: a private /dev/shm of SIZE (e.g. "
-                  "16g) instead of the host's IPC namespace (the default; Docker's 64 MB /dev/shm "
-                  "breaks DataLoader workers).", ("build", "certify", "shell"), metavar="SIZE",
-                  kind="size"),
+    BackendOption("--shm-size", "shm_size", "A private /dev/shm of SIZE (e.g. 16g). Default: GPU "
+                  "containers share the host's IPC namespace, others get 8g (Docker's 64 MB "
+                  "/dev/shm breaks DataLoader workers).", ("build", "certify", "shell"),
+                  metavar="SIZE", kind="size"),
 )
 
 
