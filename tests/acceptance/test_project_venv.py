@@ -114,6 +114,30 @@ def test_a_failing_check_fails_certification_naming_it(
     assert "check:tests/smoke.py" in done.stdout + done.stderr
 
 
+def test_pip_in_the_shell_installs_into_the_venv_and_marks_it_stale_once(
+    built: dict[str, object], proj: Path, home: Path
+) -> None:
+    venv_bin = Path(str(built["path"])) / "bin"
+    shell = ("shell", "cpu", "--project", str(proj), "--backend", "venv", "--")
+    done = envforge(*shell, "sh", "-c", "command -v pip && pip install -q --no-deps iniconfig",
+                    env=base_env(home))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[0] == str(venv_bin / "pip")
+    code = "import iniconfig, demo_trainer; print('ok')"
+    first = envforge(*shell, "python", "-c", code, env=base_env(home))
+    second = envforge(*shell, "python", "-c", code, env=base_env(home))
+    assert (first.returncode, first.stdout.strip()) == (0, "ok"), first.stderr[-2000:]
+    assert "iniconfig" in first.stderr
+    assert "stale" in first.stderr
+    assert (second.returncode, second.stdout.strip()) == (0, "ok")
+    assert "stale" not in second.stderr  # said once
+    again = envforge("certify", "cpu", "--project", str(proj), env=base_env(home))
+    assert again.returncode == 0, again.stderr[-2000:]
+    third = envforge(*shell, "python", "-c", code, env=base_env(home))
+    assert third.returncode == 0
+    assert "stale" not in third.stderr
+
+
 def test_a_clashing_requirement_stops_before_anything_is_built(
     tmp_path: Path, home: Path
 ) -> None:

@@ -284,6 +284,34 @@ def test_state_is_certified_only_while_the_files_are_the_certified_ones(tmp_path
     )
 
 
+def test_a_package_added_since_certification_is_used_saying_once_it_is_stale(
+    tmp_path: Path,
+) -> None:
+    recipe, home, target = certified_venv(tmp_path)
+    sp = target / SP
+    info = sp / "extra-2.0.dist-info"  # as `pip install extra` leaves it
+    info.mkdir()
+    (sp / "extra.py").write_text("y = 2\n")
+    (info / "METADATA").write_text("Name: extra\nVersion: 2.0\n")
+    digest = record_hash(b"y = 2\n")
+    (info / "RECORD").write_text(f"extra.py,sha256={digest},6\n")
+    now = venv.state(recipe, home)
+    assert (now.certified, now.added, now.changed) == (False, ("extra 2.0",), None)
+    said: list[str] = []
+    options = VenvOptions(environ=home, say=said.append)
+    assert venv.ensure(recipe, options) == (target, False)  # used, not rebuilt
+    assert venv.ensure(recipe, options) == (target, False)
+    assert len(said) == 1  # said once
+    assert "extra 2.0 installed since" in said[0]
+    assert f"envforge certify {recipe.name} --backend venv" in said[0]
+    # a certified file changed as well: refused as before
+    core = sp / "pkg" / "core.py"
+    core.write_bytes(core.read_bytes() + b"# edited\n")
+    assert venv.state(recipe, home).added == ()
+    with pytest.raises(CertificationFailed):
+        venv.ensure(recipe, options)
+
+
 def test_what_a_build_does_with_changed_files(tmp_path: Path) -> None:
     recipe, home, target = certified_venv(tmp_path)
     built = json.loads((target / MARKER_DIR / "build.json").read_text())

@@ -218,14 +218,40 @@ def _build_aside(  # noqa: PLR0917 - one step of build, its inputs spelled out
             shutil.rmtree(aside, ignore_errors=True)
 
 
+#: Marker of the packages a stale venv was last said to have (said once per change).
+STALE_NOTED = "stale-noted.json"
+
+
+def _note_stale(
+    recipe: Recipe, path: Path, added: tuple[str, ...], options: VenvOptions
+) -> None:
+    """Say once (per set of added packages) that the certificate no longer covers them."""
+    marker = path / MARKER_DIR / STALE_NOTED
+    if _read_json(marker) == {"added": list(added)}:
+        return
+    options.say(
+        f"note: {', '.join(added)} installed since {path} was certified: its certificate is"
+        f" stale; `envforge certify {recipe.name} --backend venv` certifies what is there now"
+    )
+    try:
+        write_atomically(marker, _marker_json({"added": list(added)}))
+    except OSError:
+        pass  # a read-only venv: the note comes again next time
+
+
 def ensure(recipe: Recipe, options: VenvOptions = DEFAULT_OPTIONS) -> tuple[Path, bool]:
     """The recipe's certified venv, built first when there is none: (path, just built).
 
     An existing certified venv is used as it is, whatever options built it (a shell does
-    not rebuild because ``--wheelhouse`` is not given this time).
+    not rebuild because ``--wheelhouse`` is not given this time). One where packages were
+    only added since (``pip install X``) is used too, saying once that its certificate is
+    stale; one whose certified files changed is refused.
     """
     current = state(recipe, options.environ, options.project)
     if current.certified:
+        return current.path, False
+    if current.added:
+        _note_stale(recipe, current.path, current.added, options)
         return current.path, False
     if current.changed is not None:
         raise CertificationFailed(

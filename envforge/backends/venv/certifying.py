@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from envforge import paths
 from envforge.backends.venvfs import (
     content_digests,
+    dist_label,
     describe_changes,
     verify_records,
 )
@@ -269,6 +270,14 @@ def recertify(recipe: Recipe, options: VenvOptions = DEFAULT_OPTIONS) -> VenvBui
     )
 
 
+def _only_added(recorded: Mapping[str, Any], now: Mapping[str, str]) -> tuple[str, ...]:
+    """The distributions in ``now`` but not in ``recorded`` when every recorded one is
+    unchanged (labels); empty when anything certified changed or nothing was added."""
+    if any(now.get(k) != v for k, v in recorded.items()):
+        return ()
+    return tuple(dist_label(k) for k in sorted(now) if k not in recorded)
+
+
 @dataclass(frozen=True)
 class VenvState:
     path: Path
@@ -278,6 +287,10 @@ class VenvState:
     #: What changed in the venv's files since it was certified (None: nothing, or it was
     #: never certified for this recipe).
     changed: str | None = None
+    #: Only distributions were added since it was certified (``pip install X`` in the
+    #: shell), every certified file as it was: usable, the certificate stale. Their
+    #: labels (``six 1.17.0``), else empty.
+    added: tuple[str, ...] = ()
 
 
 def state(
@@ -302,6 +315,10 @@ def state(
     if cert is not None and cert.get("recipe_hash") == recipe.hash:
         recorded = cert.get("content")
         if isinstance(recorded, dict) and recorded != content:
+            added = _only_added(recorded, content)
+            if added:
+                return VenvState(target, True, False, "installed since certified: "
+                                 + ", ".join(added), added=added)
             changed = describe_changes(target, recorded) or "files changed"
             return VenvState(target, True, False, f"changed since certified: {changed}", changed)
     last = _read_json(markers / "probe.json")

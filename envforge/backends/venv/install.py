@@ -105,6 +105,24 @@ def _install_editable(  # noqa: PLR0917 - one step of build, its inputs spelled 
         )
 
 
+def _install_pip(
+    py: str, target: Path, options: VenvOptions, env: Mapping[str, str], sources: list[str]
+) -> None:
+    """pip inside the venv, so that ``pip install X`` in ``envforge shell`` installs there
+    (not into the outer environment); certified with the rest. Where no pip can be had
+    (an offline wheelhouse without it), the venv is still usable: say so, go on."""
+    if (target / "bin" / "pip").exists():
+        return
+    done = proc.run(
+        [lock.uv_bin(), "pip", "install", "--python", py, "--no-config", *LINK_MODE, "pip",
+         *sources],
+        timeout=INSTALL_TIMEOUT, env=env,
+    )
+    if not done.ok:
+        options.say("note: pip could not be installed in the venv (no pip wheel in the sources);"
+                    " `pip` in `envforge shell` is the outer one")
+
+
 def venv_environ(
     venv: Path, recipe: Recipe, base: Mapping[str, str] | None = None
 ) -> dict[str, str]:
@@ -201,6 +219,7 @@ def _install(  # noqa: PLR0917 - one step of build, its inputs spelled out
     editable = _editable(options.project)
     if editable is not None:
         _install_editable(recipe, py, Path(editable), options, env, sources)
+    _install_pip(py, target, options, env, sources)
     bin_dir = target / "bin"
     (bin_dir / ENV_SCRIPT).write_text(plan.activate_script, encoding="utf-8")
     activate = bin_dir / "activate"
