@@ -32,8 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from envforge.evidence import Redactor  # noqa: E402
-from envforge.evidence_store import import_documents  # noqa: E402
+from envforge.evidence.evidence_store import import_documents  # noqa: E402
+from envforge.evidence.records import Redactor  # noqa: E402
 from tests.helpers.matrix_synth import corpus, make_report  # noqa: E402
 
 

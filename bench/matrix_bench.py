@@ -39,7 +39,7 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 
 def write_corpus(folder: Path, n: int) -> None:
     sys.path.insert(0, str(ROOT))
-    from envforge.certificate import Certificate
+    from envforge.publish.certificate import Certificate
     from tests.helpers import matrix_synth
 
     for i, spec in enumerate(matrix_synth.corpus(n, seed=10_000)):
@@ -75,8 +75,8 @@ def time_command(folder: Path, out: Path) -> tuple[float, float, dict[str, objec
 
 
 def time_phases(folder: Path, out: Path) -> dict[str, float]:
-    from envforge.evidence import Redactor, read_evidence
-    from envforge.matrix import aggregate, write_site
+    from envforge.evidence.matrix import aggregate, write_site
+    from envforge.evidence.records import Redactor, read_evidence
 
     t0 = time.perf_counter()
     found = read_evidence([folder / "reports", folder / "store"], Redactor.for_this_host())

@@ -58,7 +58,7 @@ class InvalidInput(EnvforgeError):
 class DataFileError(InvalidInput):
     """A YAML data file (or ``--set`` value) that cannot be read: names the file and key path.
 
-    Raised by the one YAML reader (:mod:`envforge.yamlcheck`); the subclasses say which
+    Raised by the one YAML reader (:mod:`envforge.core.yamlcheck`); the subclasses say which
     kind of file it was.
     """
 

@@ -33,13 +33,13 @@ from packaging.requirements import Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-from envforge import proc
+from envforge.core import proc
+from envforge.core.fsutil import check_file_target, write_atomically
+from envforge.core.mirror import mirrors_from_env, rewrite
+from envforge.core.paths import state_dir
+from envforge.core.resources import recipes_dir
 from envforge.errors import BuildFailed, InvalidInput, Unavailable
-from envforge.fsutil import check_file_target, write_atomically
-from envforge.mirror import mirrors_from_env, rewrite
-from envforge.paths import state_dir
 from envforge.recipe.model import Recipe
-from envforge.resources import recipes_dir
 from envforge.stack import Stack, stack_of
 
 if TYPE_CHECKING:

@@ -18,9 +18,9 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from envforge.companions import CompanionTable, Row, family_of, load_companions
 from envforge.errors import ConstraintViolation, InvalidInput
 from envforge.knowledge import load_table, variant_of
+from envforge.knowledge.companions import CompanionTable, Row, family_of, load_companions
 from envforge.knowledge.table import CompatTable
 from envforge.recipe.model import Recipe
 

@@ -24,8 +24,8 @@ from envforge.backends.base import BackendOption, Command, HostCheck, Options, R
 from envforge.recipe.model import Recipe
 
 if TYPE_CHECKING:
-    from envforge.detect import HostInfo
-    from envforge.doctor import Finding
+    from envforge.host.detect import HostInfo
+    from envforge.host.doctor import Finding
 
 #: Seconds per step of the quick probe ``--fallback`` runs before choosing.
 FALLBACK_STEP_TIMEOUT = 30.0

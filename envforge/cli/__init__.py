@@ -83,7 +83,7 @@ SUMMARIES: Mapping[str, str] = {
     ),
     'matrix': 'Write the certified-on matrix (GPU arch x recipe) as a static site.',
     'solve': 'Derive the stack for a GPU arch (or the detected one) from the compatibility table.',
-    'keys': 'Signing keys for certificates (ed25519; see envforge.signing for the formats).',
+    'keys': 'Signing keys for certificates (ed25519; formats: envforge.publish.signing).',
     'init': 'Write [tool.envforge] (or envforge.toml) with recipe "auto" and a smoke check.',
     'evidence': 'Certification evidence: import reports and registry images, export bundles.',
     'fleet': "Certify recipes on a fleet's nodes: Slurm arrays, Kubernetes Jobs, Actions matrix.",
@@ -180,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         exc.show()
         return int(ExitCode.INVALID_INPUT)
     except OSError as exc:  # a file system error no write site mapped: still one line
-        from envforge.fsutil import os_error  # noqa: PLC0415 - only on this rare path
+        from envforge.core.fsutil import os_error  # noqa: PLC0415 - only on this rare path
 
         _print_traceback(debug)
         error = os_error(exc, verb="use")

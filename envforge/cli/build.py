@@ -38,7 +38,7 @@ from envforge.cli.common import (
     term_as_interrupt,
     wheelhouse_option,
 )
-from envforge.fsutil import REPORT_FILES, check_folder_target
+from envforge.core.fsutil import REPORT_FILES, check_folder_target
 from envforge.recipe.model import Level, Recipe
 
 

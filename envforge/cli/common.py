@@ -18,12 +18,12 @@ from envforge.recipe.model import LEVELS, Level, Recipe
 
 if TYPE_CHECKING:
     from envforge.backends.base import Command
-    from envforge.choose import Choice
     from envforge.container.devices import GpuPick
-    from envforge.detect import HostInfo
+    from envforge.host.detect import HostInfo
     from envforge.probe.report import ProbeReport
     from envforge.project.model import Project
-    from envforge.signing import SigningKey
+    from envforge.publish.signing import SigningKey
+    from envforge.solve.choose import Choice
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -120,7 +120,7 @@ def signing_key_option(func: F) -> F:
     return click.option(
         "--signing-key",
         "signing_key",
-        type=click.Path(path_type=Path),  # read by envforge.signing: one-line errors
+        type=click.Path(path_type=Path),  # read by envforge.publish.signing: one-line errors
         envvar="ENVFORGE_SIGNING_KEY",
         metavar="PATH",
         default=None,
@@ -246,14 +246,14 @@ def root_option(func: F) -> F:
 
 def host_platform() -> str:
     """This host's platform in docker's names (``linux/amd64``, ``linux/arm64``)."""
-    from envforge.platforms import host_platform as found  # noqa: PLC0415
+    from envforge.host.platforms import host_platform as found  # noqa: PLC0415
 
     return found()
 
 
 def platform_option(func: F) -> F:
     """``--platform linux/amd64|linux/arm64``: the wheels' (and image's) platform."""
-    from envforge.platforms import PLATFORMS  # noqa: PLC0415 - a constant
+    from envforge.host.platforms import PLATFORMS  # noqa: PLC0415 - a constant
 
     return click.option(
         "--platform",
@@ -311,13 +311,14 @@ def load_checked(ref: str, overrides: Sequence[str] = ()) -> Recipe:
 def load_for_host(
     ref: str, host: HostInfo | None = None, overrides: Sequence[str] = ()
 ) -> tuple[Recipe, Choice | None]:
-    """The one way a command loads RECIPE|auto: ``auto`` → the recipe :func:`envforge.choose.choose`
-    picks for ``host`` (detected when None), said on stderr in one line; anything else →
-    that recipe. Either is checked against the compatibility table."""
+    """The one way a command loads RECIPE|auto: ``auto`` → the recipe
+    :func:`envforge.solve.choose.choose` picks for ``host`` (detected when None), said on
+    stderr in one line; anything else → that recipe. Either is checked against the
+    compatibility table."""
     if ref != "auto":
         return load_checked(ref, overrides), None
-    from envforge.choose import load_choice  # noqa: PLC0415 - only for auto
     from envforge.knowledge import enforce  # noqa: PLC0415 - the table only when needed
+    from envforge.solve.choose import load_choice  # noqa: PLC0415 - only for auto
 
     choice = auto_choice(host)
     recipe = load_choice(choice, overrides)
@@ -327,8 +328,8 @@ def load_for_host(
 
 def auto_choice(host: HostInfo | None = None) -> Choice:
     """What ``auto`` means on ``host`` (detected when None), said on stderr in one line."""
-    from envforge.choose import choose  # noqa: PLC0415 - only for auto
-    from envforge.detect import detect  # noqa: PLC0415 - host detection only for auto
+    from envforge.host.detect import detect  # noqa: PLC0415 - host detection only for auto
+    from envforge.solve.choose import choose  # noqa: PLC0415 - only for auto
 
     choice = choose(host if host is not None else detect())
     say(f"auto -> {choice.recipe}: {choice.reason}")
@@ -350,7 +351,7 @@ def load_with_gpus(
     from dataclasses import replace  # noqa: PLC0415 - only with --gpu
 
     from envforge.container.devices import pick_gpus  # noqa: PLC0415 - only with --gpu
-    from envforge.detect import detect  # noqa: PLC0415 - only with --gpu
+    from envforge.host.detect import detect  # noqa: PLC0415 - only with --gpu
 
     if ref != "auto":
         recipe = load_checked(ref, overrides)
@@ -388,7 +389,7 @@ def pick_for(recipe: Recipe | None, gpu: str | None) -> GpuPick | None:
     if gpu is None:
         return None
     from envforge.container.devices import pick_gpus  # noqa: PLC0415 - only with --gpu
-    from envforge.detect import detect  # noqa: PLC0415 - only with --gpu
+    from envforge.host.detect import detect  # noqa: PLC0415 - only with --gpu
 
     pick = pick_gpus(gpu, detect().gpus, recipe.gpu.vendor if recipe is not None else None)
     _say_pick(gpu, pick)
@@ -421,7 +422,7 @@ def echo_json(data: Any) -> None:
 
 def load_signer(path: Path | None) -> SigningKey | None:
     """The ``--signing-key`` / ``ENVFORGE_SIGNING_KEY`` key, loaded before any work."""
-    from envforge.signing import load_signer as load  # noqa: PLC0415 - loads cryptography
+    from envforge.publish.signing import load_signer as load  # noqa: PLC0415 - loads cryptography
 
     return load(path, say=say)
 
@@ -443,7 +444,7 @@ class SummaryNotes:
         title: str | None = None,
         error: str | None = None,
     ) -> None:
-        from envforge.summary import report_facts  # noqa: PLC0415 - only with --summary
+        from envforge.evidence.summary import report_facts  # noqa: PLC0415 - only with --summary
 
         self.sections.append(
             (title or self.title, report, [*facts, *report_facts(report)], error)
@@ -459,8 +460,8 @@ def summarizing(path: Path | None, title: str) -> Iterator[SummaryNotes]:
     if path is None:
         yield notes
         return
-    from envforge.fsutil import check_file_target  # noqa: PLC0415 - only with --summary
-    from envforge.summary import append, section  # noqa: PLC0415 - only with --summary
+    from envforge.core.fsutil import check_file_target  # noqa: PLC0415 - only with --summary
+    from envforge.evidence.summary import append, section  # noqa: PLC0415 - only with --summary
 
     check_file_target(path, setting="--summary")  # before any work: one line, exit 2
     try:

@@ -2,8 +2,8 @@
 
 ``import PATH|REF...`` reads report folders, report files, ``*.jsonl`` bundles and images
 in a registry (their certificate label, read from the image config through the registry's
-HTTP API without pulling layers: :mod:`envforge.registry`) into the local store
-(:mod:`envforge.evidence_store`). ``export [--recipe R] -o FILE`` writes the store as a
+HTTP API without pulling layers: :mod:`envforge.publish.registry`) into the local store
+(:mod:`envforge.evidence.evidence_store`). ``export [--recipe R] -o FILE`` writes the store as a
 redacted JSON-lines bundle that ``import`` and ``matrix --evidence`` read.
 """
 
@@ -47,10 +47,10 @@ def import_cmd(sources: tuple[str, ...], deadline: float | None, as_json: bool) 
     to the local evidence store. Exit 2 when nothing could be read (4: a registry did
     not answer)."""
     from envforge.container.refs import CERTIFICATE_LABEL  # noqa: PLC0415 - pure
-    from envforge.evidence import Problem, documents  # noqa: PLC0415 - when run
-    from envforge.evidence_store import import_documents  # noqa: PLC0415 - when run
-    from envforge.jsonlimits import BadJSON, loads  # noqa: PLC0415 - when run
-    from envforge.net import Deadline, NotAnswered, deadline_seconds  # noqa: PLC0415 - when run
+    from envforge.core.jsonlimits import BadJSON, loads  # noqa: PLC0415 - when run
+    from envforge.core.net import Deadline, NotAnswered, deadline_seconds  # noqa: PLC0415 - when run
+    from envforge.evidence.evidence_store import import_documents  # noqa: PLC0415 - when run
+    from envforge.evidence.records import Problem, documents  # noqa: PLC0415 - when run
 
     try:
         budget = Deadline.start(deadline_seconds(deadline))
@@ -61,7 +61,7 @@ def import_cmd(sources: tuple[str, ...], deadline: float | None, as_json: bool) 
     network = ""  # a registry that did not answer (exit 4 when nothing was read)
     for source in sources:
         if _is_ref(source):
-            from envforge.registry import image_labels  # noqa: PLC0415 - only for refs
+            from envforge.publish.registry import image_labels  # noqa: PLC0415 - only for refs
 
             try:
                 label = image_labels(source, deadline=budget).get(CERTIFICATE_LABEL)
@@ -136,8 +136,8 @@ def import_cmd(sources: tuple[str, ...], deadline: float | None, as_json: bool) 
 @json_option
 def export_cmd(recipe: str | None, out: Path, as_json: bool) -> None:
     """Write the local store's evidence as a shareable, redacted JSON-lines bundle."""
-    from envforge.evidence_store import export_lines, read_store  # noqa: PLC0415 - when run
-    from envforge.fsutil import check_file_target, write_atomically  # noqa: PLC0415 - as above
+    from envforge.core.fsutil import check_file_target, write_atomically  # noqa: PLC0415 - as above
+    from envforge.evidence.evidence_store import export_lines, read_store  # noqa: PLC0415 - when run
 
     check_file_target(out, setting="-o")
     found = read_store()

@@ -26,8 +26,8 @@ from envforge.cli.common import (
     say,
     wheelhouse_option,
 )
+from envforge.core.jsonlimits import load_file
 from envforge.errors import CertificationFailed, InvalidInput, Unavailable
-from envforge.jsonlimits import load_file
 
 if TYPE_CHECKING:
     from envforge.fleet.outcome import TaskState
@@ -92,9 +92,9 @@ def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
 ) -> None:
     """Write a fleet plan (plan.json) and the scheduler's files for it."""
     from envforge.cli.common import load_checked  # noqa: PLC0415 - loads the table
+    from envforge.core.fsutil import check_folder_target  # noqa: PLC0415 - when run
     from envforge.fleet.plan import Site, make_plan  # noqa: PLC0415 - when run
     from envforge.fleet.write import write_plan  # noqa: PLC0415 - when run
-    from envforge.fsutil import check_folder_target  # noqa: PLC0415 - when run
 
     check_folder_target(out, setting="-o")
     site = Site(partition=partition, account=account, time=time_limit,
@@ -138,7 +138,7 @@ def _jobs(folder: Path) -> list[str]:
     if not path.is_file():
         return []
     try:
-        data = load_file(path)  # regular, bounded, depth-limited (envforge.jsonlimits)
+        data = load_file(path)  # regular, bounded, depth-limited (envforge.core.jsonlimits)
         return [str(j) for j in data["jobs"]]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise InvalidInput(f"{path}: unreadable ({exc})",
@@ -163,7 +163,7 @@ def submit_cmd(folder: Path, as_json: bool) -> None:
 
 
 def _states(plan: Plan, folder: Path, *, strict: bool) -> tuple[TaskState, ...]:
-    from envforge.evidence import Redactor  # noqa: PLC0415 - when run
+    from envforge.evidence.records import Redactor  # noqa: PLC0415 - when run
     from envforge.fleet import outcome, slurm  # noqa: PLC0415 - when run
 
     queued: dict[int, str] = {}
@@ -236,7 +236,7 @@ def status_cmd(folder: Path, wait: bool, timeout: float | None, as_json: bool) -
 @json_option
 def collect_cmd(folder: Path, site: Path | None, as_json: bool) -> None:
     """Import every task's report into the evidence store; check none is missing."""
-    from envforge.evidence_store import import_documents  # noqa: PLC0415 - when run
+    from envforge.evidence.evidence_store import import_documents  # noqa: PLC0415 - when run
 
     plan = _load(folder)
     found = _states(plan, folder, strict=False)
@@ -246,7 +246,7 @@ def collect_cmd(folder: Path, site: Path | None, as_json: bool) -> None:
                                "known": imported.known,
                                "tasks": [s.to_dict() for s in found]}
     if site is not None:
-        from envforge.matrix import aggregate, write_site  # noqa: PLC0415 - when run
+        from envforge.evidence.matrix import aggregate, write_site  # noqa: PLC0415 - when run
 
         written = write_site(aggregate([s.record for s in found if s.record]), site)
         summary["site"] = str(written.index)

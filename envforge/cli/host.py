@@ -24,15 +24,15 @@ from envforge.cli.common import (
 from envforge.errors import EnvforgeError, InvalidInput, Unavailable
 
 if TYPE_CHECKING:
-    from envforge.choose import ArchChoice, Choice
-    from envforge.detect import HostInfo
-    from envforge.doctor import DoctorReport, Finding
+    from envforge.host.detect import HostInfo
+    from envforge.host.doctor import DoctorReport, Finding
     from envforge.recipe.model import Recipe
+    from envforge.solve.choose import ArchChoice, Choice
 
 
 def _choice_or_error(host: HostInfo) -> tuple[Choice | None, str | None]:
     """What ``auto`` means on ``host`` (the resolver every command uses), or why none."""
-    from envforge.choose import choose  # noqa: PLC0415 - the table only when needed
+    from envforge.solve.choose import choose  # noqa: PLC0415 - the table only when needed
 
     try:
         return choose(host), None
@@ -50,8 +50,8 @@ def detect_cmd(root: Path, as_json: bool) -> None:
     sm_90), ENVFORGE_GPU_VENDOR (amd, nvidia, none), ENVFORGE_GPU_COUNT,
     ENVFORGE_GPU_PRODUCT, ENVFORGE_DRIVER_VERSION.
     """
-    from envforge.choose import choose_each  # noqa: PLC0415 - the table only when needed
-    from envforge.detect import detect  # noqa: PLC0415 - keeps --help light
+    from envforge.host.detect import detect  # noqa: PLC0415 - keeps --help light
+    from envforge.solve.choose import choose_each  # noqa: PLC0415 - the table only when needed
 
     host = detect(root=root)
     choice, problem = _choice_or_error(host)
@@ -124,8 +124,8 @@ def doctor_cmd(
 
     Exit 0 when nothing blocks, 4 otherwise.
     """
-    from envforge.detect import detect  # noqa: PLC0415 - keeps --help light
-    from envforge.doctor import Finding, diagnose  # noqa: PLC0415 - as above
+    from envforge.host.detect import detect  # noqa: PLC0415 - keeps --help light
+    from envforge.host.doctor import Finding, diagnose  # noqa: PLC0415 - as above
 
     host = detect(root=root)
     recipe: Recipe | None

@@ -33,8 +33,8 @@ from envforge.cli.common import (
     summary_option,
     trust_option,
 )
+from envforge.core.fsutil import REPORT_FILES, check_folder_target
 from envforge.errors import CertificationFailed, InvalidInput
-from envforge.fsutil import REPORT_FILES, check_folder_target
 from envforge.recipe.model import Level, Recipe
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ def _looks_like_image(ref: str) -> bool:
 
 
 def _recipe_for_image(info: ImageInfo, ref: str, overrides: Sequence[str]) -> Recipe:
-    from envforge.publish import certificate_of  # noqa: PLC0415 - keeps light commands light
+    from envforge.publish.push import certificate_of  # noqa: PLC0415 - keeps light commands light
 
     name = None
     try:
@@ -212,9 +212,9 @@ def publish_cmd(
 ) -> None:
     """Push the recipe's certified image (refused, exit 5, without a passing certificate)."""
     from envforge.backends.docker.engine import connect  # noqa: PLC0415 - loads the SDK
-    from envforge.certificate import CertificateStore  # noqa: PLC0415 - keeps --help light
     from envforge.cli.display import BuildDisplay  # noqa: PLC0415 - keeps --help light
-    from envforge.publish import publish  # noqa: PLC0415 - keeps --help light
+    from envforge.publish.certificate import CertificateStore  # noqa: PLC0415 - keeps --help light
+    from envforge.publish.push import publish  # noqa: PLC0415 - keeps --help light
 
     recipe = load_checked(recipe_ref, overrides)
     client = connect()
@@ -266,8 +266,8 @@ def verify_cmd(ref: str, no_pull: bool, trust: tuple[Path, ...], as_json: bool) 
     signed by one of them (exit 1 when unsigned, signed by another key, or altered).
     """
     from envforge.backends.docker.engine import connect  # noqa: PLC0415 - loads the SDK
-    from envforge.publish import older_format, verify  # noqa: PLC0415 - keeps --help light
-    from envforge.signing import (  # noqa: PLC0415 - loads cryptography when used
+    from envforge.publish.push import older_format, verify  # noqa: PLC0415 - keeps --help light
+    from envforge.publish.signing import (  # noqa: PLC0415 - loads cryptography when used
         TrustList,
         load_trust,
         require_trusted,

@@ -12,7 +12,7 @@ from envforge.errors import InvalidInput, printable
 
 @click.group("keys")
 def keys() -> None:
-    """Signing keys for certificates (ed25519; see envforge.signing for the formats)."""
+    """Signing keys for certificates (ed25519; formats: envforge.publish.signing)."""
 
 
 @keys.command("generate")
@@ -31,8 +31,8 @@ def keys() -> None:
 @json_option
 def generate_cmd(out: str, name: str, as_json: bool) -> None:
     """Write DIR/envforge.key and DIR/envforge.pub; never overwrites existing keys (exit 2)."""
-    from envforge.fsutil import os_error  # noqa: PLC0415 - only when writing
-    from envforge.signing import generate, load_trust  # noqa: PLC0415 - loads cryptography
+    from envforge.core.fsutil import os_error  # noqa: PLC0415 - only when writing
+    from envforge.publish.signing import generate, load_trust  # noqa: PLC0415 - loads cryptography
 
     if not out.strip():
         raise InvalidInput("-o is empty: name a folder for the keys", hint="-o keys")

@@ -11,12 +11,8 @@ from typing import Any
 import click
 
 from envforge.cli.common import echo_json, json_option
-from envforge.errors import InvalidInput, Unavailable, printable
-from envforge.fsutil import check_file_target, write_atomically
-from envforge.knowledge import load_table
-from envforge.knowledge.index import IndexClient, default_cache_dir, pip_index_url
-from envforge.knowledge.refresh import STALE_DAYS, refresh, status
-from envforge.net import (
+from envforge.core.fsutil import check_file_target, write_atomically
+from envforge.core.net import (
     DEADLINE_ENV,
     DEFAULT_DEADLINE,
     Deadline,
@@ -24,6 +20,10 @@ from envforge.net import (
     deadline_seconds,
     origin_of,
 )
+from envforge.errors import InvalidInput, Unavailable, printable
+from envforge.knowledge import load_table
+from envforge.knowledge.index import IndexClient, default_cache_dir, pip_index_url
+from envforge.knowledge.refresh import STALE_DAYS, refresh, status
 
 
 def register(group: click.Group) -> None:

@@ -2,7 +2,7 @@
 
 Evidence comes from ``--evidence PATH`` (repeatable: folders, searched recursively, report
 files, ``*.jsonl`` bundles), by default from the local evidence store (certificates and
-reports, :mod:`envforge.evidence_store`). Files that are not readable evidence are named
+reports, :mod:`envforge.evidence.evidence_store`). Files that are not readable evidence are named
 on stderr, one line each, and skipped; so is a certificate whose signature does not match.
 Each signed report shows its signer's key fingerprint, and the key's name when a trust file
 (``--trust``, ``ENVFORGE_TRUSTED_KEYS``) lists it.
@@ -16,8 +16,8 @@ import click
 
 from envforge.cli.common import echo_json, json_option, trust_option
 from envforge.errors import InvalidInput
-from envforge.evidence import missing_paths, read_evidence
-from envforge.matrix import aggregate, write_site
+from envforge.evidence.matrix import aggregate, write_site
+from envforge.evidence.records import missing_paths, read_evidence
 
 
 def _trust_paths(given: tuple[Path, ...]) -> list[Path]:
@@ -57,7 +57,7 @@ def register(group: click.Group) -> None:
 @json_option
 def matrix(evidence: tuple[Path, ...], out: Path, trust: tuple[Path, ...], as_json: bool) -> None:
     """Write the certified-on matrix (GPU arch x recipe) as a static site."""
-    from envforge.evidence_store import read_store  # noqa: PLC0415 - when run
+    from envforge.evidence.evidence_store import read_store  # noqa: PLC0415 - when run
 
     sources = list(evidence)
     if evidence:
@@ -70,7 +70,7 @@ def matrix(evidence: tuple[Path, ...], out: Path, trust: tuple[Path, ...], as_js
     signers: dict[str, str] = {}
     files = _trust_paths(trust)
     if files:
-        from envforge.signing import load_trust  # noqa: PLC0415 - loads cryptography
+        from envforge.publish.signing import load_trust  # noqa: PLC0415 - loads cryptography
 
         keys = load_trust(files, setting="--trust" if trust else "ENVFORGE_TRUSTED_KEYS")
         signers = {fp: key.name for fp, key in keys.keys.items()}

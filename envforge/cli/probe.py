@@ -33,8 +33,8 @@ from envforge.cli.common import (
     term_as_interrupt,
 )
 from envforge.cli.display import ProbeProgress
+from envforge.core.fsutil import REPORT_FILES, check_folder_target
 from envforge.errors import CertificationFailed, InvalidInput
-from envforge.fsutil import REPORT_FILES, check_folder_target
 from envforge.recipe.model import Level
 
 if TYPE_CHECKING:
@@ -163,7 +163,7 @@ def _write_report(report: ProbeReport, folder: Path) -> None:
 
 def _keep(report: ProbeReport) -> None:
     """Keep the run in the local evidence store (a certification: ``probe --report``)."""
-    from envforge.evidence_store import record_probe  # noqa: PLC0415 - only with --report
+    from envforge.evidence.evidence_store import record_probe  # noqa: PLC0415 - only with --report
 
     stored = record_probe(report.to_dict())
     click.echo(f"kept in the evidence store: {stored}", err=True)

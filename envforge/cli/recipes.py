@@ -23,8 +23,8 @@ from envforge.cli.common import (
     strict_mode,
     strict_option,
 )
+from envforge.core.paths import state_dir
 from envforge.errors import EnvforgeError, InvalidInput, printable
-from envforge.paths import state_dir
 from envforge.recipe import listing
 from envforge.recipe.catalogue import Catalogue
 from envforge.recipe.model import Recipe
@@ -186,8 +186,9 @@ def _show_project(view: Mapping[str, Any]) -> None:
 
 def _certified_on(name: str, *, gpu: bool, arch: str | None) -> str:
     """Where the recipe passed, from this host's evidence store (certificates, probe
-    reports, venv certifications, imports); see :func:`envforge.certified_on.certified_on`."""
-    from envforge.evidence_store import store_certified_on  # noqa: PLC0415 - only for show
+    reports, venv certifications, imports); see
+    :func:`envforge.evidence.certified_on.certified_on`."""
+    from envforge.evidence.evidence_store import store_certified_on  # noqa: PLC0415 - only for show
 
     return store_certified_on(name, gpu=gpu, arch=arch)
 
@@ -336,7 +337,7 @@ def render(
     if fmt == "apptainer":
         _render_apptainer(recipe_ref, render_all, output, image, overrides)
         return
-    from envforge.fsutil import write_files  # noqa: PLC0415 - only when rendering
+    from envforge.core.fsutil import write_files  # noqa: PLC0415 - only when rendering
     from envforge.knowledge import enforce  # noqa: PLC0415 - the table only when needed
     from envforge.render import (  # noqa: PLC0415 - jinja2 only when rendering
         RenderOptions,
@@ -415,7 +416,7 @@ def render(
 def _render_apptainer(recipe_ref: str | None, render_all: bool, output: Path | None,
                       image: str | None, overrides: tuple[str, ...]) -> None:
     """``--format apptainer``: one recipe's envforge.def, to stdout or DIR/<recipe>/."""
-    from envforge.fsutil import write_files  # noqa: PLC0415 - only when rendering
+    from envforge.core.fsutil import write_files  # noqa: PLC0415 - only when rendering
     from envforge.render.apptainer import render_apptainer  # noqa: PLC0415 - as above
 
     if render_all or recipe_ref is None:
@@ -479,6 +480,6 @@ def _load_unchecked(catalogue: Catalogue, ref: str, overrides: tuple[str, ...]) 
     """A recipe for validate (checked there): ``auto`` → the one auto chooses."""
     if ref != "auto":
         return catalogue.load(ref, overrides)
-    from envforge.choose import load_choice  # noqa: PLC0415 - only for auto
+    from envforge.solve.choose import load_choice  # noqa: PLC0415 - only for auto
 
     return load_choice(auto_choice(), overrides, catalogue)

@@ -10,13 +10,13 @@ import yaml
 from packaging.utils import canonicalize_name
 
 from envforge.cli.common import echo_json, json_option, platform_option
-from envforge.companions import companion_names
+from envforge.core.fsutil import check_file_target, write_atomically
 from envforge.errors import InvalidInput
-from envforge.fsutil import check_file_target, write_atomically
+from envforge.host.platforms import solve_default
 from envforge.knowledge import load_table
-from envforge.platforms import solve_default
+from envforge.knowledge.companions import companion_names
 from envforge.recipe.load import parse_recipe
-from envforge.solve import Solution, SolveRequest, solve
+from envforge.solve.solver import Solution, SolveRequest, solve
 from envforge.stack import Pin, stack_of
 
 
@@ -81,7 +81,7 @@ def solve_cmd(
         check_file_target(write, setting="--write")
     detected = ""
     if arch == "auto":
-        from envforge.detect import detect  # noqa: PLC0415 - only for auto
+        from envforge.host.detect import detect  # noqa: PLC0415 - only for auto
 
         host = detect()
         gpu = host.primary

@@ -4,7 +4,7 @@ A CDI spec (``/etc/cdi/*.yaml|json``, ``/var/run/cdi/*.yaml|json``, written by
 ``nvidia-ctk cdi generate`` or ``amd-ctk cdi generate``) declares a ``kind`` such as
 ``nvidia.com/gpu`` and its ``devices`` by name; an engine that supports CDI then injects
 a device requested as ``nvidia.com/gpu=all``. Specs are read with the bounded readers
-(:func:`envforge.yamlcheck.load_file`: JSON is YAML), so a huge, hostile or broken file
+(:func:`envforge.core.yamlcheck.load_file`: JSON is YAML), so a huge, hostile or broken file
 is skipped with a note, never a hang or a traceback. The roots are parameters for tests.
 """
 
@@ -14,8 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from envforge.core.yamlcheck import load_file
 from envforge.errors import DataFileError
-from envforge.yamlcheck import load_file
 
 #: Where engines look for CDI specs (static, then generated at boot).
 CDI_ROOTS: tuple[Path, ...] = (Path("/etc/cdi"), Path("/var/run/cdi"))

@@ -13,7 +13,7 @@ from envforge.container.identity import EngineIdentity
 from envforge.errors import InvalidInput
 
 if TYPE_CHECKING:
-    from envforge.detect import GpuInfo
+    from envforge.host.detect import GpuInfo
 
 #: How the GPUs reach the container: raw device nodes, CDI names, Docker's GPU request.
 DevicePath = Literal["none", "raw", "cdi", "request"]

@@ -1,7 +1,7 @@
 """Image references, labels and the parts of an image that certificates bind (pure: no SDK).
 
-Used by :mod:`envforge.certificate`, :mod:`envforge.publish` and the CLI without importing
-the docker SDK.
+Used by :mod:`envforge.publish.certificate`, :mod:`envforge.publish.push` and the CLI
+without importing the docker SDK.
 """
 
 from __future__ import annotations

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from envforge.evidence import Evidence, EvidenceError, parse_document
+from envforge.core.jsonlimits import loads
+from envforge.evidence.records import Evidence, EvidenceError, parse_document
 from envforge.fleet.plan import Plan, Task
-from envforge.jsonlimits import loads
 
 State = Literal["queued", "running", "passed", "failed", "missing"]
 #: Report files in the order they are preferred (a certificate names the image digest).
@@ -51,7 +51,7 @@ class TaskState:
 
 
 def _read_json(path: Path) -> Any:
-    from envforge.fsutil import read_limited  # noqa: PLC0415 - only when reading reports
+    from envforge.core.fsutil import read_limited  # noqa: PLC0415 - only when reading reports
 
     return loads(read_limited(path, MAX_REPORT), max_bytes=MAX_REPORT)
 

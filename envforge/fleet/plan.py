@@ -20,8 +20,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from envforge.core.jsonlimits import loads
 from envforge.errors import InvalidInput
-from envforge.jsonlimits import loads
 from envforge.recipe.model import Recipe
 
 #: Bytes a plan.json may have.
@@ -280,7 +280,7 @@ def plan_from_dict(data: Any, source: str) -> Plan:
 
 def load_plan(folder: Path) -> Plan:
     """``folder/plan.json``; :class:`InvalidInput` when it is missing or malformed."""
-    from envforge.fsutil import read_limited  # noqa: PLC0415 - only when reading plans
+    from envforge.core.fsutil import read_limited  # noqa: PLC0415 - only when reading plans
 
     path = folder / "plan.json"
     if not path.is_file():

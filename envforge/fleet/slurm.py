@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from envforge import proc
+from envforge.core import proc
 from envforge.errors import Unavailable
 from envforge.fleet.plan import CPU, Plan
 from envforge.render.templates import render_template

@@ -18,12 +18,12 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 
-from envforge import proc
+from envforge.core import proc
+from envforge.core.fsutil import make_dirs, write_atomically
 from envforge.errors import InvalidInput
 from envforge.fleet.node import granted
 from envforge.fleet.outcome import TASK_FILE
 from envforge.fleet.plan import Plan, Task
-from envforge.fsutil import make_dirs, write_atomically
 
 
 def command(plan: Plan, task: Task, folder: Path) -> list[str]:

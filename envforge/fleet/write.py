@@ -15,10 +15,10 @@ from pathlib import Path
 
 import yaml
 
+from envforge.core.fsutil import make_dirs, write_atomically
 from envforge.errors import InvalidInput, Unavailable
 from envforge.fleet import github, k8s, slurm
 from envforge.fleet.plan import Plan
-from envforge.fsutil import make_dirs, write_atomically
 
 
 def _yaml(doc: object) -> str:

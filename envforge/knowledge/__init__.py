@@ -10,8 +10,8 @@ about what the table has no row for (``unknown`` verdicts, refused under ``--str
 
 from __future__ import annotations
 
-from envforge.arch import NVIDIA_COMPUTE_CAPABILITIES, gfx_from_isa, isa_from_gfx, sm_covered
 from envforge.errors import TableError
+from envforge.host.arch import NVIDIA_COMPUTE_CAPABILITIES, gfx_from_isa, isa_from_gfx, sm_covered
 from envforge.knowledge.parse import load_table, overlay_files
 from envforge.knowledge.rules import (
     Reason,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from envforge.arch import gfx_from_isa
+from envforge.host.arch import gfx_from_isa
 from envforge.knowledge.table import CompatTable, Release, Variant, base_version
 from envforge.knowledge.verdicts import HSA_OVERRIDE, Violation, cite
 from envforge.recipe.model import Recipe

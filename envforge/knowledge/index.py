@@ -1,7 +1,7 @@
 """A small client for Python package indexes: PEP 691 (JSON), PEP 503 (HTML), PEP 658.
 
 Used by ``envforge knowledge refresh`` / ``status`` to read what an index lists. Every
-request goes through the one URL opener (:mod:`envforge.net`: http(s) to the configured
+request goes through the one URL opener (:mod:`envforge.core.net`: http(s) to the configured
 hosts only, a shared overall deadline, bounded bodies); nothing here raises on a bad
 answer: every request either gives a :class:`Response` or an :class:`IndexProblem` naming
 the URL and what went wrong (refused, unreachable, timeout, HTTP status, too large,
@@ -15,7 +15,7 @@ malformed listing). Listings are parsed by :mod:`envforge.knowledge.listing`.
   Last-Modified: within ``max_age`` seconds the cached copy is used without a request,
   later it is revalidated (``If-None-Match`` / ``If-Modified-Since``; a 304 keeps it).
   Wheel metadata never changes, so it is cached without expiry.
-- :meth:`IndexClient.map` runs requests concurrently (daemon threads, :func:`envforge.net.
+- :meth:`IndexClient.map` runs requests concurrently (daemon threads, :func:`envforge.core.net.
   run_all`), each with a timeout, all under the client's deadline.
 """
 
@@ -33,17 +33,9 @@ from email.parser import HeaderParser
 from pathlib import Path
 from typing import Any, TypeVar
 
-from envforge.fsutil import write_atomically
-from envforge.jsonlimits import load_file
-from envforge.knowledge.listing import (
-    PEP691_HTML,
-    PEP691_JSON,
-    IndexFile,
-    IndexProblem,
-    Listing,
-    parse_listing,
-)
-from envforge.net import (
+from envforge.core.fsutil import write_atomically
+from envforge.core.jsonlimits import load_file
+from envforge.core.net import (
     DEFAULT_DEADLINE,
     Deadline,
     NetError,
@@ -54,7 +46,15 @@ from envforge.net import (
     run_all,
     ssl_context,
 )
-from envforge.paths import state_dir
+from envforge.core.paths import state_dir
+from envforge.knowledge.listing import (
+    PEP691_HTML,
+    PEP691_JSON,
+    IndexFile,
+    IndexProblem,
+    Listing,
+    parse_listing,
+)
 
 __all__ = [
     "PEP691_HTML",

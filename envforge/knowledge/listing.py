@@ -5,7 +5,7 @@ read by a scanner that looks at each character a bounded number of times (no
 ``html.parser``, whose handling of unclosed constructs is quadratic), wheel names of the
 usual form are split by one anchored regular expression, each distinct version string is
 parsed once, and :class:`Listing` indexes its files by version once. JSON goes through the
-one decoder (:func:`envforge.net.decode_json`: nesting is bounded).
+one decoder (:func:`envforge.core.net.decode_json`: nesting is bounded).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from packaging.tags import parse_tag
 from packaging.utils import InvalidSdistFilename, parse_sdist_filename
 from packaging.version import InvalidVersion, Version
 
-from envforge.net import decode_json
+from envforge.core.net import decode_json
 
 PEP691_JSON = "application/vnd.pypi.simple.v1+json"
 PEP691_HTML = "application/vnd.pypi.simple.v1+html"

@@ -1,6 +1,6 @@
 """Read and validate the compatibility table (``envforge/data/compat.yaml``).
 
-The file is read by the one YAML reader (:mod:`envforge.yamlcheck`: size, depth,
+The file is read by the one YAML reader (:mod:`envforge.core.yamlcheck`: size, depth,
 duplicate keys, line numbers); this module merges the layers (the shipped table, then
 the overlays) and builds the frozen values of :mod:`envforge.knowledge.table` with the
 row readers of :mod:`envforge.knowledge.rows` and :mod:`envforge.knowledge.release`.
@@ -19,7 +19,8 @@ from typing import Any
 
 from packaging.version import Version
 
-from envforge import yamlcheck
+from envforge.core import yamlcheck
+from envforge.core.resources import data_file
 from envforge.errors import TableError
 from envforge.knowledge.release import RELEASE_KEYS, RELEASE_REQUIRED, VARIANT_KEYS, read_release
 from envforge.knowledge.rows import (
@@ -49,7 +50,6 @@ from envforge.knowledge.table import (
     Release,
     TegraRoute,
 )
-from envforge.resources import data_file
 
 _TOP_KEYS = (
     "schema",

@@ -8,7 +8,7 @@ version, a variant the table lacks) or different (CPython range, default build, 
 flags) as :class:`Finding` values, every request that did not answer (what could not be
 checked) as an :class:`~envforge.knowledge.index.IndexProblem`, and proposes overlay rows
 (:mod:`envforge.knowledge.propose`). Every request goes through the client's policy and
-overall deadline (:mod:`envforge.net`).
+overall deadline (:mod:`envforge.core.net`).
 
 :func:`status` is the cheap check for CI: the newest release the table knows against the
 newest the index lists, the releases missing, and the rows not checked for too long.
@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from packaging.version import Version
 
+from envforge.core.net import ALLOW_ENV, origin_of
 from envforge.errors import Unavailable
 from envforge.knowledge.index import (
     IndexClient,
@@ -43,7 +44,6 @@ from envforge.knowledge.report import (
     problem_lines,
 )
 from envforge.knowledge.table import CompatTable, series_of
-from envforge.net import ALLOW_ENV, origin_of
 
 __all__ = [
     "STALE_DAYS",

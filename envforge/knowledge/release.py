@@ -16,6 +16,7 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
+from envforge.core.patterns import SM_RE
 from envforge.knowledge.rows import (
     ArchRule,
     BrokenRule,
@@ -35,7 +36,6 @@ from envforge.knowledge.table import (
     Variant,
     series_of,
 )
-from envforge.patterns import SM_RE
 
 _VARIANT_RE = re.compile(r"^(rocm[0-9]+(\.[0-9]+)+|cu[0-9]{3}|cpu)\Z", re.ASCII)
 _RELEASE_VERSION_RE = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+\Z", re.ASCII)

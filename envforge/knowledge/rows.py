@@ -16,9 +16,10 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from envforge import yamlcheck
-from envforge.arch import gfx_from_isa
+from envforge.core import yamlcheck
+from envforge.core.patterns import CONFIDENCES, GFX_RE, PYTHON_RE, SM_RE, Confidence
 from envforge.errors import DataFileError, TableError
+from envforge.host.arch import gfx_from_isa
 from envforge.knowledge.table import (
     ARCH_PLATFORMS,
     OVERRIDE_STATUSES,
@@ -31,7 +32,6 @@ from envforge.knowledge.table import (
     PythonException,
     py_tuple,
 )
-from envforge.patterns import CONFIDENCES, GFX_RE, PYTHON_RE, SM_RE, Confidence
 
 
 class Check(yamlcheck.Reader):

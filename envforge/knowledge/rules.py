@@ -48,6 +48,7 @@ from dataclasses import replace
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from envforge.core.patterns import ENV_NAME_RE
 from envforge.knowledge.arch_checks import amd_arch, cuda_arch, platform_missing, tegra_arch
 from envforge.knowledge.explain import explain
 from envforge.knowledge.parse import load_table
@@ -62,7 +63,6 @@ from envforge.knowledge.table import (
     series_of,
 )
 from envforge.knowledge.verdicts import HSA_OVERRIDE, Reason, VerdictKind, Violation, cite
-from envforge.patterns import ENV_NAME_RE
 from envforge.recipe.model import Recipe
 
 __all__ = [

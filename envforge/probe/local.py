@@ -23,10 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from envforge.errors import Unavailable
-from envforge.probe.report import printable
-from envforge.probe.target import LineQueue
-from envforge.proc import (
+from envforge.core.proc import (
     is_running,
     kill_marked,
     kill_tree,
@@ -35,6 +32,9 @@ from envforge.proc import (
     start_time,
     stop_group,
 )
+from envforge.errors import Unavailable
+from envforge.probe.report import printable
+from envforge.probe.target import LineQueue
 
 #: TERM → KILL grace for a hung worker; short, since a hung driver call rarely ends on TERM.
 HANG_GRACE = 0.5

@@ -18,9 +18,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from envforge.detect import detect, no_tools
+from envforge.core.fsutil import write_files
 from envforge.errors import InvalidInput
-from envforge.fsutil import write_files
+from envforge.host.detect import detect, no_tools
 
 Status = Literal["pass", "fail", "hang", "crash", "oom", "no-device", "skip"]
 STATUSES: tuple[Status, ...] = ("pass", "fail", "hang", "crash", "oom", "no-device", "skip")
@@ -83,7 +83,8 @@ class StepResult:
 
 @dataclass(frozen=True)
 class ReportGpu:
-    """A GPU as a probe report records it (a projection of :class:`envforge.detect.GpuInfo`)."""
+    """A GPU as a probe report records it (a projection of
+    :class:`envforge.host.detect.GpuInfo`)."""
 
     name: str
     arch: str | None = None
@@ -213,7 +214,7 @@ class ProbeReport:
 
     @classmethod
     def from_json(cls, text: str) -> ProbeReport:
-        from envforge.jsonlimits import BadJSON, loads  # noqa: PLC0415 - light import
+        from envforge.core.jsonlimits import BadJSON, loads  # noqa: PLC0415 - light import
 
         try:
             data = loads(text)
@@ -293,7 +294,7 @@ def utc_now() -> str:
 
 
 def host_info(root: Path = Path("/")) -> ReportHost:
-    """Kernel, GPUs and driver of this host, through :func:`envforge.detect.detect` reading
+    """Kernel, GPUs and driver of this host, through :func:`envforge.host.detect.detect` reading
     sysfs and procfs only (no tools, no override variables): best effort, cheap.
 
     Archs the detector only guessed from a product name are not recorded as facts.

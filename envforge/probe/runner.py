@@ -15,8 +15,8 @@ from importlib import resources
 from typing import Any, Protocol
 
 from envforge import __version__
+from envforge.core.jsonlimits import BadJSON, loads
 from envforge.errors import Interrupted
-from envforge.jsonlimits import BadJSON, loads
 from envforge.probe.local import (
     EXIT_WAIT,
     STDERR_KEEP,

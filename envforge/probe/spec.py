@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from envforge.arch import gfx_from_isa
+from envforge.core.fsutil import FileTooLarge, NotRegularFile, read_limited
 from envforge.errors import InvalidInput
-from envforge.fsutil import FileTooLarge, NotRegularFile, read_limited
+from envforge.host.arch import gfx_from_isa
 from envforge.probe.report import printable
 from envforge.recipe.checks import MAX_STEP_TIMEOUT  # one limit for recipes and --step-timeout
 from envforge.recipe.model import Level, Recipe

@@ -50,7 +50,7 @@ from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from typing import Protocol
 
-from envforge.proc import signal_name
+from envforge.core.proc import signal_name
 
 
 class WorkerHandle(Protocol):

@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from envforge import fsutil
+from envforge.core import fsutil
+from envforge.core.yamlcheck import read_text
 from envforge.errors import ProjectError
 from envforge.project.model import ENVFORGE_FILE
 from envforge.project.read import MAX_BYTES, PYPROJECT, REQUIREMENTS, load_project
-from envforge.yamlcheck import read_text
 
 _SKIP = {"tests", "test", "docs", "build", "dist", "examples", "scripts", "benchmarks"}
 

@@ -2,7 +2,7 @@
 
 Every problem is one :class:`~envforge.errors.ProjectError` naming the file, the key (or
 line) and the fix; nothing here installs, resolves or writes. Files are read through the
-bounded, non-blocking reader (:func:`envforge.yamlcheck.read_text`), so a FIFO or a huge
+bounded, non-blocking reader (:func:`envforge.core.yamlcheck.read_text`), so a FIFO or a huge
 file is refused instead of hanging the command.
 """
 
@@ -18,9 +18,9 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
+from envforge.core.yamlcheck import did_you_mean, read_text
 from envforge.errors import ProjectError
 from envforge.project.model import ENVFORGE_FILE, TOOL_KEYS, Project
-from envforge.yamlcheck import did_you_mean, read_text
 
 if sys.version_info >= (3, 11):
     import tomllib

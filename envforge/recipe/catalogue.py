@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from envforge.core.resources import recipes_dir
 from envforge.errors import InvalidInput
-from envforge.resources import recipes_dir
 
 if TYPE_CHECKING:
     from envforge.recipe.model import Recipe
@@ -48,7 +48,7 @@ class Catalogue:
         files = self.files()
         if ref in files:
             return files[ref]
-        from envforge.yamlcheck import did_you_mean  # noqa: PLC0415 - keeps `list` light
+        from envforge.core.yamlcheck import did_you_mean  # noqa: PLC0415 - keeps `list` light
 
         near = did_you_mean(ref, files)
         hint = f"did you mean {near!r}?" if near else "run `envforge list` to see the recipes"

@@ -24,9 +24,9 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from envforge.companions import companion_names
+from envforge.core.patterns import ENV_NAME_RE, IMAGE_RE, NAME_RE, PYTHON_RE
 from envforge.errors import RecipeError
-from envforge.patterns import ENV_NAME_RE, IMAGE_RE, NAME_RE, PYTHON_RE
+from envforge.knowledge.companions import companion_names
 from envforge.recipe.model import UNQUOTABLE, Recipe
 
 #: Longest text value accepted. The classic builder refuses Dockerfile lines over 64 KiB;

@@ -36,10 +36,10 @@ _CODE = (
     "recipe/checks.py",
     "recipe/model.py",
     "recipe/listing.py",
-    "patterns.py",
-    "yamlcheck.py",
+    "core/patterns.py",
+    "core/yamlcheck.py",
     "errors.py",
-    "fsutil.py",
+    "core/fsutil.py",
 )
 
 
@@ -109,8 +109,8 @@ def load_row(name: str, path: Path) -> Row:
 
 
 def _read_cache(cache: Path, stamp: str) -> dict[str, Row]:
-    from envforge.fsutil import read_limited  # noqa: PLC0415 - light import
-    from envforge.jsonlimits import loads  # noqa: PLC0415 - as above
+    from envforge.core.fsutil import read_limited  # noqa: PLC0415 - light import
+    from envforge.core.jsonlimits import loads  # noqa: PLC0415 - as above
 
     try:  # regular files only, never blocking (a FIFO there), bounded
         data = loads(read_limited(cache, MAX_CACHE_BYTES), max_bytes=MAX_CACHE_BYTES)
@@ -135,8 +135,8 @@ def _read_cache(cache: Path, stamp: str) -> dict[str, Row]:
 
 
 def _write_cache(cache: Path, stamp: str, rows: Mapping[str, Row]) -> None:
+    from envforge.core.fsutil import write_atomically  # noqa: PLC0415 - as above
     from envforge.errors import EnvforgeError  # noqa: PLC0415 - only when the cache changes
-    from envforge.fsutil import write_atomically  # noqa: PLC0415 - as above
 
     text = json.dumps(
         {"schema": SCHEMA, "code": stamp, "rows": {k: r.to_dict() for k, r in rows.items()}},

@@ -13,9 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from envforge import yamlcheck
-from envforge.errors import RecipeError
-from envforge.patterns import (
+from envforge.core import yamlcheck
+from envforge.core.patterns import (
     CONFIDENCES,
     GFX_RE,
     IMAGE_RE,
@@ -25,6 +24,8 @@ from envforge.patterns import (
     URL_RE,
     VERSION_RE,
 )
+from envforge.core.yamlcheck import Reader, did_you_mean
+from envforge.errors import RecipeError
 from envforge.recipe.checks import (
     check_meaning,
     check_renderable,
@@ -45,7 +46,6 @@ from envforge.recipe.model import (
     Recipe,
     Torch,
 )
-from envforge.yamlcheck import Reader, did_you_mean
 
 #: The recipe schema: key → nested schema (a dict) or None for a leaf.
 SCHEMA: dict[str, Any] = {

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from envforge.patterns import Confidence
+from envforge.core.patterns import Confidence
 
 Vendor = Literal["amd", "nvidia", "none"]
 Level = Literal["quick", "full"]

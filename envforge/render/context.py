@@ -18,11 +18,11 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier
 from packaging.version import InvalidVersion
 
+from envforge.core.mirror import Mirrors, mirrors_from_env, rewrite
+from envforge.core.patterns import IMAGE_RE
 from envforge.errors import InvalidInput
+from envforge.host.platforms import PLATFORMS
 from envforge.knowledge import unknowns
-from envforge.mirror import Mirrors, mirrors_from_env, rewrite
-from envforge.patterns import IMAGE_RE
-from envforge.platforms import PLATFORMS
 from envforge.recipe.checks import check_renderable
 from envforge.recipe.model import Recipe
 from envforge.render.quoting import check_one_line, docker_quote, shell_quote

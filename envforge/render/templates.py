@@ -8,8 +8,8 @@ from typing import Any
 
 import jinja2
 
+from envforge.core.resources import templates_dir
 from envforge.errors import EnvforgeError
-from envforge.resources import templates_dir
 
 
 @lru_cache(maxsize=4)

@@ -21,7 +21,7 @@ import pytest
 from envforge.backends.docker.client import EngineClient
 from envforge.backends.docker.images import inspect_image
 from envforge.container.refs import CERTIFICATE_LABEL
-from envforge.proc import Completed, run
+from envforge.core.proc import Completed, run
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -22,10 +22,10 @@ import pytest
 
 from envforge.backends.docker.client import EngineClient
 from envforge.backends.docker.images import inspect_image, label_image, tag_image
-from envforge.certificate import CertificateStore, issue, sign
 from envforge.container.refs import CERTIFICATE_LABEL, bound_config, certified_ref
+from envforge.publish.certificate import CertificateStore, issue, sign
+from envforge.publish.signing import load_signing_key
 from envforge.recipe.load import load_recipe_file
-from envforge.signing import load_signing_key
 
 from .helpers import ROOT, Envforge, docker_cli
 

@@ -13,7 +13,7 @@ import pytest
 
 from envforge.backends.docker.client import EngineClient
 from envforge.backends.docker.images import inspect_image
-from envforge.paths import certificates_dir
+from envforge.core.paths import certificates_dir
 
 from .helpers import (
     BUILD_TIMEOUT,

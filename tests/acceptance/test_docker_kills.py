@@ -26,8 +26,8 @@ from pathlib import Path
 import docker
 import pytest
 
-from envforge import proc
 from envforge.backends.docker.leftovers import OWNER_LABEL, Owner, this_process
+from envforge.core import proc
 
 from .helpers import FIXTURES, Built, Envforge, build_args
 

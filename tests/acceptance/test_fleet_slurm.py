@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from envforge import evidence_db
+from envforge.evidence import evidence_db
 
 from .helpers import unavailable
 

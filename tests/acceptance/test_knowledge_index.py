@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 import yaml
 
+from envforge.core.proc import Completed
+from envforge.core.resources import data_file
 from envforge.knowledge import load_table
 from envforge.knowledge.parse import parse_table
-from envforge.proc import Completed
-from envforge.resources import data_file
 
 from .helpers import Envforge, parse_json
 from .indexserver import SLOW_SECONDS, IndexServer, serve

@@ -31,9 +31,9 @@ from typing import Any
 
 import pytest
 
-from envforge.certificate import issue
 from envforge.probe.report import ProbeReport, ReportGpu, ReportHost, StepResult
 from envforge.probe.spec import FULL_STEPS
+from envforge.publish.certificate import issue
 
 from .helpers import Envforge, unavailable
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from envforge.backends.docker.client import EngineClient
-from envforge.proc import Completed, run
+from envforge.core.proc import Completed, run
 
 from .helpers import Envforge, parse_json
 from .hostileserver import HostileServer, serve

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from envforge.backends.docker.client import EngineClient
-from envforge.proc import Completed
+from envforge.core.proc import Completed
 
 from .helpers import (
     BUILD_TIMEOUT,

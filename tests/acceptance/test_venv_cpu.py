@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from envforge import backends, evidence_db, lock
+from envforge import backends, lock
 from envforge.backends import venv, venvfs
+from envforge.evidence import evidence_db
 from envforge.recipe.catalogue import Catalogue
 from envforge.recipe.model import Gpu
 

@@ -89,7 +89,7 @@ def test_installed_from_the_wheel_not_from_the_checkout(
 ) -> None:
     code = (
         "import json, envforge; from importlib.metadata import distribution;"
-        "from envforge import resources as r; d = distribution('envforge-stacks');"
+        "from envforge.core import resources as r; d = distribution('envforge-stacks');"
         "print(json.dumps({'module': envforge.__file__, 'templates': str(r.templates_dir()),"
         " 'recipes': str(r.recipes_dir()), 'table': str(r.data_file('compat.yaml')),"
         " 'version': d.version, 'ours': envforge.__version__,"

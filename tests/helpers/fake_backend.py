@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from envforge.backends.base import BackendOption, HostCheck, Options
-from envforge.detect import HostInfo
-from envforge.doctor import Finding
 from envforge.errors import CertificationFailed
+from envforge.host.detect import HostInfo
+from envforge.host.doctor import Finding
 from envforge.probe.report import ProbeReport
 from envforge.recipe.model import Recipe
 

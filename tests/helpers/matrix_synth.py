@@ -1,8 +1,8 @@
 """Synthetic evidence for the matrix tests and bench/matrix_bench.py.
 
 Reports are made with the real :class:`envforge.probe.report.ProbeReport` (and
-certificates with the real :func:`envforge.certificate.issue`), so their JSON is exactly what
-``envforge probe --report`` and the certificate store hold.
+certificates with the real :func:`envforge.publish.certificate.issue`), so their JSON is
+exactly what ``envforge probe --report`` and the certificate store hold.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from envforge.certificate import issue
 from envforge.probe.report import ProbeReport, ReportGpu, ReportHost, StepResult
 from envforge.probe.spec import FULL_STEPS, QUICK_STEPS
+from envforge.publish.certificate import issue
 
 #: (vendor, arch, products, drivers, recipe, stack)
 FLEET: tuple[tuple[str, str | None, tuple[str, ...], tuple[str, ...], str, str], ...] = (

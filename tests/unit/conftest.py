@@ -47,7 +47,7 @@ def private_state(
 def plenty_of_disk(monkeypatch: pytest.MonkeyPatch) -> None:
     """doctor's findings must not depend on this machine's free space (the disk test
     puts the real reading back)."""
-    from envforge import doctor
+    from envforge.host import doctor
 
     monkeypatch.setattr(doctor, "free_bytes", lambda _path: 1 << 50)
 

@@ -11,7 +11,7 @@ import pytest
 
 from envforge.cli import main
 from envforge.container.refs import certified_ref
-from envforge.detect import OVERRIDE_VARS
+from envforge.host.detect import OVERRIDE_VARS
 
 SYSFS = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"
 

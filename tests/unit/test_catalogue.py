@@ -10,10 +10,10 @@ import pytest
 import yaml
 
 from envforge.cli import main
+from envforge.core.resources import recipes_dir
 from envforge.errors import InvalidInput
 from envforge.knowledge import load_table
 from envforge.recipe.catalogue import Catalogue
-from envforge.resources import recipes_dir
 
 REQUIRED = (
     "cpu",

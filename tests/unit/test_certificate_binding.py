@@ -10,11 +10,9 @@ from typing import Any
 
 import pytest
 
-from envforge import publish as pub
 from envforge.backends import docker
 from envforge.backends.docker import shell as docker_shell
 from envforge.backends.docker.containers import container_kwargs
-from envforge.certificate import SCHEMA_V1, Certificate, CertificateStore, _digest, issue
 from envforge.container.devices import DeviceFlags
 from envforge.container.refs import (
     CERTIFICATE_LABEL,
@@ -24,6 +22,8 @@ from envforge.container.refs import (
     config_identity,
 )
 from envforge.errors import CertificationFailed, PublishRefused
+from envforge.publish import push as pub
+from envforge.publish.certificate import SCHEMA_V1, Certificate, CertificateStore, _digest, issue
 from tests.helpers.fake_engine import FakeEngine, image_attrs
 from tests.helpers.recipes import make_recipe
 
@@ -249,9 +249,9 @@ def test_verify_says_a_format_1_certificate_is_older_and_trust_refuses_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from envforge.backends.docker import engine as engine_module
-    from envforge.certificate import sign
     from envforge.cli import main
-    from envforge.signing import generate, load_signing_key
+    from envforge.publish.certificate import sign
+    from envforge.publish.signing import generate, load_signing_key
 
     key_path, pub_path = generate(tmp_path / "keys")
     old = sign(_cert(fmt=1), load_signing_key(key_path))

@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
-from envforge.certificate import (
+from envforge.errors import CertificationFailed
+from envforge.publish.certificate import (
     Certificate,
     CertificateStore,
     binding_problems,
     failing_step_of,
     issue,
 )
-from envforge.errors import CertificationFailed
 
 LAYERS = ("sha256:" + "a" * 64, "sha256:" + "b" * 64)
 CONFIG: dict[str, Any] = {

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from envforge.choose import Choice, choose_recipe, nearest
-from envforge.detect import HostInfo, detect, no_tools
 from envforge.errors import InvalidInput
+from envforge.host.detect import HostInfo, detect, no_tools
 from envforge.recipe.model import EnvVar
+from envforge.solve.choose import Choice, choose_recipe, nearest
 from tests.helpers.recipes import make_recipe
 
 SYSFS = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"

@@ -11,18 +11,18 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from envforge.cli import main
-from envforge.companions import (
+from envforge.core.resources import recipes_dir
+from envforge.errors import ConstraintViolation, TableError
+from envforge.knowledge.companions import (
     companion_names,
     load_companions,
     parse_companions,
     propose_row,
     row_yaml,
 )
-from envforge.errors import ConstraintViolation, TableError
 from envforge.recipe.catalogue import Catalogue
 from envforge.recipe.checks import pin_problem
 from envforge.recipe.model import Recipe
-from envforge.resources import recipes_dir
 from envforge.stack import stack_of
 
 

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from envforge.arch import gfx_from_target_version, sm_from_compute_cap
-from envforge.detect import (
+from envforge.errors import InvalidInput
+from envforge.host.arch import gfx_from_target_version, sm_from_compute_cap
+from envforge.host.detect import (
     HostInfo,
     ToolRunner,
     detect,
@@ -21,7 +22,6 @@ from envforge.detect import (
     parse_rocminfo,
     system_tools,
 )
-from envforge.errors import InvalidInput
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 SYSFS = FIXTURES / "sysfs"

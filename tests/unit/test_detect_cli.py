@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from envforge.cli import main
-from envforge.detect import OVERRIDE_VARS
+from envforge.host.detect import OVERRIDE_VARS
 
 SYSFS = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"
 

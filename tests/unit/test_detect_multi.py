@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from envforge.choose import choose_per_arch, choose_recipe, load_catalogue
 from envforge.cli import main
-from envforge.detect import GpuInfo, HostInfo, detect, no_tools
+from envforge.core.resources import data_file
 from envforge.errors import TableError
+from envforge.host.detect import GpuInfo, HostInfo, detect, no_tools
 from envforge.knowledge import load_table
 from envforge.knowledge.parse import load_table_file
-from envforge.resources import data_file
+from envforge.solve.choose import choose_per_arch, choose_recipe, load_catalogue
 
 SYSFS = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"
 IGPU = SYSFS / "igpu-rx7900xtx"
@@ -178,7 +178,7 @@ def test_solve_auto_solves_for_the_discrete_gpu(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     found = detect(root=IGPU, environ={}, tools=no_tools)
-    monkeypatch.setattr("envforge.detect.detect", lambda: found)
+    monkeypatch.setattr("envforge.host.detect.detect", lambda: found)
     assert main(["solve", "auto", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["arch"] == "gfx1100"

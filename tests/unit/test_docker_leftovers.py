@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from envforge import proc
 from envforge.backends.docker import leftovers
 from envforge.backends.docker.leftovers import Owner, stale, stale_context
 from envforge.cli.common import term_as_interrupt
+from envforge.core import proc
 
 HERE = Owner("6a1f0c2e-3b4d-4e5f-8a9b-0c1d2e3f4a5b", "4026531836", 4242, 777)
 
@@ -109,7 +109,7 @@ def test_sweep_contexts_removes_only_what_a_gone_envforge_left(tmp_path: Path) -
 WATCHED = textwrap.dedent(
     """
     import sys, time
-    from envforge import proc
+    from envforge.core import proc
     marker = sys.argv[1]
     watcher = [sys.executable, "-c",
                "import sys, pathlib; said = sys.stdin.buffer.read(64);"

@@ -9,12 +9,12 @@ import pytest
 
 from envforge import backends
 from envforge.backends import docker
-from envforge.certificate import Certificate
 from envforge.container.refs import CERTIFICATE_LABEL, certified_ref
 from envforge.errors import InvalidInput
 from envforge.probe.report import ProbeReport, Status, StepResult
 from envforge.probe.runner import ProbeListener, ProbeTarget
 from envforge.probe.spec import ProbeSpec
+from envforge.publish.certificate import Certificate
 from tests.helpers.fake_backend import FakeBackend
 from tests.helpers.fake_engine import FakeEngine, image_attrs
 from tests.helpers.recipes import make_recipe

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from envforge import doctor
 from envforge.backends import docker, venv
 from envforge.backends.docker.doctor import check_docker
-from envforge.detect import detect, no_tools
-from envforge.doctor import (
+from envforge.host import doctor
+from envforge.host.detect import detect, no_tools
+from envforge.host.doctor import (
     DoctorReport,
     Finding,
     Identity,

@@ -16,8 +16,8 @@ import pytest
 
 from envforge.backends.docker.doctor import check_device_path
 from envforge.container.identity import EngineIdentity, identify
-from envforge.detect import detect, no_tools
-from envforge.doctor import DoctorReport, Finding, Identity, diagnose
+from envforge.host.detect import detect, no_tools
+from envforge.host.doctor import DoctorReport, Finding, Identity, diagnose
 from tests.helpers.recipes import make_recipe
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

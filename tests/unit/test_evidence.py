@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from envforge.evidence import EvidenceError, Redactor, parse_document, read_evidence
+from envforge.evidence.records import EvidenceError, Redactor, parse_document, read_evidence
 from envforge.probe.report import ProbeReport, ReportGpu, ReportHost, StepResult
 from tests.helpers.matrix_synth import Spec, make_certificate, make_report
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from envforge import evidence_db
-from envforge.certified_on import certified_on
-from envforge.evidence import Redactor, parse_document
-from envforge.evidence_store import import_documents, read_store, store_certified_on
+from envforge.evidence import evidence_db
+from envforge.evidence.certified_on import certified_on
+from envforge.evidence.evidence_store import import_documents, read_store, store_certified_on
+from envforge.evidence.records import Redactor, parse_document
 from tests.helpers.matrix_synth import corpus, make_certificate, make_report
 
 QUIET = Redactor(())

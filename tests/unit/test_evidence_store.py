@@ -18,12 +18,11 @@ from typing import Any, cast
 
 import pytest
 
-from envforge import evidence_db
-from envforge.certified_on import certified_on
 from envforge.cli import main
 from envforge.errors import InvalidInput, Unavailable
-from envforge.evidence import Redactor, read_evidence
-from envforge.evidence_store import (
+from envforge.evidence import evidence_db
+from envforge.evidence.certified_on import certified_on
+from envforge.evidence.evidence_store import (
     export_lines,
     import_paths,
     read_store,
@@ -31,8 +30,9 @@ from envforge.evidence_store import (
     record_venv,
     sanitized_report,
 )
+from envforge.evidence.records import Redactor, read_evidence
 from envforge.probe.report import ReportGpu, ReportHost
-from envforge.registry import image_labels, parse_ref
+from envforge.publish.registry import image_labels, parse_ref
 from tests.helpers.matrix_synth import Spec, make_certificate, make_report
 
 WHEN = datetime(2026, 11, 20, 12, 0, tzinfo=timezone.utc)

@@ -13,7 +13,7 @@ import yaml
 from envforge.backends import BACKENDS
 from envforge.cli import main
 from envforge.errors import InvalidInput
-from envforge.evidence import Redactor
+from envforge.evidence.records import Redactor
 from envforge.fleet import github, k8s, outcome, slurm
 from envforge.fleet.node import granted
 from envforge.fleet.plan import Plan, Site, load_plan, make_plan, plan_from_dict

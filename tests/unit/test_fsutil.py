@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from envforge import fsutil
+from envforge.core import fsutil
 from envforge.errors import BadPath, EnvforgeError, ExitCode, StorageUnavailable
 
 ENVIRONMENT = [errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import envforge.detect
+import envforge.host.detect
 from envforge.backends.docker.containers import container_kwargs, sdk_kwargs
 from envforge.backends.docker.shell import shell_env
 from envforge.cli import main
@@ -23,8 +23,8 @@ from envforge.container.devices import (
     select_devices,
     visible_env,
 )
-from envforge.detect import OVERRIDE_VARS, HostInfo, detect
 from envforge.errors import InvalidInput
+from envforge.host.detect import OVERRIDE_VARS, HostInfo, detect
 
 SYSFS = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"
 MI300X = SYSFS / "mi300x"  # 8 AMD GPUs, one arch
@@ -207,7 +207,7 @@ def test_auto_chooses_for_the_selected_gpu_and_refuses_mixed_archs(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setattr(
-        envforge.detect, "detect", functools.partial(detect, root=MIXED, tools=no_tools)
+        envforge.host.detect, "detect", functools.partial(detect, root=MIXED, tools=no_tools)
     )
     assert main(["build", "auto", "--gpu", "all", "--backend", "venv"]) == 2
     err = capsys.readouterr().err

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from envforge import detect as detect_module
-from envforge.detect import detect, no_tools
+from envforge.host import detect as detect_module
+from envforge.host.detect import detect, no_tools
 from envforge.knowledge import load_table
 from envforge.probe.report import ReportGpu, host_info
 

@@ -16,9 +16,9 @@ from types import FrameType
 import pytest
 
 from envforge.cli import main
-from envforge.detect import detect, no_tools, parse_kfd_properties
-from envforge.doctor import gpu_holders, parse_group_file
-from envforge.hostfs import host_int, numeric_name, read_host_text
+from envforge.host.detect import detect, no_tools, parse_kfd_properties
+from envforge.host.doctor import gpu_holders, parse_group_file
+from envforge.host.hostfs import host_int, numeric_name, read_host_text
 
 HOSTILE = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs-hostile"
 HANG_LIMIT_S = 60

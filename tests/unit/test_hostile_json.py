@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from envforge import jsonlimits, registry
 from envforge.cli import main
+from envforge.core import jsonlimits
+from envforge.core.jsonlimits import BadJSON
 from envforge.errors import EnvforgeError, ExitCode, InvalidInput
-from envforge.jsonlimits import BadJSON
+from envforge.publish import registry
 from tests.helpers import hostile_registry
 
 HOSTILE = Path(__file__).resolve().parents[1] / "fixtures" / "hostile"
@@ -65,7 +66,7 @@ def test_the_decoder_keeps_what_is_within_limits() -> None:
 def test_load_file_refuses_a_fifo_and_dev_zero_without_reading(tmp_path: Path) -> None:
     fifo = tmp_path / "fifo.json"
     os.mkfifo(fifo)
-    from envforge.fsutil import FileTooLarge, NotRegularFile, read_reason
+    from envforge.core.fsutil import FileTooLarge, NotRegularFile, read_reason
 
     with pytest.raises(NotRegularFile) as info:
         jsonlimits.load_file(fifo)
@@ -192,10 +193,10 @@ def test_special_files_as_evidence_keys_and_trust_are_exit_2_at_once(
 
 #: Where ``json.loads`` may still be called, and why it is not an input.
 JSON_ALLOWED = {
-    "envforge/jsonlimits.py": "the decoder itself",
+    "envforge/core/jsonlimits.py": "the decoder itself",
     "envforge/probe/worker.py": "runs inside the image with the stdlib only; reads the spec "
     "envforge wrote for it",
-    "envforge/certificate.py": "round-trips the certificate it is issuing (canonical JSON)",
+    "envforge/publish/certificate.py": "round-trips the certificate it is issuing (canonical JSON)",
 }
 
 
@@ -217,4 +218,4 @@ def test_every_json_input_goes_through_the_one_decoder() -> None:
                 and node.func.value.id == "json"
             ):
                 found.append(f"{rel}:{node.lineno}")
-    assert found == [], "use envforge.jsonlimits.loads / load_file: " + ", ".join(found)
+    assert found == [], "use envforge.core.jsonlimits.loads / load_file: " + ", ".join(found)

@@ -26,8 +26,8 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from envforge import yamlcheck
 from envforge.cli import main
+from envforge.core import yamlcheck
 from envforge.errors import DataFileError
 
 pytestmark = pytest.mark.filterwarnings(

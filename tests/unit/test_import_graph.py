@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "envforge"
 ALLOWED: dict[str, str] = {
     # pushing and pulling certified images is Docker-bound by nature (registries of OCI
     # images); neither is a step every backend has
-    "publish.py": "push/pull of certified images",
+    "publish/push.py": "push/pull of certified images",
     "cli/images.py": "publish and verify, and certify's IMAGE refs: images on an engine",
 }
 

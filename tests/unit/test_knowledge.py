@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 import yaml
 
-from envforge.arch import sm_covered
 from envforge.cli import main
+from envforge.core.resources import data_file
 from envforge.errors import ConstraintViolation
+from envforge.host.arch import sm_covered
 from envforge.knowledge import (
     TableError,
     check,
@@ -35,7 +36,6 @@ from envforge.knowledge import (
 from envforge.knowledge.parse import parse_table
 from envforge.recipe.catalogue import Catalogue
 from envforge.recipe.model import Recipe
-from envforge.resources import data_file
 
 WHL = "https://download.pytorch.org/whl"
 

@@ -15,11 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from envforge.cli import main
+from envforge.core.resources import data_file
 from envforge.errors import TableError
 from envforge.knowledge import check, load_table, overlay_files
 from envforge.knowledge.parse import parse_layers
 from envforge.recipe.catalogue import Catalogue
-from envforge.resources import data_file
 
 NEW_RELEASE = """\
 schema: 1

@@ -15,13 +15,13 @@ import pytest
 import yaml
 
 from envforge.cli import main
+from envforge.core.mirror import parse_mirrors, rewrite
+from envforge.core.resources import data_file
 from envforge.errors import ConstraintViolation, InvalidInput
 from envforge.knowledge import check, effective_confidence, enforce, split, unknowns
 from envforge.lock import source_args
-from envforge.mirror import parse_mirrors, rewrite
 from envforge.recipe.catalogue import Catalogue
 from envforge.render import RenderOptions, plan_venv, render_dockerfile
-from envforge.resources import data_file
 
 #: The shipped table's PyTorch wheel root (read from the table, not written here).
 WHL = str(yaml.safe_load(data_file("compat.yaml").read_text(encoding="utf-8"))["index_root"])

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from envforge import lock
+from envforge.core.proc import Completed
+from envforge.core.resources import recipes_dir
 from envforge.errors import BuildFailed, InvalidInput, Unavailable
-from envforge.proc import Completed
 from envforge.recipe.catalogue import Catalogue
 from envforge.recipe.model import Recipe
-from envforge.resources import recipes_dir
 
 
 @pytest.fixture

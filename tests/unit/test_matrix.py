@@ -15,8 +15,7 @@ import pytest
 
 from envforge.cli import main
 from envforge.errors import InvalidInput, Unavailable
-from envforge.evidence import Evidence, Redactor, parse_document, read_evidence
-from envforge.matrix import (
+from envforge.evidence.matrix import (
     FAILURES_PER_CELL,
     RUNS_PER_CELL,
     aggregate,
@@ -27,6 +26,7 @@ from envforge.matrix import (
     write_files,
     write_site,
 )
+from envforge.evidence.records import Evidence, Redactor, parse_document, read_evidence
 from tests.helpers.matrix_synth import Spec, corpus, make_certificate, make_report, write_corpus
 
 WHEN = datetime(2026, 11, 20, 12, 0, tzinfo=timezone.utc)

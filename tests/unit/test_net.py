@@ -1,4 +1,4 @@
-"""The one URL opener's rules (envforge.net) and the linear listing parser
+"""The one URL opener's rules (envforge.core.net) and the linear listing parser
 (envforge.knowledge.listing): which URLs may be read, deadlines on threads, bounded JSON,
 hostile HTML and 100,000-version listings. Real servers are in
 tests/acceptance/test_net_hostile.py."""
@@ -15,15 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from packaging.version import Version
 
-from envforge.knowledge.listing import (
-    PEP691_JSON,
-    IndexProblem,
-    Listing,
-    parse_listing,
-    scan_anchors,
-    version_key,
-)
-from envforge.net import (
+from envforge.core.net import (
     ALLOW_ENV,
     DEFAULT_DEADLINE,
     Deadline,
@@ -34,6 +26,14 @@ from envforge.net import (
     decode_json,
     origin_of,
     run_all,
+)
+from envforge.knowledge.listing import (
+    PEP691_JSON,
+    IndexProblem,
+    Listing,
+    parse_listing,
+    scan_anchors,
+    version_key,
 )
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "hostile-index"

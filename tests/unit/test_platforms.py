@@ -11,12 +11,12 @@ import pytest
 import yaml
 
 from envforge.cli import main
-from envforge.detect import detect, no_tools
+from envforge.core.resources import data_file
 from envforge.errors import TableError
+from envforge.host.detect import detect, no_tools
+from envforge.host.platforms import platform_of
 from envforge.knowledge import check, load_table
 from envforge.knowledge.parse import parse_table
-from envforge.platforms import platform_of
-from envforge.resources import data_file
 from tests.helpers.recipes import make_recipe
 
 TABLE = load_table()

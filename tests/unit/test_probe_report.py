@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from envforge.arch import gfx_from_target_version
 from envforge.errors import InvalidInput
+from envforge.host.arch import gfx_from_target_version
 from envforge.probe.report import (
     ProbeReport,
     ReportGpu,

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from envforge.core.proc import start_time
 from envforge.errors import Unavailable
 from envforge.probe.report import ReportHost, StepResult
 from envforge.probe.runner import (
@@ -29,7 +30,6 @@ from envforge.probe.runner import (
     sweep_stale_folders,
 )
 from envforge.probe.spec import QUICK_STEPS, ProbeSpec
-from envforge.proc import start_time
 
 HOST = ReportHost(kernel="Linux test", machine="x86_64")
 

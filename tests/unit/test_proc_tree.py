@@ -1,4 +1,4 @@
-"""The /proc helpers of envforge.proc on fake /proc trees and on real processes."""
+"""The /proc helpers of envforge.core.proc on fake /proc trees and on real processes."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from envforge.proc import (
+from envforge.core.proc import (
     ProcStat,
     descendants,
     environ_has,

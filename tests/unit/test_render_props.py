@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from envforge import yamlcheck
+from envforge.core import yamlcheck
 from envforge.errors import InvalidInput, RecipeError
 from envforge.recipe.checks import RESERVED_ENV
 from envforge.recipe.load import load_recipe_file, parse_recipe

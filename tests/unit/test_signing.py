@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from envforge import publish
 from envforge.backends import docker
-from envforge.certificate import Certificate, CertificateStore, issue, sign
 from envforge.cli import main
 from envforge.container.refs import CERTIFICATE_LABEL, certified_ref
 from envforge.errors import CertificationFailed, InvalidInput, PublishRefused
-from envforge.signing import (
+from envforge.publish import push as publish
+from envforge.publish.certificate import Certificate, CertificateStore, issue, sign
+from envforge.publish.signing import (
     SigningKey,
     TrustList,
     check_signature,
@@ -296,8 +296,8 @@ def test_the_matrix_reads_signers_and_skips_a_signature_that_does_not_match(
     from dataclasses import replace
     from datetime import datetime, timezone
 
-    from envforge.evidence import Redactor, read_evidence
-    from envforge.matrix import aggregate
+    from envforge.evidence.matrix import aggregate
+    from envforge.evidence.records import Redactor, read_evidence
     from tests.helpers.matrix_synth import Spec, make_certificate
 
     key, pub = _keys(tmp_path / "k", "runner A")

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from envforge.arch import NVIDIA_COMPUTE_CAPABILITIES, vendor_of
 from envforge.cli import main
+from envforge.host.arch import NVIDIA_COMPUTE_CAPABILITIES, vendor_of
 from envforge.knowledge import check, load_table
 from envforge.knowledge.table import CompatTable
 from envforge.recipe.load import load_recipe_file, parse_recipe
-from envforge.solve import (
+from envforge.solve.solver import (
     NoStack,
     Solution,
     SolveRequest,

@@ -14,7 +14,7 @@ from envforge.knowledge import load_table
 from envforge.knowledge.links import evidence_links, source_problem
 from envforge.knowledge.table import CompatTable
 from envforge.recipe.catalogue import Catalogue
-from envforge.solve import NoStack, SolveRequest, known_archs, solve
+from envforge.solve.solver import NoStack, SolveRequest, known_archs, solve
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = load_table()

@@ -7,9 +7,9 @@ from dataclasses import replace
 import pytest
 
 from envforge import lock
-from envforge.certificate import issue
 from envforge.errors import InvalidInput
 from envforge.probe.spec import ProbeSpec
+from envforge.publish.certificate import issue
 from envforge.recipe.catalogue import Catalogue
 from envforge.recipe.model import Recipe, Torch
 from envforge.render import RenderOptions, plan_venv, render_dockerfile

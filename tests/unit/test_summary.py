@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from envforge.cli import main
+from envforge.evidence.summary import cell, fenced, section
 from envforge.probe.report import ProbeReport, ReportHost, StepResult
-from envforge.summary import cell, fenced, section
 
 
 def _report(*steps: StepResult) -> ProbeReport:

@@ -1,4 +1,5 @@
-"""The one YAML reader (envforge.yamlcheck) and the shared patterns (envforge.patterns)."""
+"""The one YAML reader (envforge.core.yamlcheck) and the shared patterns
+(envforge.core.patterns)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from envforge import yamlcheck
+from envforge.core import yamlcheck
+from envforge.core.patterns import ENV_NAME_RE, GFX_RE, NAME_RE, PYTHON_RE, SM_RE
 from envforge.errors import DataFileError, RecipeError, TableError
-from envforge.patterns import ENV_NAME_RE, GFX_RE, NAME_RE, PYTHON_RE, SM_RE
 
 
 def refused(text: str) -> str:

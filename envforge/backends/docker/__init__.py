@@ -43,8 +43,8 @@ from envforge.container.devices import (
     select_devices,
 )
 from envforge.container.refs import CERTIFIED_REPOSITORY_PREFIX, certified_ref, split_ref
+from envforge.core.fsutil import write_atomically
 from envforge.errors import CertificationFailed, EnvforgeError, InvalidInput, Unavailable
-from envforge.fsutil import write_atomically
 from envforge.recipe.model import Recipe
 from envforge.stack import Stack, stack_of
 
@@ -53,8 +53,8 @@ if TYPE_CHECKING:
     from envforge.backends.docker.client import EngineClient
     from envforge.backends.docker.images import BuildKitCli
     from envforge.container.refs import ImageInfo
-    from envforge.detect import HostInfo
-    from envforge.doctor import Finding
+    from envforge.host.detect import HostInfo
+    from envforge.host.doctor import Finding
     from envforge.render.context import Builder, LockedInstall
 
 Say = Callable[[str], None]
@@ -447,7 +447,7 @@ def _check_before_use(
     must name an image its certificate certifies (a commit re-tagged over it does not):
     :class:`CertificationFailed` otherwise. An image asked for by ``--image`` runs as
     asked, with a warning when it is not certified or its certificate does not hold."""
-    from envforge.publish import (  # noqa: PLC0415 - publish imports this package
+    from envforge.publish.push import (  # noqa: PLC0415 - publish imports this package
         certificate_of,
         image_binding,
         older_format,

@@ -9,13 +9,13 @@ from pathlib import Path
 from envforge.backends.docker.client import EngineClient
 from envforge.backends.docker.images import inspect_image, label_image
 from envforge.backends.docker.probe_target import DockerTarget
-from envforge.certificate import Certificate, CertificateStore, Signer, issue, sign
 from envforge.container.devices import DeviceFlags, device_flags
 from envforge.container.refs import CERTIFICATE_LABEL, bound_config
 from envforge.errors import InvalidInput
 from envforge.probe.report import ProbeReport
 from envforge.probe.runner import ProbeListener, ProbeTarget, run_probe
 from envforge.probe.spec import ProbeSpec
+from envforge.publish.certificate import Certificate, CertificateStore, Signer, issue, sign
 from envforge.recipe.model import Level, Recipe
 from envforge.stack import Stack, stack_of
 

@@ -16,9 +16,9 @@ from envforge.backends.base import HostCheck
 from envforge.container.cdi import scan as scan_cdi
 from envforge.container.devices import device_flags
 from envforge.container.identity import EngineIdentity
-from envforge.doctor import GIB, Finding, Severity
+from envforge.core.paths import state_dir
 from envforge.errors import EnvforgeError
-from envforge.paths import state_dir
+from envforge.host.doctor import GIB, Finding, Severity
 from envforge.recipe.model import Recipe
 
 #: Rough space an image build takes, by vendor: the ROCm base images are large.

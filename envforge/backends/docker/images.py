@@ -401,7 +401,7 @@ class BuildKitCli:
 
 
 def _probe_cli(cli: str, env: Mapping[str, str]) -> BuildKitCli | None:
-    from envforge import proc  # noqa: PLC0415 - only when choosing a builder
+    from envforge.core import proc  # noqa: PLC0415 - only when choosing a builder
 
     try:
         buildx = proc.run([cli, "buildx", "version"], timeout=20, env=env)
@@ -478,7 +478,7 @@ def build_image_buildkit(
     Returns the image ID (untagged) read from ``--iidfile``; raises :class:`BuildFailed`
     naming the failing step. The CLI talks to the engine ``environ`` names (DOCKER_HOST).
     """
-    from envforge import proc  # noqa: PLC0415 - only when building this way
+    from envforge.core import proc  # noqa: PLC0415 - only when building this way
 
     start = time.monotonic()
     iidfile = context_dir.parent / (context_dir.name + ".iid")

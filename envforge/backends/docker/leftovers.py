@@ -29,8 +29,8 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-from envforge import proc
 from envforge.backends.docker.client import EngineClient
+from envforge.core import proc
 
 #: The label naming the envforge process a container belongs to.
 OWNER_LABEL = "io.envforge.owner"

@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING
 
 from envforge.backends.base import BackendOption, LineSink, Options
 from envforge.errors import InvalidInput
-from envforge.platforms import PLATFORMS
+from envforge.host.platforms import PLATFORMS
 from envforge.probe.runner import ProbeListener
 from envforge.recipe.model import Level
 
 if TYPE_CHECKING:
-    from envforge.certificate import Signer
     from envforge.container.devices import GpuPick
+    from envforge.publish.certificate import Signer
 
 Say = Callable[[str], None]
 
@@ -63,7 +63,7 @@ class DockerOptions:
     #: Base environment for finding the engine (DOCKER_HOST, DOCKER_CONTEXT).
     environ: Mapping[str, str] | None = None
     listener: ProbeListener | None = None
-    #: Signs each certificate (:class:`envforge.signing.SigningKey`); None: unsigned.
+    #: Signs each certificate (:class:`envforge.publish.signing.SigningKey`); None: unsigned.
     signer: Signer | None = None
     output: LineSink = field(default_factory=_Discard)
     say: Say = field(default=_quiet)
@@ -116,7 +116,7 @@ def docker_options(options: Options | DockerOptions) -> DockerOptions:
         raise InvalidInput(NO_PROJECTS, hint="--backend venv builds the project's environment")
     extra = options.extra
     certify = not extra.get("no_certify", False)
-    from envforge.signing import load_signer  # noqa: PLC0415 - loads cryptography
+    from envforge.publish.signing import load_signer  # noqa: PLC0415 - loads cryptography
 
     return DockerOptions(
         wheelhouse=options.wheelhouse,

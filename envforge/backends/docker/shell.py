@@ -33,8 +33,8 @@ from envforge.container.caches import (
 )
 from envforge.container.devices import DeviceFlags
 from envforge.container.refs import ROLE_LABEL
+from envforge.core.proc import spawn
 from envforge.errors import Unavailable
-from envforge.proc import spawn
 
 __all__ = [
     "CACHE_ROOT",

@@ -2,7 +2,7 @@
 
 Where environments live
 =======================
-``envforge.paths.venvs_dir()/<recipe>/<stack tag>-<12 hex of the recipe hash>``, e.g.
+``envforge.core.paths.venvs_dir()/<recipe>/<stack tag>-<12 hex of the recipe hash>``, e.g.
 ``~/.local/share/envforge/venvs/cpu/torch2.13.0-cpu-py3.11-3f9a0c1b2d4e`` (under
 ``$ENVFORGE_HOME/venvs`` when that is set). Inside, next to the usual venv files:
 
@@ -40,7 +40,7 @@ Building
    A certified venv therefore stays usable and certified until a new one passes; a
    failure or Ctrl-C removes the folder aside.
    Either way the probe run is kept in the local evidence store
-   (:mod:`envforge.evidence_store`, ``ENVFORGE_HOME/reports``).
+   (:mod:`envforge.evidence.evidence_store`, ``ENVFORGE_HOME/reports``).
 
 Modules
 =======
@@ -58,20 +58,20 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from envforge import paths
+from envforge.core import paths
 from envforge.backends.base import BackendOption, HostCheck, Options, ProbeFailed
 from envforge.container.devices import visible_env
 from envforge.errors import (
     CertificationFailed,
     EnvforgeError,
 )
-from envforge.fsutil import write_atomically
+from envforge.core.fsutil import write_atomically
 from envforge.probe.report import ProbeReport
 from envforge.recipe.model import Recipe
 
 if TYPE_CHECKING:
-    from envforge.detect import HostInfo
-    from envforge.doctor import Finding
+    from envforge.host.detect import HostInfo
+    from envforge.host.doctor import Finding
 
 #: Seconds one ``uv`` install may run (a ROCm torch wheel is several GB).
 

@@ -21,7 +21,7 @@ from envforge.errors import (
     BuildFailed,
     CertificationFailed,
 )
-from envforge.fsutil import make_dirs, make_temp_dir, write_atomically, writing
+from envforge.core.fsutil import make_dirs, make_temp_dir, write_atomically, writing
 from envforge.probe.report import ProbeReport
 from envforge.recipe.model import Level, Recipe
 from envforge.stack import Stack

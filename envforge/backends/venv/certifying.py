@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envforge import paths
+from envforge.core import paths
 from envforge.backends.venvfs import (
     content_digests,
     dist_label,
@@ -21,7 +21,7 @@ from envforge.errors import (
     Interrupted,
     InvalidInput,
 )
-from envforge.fsutil import write_files
+from envforge.core.fsutil import write_files
 from envforge.probe.report import ProbeReport, StepResult
 from envforge.probe.runner import LocalPythonTarget, ProbeListener, run_probe
 from envforge.probe.spec import CheckFile, ProbeSpec
@@ -216,7 +216,7 @@ def _keep_evidence(
 ) -> None:
     """Every venv certification (pass or fail) goes to the local evidence store
     (``ENVFORGE_HOME`` of ``environ``, like the venvs themselves)."""
-    from envforge.evidence_store import record_venv  # noqa: PLC0415 - only when certifying
+    from envforge.evidence.evidence_store import record_venv  # noqa: PLC0415 - only when certifying
 
     record_venv(
         {

@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from envforge import lock, proc
+from envforge import lock
+from envforge.core import proc
 from envforge.recipe.model import Recipe
 from envforge.render import RenderOptions, plan_venv
 from envforge.stack import Stack, stack_of

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from envforge import proc
+from envforge.core import proc
 from envforge.errors import (
     Unavailable,
 )

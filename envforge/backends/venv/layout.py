@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from envforge import paths
+from envforge.core import paths
 from envforge.errors import (
     CertificationFailed,
 )
-from envforge.jsonlimits import load_file
+from envforge.core.jsonlimits import load_file
 from envforge.probe.report import ProbeReport
 from envforge.probe.runner import ProbeListener
 from envforge.recipe.model import Level, Recipe

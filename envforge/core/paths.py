@@ -1,0 +1,30 @@
+"""Where envforge keeps state on this host (certificates, virtualenvs, caches)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+
+def state_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """``$ENVFORGE_HOME``, else ``$XDG_DATA_HOME/envforge``, else ``~/.local/share/envforge``."""
+    env = os.environ if environ is None else environ
+    if env.get("ENVFORGE_HOME"):
+        return Path(env["ENVFORGE_HOME"]).expanduser()
+    base = env.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base).expanduser() / "envforge"
+
+
+def certificates_dir(environ: Mapping[str, str] | None = None) -> Path:
+    return state_dir(environ) / "certificates"
+
+
+def venvs_dir(environ: Mapping[str, str] | None = None) -> Path:
+    return state_dir(environ) / "venvs"
+
+
+def reports_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """Probe reports, venv certifications and imported evidence
+    (``envforge.evidence.evidence_store``)."""
+    return state_dir(environ) / "reports"

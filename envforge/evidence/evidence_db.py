@@ -1,0 +1,208 @@
+"""The evidence store's database: ``$ENVFORGE_HOME/evidence.sqlite`` (SQLite, stdlib).
+
+One row per report, keyed by the report's digest (:attr:`Evidence.key`, the sha256 of the
+run): an import of the same report again changes nothing, and a certificate replaces a
+plain copy of the same run (it adds the digest and the stack tag). The row holds the
+fields ``show`` and ``matrix`` read, as columns, and the report as stored (a certificate
+as issued, so its digest and signature still check), whole, in ``document``.
+
+Concurrency: WAL journal, a 30 s busy timeout, and each batch written in one
+``BEGIN IMMEDIATE`` transaction, so array tasks that share an ``ENVFORGE_HOME`` (on one
+host; SQLite's locks need a local file system or one with working POSIX locks) can all
+write. JSON files stay the exchange format (``evidence export``/``import``, ``--report``).
+
+Files: ``certificates/`` (where Docker certifications are written) and ``reports/`` (the
+store before this database: migrated on first use) are read into the database when the
+folder changed since the last read (its mtime), each file once (table ``files``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import closing, contextmanager
+from pathlib import Path
+from typing import Any
+
+from envforge.core.fsutil import read_limited
+from envforge.core.jsonlimits import loads
+from envforge.evidence.certified_on import PassRow, host_key
+from envforge.evidence.records import (
+    _KIND_RANK,
+    MAX_FILE_BYTES,
+    Evidence,
+    EvidenceError,
+    Gpu,
+    Problem,
+    parse_document,
+    parse_time,
+)
+from envforge.probe.report import StepResult
+
+NAME = "evidence.sqlite"
+SCHEMA_VERSION = "1"
+#: The columns of ``reports`` besides ``document``, in the order rows are read.
+COLUMNS = (
+    "key", "rank", "kind", "recipe", "recipe_hash", "stack", "outcome", "created", "level",
+    "vendor", "arch", "product", "pci_id", "gpu_count", "driver", "kernel", "torch", "runtime",
+    "python", "envforge_version", "seconds", "host", "host_key", "certificate", "signer",
+    "steps",
+)
+_TYPES = {"key": "TEXT PRIMARY KEY", "rank": "INTEGER NOT NULL",
+          "gpu_count": "INTEGER NOT NULL", "seconds": "REAL NOT NULL"}
+_DDL = f"""
+CREATE TABLE IF NOT EXISTS reports (
+    {", ".join(f"{c} {_TYPES.get(c, 'TEXT NOT NULL')}" for c in COLUMNS)},
+    document TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS reports_by_recipe ON reports (recipe, outcome);
+CREATE INDEX IF NOT EXISTS reports_by_created ON reports (created DESC, key DESC);
+CREATE TABLE IF NOT EXISTS files (name TEXT PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+_UPSERT = (
+    f"INSERT INTO reports ({', '.join(COLUMNS)}, document) "
+    f"VALUES ({', '.join('?' * (len(COLUMNS) + 1))}) "
+    f"ON CONFLICT(key) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in (*COLUMNS[1:], "document"))
+    + " WHERE excluded.rank < reports.rank"
+)
+
+
+def db_path(state: Path) -> Path:
+    return state / NAME
+
+
+@contextmanager
+def connect(path: Path) -> Iterator[sqlite3.Connection]:
+    """The database at ``path`` (created with its schema when missing), closed after."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with closing(sqlite3.connect(path, timeout=30.0, isolation_level=None)) as conn:
+        conn.execute("PRAGMA busy_timeout = 30000")
+        if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.executescript(_DDL)
+        yield conn
+
+
+def _created(record: Evidence) -> str:
+    return record.created.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _row(record: Evidence, document: str) -> tuple[Any, ...]:
+    return (
+        record.key, _KIND_RANK[record.kind], record.kind, record.recipe, record.recipe_hash,
+        record.stack, record.outcome, _created(record), record.level, record.gpu.vendor,
+        record.gpu.arch, record.gpu.product, record.pci_id, record.gpu_count, record.driver,
+        record.kernel, record.torch, record.runtime, record.python, record.envforge_version,
+        record.seconds, record.host,
+        host_key(record.host, record.kernel, record.driver, record.gpu.product),
+        record.certificate, record.signer,
+        json.dumps([s.to_dict() for s in record.steps], separators=(",", ":")), document,
+    )
+
+
+def add(conn: sqlite3.Connection, items: Iterable[tuple[Evidence, str]]) -> list[Evidence]:
+    """Store each (record, document text) in one transaction; the records that were new."""
+    added: list[Evidence] = []
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for record, document in items:
+            known = conn.execute("SELECT 1 FROM reports WHERE key = ?", (record.key,)).fetchone()
+            conn.execute(_UPSERT, _row(record, document))
+            if known is None:
+                added.append(record)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return added
+
+
+def known(conn: sqlite3.Connection, keys: Sequence[str]) -> set[str]:
+    found: set[str] = set()
+    for start in range(0, len(keys), 500):
+        chunk = keys[start:start + 500]
+        rows = conn.execute(
+            f"SELECT key FROM reports WHERE key IN ({', '.join('?' * len(chunk))})", chunk)
+        found.update(r[0] for r in rows)
+    return found
+
+
+def _evidence(row: Sequence[Any]) -> Evidence:
+    v = dict(zip(COLUMNS, row, strict=True))
+    return Evidence(
+        key=v["key"], kind=v["kind"], recipe=v["recipe"], recipe_hash=v["recipe_hash"],
+        stack=v["stack"], outcome=v["outcome"], created=parse_time(v["created"]),
+        level=v["level"], gpu=Gpu(v["vendor"], v["arch"], v["product"]),
+        gpu_count=v["gpu_count"], driver=v["driver"], kernel=v["kernel"], torch=v["torch"],
+        runtime=v["runtime"], python=v["python"], envforge_version=v["envforge_version"],
+        seconds=v["seconds"], steps=tuple(StepResult.from_dict(s) for s in loads(v["steps"])),
+        certificate=v["certificate"], pci_id=v["pci_id"], host=v["host"], signer=v["signer"],
+    )
+
+
+def records(conn: sqlite3.Connection, recipe: str | None = None) -> tuple[Evidence, ...]:
+    """Every record (of ``recipe``), newest first."""
+    query = f"SELECT {', '.join(COLUMNS)} FROM reports"
+    args: tuple[str, ...] = ()
+    if recipe is not None:
+        query, args = query + " WHERE recipe = ?", (recipe,)
+    rows = conn.execute(query + " ORDER BY created DESC, key DESC", args)
+    return tuple(_evidence(r) for r in rows)
+
+
+def pass_rows(conn: sqlite3.Connection, recipe: str) -> tuple[int, list[PassRow]]:
+    """(runs of ``recipe``, its passing runs as :class:`PassRow`) for ``show``."""
+    (runs,) = conn.execute("SELECT COUNT(*) FROM reports WHERE recipe = ?", (recipe,)).fetchone()
+    rows = conn.execute(
+        "SELECT vendor, arch, product, driver, host_key, created FROM reports "
+        "WHERE recipe = ? AND outcome = 'pass'", (recipe,))
+    return int(runs), [PassRow(*r) for r in rows]
+
+
+def documents(conn: sqlite3.Connection) -> list[str]:
+    """Every stored report's text (what the store keeps, for checks of its content)."""
+    return [r[0] for r in conn.execute("SELECT document FROM reports ORDER BY key")]
+
+
+# --------------------------------------------------------------------------- files
+
+
+def _meta(conn: sqlite3.Connection, name: str) -> str | None:
+    row = conn.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def sync_folder(conn: sqlite3.Connection, folder: Path, redact: Callable[[str], str], *,
+                signatures: bool = False) -> tuple[Problem, ...]:
+    """Read the ``*.json`` report files of ``folder`` not read before into the database
+    (nothing when the folder's mtime did not change since the last read); the files that
+    were skipped, and why."""
+    try:
+        stamp = str(folder.stat().st_mtime_ns)
+    except OSError:
+        return ()
+    mark = f"mtime:{folder}"
+    if _meta(conn, mark) == stamp:
+        return ()
+    seen = {r[0] for r in conn.execute("SELECT name FROM files")}
+    new = sorted(str(folder / e.name) for e in os.scandir(folder)
+                 if e.name.endswith(".json") and str(folder / e.name) not in seen)
+    problems: list[Problem] = []
+    items: list[tuple[Evidence, str]] = []
+    for name in new:
+        try:
+            text = read_limited(Path(name), MAX_FILE_BYTES).decode("utf-8")
+            items.append((parse_document(loads(text), redact, signatures=signatures), text))
+        except EvidenceError as exc:
+            problems.append(Problem(name, exc.message))
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+            problems.append(Problem(name, f"cannot read: {exc}"))
+    add(conn, items)
+    conn.executemany("INSERT OR IGNORE INTO files (name) VALUES (?)", [(n,) for n in new])
+    conn.execute("INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)", (mark, stamp))
+    return tuple(problems)

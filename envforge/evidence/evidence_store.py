@@ -1,0 +1,239 @@
+"""The local evidence store: every certification's report, kept with its host facts.
+
+Where evidence lives under ``ENVFORGE_HOME``:
+
+* ``evidence.sqlite``: one row per report (:mod:`envforge.evidence.evidence_db`): ``probe
+  --report`` runs, venv ``build`` certifications, everything ``envforge evidence import``
+  and ``fleet collect`` brought in (:func:`save_document`), and the certificates below;
+* ``certificates/<hex digest>.json``: Docker ``build``/``certify`` verdicts (pass or fail),
+  the :class:`envforge.publish.certificate.CertificateStore` (a certificate is kept exactly as
+  issued: its digest and signature cover it), read into the database when it changed;
+* ``reports/<run key>.json``: the store before the database, migrated on first use (the
+  files stay; each is read once).
+
+What this store keeps of a probe report (:func:`sanitized_report`): the steps (names and
+details through :class:`envforge.evidence.records.Redactor`), the host facts (GPU product, arch,
+vendor and PCI id, driver, kernel, the anonymous host id of
+:func:`envforge.probe.report.host_id`), the torch/ROCm/CUDA versions torch saw
+(:data:`SNAPSHOT_KEPT`) and the envforge version. The probed interpreter's path is
+reduced to its last part, and the rest of the environment snapshot (the executable, the
+platform string, environment variables) is dropped: host names and user names are never
+stored. Imported certificates are kept as they are (altering them would break their
+digest); their reports come from other hosts and were made in containers.
+
+``envforge evidence export`` writes :meth:`envforge.evidence.records.Evidence.to_export` lines:
+normalised records (no probe target, no snapshot) with step details redacted again.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path, PurePath
+from typing import Any
+
+from envforge.core import paths
+from envforge.evidence import evidence_db
+from envforge.evidence.records import (
+    Evidence,
+    EvidenceSet,
+    Problem,
+    Redactor,
+    documents,
+    parse_document,
+)
+
+#: Environment-snapshot keys a stored report keeps (versions only).
+SNAPSHOT_KEPT = (
+    "python", "implementation", "numpy", "torch", "hip", "cuda", "git", "arch_flags", "cudnn",
+)
+
+
+def sources(environ: Mapping[str, str] | None = None) -> list[Path]:
+    """The store's folders of files (certificates first)."""
+    return [paths.certificates_dir(environ), paths.reports_dir(environ)]
+
+
+@contextmanager
+def opened(
+    environ: Mapping[str, str] | None = None, *, redact: Redactor | None = None,
+) -> Iterator[tuple[sqlite3.Connection, tuple[Problem, ...]]]:
+    """The store's database, with the folders' new files read in (a signed certificate's
+    signature checked: one that does not match is skipped); the files skipped."""
+    redactor = Redactor.for_this_host() if redact is None else redact
+    with evidence_db.connect(evidence_db.db_path(paths.state_dir(environ))) as conn:
+        problems: list[Problem] = []
+        for folder in sources(environ):
+            if folder.is_dir():
+                # signatures always: a row is read once, whoever reads it first
+                problems += evidence_db.sync_folder(conn, folder, redactor, signatures=True)
+        yield conn, tuple(problems)
+
+
+def read_store(
+    environ: Mapping[str, str] | None = None,
+    *,
+    signatures: bool = False,
+    recipe: str | None = None,
+) -> EvidenceSet:
+    """Everything in the store (``recipe``: only that recipe's records)."""
+    del signatures  # rows are checked when they are read in (see :func:`opened`)
+    with opened(environ) as (conn, problems):
+        return EvidenceSet(evidence_db.records(conn, recipe), problems)
+
+
+def store_certified_on(recipe: str, *, gpu: bool = True, arch: str | None = None,
+                       environ: Mapping[str, str] | None = None) -> str:
+    """:func:`envforge.evidence.certified_on.certified_on` for ``recipe`` over the store, read
+    from the database's columns (no report is decoded)."""
+    from envforge.evidence.certified_on import describe  # noqa: PLC0415 - only for show
+
+    with opened(environ) as (conn, _problems):
+        runs, passes = evidence_db.pass_rows(conn, recipe)
+    return describe(runs, passes, gpu=gpu, arch=arch)
+
+
+def _redact_any(value: Any, redact: Redactor) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, list):
+        return [_redact_any(v, redact) for v in value]
+    if isinstance(value, dict):
+        return {k: _redact_any(v, redact) for k, v in value.items()}
+    return value
+
+
+def sanitized_report(report: Mapping[str, Any], redact: Redactor | None = None) -> dict[str, Any]:
+    """A probe report's JSON form as the store keeps it (see the module docstring)."""
+    redactor = Redactor.for_this_host() if redact is None else redact
+    data = dict(report)
+    env = data.get("environment")
+    if isinstance(env, Mapping):
+        snapshot = env.get("snapshot")
+        kept = (
+            {k: snapshot[k] for k in SNAPSHOT_KEPT if k in snapshot}
+            if isinstance(snapshot, Mapping)
+            else {}
+        )
+        target = str(env.get("target", ""))
+        if "/" in target or "\\" in target:
+            target = PurePath(target).name  # an interpreter path: its owner is no fact
+        data["environment"] = {"target": target, "snapshot": kept}
+    result = _redact_any(data, redactor)
+    assert isinstance(result, dict)
+    return result
+
+
+def _state(root: Path | None) -> Path:
+    """The store's folder: ``root`` names its ``reports`` folder (as callers passed it
+    when reports were files), else ENVFORGE_HOME's."""
+    return paths.state_dir() if root is None else root.parent
+
+
+def save_document(doc: Mapping[str, Any], key: str, root: Path | None = None) -> Path:
+    """Keep ``doc`` (its record's key is ``key``) in the store's database; the database's
+    path. A report already there is kept as it was."""
+    record = parse_document(doc, lambda text: text)
+    if record.key != key:
+        raise ValueError(f"save_document: key {key} is not the document's ({record.key})")
+    path = evidence_db.db_path(_state(root))
+    with evidence_db.connect(path) as conn:
+        evidence_db.add(conn, [(record, json.dumps(doc, separators=(",", ":")))])
+    return path
+
+
+def _key_of(doc: Mapping[str, Any], redact: Redactor) -> str:
+    return parse_document(doc, redact).key
+
+
+def record_probe(report: Mapping[str, Any], *, root: Path | None = None,
+                 redact: Redactor | None = None) -> Path:
+    """Keep a ``probe`` run (its ``ProbeReport.to_dict()``) in the store."""
+    redactor = Redactor.for_this_host() if redact is None else redact
+    doc = sanitized_report(report, redactor)
+    return save_document(doc, _key_of(doc, redactor), root)
+
+
+def record_venv(marker: Mapping[str, Any], *, root: Path | None = None,
+                redact: Redactor | None = None) -> Path:
+    """Keep a venv certification (the ``certified.json`` form: recipe, recipe_hash,
+    fingerprint, level, report) in the store."""
+    redactor = Redactor.for_this_host() if redact is None else redact
+    doc = dict(marker)
+    doc["report"] = sanitized_report(marker["report"], redactor)
+    return save_document(doc, _key_of(doc, redactor), root)
+
+
+# --------------------------------------------------------------------------- import
+
+
+@dataclass(frozen=True)
+class Imported:
+    """What ``evidence import`` did: records added, already there, skipped."""
+
+    added: tuple[Evidence, ...]
+    known: int
+    problems: tuple[Problem, ...]
+
+
+def _storable(doc: Mapping[str, Any], redact: Redactor) -> Mapping[str, Any]:
+    schema = doc.get("schema")
+    if schema is None and isinstance(doc.get("report"), Mapping):  # a venv marker
+        copy = dict(doc)
+        copy["report"] = sanitized_report(doc["report"], redact)
+        return copy
+    if schema == "envforge.probe/1":
+        return sanitized_report(doc, redact)
+    return doc  # certificates as issued; exported records are already normalised
+
+
+def import_documents(
+    docs: Iterable[tuple[str, Any]],
+    problems: Iterable[Problem] = (),
+    *,
+    root: Path | None = None,
+    redact: Redactor | None = None,
+) -> Imported:
+    """Check each document and keep the new ones in the store (one transaction)."""
+    redactor = Redactor.for_this_host() if redact is None else redact
+    skipped = list(problems)
+    items: list[tuple[Evidence, str]] = []
+    seen: set[str] = set()
+    for source, raw in docs:
+        try:
+            doc = _storable(raw, redactor) if isinstance(raw, Mapping) else raw
+            stored = parse_document(doc, redactor, signatures=True)
+        except Exception as exc:  # what _storable meets in a malformed report, too
+            skipped.append(Problem(source, str(getattr(exc, "message", exc))))
+            continue
+        if stored.key in seen:
+            continue
+        seen.add(stored.key)
+        items.append((stored, json.dumps(doc, separators=(",", ":"))))
+    with evidence_db.connect(evidence_db.db_path(_state(root))) as conn:
+        added = evidence_db.add(conn, items)
+    known = len(items) - len(added)
+    return Imported(tuple(added), known, tuple(skipped))
+
+
+def import_paths(paths_: Iterable[Path], *, root: Path | None = None) -> Imported:
+    problems: list[Problem] = []
+    docs = list(documents(paths_, problems))
+    return import_documents(docs, problems, root=root)
+
+
+# --------------------------------------------------------------------------- export
+
+
+def export_lines(
+    records: Iterable[Evidence], *, recipe: str | None = None, redact: Redactor | None = None
+) -> Iterator[str]:
+    """One JSON line per record (``envforge.evidence/1``), redacted, newest first."""
+    redactor = Redactor.for_this_host() if redact is None else redact
+    for record in records:
+        if recipe is not None and record.recipe != recipe:
+            continue
+        yield json.dumps(_redact_any(record.to_export(), redactor), sort_keys=False)

@@ -1,0 +1,272 @@
+"""Companion knowledge: which torchvision, torchaudio and Triton pair with each torch.
+
+The data is ``envforge/data/companions.yaml`` (see its header); :func:`load_companions`
+parses and checks it once per call. :class:`CompanionTable` answers the questions the
+stack asks: which release of a companion pairs with a torch release (:meth:`pairing`),
+whether a pinned release fits (:meth:`row`, :meth:`fits`), and :func:`propose_row` turns
+a companion wheel's metadata into a row for ``knowledge refresh``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from email.parser import Parser
+from pathlib import Path
+from typing import Any, Literal
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from envforge.core import yamlcheck
+from envforge.core.patterns import CONFIDENCES, Confidence
+from envforge.core.resources import data_file
+from envforge.errors import TableError
+
+Family = Literal["cpu", "cuda", "rocm"]
+FAMILIES: tuple[Family, ...] = ("cpu", "cuda", "rocm")
+DATA_FILE = "companions.yaml"
+
+
+def family_of(accelerator: str) -> Family:
+    """``cpu`` / ``cuda`` / ``rocm`` for a wheel variant name (``cu126`` → ``cuda``)."""
+    if accelerator.startswith("rocm"):
+        return "rocm"
+    if accelerator.startswith("cu"):
+        return "cuda"
+    return "cpu"
+
+
+@dataclass(frozen=True)
+class Package:
+    name: str
+    families: tuple[Family, ...]
+    #: Its builds carry the variant's local tag (``+cpu``, ``+cu126``).
+    local_tag: bool
+    #: torch's own metadata pins it (envforge checks a pin, adds nothing).
+    pinned_by_torch: bool
+
+
+@dataclass(frozen=True)
+class Row:
+    """One companion release and the torch it pairs with (see the data file's header)."""
+
+    package: str
+    version: str
+    torch: str
+    requires: str
+    source: str
+    checked: str
+    confidence: Confidence
+    accepts: str | None = None
+    note: str = ""
+
+    def admits(self, torch: str) -> bool:
+        """The companion's metadata allows this torch release (local tags ignored)."""
+        return SpecifierSet(self.requires).contains(_base(torch), prereleases=True)
+
+    def matches(self, version: str) -> bool:
+        """``version`` (local tag ignored) is this row's release, or one torch accepts."""
+        base = _base(version)
+        if self.accepts is not None:
+            return SpecifierSet(self.accepts).contains(base, prereleases=True)
+        return Version(base) == Version(self.version)
+
+    @property
+    def reason(self) -> str:
+        exact = self.requires.strip() == f"=={self.torch}"
+        rel = f"requires torch{self.requires}" + ("" if exact else f", released with {self.torch}")
+        return f"{self.package} {self.version} {rel} ({self.confidence}, checked {self.checked})"
+
+
+@dataclass(frozen=True)
+class CompanionTable:
+    packages: tuple[Package, ...]
+    rows: tuple[Row, ...]
+
+    def package(self, name: str) -> Package | None:
+        key = canonicalize_name(name)
+        return next((p for p in self.packages if p.name == key), None)
+
+    def rows_of(self, name: str) -> tuple[Row, ...]:
+        key = canonicalize_name(name)
+        return tuple(r for r in self.rows if r.package == key)
+
+    def pairing(self, name: str, torch: str) -> Row | None:
+        """The release of ``name`` that pairs with ``torch``: the one released with it,
+        else the newest earlier release whose metadata admits it (torchaudio 2.11 for
+        torch 2.13); rows that are only ``uncertain`` come last. None when there is none."""
+        base = Version(_base(torch))
+        rows = [
+            r for r in self.rows_of(name) if Version(r.torch) == base or (
+                Version(r.torch) <= base and r.admits(torch)
+            )
+        ]
+        if not rows:
+            return None
+        return max(
+            rows,
+            key=lambda r: (
+                r.confidence != "uncertain", Version(r.torch) == base, Version(r.version)
+            ),
+        )
+
+    def row(self, name: str, version: str) -> Row | None:
+        """The row for a release of ``name`` (for triton: one whose ``accepts`` covers it)."""
+        return next((r for r in self.rows_of(name) if r.matches(version)), None)
+
+    def covers(self, name: str, version: str) -> bool:
+        """``version`` is not older than the oldest release the table lists for ``name``:
+        a release the table does not list from there on was not published (as of the
+        rows' ``checked`` dates)."""
+        rows = self.rows_of(name)
+        return bool(rows) and Version(_base(version)) >= min(Version(r.version) for r in rows)
+
+    def fits(self, name: str, version: str, torch: str) -> bool:
+        """A release of ``name`` pinned at ``version`` works with ``torch``."""
+        rows = [r for r in self.rows_of(name) if r.matches(version)]
+        package = self.package(name)
+        if package is not None and package.pinned_by_torch:
+            return any(Version(r.torch) == Version(_base(torch)) for r in rows)
+        return any(r.admits(torch) for r in rows)
+
+
+def _base(version: str) -> str:
+    return version.split("+", 1)[0]
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+_TOP_KEYS = ("schema", "checked", "packages", "rows")
+_PACKAGE_KEYS = ("families", "local_tag", "pinned_by_torch")
+_ROW_KEYS = (
+    "package", "version", "torch", "requires", "source", "accepts", "checked", "confidence", "note"
+)
+
+
+def load_companions(path: Path | None = None) -> CompanionTable:
+    """Parse and check ``companions.yaml`` (or ``path``); :class:`TableError` when malformed."""
+    where = path or data_file(DATA_FILE)
+    data = yamlcheck.load_file(where, str(where.name), error=TableError)
+    return parse_companions(data, where.name)
+
+
+def parse_companions(data: Any, source: str = DATA_FILE) -> CompanionTable:
+    r = yamlcheck.Reader(source, error=TableError)
+    top = r.mapping(data, "", _TOP_KEYS, required=_TOP_KEYS)
+    if top["schema"] != 1:
+        raise r.fail("schema", f"{top['schema']!r} is not a schema this envforge reads", "1")
+    checked = r.text(top["checked"], "checked")
+    if not isinstance(top["packages"], dict):
+        raise r.fail("packages", "expected a mapping of distribution names")
+    packages = tuple(_package(r, name, spec) for name, spec in top["packages"].items())
+    names = {p.name for p in packages}
+    rows_data = top["rows"]
+    if not isinstance(rows_data, list):
+        raise r.fail("rows", "must be a list of rows")
+    rows = tuple(_row(r, i, item, names, checked) for i, item in enumerate(rows_data))
+    return CompanionTable(packages, rows)
+
+
+def _package(r: yamlcheck.Reader, name: object, spec: object) -> Package:
+    key = f"packages.{name}"
+    text = r.text(name, key)
+    if canonicalize_name(text) != text:
+        raise r.fail(key, "is not a canonical distribution name", canonicalize_name(text))
+    m = r.mapping(spec, key, _PACKAGE_KEYS, required=("families", "local_tag"))
+    families = r.texts(m["families"], f"{key}.families", non_empty=True)
+    for fam in families:
+        if fam not in FAMILIES:
+            raise r.fail(f"{key}.families", f"{fam!r} is not a wheel family", "cpu, cuda, rocm")
+    flags = {k: m.get(k, False) for k in ("local_tag", "pinned_by_torch")}
+    for k, v in flags.items():
+        if not isinstance(v, bool):
+            raise r.fail(f"{key}.{k}", "must be true or false")
+    return Package(text, families, flags["local_tag"], flags["pinned_by_torch"])  # type: ignore[arg-type]
+
+
+def _row(r: yamlcheck.Reader, i: int, item: object, names: set[str], checked: str) -> Row:
+    key = f"rows[{i}]"
+    m = r.mapping(item, key, _ROW_KEYS, required=_ROW_KEYS[:5])
+    package = r.text(m["package"], f"{key}.package")
+    if package not in names:
+        raise r.fail(f"{key}.package", f"{package!r} is not listed under packages")
+    for field in ("version", "torch"):
+        try:
+            Version(r.text(m[field], f"{key}.{field}"))
+        except InvalidVersion:
+            raise r.fail(f"{key}.{field}", f"{m[field]!r} is not a version") from None
+    for field in ("requires", "accepts"):
+        if m.get(field) is not None:
+            try:
+                SpecifierSet(r.text(m[field], f"{key}.{field}"))
+            except InvalidSpecifier:
+                raise r.fail(f"{key}.{field}", f"{m[field]!r} is not a PEP 440 specifier") from None
+    source = r.text(m["source"], f"{key}.source")
+    if not source.startswith("https://"):
+        raise r.fail(f"{key}.source", "must be a URL a user can open", "https://...")
+    confidence = m.get("confidence", "verified")
+    if confidence not in CONFIDENCES:
+        raise r.fail(
+            f"{key}.confidence", f"{confidence!r} is not a confidence", ", ".join(CONFIDENCES)
+        )
+    return Row(
+        package=package,
+        version=str(m["version"]),
+        torch=str(m["torch"]),
+        requires=str(m["requires"]),
+        source=source,
+        checked=r.text(m.get("checked", checked), f"{key}.checked"),
+        confidence=confidence,
+        accepts=None if m.get("accepts") is None else str(m["accepts"]),
+        note=str(m.get("note", "")),
+    )
+
+
+def companion_names(path: Path | None = None) -> frozenset[str]:
+    """The distributions the companion table knows (a bare name in ``packages`` is pinned)."""
+    return frozenset(p.name for p in load_companions(path).packages)
+
+
+# --------------------------------------------------------------------------- refresh
+
+
+def propose_row(
+    metadata: str, *, torch: str, source: str, checked: str
+) -> Row | None:
+    """A row for a companion release from its wheel's METADATA text (PEP 658), or None
+    when the metadata names no torch requirement (then a person decides the pairing).
+
+    ``torch`` is the torch release it was published with (``knowledge refresh`` matches
+    upload dates); ``source`` the release's page; ``checked`` today's date.
+    """
+    msg = Parser().parsestr(metadata)
+    name, version = msg.get("Name"), msg.get("Version")
+    if not name or not version:
+        return None
+    for line in msg.get_all("Requires-Dist") or []:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if canonicalize_name(req.name) == "torch" and str(req.specifier):
+            return Row(
+                package=canonicalize_name(name),
+                version=version,
+                torch=torch,
+                requires=str(req.specifier),
+                source=source,
+                checked=checked,
+                confidence="verified",
+            )
+    return None
+
+
+def row_yaml(row: Row) -> str:
+    """One ``rows:`` entry as the data file writes it (for refresh's proposals)."""
+    return (
+        f'  - {{package: {row.package}, version: "{row.version}", torch: "{row.torch}", '
+        f'requires: "{row.requires}", source: "{row.source}", checked: "{row.checked}"}}'
+    )

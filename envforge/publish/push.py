@@ -1,0 +1,210 @@
+"""Publish certified images to a registry, and verify published ones.
+
+``publish`` pushes ``envforge/<recipe>:<stack tag>`` as ``REGISTRY/<recipe>:<stack tag>``
+only when all of these hold (else :class:`PublishRefused`, exit 5):
+
+* the image carries a certificate label that parses and whose digest matches its content;
+* that certificate passed and names exactly the image's layer diff IDs and config (the
+  whole config but the certificate label: :func:`image_binding`), and is of the current
+  format (a format 1 certificate, which binds only the run config, is refused: certify
+  again);
+* this host's local certificate store holds a certificate for those layers and the newest
+  one passed (so an image that a later ``envforge certify`` failed is not published);
+* the certificate was issued for the recipe as it is now (same recipe hash);
+* with ``require_signed``: the certificate is signed and the signature matches the key
+  it names (:func:`envforge.publish.signing.check_signature`; *which* keys are trusted is the
+  business of ``verify --trust``).
+
+``verify`` pulls a reference and checks its certificate label against the pulled content.
+
+Only the pure :mod:`envforge.container.refs` is imported at the top: the functions
+that talk to the engine load :mod:`envforge.backends.docker.images` (and the SDK) when
+they run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from envforge.container.refs import (
+    CERTIFICATE_LABEL,
+    ImageInfo,
+    bound_config,
+    certified_ref,
+    registry_ref,
+    split_ref,
+)
+from envforge.errors import CertificationFailed, PublishRefused
+from envforge.publish.certificate import V1_PARTIAL, Certificate, CertificateStore, binding_problems
+from envforge.recipe.model import Recipe
+
+if TYPE_CHECKING:
+    from envforge.backends.docker.client import EngineClient
+
+
+@dataclass(frozen=True)
+class Published:
+    ref: str
+    digest: str
+    certificate: str
+    image_id: str
+    signed_by: str | None = None
+
+    @property
+    def pinned_ref(self) -> str:
+        """``REGISTRY/REPO@sha256:...``: the pushed manifest, immutable."""
+        repo, _tag = split_ref(self.ref)
+        return f"{repo}@{self.digest}"
+
+
+@dataclass(frozen=True)
+class Verified:
+    ref: str
+    image_id: str
+    certificate: Certificate
+
+
+def certificate_of(info: ImageInfo, *, what: str) -> Certificate:
+    """The certificate a local image carries; :class:`CertificationFailed` when none is valid."""
+    text = info.labels.get(CERTIFICATE_LABEL)
+    if not text:
+        raise CertificationFailed(
+            f"{what} carries no certificate (label {CERTIFICATE_LABEL})",
+            hint="only images made by envforge build/certify carry one",
+        )
+    return Certificate.from_json(text, source=f"the certificate of {what}")
+
+
+def image_binding(cert: Certificate, info: ImageInfo) -> list[str]:
+    """Why ``cert`` does not certify the image ``info`` (empty: it does): the one check
+    ``publish``, ``verify`` and ``shell`` make before they use an image."""
+    return binding_problems(cert, info.layers, bound_config(info.config, cert.format))
+
+
+def older_format(cert: Certificate, what: str) -> str | None:
+    """The one line that says ``cert`` binds only part of the image (None: it binds all)."""
+    if cert.full_binding:
+        return None
+    return f"{what}: {V1_PARTIAL}"
+
+
+def publishable(
+    client: EngineClient, recipe: Recipe, store: CertificateStore, *, require_signed: bool = False
+) -> tuple[ImageInfo, Certificate]:
+    """The local certified image of ``recipe`` and its certificate, or :class:`PublishRefused`."""
+    from envforge.backends.docker.images import inspect_image  # noqa: PLC0415 - loads the SDK
+
+    ref = certified_ref(recipe.name, recipe.stack_tag)
+    hint = f"envforge build {recipe.name}"
+    info = inspect_image(client, ref)
+    if info is None:
+        raise PublishRefused(f"no certified image {ref} on this engine", hint=hint)
+    try:
+        cert = certificate_of(info, what=ref)
+    except CertificationFailed as exc:
+        raise PublishRefused(exc.message, hint=hint) from None
+    problems = image_binding(cert, info)
+    if problems:
+        raise PublishRefused(f"{ref}: {problems[0]}", hint=hint)
+    partial = older_format(cert, ref)
+    if partial is not None:
+        raise PublishRefused(partial, hint=f"envforge certify {recipe.name}")
+    if cert.recipe_hash != recipe.hash:
+        raise PublishRefused(
+            f"{ref} was certified for another version of recipe {recipe.name} "
+            f"({cert.recipe_hash[:19]}, now {recipe.hash[:19]})",
+            hint=hint,
+        )
+    latest = store.latest_for(info.layers, recipe_name=recipe.name, recipe_hash=recipe.hash)
+    if latest is None:
+        raise PublishRefused(
+            f"{ref}: no certificate for its content in this host's store ({store.root})",
+            hint=f"envforge certify {recipe.name}",
+        )
+    if not latest.passed:
+        raise PublishRefused(
+            f"{ref}: the latest probe of this content on this host failed: "
+            f"{latest.failing_step or 'probe'}",
+            hint=f"fix the cause, then envforge certify {recipe.name}",
+        )
+    if require_signed:
+        from envforge.publish.signing import check_signature  # noqa: PLC0415 - loads cryptography
+
+        check = check_signature(cert.data)
+        if check.state == "unsigned":
+            raise PublishRefused(
+                f"{ref}: its certificate is not signed (--require-signed)",
+                hint=f"envforge certify {recipe.name} --signing-key PATH "
+                "(or set ENVFORGE_SIGNING_KEY)",
+            )
+        if check.state == "invalid":
+            raise PublishRefused(
+                f"{ref}: its certificate's signature is not valid: {check.reason}",
+                hint=f"envforge certify {recipe.name} --signing-key PATH",
+            )
+    return info, cert
+
+
+def publish(
+    client: EngineClient,
+    recipe: Recipe,
+    registry: str,
+    *,
+    store: CertificateStore | None = None,
+    on_line: Callable[[str], None] = lambda _l: None,
+    require_signed: bool = False,
+) -> Published:
+    from envforge.backends.docker.images import (  # noqa: PLC0415 - loads the SDK
+        inspect_image,
+        push,
+        tag_image,
+        untag,
+    )
+
+    target = registry_ref(registry, recipe.name, recipe.stack_tag)
+    info, cert = publishable(
+        client, recipe, store or CertificateStore(), require_signed=require_signed
+    )
+    before = inspect_image(client, target)
+    tag_image(client, info.id, target)
+    try:
+        result = push(client, target, on_line=on_line)
+    except BaseException:
+        # a failed (or interrupted) push leaves the local registry tag as it was
+        if before is not None and before.id != info.id:
+            tag_image(client, before.id, target)
+        elif before is None:
+            untag(client, target)
+        raise
+    return Published(
+        ref=target,
+        digest=result.digest,
+        certificate=cert.digest,
+        image_id=info.id,
+        signed_by=cert.signed_by,
+    )
+
+
+def verify_local(info: ImageInfo, ref: str) -> Verified:
+    """Check a local image's certificate against its content; :class:`CertificationFailed`."""
+    cert = certificate_of(info, what=ref)
+    problems = image_binding(cert, info)
+    if problems:
+        raise CertificationFailed(f"{ref}: {'; '.join(problems)}")
+    return Verified(ref=ref, image_id=info.id, certificate=cert)
+
+
+def verify(client: EngineClient, ref: str, *, pull: bool = True) -> Verified:
+    """Pull ``ref`` (unless ``pull`` is False) and verify it."""
+    from envforge.backends.docker import images  # noqa: PLC0415 - loads the SDK
+
+    if pull:
+        info = images.pull(client, ref)
+    else:
+        found = images.inspect_image(client, ref)
+        if found is None:
+            raise CertificationFailed(f"no image {ref} on this engine", hint="drop --no-pull")
+        info = found
+    return verify_local(info, ref)

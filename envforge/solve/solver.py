@@ -1,0 +1,551 @@
+"""``envforge solve``: derive a stack for a GPU arch from the compatibility table.
+
+Pure: frozen values in (:class:`SolveRequest`, a :class:`~envforge.knowledge.table.CompatTable`),
+a :class:`Solution` out (every choice with its reason and source, plus the runner-up
+stacks); no I/O. Rules (issue 10, section 1):
+
+- **torch**: the newest release whose variant has code for the arch (SASS of the arch,
+  same-major lower SASS, PTX, or an ``HSA_OVERRIDE_GFX_VERSION`` the table marks
+  ``works``), not marked broken for it, whose NVIDIA driver floor is met when the
+  driver is known. Within a release a confirmed variant beats an uncertain one, then
+  the newer ROCm/CUDA. ``--conservative`` orders by evidence instead: confidence
+  (verified > community > uncertain), native code over override over PTX, a release
+  older than the table's newest (reported on for longer); then the newest such release,
+  within it the package-index default build (the most used), then the older ROCm/CUDA.
+- **Python**: the newest CPython the variant has wheels for that a known base image
+  ships (or the one asked for, with a base image that ships it).
+- **NumPy**: ``<2`` where the release breaks with NumPy 2, else ``>=1.26,<3``
+  (``<3`` where no NumPy >= 1.26 has a wheel for the Python).
+- **env**: ``HSA_OVERRIDE_GFX_VERSION`` from the table's override map when the stack
+  runs another arch's code.
+
+An arch no published wheel can run (sm_35, gfx803) raises :class:`NoStack` (exit 2)
+naming the last release that could, or saying none; a name the table does not know
+raises :class:`UnknownArch` (exit 2) with the nearest known archs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from envforge.core.patterns import Confidence
+from envforge.errors import InvalidInput
+from envforge.host.arch import (
+    NVIDIA_COMPUTE_CAPABILITIES,
+    family,
+    is_device_arch,
+    ordinal,
+    parse_sm,
+    sort_key,
+    vendor_of,
+)
+from envforge.knowledge.links import evidence_links
+from envforge.knowledge.table import (
+    PLATFORMS,
+    ArchInfo,
+    CompatTable,
+    Override,
+    Variant,
+    base_version,
+    local_label,
+    py_tuple,
+)
+from envforge.solve.solution import (
+    HSA_OVERRIDE,
+    Candidate,
+    NoStack,
+    Pick,
+    Solution,
+    SolveRequest,
+    Stack,
+    UnknownArch,
+    Via,
+)
+from envforge.solve.solve_picks import no_wheel_hint, no_wheel_message, numpy_spec, picks
+
+__all__ = [
+    "HSA_OVERRIDE",
+    "RUNNER_UPS",
+    "NoStack",
+    "Pick",
+    "Solution",
+    "SolveRequest",
+    "Stack",
+    "UnknownArch",
+    "Via",
+    "evidence_links",
+    "known_archs",
+    "nearest_archs",
+    "solve",
+]
+
+_VIA_RANK: dict[str, int] = {"sass": 0, "arch-list": 0, "same-major": 1, "override": 2, "ptx": 3}
+_CONF_RANK: dict[str, int] = {"verified": 0, "community": 1, "uncertain": 2}
+
+#: How many runner-up stacks a solution lists.
+RUNNER_UPS = 4
+
+def _version_key(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", text))
+
+
+def _driver_ok(driver: str, floor: str) -> bool:
+    try:
+        return Version(driver) >= Version(floor)
+    except InvalidVersion:
+        return _version_key(driver) >= _version_key(floor)
+
+
+def known_archs(table: CompatTable) -> tuple[str, ...]:
+    """Every arch the table names (arch info, wheel lists, overrides) plus the shipped
+    NVIDIA compute capabilities, in arch order."""
+    names: set[str] = {a.arch for a in (*table.amd_archs, *table.nvidia_archs)}
+    names.update(o.arch for o in table.overrides)
+    names.update(NVIDIA_COMPUTE_CAPABILITIES)
+    for r in table.releases:
+        for v in r.variants:
+            names.update(a for a in v.archs if is_device_arch(a))
+    return tuple(sorted(names, key=sort_key))
+
+
+def nearest_archs(arch: str, table: CompatTable, limit: int = 3) -> list[str]:
+    """Known archs of the same vendor closest to ``arch`` (shared prefix, then distance)."""
+    vendor = vendor_of(arch) or ("amd" if arch.lower().startswith("gfx") else "nvidia")
+    number = ordinal(arch) or 0
+
+    def prefix(a: str) -> int:
+        n = 0
+        for x, y in zip(arch.lower(), a):
+            if x != y:
+                break
+            n += 1
+        return n
+
+    same = [a for a in known_archs(table) if vendor_of(a) == vendor]
+    same.sort(key=lambda a: (-prefix(a), abs((ordinal(a) or 0) - number), sort_key(a)))
+    return same[:limit]
+
+
+def _coverage(
+    arch: str, variant: Variant, table: CompatTable
+) -> tuple[Via, str, Override | None] | None:
+    """How ``variant`` runs ``arch`` (via, the arch whose code runs, the override), or None."""
+    if variant.kind == "cuda":
+        if arch in variant.archs:
+            return "sass", arch, None
+        gpu = parse_sm(arch)
+        if gpu is None:
+            return None
+        lower = [
+            a
+            for a in variant.archs
+            if (s := parse_sm(a)) is not None
+            and not s.suffix
+            and s.major == gpu.major
+            and s.minor < gpu.minor
+        ]
+        if lower:
+            return "same-major", max(lower, key=sort_key), None
+        if variant.ptx is not None and variant.covers(arch):
+            return "ptx", variant.ptx, None
+        return None
+    if variant.kind != "rocm":
+        return None
+    if arch in variant.archs:
+        return None if variant.broken_arch(arch) else ("arch-list", arch, None)
+    o = table.override_for(arch)
+    if o is None or o.status != "works":
+        return None
+    if o.target in variant.archs and variant.broken_arch(o.target) is None:
+        return "override", o.target, o
+    return None
+
+
+def _image_ref(patterns: tuple[str, ...]) -> str:
+    """The first plain reference of a base image's match patterns (``ubuntu:24.04*`` →
+    ``ubuntu:24.04``)."""
+    for p in patterns:
+        ref = p.rstrip("*")
+        if "*" not in ref and "?" not in ref and "[" not in ref:
+            return ref
+    return patterns[0].replace("*", "")
+
+
+def _images_by_python(table: CompatTable) -> dict[str, tuple[str, str, str]]:
+    """CPython → (image reference, distro, source) of the preferred known base image
+    (Ubuntu before Debian, newer before older)."""
+    out: dict[str, tuple[str, str, str]] = {}
+    ordered = sorted(
+        table.base_images,
+        key=lambda b: (not b.distro.lower().startswith("ubuntu"), b.distro),
+    )
+    for b in ordered:
+        out.setdefault(b.python, (_image_ref(b.match), b.distro, b.source))
+    return out
+
+
+
+def _candidates(arch: str, table: CompatTable, platform: str) -> list[Candidate]:
+    out: list[Candidate] = []
+    for release in table.releases:
+        for published in release.variants:
+            variant = published.for_platform(platform)
+            if variant is None:
+                continue
+            found = _coverage(arch, variant, table)
+            if found is None:
+                continue
+            via, runs, override = found
+            for version in release.versions:
+                out.append(Candidate(release, version, variant, via, runs, override))
+    return out
+
+
+def _doubts(
+    c: Candidate, arch: str, info: ArchInfo | None = None
+) -> tuple[Confidence, tuple[str, ...]]:
+    doubts: list[str] = []
+    worst = "verified"
+    if info is not None and info.confidence != "verified":
+        doubts.append(f"{arch} ({info.family}) on these wheels: {info.official}")
+        worst = info.confidence
+    if c.variant.confidence != "verified":
+        doubts.append(f"the {c.variant.name} variant of torch {c.release.series} is unconfirmed")
+        worst = c.variant.confidence
+    if c.runs in c.variant.archs_uncertain:
+        doubts.append(f"{c.runs} in the {c.variant.name} wheel is inferred, not confirmed")
+        worst = "uncertain"
+    if c.via == "ptx":
+        doubts.append(
+            f"PTX of {c.runs} in the {c.variant.name} wheel is per the release notes only; "
+            "cuobjdump finds none in PyPI's 2.13.0 and 2.15.0 cu13x wheels"
+        )
+        worst = "uncertain"
+    if c.override is not None:
+        if _CONF_RANK[c.override.confidence] > _CONF_RANK[worst]:
+            worst = c.override.confidence
+        if c.override.confidence == "uncertain":
+            doubts.append(f"the {HSA_OVERRIDE} override for {arch} is unconfirmed")
+    confidence: Confidence = "uncertain"
+    if worst == "verified":
+        confidence = "verified"
+    elif worst == "community":
+        confidence = "community"
+    return confidence, tuple(doubts)
+
+
+def solve(request: SolveRequest, table: CompatTable) -> Solution:
+    """Solve ``request`` against ``table``; raises :class:`NoStack` / :class:`UnknownArch`
+    (exit 2) or :class:`InvalidInput` for a malformed constraint."""
+    arch = request.arch.strip().lower()
+    vendor = vendor_of(arch)
+    if vendor is None or not is_device_arch(arch) or arch not in known_archs(table):
+        near = ", ".join(nearest_archs(arch, table)) or "none"
+        raise UnknownArch(
+            f"the compatibility table does not know the arch {request.arch!r}; nearest known: "
+            f"{near}",
+            hint="name a GPU arch like gfx1100 or sm_89 (envforge detect shows this host's)",
+        )
+    _check_request(request, table)
+    info = table.arch_info(arch)
+    products = info.products if info else ()
+    fam = info.family if info else (family(arch) or arch)
+
+    platform = _platform(arch, request, table)
+    all_candidates = _candidates(arch, table, platform)
+    if not all_candidates:
+        raise NoStack(
+            no_wheel_message(arch, table, platform), hint=no_wheel_hint(arch, table, platform)
+        )
+    newest_series = table.releases[-1].series
+    images = _images_by_python(table)
+
+    stacks: list[Stack] = []
+    rejected: list[str] = []
+    for c in all_candidates:
+        stack, why = _stack_for(
+            c, request, table=table, images=images, arch=arch, newest_series=newest_series
+        )
+        if stack is None:
+            rejected.append(why)
+        else:
+            stacks.append(replace(stack, platform=platform))
+    if not stacks:
+        last = all_candidates[-1]
+        raise NoStack(
+            f"no published wheel runs {arch} under the constraints given ({rejected[-1]}); the "
+            f"last release that can run {arch} is torch {last.version}+{last.variant.name}",
+            hint="drop or change --torch/--python/--base-image/--driver/--platform",
+        )
+
+    notes: list[str] = []
+    if request.conservative:
+        stacks.sort(key=_evidence_key)
+    else:
+        stacks.sort(key=_newest_key)
+        if not request.latest:
+            stacks, note = _verified_first(stacks, all_candidates, arch, request, table)
+            notes += [note] if note else []
+    best = stacks[0]
+    runner_ups: list[Stack] = []
+    seen = {(best.series, best.variant)}
+    for s in stacks[1:]:
+        if (s.series, s.variant) in seen:
+            continue
+        seen.add((s.series, s.variant))
+        runner_ups.append(s)
+        if len(runner_ups) == RUNNER_UPS:
+            break
+    chosen = next(
+        c for c in all_candidates if (c.version, c.variant.name) == (best.torch, best.variant)
+    )
+    chosen_picks = picks(arch, best, chosen, request, table)
+    if request.latest and not request.conservative and _unverified(chosen_picks):
+        notes.append(
+            f"--latest: the newest stack, uncertain choices allowed ({_unverified(chosen_picks)})"
+        )
+    if not request.conservative and best.confidence != "verified":
+        safest = min(stacks, key=_evidence_key)
+        if safest is not best and _CONF_RANK[safest.confidence] < _CONF_RANK[best.confidence]:
+            notes.append(
+                f"--conservative would choose {safest.label} on {safest.base_image} "
+                f"({safest.confidence})"
+            )
+    notes += _arch_notes(arch, best, table)
+    return Solution(
+        arch=arch,
+        vendor=vendor,
+        family=fam,
+        products=products,
+        stack=best,
+        picks=chosen_picks,
+        runner_ups=tuple(runner_ups),
+        conservative=request.conservative,
+        notes=tuple(notes),
+        latest=request.latest and not request.conservative,
+    )
+
+
+def _arch_notes(arch: str, best: Stack, table: CompatTable) -> list[str]:
+    """The arch's official support and an override the table knows but did not use."""
+    notes: list[str] = []
+    info = table.arch_info(arch)
+    if info is not None and info.official:
+        notes.append(f"{arch} official support: {info.official}")
+    o = table.override_for(arch)
+    if o is not None and best.override is None and o.status != "works":
+        notes.append(
+            f"the table's {HSA_OVERRIDE}={o.value} override for {arch} is {o.status} "
+            f"({o.note}; {o.source}): not used"
+        )
+    return notes
+
+
+def _platform(arch: str, request: SolveRequest, table: CompatTable) -> str:
+    """The wheels' platform: ``tegra`` for Jetson archs, the arch's only platform, else
+    the one asked for (default linux/amd64)."""
+    where = table.arch_platform(arch)
+    if where == "tegra":
+        return where
+    if where and request.platform not in (None, where):
+        raise NoStack(
+            f"{arch} exists only on {where} hosts; --platform {request.platform} has no "
+            f"{arch} GPU",
+            hint=f"--platform {where}",
+        )
+    return where or request.platform or PLATFORMS[0]
+
+
+def _unverified(chosen: Sequence[Pick]) -> str:
+    """The choices of a stack that are not verified, as ``key (confidence)`` text."""
+    return ", ".join(f"{p.key} ({p.confidence})" for p in chosen if p.confidence != "verified")
+
+
+def _verified_first(
+    stacks: list[Stack],
+    candidates: Sequence[Candidate],
+    arch: str,
+    request: SolveRequest,
+    table: CompatTable,
+) -> tuple[list[Stack], str]:
+    """``stacks`` (newest first) reordered so the newest with the best evidence leads:
+    verified over community over uncertain, then the newest."""
+    by_key = {(c.version, c.variant.name): c for c in candidates}
+
+    def unverified(s: Stack) -> int:
+        c = by_key[(s.torch, s.variant)]
+        return sum(p.confidence != "verified" for p in picks(arch, s, c, request, table))
+
+    # the newest stack with the best evidence for the arch (every choice verified where
+    # one exists: a ROCm wheel's CPython range is assumed for every release, so the
+    # stack's own confidence decides first)
+    best = min(range(len(stacks)), key=lambda i: (_CONF_RANK[stacks[i].confidence], i))
+    if best == 0:
+        return stacks, ""
+    chosen, newest = stacks[best], stacks[0]
+    latest = f"--latest would choose {newest.label} on {newest.base_image} ({newest.confidence})"
+    note = (
+        f"chose the newest stack whose every choice is verified; {latest}"
+        if unverified(chosen) == 0
+        else f"chose the newest stack with the best evidence ({chosen.confidence}); {latest}"
+    )
+    return [chosen, *stacks[:best], *stacks[best + 1 :]], note
+
+
+def _check_request(request: SolveRequest, table: CompatTable) -> None:
+    if request.torch is not None and table.release(request.torch) is None:
+        newest = table.releases[-1].versions[-1]
+        raise InvalidInput(
+            f"--torch {request.torch}: the compatibility table does not know this release",
+            hint=f"give a release from 1.12.0 to {newest}",
+        )
+    if request.python is not None and not re.fullmatch(r"3\.\d{1,2}", request.python):
+        raise InvalidInput(
+            f"--python {request.python}: expected X.Y like 3.12", hint="--python 3.12"
+        )
+    if request.driver is not None and not re.fullmatch(r"\d{1,4}(\.\d{1,4}){0,3}", request.driver):
+        raise InvalidInput(
+            f"--driver {request.driver}: expected a driver version like 580.65.06",
+            hint="--driver 580.65.06",
+        )
+
+
+def _stack_for(
+    c: Candidate,
+    request: SolveRequest,
+    *,
+    table: CompatTable,
+    images: dict[str, tuple[str, str, str]],
+    arch: str,
+    newest_series: str,
+) -> tuple[Stack | None, str]:
+    label = f"torch {c.version}+{c.variant.name}"
+    if not _torch_asked(c, request.torch):
+        return None, f"{label} is not --torch {request.torch}"
+    floor = _floor(c.variant, table)
+    if floor is not None and request.driver is not None and not _driver_ok(request.driver, floor):
+        return None, f"{label} needs NVIDIA driver >= {floor}, the driver is {request.driver}"
+    found = _python_image(c, request, table, images)
+    if isinstance(found, str):
+        return None, found
+    python, image, distro = found
+    numpy, _ = numpy_spec(c.release, python, table)
+    if not any(SpecifierSet(numpy).contains(v) for v in table.numpy_installable(python)):
+        return None, f"no NumPy release admitted by {numpy} has a wheel for Python {python}"
+    confidence, doubts = _doubts(c, arch, table.arch_info(arch))
+    accel = c.variant.version or ""
+    return (
+        Stack(
+            torch=c.version,
+            series=c.release.series,
+            variant=c.variant.name,
+            kind=c.variant.kind,
+            accelerator_version=accel,
+            index=c.variant.index,
+            form=c.variant.form,
+            python=python,
+            base_image=image,
+            distro=distro,
+            numpy=numpy,
+            via=c.via,
+            runs=c.runs,
+            override=c.override,
+            confidence=confidence,
+            doubts=doubts,
+            pypi_default=c.variant.pypi_default,
+            newest_release=c.release.series == newest_series,
+            driver_floor=floor,
+        ),
+        "",
+    )
+
+
+def _torch_asked(c: Candidate, wanted: str | None) -> bool:
+    """The candidate is the ``--torch`` release asked for (any when none was)."""
+    if wanted is None:
+        return True
+    label = local_label(wanted)
+    return base_version(wanted) == c.version and label in (None, c.variant.name)
+
+
+def _floor(variant: Variant, table: CompatTable) -> str | None:
+    """The NVIDIA driver floor of a CUDA variant (None for others or when unknown)."""
+    if variant.kind != "cuda" or variant.version is None:
+        return None
+    df = table.driver_floor(variant.version)
+    return None if df is None else df.min
+
+
+def _python_image(
+    c: Candidate,
+    request: SolveRequest,
+    table: CompatTable,
+    images: dict[str, tuple[str, str, str]],
+) -> tuple[str, str, str] | str:
+    """(python, base image, distro) for the candidate under the request, or why none."""
+    label = f"torch {c.version}+{c.variant.name}"
+    low, high = c.variant.python_range(c.version)
+
+    def admitted(py: str) -> bool:
+        return py_tuple(low) <= py_tuple(py) <= py_tuple(high)
+
+    if request.base_image is not None:
+        entry = table.base_image(request.base_image)
+        if entry is None:
+            if request.python is None:
+                return f"--base-image {request.base_image} is not a known base image: give --python"
+            python, image, distro = request.python, request.base_image, request.base_image
+        elif request.python is not None and request.python != entry.python:
+            return (
+                f"--base-image {request.base_image} ships Python {entry.python}, not "
+                f"{request.python}"
+            )
+        else:
+            python, image, distro = entry.python, request.base_image, entry.distro
+        if not admitted(python):
+            return f"{label} has wheels for Python {low}-{high}, not {python}"
+        return python, image, distro
+    if request.python is not None:
+        if not admitted(request.python):
+            return f"{label} has wheels for Python {low}-{high}, not {request.python}"
+        if request.python not in images:
+            return f"no known base image ships Python {request.python}: give --base-image"
+        image, distro, _ = images[request.python]
+        return request.python, image, distro
+    shipped = sorted((p for p in images if admitted(p)), key=py_tuple)
+    if not shipped:
+        return f"no known base image ships a Python {low}-{high} for {label}"
+    image, distro, _ = images[shipped[-1]]
+    return shipped[-1], image, distro
+
+
+def _newest_key(s: Stack) -> tuple[Any, ...]:
+    """Newest release first; within it a confirmed variant, better code, newer ROCm/CUDA."""
+    return (
+        tuple(-x for x in _version_key(s.torch)),
+        s.confidence == "uncertain",
+        _VIA_RANK[s.via],
+        tuple(-x for x in _version_key(s.accelerator_version)),
+    )
+
+
+def _evidence_key(s: Stack) -> tuple[Any, ...]:
+    """Most evidence first: confidence, native code, a release that is not the table's
+    newest (it has been reported on); then the newest such release, within it the
+    package-index default build, then the older (longer used) ROCm/CUDA."""
+    return (
+        _CONF_RANK[s.confidence],
+        _VIA_RANK[s.via],
+        s.newest_release,
+        tuple(-x for x in _version_key(s.torch)),
+        not s.pypi_default,
+        _version_key(s.accelerator_version),
+    )
+
+
