@@ -6,9 +6,16 @@ and its checks with the probe; `shell --project` runs the same `python` a user w
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+
+from envforge.probe.runner import LocalPythonTarget, run_probe
+from envforge.probe.spec import ProbeSpec
+from envforge.project.checks import project_checks
+from envforge.project.read import load_project
 
 from .test_venv_cpu import WHEELS, base_env, envforge
 from .test_venv_cpu import pytestmark as venv_marks
@@ -170,3 +177,24 @@ def test_shell_rebuilds_when_the_requirements_change(
         (proj / "pyproject.toml").write_text(text, encoding="utf-8")
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "ok"
+
+
+def test_a_hung_command_check_is_stopped_at_its_deadline_with_its_children(
+    tmp_path: Path,
+) -> None:
+    """A check that never ends (``sleep 600`` under a shell) is a hang at the step deadline,
+    and nothing it started is left running."""
+    marker = f"envforge-hung-check-{tmp_path.name}"
+    root = tmp_path / "p"
+    root.mkdir()
+    (root / "requirements.txt").write_text("six\n", encoding="utf-8")
+    (root / "envforge.toml").write_text(
+        f"checks = [\"sh -c 'sleep 600; echo {marker}'\"]\n", encoding="utf-8"
+    )
+    (check,) = project_checks(load_project(root))
+    spec = ProbeSpec(level="quick", vendor="none", step_timeout=15.0, checks=(check,))
+    report = run_probe(spec, LocalPythonTarget(python=sys.executable, env=None))
+    (step,) = [s for s in report.steps if s.name == check.step]
+    assert step.status == "hang", step
+    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True, check=False)
+    assert left.stdout.strip() == ""

@@ -137,3 +137,4 @@ def test_shell_and_certify_take_a_project(tmp_path: Path) -> None:
                               capture_output=True, text=True, check=False)
         assert done.returncode == 0
         assert "--project DIR" in done.stdout
+
