@@ -36,7 +36,8 @@ COMMANDS: Mapping[str, str] = {
     "build": "envforge.cli.build:build",
     "certify": "envforge.cli.images:certify",
     "publish": "envforge.cli.images:publish_cmd",
-    "verify": "envforge.cli.images:verify_cmd",
+    "verify": "envforge.cli.registry:verify_cmd",
+    "pull": "envforge.cli.registry:pull_cmd",
     "shell": "envforge.cli.shell:shell",
     "detect": "envforge.cli.host:detect_cmd",
     "doctor": "envforge.cli.host:doctor_cmd",
@@ -72,7 +73,8 @@ SUMMARIES: Mapping[str, str] = {
         "Push the recipe's certified image (refused, exit 5, without "
         "a passing certificate)."
     ),
-    'verify': 'Pull REF and check that its certificate passed and matches its content (exit 0/1).',
+    'verify': "Check that REF's certificate passed and matches its content (exit 0/1).",
+    'pull': "Pull a certified image, verify it, and tag it as its recipe's certified image.",
     'shell': "Run CMD (default: bash) in the recipe's certified image with GPUs, env and caches.",
     'detect': "Report this host's GPUs (vendor, product, arch, driver, device nodes) and `auto`.",
     'doctor': 'Check this host for a recipe (default: auto); print each finding with its fix.',

@@ -20,6 +20,7 @@ from envforge.cli.common import (
     json_option,
     level_option,
     load_checked,
+    load_for_host,
     load_project_option,
     note,
     pick_for,
@@ -31,7 +32,6 @@ from envforge.cli.common import (
     step_timeout_option,
     summarizing,
     summary_option,
-    trust_option,
 )
 from envforge.core.fsutil import REPORT_FILES, check_folder_target
 from envforge.errors import CertificationFailed, InvalidInput
@@ -192,7 +192,7 @@ def certify(  # noqa: PLR0917 - click passes options positionally by name
 
 
 @click.command("publish")
-@click.argument("recipe_ref", metavar="RECIPE")
+@click.argument("recipe_ref", metavar="RECIPE|auto")
 @click.option(
     "--registry",
     required=True,
@@ -210,13 +210,15 @@ def publish_cmd(
     recipe_ref: str, registry: str, require_signed: bool, overrides: tuple[str, ...],
     as_json: bool,
 ) -> None:
-    """Push the recipe's certified image (refused, exit 5, without a passing certificate)."""
+    """Push the recipe's certified image (refused, exit 5, without a passing certificate).
+
+    RECIPE may be `auto`: the recipe `build auto` picks for this host's GPU."""
     from envforge.backends.docker.engine import connect  # noqa: PLC0415 - loads the SDK
     from envforge.cli.display import BuildDisplay  # noqa: PLC0415 - keeps --help light
     from envforge.publish.certificate import CertificateStore  # noqa: PLC0415 - keeps --help light
     from envforge.publish.push import publish  # noqa: PLC0415 - keeps --help light
 
-    recipe = load_checked(recipe_ref, overrides)
+    recipe, _choice = load_for_host(recipe_ref, None, overrides)
     client = connect()
     display = BuildDisplay()
     try:
@@ -245,80 +247,3 @@ def publish_cmd(
     signed = f", signed by {result.signed_by[:23]}" if result.signed_by else ", unsigned"
     note(f"pushed {result.ref} (certificate {result.certificate}{signed})")
     click.echo(result.pinned_ref)
-
-
-@click.command("verify")
-@click.argument("ref", metavar="REF")
-@click.option("--no-pull", is_flag=True, help="Verify the local image; do not pull.")
-@trust_option(
-    "Require a signature by a key in this public key file (repeatable; default: "
-    "$ENVFORGE_TRUSTED_KEYS, os.pathsep-separated)."
-)
-@json_option
-def verify_cmd(ref: str, no_pull: bool, trust: tuple[Path, ...], as_json: bool) -> None:
-    """Pull REF and check that its certificate passed and matches its content (exit 0/1).
-
-    Content is the layers and the whole image config but the certificate label. A
-    certificate of the older format 1 (it binds only the run config) is said to be older,
-    and refused with trusted keys.
-
-    With trusted keys (--trust or ENVFORGE_TRUSTED_KEYS) the certificate must also be
-    signed by one of them (exit 1 when unsigned, signed by another key, or altered).
-    """
-    from envforge.backends.docker.engine import connect  # noqa: PLC0415 - loads the SDK
-    from envforge.publish.push import older_format, verify  # noqa: PLC0415 - keeps --help light
-    from envforge.publish.signing import (  # noqa: PLC0415 - loads cryptography when used
-        TrustList,
-        load_trust,
-        require_trusted,
-        short,
-        trust_paths,
-    )
-
-    files = trust_paths(trust)
-    trusted = load_trust(files, setting="--trust" if trust else "ENVFORGE_TRUSTED_KEYS") \
-        if files else TrustList()
-    client = connect()
-    result = verify(client, ref, pull=not no_pull)
-    cert = result.certificate
-    partial = older_format(cert, ref)
-    if partial is not None and trusted:
-        raise CertificationFailed(
-            f"{partial}: a trusted signature over it does not vouch for the rest",
-            hint="ask its publisher to certify it again with this envforge",
-        )
-    if partial is not None:
-        note(f"note: {partial}; certify it again for a full binding")
-    signer_name = ""
-    if trusted:
-        key = require_trusted(cert.data, trusted, what=ref)
-        signer_name = key.name
-        signature = f"signed by {key.label} (trusted)"
-    elif cert.signed_by:
-        signature = f"signed by {short(cert.signed_by)} (not checked: no trusted keys given)"
-    else:
-        signature = "unsigned"
-    if as_json:
-        echo_json(
-            {
-                "ref": ref,
-                "ok": True,
-                "image": result.image_id,
-                "certificate": cert.digest,
-                "recipe": cert.recipe_name,
-                "stack": cert.stack_tag,
-                "layers": len(cert.layers),
-                "certificate_format": cert.format,
-                "full_binding": cert.full_binding,
-                "signed_by": cert.signed_by,
-                "signer_name": signer_name or None,
-                "trusted": bool(trusted) or None,
-            }
-        )
-        return
-    click.echo(
-        f"ok  {ref}: certified ({cert.report.get('level', '?')} probe passed) for "
-        f"{cert.recipe_name} {cert.stack_tag}; {len(cert.layers)} layers match "
-        f"certificate {cert.digest[:19]}; {signature}"
-    )
-

@@ -196,6 +196,32 @@ def verify_local(info: ImageInfo, ref: str) -> Verified:
     return Verified(ref=ref, image_id=info.id, certificate=cert)
 
 
+def verify_remote(ref: str) -> Verified:
+    """Verify ``ref`` where it is, with no engine: the registry's manifest and config blob
+    (the certificate label, the layers' diff IDs, the config) through its HTTP API."""
+    from envforge.publish.registry import remote_image  # noqa: PLC0415 - network code
+
+    return verify_local(remote_image(ref), ref)
+
+
+def adopt(client: EngineClient, verified: Verified, recipe: Recipe) -> str:
+    """Tag a pulled, verified image as ``recipe``'s certified image (so ``shell`` and
+    ``certify`` use it by name); its tag. Refused (:class:`CertificationFailed`) when the
+    certificate is for another recipe or another version of it."""
+    from envforge.backends.docker.images import tag_image  # noqa: PLC0415 - loads the SDK
+
+    cert = verified.certificate
+    if cert.recipe_name != recipe.name or cert.recipe_hash != recipe.hash:
+        raise CertificationFailed(
+            f"{verified.ref} certifies recipe {cert.recipe_name} ({cert.recipe_hash[:19]}),"
+            f" not this host's {recipe.name} ({recipe.hash[:19]})",
+            hint=f"`envforge shell {recipe.name} --image {verified.ref}` runs it anyway",
+        )
+    target = certified_ref(recipe.name, recipe.stack_tag)
+    tag_image(client, verified.image_id, target)
+    return target
+
+
 def verify(client: EngineClient, ref: str, *, pull: bool = True) -> Verified:
     """Pull ``ref`` (unless ``pull`` is False) and verify it."""
     from envforge.backends.docker import images  # noqa: PLC0415 - loads the SDK

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from envforge.container.refs import DIGEST_RE
+from envforge.container.refs import DIGEST_RE, ImageInfo
 from envforge.core.jsonlimits import BadJSON
 from envforge.core.net import (
     ALLOW_ENV,
@@ -250,6 +250,13 @@ def image_config(
     registry's host only (and ENVFORGE_ALLOW_HOSTS'), all before ``deadline`` (default:
     :func:`envforge.core.net.deadline_seconds` from now); Unavailable (exit 4) naming what
     did not answer in time."""
+    remote, config, _config_digest = _read_config(ref, deadline)
+    return remote, config
+
+
+def _read_config(
+    ref: str, deadline: Deadline | None
+) -> tuple[RemoteRef, dict[str, Any], str]:
     remote = parse_ref(ref)
     if deadline is None:
         deadline = Deadline.start(deadline_seconds(None))
@@ -261,9 +268,30 @@ def image_config(
         raise _unavailable(remote, exc) from None
 
 
+def remote_image(ref: str, *, deadline: Deadline | None = None) -> ImageInfo:
+    """``ref`` as the registry holds it, with no engine: its config digest (the image ID an
+    engine gives it), its layers (the config's ``rootfs.diff_ids``), its config and labels
+    (manifest + config blob only, as :func:`image_config`)."""
+    _remote, blob, digest = _read_config(ref, deadline)
+    what = f"the image config of {ref}"
+    inner = _shape(blob.get("config") or {}, dict, what, "config")
+    rootfs = _shape(blob.get("rootfs") or {}, dict, what, "rootfs")
+    layers = _shape(rootfs.get("diff_ids") or [], list, what, "rootfs.diff_ids")
+    labels = _shape(inner.get("Labels") or {}, dict, what, "config.Labels")
+    for key, value in labels.items():
+        _shape(value, str, what, f"label {str(key)[:80]!r}")
+    return ImageInfo(
+        id=digest,
+        layers=tuple(_digest(x, what, "rootfs.diff_ids") for x in layers),
+        tags=(),
+        labels=dict(labels),
+        config=dict(inner),
+    )
+
+
 def _image_config(
     ref: str, remote: RemoteRef, session: _Session
-) -> tuple[RemoteRef, dict[str, Any]]:
+) -> tuple[RemoteRef, dict[str, Any], str]:
     accept = ", ".join(MANIFEST_TYPES)
     reference = remote.reference
     for _ in range(2):  # an index, then the image manifest it names
@@ -283,7 +311,7 @@ def _image_config(
     blob, _headers = _get(f"{remote.base}/blobs/{digest}", session, "*/*")
     if "sha256:" + hashlib.sha256(blob).hexdigest() != digest:
         raise Unavailable(f"{ref}: the config blob does not match its digest {digest[:19]}")
-    return remote, _json(blob, f"the image config of {ref}")
+    return remote, _json(blob, f"the image config of {ref}"), digest
 
 
 def image_labels(ref: str, *, deadline: Deadline | None = None) -> dict[str, str]:

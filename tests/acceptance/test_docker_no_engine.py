@@ -19,7 +19,8 @@ NO_ENGINE = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
         ("build", "cpu"),
         ("certify", "cpu"),
         ("publish", "cpu", "--registry", "127.0.0.1:5000"),
-        ("verify", "127.0.0.1:5000/cpu:x"),
+        ("verify", "--pull", "127.0.0.1:5000/cpu:x"),
+        ("pull", "127.0.0.1:5000/cpu:x"),
         # Without --backend, shell falls back to the venv backend when no engine answers.
         ("shell", "cpu", "--backend", "docker", "--", "true"),
     ],

@@ -35,9 +35,43 @@ def test_publish_pull_run_and_verify(
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.strip() == "ok"
 
-    verified = envforge("verify", pinned, "--json")
+    verified = envforge("verify", pinned, "--json")  # through the registry's HTTP API
     assert verified.returncode == 0, verified.stderr
     assert parse_json(verified)["certificate"] == data["certificate"]
+    assert parse_json(verified)["image"] == data["image"]  # the config digest is the image ID
+    pulled_too = envforge("verify", pinned, "--pull", "--json")
+    assert pulled_too.returncode == 0, pulled_too.stderr
+    assert parse_json(pulled_too)["image"] == data["image"]
+
+
+def test_pull_makes_a_published_image_the_recipes_certified_image(
+    client: EngineClient, built_cpu: Built, envforge: Envforge, registry: str
+) -> None:
+    """A second machine: the certified tag is not there; `pull` verifies the published
+    image and tags it, and `shell cpu` uses it by name."""
+    certified = built_cpu.data["tags"][0]
+    published = envforge("publish", "cpu", "--registry", f"{registry}/envforge-test", "--json")
+    assert published.returncode == 0, published.stderr[-3000:]
+    pinned = parse_json(published)["pinned"]
+    image = inspect_image(client, certified)
+    assert image is not None
+    untagged = docker_cli("rmi", certified)  # the image stays: the registry tag names it
+    try:
+        assert untagged.returncode == 0, untagged.stderr
+        missing = envforge("shell", "cpu", "--backend", "docker", "--", "true")
+        assert missing.returncode != 0
+        done = envforge("pull", pinned)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == certified
+        again = inspect_image(client, certified)
+        assert again is not None
+        assert again.id == image.id
+        ran = envforge("shell", "cpu", "--backend", "docker", "--", "python", "-c",
+                       "import torch; print(torch.__version__)")
+        assert ran.returncode == 0, ran.stderr
+        assert ran.stdout.strip() == "2.13.0+cpu"
+    finally:
+        docker_cli("tag", image.id, certified)
 
 
 def test_verify_fails_on_a_retagged_modified_image(

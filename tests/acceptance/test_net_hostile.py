@@ -256,7 +256,8 @@ def test_sigterm_during_a_stalled_pull_exits_130(
     server.registry = "drip"
     since = len(server.requests)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "envforge", "verify", f"127.0.0.1:{server.port}/team/cpu:v1"],
+        [sys.executable, "-m", "envforge", "verify", "--pull",
+         f"127.0.0.1:{server.port}/team/cpu:v1"],
         env=cli.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
     try:

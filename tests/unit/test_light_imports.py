@@ -68,6 +68,8 @@ def _run(args: list[str], **extra_env: str) -> tuple[int, list[str]]:
         (["detect", "--root", str(NO_GPU)], 0),
         # The probe command's body runs; the missing interpreter ends it (exit 4).
         (["probe", "--recipe", "cpu", "--python", "/nonexistent/python"], 4),
+        # verify reads the registry's HTTP API, no engine (nothing answers on port 9: 4)
+        (["verify", "127.0.0.1:9/team/cpu:v1"], 4),
     ],
     ids=lambda value: " ".join(value) if isinstance(value, list) else str(value),
 )

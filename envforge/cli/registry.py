@@ -1,0 +1,157 @@
+"""``envforge verify`` and ``envforge pull``: certified images by name, on any machine.
+
+``verify REF`` reads the image where it is, through the registry's HTTP API (manifest and
+config blob: no engine needed); ``--pull`` pulls it into the engine and checks that copy;
+``--no-pull`` checks the engine's local image. ``pull REF`` pulls, verifies and tags the
+image as its recipe's certified image, so ``shell RECIPE`` and ``certify RECIPE`` use it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from envforge.cli.common import echo_json, json_option, load_checked, note, trust_option
+from envforge.errors import CertificationFailed, InvalidInput
+
+if TYPE_CHECKING:
+    from envforge.publish.push import Verified
+    from envforge.publish.signing import TrustList
+
+_TRUST_HELP = (
+    "Require a signature by a key in this public key file (repeatable; default: "
+    "$ENVFORGE_TRUSTED_KEYS, os.pathsep-separated)."
+)
+
+
+@click.command("verify")
+@click.argument("ref", metavar="REF")
+@click.option("--pull", "pull", is_flag=True,
+              help="Pull REF into the engine and verify that copy.")
+@click.option("--no-pull", "local", is_flag=True,
+              help="Verify the engine's local image REF; read no registry.")
+@trust_option(_TRUST_HELP)
+@json_option
+def verify_cmd(ref: str, pull: bool, local: bool, trust: tuple[Path, ...], as_json: bool) -> None:
+    """Check that REF's certificate passed and matches its content (exit 0/1).
+
+    By default REF is read in its registry through the HTTP API (manifest and config blob,
+    no layers, no engine). Content is the layers and the whole image config but the
+    certificate label. A certificate of the older format 1 (it binds only the run config)
+    is said to be older, and refused with trusted keys.
+
+    With trusted keys (--trust or ENVFORGE_TRUSTED_KEYS) the certificate must also be
+    signed by one of them (exit 1 when unsigned, signed by another key, or altered).
+    """
+    if pull and local:
+        raise InvalidInput("--pull and --no-pull exclude each other", hint="give one")
+    trusted = _trusted(trust)
+    if pull or local:
+        from envforge.backends.docker.engine import connect  # noqa: PLC0415 - loads the SDK
+        from envforge.publish.push import verify  # noqa: PLC0415 - keeps --help light
+
+        client = connect()
+        try:
+            result = verify(client, ref, pull=pull)
+        finally:
+            client.close()
+    else:
+        from envforge.publish.push import verify_remote  # noqa: PLC0415 - keeps --help light
+
+        result = verify_remote(ref)
+    _report(result, trusted, as_json)
+
+
+@click.command("pull")
+@click.argument("ref", metavar="REF")
+@trust_option(_TRUST_HELP)
+@json_option
+def pull_cmd(ref: str, trust: tuple[Path, ...], as_json: bool) -> None:
+    """Pull a certified image, verify it, and tag it as its recipe's certified image.
+
+    The certificate (and, with trusted keys, its signature) is checked like `verify`;
+    the image is then tagged envforge/RECIPE:STACK, so `shell RECIPE` and `certify
+    RECIPE` use it. Refused (exit 1) when it does not verify or certifies another version
+    of the recipe than this host's."""
+    from envforge.backends.docker.engine import connect  # noqa: PLC0415 - loads the SDK
+    from envforge.publish.push import adopt, verify  # noqa: PLC0415 - keeps --help light
+
+    trusted = _trusted(trust)
+    client = connect()
+    try:
+        result = verify(client, ref, pull=True)
+        signature, _name = _signature(result, trusted)
+        tag = adopt(client, result, load_checked(result.certificate.recipe_name))
+    finally:
+        client.close()
+    if as_json:
+        echo_json({"ref": ref, "tag": tag, "image": result.image_id,
+                   "certificate": result.certificate.digest, "signature": signature})
+        return
+    note(f"{ref} verified ({signature}); tagged {tag}")
+    click.echo(tag)
+
+
+def _trusted(trust: tuple[Path, ...]) -> TrustList:
+    from envforge.publish.signing import (  # noqa: PLC0415 - loads cryptography when used
+        TrustList,
+        load_trust,
+        trust_paths,
+    )
+
+    files = trust_paths(trust)
+    if not files:
+        return TrustList()
+    return load_trust(files, setting="--trust" if trust else "ENVFORGE_TRUSTED_KEYS")
+
+
+def _signature(result: Verified, trusted: TrustList) -> tuple[str, str]:
+    """How the certificate is signed, in words, and the trusted signer's name; refuses
+    (exit 1) an older partial certificate or a missing/untrusted signature with keys."""
+    from envforge.publish.push import older_format  # noqa: PLC0415 - keeps --help light
+    from envforge.publish.signing import require_trusted, short  # noqa: PLC0415 - as above
+
+    cert = result.certificate
+    partial = older_format(cert, result.ref)
+    if partial is not None and trusted:
+        raise CertificationFailed(
+            f"{partial}: a trusted signature over it does not vouch for the rest",
+            hint="ask its publisher to certify it again with this envforge",
+        )
+    if partial is not None:
+        note(f"note: {partial}; certify it again for a full binding")
+    if trusted:
+        key = require_trusted(cert.data, trusted, what=result.ref)
+        return f"signed by {key.label} (trusted)", key.name
+    if cert.signed_by:
+        return f"signed by {short(cert.signed_by)} (not checked: no trusted keys given)", ""
+    return "unsigned", ""
+
+
+def _report(result: Verified, trusted: TrustList, as_json: bool) -> None:
+    signature, signer_name = _signature(result, trusted)
+    cert = result.certificate
+    if as_json:
+        data: dict[str, Any] = {
+            "ref": result.ref,
+            "ok": True,
+            "image": result.image_id,
+            "certificate": cert.digest,
+            "recipe": cert.recipe_name,
+            "stack": cert.stack_tag,
+            "layers": len(cert.layers),
+            "certificate_format": cert.format,
+            "full_binding": cert.full_binding,
+            "signed_by": cert.signed_by,
+            "signer_name": signer_name or None,
+            "trusted": bool(trusted) or None,
+        }
+        echo_json(data)
+        return
+    click.echo(
+        f"ok  {result.ref}: certified ({cert.report.get('level', '?')} probe passed) for "
+        f"{cert.recipe_name} {cert.stack_tag}; {len(cert.layers)} layers match "
+        f"certificate {cert.digest[:19]}; {signature}"
+    )
