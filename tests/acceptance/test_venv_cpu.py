@@ -353,3 +353,31 @@ def test_shell_uses_venv_when_no_engine_answers(
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.strip() == str(path)
     assert "using the venv backend (no Docker engine answers" in ran.stderr
+
+
+def test_a_login_node_builds_without_certifying_and_a_gpu_node_certifies_without_flags(
+    tmp_path: Path,
+) -> None:
+    """Fleet use on a shared file system: `build --no-certify` where there is no GPU
+    (records how it was built), `shell` refuses the uncertified venv naming `certify`
+    instead of reinstalling it, and `certify` needs none of the build's flags."""
+    env = base_env(tmp_path / "home")
+    done = envforge("build", "cpu", "--backend", "venv", "--no-certify",
+                    "--wheelhouse", str(WHEELS), env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "built without certification" in done.stderr
+    path = Path(done.stdout.strip().splitlines()[-1])
+    built = json.loads((path / ".envforge" / "build.json").read_text())
+    assert built["certify"] is False
+    assert built["sources"] == ["--find-links", str(WHEELS.resolve())]
+    assert not (path / ".envforge" / "certified.json").exists()
+    shell = envforge("shell", "cpu", "--backend", "venv", "--", "true", env=env)
+    assert shell.returncode == 1
+    assert "built without certification" in shell.stderr
+    assert "envforge certify cpu --backend venv" in shell.stderr
+    assert "installing" not in shell.stderr  # nothing reinstalled
+    certified = envforge("certify", "cpu", "--backend", "venv", "--level", "quick", env=env)
+    assert certified.returncode == 0, certified.stderr[-3000:]
+    ran = envforge("shell", "cpu", "--backend", "venv", "--", "python", "-c",
+                   "import torch; print(torch.__version__)", env=env)
+    assert (ran.returncode, ran.stdout.strip()) == (0, "2.13.0+cpu"), ran.stderr[-2000:]

@@ -136,6 +136,13 @@ CLI_OPTIONS: tuple[BackendOption, ...] = (
         metavar="PATH",
     ),
     BackendOption(
+        "--no-certify",
+        "no_certify",
+        "Build only; no probe (venv: `certify` on a host with the GPU certifies it).",
+        ("build",),
+        is_flag=True,
+    ),
+    BackendOption(
         "--wheelhouse",
         "wheelhouse",
         "venv backend, when the venv must be built: install torch from these wheels.",
@@ -188,6 +195,7 @@ def venv_options(options: Options | VenvOptions) -> VenvOptions:
         say=options.say,
         environ=environ,
         project=options.project,
+        certify=not extra.get("no_certify", False),
     )
 
 

@@ -101,6 +101,10 @@ def make(recipe: Recipe, options: VenvOptions = DEFAULT_OPTIONS) -> VenvBuildRes
 
     built = _read_json(markers / BUILD_MARKER)
     why, content = _reinstall_reason(target, built, key, options)
+    if why is None and built is not None and not options.certify:
+        cert = valid_certificate(recipe, target, content, project)
+        return VenvBuildResult(recipe.name, target, "uncertified" if cert is None else
+                               "up-to-date", interp, None, time.monotonic() - started, lock_file)
     if why is None and built is not None:
         cert = valid_certificate(recipe, target, content, project)
         if cert is not None and not options.extra_checks and _level_ok(cert, level):
@@ -125,9 +129,11 @@ def make(recipe: Recipe, options: VenvOptions = DEFAULT_OPTIONS) -> VenvBuildRes
         options.say(
             f"{target}: reinstalling ({why}); the current venv stays until the new one passes"
         )
-    report = _build_aside(recipe, interp, target, key, lock_file, level, options, stack)
+    made = _build_aside(recipe, interp, target, key, lock_file, level, options, stack)
+    if made is None:
+        status = "uncertified"
     return VenvBuildResult(
-        recipe.name, target, status, interp, report, time.monotonic() - started, lock_file
+        recipe.name, target, status, interp, made, time.monotonic() - started, lock_file
     )
 
 
@@ -160,9 +166,10 @@ def _build_aside(  # noqa: PLR0917 - one step of build, its inputs spelled out
     level: Level,
     options: VenvOptions,
     stack: Stack,
-) -> ProbeReport:
+) -> ProbeReport | None:
     """Install and probe a new venv in ``.<name>.tmp-<owner>-XXXX`` beside ``target``; swap
-    it in when it passed, or when there is no certified venv to keep. The folder aside is
+    it in when it passed, or when there is no certified venv to keep (without probing it
+    when ``options.certify`` is False: None then). The folder aside is
     removed in every other outcome (failure, Ctrl-C); one left by a killed envforge is
     swept by the next build."""
     aside = make_temp_dir(aside_prefix(target), target.parent)
@@ -191,9 +198,16 @@ def _build_aside(  # noqa: PLR0917 - one step of build, its inputs spelled out
             "lock": str(lock_file) if lock_file else None,
             "project": project_binding(options.project),
             "envforge_version": __version__,
+            # how it was built, for a `certify` elsewhere (a compute node) and for people
+            "certify": options.certify,
+            "sources": lock.source_args(recipe, options.wheelhouse, stack),
+            "ca_bundle": str(options.ca_bundle) if options.ca_bundle else None,
         }
         aside_markers = aside / MARKER_DIR
         write_atomically(aside_markers / BUILD_MARKER, _marker_json(build_data))
+        if not options.certify:
+            _swap_in(aside, target)
+            return None
         report = _probe(recipe, aside, level, options, stack)
         report.write(aside_markers)
         if report.passed:
@@ -206,16 +220,21 @@ def _build_aside(  # noqa: PLR0917 - one step of build, its inputs spelled out
             report.write(target / MARKER_DIR)
             kept = f"{target} stays as it was, certified ({old.get('level')} probe)"
             raise _failure(recipe, target, report, kept=kept, rebuilt=True)
-        with writing(target):
-            previous = swap_dirs(aside, target)
-        if previous is not None:
-            shutil.rmtree(previous, ignore_errors=True)
+        _swap_in(aside, target)
         if not report.passed:
             raise _failure(recipe, target, report, kept=None)
         return report
     finally:
         if os.path.lexists(aside):
             shutil.rmtree(aside, ignore_errors=True)
+
+
+def _swap_in(aside: Path, target: Path) -> None:
+    """Put the folder built aside at ``target`` in one step; remove what was there."""
+    with writing(target):
+        previous = swap_dirs(aside, target)
+    if previous is not None:
+        shutil.rmtree(previous, ignore_errors=True)
 
 
 #: Marker of the packages a stale venv was last said to have (said once per change).
@@ -253,6 +272,13 @@ def ensure(recipe: Recipe, options: VenvOptions = DEFAULT_OPTIONS) -> tuple[Path
     if current.added:
         _note_stale(recipe, current.path, current.added, options)
         return current.path, False
+    built = _read_json(current.path / MARKER_DIR / BUILD_MARKER) if current.exists else None
+    if built is not None and built.get("certify") is False:
+        raise CertificationFailed(
+            f"{current.path} was built without certification (--no-certify): not certified",
+            hint=f"`envforge certify {recipe.name} --backend venv` on a host with the GPU"
+            " certifies it (no flags needed)",
+        )
     if current.changed is not None:
         raise CertificationFailed(
             f"{current.path} changed since it was certified: {current.changed}",

@@ -53,7 +53,7 @@ ACTIVATE_HOOK = (
 Say = Callable[[str], None]
 
 
-BuildStatus = Literal["built", "reinstalled", "recertified", "up-to-date"]
+BuildStatus = Literal["built", "reinstalled", "recertified", "up-to-date", "uncertified"]
 
 
 def _quiet(_text: str) -> None:
@@ -131,6 +131,9 @@ class VenvOptions:
     use_lock: bool = True
     #: Rebuild even when up to date.
     force: bool = False
+    #: ``--no-certify``: install only (a login node without the GPU); ``certify`` on a
+    #: node with the GPU certifies it later.
+    certify: bool = True
     #: Base environment (PATH for the interpreter search, proxies, certificates).
     environ: Mapping[str, str] | None = None
     listener: ProbeListener | None = None
@@ -160,6 +163,9 @@ class VenvBuildResult:
     def closing(self) -> str | None:
         if self.status == "up-to-date":
             return f"{self.recipe}: up to date ({self.path})"
+        if self.status == "uncertified":
+            return (f"{self.recipe}: built without certification ({self.path}); `envforge"
+                    f" certify {self.recipe} --backend venv` on a host with the GPU certifies it")
         return f"{self.recipe}: certified ({self.status} in {self.seconds:.1f}s)"
 
     def failure(self) -> CertificationFailed | None:
