@@ -12,6 +12,8 @@ from typing import Any
 
 import click
 
+from envforge.backends import BACKENDS, Options, default_backend, pick
+from envforge.backends.base import ProbeFailed, refuse_foreign
 from envforge.cli.common import (
     backend_extra,
     backend_flags,
@@ -39,6 +41,7 @@ from envforge.cli.common import (
     wheelhouse_option,
 )
 from envforge.core.fsutil import REPORT_FILES, check_folder_target
+from envforge.knowledge import enforce
 from envforge.recipe.model import Level, Recipe
 
 
@@ -84,8 +87,6 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
     the project's own environment (its requirements on the stack, the project installed
     editable, its checks certified); RECIPE defaults to the project's.
     """
-    from envforge.backends import BACKENDS, Options, default_backend, pick  # noqa: PLC0415
-    from envforge.backends.base import ProbeFailed, refuse_foreign  # noqa: PLC0415 - as above
     from envforge.cli.display import BuildDisplay, ProbeProgress  # noqa: PLC0415 - --help light
 
     if report_dir is not None:  # before any work: a file in the way is exit 2, one line
@@ -138,6 +139,4 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
 def _check_platform(recipe: Recipe, platform: str) -> None:
     """``--platform``: the table's row for that platform must accept the recipe (a Jetson
     arch, ROCm on arm64 or an arch the platform's wheels lack is refused, exit 2)."""
-    from envforge.knowledge import enforce  # noqa: PLC0415 - the table only when needed
-
     enforce(recipe, strict=strict_mode(), platform=platform)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import signal
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -348,7 +349,6 @@ def load_with_gpus(
     if gpu is None:
         recipe, choice = load_for_host(ref, None, overrides)
         return recipe, choice, None
-    from dataclasses import replace  # noqa: PLC0415 - only with --gpu
 
     from envforge.container.devices import pick_gpus  # noqa: PLC0415 - only with --gpu
     from envforge.host.detect import detect  # noqa: PLC0415 - only with --gpu
@@ -367,8 +367,6 @@ def load_with_gpus(
 def _granted_gpu(ref: str, overrides: Sequence[str]) -> str | None:
     """The scheduler's grant as ``--gpu`` (said on stderr), or None: outside a job, or
     for a recipe that needs no GPU (:mod:`envforge.fleet.node`)."""
-    import os  # noqa: PLC0415 - tiny
-
     from envforge.fleet.node import granted  # noqa: PLC0415 - pure, stdlib only
 
     grant = granted(os.environ)
@@ -406,9 +404,7 @@ def gpu_environ(pick: GpuPick | None) -> dict[str, str] | None:
     (for the venv backend and ``probe``: processes on this host); None without ``--gpu``."""
     if pick is None:
         return None
-    import os  # noqa: PLC0415 - only with --gpu
-
-    from envforge.container.devices import visible_env  # noqa: PLC0415 - as above
+    from envforge.container.devices import visible_env  # noqa: PLC0415 - only with --gpu
 
     return {**os.environ, **visible_env(pick, container=False)}
 

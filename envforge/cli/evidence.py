@@ -136,8 +136,8 @@ def import_cmd(sources: tuple[str, ...], deadline: float | None, as_json: bool) 
 @json_option
 def export_cmd(recipe: str | None, out: Path, as_json: bool) -> None:
     """Write the local store's evidence as a shareable, redacted JSON-lines bundle."""
-    from envforge.core.fsutil import check_file_target, write_atomically  # noqa: PLC0415 - as above
-    from envforge.evidence.evidence_store import export_lines, read_store  # noqa: PLC0415 - when run
+    from envforge.core.fsutil import check_file_target, write_atomically  # noqa: PLC0415 - when run
+    from envforge.evidence.evidence_store import export_lines, read_store  # noqa: PLC0415 - as above
 
     check_file_target(out, setting="-o")
     found = read_store()

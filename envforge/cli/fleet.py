@@ -22,6 +22,7 @@ from envforge.cli.common import (
     backend_option,
     echo_json,
     json_option,
+    load_checked,
     note,
     say,
     wheelhouse_option,
@@ -91,7 +92,6 @@ def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
     out: Path, as_json: bool,
 ) -> None:
     """Write a fleet plan (plan.json) and the scheduler's files for it."""
-    from envforge.cli.common import load_checked  # noqa: PLC0415 - loads the table
     from envforge.core.fsutil import check_folder_target  # noqa: PLC0415 - when run
     from envforge.fleet.plan import Site, make_plan  # noqa: PLC0415 - when run
     from envforge.fleet.write import write_plan  # noqa: PLC0415 - when run

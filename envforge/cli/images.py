@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from envforge.backends import BACKENDS, Options, default_backend, docker, pick
+from envforge.backends.base import refuse_foreign
 from envforge.cli.common import (
     backend_extra,
     backend_flags,
@@ -74,8 +76,7 @@ def _safe_name(ref: str) -> str:
 def _image_target(ref: str, overrides: Sequence[str]) -> tuple[Recipe, dict[str, Any]]:
     """An IMAGE ref: the recipe it was built from, and the image (retagged on a pass when
     named by tag) as backend options."""
-    from envforge.backends import docker  # noqa: PLC0415 - keeps the SDK out of light commands
-    from envforge.backends.docker.engine import connect  # noqa: PLC0415 - as above
+    from envforge.backends.docker.engine import connect  # noqa: PLC0415 - loads the SDK
     from envforge.backends.docker.images import inspect_image  # noqa: PLC0415 - as above
 
     client = connect()
@@ -92,7 +93,6 @@ def _project_backend(refs: Sequence[str], project: Project | None) -> str | None
     """With a project and no --backend: the first backend that serves the project."""
     if project is None:
         return None
-    from envforge.backends import Options, pick  # noqa: PLC0415 - loads the backends
 
     return pick(load_checked(refs[0]), None, say=say, options=Options(project=project))
 
@@ -131,8 +131,6 @@ def certify(  # noqa: PLR0917 - click passes options positionally by name
     image. Exits 1 when any image fails. With --project DIR: the project's environment
     of each recipe, its checks included.
     """
-    from envforge.backends import BACKENDS, Options, default_backend  # noqa: PLC0415 - loads them
-    from envforge.backends.base import refuse_foreign  # noqa: PLC0415 - as above
     from envforge.cli.display import ProbeProgress  # noqa: PLC0415 - keeps --help light
 
     if report_dir is not None:  # before any work: a file in the way is exit 2, one line

@@ -10,6 +10,7 @@ Each signed report shows its signer's key fingerprint, and the key's name when a
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -21,8 +22,6 @@ from envforge.evidence.records import missing_paths, read_evidence
 
 
 def _trust_paths(given: tuple[Path, ...]) -> list[Path]:
-    import os  # noqa: PLC0415 - tiny
-
     if given:
         return list(given)
     return [Path(p) for p in os.environ.get("ENVFORGE_TRUSTED_KEYS", "").split(os.pathsep) if p]

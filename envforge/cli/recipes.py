@@ -23,8 +23,10 @@ from envforge.cli.common import (
     strict_mode,
     strict_option,
 )
+from envforge.core.fsutil import write_files
 from envforge.core.paths import state_dir
 from envforge.errors import EnvforgeError, InvalidInput, printable
+from envforge.knowledge import check, enforce, explain, split, unknowns
 from envforge.recipe import listing
 from envforge.recipe.catalogue import Catalogue
 from envforge.recipe.model import Recipe
@@ -75,8 +77,6 @@ def show(
     overrides: tuple[str, ...], as_json: bool,
 ) -> None:
     """Show a recipe's stack, why each pin and env var is there, and how sure we are."""
-    from envforge.knowledge import explain, unknowns  # noqa: PLC0415 - the table when needed
-
     project = load_project_option(project_dir, extras)
     recipe, _choice = load_for_host(recipe_ref_for(recipe_ref, project), None, overrides)
     stack = stack_of(recipe)
@@ -179,8 +179,8 @@ def _show_project(view: Mapping[str, Any]) -> None:
         out(f"  requires   {printable(line)}")
     for line in view["constraints"]:
         out(f"  constraint {printable(line)}")
-    for check in view["checks"]:
-        out(f"  check      {printable(check)}")
+    for line in view["checks"]:
+        out(f"  check      {printable(line)}")
     out(f"  lock       {view['lock']}: {view['lock_state']}")
 
 
@@ -206,8 +206,6 @@ def validate(
 
     What the table has no row for is accepted as uncertain with a warning (--strict:
     refused). --platform (default: this host's) picks the wheels' platform row."""
-    from envforge.knowledge import check, split  # noqa: PLC0415 - the table when needed
-
     strict = strict_mode()
     catalogue = Catalogue.default()
     targets = list(refs) or [str(p) for p in catalogue.files().values()]
@@ -337,8 +335,6 @@ def render(
     if fmt == "apptainer":
         _render_apptainer(recipe_ref, render_all, output, image, overrides)
         return
-    from envforge.core.fsutil import write_files  # noqa: PLC0415 - only when rendering
-    from envforge.knowledge import enforce  # noqa: PLC0415 - the table only when needed
     from envforge.render import (  # noqa: PLC0415 - jinja2 only when rendering
         RenderOptions,
         plan_venv,
@@ -416,8 +412,7 @@ def render(
 def _render_apptainer(recipe_ref: str | None, render_all: bool, output: Path | None,
                       image: str | None, overrides: tuple[str, ...]) -> None:
     """``--format apptainer``: one recipe's envforge.def, to stdout or DIR/<recipe>/."""
-    from envforge.core.fsutil import write_files  # noqa: PLC0415 - only when rendering
-    from envforge.render.apptainer import render_apptainer  # noqa: PLC0415 - as above
+    from envforge.render.apptainer import render_apptainer  # noqa: PLC0415 - jinja2 when rendering
 
     if render_all or recipe_ref is None:
         raise InvalidInput("--format apptainer renders one recipe (its certified image)",

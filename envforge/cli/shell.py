@@ -8,6 +8,8 @@ from typing import Any
 
 import click
 
+from envforge import backends
+from envforge.backends.base import implied, refuse_foreign
 from envforge.cli.common import (
     backend_extra,
     backend_flags,
@@ -58,8 +60,6 @@ def shell(  # noqa: PLR0917 - click passes options positionally by name
     With --project DIR: the project's own environment (built first when there is none, or
     when its requirements changed), the project importable.
     """
-    from envforge import backends  # noqa: PLC0415 - keeps the SDK out of light commands
-    from envforge.backends.base import implied, refuse_foreign  # noqa: PLC0415 - as above
     from envforge.cli.display import ProbeProgress  # noqa: PLC0415 - keeps --help light
 
     project = load_project_option(project_dir, extras)

@@ -37,6 +37,7 @@ from typing import Any
 
 from envforge.core import paths
 from envforge.evidence import evidence_db
+from envforge.evidence.certified_on import describe
 from envforge.evidence.records import (
     Evidence,
     EvidenceSet,
@@ -89,8 +90,6 @@ def store_certified_on(recipe: str, *, gpu: bool = True, arch: str | None = None
                        environ: Mapping[str, str] | None = None) -> str:
     """:func:`envforge.evidence.certified_on.certified_on` for ``recipe`` over the store, read
     from the database's columns (no report is decoded)."""
-    from envforge.evidence.certified_on import describe  # noqa: PLC0415 - only for show
-
     with opened(environ) as (conn, _problems):
         runs, passes = evidence_db.pass_rows(conn, recipe)
     return describe(runs, passes, gpu=gpu, arch=arch)

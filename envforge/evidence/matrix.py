@@ -38,6 +38,7 @@ import jinja2
 from markupsafe import Markup
 
 from envforge import __version__
+from envforge.core import fsutil
 from envforge.core.resources import templates_dir
 from envforge.errors import InvalidInput, Unavailable
 from envforge.evidence.records import OUTCOMES, VENDORS, Evidence, EvidenceSet, Problem
@@ -374,8 +375,6 @@ def write_files(out: Path, files: Mapping[str, str]) -> list[Path]:
     :class:`InvalidInput` (exit 2) when ``out`` or a parent is a file, or a target is a
     device, FIFO or socket; :class:`Unavailable` (exit 4) when the folder cannot be written.
     """
-    from envforge.core import fsutil  # noqa: PLC0415 - only when writing
-
     _check_output(out)
     targets = [(out / name, text, 0o644) for name, text in files.items()]
     fsutil.write_files(targets, setting="-o")

@@ -48,6 +48,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
+from envforge.core.fsutil import read_limited, read_reason
+from envforge.core.jsonlimits import BadJSON, loads
 from envforge.errors import EnvforgeError, InvalidInput
 from envforge.evidence.redact import Redactor as Redactor  # noqa: PLC0414 - re-exported
 from envforge.host.detect import nvidia_arch_for_product
@@ -485,9 +487,6 @@ def _documents(path: Path, needle: str | None = None) -> Iterator[tuple[str, Any
     read), and yields EvidenceError values for bad lines of a bundle. ``needle``:
     documents whose text lacks it are not decoded. Decoded by :mod:`envforge.core.jsonlimits`
     (size, depth and number limits)."""
-    from envforge.core.fsutil import read_limited, read_reason  # noqa: PLC0415 - light import
-    from envforge.core.jsonlimits import BadJSON, loads  # noqa: PLC0415 - as above
-
     try:
         text = read_limited(path, MAX_FILE_BYTES).decode("utf-8")
     except UnicodeDecodeError:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from envforge.core.fsutil import read_limited
 from envforge.core.jsonlimits import loads
 from envforge.evidence.records import Evidence, EvidenceError, parse_document
 from envforge.fleet.plan import Plan, Task
@@ -51,8 +52,6 @@ class TaskState:
 
 
 def _read_json(path: Path) -> Any:
-    from envforge.core.fsutil import read_limited  # noqa: PLC0415 - only when reading reports
-
     return loads(read_limited(path, MAX_REPORT), max_bytes=MAX_REPORT)
 
 

@@ -19,6 +19,7 @@ from envforge.core.fsutil import make_dirs, write_atomically
 from envforge.errors import InvalidInput, Unavailable
 from envforge.fleet import github, k8s, slurm
 from envforge.fleet.plan import Plan
+from envforge.knowledge.parse import load_table
 
 
 def _yaml(doc: object) -> str:
@@ -26,8 +27,7 @@ def _yaml(doc: object) -> str:
 
 
 def _k8s_files(plan: Plan) -> dict[str, str]:
-    from envforge.knowledge.parse import load_table  # noqa: PLC0415 - the table is heavy
-    from envforge.probe.runner import worker_source  # noqa: PLC0415 - as above
+    from envforge.probe.runner import worker_source  # noqa: PLC0415 - only for Kubernetes
     from envforge.probe.spec import ProbeSpec  # noqa: PLC0415 - as above
     from envforge.recipe.catalogue import Catalogue  # noqa: PLC0415 - as above
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from envforge.core.fsutil import write_files
+from envforge.core.jsonlimits import BadJSON, loads
 from envforge.errors import InvalidInput
 from envforge.host.detect import detect, no_tools
 
@@ -214,8 +215,6 @@ class ProbeReport:
 
     @classmethod
     def from_json(cls, text: str) -> ProbeReport:
-        from envforge.core.jsonlimits import BadJSON, loads  # noqa: PLC0415 - light import
-
         try:
             data = loads(text)
         except BadJSON as exc:

@@ -49,7 +49,7 @@ from typing import Any, Protocol
 
 from envforge import __version__
 from envforge.core import paths
-from envforge.core.fsutil import write_atomically
+from envforge.core.fsutil import read_limited, write_atomically
 from envforge.errors import CertificationFailed
 
 SCHEMA = "envforge.certificate/2"
@@ -299,8 +299,6 @@ MAX_CERTIFICATE_BYTES = 4 * 1024 * 1024
 
 def _read_stored(path: Path) -> str:
     """A store file, bounded and regular only (a FIFO in the store never blocks)."""
-    from envforge.core.fsutil import read_limited  # noqa: PLC0415 - light import
-
     return read_limited(path, MAX_CERTIFICATE_BYTES).decode("utf-8")
 
 

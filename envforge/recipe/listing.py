@@ -135,8 +135,8 @@ def _read_cache(cache: Path, stamp: str) -> dict[str, Row]:
 
 
 def _write_cache(cache: Path, stamp: str, rows: Mapping[str, Row]) -> None:
-    from envforge.core.fsutil import write_atomically  # noqa: PLC0415 - as above
-    from envforge.errors import EnvforgeError  # noqa: PLC0415 - only when the cache changes
+    from envforge.core.fsutil import write_atomically  # noqa: PLC0415 - only when the cache changes
+    from envforge.errors import EnvforgeError  # noqa: PLC0415 - as above
 
     text = json.dumps(
         {"schema": SCHEMA, "code": stamp, "rows": {k: r.to_dict() for k, r in rows.items()}},

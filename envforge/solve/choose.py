@@ -36,6 +36,8 @@ from envforge.errors import EnvforgeError, InvalidInput
 from envforge.host.arch import gfx_from_isa, vendor_of
 from envforge.host.arch import ordinal as arch_ordinal
 from envforge.host.detect import GpuInfo, HostInfo
+from envforge.host.platforms import solve_default
+from envforge.knowledge import load_table
 from envforge.recipe.catalogue import Catalogue
 from envforge.recipe.model import Recipe
 
@@ -319,11 +321,9 @@ def _auto_for_gpu(gpu: GpuInfo, recipes: Sequence[Recipe], *, where: Mapping[str
         return curated
     if gpu.arch is None:  # _choose_for_gpu asked for ENVFORGE_GPU_ARCH
         raise problem or InvalidInput(f"cannot tell the arch of {gpu.product}")
-    from envforge.knowledge import load_table  # noqa: PLC0415 - the table only when needed
     from envforge.solve.solver import SolveRequest, solve  # noqa: PLC0415 - only without a recipe
 
     driver = gpu.driver_version if gpu.vendor == "nvidia" else None
-    from envforge.host.platforms import solve_default  # noqa: PLC0415 - with solve
 
     request = SolveRequest(arch=gpu.arch, driver=driver, platform=solve_default())
     solution = solve(request, load_table())

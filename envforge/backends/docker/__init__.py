@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from envforge import lock
 from envforge.backends.base import HostCheck, LineSink, Options
 from envforge.backends.docker.options import (
     CLI_OPTIONS,
@@ -36,6 +37,7 @@ from envforge.backends.docker.options import (
     docker_options,
 )
 from envforge.backends.docker.results import Certified, DockerBuildResult
+from envforge.backends.venv import problem_of
 from envforge.container.devices import (
     DeviceFlags,
     SharedMemory,
@@ -45,7 +47,10 @@ from envforge.container.devices import (
 from envforge.container.refs import CERTIFIED_REPOSITORY_PREFIX, certified_ref, split_ref
 from envforge.core.fsutil import write_atomically
 from envforge.errors import CertificationFailed, EnvforgeError, InvalidInput, Unavailable
+from envforge.probe.runner import run_probe
+from envforge.probe.spec import ProbeSpec
 from envforge.recipe.model import Recipe
+from envforge.render import RenderOptions, render_dockerfile
 from envforge.stack import Stack, stack_of
 
 if TYPE_CHECKING:
@@ -208,7 +213,6 @@ def build(
         tag_image,
     )
     from envforge.backends.docker.leftovers import context_prefix  # noqa: PLC0415 - SDK
-    from envforge.render import RenderOptions, render_dockerfile  # noqa: PLC0415 - jinja2
 
     options = docker_options(options)
     reserved = [t for t in options.tags if t.startswith(CERTIFIED_REPOSITORY_PREFIX + "/")]
@@ -313,15 +317,11 @@ def _choose_builder(
 
 def _check_wheelhouse(stack: Stack, options: DockerOptions) -> None:
     """The companions the image needs are in the wheelhouse (see :func:`lock.check_wheelhouse`)."""
-    from envforge import lock  # noqa: PLC0415 - uv plumbing only when building
-
     lock.check_wheelhouse(stack, options.wheelhouse)
 
 
 def _lock_for(recipe: Recipe, options: DockerOptions, stack: Stack) -> LockedInstall | None:
     """The recipe's matching lock, split for the image's layers; a stale one is named."""
-    from envforge import lock  # noqa: PLC0415 - uv plumbing only when building
-
     if not options.use_lock:
         return None
     stale = lock.stale_lock(recipe, stack)
@@ -378,9 +378,6 @@ def check(
     from envforge.backends.docker.probe_target import (  # noqa: PLC0415 - loads the SDK
         DockerTarget,
     )
-    from envforge.backends.venv import problem_of  # noqa: PLC0415 - venv loads jinja2
-    from envforge.probe.runner import run_probe  # noqa: PLC0415 - only when probing
-    from envforge.probe.spec import ProbeSpec  # noqa: PLC0415 - only when probing
 
     options = docker_options(options)
     try:

@@ -21,6 +21,7 @@ from envforge.backends.docker.client import EngineClient
 from envforge.backends.docker.engine import TRANSPORT_ERRORS, api_message, first_line
 from envforge.container.identity import engine_kind
 from envforge.container.refs import DIGEST_RE, ImageInfo, split_ref
+from envforge.core import proc
 from envforge.errors import BuildFailed, InvalidInput, PublishRefused, Unavailable, printable
 
 
@@ -401,8 +402,6 @@ class BuildKitCli:
 
 
 def _probe_cli(cli: str, env: Mapping[str, str]) -> BuildKitCli | None:
-    from envforge.core import proc  # noqa: PLC0415 - only when choosing a builder
-
     try:
         buildx = proc.run([cli, "buildx", "version"], timeout=20, env=env)
         if buildx.ok:
@@ -478,8 +477,6 @@ def build_image_buildkit(
     Returns the image ID (untagged) read from ``--iidfile``; raises :class:`BuildFailed`
     naming the failing step. The CLI talks to the engine ``environ`` names (DOCKER_HOST).
     """
-    from envforge.core import proc  # noqa: PLC0415 - only when building this way
-
     start = time.monotonic()
     iidfile = context_dir.parent / (context_dir.name + ".iid")
     argv = [

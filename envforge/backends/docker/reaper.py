@@ -13,6 +13,8 @@ from __future__ import annotations
 import signal
 import sys
 
+from envforge.errors import EnvforgeError
+
 
 def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -23,7 +25,6 @@ def main(argv: list[str]) -> int:
         return 0
     from envforge.backends.docker.containers import remove_by_name  # noqa: PLC0415 - SDK on work only
     from envforge.backends.docker.engine import connect  # noqa: PLC0415 - as above
-    from envforge.errors import EnvforgeError  # noqa: PLC0415 - as above
 
     try:
         client = connect()
