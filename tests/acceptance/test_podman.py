@@ -4,8 +4,11 @@
 exports ``ENVFORGE_PODMAN_HOST`` and ``ENVFORGE_PODMAN_ROOTLESS_HOST`` (or
 ``ENVFORGE_PODMAN_ROOTLESS_SKIP``: why this machine cannot run rootless Podman). With
 ``ENVFORGE_REQUIRE_ENGINE=1`` a missing rootful Podman fails these tests; rootless ones skip
-with the machine's reason. One build per engine (module scope) serves every test.
-Nothing is mocked: the real envforge CLI, the real docker CLI, real Podman.
+with the machine's reason. The build, certification and publishing run once, on rootful
+Podman (a torch image is minutes of work per engine); what differs rootless (the engine's
+identity, user namespaces, shells, volumes, files the command writes) runs on both, with
+the stand-in image. Nothing is mocked: the real envforge CLI, the real docker CLI, real
+Podman.
 """
 
 from __future__ import annotations
@@ -144,6 +147,10 @@ def test_the_engine_is_identified_as_podman(podman: Podman) -> None:
     assert podman.identity.version
 
 
+ROOTFUL = pytest.mark.parametrize("podman", ["rootful"], indirect=True)
+
+
+@ROOTFUL
 def test_build_certifies_and_tags_on_podman(podman: Podman, podman_built: Built) -> None:
     data = podman_built.data
     assert data["certified"] is True
@@ -156,20 +163,21 @@ def test_build_certifies_and_tags_on_podman(podman: Podman, podman_built: Built)
     assert (podman_built.report_dir / "certificate.json").is_file()
 
 
-def test_shell_exit_code_passes_through_on_podman(
-    podman: Podman, podman_built: Built, workdir: Path
-) -> None:
-    """`docker run --rm` against Podman's API reports 0; envforge must return the 7."""
+def test_shell_exit_code_passes_through_on_podman(podman: Podman, workdir: Path) -> None:
+    """`docker run --rm` against Podman's API reports 0; envforge must return the 7. The
+    stand-in image (``--image``): what is tested here is the engine, not the image."""
+    standin = setting("ENVFORGE_STANDIN_IMAGE", DEFAULT_STANDIN)
+    assert standin is not None
+    image = ("--image", standin)
     before = podman.containers()
     done = podman.envforge(
-        "shell", "cpu", "--", "python", "-c", "import sys; sys.exit(7)",
-        cwd=workdir, extra_env=podman.env,
+        "shell", "cpu", *image, "--", "sh", "-c", "exit 7", cwd=workdir, extra_env=podman.env,
     )
     assert done.returncode == 7, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
     assert podman.containers() == before
     ok = podman.envforge(
-        "shell", "cpu", "--", "sh", "-c",
+        "shell", "cpu", *image, "--", "sh", "-c",
         'touch "$TRITON_CACHE_DIR/w" "$MIOPEN_USER_DB_PATH/w" && echo made > made.txt',
         cwd=workdir, extra_env=podman.env,
     )
@@ -181,6 +189,7 @@ def test_shell_exit_code_passes_through_on_podman(
     assert f"envforge-cpu-torch2.13.0-cpu-py3.11-u{uid}-miopen" in volumes
 
 
+@ROOTFUL
 def test_publish_and_verify_on_podman(podman: Podman, podman_built: Built, registry: str) -> None:
     repo = f"{registry}/envforge-podman-{podman.mode}"
     done = podman.envforge("publish", "cpu", "--registry", repo, "--json", extra_env=podman.env)
