@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from packaging.requirements import Requirement
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
@@ -147,20 +147,38 @@ def lock_path(recipe: Recipe, stack: Stack | None = None) -> Path | None:
     path = default_lock_file(recipe)
     if path is None or not path.is_file():
         return None
+    stack = stack_of(recipe) if stack is None else stack
     if lock_digest(path) != inputs_digest(recipe, stack):
         return None
-    check_lock(path, recipe.name)
+    check_lock(path, recipe.name, direct_references(stack))
     return path
 
 
-def check_lock(path: Path, recipe_name: str = "RECIPE") -> None:
+def direct_references(stack: Stack) -> frozenset[tuple[str, str]]:
+    """(canonical name, URL) of each ``name @ URL#sha256=...`` line the stack asks for:
+    the only direct references a lock of that stack may hold."""
+    found: set[tuple[str, str]] = set()
+    for line in stack.requirement_lines():
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if req.url:
+            found.add((canonicalize_name(req.name), req.url))
+    return frozenset(found)
+
+
+def check_lock(
+    path: Path, recipe_name: str = "RECIPE", urls: frozenset[tuple[str, str]] = frozenset()
+) -> None:
     """Refuse a lock file with anything but ``name==version`` lines (with an optional
     environment marker), ``--hash=sha256:…`` options and comments.
 
     An option such as ``--extra-index-url``, ``-i``, ``-f``, ``-r`` or ``-e``, or a direct
     reference (a URL, a path, ``name @ url``), would let the lock file send installs to
-    another index or source than the recipe names. Raises :class:`InvalidInput` naming the
-    file and line.
+    another index or source than the recipe names. The one exception is a wheel URL the
+    recipe itself names with its sha256 (``urls``: :func:`direct_references`), written
+    exactly as the recipe writes it. Raises :class:`InvalidInput` naming the file and line.
     """
     hint = f"regenerate it with `envforge lock {recipe_name}`, or delete it"
     try:
@@ -176,17 +194,20 @@ def check_lock(path: Path, recipe_name: str = "RECIPE") -> None:
         raise InvalidInput(f"{path}: not UTF-8 text ({exc.reason})", hint=hint) from None
     continued = False
     for number, raw in enumerate(text.splitlines(), 1):
-        problem = _lock_line_problem(raw, continued)
+        problem = _lock_line_problem(raw, continued, urls)
         if problem is not None:
             raise InvalidInput(f"{path}:{number}: {problem}", hint=hint)
         body = raw.split(" #", 1)[0].rstrip()
         continued = body.endswith("\\") and not raw.lstrip().startswith("#")
 
 
-def _lock_line_problem(raw: str, continued: bool) -> str | None:
+def _lock_line_problem(
+    raw: str, continued: bool, urls: frozenset[tuple[str, str]] = frozenset()
+) -> str | None:
     """What is wrong with one physical line of a lock file (None: nothing).
 
-    ``continued``: the line before ended with a backslash (this one continues it).
+    ``continued``: the line before ended with a backslash (this one continues it);
+    ``urls``: the direct references the recipe names (see :func:`check_lock`).
     """
     line = raw.strip()
     if not line or line.startswith("#"):
@@ -202,7 +223,7 @@ def _lock_line_problem(raw: str, continued: bool) -> str | None:
         if continued:
             return f"unexpected {tokens[0]!r} on a continuation line"
         requirement = " ".join(tokens[:first_option]).partition(";")[0].strip()
-        if not _PINNED_RE.fullmatch(requirement):
+        if not _PINNED_RE.fullmatch(requirement) and _direct(requirement) not in urls:
             return (
                 f"{requirement!r} is not a pinned requirement (name==version): URLs, paths"
                 " and direct references are not allowed in a lock file"
@@ -217,6 +238,15 @@ def _lock_line_problem(raw: str, continued: bool) -> str | None:
             )
         return f"unexpected {token!r} after the hashes"
     return None
+
+
+def _direct(requirement: str) -> tuple[str, str] | None:
+    """(canonical name, URL) of a ``name @ URL`` line; None for anything else."""
+    try:
+        req = Requirement(requirement)
+    except InvalidRequirement:
+        return None
+    return (canonicalize_name(req.name), req.url) if req.url else None
 
 
 def _canonical(name: str) -> str:

@@ -56,5 +56,5 @@ def current_lock(project: Project, recipe: Recipe, stack: Stack) -> Path | None:
         return None
     if lock.lock_digest(path) != lock.inputs_digest(recipe, stack, project.constraints):
         return None
-    lock.check_lock(path, recipe.name)
+    lock.check_lock(path, recipe.name, lock.direct_references(stack))
     return path

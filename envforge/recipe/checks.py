@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.utils import canonicalize_name
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from envforge.core.patterns import ENV_NAME_RE, IMAGE_RE, NAME_RE, PYTHON_RE
@@ -127,7 +127,12 @@ def env_name_problem(name: str) -> tuple[str, str] | None:
 
 
 # ``name==`` / ``name===`` / ``name[extra] ==``: an operator with no version after it.
-_SHA256_FRAGMENT_RE = re.compile(r"#sha256=[0-9a-fA-F]{64}$")
+_SHA256_RE = re.compile(r"[0-9a-f]{64}")
+#: A wheel URL's address part: https to any host, http only to 127.0.0.1 (a local server);
+#: no user info, query or spaces.
+_URL_RE = re.compile(
+    r"(?:https://[A-Za-z0-9.-]+(?::\d{1,5})?|http://127\.0\.0\.1(?::\d{1,5})?)/[^\s?#@]+"
+)
 _EMPTY_PIN_RE = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*===?\s*$")
 
 
@@ -169,15 +174,38 @@ def pin_problem(text: str) -> tuple[str, str] | None:
 
 
 def url_problem(text: str, req: Requirement) -> tuple[str, str] | None:
-    """A ``name @ URL`` entry must be an https (or file) URL pinned by its sha256."""
+    """A ``name @ URL`` entry must name one wheel (``.whl``) by an https URL (http only
+    to 127.0.0.1) with its sha256 in the fragment, ``#sha256=<64 lowercase hex>``: the
+    installers check the downloaded file against it (uv and pip alike), so another file
+    at that URL fails the install. The torch family never comes from a URL (it comes from
+    the stack's index or a wheelhouse only)."""
     url = req.url or ""
-    if not _SHA256_FRAGMENT_RE.search(url):
-        return (f"{text!r} is not pinned (a URL without #sha256=...)",
-                f"write it as {req.name} @ URL#sha256=<the file's 64 hex digits>, "
-                f"or as {req.name}==VERSION")
-    if not url.startswith(("https://", "file://")):
-        return (f"{text!r}: only https:// and file:// URLs are installed",
-                "write it with an https:// URL")
+    name = canonicalize_name(req.name)
+    wheel = f"{req.name} @ https://HOST/PATH/{req.name}-VERSION-TAGS.whl#sha256=<64 hex digits>"
+    if name == "torch" or name in companion_names():
+        return (f"{text!r}: {req.name} is part of the torch family, which comes only from "
+                "the stack's index or a --wheelhouse, never from a URL",
+                f"write it as {req.name} (or {req.name}==VERSION) and pass --wheelhouse DIR "
+                "for a wheel of your own")
+    if req.extras or req.marker is not None:
+        return (f"{text!r}: extras and markers are not taken on a URL entry",
+                f"write it as {wheel}")
+    address, hashed, digest = url.partition("#sha256=")
+    if not hashed or not _SHA256_RE.fullmatch(digest):
+        return (f"{text!r} is not pinned (a URL without #sha256=<the file's 64 lowercase "
+                "hex digits>)", f"write it as {wheel} (sha256sum FILE prints them)")
+    if not _URL_RE.fullmatch(address):
+        return (f"{text!r}: only https:// URLs (http:// to 127.0.0.1) are installed",
+                f"write it as {wheel}")
+    filename = address.rsplit("/", 1)[-1]
+    try:
+        wheel_name = parse_wheel_filename(filename)[0]
+    except InvalidWheelFilename:
+        return (f"{text!r}: {filename!r} is not a wheel file name (a URL entry names one "
+                ".whl file)", f"write it as {wheel}")
+    if wheel_name != name:
+        return (f"{text!r}: the wheel {filename!r} is {wheel_name}, not {req.name}",
+                f"write it as {wheel_name} @ {url}")
     return None
 
 

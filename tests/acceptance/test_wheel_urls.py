@@ -1,0 +1,168 @@
+"""``packages: [name @ URL#sha256=...]`` for real: a real wheel from the package index
+(six) served by an HTTP server on 127.0.0.1, installed into a venv that envforge builds
+and certifies (cpu recipe, torch from the wheelhouse); the same URL serving other bytes
+fails the install, with uv (the venv backend, the setup script) and with pip (the setup
+script's fallback), and nothing is certified.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import zipfile
+from collections.abc import Iterator
+from dataclasses import replace
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from envforge.recipe.catalogue import Catalogue
+from envforge.recipe.model import Torch
+from envforge.render import RenderOptions, plan_venv
+from tests.acceptance.test_companion_routing import _index, _wheel
+
+ROOT = Path(__file__).resolve().parents[2]
+WHEELS = Path(os.environ.get("PIP_FIND_LINKS", "/opt/wheels"))
+SIX = "six-1.17.0-py2.py3-none-any.whl"
+
+pytestmark = [pytest.mark.slow]
+
+
+class Quiet(SimpleHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """(base URL, sha256 of the real wheel): ``/good/SIX`` is the real wheel, ``/bad/SIX``
+    the same file with one more member (other bytes, same name)."""
+    root = tmp_path_factory.mktemp("wheel-server")
+    (root / "good").mkdir()
+    got = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+         "--only-binary=:all:", "six==1.17.0", "-d", str(root / "good")],
+        capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    if got.returncode != 0 or not (root / "good" / SIX).is_file():
+        pytest.skip(f"cannot download {SIX} from the package index: {got.stderr[-300:]}")
+    (root / "bad").mkdir()
+    shutil.copy(root / "good" / SIX, root / "bad" / SIX)
+    with zipfile.ZipFile(root / "bad" / SIX, "a") as zf:
+        zf.writestr("six_tampered.py", "TAMPERED = True\n")
+    digest = hashlib.sha256((root / "good" / SIX).read_bytes()).hexdigest()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(Quiet, directory=str(root)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}", digest
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _entry(served: tuple[str, str], folder: str) -> str:
+    base, digest = served
+    return f"six @ {base}/{folder}/{SIX}#sha256={digest}"
+
+
+# --------------------------------------------------------------------------- venv backend
+
+
+@pytest.mark.skipif(
+    not any(WHEELS.glob("torch-2.13.0+cpu-cp311-*.whl")) if WHEELS.is_dir() else True,
+    reason=f"no torch 2.13.0+cpu cp311 wheel in {WHEELS} (PIP_FIND_LINKS)",
+)
+@pytest.mark.skipif(shutil.which("python3.11") is None, reason="no python3.11 on PATH")
+def test_venv_build_installs_the_hashed_wheel_and_refuses_other_bytes(
+    tmp_path: Path, served: tuple[str, str]
+) -> None:
+    text = (ROOT / "recipes" / "cpu.yaml").read_text(encoding="utf-8")
+    assert "\npackages:" not in text
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENVFORGE_")}
+    env |= {"ENVFORGE_HOME": str(tmp_path / "home"), "UV_HTTP_RETRIES": "0"}
+    recipe = tmp_path / "cpu.yaml"
+
+    def build(folder: str) -> subprocess.CompletedProcess[str]:
+        recipe.write_text(text + f"packages:\n  - {_entry(served, folder)!r}\n", "utf-8")
+        return subprocess.run(
+            [sys.executable, "-m", "envforge", "build", str(recipe), "--backend", "venv",
+             "--wheelhouse", str(WHEELS)],
+            cwd=ROOT, env=env, capture_output=True, text=True, check=False, timeout=900,
+        )  # fmt: skip
+
+    tampered = build("bad")
+    assert tampered.returncode == 3, tampered.stderr
+    assert "installing the requirements" in tampered.stderr
+    assert not list((tmp_path / "home").glob("venvs/cpu/*/.envforge/certified.json"))
+
+    good = build("good")
+    assert good.returncode == 0, good.stderr[-3000:]
+    venv = Path(good.stdout.strip().splitlines()[-1])
+    assert (venv / ".envforge" / "certified.json").is_file()
+    six = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import six; print(six.__version__)"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert six.stdout.strip() == "1.17.0"
+
+
+# --------------------------------------------------------------------------- setup script
+
+
+@pytest.mark.parametrize("installer", ["uv", "pip"])
+def test_setup_script_checks_the_hash_with_both_installers(
+    tmp_path: Path, served: tuple[str, str], installer: str
+) -> None:
+    """The rendered venv plan (uv and its pip fallback), with a stand-in torch on a local
+    index (no real torch): the real wheel installs, other bytes at the URL fail."""
+    python = shutil.which("python3.11")
+    uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
+    if python is None or (installer == "uv" and uv is None):
+        pytest.skip("needs python3.11 (and uv) on PATH")
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _wheel(wheels, "torch", "2.13.0+cpu", "stack", ())
+    _wheel(wheels, "numpy", "2.1.0", "stack", ())
+    _index(tmp_path / "index", wheels)
+    server = ThreadingHTTPServer(
+        ("127.0.0.1", 0), partial(Quiet, directory=str(tmp_path / "index"))
+    )
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    index = f"http://127.0.0.1:{server.server_port}"
+    cpu = Catalogue(folders=(ROOT / "recipes",)).load("cpu")
+    env = {
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "PIP_INDEX_URL": index,
+        "UV_INDEX_URL": index,
+        "UV_CACHE_DIR": str(tmp_path / "uv-cache"),
+        "PIP_NO_CACHE_DIR": "1",
+        "PIP_CONFIG_FILE": "/dev/null",
+    }
+    try:
+        for folder, ok in (("bad", False), ("good", True)):
+            recipe = replace(cpu, torch=Torch("2.13.0+cpu", index),
+                             packages=(_entry(served, folder),))
+            script = tmp_path / f"setup-{folder}.sh"
+            script.write_text(plan_venv(recipe, RenderOptions()).setup_script)
+            argv = ["bash", str(script), *(["--pip"] if installer == "pip" else ["--uv", str(uv)])]
+            venv = tmp_path / f"venv-{folder}"
+            done = subprocess.run(
+                [*argv, python, str(venv)], env=env, capture_output=True, text=True,
+                check=False, timeout=300,
+            )  # fmt: skip
+            assert (done.returncode == 0) is ok, done.stderr[-2000:]
+            imported = subprocess.run(
+                [str(venv / "bin" / "python"), "-c", "import six"], capture_output=True,
+                check=False,
+            )  # fmt: skip
+            assert (imported.returncode == 0) is ok
+    finally:
+        server.shutdown()
+        server.server_close()
