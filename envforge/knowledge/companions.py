@@ -9,8 +9,9 @@ a companion wheel's metadata into a row for ``knowledge refresh``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from email.parser import Parser
+import json
+from dataclasses import dataclass, replace
+from email.parser import HeaderParser
 from pathlib import Path
 from typing import Any, Literal
 
@@ -233,40 +234,76 @@ def companion_names(path: Path | None = None) -> frozenset[str]:
 # --------------------------------------------------------------------------- refresh
 
 
-def propose_row(
-    metadata: str, *, torch: str, source: str, checked: str
-) -> Row | None:
-    """A row for a companion release from its wheel's METADATA text (PEP 658), or None
-    when the metadata names no torch requirement (then a person decides the pairing).
-
-    ``torch`` is the torch release it was published with (``knowledge refresh`` matches
-    upload dates); ``source`` the release's page; ``checked`` today's date.
-    """
-    msg = Parser().parsestr(metadata)
-    name, version = msg.get("Name"), msg.get("Version")
-    if not name or not version:
-        return None
+def torch_requirement(metadata: str) -> tuple[str, str, str | None]:
+    """(Name, Version, what it requires of torch) from a wheel's METADATA text (PEP 658):
+    the specifier of its unconditional ``Requires-Dist: torch...`` line (``==2.13.0``,
+    ``>=2.14.0``), None when it names none (torchaudio 2.11.0). Name and Version are ""
+    when missing."""
+    msg = HeaderParser().parsestr(metadata)
+    name, version = str(msg.get("Name") or "").strip(), str(msg.get("Version") or "").strip()
     for line in msg.get_all("Requires-Dist") or []:
         try:
-            req = Requirement(line)
+            req = Requirement(str(line))
         except InvalidRequirement:
             continue
+        if req.marker is not None and "extra" in str(req.marker):
+            continue  # an optional extra is no requirement of torch
         if canonicalize_name(req.name) == "torch" and str(req.specifier):
-            return Row(
-                package=canonicalize_name(name),
-                version=version,
-                torch=torch,
-                requires=str(req.specifier),
-                source=source,
-                checked=checked,
-                confidence="verified",
-            )
-    return None
+            return name, version, str(req.specifier)
+    return name, version, None
+
+
+def propose_row(
+    metadata: str, *, torch: str | None, source: str, checked: str
+) -> Row | None:
+    """A row for a companion release from its wheel's METADATA text (PEP 658).
+
+    ``torch`` is the torch release it was published with as far as ``knowledge refresh``
+    can tell (upload dates), None when unknown; ``source`` the metadata file's URL;
+    ``checked`` today's date. ``requires ==X`` pairs it with X (verified); another
+    specifier keeps ``torch`` when it admits it (verified; ``uncertain`` otherwise); no torch
+    requirement (torchaudio 2.11.0) is proposed ``==torch``, ``uncertain``, and says so.
+    None when the metadata names no release or nothing says which torch it pairs with.
+    """
+    name, version, requires = torch_requirement(metadata)
+    try:
+        Version(version)
+    except InvalidVersion:
+        return None
+    if not name:
+        return None
+    base = Row(package=canonicalize_name(name), version=version, torch="", requires="",
+               source=source, checked=checked, confidence="verified")
+    if requires is not None:
+        spec = SpecifierSet(requires)
+        pins = [s.version for s in spec if s.operator in ("==", "===") and "*" not in s.version]
+        if len(pins) == 1:
+            return replace(base, torch=pins[0], requires=requires)
+        if torch is None:
+            return None
+        if spec.contains(_base(torch), prereleases=True):
+            return replace(base, torch=torch, requires=requires,
+                           note=f"released with torch {torch} (upload dates)")
+        return replace(base, torch=torch, requires=requires, confidence="uncertain",
+                       note=f"torch {torch} (upload dates) is outside its requirement: check")
+    if torch is None:
+        return None
+    return replace(
+        base, torch=torch, requires=f"=={torch}", confidence="uncertain",
+        note=f"the wheel's METADATA names no torch requirement: paired with torch {torch} "
+        "by upload date, assumed ==; check the release notes",
+    )
 
 
 def row_yaml(row: Row) -> str:
     """One ``rows:`` entry as the data file writes it (for refresh's proposals)."""
-    return (
-        f'  - {{package: {row.package}, version: "{row.version}", torch: "{row.torch}", '
-        f'requires: "{row.requires}", source: "{row.source}", checked: "{row.checked}"}}'
-    )
+    q = json.dumps  # a JSON string is a YAML double-quoted scalar
+    fields = [
+        f"package: {row.package}", f"version: {q(row.version)}", f"torch: {q(row.torch)}",
+        f"requires: {q(row.requires)}", f"source: {q(row.source)}", f"checked: {q(row.checked)}",
+    ]
+    if row.confidence != "verified":
+        fields.append(f"confidence: {row.confidence}")
+    if row.note:
+        fields.append(f"note: {q(row.note)}")
+    return "  - {" + ", ".join(fields) + "}"

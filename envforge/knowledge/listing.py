@@ -83,6 +83,8 @@ class IndexFile:
     requires_python: str
     #: the listing announced PEP 658 metadata (True/False), or said nothing (None)
     has_metadata: bool | None
+    #: PEP 700 ``upload-time`` to the second (``2026-07-08T16:07:27``, UTC), or ""
+    upload_time: str = ""
 
     @property
     def is_wheel(self) -> bool:
@@ -201,12 +203,14 @@ def _parse_json(text: str, url: str, project: str, origin: str) -> Listing | Ind
         yanked = item.get("yanked", False)
         meta_flag = item.get("core-metadata", item.get("data-dist-info-metadata"))
         rp = item.get("requires-python")
+        uploaded = item.get("upload-time")
         parser.add(
             name, href,
             yanked=bool(yanked),
             yanked_reason=yanked if isinstance(yanked, str) else "",
             requires_python=rp if isinstance(rp, str) else "",
             has_metadata=None if meta_flag is None else bool(meta_flag),
+            upload_time=_upload_time(uploaded),
         )
     return Listing(url, project, "json", tuple(parser.files), origin, tuple(parser.skipped))
 
@@ -320,7 +324,7 @@ class _Files:
         return self._versions[text]
 
     def add(self, name: str, href: str, *, yanked: bool, yanked_reason: str,
-            requires_python: str, has_metadata: bool | None) -> None:
+            requires_python: str, has_metadata: bool | None, upload_time: str = "") -> None:
         found = self._read_name(name) if len(name) <= MAX_NAME and _clean(href) else None
         if found is None:
             self.skipped.append(name[:MAX_NAME])
@@ -338,6 +342,7 @@ class _Files:
             yanked_reason=yanked_reason,
             requires_python=requires_python,
             has_metadata=has_metadata,
+            upload_time=upload_time,
         ))
 
     def _read_name(
@@ -358,6 +363,18 @@ class _Files:
                 return None
             return (sdist_version.public, sdist_version.local), (), (), False
         return None
+
+
+_UPLOAD_RE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")
+
+
+def _upload_time(value: object) -> str:
+    """A PEP 700 ``upload-time`` cut to the second (UTC: fixed width, compares as text);
+    "" for anything else."""
+    if not isinstance(value, str):
+        return ""
+    m = _UPLOAD_RE.match(value)
+    return m.group(0) if m is not None else ""
 
 
 def _clean(href: str) -> bool:

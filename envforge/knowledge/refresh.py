@@ -25,6 +25,8 @@ from packaging.version import Version
 
 from envforge.core.net import ALLOW_ENV, origin_of
 from envforge.errors import Unavailable
+from envforge.knowledge.companion_refresh import check_companions, listed_companions
+from envforge.knowledge.companions import CompanionTable, load_companions
 from envforge.knowledge.index import (
     IndexClient,
     IndexFile,
@@ -70,6 +72,7 @@ class _Pages:
 
     torch: list[Listing] = field(default_factory=list)
     numpy: list[Listing] = field(default_factory=list)
+    companions: list[Listing] = field(default_factory=list)
     variants: list[tuple[str, Listing]] = field(default_factory=list)
     problems: list[IndexProblem] = field(default_factory=list)
     counts: dict[tuple[str, str], list[int]] = field(default_factory=dict)
@@ -87,8 +90,10 @@ class _Pages:
             self.variants.append((root.rsplit("/", 1)[1], got))
         elif project == "torch":
             self.torch.append(got)
-        else:
+        elif project == "numpy":
             self.numpy.append(got)
+        else:
+            self.companions.append(got)
 
 
 # --------------------------------------------------------------------------- refresh
@@ -101,10 +106,11 @@ def refresh(
     pytorch_indexes: Sequence[str] = (),
     *,
     today: datetime.date | None = None,
+    companions: CompanionTable | None = None,
 ) -> RefreshReport:
-    """Read the indexes and compare them with ``table``; raises Unavailable (exit 4)
-    only when no listing at all answered (a partial check is the caller's to judge:
-    :attr:`RefreshReport.complete`)."""
+    """Read the indexes and compare them with ``table`` (and ``companions``, default the
+    shipped companion table); raises Unavailable (exit 4) only when no listing at all
+    answered (a partial check is the caller's to judge: :attr:`RefreshReport.complete`)."""
     started = time.monotonic()
     day = (today or datetime.datetime.now(datetime.timezone.utc).date()).isoformat()
     jobs: list[Job] = []
@@ -118,6 +124,9 @@ def refresh(
                          late=lambda job: client.late(listing_url(job[1], job[2])))
     for job, got in zip(jobs, results):
         pages.add(job, got)
+    notes: list[str] = []
+    companion_table = load_companions() if companions is None else companions
+    _read_companion_pages(client, pages, companion_table, notes)
     if not any(c[1] for c in pages.counts.values()):
         lines = problem_lines(pages.problems)
         raise Unavailable(
@@ -125,7 +134,6 @@ def refresh(
             f"{'; '.join(lines[:3])})",
             hint="check the network, --index URL and --deadline",
         )
-    notes: list[str] = []
     listed: set[str] = set()
     findings: list[Finding] = []
     for page in pages.torch:
@@ -137,6 +145,10 @@ def refresh(
         findings += _compare_numpy(table, page)
     for variant, vpage in pages.variants:
         findings += _compare_variant(table, variant, vpage)
+    found = check_companions(companion_table, client, pages.companions, pages.torch, day)
+    findings += found.findings
+    notes += found.notes
+    pages.problems += found.problems
     stats = client.stats
     return RefreshReport(
         date=day,
@@ -146,6 +158,7 @@ def refresh(
         notes=tuple(notes),
         torch_versions=tuple(sorted(listed, key=version_key)),
         proposed=tuple(propose(table, findings, pages.torch, pages.variants, defaults, day)),
+        companions=found.rows,
         seconds=time.monotonic() - started,
         requests={
             "network": stats.network,
@@ -154,6 +167,24 @@ def refresh(
             "failed": stats.failed,
         },
     )
+
+
+def _read_companion_pages(
+    client: IndexClient, pages: _Pages, companions: CompanionTable, notes: list[str]
+) -> None:
+    """The companions' project pages of each index root whose torch page answered (a root
+    that did not answer is not asked again). When the deadline has passed already, the
+    check is partial anyway: one note instead of a timeout per page."""
+    roots = [p.url.rstrip("/").rsplit("/", 1)[0] for p in pages.torch]
+    names = listed_companions(companions)
+    jobs: list[Job] = [("index", root, name) for root in roots for name in names]
+    if jobs and client.deadline.left() <= 0 and pages.problems:
+        notes.append(f"{', '.join(names)}: not read ({client.deadline.reason()})")
+        return
+    results = client.map(lambda job: client.listing(job[1], job[2]), jobs,
+                         late=lambda job: client.late(listing_url(job[1], job[2])))
+    for job, got in zip(jobs, results):
+        pages.add(job, got)
 
 
 def _compare_defaults(

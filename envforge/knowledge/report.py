@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from envforge.knowledge.companions import Row, row_yaml
 from envforge.knowledge.listing import IndexProblem
 
 
@@ -18,7 +19,7 @@ class Finding:
     """One difference between an index and the table.
 
     kind: new-release, missing-release, yanked, python-range, default-build,
-    new-variant, missing-variant, numpy-new, numpy-python, numpy-yanked.
+    new-variant, missing-variant, numpy-new, numpy-python, numpy-yanked, companion-new.
     ``new`` is True when the index lists something the table lacks.
     """
 
@@ -67,6 +68,8 @@ class RefreshReport:
     proposed: tuple[dict[str, Any], ...]
     seconds: float
     requests: dict[str, int] = field(default_factory=dict)
+    #: companion rows proposed from new releases' metadata (for companions.yaml)
+    companions: tuple[Row, ...] = ()
 
     @property
     def new(self) -> tuple[Finding, ...]:
@@ -105,6 +108,7 @@ class RefreshReport:
             "notes": list(self.notes),
             "torch_versions": list(self.torch_versions),
             "proposed": list(self.proposed),
+            "proposed_companions": [_row_dict(r) for r in self.companions],
             "seconds": round(self.seconds, 3),
             "requests": dict(self.requests),
         }
@@ -130,6 +134,9 @@ class RefreshReport:
                        "NOT checked (problems below)")
         out.extend(f"note: {n}" for n in self.notes)
         out.extend(f"problem: {line}" for line in problem_lines(self.problems))
+        if self.companions:
+            out.append(f"proposed companion rows ({COMPANIONS_FILE}, review before use):")
+            out.extend(row_yaml(r) for r in self.companions)
         req = self.requests
         out.append(
             f"{len(self.torch_versions)} torch versions listed; {req.get('network', 0)} "
@@ -144,7 +151,26 @@ class RefreshReport:
             "# Every fact here comes from an index listing and is confidence: uncertain.\n"
         )
         body = {"schema": 1, "releases": list(self.proposed)}
-        return head + yaml.safe_dump(body, sort_keys=False, width=100)
+        tail = ""
+        if self.companions:
+            tail = (f"# proposed companion rows: review, then add them to {COMPANIONS_FILE}'s "
+                    "rows:\n" + "".join(f"# {row_yaml(r)}\n" for r in self.companions))
+        return head + yaml.safe_dump(body, sort_keys=False, width=100) + tail
+
+
+#: where companion rows live (they are no overlay rows: the overlay is compat.yaml's schema)
+COMPANIONS_FILE = "envforge/data/companions.yaml"
+
+
+def _row_dict(row: Row) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "package": row.package, "version": row.version, "torch": row.torch,
+        "requires": row.requires, "source": row.source, "checked": row.checked,
+        "confidence": row.confidence,
+    }
+    if row.note:
+        out["note"] = row.note
+    return out
 
 
 def problem_lines(problems: Sequence[IndexProblem]) -> list[str]:

@@ -11,7 +11,11 @@ Routes (every path ends with ``/<project>/`` like a simple-API project page):
 - ``/slow/<p>/``: answers after ``SLOW_SECONDS``; ``/bad/<p>/``: a truncated JSON page;
   anything unknown: 404.
 - ``/packages/.../<wheel>.metadata``: the recorded PEP 658 metadata of torch 2.13.0 cp311
-  (404 for every other wheel, as the real index does for many).
+  and torchvision 0.28.0 cp311 (404 for every other wheel, as the real index does for
+  many), and the written metadata of the ``/future`` companions (``FUTURE_METADATA``).
+- ``/simple/torchvision/``, ``/simple/torchaudio/``: the recorded PEP 691 pages;
+  ``/future/...`` adds torchvision 0.30.0 (requires torch==2.16.0) and torchaudio 2.12.0
+  (no torch requirement, like torchaudio 2.11.0).
 - ``/pypi/torch/json``: the recorded JSON API ``info`` of the newest torch.
 - ``/whl/<variant>/torch/``: PEP 503 pages of PyTorch variant indexes, built from the
   wheel names in ``VARIANT_FILES`` (the real variant indexes cannot be reached here).
@@ -34,6 +38,20 @@ PEP691 = "application/vnd.pypi.simple.v1+json"
 SLOW_SECONDS = 3.0
 ETAG = '"recorded-1"'
 METADATA = "torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl.metadata"
+RECORDED_METADATA = (METADATA, "torchvision-0.28.0-cp311-cp311-manylinux_2_28_x86_64.whl.metadata")
+COMPANIONS = ("torchvision", "torchaudio")
+#: the /future root: torch 2.16.0, then its companions, uploaded minutes later
+FUTURE_UPLOADS = {"torch": "2026-12-02T10:00:00Z", "torchvision": "2026-12-02T10:04:00Z",
+                  "torchaudio": "2026-12-02T10:05:00Z"}
+#: (project, old release renamed, new release)
+FUTURE_RELEASES = {"torch": ("2.15.0", "2.16.0"), "torchvision": ("0.29.2", "0.30.0"),
+                   "torchaudio": ("2.11.0", "2.12.0")}
+FUTURE_METADATA = {
+    "torchvision-0.30.0": "Metadata-Version: 2.1\nName: torchvision\nVersion: 0.30.0\n"
+    "Requires-Dist: numpy\nRequires-Dist: torch (==2.16.0)\n\n",
+    "torchaudio-2.12.0": "Metadata-Version: 2.1\nName: torchaudio\nVersion: 2.12.0\n"
+    "Requires-Dist: numpy\n\n",
+}
 VARIANT_FILES: dict[str, list[str]] = {
     "cpu": [
         f"torch-{v}+cpu-cp{py}-cp{py}-manylinux_2_28_x86_64.whl"
@@ -65,18 +83,29 @@ class IndexServer:
         return [r for r in self.requests if r.path == path]
 
 
-def _future_torch() -> bytes:
-    data: dict[str, Any] = json.loads((FIXTURES / "torch.json").read_text(encoding="utf-8"))
+def _future(project: str) -> bytes:
+    """The recorded page plus a release the table does not know (FUTURE_RELEASES)."""
+    data: dict[str, Any] = json.loads((FIXTURES / f"{project}.json").read_text(encoding="utf-8"))
+    old, new = FUTURE_RELEASES[project]
     extra = []
     for f in data["files"]:
-        if f["filename"].startswith("torch-2.15.0-"):
+        if f["filename"].startswith(f"{project}-{old}-"):
             g = copy.deepcopy(f)
-            g["filename"] = f["filename"].replace("2.15.0", "2.16.0")
-            g["url"] = f["url"].replace("2.15.0", "2.16.0")
+            g["filename"] = f["filename"].replace(old, new)
+            g["url"] = f["url"].replace(old, new)
+            g["upload-time"] = FUTURE_UPLOADS[project]
             extra.append(g)
     data["files"] += extra
-    data["versions"].append("2.16.0")
+    data["versions"].append(new)
     return json.dumps(data).encode()
+
+
+def _metadata(path: str) -> bytes | None:
+    name = path.rsplit("/", 1)[-1]
+    if name in RECORDED_METADATA:
+        return (FIXTURES / name).read_bytes()
+    written = FUTURE_METADATA.get(name.split("-cp", 1)[0].split("-py3", 1)[0])
+    return None if written is None else written.encode()
 
 
 def _variant_page(variant: str) -> bytes:
@@ -114,8 +143,9 @@ class _Handler(BaseHTTPRequestHandler):
         accept = self.headers.get("Accept", "")
         parts = [p for p in path.split("/") if p]
         if path.endswith(".metadata"):
-            if path.endswith("/" + METADATA):
-                self._send(200, (FIXTURES / METADATA).read_bytes(), "application/octet-stream")
+            body = _metadata(path)
+            if body is not None:
+                self._send(200, body, "application/octet-stream")
             else:
                 self._send(404)
             return
@@ -128,7 +158,7 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 self._send(404)
             return
-        if len(parts) != 2 or parts[1] not in ("torch", "numpy"):
+        if len(parts) != 2 or parts[1] not in ("torch", "numpy", *COMPANIONS):
             self._send(404)
             return
         kind, project = parts
@@ -136,14 +166,14 @@ class _Handler(BaseHTTPRequestHandler):
         if kind == "simple":
             if self.headers.get("If-None-Match") == ETAG:
                 self._send(304, etag=ETAG)
-            elif PEP691 in accept or project == "numpy":
+            elif PEP691 in accept or project != "torch":
                 self._send(200, json_page.read_bytes(), PEP691, ETAG)
             else:
                 self._send(200, (FIXTURES / "torch.html").read_bytes(), "text/html", ETAG)
         elif kind == "html" and project == "torch":
             self._send(200, (FIXTURES / "torch.html").read_bytes(), "text/html")
         elif kind == "future":
-            body = _future_torch() if project == "torch" else json_page.read_bytes()
+            body = _future(project) if project in FUTURE_RELEASES else json_page.read_bytes()
             self._send(200, body, PEP691)
         elif kind == "slow":
             time.sleep(SLOW_SECONDS)

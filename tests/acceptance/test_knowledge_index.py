@@ -63,6 +63,11 @@ def test_pep691_json_form(server: IndexServer, cli: Envforge) -> None:
     assert _kinds(data, "python-range") == []
     assert _kinds(data, "numpy-yanked") == []
     assert data["problems"] == []
+    # the companions' pages were read; the table knows every release they list
+    assert server.seen("/simple/torchvision/")
+    assert server.seen("/simple/torchaudio/")
+    assert _kinds(data, "companion-new") == []
+    assert data["proposed_companions"] == []
 
 
 def test_pep503_html_form_gives_the_same_releases(server: IndexServer, cli: Envforge) -> None:
@@ -165,6 +170,43 @@ def test_new_release_and_overlay(server: IndexServer, cli: Envforge, tmp_path: P
     table = parse_table(merged, str(out))
     assert table.release("2.16.0") is not None
     assert len(table.releases) == len(load_table().releases) + 1
+
+
+def test_new_companion_releases_are_proposed(
+    server: IndexServer, cli: Envforge, tmp_path: Path
+) -> None:
+    """torchvision 0.30.0 (torch==2.16.0) and torchaudio 2.12.0 (no torch requirement):
+    rows from their PEP 658 metadata; the second is uncertain and says so."""
+    out = tmp_path / "proposed.yaml"
+    _done, data = _refresh(cli, "--index", f"{server.url}/future", "-o", str(out))
+    assert _kinds(data, "companion-new") == ["torchvision 0.30.0", "torchaudio 2.12.0"]
+    today = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
+    rows = {r["package"]: r for r in data["proposed_companions"]}
+    vision, audio = rows["torchvision"], rows["torchaudio"]
+    assert (vision["version"], vision["torch"], vision["requires"], vision["confidence"]) == (
+        "0.30.0", "2.16.0", "==2.16.0", "verified")
+    assert vision["source"].startswith(f"{server.url}/packages/")
+    assert vision["source"].endswith("torchvision-0.30.0-py3-none-manylinux_2_28_x86_64"
+                                     ".whl.metadata")
+    assert vision["checked"] == today
+    # paired with torch 2.16.0, uploaded last before it
+    assert (audio["version"], audio["torch"], audio["requires"], audio["confidence"]) == (
+        "2.12.0", "2.16.0", "==2.16.0", "uncertain")
+    assert "names no torch requirement" in audio["note"]
+    metadata = [r.path for r in server.requests if r.path.endswith(".metadata")]
+    assert all(path.startswith("/packages/") for path in metadata)
+    # the text form prints the rows the way companions.yaml writes them
+    human = cli("knowledge", "refresh", "--no-pytorch-index", "--index", f"{server.url}/future")
+    assert human.returncode == 0, human.stderr
+    assert "  torchvision 0.30.0: listed; not in the companion table" in human.stdout
+    assert '  - {package: torchvision, version: "0.30.0", torch: "2.16.0", ' \
+        'requires: "==2.16.0", source: ' in human.stdout
+    assert "torchaudio 2.12.0: proposed uncertain: the wheel's METADATA names no torch " \
+        "requirement" in human.stdout
+    # -o: the overlay still loads as compat rows; the companion rows are comments in it
+    text = out.read_text(encoding="utf-8")
+    assert [r["series"] for r in yaml.safe_load(text)["releases"]] == ["2.16"]
+    assert "# proposed companion rows: review, then add them to " in text
 
 
 def test_status_current_and_behind(server: IndexServer, cli: Envforge) -> None:

@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
@@ -111,15 +112,45 @@ def test_propose_row_reads_requires_dist() -> None:
         "Metadata-Version: 2.1\nName: torchvision\nVersion: 0.30.0\n"
         "Requires-Dist: numpy\nRequires-Dist: torch (==2.16.0)\n\n"
     )
+    # the exact pin wins over the upload-date guess
     row = propose_row(
-        metadata, torch="2.16.0", source="https://127.0.0.1/p/", checked="2026-12-01"
+        metadata, torch="2.15.0", source="https://127.0.0.1/p/", checked="2026-12-01"
     )
     assert row is not None
-    assert (row.package, row.version, row.requires) == ("torchvision", "0.30.0", "==2.16.0")
+    assert (row.package, row.version, row.torch, row.requires, row.confidence) == (
+        "torchvision", "0.30.0", "2.16.0", "==2.16.0", "verified")
     assert 'requires: "==2.16.0"' in row_yaml(row)
-    # torchaudio 2.11.0's metadata names no torch: a person decides
+    later = metadata.replace("torch (==2.16.0)", "torch>=2.14.0")
+    row = propose_row(later, torch="2.14.1", source="https://x/", checked="d")
+    assert row is not None
+    assert (row.torch, row.requires, row.confidence) == ("2.14.1", ">=2.14.0", "verified")
+    outside = propose_row(later, torch="2.13.0", source="https://x/", checked="d")
+    assert outside is not None
+    assert outside.confidence == "uncertain"
+    assert propose_row(later, torch=None, source="https://x/", checked="d") is None
+    # an extra's requirement is no torch requirement
+    extra = metadata.replace("torch (==2.16.0)", "torch==2.0.0; extra == 'x'")
+    row = propose_row(extra, torch="2.16.0", source="https://x/", checked="d")
+    assert row is not None
+    assert row.confidence == "uncertain"
+    # torchaudio 2.11.0's metadata names no torch: proposed ==torch, uncertain, saying so
     bare = "Metadata-Version: 2.1\nName: torchaudio\nVersion: 2.11.0\n\n"
-    assert propose_row(bare, torch="2.11.0", source="https://x/", checked="d") is None
+    row = propose_row(bare, torch="2.11.0", source="https://x/", checked="d")
+    assert row is not None
+    assert (row.requires, row.confidence) == ("==2.11.0", "uncertain")
+    assert "names no torch requirement" in row.note
+    assert "confidence: uncertain" in row_yaml(row)
+    assert propose_row(bare, torch=None, source="https://x/", checked="d") is None
+    assert propose_row("Name: x\n\n", torch="2.11.0", source="https://x/", checked="d") is None
+
+
+def test_a_proposed_row_loads_as_a_table_row() -> None:
+    bare = "Metadata-Version: 2.1\nName: torchaudio\nVersion: 2.12.0\n\n"
+    row = propose_row(bare, torch="2.16.0", source='https://127.0.0.1/a "b"', checked="d")
+    assert row is not None
+    text = "schema: 1\nchecked: d\npackages:\n  torchaudio: {families: [cpu], local_tag: true}\n"
+    table = parse_companions(yaml.safe_load(f"{text}rows:\n{row_yaml(row)}\n"))
+    assert table.rows == (row,)
 
 
 # ----------------------------------------------------------------------------- the stack

@@ -1,0 +1,178 @@
+"""Companion rows proposed by ``knowledge refresh`` (issue 18 §1).
+
+For each companion the index lists with its own torch requirement (torchvision,
+torchaudio: the ``packages`` of ``companions.yaml`` that torch does not pin), the releases
+newer than the table's rows are read from the index's project page; for each, the PEP 658
+metadata of one wheel (``<wheel URL>.metadata``, never the wheel) gives its ``Requires-Dist:
+torch...`` line, which :func:`envforge.knowledge.companions.propose_row` turns into a row: ``==X``
+pairs it with X; another specifier, or none (torchaudio 2.11.0), is paired with the torch
+release uploaded last before it (PEP 700 upload times of the torch listing). Every request
+goes through the refresh's client (host policy, size limits, the one deadline).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from envforge.core.net import ALLOW_ENV, origin_of
+from envforge.knowledge.companions import CompanionTable, Row, propose_row
+from envforge.knowledge.index import IndexClient, IndexFile, IndexProblem, Listing
+from envforge.knowledge.report import Finding
+
+#: new releases of one companion whose metadata is read (the newest ones)
+NEW_RELEASES_CHECKED = 6
+#: wheels of one release whose PEP 658 metadata is tried before giving up
+METADATA_TRIES = 4
+
+
+@dataclass(frozen=True)
+class CompanionCheck:
+    """What the companion pages gave: proposed rows, findings, notes, problems."""
+
+    rows: tuple[Row, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    notes: tuple[str, ...] = ()
+    problems: tuple[IndexProblem, ...] = ()
+
+
+def listed_companions(companions: CompanionTable) -> tuple[str, ...]:
+    """The companions whose own metadata names the torch they need (not the Triton
+    packages: torch's metadata pins those)."""
+    return tuple(p.name for p in companions.packages if not p.pinned_by_torch)
+
+
+def new_releases(companions: CompanionTable, page: Listing) -> list[str]:
+    """The listed final releases newer than every row of the page's project (the newest
+    :data:`NEW_RELEASES_CHECKED`), oldest first."""
+    rows = companions.rows_of(page.project)
+    newest = max((Version(r.version) for r in rows), default=None)
+    listed = [v for v in page.versions() if own_files(page, v)
+              and (newest is None or Version(v) > newest)]
+    return listed[-NEW_RELEASES_CHECKED:]
+
+
+def own_files(page: Listing, version: str) -> list[IndexFile]:
+    """The files of a release whose name is the page's project (a page may list others)."""
+    return [f for f in page.files_of_version(version)
+            if canonicalize_name(f.filename.split("-", 1)[0]) == page.project]
+
+
+def first_uploads(pages: Sequence[Listing]) -> dict[str, str]:
+    """version -> its first upload time (``YYYY-MM-DDTHH:MM:SS``) over ``pages``."""
+    out: dict[str, str] = {}
+    for page in pages:
+        for f in page.files:
+            if f.upload_time and (f.version not in out or f.upload_time < out[f.version]):
+                out[f.version] = f.upload_time
+    return out
+
+
+def released_with(torch_uploads: dict[str, str], uploaded: str) -> str | None:
+    """The torch release uploaded last before ``uploaded`` (a companion is published
+    minutes after its torch); None without upload times."""
+    if not uploaded:
+        return None
+    before = [v for v, t in torch_uploads.items() if t <= uploaded]
+    return max(before, key=Version) if before else None
+
+
+def candidates(page: Listing, version: str) -> list[IndexFile]:
+    """The wheels of a release that may have metadata: Linux x86_64 first (the table's
+    rows were read from those), then the others, the listing's order within each."""
+    wheels = [f for f in own_files(page, version)
+              if f.is_wheel and f.has_metadata is not False and not f.yanked]
+    return [f for f in wheels if f.linux_x86_64] + [f for f in wheels if not f.linux_x86_64]
+
+
+#: (version, metadata text or "", its URL, failures, hosts the policy refused)
+_Read = tuple[str, str, str, list[IndexProblem], list[str]]
+
+
+def _read_one(client: IndexClient, page: Listing, version: str) -> _Read:
+    failed: list[IndexProblem] = []
+    hosts: list[str] = []
+    tried = 0
+    for f in candidates(page, version):
+        if tried >= METADATA_TRIES:
+            break
+        url = f.url + ".metadata"
+        if client.refusal(url) is not None:
+            origin = origin_of(url)
+            hosts.append(origin[1] if origin is not None else url.split(":", 1)[0] + " URLs")
+            continue  # a file host the user did not configure: a note, not a problem
+        tried += 1
+        got = client.metadata(f)
+        if isinstance(got, IndexProblem):
+            failed.append(got)
+            continue
+        return version, got, url, [], []
+    return version, "", "", failed, hosts
+
+
+def check_companions(
+    companions: CompanionTable,
+    client: IndexClient,
+    pages: Sequence[Listing],
+    torch_pages: Sequence[Listing],
+    day: str,
+) -> CompanionCheck:
+    """Read the metadata of every new companion release on ``pages`` and propose rows."""
+    jobs = [(page, v) for page in pages for v in new_releases(companions, page)]
+    if not jobs:
+        return CompanionCheck()
+    results = client.map(
+        lambda job: _read_one(client, job[0], job[1]), jobs,
+        late=lambda job: (job[1], "", "", [client.late(f"{job[0].url} ({job[1]} metadata)")],
+                          []),
+    )
+    torch_uploads = first_uploads(torch_pages)
+    rows: list[Row] = []
+    findings: list[Finding] = []
+    notes: list[str] = []
+    problems: list[IndexProblem] = []
+    for (page, version), (_, metadata, url, failed, hosts) in zip(jobs, results):
+        subject = f"{page.project} {version}"
+        findings.append(Finding("companion-new", subject,
+                                "listed; not in the companion table", page.url, new=True))
+        if not metadata:
+            problems.extend(p for p in failed if p.status != 404)
+            notes.append(f"{subject}: {_why_none(failed, hosts)}: no row proposed")
+            continue
+        row, note = _row(page, version, metadata=metadata, url=url,
+                         torch_uploads=torch_uploads, day=day)
+        if row is not None:
+            rows.append(row)
+        if note:
+            notes.append(f"{subject}: {note}")
+    return CompanionCheck(tuple(rows), tuple(findings), tuple(notes), tuple(problems))
+
+
+def _why_none(failed: Sequence[IndexProblem], hosts: Sequence[str]) -> str:
+    if hosts and not failed:
+        host = sorted(hosts)[0]
+        return (f"its wheels are on {host}, not a configured host (allow it with "
+                f"{ALLOW_ENV}={host})")
+    return "no wheel metadata answered (PEP 658)"
+
+
+def _row(
+    page: Listing, version: str, *, metadata: str, url: str, torch_uploads: dict[str, str],
+    day: str,
+) -> tuple[Row | None, str]:
+    uploaded = min((f.upload_time for f in own_files(page, version) if f.upload_time),
+                   default="")
+    torch = released_with(torch_uploads, uploaded)
+    row = propose_row(metadata, torch=torch, source=url, checked=day)
+    if row is None:
+        return None, ("its metadata names no release, or no torch requirement and no upload "
+                      "time tells which torch it was released with: no row proposed")
+    if (row.package, Version(row.version)) != (page.project, Version(version)):
+        return None, (f"its metadata ({url}) names {row.package} {row.version}: "
+                      "no row proposed")
+    if row.confidence != "verified":
+        return row, f"proposed {row.confidence}: {row.note}"
+    return row, ""
