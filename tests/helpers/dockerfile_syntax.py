@@ -202,10 +202,41 @@ def shell_words(script: str) -> list[str]:
     return list(lexer)
 
 
+def shell_commands(script: str) -> list[str]:
+    """A RUN step's script cut at its unquoted command separators (``;``, ``&&``, ``|``,
+    ``||``): a quoted ``';'`` stays inside its word."""
+    out: list[str] = []
+    cur: list[str] = []
+    quote = ""
+    i = 0
+    while i < len(script):
+        c = script[i]
+        if quote == "'":
+            quote = "" if c == "'" else quote
+        elif c == "\\" and i + 1 < len(script):
+            cur.append(c + script[i + 1])
+            i += 2
+            continue
+        elif quote == '"':
+            quote = "" if c == '"' else quote
+        elif c in "'\"":
+            quote = c
+        elif c in ";|&" and (c != "&" or script.startswith("&&", i)):
+            out.append("".join(cur))
+            cur = []
+            i += 2 if script.startswith(("&&", "||"), i) else 1
+            continue
+        cur.append(c)
+        i += 1
+    out.append("".join(cur))
+    return out
+
+
 def install_requirements(script: str) -> list[str]:
     """The requirement words of a RUN step's first install command: after its first
     ``--``, up to the end of that command."""
-    words = shell_words(script)
-    start = words.index("--") + 1
-    end = next((i for i in range(start, len(words)) if words[i] in {";", "&&", "|", "||"}), None)
-    return words[start:end]
+    for command in shell_commands(script):
+        words = shlex.split(command)
+        if "--" in words:
+            return words[words.index("--") + 1 :]
+    raise ValueError("no install command with -- in the script")

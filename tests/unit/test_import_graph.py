@@ -19,7 +19,8 @@ ALLOWED: dict[str, str] = {
     # pushing and pulling certified images is Docker-bound by nature (registries of OCI
     # images); neither is a step every backend has
     "publish/push.py": "push/pull of certified images",
-    "cli/images.py": "publish and verify, and certify's IMAGE refs: images on an engine",
+    "cli/images.py": "publish and certify's IMAGE refs: images on an engine",
+    "cli/registry.py": "verify --pull/--no-pull and pull: images on an engine",
 }
 
 

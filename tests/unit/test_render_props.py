@@ -184,6 +184,7 @@ def test_hostile_products(products: list[str]) -> None:
 @example(package="foo; touch /pwned")
 @example(package="--index-url=http://x.invalid/")
 @example(package="'")
+@example(package=";")
 def test_hostile_package(package: str) -> None:
     recipe = dataclasses.replace(BASE, packages=(BASE.packages[0], package, BASE.packages[1]))
     for options in OPTIONS:
