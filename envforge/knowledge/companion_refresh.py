@@ -8,6 +8,11 @@ torch...`` line, which :func:`envforge.knowledge.companions.propose_row` turns i
 pairs it with X; another specifier, or none (torchaudio 2.11.0), is paired with the torch
 release uploaded last before it (PEP 700 upload times of the torch listing). Every request
 goes through the refresh's client (host policy, size limits, the one deadline).
+
+The Triton packages name no torch: torch's metadata pins them (``Requires-Dist:
+triton==3.7.1``), so :func:`check_pinned` reads the metadata of each torch release newer
+than their rows, on the package index (CUDA builds: ``triton``) and on the variant indexes
+the refresh read (``+rocm``: ``pytorch-triton-rocm`` / ``triton-rocm``).
 """
 
 from __future__ import annotations
@@ -15,12 +20,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from envforge.core.net import ALLOW_ENV, origin_of
-from envforge.knowledge.companions import CompanionTable, Row, propose_row
-from envforge.knowledge.index import IndexClient, IndexFile, IndexProblem, Listing
+from envforge.knowledge.companions import CompanionTable, Family, Row, family_of, propose_row
+from envforge.knowledge.index import IndexClient, IndexFile, IndexProblem, Listing, requires_dist
 from envforge.knowledge.report import Finding
 
 #: new releases of one companion whose metadata is read (the newest ones)
@@ -176,3 +182,95 @@ def _row(
     if row.confidence != "verified":
         return row, f"proposed {row.confidence}: {row.note}"
     return row, ""
+
+
+# --------------------------------------------------------------------------- Triton
+
+
+def pinned_by_family(companions: CompanionTable) -> dict[Family, tuple[str, ...]]:
+    """family -> the companions torch's own metadata pins there (triton for CUDA builds,
+    pytorch-triton-rocm / triton-rocm for ROCm builds)."""
+    out: dict[Family, tuple[str, ...]] = {}
+    for p in companions.packages:
+        if p.pinned_by_torch:
+            for fam in p.families:
+                out[fam] = (*out.get(fam, ()), p.name)
+    return out
+
+
+def new_torch_releases(companions: CompanionTable, names: Sequence[str],
+                       page: Listing) -> list[str]:
+    """Torch releases on ``page`` newer than every row of ``names`` (the newest
+    :data:`NEW_RELEASES_CHECKED`), oldest first."""
+    known = [Version(r.torch) for n in names for r in companions.rows_of(n)]
+    newest = max(known, default=None)
+    listed = [v for v in page.versions() if newest is None or Version(v) > newest]
+    return listed[-NEW_RELEASES_CHECKED:]
+
+
+def pinned_rows(metadata: str, names: Sequence[str], torch: str, source: str,
+                day: str) -> list[Row]:
+    """The rows torch's metadata gives for the pinned companions ``names``
+    (``Requires-Dist: triton==3.7.1; platform_system == "Linux"``; ``~=3.9.0`` becomes
+    ``accepts``)."""
+    rows = []
+    for line in requires_dist(metadata):
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        name = canonicalize_name(req.name)
+        specs = list(req.specifier)
+        if name not in names or len(specs) != 1 or "extra" in str(req.marker or ""):
+            continue
+        spec = specs[0]
+        version = spec.version.split("+", 1)[0]
+        try:
+            Version(version)
+        except InvalidVersion:
+            continue
+        exact = spec.operator in ("==", "===")
+        rows.append(Row(package=name, version=version, torch=torch, requires=f"=={torch}",
+                        source=source, checked=day, confidence="verified",
+                        accepts=None if exact else str(spec)))
+    return rows
+
+
+def check_pinned(
+    companions: CompanionTable,
+    client: IndexClient,
+    torch_pages: Sequence[tuple[str | None, Listing]],
+    day: str,
+) -> CompanionCheck:
+    """Rows for the Triton packages from the metadata of each torch release newer than
+    their rows: ``torch_pages`` are (variant, listing), None for the package index (its
+    default build is a CUDA build)."""
+    families = pinned_by_family(companions)
+    jobs: list[tuple[Listing, str, tuple[str, ...]]] = []
+    for variant, page in torch_pages:
+        names = families.get("cuda" if variant is None else family_of(variant), ())
+        if names:
+            jobs += [(page, v, names) for v in new_torch_releases(companions, names, page)]
+    if not jobs:
+        return CompanionCheck()
+    results = client.map(
+        lambda job: _read_one(client, job[0], job[1]), jobs,
+        late=lambda job: (job[1], "", "", [client.late(f"{job[0].url} ({job[1]} metadata)")],
+                          []),
+    )
+    rows: dict[tuple[str, str, str], Row] = {}
+    notes: list[str] = []
+    problems: list[IndexProblem] = []
+    for (page, version, names), (_, metadata, url, failed, hosts) in zip(jobs, results):
+        subject = f"{' / '.join(names)} for torch {version} ({page.url})"
+        if not metadata:
+            problems.extend(p for p in failed if p.status != 404)
+            notes.append(f"{subject}: {_why_none(failed, hosts)}: no row proposed")
+            continue
+        found = pinned_rows(metadata, names, version, url, day)
+        if not found:
+            notes.append(f"{subject}: its metadata pins none of them: no row proposed")
+        for row in found:
+            rows.setdefault((row.package, row.version, row.torch), row)
+    return CompanionCheck(rows=tuple(rows.values()), notes=tuple(notes),
+                          problems=tuple(problems))

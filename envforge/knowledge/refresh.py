@@ -25,7 +25,11 @@ from packaging.version import Version
 
 from envforge.core.net import ALLOW_ENV, origin_of
 from envforge.errors import Unavailable
-from envforge.knowledge.companion_refresh import check_companions, listed_companions
+from envforge.knowledge.companion_refresh import (
+    check_companions,
+    check_pinned,
+    listed_companions,
+)
 from envforge.knowledge.companions import CompanionTable, load_companions
 from envforge.knowledge.index import (
     IndexClient,
@@ -146,9 +150,11 @@ def refresh(
     for variant, vpage in pages.variants:
         findings += _compare_variant(table, variant, vpage)
     found = check_companions(companion_table, client, pages.companions, pages.torch, day)
+    pinned = check_pinned(companion_table, client,
+                          [*((None, p) for p in pages.torch), *pages.variants], day)
     findings += found.findings
-    notes += found.notes
-    pages.problems += found.problems
+    notes += found.notes + pinned.notes
+    pages.problems += found.problems + pinned.problems
     stats = client.stats
     return RefreshReport(
         date=day,
@@ -158,7 +164,7 @@ def refresh(
         notes=tuple(notes),
         torch_versions=tuple(sorted(listed, key=version_key)),
         proposed=tuple(propose(table, findings, pages.torch, pages.variants, defaults, day)),
-        companions=found.rows,
+        companions=found.rows + pinned.rows,
         seconds=time.monotonic() - started,
         requests={
             "network": stats.network,

@@ -11,7 +11,7 @@ from packaging.version import Version
 
 from envforge.core.net import Deadline, Policy
 from envforge.knowledge import load_table
-from envforge.knowledge.companion_refresh import check_companions
+from envforge.knowledge.companion_refresh import check_companions, check_pinned
 from envforge.knowledge.companions import load_companions
 from envforge.knowledge.index import IndexClient, IndexProblem, Listing, pip_index_url
 
@@ -65,7 +65,8 @@ def test_companion_metadata_proposes_the_tables_rows() -> None:
     torch = probe.listing(root, "torch")
     assert isinstance(torch, Listing), torch
     # the metadata files live beside the wheels, wherever the index puts them
-    hosts = {f.url.split("/", 3)[2] for f in page.files_of_version("0.28.0")}
+    hosts = {f.url.split("/", 3)[2]
+             for f in (*page.files_of_version("0.28.0"), *torch.files_of_version("2.13.0"))}
     client = IndexClient(policy=Policy.for_urls([root, *(f"https://{h}" for h in hosts)]),
                          deadline=Deadline.start(120))
     shipped = load_companions()
@@ -81,3 +82,14 @@ def test_companion_metadata_proposes_the_tables_rows() -> None:
         assert (row.torch, row.requires, row.confidence) == (
             want.torch, want.requires, want.confidence), row
         assert row.source.endswith(".whl.metadata")
+    # triton: torch's own metadata pins it (torch 2.13.0's answers here)
+    earlier = dataclasses.replace(shipped, rows=tuple(
+        r for r in shipped.rows
+        if r.package != "triton" or Version(r.torch) < Version("2.13.0")))
+    pinned = check_pinned(earlier, client, [(None, torch)], "2026-11-25")
+    assert pinned.rows, pinned.notes
+    for row in pinned.rows:
+        want = next((r for r in shipped.rows_of("triton") if r.torch == row.torch), None)
+        assert want is not None, row
+        assert (row.version, row.accepts, row.requires) == (
+            want.version, want.accepts, want.requires), row

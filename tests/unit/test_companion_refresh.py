@@ -20,6 +20,8 @@ from envforge.knowledge.companion_refresh import (
     NEW_RELEASES_CHECKED,
     CompanionCheck,
     check_companions,
+    check_pinned,
+    pinned_rows,
     released_with,
 )
 from envforge.knowledge.companions import CompanionTable, load_companions
@@ -235,3 +237,69 @@ def test_released_with_picks_the_last_torch_uploaded_before() -> None:
     torch = _torch_pages()[0]
     assert next(f for f in torch.files if f.version == "2.13.0").upload_time.startswith(
         "2026-07-08T")
+
+
+# ----------------------------------------------------------------------------- Triton
+
+TORCH_META = "torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl.metadata"
+
+
+def _variant_page(variant: str, version: str) -> Listing:
+    links = "".join(
+        f'<a href="/whl/{variant}/torch-{version}%2B{variant}-cp3{m}-cp3{m}-'
+        f'manylinux_2_28_x86_64.whl">torch-{version}+{variant}-cp3{m}-cp3{m}-'
+        f'manylinux_2_28_x86_64.whl</a>\n' for m in (11, 12))
+    url = f"http://127.0.0.1:9/whl/{variant}/torch/"
+    got = parse_listing(f"<html><body>{links}</body></html>".encode(), "text/html", url,
+                        "torch")
+    assert isinstance(got, Listing), got
+    return got
+
+
+def test_torchs_recorded_metadata_proposes_the_tables_triton_row() -> None:
+    shipped = load_companions()
+    earlier = replace(shipped, rows=tuple(
+        r for r in shipped.rows
+        if r.package != "triton" or Version(r.torch) < Version("2.13.0")))
+    page = _torch_pages()[0]
+    url = _metadata_url(page, TORCH_META.removesuffix(".metadata"))
+    client = _client({url: (FIXTURES / TORCH_META).read_bytes()})
+    found = check_pinned(earlier, client, [(None, page)], DAY)
+    # 2.14.0, 2.14.1 and 2.15.0's metadata is a 404 here (as on the index): notes
+    assert [r.torch for r in found.rows] == ["2.13.0"]
+    [row] = found.rows
+    want = next(r for r in shipped.rows_of("triton") if r.torch == "2.13.0")
+    assert (row.package, row.version, row.requires, row.accepts, row.confidence) == (
+        want.package, want.version, want.requires, want.accepts, want.confidence)
+    assert row.source == url
+    assert any(n.startswith("triton for torch 2.15.0 (") and "no wheel metadata" in n
+               for n in found.notes)
+    assert found.problems == ()
+
+
+def test_a_rocm_variant_index_gives_the_rocm_triton_row() -> None:
+    page = _variant_page("rocm7.2", "2.15.0")
+    meta = (b"Metadata-Version: 2.1\nName: torch\nVersion: 2.15.0+rocm7.2\n"
+            b"Requires-Dist: filelock\nRequires-Dist: triton-rocm==3.9.0+gitabc; "
+            b'platform_system == "Linux"\n\n')
+    bodies = {f.url + ".metadata": meta for f in page.files}
+    client = _client(bodies)
+    found = check_pinned(load_companions(), client,
+                         [("rocm7.2", page), ("cpu", _variant_page("cpu", "2.16.0"))], DAY)
+    [row] = found.rows
+    assert (row.package, row.version, row.torch, row.requires, row.accepts) == (
+        "triton-rocm", "3.9.0", "2.15.0", "==2.15.0", None)
+    assert row.confidence == "verified"
+    assert len(client.asked) == 1  # the cpu index: torch pins no Triton there
+    # a build whose metadata pins no Triton: a note
+    bare = dict.fromkeys(bodies, b"Metadata-Version: 2.1\nName: torch\nVersion: 2.15.0\n\n")
+    found = check_pinned(load_companions(), _client(bare), [("rocm7.2", page)], DAY)
+    assert found.rows == ()
+    assert any("pins none of them" in n for n in found.notes)
+
+
+def test_a_compatible_release_pin_becomes_accepts() -> None:
+    meta = ("Name: torch\nVersion: 2.15.0\nRequires-Dist: triton~=3.9.0; platform_system == "
+            '"Linux"\nRequires-Dist: triton==1.0; extra == "old"\n\n')
+    [row] = pinned_rows(meta, ("triton",), "2.15.0", "https://127.0.0.1/m", DAY)
+    assert (row.version, row.accepts, row.requires) == ("3.9.0", "~=3.9.0", "==2.15.0")
