@@ -148,8 +148,8 @@ def lock_path(recipe: Recipe, stack: Stack | None = None) -> Path | None:
     if path is None or not path.is_file():
         return None
     stack = stack_of(recipe) if stack is None else stack
-    if lock_digest(path) != inputs_digest(recipe, stack):
-        return None
+    if stack.package_indexes or lock_digest(path) != inputs_digest(recipe, stack):
+        return None  # (a stack with a package from its own index has no lock: write_lock)
     check_lock(path, recipe.name, direct_references(stack))
     return path
 
@@ -466,6 +466,14 @@ def write_lock(
     resolution without being installed; ``command`` is how to write the lock again."""
     check_inputs(wheelhouse, ca_bundle)
     stack = stack_of(recipe) if stack is None else stack
+    if stack.package_indexes:
+        first = stack.package_indexes[0]
+        raise InvalidInput(
+            f"{recipe.origin}: packages: {first.name} comes from its own index "
+            f"({first.url}), which a lock file cannot carry (it names no index per package)",
+            hint=f"name the wheel by its URL instead ({first.name} @ https://.../FILE.whl"
+            "#sha256=<64 hex>), which the lock carries with its hash",
+        )
     check_wheelhouse(stack, wheelhouse)
     command = command or f"envforge lock {recipe.name}"
     target = output or default_lock_file(recipe)

@@ -22,7 +22,7 @@ from envforge.errors import ConstraintViolation, InvalidInput
 from envforge.knowledge import load_table, variant_of
 from envforge.knowledge.companions import CompanionTable, Row, family_of, load_companions
 from envforge.knowledge.table import CompatTable
-from envforge.recipe.model import Recipe
+from envforge.recipe.model import PackageIndex, Recipe
 
 IndexForm = Literal["index-url", "extra-index-url"]
 
@@ -77,6 +77,8 @@ class Stack:
     packages: tuple[str, ...] = ()
     #: A project's own requirements (added on top; empty for a plain recipe).
     project: tuple[str, ...] = ()
+    #: ``packages`` entries that come from an index of their own, and from nowhere else.
+    package_indexes: tuple[PackageIndex, ...] = ()
 
     @property
     def numpy(self) -> str:
@@ -92,6 +94,22 @@ class Stack:
             *self.packages,
             *self.project,
         )
+
+    def indexed_lines(self) -> tuple[tuple[str, str], ...]:
+        """(requirement, index URL) of each package that comes from its own index only."""
+        urls = {p.name: p.url for p in self.package_indexes}
+        out = []
+        for line in self.packages:
+            name = requirement_name(line)
+            if name in urls:
+                out.append((line, urls[name]))
+        return tuple(out)
+
+    def install_lines(self) -> tuple[str, ...]:
+        """:meth:`requirement_lines` less the packages from their own index (installed from
+        there by a step of their own, :meth:`indexed_lines`)."""
+        skip = {line for line, _ in self.indexed_lines()}
+        return tuple(line for line in self.requirement_lines() if line not in skip)
 
     def first_layer(self) -> tuple[str, ...]:
         """What is installed from the stack's index (or the wheelhouse) alone, never the
@@ -135,6 +153,12 @@ class Stack:
         return replace(self, project=tuple(requirements))
 
     def to_dict(self) -> dict[str, Any]:
+        data = self._data()
+        if self.package_indexes:  # absent otherwise: the output stays as it was
+            data["package_indexes"] = {p.name: p.url for p in self.package_indexes}
+        return data
+
+    def _data(self) -> dict[str, Any]:
         return {
             "torch": self.torch,
             "torch_version": self.torch_version,
@@ -235,7 +259,9 @@ def stack_of(
         load_companions() if companions is None else companions,
         load_table() if table is None else table,
     )
-    return replace(base, companions=pins, packages=rest)
+    return replace(
+        base, companions=pins, packages=rest, package_indexes=recipe.package_indexes
+    )
 
 
 # --------------------------------------------------------------------------- packages

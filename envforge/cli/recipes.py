@@ -111,6 +111,8 @@ def show(
         out(f"  companions {' '.join(c.requirement for c in stack.companions)}")
     if stack.packages:
         out(f"  packages   {' '.join(stack.packages)}")
+    for line, url in stack.indexed_lines():
+        out(f"  index      {line} only from {url}")
     out(f"  recipe     {recipe.origin} ({recipe.hash[:19]})")
     if unknown:
         what = "; ".join(f"[{v.rule}] {v.message}" for v in unknown)

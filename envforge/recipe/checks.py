@@ -173,6 +173,11 @@ def pin_problem(text: str) -> tuple[str, str] | None:
     return None
 
 
+_INDEX_RE = re.compile(
+    r"(?:https://[A-Za-z0-9.-]+(?::\d{1,5})?|http://127\.0\.0\.1(?::\d{1,5})?)(?:/[^\s?#@]*)?"
+)
+
+
 def url_problem(text: str, req: Requirement) -> tuple[str, str] | None:
     """A ``name @ URL`` entry must name one wheel (``.whl``) by an https URL (http only
     to 127.0.0.1) with its sha256 in the fragment, ``#sha256=<64 lowercase hex>``: the
@@ -206,6 +211,29 @@ def url_problem(text: str, req: Requirement) -> tuple[str, str] | None:
     if wheel_name != name:
         return (f"{text!r}: the wheel {filename!r} is {wheel_name}, not {req.name}",
                 f"write it as {wheel_name} @ {url}")
+    return None
+
+
+def index_entry_problem(text: str) -> tuple[str, str] | None:
+    """A package from its own index: a ``name==VERSION`` pin (pin_problem has passed),
+    not a URL and not a member of the torch family (which comes from the stack's index)."""
+    req = Requirement(text)
+    name = canonicalize_name(req.name)
+    if req.url:
+        return (f"{text!r} is a URL: a package from an index is written name==VERSION",
+                "drop index: for a wheel URL, or write the entry as name==VERSION")
+    if name == "torch" or name in companion_names():
+        return (f"{text!r}: {req.name} is part of the torch family, which comes only from "
+                "the stack's index (torch.index) or a --wheelhouse",
+                f"write it as a plain entry ({req.name}) without index:")
+    return None
+
+
+def index_url_problem(url: str) -> tuple[str, str] | None:
+    """A per-package index: a PEP 503 simple index over https (http only to 127.0.0.1)."""
+    if not _INDEX_RE.fullmatch(url):
+        return (f"{url!r} is not an https:// index URL (http:// only to 127.0.0.1; no "
+                "user, query or fragment)", "write it like https://HOST/PATH/simple")
     return None
 
 
@@ -285,6 +313,10 @@ def check_renderable(recipe: Recipe) -> None:
         c.text(f"gpu.products[{i}]", product)
     for i, pkg in enumerate(recipe.packages):
         c.text(f"packages[{i}]", pkg)
+    for entry in recipe.package_indexes:
+        problem = text_problem(entry.url) or index_url_problem(entry.url)
+        if problem is not None:
+            raise c.fail(f"packages: {entry.name}.index", problem)
     for e in recipe.env:
         problem = text_problem(e.name) or env_name_problem(e.name)
         if problem is not None:

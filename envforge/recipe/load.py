@@ -13,6 +13,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
 from envforge.core import yamlcheck
 from envforge.core.patterns import (
     CONFIDENCES,
@@ -30,6 +33,8 @@ from envforge.recipe.checks import (
     check_meaning,
     check_renderable,
     env_name_problem,
+    index_entry_problem,
+    index_url_problem,
     numpy_problem,
     pin_problem,
     step_timeout_problem,
@@ -43,6 +48,7 @@ from envforge.recipe.model import (
     EnvVar,
     Gpu,
     KnownIssue,
+    PackageIndex,
     Recipe,
     Torch,
 )
@@ -67,6 +73,8 @@ SCHEMA: dict[str, Any] = {
 REQUIRED = ("name", "description", "gpu", "base_image", "python", "torch", "numpy")
 ENV_ENTRY = ("value", "why", "evidence", "confidence")
 ISSUE = ("symptom", "workaround", "evidence")
+#: A ``packages`` entry from its own index.
+PACKAGE_ENTRY = ("name", "index")
 
 def _all_paths(schema: Mapping[str, Any], prefix: str = "") -> list[str]:
     out: list[str] = []
@@ -227,9 +235,7 @@ def parse_recipe(data: object, source: str, base_dir: Path | None = None) -> Rec
     numpy = r.text(top["numpy"], "numpy")
     _refuse(r, "numpy", numpy_problem(numpy))
 
-    packages = r.texts(top.get("packages"), "packages")
-    for i, pkg in enumerate(packages):
-        _refuse(r, f"packages[{i}]", pin_problem(pkg))
+    packages, indexes = _parse_packages(r, top.get("packages"))
 
     env = _parse_env(r, top.get("env"))
     issues = _parse_issues(r, top.get("known_issues"))
@@ -246,6 +252,7 @@ def parse_recipe(data: object, source: str, base_dir: Path | None = None) -> Rec
         torch=torch,
         numpy=numpy,
         packages=packages,
+        package_indexes=indexes,
         env=env,
         known_issues=issues,
         certify=certify,
@@ -255,6 +262,36 @@ def parse_recipe(data: object, source: str, base_dir: Path | None = None) -> Rec
     check_renderable(recipe)
     check_meaning(recipe)
     return recipe
+
+
+def _parse_packages(r: Reader, raw: object) -> tuple[tuple[str, ...], tuple[PackageIndex, ...]]:
+    """``packages``: requirement texts, or ``{name: REQUIREMENT, index: URL}`` for a
+    package that comes from that index only (a pinned requirement, not torch's family)."""
+    if raw is None or raw == []:
+        return (), ()
+    items = [raw] if isinstance(raw, (str, dict)) else raw
+    if not isinstance(items, list):
+        raise r.fail("packages", f"expected a list, got {yamlcheck.kind(raw)}")
+    packages: list[str] = []
+    indexes: list[PackageIndex] = []
+    for i, item in enumerate(items):
+        key = f"packages[{i}]"
+        if not isinstance(item, dict):
+            text = r.text(item, key)
+            _refuse(r, key, pin_problem(text))
+            packages.append(text)
+            continue
+        body = r.mapping(item, key, PACKAGE_ENTRY, PACKAGE_ENTRY)
+        text = r.text(body["name"], f"{key}.name")
+        url = r.text(body["index"], f"{key}.index")
+        _refuse(r, f"{key}.name", pin_problem(text) or index_entry_problem(text))
+        _refuse(r, f"{key}.index", index_url_problem(url))
+        name = canonicalize_name(Requirement(text).name)
+        if any(p.name == name for p in indexes):
+            raise r.fail(f"{key}.name", f"{name} is listed twice", "list each package once")
+        packages.append(text)
+        indexes.append(PackageIndex(name=name, url=url))
+    return tuple(packages), tuple(indexes)
 
 
 def _refuse(r: Reader, path: str, problem: tuple[str, str] | None) -> None:

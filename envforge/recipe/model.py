@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
 from envforge.core.patterns import Confidence
 
 Vendor = Literal["amd", "nvidia", "none"]
@@ -37,6 +40,15 @@ class Gpu:
 class Torch:
     version: str
     index: str | None
+
+
+@dataclass(frozen=True)
+class PackageIndex:
+    """A ``packages`` entry that comes from its own index only (``{name: REQ, index: URL}``):
+    ``name`` is the canonical distribution name, ``url`` the index as written."""
+
+    name: str
+    url: str
 
 
 @dataclass(frozen=True)
@@ -77,6 +89,8 @@ class Recipe:
     rocm: str | None = None
     cuda: str | None = None
     packages: tuple[str, ...] = ()
+    #: The ``packages`` entries pinned to an index of their own (by canonical name).
+    package_indexes: tuple[PackageIndex, ...] = ()
     env: tuple[EnvVar, ...] = ()
     known_issues: tuple[KnownIssue, ...] = ()
     certify: CertifySettings = field(default_factory=CertifySettings)
@@ -120,7 +134,7 @@ class Recipe:
             "cuda": self.cuda,
             "torch": {"version": self.torch.version, "index": self.torch.index},
             "numpy": self.numpy,
-            "packages": list(self.packages),
+            "packages": self._packages_data(),
             "env": {
                 e.name: {
                     "value": e.value,
@@ -142,6 +156,19 @@ class Recipe:
             "sources": list(self.sources),
         }
 
+    def index_of(self, requirement: str) -> str | None:
+        """The index a ``packages`` entry is pinned to; None: the stack's usual sources."""
+        name = _canonical_name(requirement)
+        return next((p.url for p in self.package_indexes if p.name == name), None)
+
+    def _packages_data(self) -> list[Any]:
+        """``packages`` as the recipe file writes it (an entry with an index: a mapping)."""
+        out: list[Any] = []
+        for entry in self.packages:
+            index = self.index_of(entry) if self.package_indexes else None
+            out.append(entry if index is None else {"name": entry, "index": index})
+        return out
+
     @property
     def hash(self) -> str:
         """sha256 over the recipe's content and the content of its extra check files.
@@ -152,6 +179,13 @@ class Recipe:
         data["certify"]["extra_checks"] = [_file_digest(p) for p in self.certify.extra_checks]
         blob = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
         return "sha256:" + hashlib.sha256(blob).hexdigest()
+
+
+def _canonical_name(requirement: str) -> str | None:
+    try:
+        return canonicalize_name(Requirement(requirement).name)
+    except InvalidRequirement:
+        return None
 
 
 def _file_digest(path: Path) -> str:

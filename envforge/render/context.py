@@ -25,6 +25,7 @@ from envforge.host.platforms import PLATFORMS
 from envforge.knowledge import unknowns
 from envforge.recipe.checks import check_renderable
 from envforge.recipe.model import Recipe
+from envforge.render.indexes import SOURCES_FILE, PipIndexed, index_sources, pip_indexed
 from envforge.render.quoting import check_one_line, docker_quote, shell_quote
 from envforge.stack import IndexForm, Stack, stack_of
 
@@ -177,6 +178,11 @@ class VenvContext:
     env: tuple[EnvLine, ...]
     #: The stack the context was made from.
     stack: Stack
+    #: The packages from their own index: the pyproject.toml lines uv reads them from
+    #: (raw, and as shell words), and for pip each one to download alone.
+    index_sources: tuple[str, ...] = ()
+    index_source_words: tuple[str, ...] = ()
+    pip_indexed: tuple[PipIndexed, ...] = ()
 
 
 def _check_recipe(recipe: Recipe, options: RenderOptions) -> str:
@@ -316,15 +322,17 @@ def _installs(
             ]
         )
 
-    def choose(uv_cmd: str, pip_cmd: str) -> list[str]:
+    def choose(uv_cmd: str | list[str], pip_cmd: str | list[str]) -> list[str]:
+        uv_lines = [uv_cmd] if isinstance(uv_cmd, str) else uv_cmd
+        pip_lines = [pip_cmd] if isinstance(pip_cmd, str) else pip_cmd
         if options.installer == "pip":
-            return [pip_cmd]
+            return pip_lines
         return [
             f"if [ -x {uv} ]; then",
-            f"    {uv_cmd}",
+            *(f"    {line}" for line in uv_lines),
             "else",
             f"    {no_uv}",
-            f"    {pip_cmd}",
+            *(f"    {line}" for line in pip_lines),
             "fi",
         ]
 
@@ -371,16 +379,18 @@ def _installs(
             rest_lines.append(f"{listing} > {before}")
     else:
         # torch repeated (with the torch layer's pins as constraints), so nothing moves it
-        reqs = " ".join(shell_quote(r) for r in stack.requirement_lines())
+        reqs = " ".join(shell_quote(r) for r in stack.install_lines())
         pins = f"{staging}/torch-layer.txt"
         rest_lines += [
             f"{python} -m pip freeze --all --disable-pip-version-check > {pins}",
             f"{listing} > {before}",
-            *choose(
-                f"{uv_pip} -c {pins} {rest_words} -- {reqs}",
-                f"{pip} --no-compile -c {pins} {rest_words} -- {reqs}",
-            ),
         ]
+        uv_extra, pip_lines, pip_extra = _indexed_steps(stack, options, pip)
+        rest_lines += uv_extra[:1]
+        rest_lines += choose(
+            f"{uv_pip} -c {pins} {rest_words}{uv_extra[1] if uv_extra else ''} -- {reqs}",
+            [*pip_lines, f"{pip} --no-compile -c {pins} {rest_words} -- {reqs}{pip_extra}"],
+        )
     rest_lines += [
         f"{listing} > {after}",
         f"if LC_ALL=C comm -23 {before} {after} | grep -q .; then",
@@ -397,6 +407,30 @@ def _installs(
         f"rm -f {before} {after}",
     ]
     return uv_step, _script(torch_lines), _script(rest_lines)
+
+
+def _indexed_steps(
+    stack: Stack, options: RenderOptions, pip: str
+) -> tuple[list[str], list[str], str]:
+    """The packages from their own index in the image's rest step: (for uv: the line that
+    writes their pyproject.toml and the `` -r FILE`` words; for pip: the lines that
+    download each one alone, and the ``name @ file://...`` words naming the downloads)."""
+    sources = index_sources(stack, options.mirrors)
+    if not sources:
+        return [], [], ""
+    folder = f"{STAGING_DIR}/indexes"
+    uv_extra = [f"mkdir -p {folder} && {_printf(sources, f'{folder}/{SOURCES_FILE}')}",
+                f" -r {folder}/{SOURCES_FILE}"]
+    pip_lines: list[str] = []
+    words = ""
+    for i, entry in enumerate(pip_indexed(stack, options.mirrors)):
+        pip_lines += [
+            f"{pip.replace(' install ', ' download ', 1)} --no-deps --index-url {entry.url}"
+            f" -d {folder}/{i} -- {entry.requirement}",
+            f"indexed_{i}=$(ls -d {folder}/{i}/*)",
+        ]
+        words += f' {entry.name}" @ file://$indexed_{i}"'
+    return uv_extra, pip_lines, words
 
 
 def docker_context(
@@ -458,7 +492,8 @@ def docker_context(
 
 def _requirement_file_lines(recipe: Recipe, stack: Stack, constraints: bool) -> tuple[str, ...]:
     """Lines for a requirements file, which has its own option syntax (``-r``, ``--hash``):
-    only plain PEP 508 requirements can be written there."""
+    only plain PEP 508 requirements can be written there (the packages from their own
+    index are not: they are installed from it, see :func:`index_sources`)."""
     lines = stack.constraint_lines() if constraints else stack.requirement_lines()
     for key, line in zip(stack.requirement_keys(), lines):
         try:
@@ -468,7 +503,7 @@ def _requirement_file_lines(recipe: Recipe, stack: Stack, constraints: bool) -> 
                 f"{recipe.origin}: {key}: {line!r} is not a PEP 508 requirement",
                 hint="write it like name==VERSION",
             ) from None
-    return lines
+    return lines if constraints else stack.install_lines()
 
 
 def venv_context(recipe: Recipe, options: RenderOptions, stack: Stack | None = None) -> VenvContext:
@@ -493,6 +528,9 @@ def venv_context(recipe: Recipe, options: RenderOptions, stack: Stack | None = N
         needs_ca_bundle=options.ca_bundle,
         env=_env_lines(recipe),
         stack=stack,
+        index_sources=(sources := index_sources(stack, options.mirrors)),
+        index_source_words=tuple(shell_quote(line) for line in sources),
+        pip_indexed=pip_indexed(stack, options.mirrors),
     )
 
 

@@ -39,6 +39,9 @@ class VenvPlan:
     constraints_txt: str
     setup_script: str
     activate_script: str
+    #: A pyproject.toml pinning the packages from their own index to that index, which
+    #: uv installs with ``-r`` beside requirements.txt ("" without any).
+    index_sources: str = ""
     #: Rendered for use with a wheelhouse / a CA bundle (the script then requires them).
     wheelhouse: bool = False
     ca_bundle: bool = False
@@ -64,6 +67,7 @@ def plan_venv(
         constraints_txt=render_template(REQUIREMENTS, ctx=ctx, lines=ctx.constraint_lines),
         setup_script=render_template("venv/setup.sh.j2", ctx=ctx),
         activate_script=render_template("venv/activate.sh.j2", ctx=ctx),
+        index_sources="".join(f"{line}\n" for line in ctx.index_sources),
         wheelhouse=options.wheelhouse,
         ca_bundle=options.ca_bundle,
     )

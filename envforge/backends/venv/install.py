@@ -69,6 +69,7 @@ def install_key(
         "recipe_hash": recipe.hash,
         "requirements": list(plan.requirements),
         "constraints": list(plan.constraints),
+        "index_sources": plan.index_sources,
         "sources": lock.source_args(recipe, options.wheelhouse, stack),
         "wheelhouse": wheels,
         "lock": hashlib.sha256(lock_file.read_bytes()).hexdigest() if lock_file else None,
@@ -190,6 +191,12 @@ def _install(  # noqa: PLR0917 - one step of build, its inputs spelled out
             project_lines = options.project.constraints if options.project else ()
             con.write_text(plan.constraints_txt + "".join(f"{c}\n" for c in project_lines),
                            encoding="utf-8")
+            indexed: list[str] = []
+            if plan.index_sources:  # the packages from their own index, pinned to it
+                (Path(tmp) / "indexes").mkdir()
+                toml = Path(tmp) / "indexes" / "pyproject.toml"
+                toml.write_text(plan.index_sources, encoding="utf-8")
+                indexed = ["-r", str(toml)]
             argv = [
                 uv,
                 "pip",
@@ -200,6 +207,7 @@ def _install(  # noqa: PLR0917 - one step of build, its inputs spelled out
                 *LINK_MODE,
                 "-r",
                 str(req),
+                *indexed,
                 "-c",
                 str(con),
                 *sources,
