@@ -208,7 +208,9 @@ def test_a_signal_during_a_stalled_refresh_exits_130_at_once(
     try:
         _out, err = proc.communicate(timeout=GUARD)
     finally:
-        proc.kill()
+        if proc.poll() is None:  # reaped and its pipes closed: nothing leaks into later tests
+            proc.kill()
+            proc.communicate()
     took = time.monotonic() - sent
     assert proc.returncode == 130, err
     assert err.decode().strip() == "envforge: interrupted"
@@ -266,7 +268,9 @@ def test_sigterm_during_a_stalled_pull_exits_130(
         proc.send_signal(signal.SIGTERM)
         _out, err = proc.communicate(timeout=GUARD)
     finally:
-        proc.kill()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
         server.registry = ""
     assert proc.returncode == 130, err
     assert err.decode().strip().splitlines()[-1] == "envforge: interrupted"
