@@ -189,6 +189,8 @@ def run_as_nobody(args: Sequence[str]) -> tuple[int, str]:
             os.setgroups([])
             os.setgid(NOBODY)
             os.setuid(NOBODY)
+            # another user has a state folder of their own (root's is not theirs to read)
+            os.environ["ENVFORGE_HOME"] = f"/nonexistent/envforge-home-{NOBODY}"
             err = io.TextIOWrapper(io.FileIO(write, "w"), encoding="utf-8")
             sys.stderr = err
             sys.stdout = io.StringIO()
