@@ -86,10 +86,11 @@ def released_with(torch_uploads: dict[str, str], uploaded: str) -> str | None:
     return max(before, key=Version) if before else None
 
 
-def candidates(page: Listing, version: str) -> list[IndexFile]:
-    """The wheels of a release that may have metadata: Linux x86_64 first (the table's
-    rows were read from those), then the others, the listing's order within each."""
-    wheels = [f for f in own_files(page, version)
+def candidates(pages: Sequence[Listing], version: str) -> list[IndexFile]:
+    """The wheels of a release that may have metadata, on every page that lists it (the
+    package index first): Linux x86_64 first (the table's rows were read from those),
+    then the others, the listings' order within each."""
+    wheels = [f for page in pages for f in own_files(page, version)
               if f.is_wheel and f.has_metadata is not False and not f.yanked]
     return [f for f in wheels if f.linux_x86_64] + [f for f in wheels if not f.linux_x86_64]
 
@@ -98,11 +99,11 @@ def candidates(page: Listing, version: str) -> list[IndexFile]:
 _Read = tuple[str, str, str, list[IndexProblem], list[str]]
 
 
-def _read_one(client: IndexClient, page: Listing, version: str) -> _Read:
+def _read_one(client: IndexClient, pages: Sequence[Listing], version: str) -> _Read:
     failed: list[IndexProblem] = []
     hosts: list[str] = []
     tried = 0
-    for f in candidates(page, version):
+    for f in candidates(pages, version):
         if tried >= METADATA_TRIES:
             break
         url = f.url + ".metadata"
@@ -126,29 +127,35 @@ def check_companions(
     torch_pages: Sequence[Listing],
     day: str,
 ) -> CompanionCheck:
-    """Read the metadata of every new companion release on ``pages`` and propose rows."""
-    jobs = [(page, v) for page in pages for v in new_releases(companions, page)]
-    if not jobs:
+    """Read the metadata of every new companion release on ``pages`` (the package index's
+    and the variant indexes' project pages: one release is read once, from any page that
+    lists it) and propose rows."""
+    by_release: dict[tuple[str, str], list[Listing]] = {}
+    for page in pages:
+        for v in new_releases(companions, page):
+            by_release.setdefault((page.project, v), []).append(page)
+    if not by_release:
         return CompanionCheck()
+    jobs = list(by_release.items())
     results = client.map(
-        lambda job: _read_one(client, job[0], job[1]), jobs,
-        late=lambda job: (job[1], "", "", [client.late(f"{job[0].url} ({job[1]} metadata)")],
-                          []),
+        lambda job: _read_one(client, job[1], job[0][1]), jobs,
+        late=lambda job: (job[0][1], "", "", [client.late(f"{job[1][0].url} ({job[0][1]} "
+                                                           "metadata)")], []),
     )
     torch_uploads = first_uploads(torch_pages)
     rows: list[Row] = []
     findings: list[Finding] = []
     notes: list[str] = []
     problems: list[IndexProblem] = []
-    for (page, version), (_, metadata, url, failed, hosts) in zip(jobs, results):
-        subject = f"{page.project} {version}"
-        findings.append(Finding("companion-new", subject,
-                                "listed; not in the companion table", page.url, new=True))
+    for ((project, version), listed), (_, metadata, url, failed, hosts) in zip(jobs, results):
+        subject = f"{project} {version}"
+        findings.append(Finding("companion-new", subject, "listed; not in the companion table",
+                                listed[0].url, new=True))
         if not metadata:
             problems.extend(p for p in failed if p.status != 404)
             notes.append(f"{subject}: {_why_none(failed, hosts)}: no row proposed")
             continue
-        row, note = _row(page, version, metadata=metadata, url=url,
+        row, note = _row(listed, version, metadata=metadata, url=url,
                          torch_uploads=torch_uploads, day=day)
         if row is not None:
             rows.append(row)
@@ -166,17 +173,17 @@ def _why_none(failed: Sequence[IndexProblem], hosts: Sequence[str]) -> str:
 
 
 def _row(
-    page: Listing, version: str, *, metadata: str, url: str, torch_uploads: dict[str, str],
-    day: str,
+    pages: Sequence[Listing], version: str, *, metadata: str, url: str,
+    torch_uploads: dict[str, str], day: str,
 ) -> tuple[Row | None, str]:
-    uploaded = min((f.upload_time for f in own_files(page, version) if f.upload_time),
-                   default="")
+    uploaded = min((f.upload_time for page in pages for f in own_files(page, version)
+                    if f.upload_time), default="")
     torch = released_with(torch_uploads, uploaded)
     row = propose_row(metadata, torch=torch, source=url, checked=day)
     if row is None:
         return None, ("its metadata names no release, or no torch requirement and no upload "
                       "time tells which torch it was released with: no row proposed")
-    if (row.package, Version(row.version)) != (page.project, Version(version)):
+    if (row.package, Version(row.version)) != (pages[0].project, Version(version)):
         return None, (f"its metadata ({url}) names {row.package} {row.version}: "
                       "no row proposed")
     if row.confidence != "verified":
@@ -254,7 +261,7 @@ def check_pinned(
     if not jobs:
         return CompanionCheck()
     results = client.map(
-        lambda job: _read_one(client, job[0], job[1]), jobs,
+        lambda job: _read_one(client, [job[0]], job[1]), jobs,
         late=lambda job: (job[1], "", "", [client.late(f"{job[0].url} ({job[1]} metadata)")],
                           []),
     )

@@ -272,13 +272,15 @@ def propose_row(
         return None
     if not name:
         return None
-    base = Row(package=canonicalize_name(name), version=version, torch="", requires="",
+    base = Row(package=canonicalize_name(name), version=Version(version).public, torch="",
+               requires="",
                source=source, checked=checked, confidence="verified")
     if requires is not None:
         spec = SpecifierSet(requires)
         pins = [s.version for s in spec if s.operator in ("==", "===") and "*" not in s.version]
-        if len(pins) == 1:
-            return replace(base, torch=pins[0], requires=requires)
+        if len(pins) == 1:  # a variant index's build may pin torch==2.13.0+cpu
+            pin = _base(pins[0])
+            return replace(base, torch=pin, requires=f"=={pin}" if pin != pins[0] else requires)
         if torch is None:
             return None
         if spec.contains(_base(torch), prereleases=True):

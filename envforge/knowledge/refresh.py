@@ -90,7 +90,7 @@ class _Pages:
             self.problems.append(got)
             return
         counts[1] += 1
-        if role == "pytorch-index":
+        if role == "pytorch-index" and project == "torch":
             self.variants.append((root.rsplit("/", 1)[1], got))
         elif project == "torch":
             self.torch.append(got)
@@ -130,7 +130,7 @@ def refresh(
         pages.add(job, got)
     notes: list[str] = []
     companion_table = load_companions() if companions is None else companions
-    _read_companion_pages(client, pages, companion_table, notes)
+    _read_companion_pages(client, pages, companion_table, table, notes)
     if not any(c[1] for c in pages.counts.values()):
         lines = problem_lines(pages.problems)
         raise Unavailable(
@@ -176,14 +176,19 @@ def refresh(
 
 
 def _read_companion_pages(
-    client: IndexClient, pages: _Pages, companions: CompanionTable, notes: list[str]
+    client: IndexClient, pages: _Pages, companions: CompanionTable, table: CompatTable,
+    notes: list[str],
 ) -> None:
-    """The companions' project pages of each index root whose torch page answered (a root
+    """The companions' project pages of each index root whose torch page answered, and
+    of the variant indexes of the table's newest series whose torch page answered (a root
     that did not answer is not asked again). When the deadline has passed already, the
     check is partial anyway: one note instead of a timeout per page."""
-    roots = [p.url.rstrip("/").rsplit("/", 1)[0] for p in pages.torch]
+    newest = {v.name for v in table.releases[-1].variants} if table.releases else set()
+    roots = [("index", p.url) for p in pages.torch]
+    roots += [("pytorch-index", p.url) for v, p in pages.variants if v in newest]
     names = listed_companions(companions)
-    jobs: list[Job] = [("index", root, name) for root in roots for name in names]
+    jobs: list[Job] = [(role, url.rstrip("/").rsplit("/", 1)[0], name)
+                       for role, url in roots for name in names]
     if jobs and client.deadline.left() <= 0 and pages.problems:
         notes.append(f"{', '.join(names)}: not read ({client.deadline.reason()})")
         return

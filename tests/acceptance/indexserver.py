@@ -18,7 +18,9 @@ Routes (every path ends with ``/<project>/`` like a simple-API project page):
   (no torch requirement, like torchaudio 2.11.0).
 - ``/pypi/torch/json``: the recorded JSON API ``info`` of the newest torch.
 - ``/whl/<variant>/torch/``: PEP 503 pages of PyTorch variant indexes, built from the
-  wheel names in ``VARIANT_FILES`` (the real variant indexes cannot be reached here).
+  wheel names in ``VARIANT_FILES`` (the real variant indexes cannot be reached here);
+  ``/whl/cpu/torchvision/`` likewise, with a torchvision 0.29.3+cpu the package index
+  lacks (its written metadata requires torch==2.15.0).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import copy
 import json
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -49,6 +52,8 @@ FUTURE_RELEASES = {"torch": ("2.15.0", "2.16.0"), "torchvision": ("0.29.2", "0.3
 FUTURE_METADATA = {
     "torchvision-0.30.0": "Metadata-Version: 2.1\nName: torchvision\nVersion: 0.30.0\n"
     "Requires-Dist: numpy\nRequires-Dist: torch (==2.16.0)\n\n",
+    "torchvision-0.29.3+cpu": "Metadata-Version: 2.1\nName: torchvision\nVersion: 0.29.3+cpu\n"
+    "Requires-Dist: numpy\nRequires-Dist: torch==2.15.0\n\n",
     "torchaudio-2.12.0": "Metadata-Version: 2.1\nName: torchaudio\nVersion: 2.12.0\n"
     "Requires-Dist: numpy\n\n",
 }
@@ -60,6 +65,8 @@ VARIANT_FILES: dict[str, list[str]] = {
         for py in pys
     ],
     # 2.15 published no cu126 wheels; a listing with one must be reported as new
+    "cpu/torchvision": [f"torchvision-{v}+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+                        for v in ("0.28.0", "0.29.3")],
     "cu126": [f"torch-2.15.0+cu126-cp{py}-cp{py}-manylinux_2_28_x86_64.whl"
               for py in range(311, 316)],
 }
@@ -101,17 +108,18 @@ def _future(project: str) -> bytes:
 
 
 def _metadata(path: str) -> bytes | None:
-    name = path.rsplit("/", 1)[-1]
+    name = urllib.parse.unquote(path.rsplit("/", 1)[-1])
     if name in RECORDED_METADATA:
         return (FIXTURES / name).read_bytes()
     written = FUTURE_METADATA.get(name.split("-cp", 1)[0].split("-py3", 1)[0])
     return None if written is None else written.encode()
 
 
-def _variant_page(variant: str) -> bytes:
+def _variant_page(key: str) -> bytes:
+    variant = key.split("/", 1)[0]
     links = "\n".join(
         f'<a href="/whl/{variant}/{name.replace("+", "%2B")}">{name}</a><br/>'
-        for name in VARIANT_FILES[variant]
+        for name in VARIANT_FILES[key]
     )
     return f"<!DOCTYPE html>\n<html><body>\n{links}\n</body></html>\n".encode()
 
@@ -152,9 +160,10 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/pypi/torch/json":
             self._send(200, (FIXTURES / "torch-project.json").read_bytes(), "application/json")
             return
-        if len(parts) == 3 and parts[0] == "whl" and parts[2] == "torch":
-            if parts[1] in VARIANT_FILES:
-                self._send(200, _variant_page(parts[1]), "text/html")
+        if len(parts) == 3 and parts[0] == "whl":
+            key = parts[1] if parts[2] == "torch" else f"{parts[1]}/{parts[2]}"
+            if key in VARIANT_FILES:
+                self._send(200, _variant_page(key), "text/html")
             else:
                 self._send(404)
             return

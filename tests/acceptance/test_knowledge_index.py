@@ -240,7 +240,15 @@ def test_pytorch_variant_indexes(server: IndexServer, cli: Envforge) -> None:
     # variant indexes the server lacks are problems, not failures
     assert any(p["url"] == f"{server.url}/whl/rocm7.2/torch/" for p in data["problems"])
     roots = {r["role"]: r for r in data["roots"]}
-    assert roots["pytorch-index"]["answered"] == 2
+    # cpu and cu126 torch pages, then the cpu torchvision page (torch 2.15's variants only)
+    assert roots["pytorch-index"]["answered"] == 3
+    # torchvision 0.29.3+cpu is only on the cpu index: its metadata gives the row
+    assert "torchvision 0.29.3" in _kinds(data, "companion-new")
+    [row] = [r for r in data["proposed_companions"] if r["version"] == "0.29.3"]
+    assert (row["package"], row["torch"], row["requires"], row["confidence"]) == (
+        "torchvision", "2.15.0", "==2.15.0", "verified")
+    assert row["source"] == (f"{server.url}/whl/cpu/torchvision-0.29.3%2Bcpu-cp311-cp311-"
+                             "manylinux_2_28_x86_64.whl.metadata")
 
 
 def test_unreachable_pytorch_root_is_one_problem(server: IndexServer, cli: Envforge) -> None:

@@ -303,3 +303,25 @@ def test_a_compatible_release_pin_becomes_accepts() -> None:
             '"Linux"\nRequires-Dist: triton==1.0; extra == "old"\n\n')
     [row] = pinned_rows(meta, ("triton",), "2.15.0", "https://127.0.0.1/m", DAY)
     assert (row.version, row.accepts, row.requires) == ("3.9.0", "~=3.9.0", "==2.15.0")
+
+
+def test_a_release_on_several_indexes_is_read_once_package_index_first() -> None:
+    data = _add_release(_recorded("torchvision"), "0.29.2", "0.29.3", "2026-11-02T10:00:00Z")
+    index_page = _page(data, "torchvision")
+    name = "torchvision-0.29.3+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+    url = "http://127.0.0.1:9/whl/cpu/torchvision/"
+    got = parse_listing(f'<a href="/whl/cpu/{name.replace("+", "%2B")}">{name}</a>'.encode(),
+                        "text/html", url, "torchvision")
+    assert isinstance(got, Listing)
+    meta = (b"Metadata-Version: 2.1\nName: torchvision\nVersion: 0.29.3+cpu\n"
+            b"Requires-Dist: torch==2.15.0+cpu\n\n")
+    client = _client({got.files[0].url + ".metadata": meta})
+    found = check_companions(load_companions(), client, [index_page, got], _torch_pages(), DAY)
+    assert [f.subject for f in found.findings] == ["torchvision 0.29.3"]
+    [row] = found.rows
+    # the variant's local tags are the table's business, not the row's
+    assert (row.version, row.torch, row.requires) == ("0.29.3", "2.15.0", "==2.15.0")
+    # the package index's one Linux wheel (404) was tried first, then the cpu index's
+    assert [u.split("/")[-1] for u in client.asked] == [
+        "torchvision-0.29.3-py3-none-manylinux_2_28_x86_64.whl.metadata",
+        "torchvision-0.29.3%2Bcpu-cp311-cp311-manylinux_2_28_x86_64.whl.metadata"]
