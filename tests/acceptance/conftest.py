@@ -23,6 +23,7 @@ from envforge.backends.docker.client import EngineClient
 from envforge.backends.docker.engine import connect
 from envforge.backends.docker.images import inspect_image
 from envforge.errors import Unavailable
+from tests.helpers.wheels import pure_wheel
 
 from .helpers import (
     BUILD_TIMEOUT,
@@ -82,6 +83,19 @@ def wheelhouse() -> Path:
 
 
 @pytest.fixture(scope="session")
+def torch_standin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A wheelhouse whose ``torch-2.13.0+cpu`` is a tiny pure-Python stand-in (it has
+    ``torch.__version__`` and nothing else): for tests of how images are built (builders,
+    layers, installers, locks) that never run the probe. A real torch adds minutes per
+    build there and nothing to what they check; every test that certifies uses the real
+    wheel (``wheelhouse``). Its bytes differ from the real wheel's, so neither builder's
+    cache can hand one's layer to the other."""
+    folder = tmp_path_factory.mktemp("torch-standin")
+    pure_wheel(folder, "torch", "2.13.0+cpu", "stand-in")
+    return folder
+
+
+@pytest.fixture(scope="session")
 def ca_bundle() -> Path:
     value = os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt"
     if not Path(value).is_file():
@@ -122,13 +136,16 @@ def built_cpu(  # noqa: PLR0917 - pytest fixtures
 
 
 @pytest.fixture(scope="session")
-def built_cpu_classic(envforge: Envforge, standin: str, wheelhouse: Path, ca_bundle: Path) -> Built:
-    """``envforge build cpu`` with the classic builder forced (not certified; tagged)."""
+def built_cpu_classic(
+    envforge: Envforge, standin: str, torch_standin: Path, ca_bundle: Path
+) -> Built:
+    """``envforge build cpu`` with the classic builder forced (not certified; tagged), with
+    the stand-in torch: it is looked at for what its layers hold, never probed."""
     completed = envforge(
         *build_args(
             "cpu",
             standin,
-            wheelhouse,
+            torch_standin,
             ca_bundle,
             "--builder",
             "classic",

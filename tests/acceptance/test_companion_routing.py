@@ -9,14 +9,12 @@ The wheels are tiny stand-ins made here (pure Python); no real torch is installe
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import hashlib
 import shutil
 import subprocess
 import sys
 import threading
-import zipfile
 from collections.abc import Iterator
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -30,30 +28,9 @@ from envforge.recipe.catalogue import Catalogue
 from envforge.recipe.model import Recipe, Torch
 from envforge.render import RenderOptions, plan_venv
 from envforge.stack import stack_of
+from tests.helpers.wheels import pure_wheel as _wheel
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _wheel(folder: Path, name: str, version: str, origin: str, requires: tuple[str, ...]) -> None:
-    """A pure-Python wheel whose module records which index it came from."""
-    dist = f"{name}-{version}.dist-info"
-    files = {
-        f"{name}/__init__.py": f'ORIGIN = "{origin}"\n__version__ = "{version}"\n',
-        f"{dist}/METADATA": "Metadata-Version: 2.1\n"
-        f"Name: {name}\nVersion: {version}\n"
-        + "".join(f"Requires-Dist: {r}\n" for r in requires),
-        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
-        "Tag: py3-none-any\n",
-    }
-    record = []
-    for path, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
-        record.append(f"{path},sha256={digest.decode()},{len(text.encode())}")
-    record.append(f"{dist}/RECORD,,")
-    files[f"{dist}/RECORD"] = "\n".join(record) + "\n"
-    with zipfile.ZipFile(folder / f"{name}-{version}-py3-none-any.whl", "w") as zf:
-        for path, text in files.items():
-            zf.writestr(path, text)
 
 
 def _index(root: Path, wheels: Path) -> None:
