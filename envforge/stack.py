@@ -21,6 +21,7 @@ from packaging.version import InvalidVersion, Version
 from envforge.errors import ConstraintViolation, InvalidInput
 from envforge.knowledge import load_table, variant_of
 from envforge.knowledge.companions import CompanionTable, Row, family_of, load_companions
+from envforge.knowledge.extensions import extension_checks
 from envforge.knowledge.table import CompatTable
 from envforge.recipe.model import PackageIndex, Recipe
 
@@ -259,6 +260,11 @@ def stack_of(
         load_companions() if companions is None else companions,
         load_table() if table is None else table,
     )
+    refusals, _issues = extension_checks(recipe, base.torch_version)
+    if refusals:
+        first = refusals[0]
+        raise ConstraintViolation(recipe.origin, first.rule, first.message,
+                                  evidence=first.evidence, hint=first.hint)
     return replace(
         base, companions=pins, packages=rest, package_indexes=recipe.package_indexes
     )

@@ -27,6 +27,7 @@ from envforge.core.fsutil import write_files
 from envforge.core.paths import state_dir
 from envforge.errors import EnvforgeError, InvalidInput, printable
 from envforge.knowledge import check, enforce, explain, split, unknowns
+from envforge.knowledge.extensions import extension_checks
 from envforge.recipe import listing
 from envforge.recipe.catalogue import Catalogue
 from envforge.recipe.model import Recipe
@@ -144,9 +145,11 @@ def _show_env_and_issues(recipe: Recipe) -> None:
             out(f"      why: {e.why}")
             for link in e.evidence:
                 out(f"      evidence: {link}")
-    if recipe.known_issues:
+    torch = recipe.torch.version.split("+", 1)[0]
+    issues = (*recipe.known_issues, *extension_checks(recipe, torch)[1])
+    if issues:
         out("\nKnown issues:")
-        for k in recipe.known_issues:
+        for k in issues:
             out(f"  - {k.symptom}")
             out(f"      workaround: {k.workaround}")
             for link in k.evidence:
