@@ -31,7 +31,8 @@ import pytest
 from envforge.recipe.catalogue import Catalogue
 from envforge.recipe.model import PackageIndex, Torch
 from envforge.render import RenderOptions, plan_venv
-from tests.acceptance.test_companion_routing import _index, _wheel
+from tests.acceptance.test_companion_routing import _index
+from tests.helpers.wheels import pure_wheel as _wheel
 
 ROOT = Path(__file__).resolve().parents[2]
 WHEELS = Path(os.environ.get("PIP_FIND_LINKS", "/opt/wheels"))
