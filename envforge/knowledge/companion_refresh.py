@@ -117,7 +117,33 @@ def _read_one(client: IndexClient, pages: Sequence[Listing], version: str) -> _R
             failed.append(got)
             continue
         return version, got, url, [], []
+    for page in pages:
+        found = json_api_metadata(client, page, version)
+        if found is not None:
+            return version, found[0], found[1], [], []
     return version, "", "", failed, hosts
+
+
+def json_api_metadata(client: IndexClient, page: Listing, version: str
+                      ) -> tuple[str, str] | None:
+    """(metadata text, URL) of the page's newest release from the index's JSON API
+    (``.../simple/<p>/`` -> ``.../pypi/<p>/json``: ``info`` describes the newest
+    release), for uploads whose PEP 658 file the index does not serve; None otherwise."""
+    root = page.url.rstrip("/").rsplit("/", 1)[0]
+    listed = page.versions()
+    if not root.endswith("/simple") or not listed or listed[-1] != version:
+        return None
+    url = f"{root[: -len('simple')]}pypi/{page.project}/json"
+    data = client.json(url)
+    info = data.get("info") if isinstance(data, dict) else None
+    if not isinstance(info, dict) or info.get("version") != version:
+        return None
+    reqs = info.get("requires_dist") or []
+    if not isinstance(reqs, list) or not all(isinstance(r, str) for r in reqs):
+        return None
+    lines = [f"Name: {page.project}", f"Version: {version}",
+             *(f"Requires-Dist: {r}" for r in reqs if "\n" not in r)]
+    return "\n".join(lines) + "\n\n", url
 
 
 def check_companions(

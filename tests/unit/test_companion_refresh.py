@@ -187,12 +187,13 @@ def test_a_metadata_host_outside_the_policy_is_a_note_naming_it() -> None:
     client = _client({})
     found = check_companions(load_companions(), client, [page], _torch_pages(), DAY)
     assert found.rows == ()
-    assert client.asked == []
+    # no metadata file was asked for; only the index's own JSON API (a 404 here)
+    assert client.asked == ["http://127.0.0.1:9/pypi/torchaudio/json"]
     assert any("files.example.org, not a configured host" in n
                and "ENVFORGE_ALLOW_HOSTS=files.example.org" in n for n in found.notes)
     allowed = _client({}, "https://files.example.org")
     found = check_companions(load_companions(), allowed, [page], _torch_pages(), DAY)
-    assert len(allowed.asked) == 4  # METADATA_TRIES wheels, then a note
+    assert len([u for u in allowed.asked if u.endswith(".metadata")]) == 4  # METADATA_TRIES
 
 
 def test_metadata_of_another_release_or_a_failure_proposes_nothing() -> None:
@@ -325,3 +326,20 @@ def test_a_release_on_several_indexes_is_read_once_package_index_first() -> None
     assert [u.split("/")[-1] for u in client.asked] == [
         "torchvision-0.29.3-py3-none-manylinux_2_28_x86_64.whl.metadata",
         "torchvision-0.29.3%2Bcpu-cp311-cp311-manylinux_2_28_x86_64.whl.metadata"]
+
+
+def test_the_newest_release_without_metadata_is_read_from_the_json_api() -> None:
+    """0.29.3's metadata files are 404s; the index's JSON API describes it (``info``)."""
+    data = _add_release(_recorded("torchvision"), "0.29.2", "0.29.3", "2026-11-02T10:00:00Z")
+    page = _page(data, "torchvision")
+    api = "http://127.0.0.1:9/pypi/torchvision/json"
+    info = {"info": {"version": "0.29.3", "requires_dist": ["numpy", "torch>=2.14.0"]}}
+    client = _client({api: json.dumps(info).encode()})
+    found = check_companions(load_companions(), client, [page], _torch_pages(), DAY)
+    [row] = found.rows
+    assert (row.version, row.torch, row.requires, row.source) == (
+        "0.29.3", "2.15.0", ">=2.14.0", api)
+    # another version in info (the index moved on) proposes nothing
+    info["info"]["version"] = "0.29.4"
+    client = _client({api: json.dumps(info).encode()})
+    assert check_companions(load_companions(), client, [page], _torch_pages(), DAY).rows == ()
