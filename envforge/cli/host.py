@@ -26,6 +26,7 @@ from envforge.errors import EnvforgeError, InvalidInput, Unavailable
 if TYPE_CHECKING:
     from envforge.host.detect import HostInfo
     from envforge.host.doctor import DoctorReport, Finding
+    from envforge.project.model import Project
     from envforge.recipe.model import Recipe
     from envforge.solve.choose import ArchChoice, Choice
 
@@ -111,22 +112,61 @@ def _print_report(report: DoctorReport, choice: Choice | None) -> None:
             out(f"  {'':5} {'':<{width}}  fix: {f.fix}")
 
 
+def _project_findings(project: Project, recipe: Recipe) -> list[Finding]:
+    """The project on ``recipe``'s stack: do its requirements fit, is its lock current,
+    is its venv certified (doctor says how to fix each)."""
+    from envforge.backends.venv import state  # noqa: PLC0415 - the venv backend's view
+    from envforge.host.doctor import Finding  # noqa: PLC0415 - keeps --help light
+    from envforge.project.resolve import (  # noqa: PLC0415 - projects only
+        current_lock,
+        lock_command,
+        project_stack,
+    )
+
+    try:
+        stack = project_stack(project, recipe)
+    except EnvforgeError as exc:
+        return [Finding("project", "block", exc.message, exc.hint)]
+    where = f"--project {project.root}"
+    found = [Finding("project", "ok", f"{len(project.requirements)} requirement(s) of"
+                     f" {project.name} fit the {recipe.name} stack's pins")]
+    if current_lock(project, recipe, stack) is None:
+        found.append(Finding("project-lock", "warn", "no current lock: a build resolves again",
+                             lock_command(project, recipe)))
+    else:
+        found.append(Finding("project-lock", "ok", "the project's lock is current"))
+    venv = state(recipe, None, project)
+    if venv.certified:
+        found.append(Finding("project-env", "ok", f"certified venv {venv.path}"))
+    else:
+        why = venv.problem or "not built yet"
+        found.append(Finding("project-env", "warn", f"{venv.path}: {why}",
+                             f"envforge build {recipe.name} {where} --backend venv"))
+    return found
+
+
 @click.command("doctor")
-@click.argument("recipe_ref", metavar="[RECIPE|auto]", default="auto", required=False)
+@click.argument("recipe_ref", metavar="[RECIPE|auto]", required=False)
 @backend_option("Check for this backend only (an unreachable engine blocks only for docker).")
 @root_option
 @set_option
+@project_option
 @json_option
-def doctor_cmd(
-    recipe_ref: str, backend: str | None, root: Path, overrides: tuple[str, ...], as_json: bool
+def doctor_cmd(  # noqa: PLR0917 - click passes options positionally by name
+    recipe_ref: str | None, backend: str | None, root: Path, overrides: tuple[str, ...],
+    project_dir: Path | None, extras: tuple[str, ...], as_json: bool,
 ) -> None:
     """Check this host for a recipe (default: auto); print each finding with its fix.
 
-    Exit 0 when nothing blocks, 4 otherwise.
+    With --project DIR: also whether the project's requirements fit the stack, whether
+    its lock is current and whether its environment is certified (RECIPE defaults to the
+    project's). Exit 0 when nothing blocks, 4 otherwise.
     """
     from envforge.host.detect import detect  # noqa: PLC0415 - keeps --help light
     from envforge.host.doctor import Finding, diagnose  # noqa: PLC0415 - as above
 
+    project = load_project_option(project_dir, extras)
+    recipe_ref = recipe_ref_for(recipe_ref, project) if project else (recipe_ref or "auto")
     host = detect(root=root)
     recipe: Recipe | None
     no_recipe: Finding | None = None
@@ -143,6 +183,8 @@ def doctor_cmd(
     )
     if no_recipe is not None:
         report = replace(report, findings=(no_recipe, *report.findings))
+    if project is not None and recipe is not None:
+        report = replace(report, findings=(*report.findings, *_project_findings(project, recipe)))
     if as_json:
         data = report.to_dict()
         data["auto"] = choice.to_dict() if choice else None

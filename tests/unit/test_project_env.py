@@ -138,3 +138,27 @@ def test_shell_and_certify_take_a_project(tmp_path: Path) -> None:
         assert done.returncode == 0
         assert "--project DIR" in done.stdout
 
+
+
+NO_GPU = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs" / "none"
+
+
+def test_doctor_checks_the_project_on_its_stack(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ENVFORGE_HOME", str(tmp_path / "home"))
+    root = project(tmp_path / "p")
+    main(["doctor", "--project", str(root), "--root", str(NO_GPU), "--backend", "venv",
+          "--json"])
+    found = {f["check"]: f for f in json.loads(capsys.readouterr().out)["findings"]}
+    assert found["project"]["severity"] == "ok"
+    assert found["project-lock"]["fix"] == f"envforge lock cpu --project {root}"
+    assert found["project-env"]["severity"] == "warn"
+    assert "--project" in found["project-env"]["fix"]
+    clash = project(tmp_path / "q", deps='["torch<2.0"]')
+    code = main(["doctor", "--project", str(clash), "--root", str(NO_GPU), "--backend", "venv",
+                 "--json"])
+    assert code == 4
+    found = {f["check"]: f for f in json.loads(capsys.readouterr().out)["findings"]}
+    assert found["project"]["severity"] == "block"
+    assert "torch<2.0" in found["project"]["message"]
