@@ -1,4 +1,4 @@
-"""``envforge knowledge refresh`` benchmark: torch + numpy against the package index.
+"""``envforge knowledge refresh`` benchmark: torch, numpy and the companions against the index.
 
 Each run measures, with a fresh ENVFORGE_HOME per cold run:
 
