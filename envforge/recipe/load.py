@@ -65,6 +65,7 @@ SCHEMA: dict[str, Any] = {
     "torch": {"version": None, "index": None},
     "numpy": None,
     "packages": None,
+    "system_packages": None,
     "env": None,  # name → ENV_ENTRY
     "known_issues": None,  # list of ISSUE
     "certify": {"step_timeout": None, "level": None, "extra_checks": None},
@@ -75,6 +76,22 @@ ENV_ENTRY = ("value", "why", "evidence", "confidence")
 ISSUE = ("symptom", "workaround", "evidence")
 #: A ``packages`` entry from its own index.
 PACKAGE_ENTRY = ("name", "index")
+
+#: A Debian/Ubuntu package name (Debian policy 5.6.1: lowercase letters, digits, + - .;
+#: at least two characters, starting with a letter or digit).
+DEB_NAME = re.compile(r"[a-z0-9][a-z0-9+.-]{1,99}")
+
+
+def _parse_system_packages(r: yamlcheck.Reader, raw: object) -> tuple[str, ...]:
+    names = r.texts(raw, "system_packages")
+    for i, name in enumerate(names):
+        if not DEB_NAME.fullmatch(name):
+            raise r.fail(f"system_packages[{i}]", f"{name!r} is not a Debian package name",
+                         "write the apt name, e.g. ffmpeg or libgl1")
+    if len(set(names)) != len(names):
+        raise r.fail("system_packages", "a package is listed twice", "list each once")
+    return names
+
 
 def _all_paths(schema: Mapping[str, Any], prefix: str = "") -> list[str]:
     out: list[str] = []
@@ -236,6 +253,7 @@ def parse_recipe(data: object, source: str, base_dir: Path | None = None) -> Rec
     _refuse(r, "numpy", numpy_problem(numpy))
 
     packages, indexes = _parse_packages(r, top.get("packages"))
+    system = _parse_system_packages(r, top.get("system_packages"))
 
     env = _parse_env(r, top.get("env"))
     issues = _parse_issues(r, top.get("known_issues"))
@@ -253,6 +271,7 @@ def parse_recipe(data: object, source: str, base_dir: Path | None = None) -> Rec
         numpy=numpy,
         packages=packages,
         package_indexes=indexes,
+        system_packages=system,
         env=env,
         known_issues=issues,
         certify=certify,

@@ -89,6 +89,9 @@ class Recipe:
     rocm: str | None = None
     cuda: str | None = None
     packages: tuple[str, ...] = ()
+    #: Debian/Ubuntu packages the environment needs (ffmpeg, libgl1): installed in the
+    #: image; on the venv backend checked on the host.
+    system_packages: tuple[str, ...] = ()
     #: The ``packages`` entries pinned to an index of their own (by canonical name).
     package_indexes: tuple[PackageIndex, ...] = ()
     env: tuple[EnvVar, ...] = ()
@@ -119,7 +122,15 @@ class Recipe:
         return f"torch{version}-{self.accelerator}-py{self.python}"
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data, in the recipe file's own key names (for ``--json`` and hashing)."""
+        """Plain data, in the recipe file's own key names (for ``--json`` and hashing).
+        ``system_packages`` only when there are some: a recipe without them keeps the hash
+        it had before the key existed."""
+        data = self._data()
+        if self.system_packages:
+            data["system_packages"] = list(self.system_packages)
+        return data
+
+    def _data(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "description": self.description,

@@ -137,6 +137,8 @@ class DockerContext:
     #: Shell words (already quoted) for apt package names.
     python_apt: str
     venv_apt: str
+    #: The recipe's ``system_packages`` (apt names, checked by the recipe loader), or "".
+    system_apt: str
     venv_dir: str
     rest_dir: str
     #: ``classic`` or ``buildkit`` (see :class:`RenderOptions`).
@@ -470,6 +472,7 @@ def docker_context(
         python_bin=py,
         python_apt=py,
         venv_apt=f"{py}-venv",
+        system_apt=" ".join(shell_quote(p) for p in recipe.system_packages),
         venv_dir=VENV_DIR,
         rest_dir=REST_DIR,
         builder=options.builder,

@@ -20,7 +20,9 @@ from envforge.backends.venvfs import (
 from envforge.errors import (
     BuildFailed,
     CertificationFailed,
+    Unavailable,
 )
+from envforge.host.syspkg import missing_packages
 from envforge.core.fsutil import make_dirs, make_temp_dir, write_atomically, writing
 from envforge.probe.report import ProbeReport
 from envforge.recipe.model import Level, Recipe
@@ -87,6 +89,7 @@ def make(recipe: Recipe, options: VenvOptions = DEFAULT_OPTIONS) -> VenvBuildRes
     started = time.monotonic()
     lock.check_inputs(options.wheelhouse, options.ca_bundle)
     interp = find_interpreter(recipe.python, explicit=options.python, environ=options.environ)
+    _check_system_packages(recipe, options)
     project = options.project
     stack = stack_for(recipe, project)
     lock.check_wheelhouse(stack, options.wheelhouse)
@@ -135,6 +138,23 @@ def make(recipe: Recipe, options: VenvOptions = DEFAULT_OPTIONS) -> VenvBuildRes
     return VenvBuildResult(
         recipe.name, target, status, interp, made, time.monotonic() - started, lock_file
     )
+
+
+def _check_system_packages(recipe: Recipe, options: VenvOptions) -> None:
+    """A venv uses the host's system libraries: each ``system_packages`` entry must be
+    installed here (:class:`Unavailable`, exit 4, naming the missing ones and the apt
+    command); a host without dpkg-query is said so, not refused."""
+    if not recipe.system_packages:
+        return
+    missing = missing_packages(recipe.system_packages, options.environ)
+    if missing is None:
+        options.say(f"note: cannot check the system packages here (no dpkg-query):"
+                    f" {recipe.name} needs {', '.join(recipe.system_packages)}")
+    elif missing:
+        raise Unavailable(
+            f"{recipe.name} needs system packages this host lacks: {', '.join(missing)}",
+            hint=f"apt-get install {' '.join(missing)} (as root), then build again",
+        )
 
 
 def _lock_for(recipe: Recipe, stack: Stack, options: VenvOptions) -> Path | None:
