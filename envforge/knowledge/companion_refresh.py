@@ -277,25 +277,28 @@ def check_pinned(
 ) -> CompanionCheck:
     """Rows for the Triton packages from the metadata of each torch release newer than
     their rows: ``torch_pages`` are (variant, listing), None for the package index (its
-    default build is a CUDA build)."""
+    default build is a CUDA build). A release is read once per family, from any page of
+    the family that lists it (the package index first): ~30 variant indexes cost no more
+    requests than one."""
     families = pinned_by_family(companions)
-    jobs: list[tuple[Listing, str, tuple[str, ...]]] = []
+    by_release: dict[tuple[tuple[str, ...], str], list[Listing]] = {}
     for variant, page in torch_pages:
         names = families.get("cuda" if variant is None else family_of(variant), ())
-        if names:
-            jobs += [(page, v, names) for v in new_torch_releases(companions, names, page)]
-    if not jobs:
+        for v in new_torch_releases(companions, names, page) if names else ():
+            by_release.setdefault((names, v), []).append(page)
+    if not by_release:
         return CompanionCheck()
+    jobs = list(by_release.items())
     results = client.map(
-        lambda job: _read_one(client, [job[0]], job[1]), jobs,
-        late=lambda job: (job[1], "", "", [client.late(f"{job[0].url} ({job[1]} metadata)")],
-                          []),
+        lambda job: _read_one(client, job[1], job[0][1]), jobs,
+        late=lambda job: (job[0][1], "", "", [client.late(f"{job[1][0].url} ({job[0][1]} "
+                                                           "metadata)")], []),
     )
     rows: dict[tuple[str, str, str], Row] = {}
     notes: list[str] = []
     problems: list[IndexProblem] = []
-    for (page, version, names), (_, metadata, url, failed, hosts) in zip(jobs, results):
-        subject = f"{' / '.join(names)} for torch {version} ({page.url})"
+    for ((names, version), listed), (_, metadata, url, failed, hosts) in zip(jobs, results):
+        subject = f"{' / '.join(names)} for torch {version} ({listed[0].url})"
         if not metadata:
             problems.extend(p for p in failed if p.status != 404)
             notes.append(f"{subject}: {_why_none(failed, hosts)}: no row proposed")

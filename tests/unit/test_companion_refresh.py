@@ -343,3 +343,18 @@ def test_the_newest_release_without_metadata_is_read_from_the_json_api() -> None
     info["info"]["version"] = "0.29.4"
     client = _client({api: json.dumps(info).encode()})
     assert check_companions(load_companions(), client, [page], _torch_pages(), DAY).rows == ()
+
+
+def test_a_torch_release_on_several_variant_indexes_is_read_once_per_family() -> None:
+    pages = [_variant_page(v, "2.15.0") for v in ("rocm7.2", "rocm7.14")]
+    meta = (b"Metadata-Version: 2.1\nName: torch\nVersion: 2.15.0+rocm7.14\n"
+            b'Requires-Dist: triton-rocm==3.9.0; platform_system == "Linux"\n\n')
+    second = pages[1].files[0].url + ".metadata"
+    client = _client({second: meta})
+    found = check_pinned(load_companions(), client,
+                         [("rocm7.2", pages[0]), ("rocm7.14", pages[1])], DAY)
+    assert [(r.package, r.version, r.torch) for r in found.rows] == [
+        ("triton-rocm", "3.9.0", "2.15.0")]
+    # rocm7.2's two wheels (404), then rocm7.14's first: one release, one search
+    assert len(client.asked) == 3
+    assert client.asked[-1] == second
