@@ -114,8 +114,8 @@ def _print_report(report: DoctorReport, choice: Choice | None) -> None:
 
 def _project_findings(project: Project, recipe: Recipe) -> list[Finding]:
     """The project on ``recipe``'s stack: do its requirements fit, is its lock current,
-    is its venv certified (doctor says how to fix each)."""
-    from envforge.backends.venv import state  # noqa: PLC0415 - the venv backend's view
+    is its environment certified on each backend that serves projects (with fixes)."""
+    from envforge.backends import BACKENDS, Options  # noqa: PLC0415 - loads the backends
     from envforge.host.doctor import Finding  # noqa: PLC0415 - keeps --help light
     from envforge.project.resolve import (  # noqa: PLC0415 - projects only
         current_lock,
@@ -135,13 +135,14 @@ def _project_findings(project: Project, recipe: Recipe) -> list[Finding]:
                              lock_command(project, recipe)))
     else:
         found.append(Finding("project-lock", "ok", "the project's lock is current"))
-    venv = state(recipe, None, project)
-    if venv.certified:
-        found.append(Finding("project-env", "ok", f"certified venv {venv.path}"))
-    else:
-        why = venv.problem or "not built yet"
-        found.append(Finding("project-env", "warn", f"{venv.path}: {why}",
-                             f"envforge build {recipe.name} {where} --backend venv"))
+    for name, backend in BACKENDS.items():  # each backend says whether it serves it now
+        serves, why = backend.serves(recipe, Options(project=project))
+        if serves and not why:
+            found.append(Finding("project-env", "ok",
+                                 f"{name}: the project's environment is certified"))
+        elif serves:
+            found.append(Finding("project-env", "warn", f"{name}: {why}",
+                                 f"envforge build {recipe.name} {where} --backend {name}"))
     return found
 
 

@@ -154,7 +154,7 @@ def test_doctor_checks_the_project_on_its_stack(
     assert found["project"]["severity"] == "ok"
     assert found["project-lock"]["fix"] == f"envforge lock cpu --project {root}"
     assert found["project-env"]["severity"] == "warn"
-    assert "--project" in found["project-env"]["fix"]
+    assert found["project-env"]["fix"] == f"envforge build cpu --project {root} --backend venv"
     clash = project(tmp_path / "q", deps='["torch<2.0"]')
     code = main(["doctor", "--project", str(clash), "--root", str(NO_GPU), "--backend", "venv",
                  "--json"])
