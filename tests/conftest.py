@@ -1,0 +1,16 @@
+"""Shared by every test run: the signals tests send must reach the processes they start.
+
+A CI runner may start the test run as a background job of a non-interactive shell, which
+starts it with SIGINT ignored; an ignored signal stays ignored across fork and exec, so
+every ``envforge`` a test starts would ignore Ctrl-C and each Ctrl-C test would fail (or
+pass for the wrong reason). A user's envforge gets SIGINT with its default action: the
+test run takes SIGINT back (Python's own handler), so that the children it starts begin
+with the default action too (a handled signal is reset to the default at exec).
+"""
+
+from __future__ import annotations
+
+import signal
+
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
