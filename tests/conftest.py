@@ -4,13 +4,26 @@ A CI runner may start the test run as a background job of a non-interactive shel
 starts it with SIGINT ignored; an ignored signal stays ignored across fork and exec, so
 every ``envforge`` a test starts would ignore Ctrl-C and each Ctrl-C test would fail (or
 pass for the wrong reason). A user's envforge gets SIGINT with its default action: the
-test run takes SIGINT back (Python's own handler), so that the children it starts begin
-with the default action too (a handled signal is reset to the default at exec).
+test run takes SIGINT back (Python's own handler), at start and again before each test
+(should anything in between have set it to "ignore"), so that the children it starts
+begin with the default action (a handled signal is reset to the default at exec).
 """
 
 from __future__ import annotations
 
 import signal
 
-if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+import pytest
+
+
+def _take_sigint_back() -> None:
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+_take_sigint_back()
+
+
+@pytest.fixture(autouse=True)
+def _sigint_reaches_children() -> None:
+    _take_sigint_back()
