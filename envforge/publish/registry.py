@@ -274,19 +274,27 @@ def remote_image(ref: str, *, deadline: Deadline | None = None) -> ImageInfo:
     (manifest + config blob only, as :func:`image_config`)."""
     _remote, blob, digest = _read_config(ref, deadline)
     what = f"the image config of {ref}"
-    inner = _shape(blob.get("config") or {}, dict, what, "config")
+    inner, labels = _config_and_labels(blob, what)
     rootfs = _shape(blob.get("rootfs") or {}, dict, what, "rootfs")
     layers = _shape(rootfs.get("diff_ids") or [], list, what, "rootfs.diff_ids")
-    labels = _shape(inner.get("Labels") or {}, dict, what, "config.Labels")
-    for key, value in labels.items():
-        _shape(value, str, what, f"label {str(key)[:80]!r}")
     return ImageInfo(
         id=digest,
         layers=tuple(_digest(x, what, "rootfs.diff_ids") for x in layers),
         tags=(),
-        labels=dict(labels),
+        labels=labels,
         config=dict(inner),
     )
+
+
+def _config_and_labels(
+    blob: Mapping[str, Any], what: str
+) -> tuple[Mapping[str, Any], dict[str, str]]:
+    """An image config blob's ``config`` and its ``Labels`` (every value a string)."""
+    inner = _shape(blob.get("config") or {}, dict, what, "config")
+    labels = _shape(inner.get("Labels") or {}, dict, what, "config.Labels")
+    for key, value in labels.items():
+        _shape(value, str, what, f"label {str(key)[:80]!r}")
+    return inner, dict(labels)
 
 
 def _image_config(
@@ -317,9 +325,4 @@ def _image_config(
 def image_labels(ref: str, *, deadline: Deadline | None = None) -> dict[str, str]:
     """``config.Labels`` of ``ref`` in its registry (see the module docstring)."""
     _remote, config = image_config(ref, deadline=deadline)
-    what = f"the image config of {ref}"
-    inner = _shape(config.get("config") or {}, dict, what, "config")
-    labels = _shape(inner.get("Labels") or {}, dict, what, "config.Labels")
-    for key, value in labels.items():
-        _shape(value, str, what, f"label {str(key)[:80]!r}")
-    return dict(labels)
+    return _config_and_labels(config, f"the image config of {ref}")[1]

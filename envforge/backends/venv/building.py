@@ -38,7 +38,7 @@ from envforge.backends.venv.certifying import (
     state,
     valid_certificate,
 )
-from envforge.backends.venv.install import _install, install_key, project_lock, stack_for
+from envforge.backends.venv.install import _install, install_key, stack_for
 from envforge.backends.venv.interpreter import Interpreter, find_interpreter
 from envforge.backends.venv.layout import (
     BUILD_MARKER,
@@ -163,7 +163,9 @@ def _lock_for(recipe: Recipe, stack: Stack, options: VenvOptions) -> Path | None
     if not options.use_lock:
         return None
     if options.project is not None:
-        found = project_lock(recipe, options.project, stack)
+        from envforge.project.resolve import current_lock  # noqa: PLC0415 - projects only
+
+        found = current_lock(options.project, recipe, stack)
         if found is None:
             options.say(f"no current project lock: resolving; `envforge lock {recipe.name}"
                         f" --project {options.project.root}` pins it")

@@ -41,13 +41,6 @@ def stack_for(recipe: Recipe, project: Project | None) -> Stack:
     return project_stack(project, recipe)
 
 
-def project_lock(recipe: Recipe, project: Project, stack: Stack) -> Path | None:
-    """The project's lock for ``recipe`` when it matches the project as it is now."""
-    from envforge.project.resolve import current_lock  # noqa: PLC0415 - projects only
-
-    return current_lock(project, recipe, stack)
-
-
 def install_key(
     recipe: Recipe,
     interp: Interpreter,
