@@ -188,8 +188,23 @@ stop_pid() {  # stop_pid FILE NAME: TERM, wait up to 30s, KILL
     rm -f "$file"
 }
 
+# The images a run leaves in the engine: every tag under the registry this run started
+# (meaningless once it stops; ~1 GB each with torch) and envforge's dangling images (rebuilt
+# tags). Without this a shared machine's disk fills run by run.
+remove_run_images() {
+    engine_answers || return 0
+    if [ -f "$STATE/registry.pid" ] && [ -f "$STATE/registry.addr" ]; then
+        local addr
+        addr="$(cat "$STATE/registry.addr")"
+        docker images --format '{{.Repository}}:{{.Tag}}' | grep -F "$addr/" \
+            | xargs -r docker rmi -f >/dev/null 2>&1 || true
+    fi
+    docker image prune -f --filter label=io.envforge.recipe >/dev/null 2>&1 || true
+}
+
 down() {
     [ -d "$STATE" ] || { log "nothing recorded under $STATE"; return 0; }
+    remove_run_images
     stop_pid "$STATE/registry.pid" docker-registry
     if [ -f "$STATE/registry.dir" ]; then
         rm -rf "$(cat "$STATE/registry.dir")"
