@@ -19,6 +19,9 @@ import pytest
 def _take_sigint_back() -> None:
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # a background job starts with SIGQUIT ignored too; the tests that forward it need it back
+    if signal.getsignal(signal.SIGQUIT) == signal.SIG_IGN:
+        signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
 _take_sigint_back()
