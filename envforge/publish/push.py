@@ -79,8 +79,32 @@ def certificate_of(info: ImageInfo, *, what: str) -> Certificate:
 
 def image_binding(cert: Certificate, info: ImageInfo) -> list[str]:
     """Why ``cert`` does not certify the image ``info`` (empty: it does): the one check
-    ``publish``, ``verify`` and ``shell`` make before they use an image."""
+    ``publish``, ``verify`` and the Docker backend's every use of a certified image
+    (:mod:`envforge.backends.docker.certified`) make."""
     return binding_problems(cert, info.layers, bound_config(info.config, cert.format))
+
+
+def recipe_mismatch(cert: Certificate, recipe: Recipe, what: str) -> str | None:
+    """The one line saying that ``cert`` certifies another recipe or stack than ``recipe``
+    (None: it certifies this one): another recipe's certified image re-tagged over this
+    one's tag matches its own certificate, and is still not this recipe's image."""
+    if (cert.recipe_name, cert.stack_tag) == (recipe.name, recipe.stack_tag):
+        return None
+    return (
+        f"{what} is certified for {cert.recipe_name} {cert.stack_tag}, "
+        f"not {recipe.name} {recipe.stack_tag}"
+    )
+
+
+def other_version(cert: Certificate, recipe: Recipe, what: str) -> str | None:
+    """The one line saying that ``cert`` was issued for another version of ``recipe``
+    (its file or envforge's data changed since; None: the same version)."""
+    if cert.recipe_hash == recipe.hash:
+        return None
+    return (
+        f"{what} was certified for another version of recipe {recipe.name} "
+        f"({cert.recipe_hash[:19]}, now {recipe.hash[:19]})"
+    )
 
 
 def older_format(cert: Certificate, what: str) -> str | None:
@@ -111,12 +135,9 @@ def publishable(
     partial = older_format(cert, ref)
     if partial is not None:
         raise PublishRefused(partial, hint=f"envforge certify {recipe.name}")
-    if cert.recipe_hash != recipe.hash:
-        raise PublishRefused(
-            f"{ref} was certified for another version of recipe {recipe.name} "
-            f"({cert.recipe_hash[:19]}, now {recipe.hash[:19]})",
-            hint=hint,
-        )
+    stale = recipe_mismatch(cert, recipe, ref) or other_version(cert, recipe, ref)
+    if stale is not None:
+        raise PublishRefused(stale, hint=hint)
     latest = store.latest_for(info.layers, recipe_name=recipe.name, recipe_hash=recipe.hash)
     if latest is None:
         raise PublishRefused(

@@ -90,6 +90,7 @@ def setup(
     yield Setup(envforge, env, certified, labelled, folder / "keys" / "envforge.pub", registry)
     for tag in made + [f"envforge-harden/derived:{k.lower()}" for k in DERIVED]:
         docker_cli("rmi", "--no-prune", tag)
+    docker_cli("rmi", "--no-prune", labelled)  # untagged now: it would stay, dangling
 
 
 def _containers_of(image: str) -> list[str]:
@@ -176,7 +177,7 @@ def test_a_health_check_over_the_certified_tag_fails_publish_and_shell(
         asked = ef("shell", NAME, "--image", derived, "--", "sleep", "4", extra_env=env,
                    cwd=tmp_path)
         assert asked.returncode == 0, asked.stderr
-        assert "does not match its certificate" in asked.stderr
+        assert "is not the image its certificate certifies" in asked.stderr
         assert not (tmp_path / "health-check-ran").exists()
     finally:
         _point_certified_tag_at(client, setup, setup.labelled)
@@ -209,6 +210,31 @@ def test_a_commit_retagged_over_the_certified_tag_is_refused_by_shell(
         _point_certified_tag_at(client, setup, setup.labelled)
         if committed_id is not None and committed_id.id != setup.labelled:
             docker_cli("rmi", committed_id.id)
+
+
+def test_another_recipes_certified_image_over_the_tag_is_refused_by_shell(
+    client: EngineClient, setup: Setup, standin: str, tmp_path: Path
+) -> None:
+    """It matches its own (valid, signed) certificate, which is for another recipe."""
+    info = inspect_image(client, standin)
+    assert info is not None
+    other = issue(
+        report={"status": "pass", "level": "full", "steps": [{"name": "s", "status": "pass"}]},
+        recipe_name="cpu", recipe_hash="sha256:" + "0" * 64, stack_tag="torch2.5.1-cpu-py3.11",
+        layers=info.layers, config=bound_config(info.config), candidate_id=info.id,
+    )
+    image = label_image(client, info.id, {CERTIFICATE_LABEL: other.to_json()})
+    _point_certified_tag_at(client, setup, image)
+    try:
+        ran = setup.envforge("shell", NAME, "--", "sh", "-c", "echo ran > ran.txt",
+                             extra_env=setup.env, cwd=tmp_path)
+        assert ran.returncode == 1, ran.stdout + ran.stderr
+        assert f"{setup.certified} is certified for cpu torch2.5.1-cpu-py3.11, not" in ran.stderr
+        assert len(ran.stderr.strip().splitlines()) == 1
+        assert not (tmp_path / "ran.txt").exists()
+    finally:
+        _point_certified_tag_at(client, setup, setup.labelled)
+        docker_cli("rmi", image)
 
 
 def test_an_unpullable_base_image_is_exit_4_and_a_bad_image_reference_exit_2(

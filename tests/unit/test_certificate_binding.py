@@ -24,6 +24,7 @@ from envforge.container.refs import (
 from envforge.errors import CertificationFailed, PublishRefused
 from envforge.publish import push as pub
 from envforge.publish.certificate import SCHEMA_V1, Certificate, CertificateStore, _digest, issue
+from envforge.recipe.model import Recipe
 from tests.helpers.fake_engine import FakeEngine, image_attrs
 from tests.helpers.recipes import make_recipe
 
@@ -49,12 +50,15 @@ ADDED: dict[str, tuple[str, Any]] = {
 }
 
 
-def _cert(config: dict[str, Any] = CONFIG, *, fmt: int = 2) -> Certificate:
+def _cert(
+    config: dict[str, Any] = CONFIG, *, fmt: int = 2, recipe: Recipe = RECIPE,
+    recipe_hash: str | None = None,
+) -> Certificate:
     cert = issue(
         report={"status": "pass", "level": "full", "steps": [{"name": "a", "status": "pass"}]},
-        recipe_name=RECIPE.name,
-        recipe_hash=RECIPE.hash,
-        stack_tag=RECIPE.stack_tag,
+        recipe_name=recipe.name,
+        recipe_hash=recipe_hash or recipe.hash,
+        stack_tag=recipe.stack_tag,
         layers=LAYERS,
         config=bound_config(config),
         candidate_id=CANDIDATE,
@@ -217,8 +221,8 @@ def test_shell_runs_an_image_asked_for_with_a_warning_and_an_old_one_with_a_note
     options = docker.DockerOptions(say=said.append, image=CERTIFIED)
     assert docker.run(RECIPE, [], options, client=_engine(with_check, cert)) == 0
     assert said == [
-        f"warning: {CERTIFIED} does not match its certificate (image config differs from "
-        "certificate: Healthcheck); running it as asked"
+        f"warning: {CERTIFIED} is not the image its certificate certifies: image config "
+        "differs from certificate: Healthcheck; running it as asked"
     ]
     said.clear()
     old = _cert(fmt=1)
@@ -226,6 +230,78 @@ def test_shell_runs_an_image_asked_for_with_a_warning_and_an_old_one_with_a_note
                       client=_engine(CONFIG, old)) == 0
     assert len(said) == 1
     assert said[0].startswith(f"note: {CERTIFIED}: certificate format 1")
+
+
+def test_shell_refuses_another_recipes_certified_image_over_the_tag(ran: _Ran) -> None:
+    """It matches its own certificate, and is still not this recipe's image."""
+    other = make_recipe(name="other-recipe", torch="2.5.1")
+    engine = _engine(CONFIG, _cert(recipe=other))
+    with pytest.raises(CertificationFailed) as e:
+        docker.run(RECIPE, ["true"], docker.DockerOptions(), client=engine)
+    assert e.value.message == (
+        f"{CERTIFIED} is certified for other-recipe {other.stack_tag}, "
+        f"not {RECIPE.name} {RECIPE.stack_tag}"
+    )
+    assert e.value.hint is not None
+    assert e.value.hint.startswith(f"envforge build {RECIPE.name}")
+    assert ran.images == []
+    # a certificate of a failed probe over the tag is refused the same way
+    failed = issue(
+        report={"status": "fail", "steps": [{"name": "import", "status": "fail"}]},
+        recipe_name=RECIPE.name, recipe_hash=RECIPE.hash, stack_tag=RECIPE.stack_tag,
+        layers=LAYERS, config=bound_config(CONFIG), candidate_id=CANDIDATE,
+    )
+    with pytest.raises(CertificationFailed, match="records a failed probe: import"):
+        docker.run(RECIPE, ["true"], docker.DockerOptions(), client=_engine(CONFIG, failed))
+    assert ran.images == []
+
+
+def test_shell_notes_a_certificate_for_another_version_of_the_recipe(ran: _Ran) -> None:
+    said: list[str] = []
+    stale = _cert(recipe_hash="sha256:" + "0" * 64)
+    options = docker.DockerOptions(say=said.append)
+    assert docker.run(RECIPE, ["true"], options, client=_engine(CONFIG, stale)) == 0
+    assert ran.images == ["sha256:" + "1" * 64]
+    assert len(said) == 1
+    assert said[0].startswith(f"note: {CERTIFIED} was certified for another version of recipe")
+    assert said[0].endswith(f"; envforge build {RECIPE.name} certifies the current one")
+
+
+def test_the_quick_probe_before_a_fallback_checks_the_binding_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``shell GPU --fallback cpu`` quick-probes the GPU image first: a tampered tag is a
+    reason to fall back, and no probe container runs in it."""
+    cert = _cert()
+    tampered = _engine({**CONFIG, "Healthcheck": ADDED["HEALTHCHECK"][1]}, cert)
+    monkeypatch.setattr(docker, "_connect", lambda _options: tampered)
+    probed: list[object] = []
+    monkeypatch.setattr(docker, "run_probe", lambda *a, **_k: probed.append(a))
+    problem = docker.check(RECIPE, docker.DockerOptions())
+    assert problem is not None
+    assert problem.startswith(f"{CERTIFIED} is not the image its certificate certifies: ")
+    assert "Healthcheck" in problem
+    assert probed == []
+
+
+def test_certify_by_recipe_says_when_the_tag_is_not_the_certified_image() -> None:
+    """``certify RECIPE`` probes what the tag names (that is how an image is certified),
+    and says first that it is not the image the tag's certificate certifies."""
+    from tests.unit.test_docker_pipeline import FakeProbe
+
+    cert = _cert()
+    said: list[str] = []
+    engine = _engine({**CONFIG, "Labels": {"org.evil": "1"}}, cert)
+    docker.certify(RECIPE, docker.DockerOptions(say=said.append), client=engine,
+                   prober=FakeProbe())
+    assert said[0] == (
+        f"note: {CERTIFIED} is not the image its certificate certifies: image config "
+        "differs from certificate: Labels; certifying the image it names now"
+    )
+    said.clear()
+    docker.certify(RECIPE, docker.DockerOptions(say=said.append),
+                   client=_engine(CONFIG, cert), prober=FakeProbe())
+    assert not any(line.startswith("note:") for line in said)
 
 
 def test_no_container_of_envforge_runs_a_health_check(tmp_path: Path) -> None:

@@ -46,7 +46,7 @@ from envforge.container.devices import (
 )
 from envforge.container.refs import CERTIFIED_REPOSITORY_PREFIX, certified_ref, split_ref
 from envforge.core.fsutil import write_atomically
-from envforge.errors import CertificationFailed, EnvforgeError, InvalidInput, Unavailable
+from envforge.errors import EnvforgeError, InvalidInput, Unavailable
 from envforge.probe.runner import run_probe
 from envforge.probe.spec import ProbeSpec
 from envforge.recipe.model import Recipe
@@ -57,7 +57,6 @@ if TYPE_CHECKING:
     from envforge.backends.docker.certification import Prober
     from envforge.backends.docker.client import EngineClient
     from envforge.backends.docker.images import BuildKitCli
-    from envforge.container.refs import ImageInfo
     from envforge.host.detect import HostInfo
     from envforge.host.doctor import Finding
     from envforge.render.context import Builder, LockedInstall
@@ -164,6 +163,7 @@ def certify(
     Every verdict goes to the local certificate store. Returns the verdict (a failed probe
     is a result, not an error: see :meth:`Certified.failure`).
     """
+    from envforge.backends.docker.certified import tag_note  # noqa: PLC0415 - loads the SDK
     from envforge.backends.docker.images import inspect_image  # noqa: PLC0415 - loads the SDK
 
     if isinstance(options, Options):  # a command's options: IMAGE refs come in extra
@@ -173,11 +173,15 @@ def certify(
     engine = client if client is not None else _connect(options)
     if image is None:
         image = certified_ref(recipe.name, recipe.stack_tag)
-        if inspect_image(engine, image) is None:
+        info = inspect_image(engine, image)
+        if info is None:
             raise InvalidInput(
                 f"no certified image {image} on this engine",
                 hint=f"envforge build {recipe.name}",
             )
+        note = tag_note(info, image, recipe)
+        if note is not None:
+            options.say(note)
     return certify_and_tag(
         engine,
         recipe,
@@ -374,7 +378,7 @@ def check(
     step_timeout: float = 30.0,
 ) -> str | None:
     """Quick probe of the recipe's certified image now; None on a pass, else why not."""
-    from envforge.backends.docker.images import inspect_image  # noqa: PLC0415 - loads the SDK
+    from envforge.backends.docker.certified import image_for_use  # noqa: PLC0415 - the SDK
     from envforge.backends.docker.probe_target import (  # noqa: PLC0415 - loads the SDK
         DockerTarget,
     )
@@ -383,10 +387,7 @@ def check(
     try:
         client = _connect(options)
         try:
-            ref = certified_ref(recipe.name, recipe.stack_tag)
-            info = inspect_image(client, ref)
-            if info is None:
-                return f"no certified image {ref} (envforge build {recipe.name})"
+            info = image_for_use(client, recipe, image=None, say=options.say)
             spec = ProbeSpec.from_recipe(recipe, level="quick", step_timeout=step_timeout)
             target = DockerTarget(client, info.id, flags_for(client, recipe, options))
             report = run_probe(spec, target, listener=options.listener)
@@ -409,22 +410,12 @@ def run(
     GPUs, the recipe's env and the cache volumes are passed in; the current directory is
     mounted at /workspace; the command's exit code is returned.
     """
-    from envforge.backends.docker.images import inspect_image  # noqa: PLC0415 - loads the SDK
+    from envforge.backends.docker.certified import image_for_use  # noqa: PLC0415 - the SDK
     from envforge.backends.docker.shell import run_shell  # noqa: PLC0415 - loads the SDK
 
     options = docker_options(options)
     engine = client if client is not None else _connect(options)
-    certified = certified_ref(recipe.name, recipe.stack_tag)
-    image = options.image
-    info = inspect_image(engine, image or certified)
-    if info is None:
-        if image is None:
-            raise Unavailable(
-                f"no certified image {certified} on this engine",
-                hint=f"envforge build {recipe.name} (or pass --image REF)",
-            )
-        raise InvalidInput(f"no image {image} on this engine", hint="docker images")
-    _check_before_use(info, image or certified, recipe, asked=image is not None, say=options.say)
+    info = image_for_use(engine, recipe, image=options.image, say=options.say)
     return run_shell(
         engine,
         image=info.id,
@@ -435,42 +426,6 @@ def run(
         flags=flags_for(engine, recipe, options),
         cwd=Path(os.getcwd()),
     )
-
-
-def _check_before_use(
-    info: ImageInfo, ref: str, recipe: Recipe, *, asked: bool, say: Say
-) -> None:
-    """The binding check before every use, as the venv backend makes: the certified tag
-    must name an image its certificate certifies (a commit re-tagged over it does not):
-    :class:`CertificationFailed` otherwise. An image asked for by ``--image`` runs as
-    asked, with a warning when it is not certified or its certificate does not hold."""
-    from envforge.publish.push import (  # noqa: PLC0415 - publish imports this package
-        certificate_of,
-        image_binding,
-        older_format,
-    )
-
-    try:
-        cert = certificate_of(info, what=ref)
-        problems = image_binding(cert, info)
-    except CertificationFailed as exc:
-        if asked:
-            say(f"warning: {ref} is not a certified image; running it as asked")
-            return
-        raise CertificationFailed(
-            exc.message, hint=f"envforge build {recipe.name} makes and certifies it again"
-        ) from None
-    if problems and asked:
-        say(f"warning: {ref} does not match its certificate ({problems[0]}); running it as asked")
-    elif problems:
-        raise CertificationFailed(
-            f"{ref} is not the image its certificate certifies: {problems[0]}",
-            hint=f"envforge build {recipe.name} makes and certifies it again "
-            "(or pass --image REF to run another image)",
-        )
-    partial = older_format(cert, ref)
-    if partial is not None:
-        say(f"note: {partial}; envforge certify {recipe.name} binds all of it")
 
 
 def retag_for(ref: str) -> list[str]:
