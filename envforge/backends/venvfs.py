@@ -402,6 +402,9 @@ def swap_dirs(new: Path, target: Path) -> Path | None:
     if not os.path.lexists(target):
         os.rename(new, target)
         return None
+    if not os.path.isdir(target):
+        # a device, FIFO or file: never swapped away (the caller removes what it gets back)
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(target))
     if exchange(new, target):
         return new
     old = target.with_name(f"{aside_prefix(target, 'old')}{os.urandom(4).hex()}")

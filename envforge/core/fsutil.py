@@ -188,26 +188,39 @@ def _elsewhere(where: str | None) -> str:
     return f"point {where} elsewhere" if where else "choose another path"
 
 
-def refuse_special_file(path: PathLike, *, setting: str | None = None) -> None:
+def refuse_special_file(
+    path: PathLike, *, setting: str | None = None, shown: PathLike | None = None
+) -> None:
     """The one check every file output makes: ``path`` must be absent or a regular file
     (a symbolic link to one, or to nothing, is replaced like a file). A character or
     block device, a FIFO, a socket, or a symbolic link to one of them is refused with
     :class:`BadPath` (exit 2, one line): writing there would block on a FIFO, and renaming
-    a file over it would destroy the device node (as root, ``-o /dev/null``)."""
+    a file over it would destroy the device node (as root, ``-o /dev/null``). ``shown``:
+    the path to name instead of ``path`` (where it was moved from)."""
     try:
         st = os.stat(path)  # follows a link: what would be written to
     except OSError:
         return  # absent, a dangling link or a loop: the write itself says what is wrong
     if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
         return  # a folder is refused by the callers' own EISDIR check, with its own words
-    target = Path(path)
+    target = Path(shown if shown is not None else path)
     where = setting or _setting_for(target)
     raise BadPath(
-        f"cannot write {target}: it is {describe(target)}, not a regular file"
+        f"cannot write {target}: it is {describe(path)}, not a regular file"
         f"{_state_note(where)}",
         path=str(target),
         hint=f"write to a regular file: {_elsewhere(where)}",
     )
+
+
+def _replaceable(moved: Path) -> bool:
+    """Whether an entry moved aside may be replaced: a regular file, or a symbolic link
+    (the link itself moved, not what it points to)."""
+    try:
+        mode = os.lstat(moved).st_mode
+    except OSError:
+        return True
+    return stat.S_ISREG(mode) or stat.S_ISLNK(mode)
 
 
 def check_file_target(path: PathLike, *, setting: str | None = None) -> None:
@@ -304,6 +317,24 @@ def _stage(path: Path, data: bytes, mode: int) -> Path:
     return Path(tmp)
 
 
+def _put_in_place(
+    tmp: Path, path: Path, moved: list[tuple[Path, Path | None]], setting: str | None
+) -> None:
+    """Rename ``tmp`` to ``path``, what was there moved aside first (recorded in ``moved``
+    for :func:`write_files` to put back). What was moved aside is checked again: a device,
+    FIFO or folder that took the file's place since :func:`refuse_special_file` is put
+    back, never replaced."""
+    backup: Path | None = None
+    if os.path.lexists(path):
+        backup = path.with_name(f"{TMP_PREFIX}{secrets.token_hex(6)}.old")
+        os.rename(path, backup)
+    moved.append((path, backup))
+    if backup is not None and not _replaceable(backup):
+        refuse_special_file(backup, setting=setting, shown=path)
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    os.replace(tmp, path)
+
+
 def write_files(
     files: Iterable[tuple[Path, str | bytes, int]], *, setting: str | None = None
 ) -> None:
@@ -332,12 +363,7 @@ def write_files(
             staged.append((_stage(path, data, mode), path))
         for tmp, path in staged:
             current = path
-            backup: Path | None = None
-            if os.path.lexists(path):
-                backup = path.with_name(f"{TMP_PREFIX}{secrets.token_hex(6)}.old")
-                os.rename(path, backup)
-            moved.append((path, backup))
-            os.replace(tmp, path)
+            _put_in_place(tmp, path, moved, setting)
     except BaseException as exc:
         for path, backup in reversed(moved):
             try:

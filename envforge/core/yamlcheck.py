@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from envforge.core.fsutil import FileTooLarge, NotRegularFile, read_limited
+from envforge.core.fsutil import FileTooLarge, NotRegularFile, read_limited, read_reason
 from envforge.errors import DataFileError
 
 #: Largest data file read (bytes). Recipes are a few kB, the shipped table about 26 kB.
@@ -90,6 +90,12 @@ def join(path: str, key: object) -> str:
 # --------------------------------------------------------------------------- files
 
 
+def _kind(path: Path) -> str:
+    """What a file of ``path``'s name is, for a hint: ``.yaml file``, ``.toml file``, …"""
+    suffix = Path(path).suffix
+    return f"{suffix} file" if suffix else "file"
+
+
 def read_text(
     path: Path, source: str | None = None, *, error: ErrorType = DataFileError,
     max_bytes: int = MAX_BYTES,
@@ -105,11 +111,12 @@ def read_text(
     except FileNotFoundError:
         raise error(where, "", "no such file") from None
     except IsADirectoryError:
-        raise error(where, "", "is a directory", hint="give the path of a .yaml file") from None
-    except NotRegularFile:
+        raise error(where, "", "is a directory", hint=f"give the path of a {_kind(path)}") \
+            from None
+    except NotRegularFile as exc:
         raise error(
-            where, "", "is not a regular file (a FIFO, socket or device)",
-            hint="give the path of a .yaml file",
+            where, "", read_reason(exc, path),
+            hint=f"put a regular file there, or give the path of another {_kind(path)}",
         ) from None
     except FileTooLarge as exc:
         size = f"is {exc.size} bytes, more than" if exc.size is not None else "is more than"

@@ -2,20 +2,21 @@
 
 ``plan.json`` always; then per engine: ``certify-ARCH-gpuN.sbatch`` (Slurm), ``jobs.yaml``
 (Kubernetes: the ConfigMap and the Jobs, one YAML document each), ``workflow.yml`` and
-``actionlint.yaml`` (GitHub Actions). Each file is written atomically; ``plan.json`` last,
-so a folder with a ``plan.json`` has all its files.
+``actionlint.yaml`` (GitHub Actions). The files are written all or none, so a folder with a
+``plan.json`` has all its files.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from contextlib import suppress
 from datetime import datetime, timezone
 from pathlib import Path
 
 import yaml
 
-from envforge.core.fsutil import make_dirs, write_atomically
+from envforge.core.fsutil import check_folder_target, make_dirs, write_atomically, write_files
 from envforge.errors import InvalidInput, Unavailable
 from envforge.fleet import github, k8s, slurm
 from envforge.fleet.plan import Plan
@@ -59,15 +60,22 @@ def engine_files(plan: Plan, folder: Path) -> dict[str, str]:
 
 
 def write_plan(plan: Plan, folder: Path) -> list[Path]:
-    """Write the plan's files into ``folder`` (created); the paths written."""
-    files = engine_files(plan, folder)
-    make_dirs(folder / "logs", setting="-o")
-    written = []
-    for name, text in files.items():
-        write_atomically(folder / name, text, setting="-o")
-        written.append(folder / name)
-    write_atomically(folder / "plan.json", plan.to_json(), setting="-o")
-    return [folder / "plan.json", *written]
+    """Write the plan's files into ``folder`` (created); the paths written. All or none
+    (:func:`~envforge.core.fsutil.write_files`): a file that cannot be written (a device
+    or FIFO where one goes, a full disk) leaves none of them, nor ``logs/``."""
+    files = {**engine_files(plan, folder), "plan.json": plan.to_json()}
+    check_folder_target(folder, setting="-o", files=files)
+    check_folder_target(folder / "logs", setting="-o")
+    created = make_dirs(folder / "logs", setting="-o")
+    try:
+        write_files([(folder / name, text, 0o644) for name, text in files.items()],
+                    setting="-o")
+    except BaseException:
+        for made in reversed(created):
+            with suppress(OSError):
+                made.rmdir()
+        raise
+    return [folder / "plan.json", *(folder / name for name in files if name != "plan.json")]
 
 
 def submit(plan: Plan, folder: Path, environ: Mapping[str, str] | None = None) -> list[str]:

@@ -47,6 +47,7 @@ from envforge.core.net import (
     ssl_context,
 )
 from envforge.core.paths import state_dir
+from envforge.errors import EnvforgeError
 from envforge.knowledge.listing import (
     PEP691_HTML,
     PEP691_JSON,
@@ -313,8 +314,8 @@ class IndexClient:
             return
         try:
             write_atomically(path, json.dumps(dict(data)))
-        except OSError:
-            return  # a cache that cannot be written only costs time
+        except EnvforgeError:
+            return  # a cache that cannot be written (fsutil's error) only costs time
 
 
 def listing_url(root: str, project: str) -> str:

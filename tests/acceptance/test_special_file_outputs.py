@@ -94,6 +94,11 @@ OUTPUTS: dict[str, Output] = {
     "probe --summary": Output("summary.md", ("probe", "--summary", "{T}")),
     "keys generate -o": Output("keys/envforge.key", ("keys", "generate", "-o", "{W}/keys")),
     "matrix -o": Output("site/index.html", ("matrix", "--evidence", "{W}/ev", "-o", "{W}/site")),
+    "fleet plan -o": Output(
+        "plan/plan.json",
+        ("fleet", "plan", "--engine", "slurm", "--recipe", "cpu", "--backend", "venv",
+         "-o", "{W}/plan"),
+    ),
 }
 
 #: Every kind for three outputs; a FIFO and a device (the two that hang or destroy) for all.

@@ -300,7 +300,7 @@ def test_list_marks_broken_recipes_and_lists_the_rest(
     assert "descriptio: unknown key" in captured.err
     assert "broken-esc.yaml: description: contains the control character '\\x1b'" in captured.err
     assert "\x1b" not in captured.err
-    assert "fifo.yaml: is not a regular file" in captured.err
+    assert "fifo.yaml: it is a FIFO, not a regular file" in captured.err
     assert "Traceback" not in captured.err
 
 

@@ -186,7 +186,7 @@ def test_special_files_in_recipe_path(
     monkeypatch.setenv("ENVFORGE_RECIPE_PATH", str(tmp_path))
     code, line = run(capsys, "show", "fifo")
     assert code == 2
-    assert "fifo.yaml: is not a regular file" in line
+    assert "fifo.yaml: it is a FIFO, not a regular file" in line
     code, _ = run(capsys, "list")  # does not hang on the FIFO
     assert code == 0  # the FIFO is listed as broken; the other recipes are listed
 

@@ -20,10 +20,17 @@ from envforge.backends.venvfs import (
 from envforge.errors import (
     BuildFailed,
     CertificationFailed,
+    EnvforgeError,
     Unavailable,
 )
 from envforge.host.syspkg import missing_packages
-from envforge.core.fsutil import make_dirs, make_temp_dir, write_atomically, writing
+from envforge.core.fsutil import (
+    check_folder_target,
+    make_dirs,
+    make_temp_dir,
+    write_atomically,
+    writing,
+)
 from envforge.probe.report import ProbeReport
 from envforge.recipe.model import Level, Recipe
 from envforge.stack import Stack
@@ -99,6 +106,7 @@ def make(recipe: Recipe, options: VenvOptions = DEFAULT_OPTIONS) -> VenvBuildRes
     markers = target / MARKER_DIR
     level: Level = options.level or recipe.certify.level
     make_dirs(target.parent)
+    check_folder_target(target)  # a device, FIFO or file there is refused, never swapped
     for gone in sweep_leftovers(target.parent):
         options.say(f"removed {gone}, left by an envforge that was stopped")
 
@@ -276,8 +284,8 @@ def _note_stale(
     )
     try:
         write_atomically(marker, _marker_json({"added": list(added)}))
-    except OSError:
-        pass  # a read-only venv: the note comes again next time
+    except EnvforgeError:
+        pass  # a read-only venv (fsutil's error for it): the note comes again next time
 
 
 def ensure(recipe: Recipe, options: VenvOptions = DEFAULT_OPTIONS) -> tuple[Path, bool]:

@@ -8,6 +8,9 @@ Routes (``<p>`` is any project, e.g. ``torch``):
 - ``/announced/<p>/``: ``Content-Length: 3000000000``, then bytes.
 - ``/bomb/<p>/``: ``Content-Encoding: gzip``, 128 KB that inflate to 128 MB.
 - ``/cross/<p>/``: a redirect to the same path on ``localhost`` (another host).
+- ``/otherport/<p>/``: a redirect to the decoy (another port of 127.0.0.1).
+- ``/loop/<p>/``: a redirect to itself, for ever.
+- ``/hops/<n>/<p>/``: ``n`` redirects on this server, then ``/simple/<p>/``.
 - ``/tofile/<p>/``: a redirect to ``file:///etc/passwd``.
 - ``/deep/<p>/``: JSON nested 100,000 levels deep.
 - ``/badhttp/<p>/``: no HTTP status line.
@@ -15,11 +18,16 @@ Routes (``<p>`` is any project, e.g. ``torch``):
   ``.html`` as HTML), the recorded numpy page for ``numpy``.
 - ``/simple/<p>/``: the recorded pages (tests/fixtures/index), as a well-behaved root.
 - ``/v2/...``: a registry whose behaviour is :attr:`HostileServer.registry`: ``drip``
-  (the config blob drips), ``realm-file`` / ``realm-other`` (a token realm on ``file://`` /
-  on another host), ``redirect-other`` (blobs redirected to a non-loopback http host),
-  ``huge`` (an endless manifest), ``deep`` (a manifest nested 100,000 levels).
+  (the config blob drips), ``realm-file`` / ``realm-other`` / ``realm-port`` (a token realm
+  on ``file://`` / on another host / on the decoy), ``redirect-other`` / ``redirect-port``
+  (blobs redirected to a non-loopback http host / to the decoy), ``loop`` (the manifest
+  redirects to itself), ``huge`` (an endless manifest), ``deep`` (a manifest nested
+  100,000 levels).
 
-Every request is recorded (path), so a test can wait for the client to be stalled.
+Every request is recorded (path), so a test can wait for the client to be stalled. The
+decoy is a second server on another port of 127.0.0.1 that answers every request with the
+recorded torch page (or a token), recording it in :attr:`HostileServer.decoy_requests`: a
+client that follows a redirect or realm there would succeed, so a refusal is visible.
 """
 
 from __future__ import annotations
@@ -66,6 +74,13 @@ class HostileServer:
     requests: list[str] = field(default_factory=list)
     #: how the /v2/ registry misbehaves (see the module docstring); "" behaves
     registry: str = ""
+    #: the decoy's port and the paths it was asked for
+    decoy_port: int = 0
+    decoy_requests: list[str] = field(default_factory=list)
+
+    @property
+    def decoy(self) -> str:
+        return f"http://127.0.0.1:{self.decoy_port}"
 
     def wait_for(self, prefix: str, since: int, timeout: float = 30.0) -> None:
         """Until a request whose path starts with ``prefix`` arrived after the first
@@ -154,6 +169,17 @@ class _Handler(BaseHTTPRequestHandler):
         target = f"http://localhost:{self.state.port}/simple/{parts[-1]}/"
         self._send(302, b"", "text/plain", {"Location": target})
 
+    def _route_otherport(self, parts: list[str]) -> None:
+        self._send(302, b"", "text/plain", {"Location": f"{self.state.decoy}/simple/{parts[-1]}/"})
+
+    def _route_loop(self, parts: list[str]) -> None:
+        self._send(302, b"", "text/plain", {"Location": self.path})
+
+    def _route_hops(self, parts: list[str]) -> None:
+        left = int(parts[1])
+        target = f"/hops/{left - 1}/{parts[-1]}/" if left > 0 else f"/simple/{parts[-1]}/"
+        self._send(302, b"", "text/plain", {"Location": target})
+
     def _route_tofile(self, parts: list[str]) -> None:
         self._send(302, b"", "text/plain", {"Location": "file:///etc/passwd"})
 
@@ -182,10 +208,13 @@ class _Handler(BaseHTTPRequestHandler):
     def _registry(self, path: str) -> None:
         mode = self.state.registry
         port = self.state.port
-        if mode in {"realm-file", "realm-other"}:
-            realm = "file:///etc/passwd" if mode == "realm-file" else "http://10.255.255.1/token"
+        realms = {"realm-file": "file:///etc/passwd", "realm-other": "http://10.255.255.1/token",
+                  "realm-port": f"{self.state.decoy}/token"}
+        if mode in realms:
             self._send(401, b"{}", "application/json",
-                       {"WWW-Authenticate": f'Bearer realm="{realm}",service="x"'})
+                       {"WWW-Authenticate": f'Bearer realm="{realms[mode]}",service="x"'})
+        elif mode == "loop":
+            self._send(307, b"", "text/plain", {"Location": path})
         elif mode == "huge":
             self._head(200, {"Content-Type": "application/json"})
             self._stream(b'{"a": "', b"x" * 65536, 2 << 30)
@@ -198,25 +227,54 @@ class _Handler(BaseHTTPRequestHandler):
         elif mode == "redirect-other":
             self._send(307, b"", "text/plain",
                        {"Location": f"http://10.255.255.1:{port}/storage/blob"})
+        elif mode == "redirect-port":
+            self._send(307, b"", "text/plain", {"Location": f"{self.state.decoy}/storage/blob"})
         else:  # drip: the config blob never finishes
             self._head(200, {"Content-Type": "application/octet-stream"})
             self._stream(b"", b"{", 1 << 20, pause=DRIP_SECONDS)
 
 
-def serve() -> Iterator[HostileServer]:
-    """Start the server on a free port of 127.0.0.1; stop it when the generator closes."""
-    bomb()
-    state = HostileServer("", 0)
-    handler = type("Handler", (_Handler,), {"state": state})
+class _Decoy(BaseHTTPRequestHandler):
+    """Another port: answers everything as a well-behaved index (or token service)."""
+
+    state: HostileServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        return
+
+    def do_GET(self) -> None:
+        self.state.decoy_requests.append(self.path)
+        body = (b'{"token": "decoy"}' if self.path.startswith("/token")
+                else (RECORDED / "torch.json").read_bytes())
+        self.send_response(200)
+        self.send_header("Content-Type", PEP691)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def _start(handler: type[BaseHTTPRequestHandler]) -> tuple[ThreadingHTTPServer, threading.Thread]:
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     httpd.daemon_threads = True
-    state.port = httpd.server_address[1]
-    state.url = f"http://127.0.0.1:{state.port}"
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
+    return httpd, thread
+
+
+def serve() -> Iterator[HostileServer]:
+    """Start the server (and its decoy) on free ports of 127.0.0.1; stop them when the
+    generator closes."""
+    bomb()
+    state = HostileServer("", 0)
+    servers = [_start(type("Handler", (_Handler,), {"state": state})),
+               _start(type("Decoy", (_Decoy,), {"state": state}))]
+    state.port = servers[0][0].server_address[1]
+    state.url = f"http://127.0.0.1:{state.port}"
+    state.decoy_port = servers[1][0].server_address[1]
     try:
         yield state
     finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(timeout=10)
+        for httpd, thread in servers:
+            httpd.shutdown()
+            httpd.server_close()
+            thread.join(timeout=10)

@@ -1,0 +1,204 @@
+"""Issue 22 class 3, the rest of the outputs: a device node, FIFO or a link to one where an
+output goes is refused in one place (``envforge.core.fsutil``) and left as it was, also
+when it appears after the check, for outputs of several files (``fleet plan``), for the
+venv folder a build swaps in, and for cache entries (which only cost time).
+
+Real nodes: FIFOs (``os.mkfifo``) everywhere; character devices (``os.mknod``, /dev/null's
+numbers, made in ``tmp_path``) where the tests run as root. /dev itself is never written.
+The CLI over real processes: tests/acceptance/test_special_file_outputs.py.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from envforge.backends import venvfs
+from envforge.cli import main
+from envforge.core import fsutil
+from envforge.errors import BadPath, ExitCode
+from envforge.knowledge.index import IndexClient
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def _char(path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("mknod needs root")
+    os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+
+
+def _link_to_fifo(path: Path) -> None:
+    os.mkfifo(path.with_name(path.name + ".real"))
+    os.symlink(path.name + ".real", path)
+
+
+def _link_to_char(path: Path) -> None:
+    _char(path.with_name(path.name + ".real"))
+    os.symlink(path.name + ".real", path)
+
+
+MAKERS: dict[str, Callable[[Path], None]] = {
+    "fifo": _fifo,
+    "char-device": _char,
+    "link-to-fifo": _link_to_fifo,
+    "link-to-char-device": _link_to_char,
+}
+
+
+def _node(path: Path) -> tuple[int, int, int]:
+    st = os.lstat(path)
+    return st.st_mode, st.st_rdev, st.st_ino
+
+
+def _listing(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+# --------------------------------------------------------------------------- the race
+
+
+@pytest.mark.parametrize("kind", ["fifo", "char-device", "folder"])
+def test_a_node_that_takes_the_files_place_after_the_check_is_put_back(
+    tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between the check and the rename (the file is being staged) a FIFO, device or
+    folder replaces the old file: it is moved back, never replaced nor removed."""
+    target = tmp_path / "out.txt"
+    target.write_text("old")
+    other = tmp_path / "other.txt"
+    stage = fsutil._stage
+
+    def racing(path: Path, data: bytes, mode: int) -> Path:
+        staged = stage(path, data, mode)
+        if path == target:
+            target.unlink()
+            if kind == "folder":
+                target.mkdir()
+            else:
+                MAKERS[kind](target)
+        return staged
+
+    monkeypatch.setattr(fsutil, "_stage", racing)
+    with pytest.raises(BadPath) as info:
+        fsutil.write_files([(other, "new", 0o644), (target, "new", 0o644)], setting="-o")
+    assert info.value.exit_code is ExitCode.INVALID_INPUT
+    line = info.value.one_line()
+    assert f"cannot write {target}" in line
+    assert ("is a folder" if kind == "folder" else "not a regular file") in line
+    assert fsutil.TMP_PREFIX not in line  # names the output, not where it was moved
+    st = os.lstat(target)
+    expected = {"fifo": stat.S_ISFIFO, "char-device": stat.S_ISCHR, "folder": stat.S_ISDIR}
+    assert expected[kind](st.st_mode)
+    if kind == "char-device":
+        assert st.st_rdev == os.makedev(1, 3)
+    assert _listing(tmp_path) == ["out.txt"]  # all or none: other.txt not left either
+
+
+# --------------------------------------------------------------------------- fleet plan
+
+
+@pytest.mark.parametrize("kind", sorted(MAKERS))
+@pytest.mark.parametrize(
+    ("engine", "name"), [("github", "plan.json"), ("github", "workflow.yml"),
+                         ("slurm", "plan.json")]
+)
+def test_fleet_plan_onto_a_node_writes_none_of_its_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str, engine: str, name: str
+) -> None:
+    out = tmp_path / "plan"
+    out.mkdir()
+    MAKERS[kind](out / name)
+    before = _node(out / name)
+    listing = _listing(out)
+    assert main(["fleet", "plan", "--engine", engine, "--recipe", "cpu", "--backend", "venv",
+                 "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    errors = [ln for ln in err.splitlines() if ln.startswith("envforge: error:")]
+    assert len(errors) == 1, err
+    assert f"cannot write {out / name}" in errors[0]
+    assert "Traceback" not in err
+    assert _node(out / name) == before
+    assert _listing(out) == listing  # no logs/, no scheduler files, no temporary file
+
+
+def test_fleet_plan_with_a_fifo_where_logs_goes_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "plan"
+    out.mkdir()
+    os.mkfifo(out / "logs")
+    assert main(["fleet", "plan", "--engine", "github", "--recipe", "cpu", "-o", str(out)]) == 2
+    assert f"{out / 'logs'} is a FIFO, not a folder" in capsys.readouterr().err
+    assert _listing(out) == ["logs"]
+
+
+# --------------------------------------------------------------------------- venv folder
+
+
+@pytest.mark.parametrize("kind", sorted(MAKERS))
+def test_a_venv_is_never_swapped_onto_a_node(tmp_path: Path, kind: str) -> None:
+    new = tmp_path / "new"
+    new.mkdir()
+    (new / "marker").write_text("x")
+    target = tmp_path / "venv"
+    MAKERS[kind](target)
+    before = _node(target)
+    with pytest.raises(NotADirectoryError):
+        venvfs.swap_dirs(new, target)
+    assert _node(target) == before
+    assert (new / "marker").read_text() == "x"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "char-device"])
+def test_a_venv_build_onto_a_node_is_refused_before_any_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    from envforge.backends.venv import building
+    from envforge.backends.venv.layout import venv_location
+    from envforge.recipe.catalogue import Catalogue
+
+    monkeypatch.setenv("ENVFORGE_HOME", str(tmp_path / "home"))
+    recipe = Catalogue.default().load("cpu")
+    target = venv_location(recipe)
+    target.parent.mkdir(parents=True)
+    MAKERS[kind](target)
+    before = _node(target)
+
+    def no_install(*_args: object, **_kw: object) -> None:
+        raise AssertionError("installed onto a device node")
+
+    monkeypatch.setattr(building, "_build_aside", no_install)
+    with pytest.raises(BadPath) as info:
+        building.make(recipe)
+    line = info.value.one_line()
+    assert f"{target} is a {'FIFO' if kind == 'fifo' else 'character device'}, not a folder" \
+        in line
+    assert "ENVFORGE_HOME" in line
+    assert _node(target) == before
+
+
+# --------------------------------------------------------------------------- caches
+
+
+def test_an_index_cache_entry_that_is_a_fifo_is_neither_read_nor_replaced(
+    tmp_path: Path,
+) -> None:
+    client = IndexClient(cache_dir=tmp_path / "cache")
+    url, accept = "http://127.0.0.1:9/simple/torch/", "application/json"
+    entry = client._path(url, accept)
+    assert entry is not None
+    entry.parent.mkdir(parents=True)
+    os.mkfifo(entry)
+    before = _node(entry)
+    assert client._load(url, accept) is None  # never blocks on the FIFO
+    client._save(url, accept, {"url": url, "stored": 0.0, "body": ""})  # no error: a cache
+    assert _node(entry) == before
+    assert _listing(tmp_path / "cache") == [entry.parent.name, str(entry.relative_to(
+        tmp_path / "cache"))]
