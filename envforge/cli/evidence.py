@@ -45,7 +45,8 @@ def _is_ref(text: str) -> bool:
 def import_cmd(sources: tuple[str, ...], deadline: float | None, as_json: bool) -> None:
     """Add reports (folders, files, .jsonl bundles) and registry images' certificates
     to the local evidence store. Exit 2 when nothing could be read (4: a registry did
-    not answer)."""
+    not answer, or answered what cannot be used: a redirect or token service elsewhere,
+    too large, malformed)."""
     from envforge.container.refs import CERTIFICATE_LABEL  # noqa: PLC0415 - pure
     from envforge.core.jsonlimits import BadJSON, loads  # noqa: PLC0415 - when run
     from envforge.core.net import Deadline, NotAnswered, deadline_seconds  # noqa: PLC0415 - when run
@@ -58,7 +59,9 @@ def import_cmd(sources: tuple[str, ...], deadline: float | None, as_json: bool) 
         raise InvalidInput(str(exc), hint="pass --deadline SECONDS") from None
     problems: list[Problem] = []
     docs: list[tuple[str, object]] = []
-    network = ""  # a registry that did not answer (exit 4 when nothing was read)
+    #: the first registry that did not answer, or answered what cannot be used (refused,
+    #: too large, malformed): exit 4 naming it when nothing was read
+    network: tuple[str, Unavailable] | None = None
     for source in sources:
         if _is_ref(source):
             from envforge.publish.registry import image_labels  # noqa: PLC0415 - only for refs
@@ -67,8 +70,8 @@ def import_cmd(sources: tuple[str, ...], deadline: float | None, as_json: bool) 
                 label = image_labels(source, deadline=budget).get(CERTIFICATE_LABEL)
             except EnvforgeError as exc:
                 problems.append(Problem(source, exc.one_line()))
-                if isinstance(exc, NotAnswered) and not network:
-                    network = f"{source}: {exc.one_line()}"
+                if isinstance(exc, Unavailable) and network is None:
+                    network = (source, exc)
                 continue
             if not label:
                 problems.append(Problem(source, f"carries no certificate ({CERTIFICATE_LABEL})"))
@@ -109,10 +112,12 @@ def import_cmd(sources: tuple[str, ...], deadline: float | None, as_json: bool) 
             f"{len(result.added)} added, {result.known} already in the store, "
             f"{len(result.problems)} skipped"
         )
-    if not result.added and not result.known and network:
+    if not result.added and not result.known and network is not None:
+        where, first = network
+        said = "did not answer" if isinstance(first, NotAnswered) else "gave no usable answer"
         raise Unavailable(
-            f"no evidence could be read; a registry did not answer: {network}",
-            hint="check the registry, or raise --deadline",
+            f"no evidence could be read; a registry {said}: {where}: {first.message}",
+            hint=first.hint or "check the registry, or raise --deadline",
         )
     if not result.added and not result.known:
         raise InvalidInput(

@@ -5,8 +5,10 @@ reads for ``evidence import``): what it may ask, for how long, and how much it t
   command was configured with (:class:`Policy`: the index roots, ``ENVFORGE_INDEX_MIRROR``,
   the registry given, ``ENVFORGE_ALLOW_HOSTS``). A URL a server names (a listing's file,
   a redirect, a token realm) is checked the same way; ``file://`` and every other scheme
-  is refused and named. A redirect to another host is refused unless the policy allows
-  ``https`` → ``https`` hops (registry blob storage), and never downgrades to ``http``.
+  is refused and named. A redirect to another host or port is refused (the same host may
+  upgrade to ``https``), except ``https`` → ``https`` for a registry's blob downloads
+  (:attr:`Policy.hops`); never a downgrade to ``http``. Redirects on the configured hosts
+  are followed up to :data:`MAX_REDIRECTS`.
 - **How long**: every request has a per-request timeout and a shared :class:`Deadline`
   (default :data:`DEFAULT_DEADLINE` s, ``ENVFORGE_NET_DEADLINE`` or ``--deadline``);
   :func:`run_all` runs requests on daemon threads and stops waiting at the deadline, so a
@@ -88,12 +90,6 @@ def origin_of(url: str) -> Origin | None:
     return scheme, parts.hostname.lower(), port or (443 if scheme == "https" else 80)
 
 
-def is_loopback(host: str) -> bool:
-    """``localhost``, ``127.x.y.z`` or ``::1`` (a bare host name, without port)."""
-    name = host.strip("[]").lower()
-    return name in ("localhost", "::1") or name.startswith("127.")
-
-
 def _show(origin: Origin) -> str:
     scheme, host, port = origin
     default = 443 if scheme == "https" else 80
@@ -106,8 +102,9 @@ class Policy:
     """The origins a command may read from, and whether a redirect may leave them."""
 
     origins: frozenset[Origin]
-    #: follow a redirect to an origin outside ``origins`` when it keeps the scheme:
-    #: https to https (registry blob storage), or http between loopback hosts
+    #: follow a redirect from https to https outside ``origins`` (a registry's blob
+    #: download, which the distribution API lets a registry send to its storage); plain
+    #: http never leaves ``origins``, loopback or not
     hops: bool = False
 
     @classmethod
@@ -135,12 +132,12 @@ class Policy:
         if origin in self.origins:
             return
         before = origin_of(came_from) if came_from else None
-        if before is not None and before[1] == origin[1] and origin[0] == "https":
-            return  # the same host, upgraded to https
-        if self.hops and before is not None and before[0] == origin[0] and (
-            origin[0] == "https" or (is_loopback(before[1]) and is_loopback(origin[1]))
+        if before is not None and before[1] == origin[1] and origin[0] == "https" and (
+            origin[2] in (before[2], 443)
         ):
-            return
+            return  # the same host, upgraded to https (on its port, or https's own)
+        if self.hops and before is not None and before[0] == origin[0] == "https":
+            return  # a registry's blob in storage elsewhere: https only, never http
         allowed = ", ".join(sorted(_show(o) for o in self.origins)) or "none"
         what = f"a redirect from {came_from} to" if came_from else "a request to"
         raise NetError(

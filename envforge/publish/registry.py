@@ -16,8 +16,9 @@ speak plain HTTP on a non-loopback address are not supported.
 
 Every request goes through the one URL opener (:mod:`envforge.core.net`): only the registry's
 own host (and ``ENVFORGE_ALLOW_HOSTS``), so a token realm or redirect that names a
-``file://`` URL or another host is refused and named (a redirect may keep its scheme:
-https to https, for blob storage); documents are read up to :data:`MAX_BYTES`; the whole
+``file://`` URL or another host or port is refused and named (only the config blob's
+download may be redirected, from https to https storage elsewhere, as the distribution API
+allows; never to plain http); documents are read up to :data:`MAX_BYTES`; the whole
 read has one overall deadline (``ENVFORGE_NET_DEADLINE``, ``--deadline``): exit 4 naming
 the request that did not answer.
 """
@@ -28,7 +29,7 @@ import hashlib
 import re
 import urllib.parse
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from envforge.container.refs import DIGEST_RE, ImageInfo
@@ -124,7 +125,10 @@ class _Session:
     auth: list[str]
 
     def request(self, url: str, accept: str, *, limit: int = MAX_BYTES,
-                token: bool = True) -> Reply:
+                token: bool = True, blob: bool = False) -> Reply:
+        """GET ``url`` under the policy; a ``blob`` download may be redirected from https
+        to https storage on another host (the distribution API allows it), nothing else
+        leaves the registry's host."""
         headers = {"Accept": accept}
         if token and self.auth:
             headers["Authorization"] = f"Bearer {self.auth[0]}"
@@ -135,7 +139,8 @@ class _Session:
             return headers if same else {"Accept": accept}
 
         try:
-            return fetch(url, self.policy, deadline=self.deadline, limit=limit,
+            policy = replace(self.policy, hops=True) if blob else self.policy
+            return fetch(url, policy, deadline=self.deadline, limit=limit,
                          timeout=min(TIMEOUT, self.deadline.seconds), headers=headers,
                          on_redirect=hop)
         except NetError as exc:
@@ -177,14 +182,15 @@ def _token(challenge: str, session: _Session) -> str | None:
     return token if isinstance(token, str) and token else None
 
 
-def _get(url: str, session: _Session, accept: str) -> tuple[bytes, Mapping[str, str]]:
-    reply = session.request(url, accept)
+def _get(url: str, session: _Session, accept: str, *, blob: bool = False) -> tuple[
+        bytes, Mapping[str, str]]:
+    reply = session.request(url, accept, blob=blob)
     ref = session.ref
     if reply.status == 401 and not session.auth:
         token = _token(reply.header("www-authenticate"), session)
         if token:
             session.auth.append(token)
-            return _get(url, session, accept)
+            return _get(url, session, accept, blob=blob)
     if reply.status == 404:
         raise InvalidInput(
             f"{ref.host}/{ref.repository}:{ref.reference}: not in the registry (HTTP 404)",
@@ -260,7 +266,7 @@ def _read_config(
     remote = parse_ref(ref)
     if deadline is None:
         deadline = Deadline.start(deadline_seconds(None))
-    session = _Session(remote, Policy.for_urls([remote.base], hops=True), deadline, [])
+    session = _Session(remote, Policy.for_urls([remote.base]), deadline, [])
     try:
         return call(lambda: _image_config(ref, remote, session), deadline=deadline,
                     what=f"{remote.base}/manifests/{remote.reference}")
@@ -316,7 +322,7 @@ def _image_config(
     if not isinstance(config, dict):
         raise Unavailable(f"{ref}: the manifest names no image config")
     digest = _digest(config.get("digest"), f"the manifest of {ref}", "config.digest")
-    blob, _headers = _get(f"{remote.base}/blobs/{digest}", session, "*/*")
+    blob, _headers = _get(f"{remote.base}/blobs/{digest}", session, "*/*", blob=True)
     if "sha256:" + hashlib.sha256(blob).hexdigest() != digest:
         raise Unavailable(f"{ref}: the config blob does not match its digest {digest[:19]}")
     return remote, _json(blob, f"the image config of {ref}"), digest

@@ -1,9 +1,9 @@
-"""The network commands against a hostile server on 127.0.0.1 (hostileserver.py): a slow
-index (a byte every 2 s), one that sends nothing, endless and announced-huge pages, a
-gzip bomb, redirects to another host and to ``file://``, listings naming ``file://`` and
-``ftp://`` files, deep JSON, no HTTP at all, a registry whose token realm or blob redirect
-leaves its host, whose blob drips, whose manifest is endless or deep; Ctrl-C and SIGTERM
-during a stalled refresh.
+"""The network commands against a hostile server on 127.0.0.1 (tests/helpers/hostileserver.py):
+a slow index (a byte every 2 s), one that sends nothing, endless and announced-huge pages, a
+gzip bomb, redirects to another host or port, in a loop and to ``file://``, listings naming
+``file://`` and ``ftp://`` files, deep JSON, no HTTP at all, a registry whose token realm or
+blob redirect leaves its host or port, whose manifest redirects in a loop, whose blob drips,
+whose manifest is endless or deep; Ctrl-C and SIGTERM during a stalled refresh.
 
 The contract: exit 4 naming what could not be checked (or 130 after a signal), within the
 overall deadline; never a traceback, a hang, a read outside the configured hosts, or
@@ -23,9 +23,9 @@ import pytest
 
 from envforge.backends.docker.client import EngineClient
 from envforge.core.proc import Completed, run
+from tests.helpers.hostileserver import HostileServer, serve
 
 from .helpers import Envforge, parse_json
-from .hostileserver import HostileServer, serve
 
 #: a hang guard for one command; the deadlines below are a few seconds
 GUARD = 60.0
@@ -71,6 +71,8 @@ _MEASURED = (
         ("announced", "too-large", "3000000000 bytes announced"),
         ("bomb", "too-large", "decoded"),
         ("cross", "refused", "http://localhost:"),
+        ("otherport", "refused", "which is not a configured host"),
+        ("loop", "malformed", "more than 5 redirects"),
         ("tofile", "refused", "file URLs are not read"),
         ("deep", "malformed", "nested deeper than 64 levels"),
         ("badhttp", "malformed", "not an HTTP answer"),
@@ -224,19 +226,22 @@ def test_a_signal_during_a_stalled_refresh_exits_130_at_once(
 @pytest.mark.parametrize(
     ("mode", "code", "words"),
     [
-        ("realm-file", 2, "file URLs are not read"),
-        ("realm-other", 2, "http://10.255.255.1, which is not a configured host"),
-        ("redirect-other", 2, "a redirect from"),
+        ("realm-file", 4, "file URLs are not read"),
+        ("realm-other", 4, "http://10.255.255.1, which is not a configured host"),
+        ("redirect-other", 4, "a redirect from"),
+        ("redirect-port", 4, "which is not a configured host"),
+        ("loop", 4, "more than 5 redirects"),
         ("drip", 4, "overall deadline of 3 s"),
-        ("huge", 2, "more than"),
-        ("deep", 2, "nested deeper than 64 levels"),
+        ("huge", 4, "more than"),
+        ("deep", 4, "nested deeper than 64 levels"),
     ],
 )
 def test_a_hostile_registry_is_named_and_bounded(
     server: HostileServer, cli: Envforge, mode: str, code: int, words: str
 ) -> None:
-    """Exit 4 when the registry did not answer in time; an answer that cannot be used
-    (refused, too large, malformed) is a skipped source like any other (exit 2)."""
+    """Exit 4 when the registry did not answer in time, or answered what cannot be used
+    (refused, too large, malformed), naming it; the decoy on another port is never asked."""
+    asked = len(server.decoy_requests)
     server.registry = mode
     try:
         done = cli("evidence", "import", "--deadline", "3",
@@ -247,6 +252,7 @@ def test_a_hostile_registry_is_named_and_bounded(
     assert "Traceback" not in done.stderr
     assert words in done.stderr
     assert f"127.0.0.1:{server.port}" in done.stderr
+    assert server.decoy_requests[asked:] == []
 
 
 @pytest.mark.engine

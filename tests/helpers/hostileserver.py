@@ -10,7 +10,8 @@ Routes (``<p>`` is any project, e.g. ``torch``):
 - ``/cross/<p>/``: a redirect to the same path on ``localhost`` (another host).
 - ``/otherport/<p>/``: a redirect to the decoy (another port of 127.0.0.1).
 - ``/loop/<p>/``: a redirect to itself, for ever.
-- ``/hops/<n>/<p>/``: ``n`` redirects on this server, then ``/simple/<p>/``.
+- ``/hops/<n>/<p>/``: ``n`` (at least 1) redirects on this server, the last to
+  ``/simple/<p>/``.
 - ``/tofile/<p>/``: a redirect to ``file:///etc/passwd``.
 - ``/deep/<p>/``: JSON nested 100,000 levels deep.
 - ``/badhttp/<p>/``: no HTTP status line.
@@ -177,7 +178,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _route_hops(self, parts: list[str]) -> None:
         left = int(parts[1])
-        target = f"/hops/{left - 1}/{parts[-1]}/" if left > 0 else f"/simple/{parts[-1]}/"
+        target = f"/hops/{left - 1}/{parts[-1]}/" if left > 1 else f"/simple/{parts[-1]}/"
         self._send(302, b"", "text/plain", {"Location": target})
 
     def _route_tofile(self, parts: list[str]) -> None:

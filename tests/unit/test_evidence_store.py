@@ -369,11 +369,15 @@ def test_labels_come_from_the_config_blob_without_any_layer(
 
 
 def test_a_token_is_fetched_and_not_sent_to_another_host_on_redirect(
-    registry: tuple[str, _Registry],
+    registry: tuple[str, _Registry], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A blob redirected to another (allowed) host gets no token. Without
+    ENVFORGE_ALLOW_HOSTS the redirect is refused (plain http never leaves the registry's
+    host: tests/unit/test_net_redirects.py)."""
     host, state = registry
     state.bearer = True
     state.redirect_blobs = True
+    monkeypatch.setenv("ENVFORGE_ALLOW_HOSTS", f"http://localhost:{host.rsplit(':', 1)[1]}")
     labels = image_labels(f"{host}/team/cpu:v1")
     assert labels["other"] == "y"
     assert any(p.startswith("/token") for p in state.requests)

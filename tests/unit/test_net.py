@@ -94,9 +94,16 @@ def test_redirects_keep_the_scheme_or_upgrade_it() -> None:
     registry.check("https://blobs.test/sig", came_from="https://reg.test/v2/x/blobs/a")
     _refused(registry, "http://blobs.test/sig", came_from="https://reg.test/v2/x/blobs/a")
     _refused(registry, "file:///etc/passwd", came_from="https://reg.test/v2/x/blobs/a")
+    # plain http never leaves the configured origins, loopback or not, hops or not
     loop = Policy.for_urls(["http://127.0.0.1:5000/v2/x"], environ={}, hops=True)
-    loop.check("http://localhost:5000/storage/a", came_from="http://127.0.0.1:5000/v2/x")
-    _refused(loop, "http://10.0.0.1/storage/a", came_from="http://127.0.0.1:5000/v2/x")
+    for elsewhere in ("http://localhost:5000/storage/a", "http://127.0.0.1:2375/info",
+                      "http://10.0.0.1/storage/a"):
+        _refused(loop, elsewhere, came_from="http://127.0.0.1:5000/v2/x")
+    # an upgrade keeps the host and goes to its port or https's own, nowhere else
+    index.check("https://index.test:443/simple/", came_from="http://index.test/simple/")
+    dev = Policy.for_urls(["http://127.0.0.1:8080/simple"], environ={})
+    dev.check("https://127.0.0.1:8080/simple/x/", came_from="http://127.0.0.1:8080/simple/x/")
+    _refused(dev, "https://127.0.0.1:2376/x/", came_from="http://127.0.0.1:8080/simple/x/")
 
 
 def test_origin_of_rejects_what_is_no_http_url() -> None:
