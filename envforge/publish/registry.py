@@ -310,6 +310,11 @@ def _image_config(
     reference = remote.reference
     for _ in range(2):  # an index, then the image manifest it names
         data, headers = _get(f"{remote.base}/manifests/{reference}", session, accept)
+        if DIGEST_RE.fullmatch(reference) and _sha256(data) != reference:
+            # asked by digest (REF@sha256:..., or the one a manifest list names): the
+            # registry must answer with exactly those bytes, as an engine's pull checks
+            raise Unavailable(f"{ref}: the manifest does not match its digest {reference[:19]}",
+                              hint="the registry serves other content than the digest names")
         manifest = _json(data, f"the manifest of {ref}")
         media = manifest.get("mediaType") or headers.get("content-type", "")
         if media in _INDEX_TYPES or "manifests" in manifest:
@@ -323,9 +328,13 @@ def _image_config(
         raise Unavailable(f"{ref}: the manifest names no image config")
     digest = _digest(config.get("digest"), f"the manifest of {ref}", "config.digest")
     blob, _headers = _get(f"{remote.base}/blobs/{digest}", session, "*/*", blob=True)
-    if "sha256:" + hashlib.sha256(blob).hexdigest() != digest:
+    if _sha256(blob) != digest:
         raise Unavailable(f"{ref}: the config blob does not match its digest {digest[:19]}")
     return remote, _json(blob, f"the image config of {ref}"), digest
+
+
+def _sha256(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 def image_labels(ref: str, *, deadline: Deadline | None = None) -> dict[str, str]:

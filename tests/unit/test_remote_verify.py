@@ -93,3 +93,41 @@ def test_publish_takes_auto_like_build(
     assert "auto -> " in err  # chosen for this host, said on stderr
     assert "no Docker engine answers" in err
     assert main(["publish", "no-such-recipe", "--registry", "127.0.0.1:9"]) == 2
+
+
+def test_a_manifest_asked_for_by_digest_must_be_those_bytes(
+    registry: HostileRegistry, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """REF@sha256:... (publish prints it) names one manifest: a registry that answers
+    with another one (here: another image that verifies on its own) is refused, exit 4,
+    as an engine's pull would refuse it; so is a manifest list entry's."""
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent.sock")
+    good = _serve(registry, "pinned", _certified_config(CONFIG, LAYERS))
+    manifest = registry.paths["/v2/team/pinned/manifests/v1"]
+    digest = "sha256:" + hashlib.sha256(manifest).hexdigest()
+    registry.paths[f"/v2/team/pinned/manifests/{digest}"] = manifest
+    pinned = good.rsplit(":", 1)[0] + "@" + digest
+    assert main(["verify", pinned]) == 0
+    capsys.readouterr()
+    # the same digest, other bytes (another certified image's manifest)
+    _serve(registry, "other", _certified_config(CONFIG, LAYERS))  # issued again: other bytes
+    registry.paths[f"/v2/team/pinned/manifests/{digest}"] = (
+        registry.paths["/v2/team/other/manifests/v1"]
+    )
+    registry.paths.update({k.replace("/team/other/", "/team/pinned/"): v
+                           for k, v in list(registry.paths.items()) if "/team/other/blobs/" in k})
+    assert main(["verify", pinned]) == 4
+    err = capsys.readouterr().err
+    assert f"the manifest does not match its digest {digest[:19]}" in err
+    assert len(err.strip().splitlines()) == 1
+    # a manifest list whose entry's digest names other bytes
+    index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+             "manifests": [{"digest": digest, "mediaType":
+                            "application/vnd.oci.image.manifest.v1+json",
+                            "platform": {"os": "linux", "architecture": "amd64"}}]}
+    registry.paths["/v2/team/pinned/manifests/list"] = json.dumps(index).encode()
+    assert main(["verify", good.rsplit(":", 1)[0] + ":list"]) == 4
+    assert "does not match its digest" in capsys.readouterr().err
+    registry.paths[f"/v2/team/pinned/manifests/{digest}"] = manifest
+    assert main(["verify", good.rsplit(":", 1)[0] + ":list"]) == 0
