@@ -64,6 +64,20 @@ def split_ref(ref: str) -> tuple[str, str | None]:
     return ref, None
 
 
+def check_digest(ref: str) -> None:
+    """The digest of a ``REPO@DIGEST`` reference is ``sha256:`` and 64 lowercase hex
+    digits, the one form registries and engines use (a reference without ``@`` passes);
+    :class:`InvalidInput` (exit 2) naming it otherwise: the user's typo, not the network's."""
+    if "@" not in ref:
+        return
+    digest = ref.rsplit("@", 1)[1]
+    if not DIGEST_RE.fullmatch(digest):
+        raise InvalidInput(
+            f"{ref!r}: {digest[:80]!r} is not a sha256 digest",
+            hint="REPO@sha256:<64 hex digits>",
+        )
+
+
 @dataclass(frozen=True)
 class ImageInfo:
     """What envforge needs to know about a local image."""

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from envforge.container.refs import DIGEST_RE, ImageInfo
+from envforge.container.refs import DIGEST_RE, ImageInfo, check_digest
 from envforge.core.jsonlimits import BadJSON
 from envforge.core.net import (
     ALLOW_ENV,
@@ -103,11 +103,7 @@ def parse_ref(ref: str) -> RemoteRef:
         host, repo = DOCKER_HUB, name if len(parts) > 1 else f"library/{name}"
     if not re.fullmatch(r"[a-z0-9]+(?:[._/-][a-z0-9]+)*", repo) or not reference:
         raise InvalidInput(f"{ref!r} is not an image reference", hint="HOST[:PORT]/REPO:TAG")
-    if "@" in text and not DIGEST_RE.fullmatch(reference):
-        raise InvalidInput(
-            f"{ref!r}: {reference[:80]!r} is not a sha256 digest",
-            hint="REPO@sha256:<64 hex digits>",
-        )
+    check_digest(text)
     return RemoteRef(host, repo, reference)
 
 

@@ -15,6 +15,7 @@ import docker.errors
 import pytest
 
 from envforge.backends.docker.images import build_image, inspect_image, push
+from envforge.backends.docker.images import pull as images_pull
 from envforge.cli import main
 from envforge.container.refs import CERTIFICATE_LABEL, bound_config, certified_ref
 from envforge.errors import ExitCode, InvalidInput, PublishRefused, Unavailable
@@ -100,6 +101,41 @@ def test_an_invalid_image_reference_is_exit_2() -> None:
     with pytest.raises(InvalidInput, match="is not an image reference") as info:
         inspect_image(engine, "Not A Ref!!")
     assert info.value.exit_code is ExitCode.INVALID_INPUT
+
+
+@pytest.mark.parametrize(
+    "ref",
+    ["127.0.0.1:5000/team/cpu@sha256:zz", "127.0.0.1:5000/team/cpu@md5:" + "a" * 32,
+     "127.0.0.1:5000/team/cpu@sha256:" + "A" * 64, "127.0.0.1:5000/team/cpu@"],
+)
+def test_a_malformed_digest_is_exit_2_before_the_engine_is_asked(
+    ref: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`verify --pull` and `pull` sent it to the engine, whose 400 was exit 4 (a network
+    problem); `verify` (remote) already refused it."""
+    from envforge.backends.docker import engine as engine_module
+
+    engine = FakeEngine()
+    monkeypatch.setattr(engine_module, "connect", lambda *_a, **_k: engine)
+    for argv in (["verify", ref, "--pull"], ["pull", ref], ["verify", ref]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert "is not a sha256 digest" in err or "is not an image reference" in err
+        assert len(err.strip().splitlines()) == 1
+    assert engine.api.pulled == []
+
+
+def test_a_reference_the_engine_cannot_parse_is_exit_2_on_pull() -> None:
+    engine = FakeEngine()
+
+    def pull(repository: str, tag: str | None = None) -> object:
+        response = type("R", (), {"status_code": 400, "reason": "Bad Request", "url": ""})()
+        raise docker.errors.APIError("400 Client Error", response=response,
+                                     explanation="invalid reference format")
+
+    engine.api.pull = pull  # type: ignore[method-assign]
+    with pytest.raises(InvalidInput, match="is not an image reference"):
+        images_pull(engine, "Team/CPU:x")
 
 
 def test_a_base_image_that_cannot_be_pulled_is_exit_4(tmp_path: Path) -> None:

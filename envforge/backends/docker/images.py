@@ -20,7 +20,7 @@ import docker.utils.build
 from envforge.backends.docker.client import EngineClient
 from envforge.backends.docker.engine import TRANSPORT_ERRORS, api_message, first_line
 from envforge.container.identity import engine_kind
-from envforge.container.refs import DIGEST_RE, ImageInfo, split_ref
+from envforge.container.refs import DIGEST_RE, ImageInfo, check_digest, split_ref
 from envforge.core import proc
 from envforge.errors import BuildFailed, InvalidInput, PublishRefused, Unavailable, printable
 
@@ -356,7 +356,9 @@ def push(
 
 
 def pull(client: EngineClient, ref: str) -> ImageInfo:
-    """Pull ``ref`` (tag or ``@sha256:`` digest) and return the local image."""
+    """Pull ``ref`` (tag or ``@sha256:`` digest) and return the local image; a reference
+    the engine cannot parse (a malformed digest, upper case) is the user's input, exit 2."""
+    check_digest(ref)
     repo, tag = split_ref(ref)
     try:
         if "@" in repo:
@@ -364,6 +366,11 @@ def pull(client: EngineClient, ref: str) -> ImageInfo:
         else:
             client.api.pull(repo, tag=tag or "latest")
     except docker.errors.APIError as exc:
+        if exc.status_code == 400:  # "invalid reference format", "invalid tag format"
+            raise InvalidInput(
+                f"{ref!r} is not an image reference: {api_message(exc)}",
+                hint="REPO[:TAG] or REPO@sha256:DIGEST",
+            ) from None
         raise Unavailable(
             f"cannot pull {ref}: {api_message(exc)}", hint="check the reference and the registry"
         ) from None
