@@ -33,12 +33,15 @@ def register(group: click.Group) -> None:
     "--driver", metavar="VERSION", help="NVIDIA driver version (default: the detected one)."
 )
 @click.option(
-    "--conservative", is_flag=True, help="Prefer the stack with the most evidence over the newest."
+    "--conservative",
+    is_flag=True,
+    help="The stack with the most evidence (an older release, the package-index default build).",
 )
 @click.option(
     "--latest",
     is_flag=True,
-    help="The newest stack, allowing uncertain choices (default: the newest verified one).",
+    help="The newest stack, uncertain choices allowed (default: the newest stack whose every "
+    "choice is verified).",
 )
 @platform_option
 @click.option(

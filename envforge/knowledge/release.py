@@ -34,6 +34,7 @@ from envforge.knowledge.table import (
     PlatformBuild,
     Release,
     Variant,
+    py_tuple,
     series_of,
 )
 
@@ -69,6 +70,8 @@ VARIANT_KEYS = (
     "sm_confidence",
     "ptx",
     "platforms",
+    "python_files",
+    "python_files_source",
 )
 _PLATFORM_KEYS = ("sm", "ptx", "sm_source", "sm_confidence", "python", "python_source")
 
@@ -78,6 +81,7 @@ class _Context:
     """What every variant of one release is read against."""
 
     series: str
+    versions: tuple[str, ...]
     torch: Version
     form_default: IndexForm
     python: tuple[str, str, str]
@@ -122,6 +126,7 @@ def read_release(
     torch_v = Version(series)
     ctx = _Context(
         series=series,
+        versions=versions,
         torch=torch_v,
         form_default="extra-index-url" if torch_v < Version("2.0") else "index-url",
         python=(py_min, py_max, py_source),
@@ -211,7 +216,32 @@ def _variant(row: Row, ctx: _Context) -> Variant:
         origin=c.source,
         arch_origins=a.origins,
         platforms=_platforms(row, kind, (vmin, vmax, vsource)),
+        **_python_files(row, ctx, (vmin, vmax)),
     )
+
+
+def _python_files(row: Row, ctx: _Context, python: tuple[str, str]) -> dict[str, Any]:
+    """``python_files: {"2.14.1": ["3.12"]}`` (CPythons whose wheel file of the variant was
+    seen, per torch version of the series) and its ``python_files_source``."""
+    c, vpath, v = row.c, row.path, row.raw
+    raw = v.get("python_files")
+    if raw is None:
+        if v.get("python_files_source") is not None:
+            raise c.fail(f"{vpath}.python_files_source", "given without python_files")
+        return {}
+    path = f"{vpath}.python_files"
+    body = c.mapping(raw, path, list(ctx.versions))
+    out: list[tuple[str, tuple[str, ...]]] = []
+    for version, pythons in body.items():
+        seen = c.texts(pythons, f"{path}.{version}")
+        for py in seen:
+            if not re.fullmatch(r"3\.\d{1,2}", py):
+                raise c.fail(f"{path}.{version}", f"{py!r} is not a CPython like 3.12")
+            if not py_tuple(python[0]) <= py_tuple(py) <= py_tuple(python[1]):
+                raise c.fail(f"{path}.{version}", f"{py} is outside the variant's CPython range")
+        out.append((str(version), seen))
+    source = c.text(v.get("python_files_source"), f"{vpath}.python_files_source")
+    return {"python_files": tuple(out), "python_files_source": source}
 
 
 def _variant_python(row: Row, kind: Kind, ctx: _Context) -> tuple[str, str, str]:

@@ -362,7 +362,16 @@ def read_arch_infos(c: Check, raw: object, path: str, *, amd: bool) -> tuple[Arc
         entry = c.mapping(
             info,
             f"{path}.{arch}",
-            ("family", "products", "official", "integrated", "platform", "confidence"),
+            (
+                "family",
+                "products",
+                "official",
+                "integrated",
+                "platform",
+                "confidence",
+                "source",
+                "checked",
+            ),
             ("family", "products"),
         )
         integrated = entry.get("integrated", False)
@@ -383,6 +392,8 @@ def read_arch_infos(c: Check, raw: object, path: str, *, amd: bool) -> tuple[Arc
                     entry.get("confidence", "verified"), f"{path}.{arch}.confidence"
                 ),
                 origin=c.source,
+                source=c.opt_str(entry.get("source"), f"{path}.{arch}.source"),
+                checked=read_checked(c, entry.get("checked"), f"{path}.{arch}.checked"),
             )
         )
     return tuple(out)

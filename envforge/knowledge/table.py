@@ -206,6 +206,14 @@ class Variant:
 
     #: Wheels for other platforms than linux/amd64 (whose facts are the fields above).
     platforms: tuple[PlatformBuild, ...] = ()
+    #: (torch version, CPythons) whose linux/amd64 wheel file of this variant has been
+    #: seen (``python_files``), where the range itself is only assumed ([?]); its source.
+    python_files: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    python_files_source: str = ""
+
+    def python_seen(self, torch_version: str, python: str) -> bool:
+        """A wheel file of this variant for ``torch_version`` and ``python`` was seen."""
+        return python in dict(self.python_files).get(base_version(torch_version), ())
 
     def for_platform(self, platform: str) -> Variant | None:
         """This variant as its wheels for ``platform`` are (SASS/PTX, CPython range), or
@@ -225,6 +233,8 @@ class Variant:
                     python_source=b.python_source,
                     python_exceptions=(),
                     platforms=(),
+                    python_files=(),
+                    python_files_source="",
                 )
         return None
 
@@ -303,6 +313,10 @@ class ArchInfo:
     #: How sure the table is that the package index's wheels run the arch (``official``
     #: says why when not verified).
     confidence: Confidence = "verified"
+    #: Where the row's facts (family, products, integrated, platform) come from, and when
+    #: they were last compared with it ("" when the row predates per-row sources).
+    source: str = ""
+    checked: str = ""
 
 
 @dataclass(frozen=True)
@@ -460,10 +474,12 @@ class CompatTable:
         """An NVIDIA driver model name (``NVIDIA H100 80GB HBM3``) → arch, by the longest
         listed fragment it contains (case-insensitive); None when none is."""
         text = model.lower()
-        for fragment, arch in self.nvidia_model_names:
-            if fragment.lower() in text:
-                return arch
-        return None
+        hits = [(f, arch) for f, arch in self.nvidia_model_names if f.lower() in text]
+        if not hits:
+            return None
+        # the longest fragment wins ("Quadro RTX" over a "RTX 40" that also matches
+        # "Quadro RTX 4000"); on a tie, the first listed
+        return max(hits, key=lambda hit: len(hit[0]))[1]
 
     def recipe_arch_for(self, arch: str) -> list[str]:
         """Archs whose recipes can serve a GPU of ``arch``, best first.

@@ -106,7 +106,12 @@ def picks(
     else:
         why_py = f"the newest CPython in the wheels' {low}-{high} that a known base image ships"
     py_conf: Confidence = "uncertain" if "[?]" in v.python_source else "verified"
-    picks.append(Pick("python", s.python, why_py, table.cite(v.python_source), py_conf))
+    py_source = v.python_source
+    if py_conf == "uncertain" and v.python_seen(s.torch, s.python):
+        py_conf = "verified"
+        why_py += f"; a cp{s.python.replace('.', '')} wheel file of it has been seen"
+        py_source = v.python_files_source
+    picks.append(Pick("python", s.python, why_py, table.cite(py_source), py_conf))
     picks.append(
         Pick(
             "base_image",

@@ -12,8 +12,13 @@ stacks); no I/O. Rules (issue 10, section 1):
   (verified > community > uncertain), native code over override over PTX, a release
   older than the table's newest (reported on for longer); then the newest such release,
   within it the package-index default build (the most used), then the older ROCm/CUDA.
+- **Default**: the newest stack whose every choice (torch, variant, driver, Python, base
+  image, NumPy) is verified; where none is, the newest with the best evidence, said in a
+  note. ``--latest`` takes the newest stack (uncertain choices allowed) and says so; each
+  mode names what the other would choose when it differs.
 - **Python**: the newest CPython the variant has wheels for that a known base image
-  ships (or the one asked for, with a base image that ships it).
+  ships (or the one asked for, with a base image that ships it); by default, where the
+  variant's range is assumed ([?]), the newest whose wheel file was seen (``python_files``).
 - **NumPy**: ``<2`` where the release breaks with NumPy 2, else ``>=1.26,<3``
   (``<3`` where no NumPy >= 1.26 has a wheel for the Python).
 - **env**: ``HSA_OVERRIDE_GFX_VERSION`` from the table's override map when the stack
@@ -242,7 +247,22 @@ def _doubts(
 
 def solve(request: SolveRequest, table: CompatTable) -> Solution:
     """Solve ``request`` against ``table``; raises :class:`NoStack` / :class:`UnknownArch`
-    (exit 2) or :class:`InvalidInput` for a malformed constraint."""
+    (exit 2) or :class:`InvalidInput` for a malformed constraint.
+
+    The default is the newest stack whose every choice is verified; ``--latest`` the newest
+    stack; each says what the other would choose when it differs."""
+    solution = _solve(request, table)
+    if request.conservative:
+        return solution
+    other = _solve(replace(request, latest=not request.latest), table).stack
+    if other.label == solution.stack.label:
+        return solution
+    said = "without --latest:" if request.latest else "--latest would choose"
+    note = f"{said} {other.label} on {other.base_image} ({other.confidence})"
+    return replace(solution, notes=(*solution.notes, note))
+
+
+def _solve(request: SolveRequest, table: CompatTable) -> Solution:
     arch = request.arch.strip().lower()
     vendor = vendor_of(arch)
     if vendor is None or not is_device_arch(arch) or arch not in known_archs(table):
@@ -306,11 +326,11 @@ def solve(request: SolveRequest, table: CompatTable) -> Solution:
         c for c in all_candidates if (c.version, c.variant.name) == (best.torch, best.variant)
     )
     chosen_picks = picks(arch, best, chosen, request, table)
-    if request.latest and not request.conservative and _unverified(chosen_picks):
+    if request.latest and _unverified(chosen_picks):
         notes.append(
             f"--latest: the newest stack, uncertain choices allowed ({_unverified(chosen_picks)})"
         )
-    if not request.conservative and best.confidence != "verified":
+    elif not request.conservative and best.confidence != "verified":
         safest = min(stacks, key=_evidence_key)
         if safest is not best and _CONF_RANK[safest.confidence] < _CONF_RANK[best.confidence]:
             notes.append(
@@ -328,7 +348,7 @@ def solve(request: SolveRequest, table: CompatTable) -> Solution:
         runner_ups=tuple(runner_ups),
         conservative=request.conservative,
         notes=tuple(notes),
-        latest=request.latest and not request.conservative,
+        latest=request.latest,
     )
 
 
@@ -337,7 +357,7 @@ def _arch_notes(arch: str, best: Stack, table: CompatTable) -> list[str]:
     notes: list[str] = []
     info = table.arch_info(arch)
     if info is not None and info.official:
-        notes.append(f"{arch} official support: {info.official}")
+        notes.append(f"{arch} official support: {table.cite(info.official)}")
     o = table.override_for(arch)
     if o is not None and best.override is None and o.status != "works":
         notes.append(
@@ -382,23 +402,32 @@ def _verified_first(
         c = by_key[(s.torch, s.variant)]
         return sum(p.confidence != "verified" for p in picks(arch, s, c, request, table))
 
-    # the newest stack with the best evidence for the arch (every choice verified where
-    # one exists: a ROCm wheel's CPython range is assumed for every release, so the
-    # stack's own confidence decides first)
-    best = min(range(len(stacks)), key=lambda i: (_CONF_RANK[stacks[i].confidence], i))
-    if best == 0:
-        return stacks, ""
-    chosen, newest = stacks[best], stacks[0]
-    latest = f"--latest would choose {newest.label} on {newest.base_image} ({newest.confidence})"
-    note = (
-        f"chose the newest stack whose every choice is verified; {latest}"
-        if unverified(chosen) == 0
-        else f"chose the newest stack with the best evidence ({chosen.confidence}); {latest}"
+    # the newest stack whose every choice is verified; where none is, the newest with
+    # the best evidence (the stack's confidence, then the fewest unverified choices)
+    counts = [unverified(s) for s in stacks]
+    best = min(
+        range(len(stacks)),
+        key=lambda i: (counts[i] > 0, _CONF_RANK[stacks[i].confidence], counts[i], i),
     )
+    chosen = stacks[best]
+    note = (
+        "chose the newest stack whose every choice is verified"
+        if counts[best] == 0
+        else f"no stack has every choice verified: chose the newest with the best evidence "
+        f"({chosen.confidence}, {counts[best]} choice(s) not verified)"
+    )
+    if best == 0 and counts[best] == 0:
+        return stacks, ""
     return [chosen, *stacks[:best], *stacks[best + 1 :]], note
 
 
 def _check_request(request: SolveRequest, table: CompatTable) -> None:
+    if request.latest and request.conservative:
+        raise InvalidInput(
+            "--latest and --conservative contradict each other (the newest stack, uncertain "
+            "choices allowed, or the stack with the most evidence)",
+            hint="give one of them; with neither, the newest stack whose every choice is verified",
+        )
     if request.torch is not None and table.release(request.torch) is None:
         newest = table.releases[-1].versions[-1]
         raise InvalidInput(
@@ -521,8 +550,19 @@ def _python_image(
     shipped = sorted((p for p in images if admitted(p)), key=py_tuple)
     if not shipped:
         return f"no known base image ships a Python {low}-{high} for {label}"
-    image, distro, _ = images[shipped[-1]]
-    return shipped[-1], image, distro
+    python = _preferred_python(c, shipped, request)
+    image, distro, _ = images[python]
+    return python, image, distro
+
+
+def _preferred_python(c: Candidate, shipped: Sequence[str], request: SolveRequest) -> str:
+    """The newest of ``shipped``; by default, where the variant's CPython range is only
+    assumed ([?]), the newest whose wheel file has been seen (``python_files``)."""
+    if not request.latest and "[?]" in c.variant.python_source:
+        seen = [p for p in shipped if c.variant.python_seen(c.version, p)]
+        if seen:
+            return seen[-1]
+    return shipped[-1]
 
 
 def _newest_key(s: Stack) -> tuple[Any, ...]:

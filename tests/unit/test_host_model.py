@@ -97,3 +97,45 @@ def test_drm_product_name_names_a_kfd_gpu(tmp_path: Path) -> None:
     (card / "product_name").write_text("AMD Radeon 8060S\n")
     gpu = detect(tmp_path, environ={}, tools=no_tools).gpus[0]
     assert (gpu.product, gpu.arch) == ("AMD Radeon 8060S", "gfx1151")
+
+
+@pytest.mark.parametrize(
+    ("model", "arch"),
+    [
+        # issue 20 §6 (D14): workstation cards must not match GeForce fragments
+        ("Quadro RTX 5000", "sm_75"),
+        ("Quadro RTX 4000", "sm_75"),
+        ("Quadro RTX 3000", "sm_75"),
+        ("NVIDIA RTX 2000 Ada Generation", "sm_89"),
+        ("NVIDIA RTX 5000 Ada Generation", "sm_89"),
+        ("NVIDIA RTX 4000 Ada Generation", "sm_89"),
+        ("NVIDIA GeForce RTX 5090", "sm_120"),
+        ("NVIDIA GeForce RTX 2080 Ti", "sm_75"),
+        # D15: products that mapped to nothing
+        ("NVIDIA A40", "sm_86"),
+        ("NVIDIA TITAN V", "sm_70"),
+        ("Tesla P4", "sm_61"),
+        ("Tesla P40", "sm_61"),
+        ("NVIDIA H20", "sm_90"),
+        ("NVIDIA H200", "sm_90"),
+        ("NVIDIA B300 SXM6 AC", "sm_103"),
+        ("NVIDIA GB10", "sm_121"),
+        ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "sm_120"),
+        ("NVIDIA RTX A4000", "sm_86"),
+        ("NVIDIA A100-SXM4-80GB", "sm_80"),
+        ("NVIDIA A10G", "sm_86"),
+        ("NVIDIA L40S", "sm_89"),
+    ],
+)
+def test_model_names_longest_fragment_wins(model: str, arch: str) -> None:
+    assert load_table().arch_for_model(model) == arch
+
+
+def test_longest_fragment_wins_is_the_rule_not_the_file_order() -> None:
+    """The rule is code: a short fragment listed first still loses to a longer one."""
+    table = load_table()
+    shuffled = dataclasses.replace(
+        table, nvidia_model_names=(("RTX 40", "sm_89"), ("Quadro RTX", "sm_75"))
+    )
+    assert shuffled.arch_for_model("Quadro RTX 4000") == "sm_75"
+    assert shuffled.arch_for_model("NVIDIA GeForce RTX 4090") == "sm_89"

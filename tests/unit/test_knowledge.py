@@ -379,7 +379,12 @@ def test_table_facts_from_the_matrix() -> None:
     assert "gfx942" in v23.archs
     v26 = t.variant("2.6.0", "rocm6.2.4")
     assert v26 is not None
-    assert "gfx1101" in v26.archs_uncertain
+    # pytorch/pytorch#141667 merged 2024-12-04, before the 2.6 branch cut (issue 20 §6)
+    assert "gfx1101" in v26.archs
+    assert "gfx1101" not in v26.archs_uncertain
+    v213 = t.variant("2.13.0", "rocm7.2")
+    assert v213 is not None
+    assert "gfx1103" in v213.archs_uncertain
     v29 = t.variant("2.9.1", "rocm6.3")
     v29b = t.variant("2.9.1", "rocm6.4")
     assert v29 is not None
@@ -509,6 +514,12 @@ def _raw_table() -> dict[str, Any]:
     return data
 
 
+def _variant_row(data: dict[str, Any], series: str, name: str) -> dict[str, Any]:
+    release = next(r for r in data["releases"] if r["series"] == series)
+    row: dict[str, Any] = next(v for v in release["variants"] if v["name"] == name)
+    return row
+
+
 @pytest.mark.parametrize(
     "mutate",
     [
@@ -547,6 +558,23 @@ def _raw_table() -> dict[str, Any]:
         ),
         pytest.param(lambda d: d["releases"][0].update(checked="23/11/2026"), id="bad-checked"),
         pytest.param(lambda d: d["rocm_archs"][0].update(rocm_below="x"), id="bad-rocm-below"),
+        pytest.param(
+            lambda d: _variant_row(d, "2.14", "rocm7.2").update(python_files={"2.13.0": ["3.12"]}),
+            id="python-files-other-release",
+        ),
+        pytest.param(
+            lambda d: _variant_row(d, "2.14", "rocm7.2").update(python_files={"2.14.1": ["3.9"]}),
+            id="python-files-outside-range",
+        ),
+        pytest.param(
+            lambda d: _variant_row(d, "2.14", "rocm7.2").pop("python_files"),
+            id="python-files-source-alone",
+        ),
+        pytest.param(
+            lambda d: _variant_row(d, "2.14", "rocm7.2").pop("python_files_source"),
+            id="python-files-without-source",
+        ),
+        pytest.param(lambda d: d["amd_archs"]["gfx1035"].update(checked="soon"), id="arch-checked"),
         pytest.param(
             lambda d: d["numpy_releases"]["series"][12].update(yanked={"9.9.9": "why"}),
             id="numpy-yanked-unknown-version",

@@ -153,8 +153,9 @@ def test_conservative_prefers_evidence_over_the_newest() -> None:
     assert latest.mode == "latest"
     said = "--latest: the newest stack, uncertain choices allowed"
     assert any(n.startswith(said) for n in latest.notes)
+    default = solve(SolveRequest("gfx1151"), TABLE)
+    assert f"without --latest: {default.stack.label}" in " ".join(latest.notes)
     safe = solve(SolveRequest("gfx1151", conservative=True), TABLE)
-    assert f"--conservative would choose {safe.stack.label}" in " ".join(latest.notes)
     assert safe.stack.confidence == "verified"
     assert safe.stack.torch != "2.15.0"
     assert latest.runner_ups
@@ -242,9 +243,9 @@ def test_numpy_bound_from_the_release_breaks() -> None:
 
 
 def test_uncertain_table_facts_make_the_stack_uncertain() -> None:
-    solution = solve(SolveRequest("gfx1101", torch="2.6.0"), TABLE)
+    solution = solve(SolveRequest("gfx1103", torch="2.13.0"), TABLE)
     assert solution.stack.confidence == "uncertain"
-    assert any("gfx1101" in d for d in solution.stack.doubts)
+    assert any("gfx1103" in d for d in solution.stack.doubts)
     issues = solution.recipe_dict()["known_issues"]
     assert "not confirmed" in issues[0]["symptom"]
 
@@ -352,3 +353,56 @@ def test_cli_auto_without_a_gpu_is_exit_2(
     monkeypatch.setenv("ENVFORGE_GPU_VENDOR", "none")
     assert main(["solve", "auto"]) == 2
     assert "no GPU" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "arch", ["gfx1100", "gfx1151", "gfx942", "gfx1201", "gfx906", "sm_86", "sm_120", "sm_70"]
+)
+def test_the_default_has_every_choice_verified(arch: str) -> None:
+    """Issue 20 §3: torch, variant, driver, Python, base image and NumPy all verified."""
+    solution = solve(SolveRequest(arch), TABLE)
+    assert [p.key for p in solution.picks if p.confidence != "verified"] == []
+
+
+def test_rocm_default_python_is_one_whose_wheel_file_was_seen() -> None:
+    """A ROCm variant's CPython range is assumed ([?]); python_files names the CPythons
+    whose wheel file was seen: the default takes the newest of them, --latest the newest
+    a base image ships (uncertain)."""
+    default = solve(SolveRequest("gfx1100"), TABLE)
+    assert (default.stack.label, default.stack.base_image) == (
+        "torch 2.14.1+rocm7.14 py3.12",
+        "ubuntu:24.04",
+    )
+    python = next(p for p in default.picks if p.key == "python")
+    assert python.confidence == "verified"
+    assert "cp312" in python.source
+    latest = solve(SolveRequest("gfx1100", latest=True), TABLE)
+    assert latest.stack.python == "3.13"
+    assert next(p for p in latest.picks if p.key == "python").confidence == "uncertain"
+    assert f"--latest would choose {latest.stack.label}" in " ".join(default.notes)
+    assert f"without --latest: {default.stack.label}" in " ".join(latest.notes)
+    asked = solve(SolveRequest("gfx1100", torch="2.14.1", python="3.13"), TABLE)
+    assert next(p for p in asked.picks if p.key == "python").confidence == "uncertain"
+
+
+def test_no_fully_verified_stack_says_so() -> None:
+    solution = solve(SolveRequest("gfx1103"), TABLE)
+    assert solution.stack.confidence == "uncertain"
+    assert any(n.startswith("no stack has every choice verified") for n in solution.notes)
+
+
+def test_latest_and_conservative_are_refused_together() -> None:
+    from envforge.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match="--latest and --conservative"):
+        solve(SolveRequest("sm_86", latest=True, conservative=True), TABLE)
+
+
+def test_conservative_keeps_its_own_meaning() -> None:
+    """--conservative is not an alias of the default: the most evidence (not the table's
+    newest release, the package-index default build)."""
+    default = solve(SolveRequest("sm_86"), TABLE)
+    safe = solve(SolveRequest("sm_86", conservative=True), TABLE)
+    assert default.stack.torch == "2.15.0"
+    assert (safe.stack.torch, safe.stack.variant) == ("2.14.1", "cu130")
+    assert safe.mode == "conservative"
