@@ -34,7 +34,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import Version
 
 from envforge.core import proc
-from envforge.core.fsutil import check_file_target, write_atomically
+from envforge.core.fsutil import check_file_target, read_limited, read_reason, write_atomically
 from envforge.core.mirror import mirrors_from_env, rewrite
 from envforge.core.paths import state_dir
 from envforge.core.resources import recipes_dir
@@ -126,12 +126,18 @@ def _is_shipped(source: Path) -> bool:
         return False
 
 
+def read_lock(path: Path) -> bytes:
+    """A lock file's bytes: a regular file of at most :data:`MAX_LOCK_BYTES`
+    (:func:`~envforge.core.fsutil.read_limited`: a FIFO never blocks, ``/dev/zero`` is not
+    read); its ``OSError`` otherwise (:func:`~envforge.core.fsutil.read_reason` words it)."""
+    return read_limited(path, MAX_LOCK_BYTES)
+
+
 def lock_digest(path: Path) -> str | None:
     """The inputs digest in a lock file's first line; None without one."""
     try:
-        with path.open(encoding="utf-8") as fh:
-            first = fh.readline()
-    except OSError:
+        first = read_lock(path).split(b"\n", 1)[0].decode("utf-8")
+    except (OSError, UnicodeDecodeError):
         return None
     match = _HEADER_RE.match(first)
     return match.group(1) if match else None
@@ -182,12 +188,10 @@ def check_lock(
     """
     hint = f"regenerate it with `envforge lock {recipe_name}`, or delete it"
     try:
-        with path.open("rb") as fh:
-            data = fh.read(MAX_LOCK_BYTES + 1)
+        data = read_lock(path)
     except OSError as exc:
-        raise InvalidInput(f"{path}: cannot read the lock: {exc.strerror}", hint=hint) from None
-    if len(data) > MAX_LOCK_BYTES:
-        raise InvalidInput(f"{path}: larger than {MAX_LOCK_BYTES} bytes", hint=hint)
+        raise InvalidInput(f"{path}: cannot read the lock: {read_reason(exc, path)}",
+                           hint=hint) from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -269,7 +273,13 @@ def split_lock(path: Path, roots: Sequence[str] = ("torch",)) -> LockedInstall:
     parents: dict[str, set[str]] = {}
     current: str | None = None
     in_via = False
-    for raw in path.read_text(encoding="utf-8").splitlines():
+    try:
+        text = read_lock(path).decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = read_reason(exc, path) if isinstance(exc, OSError) else "not UTF-8 text"
+        raise InvalidInput(f"{path}: cannot read the lock: {why}",
+                           hint="regenerate it with `envforge lock RECIPE`") from None
+    for raw in text.splitlines():
         if not raw.strip():
             continue
         if not raw[0].isspace():

@@ -26,8 +26,9 @@ from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
-from envforge.core.fsutil import read_limited
+from envforge.core.fsutil import make_dirs, read_limited, refuse_special_file
 from envforge.core.jsonlimits import loads
+from envforge.errors import BadPath, EnvforgeError, StorageUnavailable
 from envforge.evidence.certified_on import PassRow, host_key
 from envforge.evidence.records import (
     _KIND_RANK,
@@ -75,17 +76,45 @@ def db_path(state: Path) -> Path:
     return state / NAME
 
 
+#: The files SQLite keeps beside the database.
+_COMPANIONS = ("-wal", "-shm", "-journal")
+
+
 @contextmanager
 def connect(path: Path) -> Iterator[sqlite3.Connection]:
-    """The database at ``path`` (created with its schema when missing), closed after."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with closing(sqlite3.connect(path, timeout=30.0, isolation_level=None)) as conn:
-        conn.execute("PRAGMA busy_timeout = 30000")
-        if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-            conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = NORMAL")
-        conn.executescript(_DDL)
-        yield conn
+    """The database at ``path`` (created with its schema when missing), closed after.
+
+    The database and its journal files must be regular files (or absent): a FIFO or
+    device there is refused (:func:`~envforge.core.fsutil.refuse_special_file`, exit 2),
+    never opened. An SQLite error while it is open (this block's or the caller's queries)
+    is one line naming the file: a file that is no database is exit 2 (move it away and
+    the store starts empty), any other (I/O, locked, read-only) exit 4.
+    """
+    make_dirs(path.parent)
+    for suffix in ("", *_COMPANIONS):
+        refuse_special_file(path.with_name(path.name + suffix))
+    try:
+        with closing(sqlite3.connect(path, timeout=30.0, isolation_level=None)) as conn:
+            conn.execute("PRAGMA busy_timeout = 30000")
+            if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.executescript(_DDL)
+            yield conn
+    except sqlite3.DatabaseError as exc:
+        raise _database_error(exc, path) from None
+
+
+def _database_error(exc: sqlite3.DatabaseError, path: Path) -> EnvforgeError:
+    reason = " ".join(str(exc).split()) or type(exc).__name__
+    note = f"the evidence store {path} cannot be used: {reason}"
+    if "not a database" in reason or "malformed" in reason:
+        return BadPath(note, path=str(path),
+                       hint=f"move {path} away (the store starts empty; `evidence import` "
+                       "brings reports back), or set ENVFORGE_HOME to another folder")
+    return StorageUnavailable(note, path=str(path),
+                              hint="check the file system, or set ENVFORGE_HOME to another "
+                              "folder")
 
 
 def _created(record: Evidence) -> str:

@@ -280,14 +280,19 @@ def plan_from_dict(data: Any, source: str) -> Plan:
 
 def load_plan(folder: Path) -> Plan:
     """``folder/plan.json``; :class:`InvalidInput` when it is missing or malformed."""
-    from envforge.core.fsutil import read_limited  # noqa: PLC0415 - only when reading plans
+    from envforge.core.fsutil import read_limited, read_reason  # noqa: PLC0415 - only when reading plans
 
     path = folder / "plan.json"
-    if not path.is_file():
-        raise InvalidInput(f"{path}: no such file",
-                           hint="envforge fleet plan ... -o DIR writes it")
     try:
-        data = loads(read_limited(path, PLAN_MAX_BYTES), max_bytes=PLAN_MAX_BYTES)
+        raw = read_limited(path, PLAN_MAX_BYTES)  # regular files only: a FIFO never blocks
+    except FileNotFoundError:
+        raise InvalidInput(f"{path}: no such file",
+                           hint="envforge fleet plan ... -o DIR writes it") from None
+    except OSError as exc:
+        raise InvalidInput(f"{path}: cannot read: {read_reason(exc, path)}",
+                           hint="plan again (envforge fleet plan ... -o DIR)") from None
+    try:
+        data = loads(raw, max_bytes=PLAN_MAX_BYTES)
     except ValueError as exc:
         raise InvalidInput(f"{path}: not JSON: {exc}", hint="plan again") from None
     return plan_from_dict(data, str(path))

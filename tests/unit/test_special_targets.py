@@ -202,3 +202,85 @@ def test_an_index_cache_entry_that_is_a_fifo_is_neither_read_nor_replaced(
     assert _node(entry) == before
     assert _listing(tmp_path / "cache") == [entry.parent.name, str(entry.relative_to(
         tmp_path / "cache"))]
+
+
+# --------------------------------------------------------------------------- state inputs
+# (class 8: what envforge reads back is bounded and regular too)
+
+
+@pytest.mark.parametrize(
+    ("kind", "name"),
+    [(k, n) for k in ("fifo", "char-device", "link-to-fifo")
+     for n in ("evidence.sqlite", "evidence.sqlite-wal")] + [("garbage", "evidence.sqlite")],
+)
+def test_an_evidence_store_that_is_a_node_or_no_database_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    kind: str, name: str,
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("ENVFORGE_HOME", str(home))
+    if kind == "garbage":
+        (home / name).write_bytes(bytes(range(256)) * 20)
+    else:
+        MAKERS[kind](home / name)
+    before = _node(home / name)
+    code = main(["evidence", "export", "-o", str(tmp_path / "out.jsonl")])
+    assert code == ExitCode.INVALID_INPUT
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    (line,) = [ln for ln in err.splitlines() if ln.startswith("envforge: error:")]
+    assert str(home / name) in line
+    assert ("not a database" if kind == "garbage" else "not a regular file") in line
+    assert _node(home / name) == before
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "char-device", "link-to-fifo", "dev-zero", "sparse"])
+def test_fleet_status_reads_plan_json_bounded_and_says_what_it_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    folder = tmp_path / "plan"
+    folder.mkdir()
+    plan = folder / "plan.json"
+    if kind == "dev-zero":
+        os.symlink("/dev/zero", plan)
+    elif kind == "sparse":
+        with open(plan, "wb") as fh:
+            fh.truncate(20 << 30)  # 20 GB announced, nothing on disk
+    else:
+        MAKERS[kind](plan)
+    assert main(["fleet", "status", str(folder)]) == ExitCode.INVALID_INPUT
+    line = _one_error(capsys)
+    assert f"{plan}: cannot read: " in line
+    assert ("larger than" if kind == "sparse" else "not a regular file") in line
+    assert "no such file" not in line
+
+
+def _one_error(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    (line,) = [ln for ln in err.splitlines() if ln.startswith("envforge: error:")]
+    return line
+
+
+@pytest.mark.parametrize("kind", ["fifo", "char-device", "dev-zero", "sparse"])
+def test_a_lock_file_is_read_bounded_and_regular_only(tmp_path: Path, kind: str) -> None:
+    from envforge import lock
+    from envforge.errors import InvalidInput
+
+    path = tmp_path / "cpu.lock.txt"
+    if kind == "dev-zero":
+        os.symlink("/dev/zero", path)  # readline() on it never returned
+    elif kind == "sparse":
+        with open(path, "wb") as fh:
+            fh.truncate(20 << 30)
+    else:
+        MAKERS[kind](path)
+    assert lock.lock_digest(path) is None
+    for read in (lambda: lock.check_lock(path, "cpu"), lambda: lock.split_lock(path)):
+        with pytest.raises(InvalidInput) as info:
+            read()
+        line = info.value.one_line()
+        assert f"{path}: cannot read the lock: " in line
+        assert ("larger than" if kind == "sparse" else "not a regular file") in line

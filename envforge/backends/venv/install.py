@@ -65,7 +65,7 @@ def install_key(
         "index_sources": plan.index_sources,
         "sources": lock.source_args(recipe, options.wheelhouse, stack),
         "wheelhouse": wheels,
-        "lock": hashlib.sha256(lock_file.read_bytes()).hexdigest() if lock_file else None,
+        "lock": hashlib.sha256(lock.read_lock(lock_file)).hexdigest() if lock_file else None,
         "python": interp.version,
         "executable": interp.executable,
         "project": project_binding(options.project),
