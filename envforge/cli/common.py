@@ -106,11 +106,27 @@ def step_timeout_option(help: str, metavar: str | None = None) -> Callable[[F], 
     return click.option("--step-timeout", type=float, default=None, metavar=metavar, help=help)
 
 
+class OutputPath(click.Path):
+    """Where an output is written (``-o``, ``--write``, ``--report``, ``--summary``): never an
+    empty value, which ``Path`` would take as the current folder (``-o ""``, an unset
+    ``$VAR``) and write there unasked; ``.`` says so. The target itself is checked by
+    :mod:`envforge.core.fsutil` (one line, exit 2)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(path_type=Path, **kwargs)
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail("is empty: name a file or folder (. for the current folder)", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 def report_option(help: str, metavar: str | None = None) -> Callable[[F], F]:
     return click.option(
         "--report",
         "report_dir",
-        type=click.Path(path_type=Path),  # checked by fsutil.check_folder_target: one line
+        type=OutputPath(),  # checked by fsutil.check_folder_target: one line
         metavar=metavar,
         help=help,
     )
@@ -135,7 +151,7 @@ def summary_option(func: F) -> F:
     return click.option(
         "--summary",
         "summary_file",
-        type=click.Path(path_type=Path),
+        type=OutputPath(),
         metavar="FILE",
         default=None,
         help="Append a Markdown summary (status, steps, the failing step's detail) to FILE, "

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from envforge.cli.common import echo_json, json_option, note
+from envforge.cli.common import OutputPath, echo_json, json_option, note
 from envforge.errors import EnvforgeError, InvalidInput, Unavailable
 
 
@@ -135,7 +135,7 @@ def import_cmd(sources: tuple[str, ...], deadline: float | None, as_json: bool) 
     "out",
     required=True,
     metavar="FILE",
-    type=click.Path(path_type=Path),
+    type=OutputPath(),
     help="The bundle to write (JSON lines, envforge.evidence/1), replaced atomically.",
 )
 @json_option

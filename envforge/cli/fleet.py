@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from envforge.cli.common import (
+    OutputPath,
     backend_option,
     echo_json,
     json_option,
@@ -81,7 +82,7 @@ def _pairs(values: tuple[str, ...], setting: str) -> tuple[tuple[str, str], ...]
               help="Where the recipes' images are (Kubernetes, docker backend).")
 @click.option("--runner-label", "runner_labels", multiple=True, metavar="LABEL",
               help="GitHub runner labels besides the arch (default: self-hosted, gpu).")
-@click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path),
+@click.option("-o", "--output", "out", required=True, type=OutputPath(),
               metavar="DIR", help="Folder for plan.json and the engine's files.")
 @json_option
 def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
@@ -231,7 +232,7 @@ def status_cmd(folder: Path, wait: bool, timeout: float | None, as_json: bool) -
 
 @fleet.command("collect")
 @click.argument("folder", type=click.Path(path_type=Path, file_okay=False), metavar="DIR")
-@click.option("-o", "--output", "site", type=click.Path(path_type=Path), default=None,
+@click.option("-o", "--output", "site", type=OutputPath(), default=None,
               metavar="SITE", help="Also write the matrix site (index.html, matrix.json) here.")
 @json_option
 def collect_cmd(folder: Path, site: Path | None, as_json: bool) -> None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from envforge.cli.common import (
+    OutputPath,
     backend_option,
     ca_bundle_option,
     echo_json,
@@ -208,7 +209,7 @@ def doctor_cmd(  # noqa: PLR0917 - click passes options positionally by name
 @click.option(
     "-o",
     "--output",
-    type=click.Path(path_type=Path),  # a folder there: fsutil's one-line error, exit 2
+    type=OutputPath(),  # a folder there: fsutil's one-line error, exit 2
     help="Write the lock here instead of next to the recipe (<recipe>.lock.txt; shipped "
     "recipes: $ENVFORGE_HOME/locks; --project: DIR/envforge-<recipe>.lock.txt).",
 )

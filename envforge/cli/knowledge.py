@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from envforge.cli.common import echo_json, json_option
+from envforge.cli.common import OutputPath, echo_json, json_option
 from envforge.core.fsutil import check_file_target, write_atomically
 from envforge.core.net import (
     DEADLINE_ENV,
@@ -153,7 +153,7 @@ def _default_index() -> str:
 @click.option(
     "-o",
     "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=OutputPath(dir_okay=False),
     help="Write the proposed rows (confidence: uncertain) to this overlay file.",
 )
 @_client_options

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from envforge.cli.common import echo_json, json_option, trust_option
+from envforge.cli.common import OutputPath, echo_json, json_option, trust_option
 from envforge.errors import InvalidInput
 from envforge.evidence.matrix import aggregate, write_site
 from envforge.evidence.records import missing_paths, read_evidence
@@ -47,7 +47,7 @@ def register(group: click.Group) -> None:
     "out",
     required=True,
     metavar="DIR",
-    type=click.Path(path_type=Path),
+    type=OutputPath(),
     help="Folder for index.html and matrix.json (created when missing).",
 )
 @trust_option(

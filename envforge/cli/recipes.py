@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from envforge.cli.common import (
+    OutputPath,
     auto_choice,
     echo_json,
     host_platform,
@@ -269,7 +270,7 @@ def validate(
 @click.option(
     "-o",
     "--output",
-    type=click.Path(path_type=Path),  # a file in the way: fsutil's one-line error, exit 2
+    type=OutputPath(),  # a file in the way: fsutil's one-line error, exit 2
     help="Write DIR/<recipe>/Dockerfile (--format venv: DIR/<recipe>/venv/; --format "
     "devcontainer: DIR/<recipe>/.devcontainer/) instead of printing.",
 )

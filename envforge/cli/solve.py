@@ -9,7 +9,7 @@ import click
 import yaml
 from packaging.utils import canonicalize_name
 
-from envforge.cli.common import echo_json, json_option, platform_option
+from envforge.cli.common import OutputPath, echo_json, json_option, platform_option
 from envforge.core.fsutil import check_file_target, write_atomically
 from envforge.errors import InvalidInput
 from envforge.host.platforms import solve_default
@@ -47,7 +47,7 @@ def register(group: click.Group) -> None:
 @click.option(
     "--write",
     "write",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=OutputPath(dir_okay=False),
     metavar="FILE",
     help="Write the stack as a recipe YAML (named after the arch) that validate accepts.",
 )

@@ -284,3 +284,48 @@ def test_a_lock_file_is_read_bounded_and_regular_only(tmp_path: Path, kind: str)
         line = info.value.one_line()
         assert f"{path}: cannot read the lock: " in line
         assert ("larger than" if kind == "sparse" else "not a regular file") in line
+
+
+# --------------------------------------------------------------------------- empty paths
+
+
+EMPTY_TARGETS = [
+    ["solve", "gfx1100", "--write"],
+    ["evidence", "export", "-o"],
+    ["render", "cpu", "-o"],
+    ["render", "--all", "-o"],
+    ["render", "cpu", "--format", "venv", "-o"],
+    ["lock", "cpu", "-o"],
+    ["probe", "--report"],
+    ["probe", "--summary"],
+    ["matrix", "-o"],
+    ["fleet", "plan", "--engine", "github", "--recipe", "cpu", "-o"],
+    ["knowledge", "refresh", "--index", "http://127.0.0.1:9/", "--no-pytorch-index", "-o"],
+    ["keys", "generate", "-o"],
+]
+
+
+@pytest.mark.parametrize("args", EMPTY_TARGETS, ids=[" ".join(a[:2]) + " " + a[-1]
+                                                     for a in EMPTY_TARGETS])
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_output_path_is_exit_2_and_writes_nothing_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    args: list[str], value: str,
+) -> None:
+    """``-o ""`` (an unset ``$VAR``) was the current folder: render, probe --report,
+    matrix and fleet plan wrote their files here unasked."""
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    monkeypatch.setenv("ENVFORGE_HOME", str(tmp_path / "home"))
+    assert main([*args, value]) == ExitCode.INVALID_INPUT
+    assert "is empty" in capsys.readouterr().err
+    assert _listing(here) == []
+
+
+def test_dot_is_still_the_current_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["render", "cpu", "-o", "."]) == 0
+    assert (tmp_path / "cpu" / "Dockerfile").is_file()
