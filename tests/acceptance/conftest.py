@@ -36,6 +36,33 @@ from .helpers import (
     unavailable,
 )
 
+#: CI runs the acceptance tests as two pytest runs side by side (``scripts/test``), each
+#: given ``ENVFORGE_CI_SIDE``: ``engine`` runs the tests marked ``engine`` and these files,
+#: ``rest`` everything else. The files here even the two sides out (seconds per file end
+#: every CI log); unset, every test runs.
+BESIDE_ENGINE = frozenset({
+    "test_project_venv.py", "test_render_venv_setup.py", "test_wheel_install.py",
+})  # fmt: skip
+SIDES = ("engine", "rest")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    side = os.environ.get("ENVFORGE_CI_SIDE", "")
+    if not side:
+        return
+    if side not in SIDES:
+        raise pytest.UsageError(f"ENVFORGE_CI_SIDE={side!r}: use one of {', '.join(SIDES)}")
+    keep: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        on_engine_side = (
+            item.get_closest_marker("engine") is not None or item.path.name in BESIDE_ENGINE
+        )
+        (keep if on_engine_side == (side == "engine") else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
 
 @pytest.fixture(scope="session")
 def client() -> Iterator[EngineClient]:

@@ -6,11 +6,14 @@ Nothing here is mocked.
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import os
 import shlex
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -159,3 +162,14 @@ def cert_label(client: EngineClient, ref: str) -> dict[str, Any]:
 def words(seq: Sequence[str]) -> str:
     return " ".join(shlex.quote(s) for s in seq)
 
+
+
+@functools.cache
+def short_deadline() -> float:
+    """A step deadline short enough to test a hang quickly and long enough for the quick
+    level's ``import torch`` on this machine, loaded as it is (CI runs two test runs side by
+    side on two cores): 3 s, or three times a fresh ``import torch`` here, in whole seconds."""
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-c", "import torch"], check=True, capture_output=True,
+                   timeout=300)
+    return float(max(3, math.ceil(3 * (time.monotonic() - started))))

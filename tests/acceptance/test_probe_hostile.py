@@ -30,6 +30,8 @@ from envforge.probe.report import ProbeReport, StepResult
 from envforge.probe.runner import LocalPythonTarget, run_probe
 from envforge.probe.spec import ProbeSpec, read_checks
 
+from .helpers import short_deadline
+
 ROOT = Path(__file__).resolve().parents[2]
 NO_TORCH = importlib.util.find_spec("torch") is None
 needs_torch = pytest.mark.skipif(NO_TORCH, reason="torch is not installed here")
@@ -154,7 +156,7 @@ def test_a_check_that_hangs_or_dies_after_starting_daemons_leaves_nothing(
 ) -> None:
     pids = tmp_path / "pids"
     check = _check(tmp_path, "bad.py", SETSID_DAEMON + DOUBLE_FORK + end, pids)
-    deadline = 3.0
+    deadline = short_deadline()
     report, started, token, returned = _probe([check], step_timeout=deadline)
     assert _steps(report)["check:bad.py"].status == status
     assert returned - started.at["check:bad.py"] < deadline + SLACK

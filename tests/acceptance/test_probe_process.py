@@ -28,6 +28,8 @@ from envforge.probe.runner import LocalPythonTarget, run_probe
 from envforge.probe.select import select_device
 from envforge.probe.spec import QUICK_STEPS, ProbeSpec, read_checks
 
+from .helpers import short_deadline
+
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("torch") is None, reason="torch is not installed here"
 )
@@ -149,12 +151,12 @@ def test_a_segfault_is_a_crash_with_sigsegv(tmp_path: Path) -> None:
 def test_a_hang_is_reported_within_the_deadline_and_nothing_is_left(tmp_path: Path) -> None:
     hang, marker = _hang_check(tmp_path)
     after = _check(tmp_path, "after.py", "pass\n")
-    deadline = 3.0
+    deadline = short_deadline()
     report, clock = _probe([hang, after], step_timeout=deadline)
     returned = time.monotonic()
     steps = _by_name(report)
     assert steps["check:hang.py"].status == "hang"
-    assert "3s deadline" in steps["check:hang.py"].detail
+    assert f"{deadline:g}s deadline" in steps["check:hang.py"].detail
     assert steps["check:after.py"].status == "skip"
     assert returned - clock.started["check:hang.py"] <= deadline + 1.0
     worker, pgid, grandchild = (int(x) for x in marker.read_text().split())
