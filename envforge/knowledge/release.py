@@ -72,6 +72,7 @@ VARIANT_KEYS = (
     "platforms",
     "python_files",
     "python_files_source",
+    "arch_confidence",
 )
 _PLATFORM_KEYS = ("sm", "ptx", "sm_source", "sm_confidence", "python", "python_source")
 
@@ -263,6 +264,12 @@ def _rocm_archs(row: Row, name: str, ctx: _Context) -> _Archs:
     c, vpath, v = row.c, row.path, row.raw
     if v.get("sm") is not None or v.get("ptx") is not None:
         raise c.fail(f"{vpath}.sm", "ROCm variants take their archs from rocm_archs")
+    # arch_confidence: how sure the table is that this variant's wheels carry the archs
+    # the rocm_archs rows give it (uncertain: read from another branch than the release's)
+    every_uncertain = (
+        c.confidence(v.get("arch_confidence", "verified"), f"{vpath}.arch_confidence")
+        == "uncertain"
+    )
     rocm_v = Version(name[len("rocm") :])
     a_list: list[str] = []
     a_unc: list[str] = []
@@ -277,7 +284,7 @@ def _rocm_archs(row: Row, name: str, ctx: _Context) -> _Archs:
             a_list.append(arch)
             a_src.append((arch, rule.source))
             a_origin.append((arch, rule.origin))
-            if rule.confidence == "uncertain":
+            if rule.confidence == "uncertain" or every_uncertain:
                 a_unc.append(arch)
     if not a_list:
         raise c.fail(vpath, f"no rocm_archs row covers {name}")
@@ -299,6 +306,8 @@ def _rocm_archs(row: Row, name: str, ctx: _Context) -> _Archs:
 
 def _cuda_archs(row: Row) -> _Archs:
     c, vpath, v = row.c, row.path, row.raw
+    if v.get("arch_confidence") is not None:
+        raise c.fail(f"{vpath}.arch_confidence", "a CUDA variant says sm_confidence")
     sm = c.texts(v.get("sm"), f"{vpath}.sm")
     for s in sm:
         if not SM_RE.match(s):

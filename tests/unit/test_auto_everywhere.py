@@ -171,3 +171,16 @@ def test_doctor_auto_with_a_solved_stack(
     gpu = next(f for f in data["findings"] if f["check"] == "gpu")
     assert gpu["severity"] == "ok"
     assert "auto chose sm_103 for sm_103" in gpu["message"]
+
+
+def test_auto_solves_the_verified_default_not_the_latest(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 20 §3: auto (no curated recipe for gfx1150) takes solve's default, the newest
+    stack whose every choice is verified, never 2.15.0+rocm10.0 (no evidence found)."""
+    _gpu(monkeypatch, "gfx1150")
+    assert main(["show", "auto", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["torch"]["version"] == "2.14.1"
+    assert data["torch"]["index"].endswith("/rocm7.2")
+    assert data["python"] == "3.12"

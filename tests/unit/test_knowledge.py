@@ -576,6 +576,14 @@ def _variant_row(data: dict[str, Any], series: str, name: str) -> dict[str, Any]
         ),
         pytest.param(lambda d: d["amd_archs"]["gfx1035"].update(checked="soon"), id="arch-checked"),
         pytest.param(
+            lambda d: _variant_row(d, "2.14", "cu130").update(arch_confidence="uncertain"),
+            id="arch-confidence-on-cuda",
+        ),
+        pytest.param(
+            lambda d: _variant_row(d, "2.14", "rocm7.14").update(arch_confidence="maybe"),
+            id="arch-confidence-bad",
+        ),
+        pytest.param(
             lambda d: d["numpy_releases"]["series"][12].update(yanked={"9.9.9": "why"}),
             id="numpy-yanked-unknown-version",
         ),

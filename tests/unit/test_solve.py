@@ -370,7 +370,7 @@ def test_rocm_default_python_is_one_whose_wheel_file_was_seen() -> None:
     a base image ships (uncertain)."""
     default = solve(SolveRequest("gfx1100"), TABLE)
     assert (default.stack.label, default.stack.base_image) == (
-        "torch 2.14.1+rocm7.14 py3.12",
+        "torch 2.14.1+rocm7.2 py3.12",
         "ubuntu:24.04",
     )
     python = next(p for p in default.picks if p.key == "python")
@@ -406,3 +406,14 @@ def test_conservative_keeps_its_own_meaning() -> None:
     assert default.stack.torch == "2.15.0"
     assert (safe.stack.torch, safe.stack.variant) == ("2.14.1", "cu130")
     assert safe.mode == "conservative"
+
+
+def test_rocm714_arch_list_is_inferred_so_the_default_is_rocm72() -> None:
+    """2.14's rocm7.14 arch list is read from main, not release/2.14 (arch_confidence:
+    uncertain): the default takes rocm7.2, as the curated recipes do; asked for, rocm7.14
+    is uncertain and says why."""
+    asked = solve(SolveRequest("gfx1100", torch="2.14.1+rocm7.14"), TABLE)
+    assert asked.stack.confidence == "uncertain"
+    assert any("gfx1100 in the rocm7.14 wheel is inferred" in d for d in asked.stack.doubts)
+    for arch in ("gfx1100", "gfx942", "gfx1201", "gfx1151"):
+        assert solve(SolveRequest(arch), TABLE).stack.variant == "rocm7.2", arch
