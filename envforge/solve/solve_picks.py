@@ -75,7 +75,8 @@ def picks(
             f"{v.name} ({s.index}, {s.form})",
             f"{'ROCm' if v.kind == 'rocm' else 'CUDA'} {s.accelerator_version} wheels of torch "
             f"{s.torch} for {s.platform}"
-            + (" (the package-index default)" if v.pypi_default else ""),
+            + (" (the package-index default)" if v.pypi_default else "")
+            + (f"; note: {table.cite(v.note)}" if v.note else ""),
             table.cite(v.source),
             v.confidence,
         ),

@@ -417,3 +417,11 @@ def test_rocm714_arch_list_is_inferred_so_the_default_is_rocm72() -> None:
     assert any("gfx1100 in the rocm7.14 wheel is inferred" in d for d in asked.stack.doubts)
     for arch in ("gfx1100", "gfx942", "gfx1201", "gfx1151"):
         assert solve(SolveRequest(arch), TABLE).stack.variant == "rocm7.2", arch
+
+
+def test_the_variant_note_reaches_the_output() -> None:
+    """A19: rocm7.14 installs a pip ROCm SDK (rocm[libraries,device-all]) and triton-rocm;
+    whoever takes it (--latest, --torch) reads that in the variant's reason."""
+    asked = solve(SolveRequest("gfx1100", torch="2.14.1+rocm7.14"), TABLE)
+    variant = next(p for p in asked.picks if p.key == "variant")
+    assert "rocm[libraries,device-all]==7.14.*" in variant.reason
