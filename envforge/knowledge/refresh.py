@@ -134,9 +134,9 @@ def refresh(
     if not any(c[1] for c in pages.counts.values()):
         lines = problem_lines(pages.problems)
         raise Unavailable(
-            f"no index answered ({len(pages.problems)} listing(s) could not be checked: "
-            f"{'; '.join(lines[:3])})",
-            hint="check the network, --index URL and --deadline",
+            f"no index gave a usable answer ({len(pages.problems)} listing(s) could not be "
+            f"checked: {'; '.join(lines[:3])})",
+            hint=_fix(pages.problems[0] if pages.problems else None),
         )
     listed: set[str] = set()
     findings: list[Finding] = []
@@ -517,6 +517,16 @@ def stale_rows(
     return tuple(stale)
 
 
+def _fix(problem: IndexProblem | None) -> str:
+    """The hint for an index that gave no usable answer (``problem``)."""
+    if problem is not None and problem.kind == "refused":
+        if "not a configured host" in problem.reason:
+            return (f"the index sent envforge to another host; allow one you trust with "
+                    f"{ALLOW_ENV}, or use another --index")
+        return "the index sent envforge to a URL that is not http(s); use another --index"
+    return "check the network, --index URL and --deadline"
+
+
 def status(
     table: CompatTable,
     client: IndexClient,
@@ -531,8 +541,10 @@ def status(
     got = client.map(lambda root: client.listing(root, "torch"), [index],
                      late=lambda root: client.late(listing_url(root, "torch")))[0]
     if isinstance(got, IndexProblem):
-        raise Unavailable(f"the index did not answer, nothing was checked: {got.one_line()}",
-                          hint="check the network, --index URL and --deadline")
+        said = "did not answer" if got.kind in ("timeout", "unreachable") else \
+            "gave no usable answer"
+        raise Unavailable(f"the index {said}, nothing was checked: {got.one_line()}",
+                          hint=_fix(got))
     listed = got.versions()
     known = set(table.known_versions)
     oldest = _oldest(table)

@@ -145,9 +145,10 @@ class _Session:
 
 def _unavailable(ref: RemoteRef, exc: NetError) -> Unavailable:
     if exc.kind == "refused":
-        return Unavailable(f"registry {ref.host}: {exc.url}: refused: {exc.reason}",
-                           hint=f"a registry may only send envforge to its own host; "
-                           f"add a host you trust with {ALLOW_ENV}")
+        hint = (f"a registry may only send envforge to its own host; add a host you trust "
+                f"with {ALLOW_ENV}" if "not a configured host" in exc.reason else
+                "a registry may only send envforge to http(s) URLs; check the registry")
+        return Unavailable(f"registry {ref.host}: {exc.url}: refused: {exc.reason}", hint=hint)
     if exc.kind == "timeout":
         return NotAnswered(f"registry {ref.host}: {exc.url}: {exc.reason}",
                            hint="check that the registry answers, or raise --deadline")

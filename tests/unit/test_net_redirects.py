@@ -111,6 +111,8 @@ def test_refresh_and_status_redirected_off_the_index_are_exit_4_naming_it(  # no
     line = _error(capsys)
     assert f"{server.url}/{route}/" in line
     assert words in line
+    assert "did not answer" not in line  # it answered: what it said was refused
+    assert ("ENVFORGE_ALLOW_HOSTS" in line) == (route == "otherport")  # the way out, if one
     assert server.decoy_requests[asked:] == []
 
 
@@ -158,6 +160,8 @@ def test_a_registry_sending_envforge_elsewhere_is_refused_exit_4(
             line = info.value.one_line()
             assert words in line
             assert url in line  # the URL it was sent to
+            # the way out the hint names, where there is one
+            assert ("ENVFORGE_ALLOW_HOSTS" in line) == (mode not in {"realm-file", "loop"})
             if mode.endswith("-port"):
                 assert f"127.0.0.1:{server.decoy_port}" in line
     finally:
