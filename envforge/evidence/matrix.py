@@ -40,7 +40,7 @@ from markupsafe import Markup
 from envforge import __version__
 from envforge.core import fsutil
 from envforge.core.resources import templates_dir
-from envforge.errors import InvalidInput, Unavailable
+from envforge.errors import Unavailable
 from envforge.evidence.records import OUTCOMES, VENDORS, Evidence, EvidenceSet, Problem
 
 SCHEMA = "envforge.matrix/1"
@@ -357,25 +357,15 @@ def render_page(data: Mapping[str, Any], folder: Path | None = None) -> str:
     )
 
 
-def _check_output(out: Path) -> None:
-    for parent in (out, *out.parents):
-        if parent.exists():
-            if not parent.is_dir():
-                raise InvalidInput(
-                    f"-o {out}: {parent} is a file, not a folder",
-                    hint="name a folder for the site (created when missing)",
-                )
-            break
-
-
 def write_files(out: Path, files: Mapping[str, str]) -> list[Path]:
     """Write ``files`` (name → text) into the folder ``out``: all of them or none
     (:func:`envforge.core.fsutil.write_files`: temporary files renamed into place, what was
     replaced put back on a failure, a folder this call created removed again).
-    :class:`InvalidInput` (exit 2) when ``out`` or a parent is a file, or a target is a
-    device, FIFO or socket; :class:`Unavailable` (exit 4) when the folder cannot be written.
+    :class:`InvalidInput` (exit 2) when ``out`` or a parent is a file, device or FIFO, or a
+    target is a device, FIFO or socket (:func:`envforge.core.fsutil.check_folder_target`);
+    :class:`Unavailable` (exit 4) when the folder cannot be written.
     """
-    _check_output(out)
+    fsutil.check_folder_target(out, setting="-o", files=files)
     targets = [(out / name, text, 0o644) for name, text in files.items()]
     fsutil.write_files(targets, setting="-o")
     return [path for path, _text, _mode in targets]

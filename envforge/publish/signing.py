@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from envforge.core.fsutil import read_limited, read_reason
+from envforge.core.fsutil import check_folder_target, read_limited, read_reason
 from envforge.errors import CertificationFailed, InvalidInput, Unavailable
 
 if TYPE_CHECKING:
@@ -160,8 +160,7 @@ def generate(folder: Path, name: str = "") -> tuple[Path, Path]:
                 f"{path} already exists; keys are never overwritten",
                 hint="choose another -o folder, or move the old keys away first",
             )
-    if folder.exists() and not folder.is_dir():
-        raise InvalidInput(f"-o {folder}: not a folder", hint="name a folder for the keys")
+    check_folder_target(folder, setting="-o")  # a file, device or FIFO there: one line, exit 2
     folder.mkdir(parents=True, exist_ok=True)
     key = _crypto().Ed25519PrivateKey.generate()
     pem = key.private_bytes(

@@ -329,3 +329,31 @@ def test_dot_is_still_the_current_folder(
     monkeypatch.chdir(tmp_path)
     assert main(["render", "cpu", "-o", "."]) == 0
     assert (tmp_path / "cpu" / "Dockerfile").is_file()
+
+
+# --------------------------------------------------------------------------- output folders
+
+
+@pytest.mark.parametrize("kind", ["fifo", "char-device", "link-to-fifo"])
+@pytest.mark.parametrize(
+    "args",
+    [["matrix", "-o", "{T}"], ["keys", "generate", "-o", "{T}"], ["render", "cpu", "-o", "{T}"],
+     ["fleet", "plan", "--engine", "github", "--recipe", "cpu", "-o", "{T}"]],
+    ids=["matrix", "keys", "render", "fleet-plan"],
+)
+def test_an_output_folder_that_is_a_node_is_named_for_what_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    kind: str, args: list[str],
+) -> None:
+    """One check (fsutil.check_folder_target) for every output folder: matrix said 'is a
+    file' and keys 'not a folder' for a device or FIFO."""
+    monkeypatch.setenv("ENVFORGE_HOME", str(tmp_path / "home"))
+    target = tmp_path / "out"
+    MAKERS[kind](target)
+    before = _node(target)
+    assert main([a.replace("{T}", str(target)) for a in args]) == ExitCode.INVALID_INPUT
+    line = _one_error(capsys)
+    what = {"fifo": "a FIFO", "char-device": "a character device",
+            "link-to-fifo": "a symbolic link to a FIFO"}[kind]
+    assert f"{target} is {what}, not a folder" in line
+    assert _node(target) == before
