@@ -64,6 +64,7 @@ from envforge.container.devices import visible_env
 from envforge.errors import (
     CertificationFailed,
     EnvforgeError,
+    Unavailable,
 )
 from envforge.core.fsutil import write_atomically
 from envforge.probe.report import ProbeReport
@@ -73,8 +74,7 @@ if TYPE_CHECKING:
     from envforge.host.detect import HostInfo
     from envforge.host.doctor import Finding
 
-#: Seconds one ``uv`` install may run (a ROCm torch wheel is several GB).
-
+from envforge.backends.venv import hostpython
 from envforge.backends.venv.building import (
     _reinstall_reason,
     ensure,
@@ -204,15 +204,32 @@ def build(recipe: Recipe, options: Options | VenvOptions = DEFAULT_OPTIONS) -> V
     reports are copied to ``report_dir`` (pass or fail), and a probe that did not pass is
     a :class:`~envforge.backends.base.ProbeFailed` carrying the report."""
     if isinstance(options, VenvOptions):
-        return make(recipe, options)
-    return _reporting(recipe, venv_options(options), options.report_dir, make)
+        return make(on_host(recipe, options), options)
+    chosen = venv_options(options)
+    return _reporting(on_host(recipe, chosen), chosen, options.report_dir, make)
 
 
 def certify(recipe: Recipe, options: Options | VenvOptions = DEFAULT_OPTIONS) -> VenvBuildResult:
     """:func:`recertify` the recipe's existing venv (reports as :func:`build`)."""
     if isinstance(options, VenvOptions):
-        return recertify(recipe, options)
-    return _reporting(recipe, venv_options(options), options.report_dir, recertify)
+        return recertify(on_host(recipe, options), options)
+    chosen = venv_options(options)
+    return _reporting(on_host(recipe, chosen), chosen, options.report_dir, recertify)
+
+
+def on_host(recipe: Recipe, options: VenvOptions) -> Recipe:
+    """``recipe`` on the Python this host has for it (``hostpython``): the recipe's own,
+    or another its torch has wheels for, said once."""
+    project = options.project
+    chosen, note = hostpython.on_host(
+        recipe,
+        requires=project.requires_python if project is not None else None,
+        explicit=options.python,
+        environ=options.environ,
+    )
+    if note is not None:
+        options.say(note)
+    return chosen
 
 
 def _reporting(
@@ -265,6 +282,10 @@ def describe(recipe: Recipe) -> str:
 def serves(recipe: Recipe, options: Options | VenvOptions = DEFAULT_OPTIONS) -> tuple[bool, str]:
     """The venv backend serves any recipe: it builds the venv when there is none."""
     options = venv_options(options)
+    try:
+        recipe = on_host(recipe, options)
+    except Unavailable as exc:
+        return False, exc.one_line()
     current = state(recipe, options.environ, options.project)
     return True, "" if current.certified else f"{current.path} is built first"
 
@@ -281,6 +302,7 @@ def check(
     """
     options = venv_options(options)
     try:
+        recipe = on_host(recipe, options)
         path, fresh = ensure(recipe, options)
         if not fresh:
             report = quick_probe(
@@ -303,6 +325,7 @@ def run(
     """Run ``argv`` (default: ``$SHELL``, else bash) in the recipe's certified venv (built
     first if there is none); its exit code."""
     options = venv_options(options)
+    recipe = on_host(recipe, options)
     command = list(argv) or [os.environ.get("SHELL") or "bash"]
     path, _fresh = ensure(recipe, options)
     return run_in_venv(path, recipe, command, options.environ)

@@ -8,20 +8,9 @@ import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from envforge.core import proc
-from envforge.errors import (
-    Unavailable,
-)
-
-if TYPE_CHECKING:
-    pass
-
-#: Seconds one ``uv`` install may run (a ROCm torch wheel is several GB).
-
-
-
+from envforge.errors import Unavailable
 
 #: Seconds an interpreter gets to say its version.
 INTERPRETER_TIMEOUT = 15.0
@@ -101,6 +90,25 @@ def _off_path_hints(version: str, home: Path) -> list[str]:
     return hits
 
 
+def search(version: str, env: Mapping[str, str], seen: set[str]) -> Interpreter | None:
+    """An interpreter of Python ``version`` on PATH (or through the ``py`` launcher), or
+    None; the versions of the interpreters it ran go into ``seen``."""
+    for candidate in _path_candidates(version, env.get("PATH", "")):
+        found = query_interpreter([candidate], env)
+        if found is not None:
+            seen.add(found.version)
+            if found.minor == version:
+                return found
+    launcher = shutil.which("py", path=env.get("PATH"))
+    if launcher:
+        found = query_interpreter([launcher, f"-{version}"], env)
+        if found is not None and found.minor == version:
+            return Interpreter(
+                path=found.executable, executable=found.executable, version=found.version
+            )
+    return None
+
+
 def find_interpreter(
     version: str,
     *,
@@ -128,20 +136,10 @@ def find_interpreter(
                 hint=f"pass a Python {version} interpreter (envforge never uses another version)",
             )
         return found
-    seen: list[str] = []
-    for candidate in _path_candidates(version, env.get("PATH", "")):
-        found = query_interpreter([candidate], env)
-        if found is not None:
-            seen.append(found.version)
-            if found.minor == version:
-                return found
-    launcher = shutil.which("py", path=env.get("PATH"))
-    if launcher:
-        found = query_interpreter([launcher, f"-{version}"], env)
-        if found is not None and found.minor == version:
-            return Interpreter(
-                path=found.executable, executable=found.executable, version=found.version
-            )
+    seen: set[str] = set()
+    found = search(version, env, seen)
+    if found is not None:
+        return found
     off_path = _off_path_hints(version, home if home is not None else Path.home())
     hint = (
         f"install Python {version} and put python{version} on PATH, or pass --python PATH: "
