@@ -135,19 +135,26 @@ def _row(record: Evidence, document: str) -> tuple[Any, ...]:
 
 
 def add(conn: sqlite3.Connection, items: Iterable[tuple[Evidence, str]]) -> list[Evidence]:
-    """Store each (record, document text) in one transaction; the records that were new."""
-    added: list[Evidence] = []
+    """Store each (record, document text) in one transaction; the records that were new.
+
+    Which keys are new is asked inside the transaction (``BEGIN IMMEDIATE`` holds the
+    write lock), so a concurrent import of the same reports counts each once; the rows
+    go in by ``executemany`` (a record whose key comes twice: its first copy is kept,
+    unless a later one ranks higher, as :data:`_UPSERT` decides)."""
+    pending = list(items)
     conn.execute("BEGIN IMMEDIATE")
     try:
-        for record, document in items:
-            known = conn.execute("SELECT 1 FROM reports WHERE key = ?", (record.key,)).fetchone()
-            conn.execute(_UPSERT, _row(record, document))
-            if known is None:
-                added.append(record)
+        there = known(conn, list({record.key: None for record, _ in pending}))
+        conn.executemany(_UPSERT, (_row(record, document) for record, document in pending))
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+    added: list[Evidence] = []
+    for record, _ in pending:
+        if record.key not in there:
+            there.add(record.key)
+            added.append(record)
     return added
 
 

@@ -39,6 +39,7 @@ from envforge.core import paths
 from envforge.evidence import evidence_db
 from envforge.evidence.certified_on import describe
 from envforge.evidence.records import (
+    _KIND_RANK,
     Evidence,
     EvidenceSet,
     Problem,
@@ -46,6 +47,7 @@ from envforge.evidence.records import (
     documents,
     parse_document,
 )
+from envforge.knowledge.parse import load_table
 
 #: Environment-snapshot keys a stored report keeps (versions only).
 SNAPSHOT_KEPT = (
@@ -105,9 +107,17 @@ def _redact_any(value: Any, redact: Redactor) -> Any:
     return value
 
 
+def _compact(doc: Any) -> str:
+    return json.dumps(doc, separators=(",", ":"))
+
+
 def sanitized_report(report: Mapping[str, Any], redact: Redactor | None = None) -> dict[str, Any]:
     """A probe report's JSON form as the store keeps it (see the module docstring)."""
-    redactor = Redactor.for_this_host() if redact is None else redact
+    return _sanitized(report, Redactor.for_this_host() if redact is None else redact)[0]
+
+
+def _sanitized(report: Mapping[str, Any], redactor: Redactor) -> tuple[dict[str, Any], str]:
+    """:func:`sanitized_report` and its compact JSON text (written once)."""
     data = dict(report)
     env = data.get("environment")
     if isinstance(env, Mapping):
@@ -121,9 +131,12 @@ def sanitized_report(report: Mapping[str, Any], redact: Redactor | None = None) 
         if "/" in target or "\\" in target:
             target = PurePath(target).name  # an interpreter path: its owner is no fact
         data["environment"] = {"target": target, "snapshot": kept}
+    text = _compact(data)
+    if not redactor.may_change(text):
+        return data, text  # nothing to redact: the walk below would copy it unchanged
     result = _redact_any(data, redactor)
     assert isinstance(result, dict)
-    return result
+    return result, _compact(result)
 
 
 def _state(root: Path | None) -> Path:
@@ -178,15 +191,16 @@ class Imported:
     problems: tuple[Problem, ...]
 
 
-def _storable(doc: Mapping[str, Any], redact: Redactor) -> Mapping[str, Any]:
+def _storable(doc: Mapping[str, Any], redact: Redactor) -> tuple[Mapping[str, Any], str]:
+    """What the store keeps of ``doc``, and its text."""
     schema = doc.get("schema")
     if schema is None and isinstance(doc.get("report"), Mapping):  # a venv marker
         copy = dict(doc)
         copy["report"] = sanitized_report(doc["report"], redact)
-        return copy
+        return copy, _compact(copy)
     if schema == "envforge.probe/1":
-        return sanitized_report(doc, redact)
-    return doc  # certificates as issued; exported records are already normalised
+        return _sanitized(doc, redact)
+    return doc, _compact(doc)  # certificates as issued; exported records are normalised
 
 
 def import_documents(
@@ -196,24 +210,25 @@ def import_documents(
     root: Path | None = None,
     redact: Redactor | None = None,
 ) -> Imported:
-    """Check each document and keep the new ones in the store (one transaction)."""
+    """Check each document and keep the new ones in the store, in one transaction (each
+    document parsed and written to text once; the compatibility table read once). A run
+    that comes twice is one record: its best-ranked copy (a certificate over a report)."""
     redactor = Redactor.for_this_host() if redact is None else redact
+    table = load_table()  # once, not per NVIDIA report without an arch
     skipped = list(problems)
-    items: list[tuple[Evidence, str]] = []
-    seen: set[str] = set()
+    items: dict[str, tuple[Evidence, str]] = {}
     for source, raw in docs:
         try:
-            doc = _storable(raw, redactor) if isinstance(raw, Mapping) else raw
-            stored = parse_document(doc, redactor, signatures=True)
+            doc, text = _storable(raw, redactor) if isinstance(raw, Mapping) else (raw, "")
+            stored = parse_document(doc, redactor, signatures=True, table=table)
         except Exception as exc:  # what _storable meets in a malformed report, too
             skipped.append(Problem(source, str(getattr(exc, "message", exc))))
             continue
-        if stored.key in seen:
-            continue
-        seen.add(stored.key)
-        items.append((stored, json.dumps(doc, separators=(",", ":"))))
+        first = items.get(stored.key)
+        if first is None or _KIND_RANK[stored.kind] < _KIND_RANK[first[0].kind]:
+            items[stored.key] = (stored, text)
     with evidence_db.connect(evidence_db.db_path(_state(root))) as conn:
-        added = evidence_db.add(conn, items)
+        added = evidence_db.add(conn, items.values())
     known = len(items) - len(added)
     return Imported(tuple(added), known, tuple(skipped))
 

@@ -26,10 +26,9 @@ torch build and the ROCm/CUDA runtime it saw, the envforge version, the anonymou
 id of :func:`envforge.probe.report.host_id`), the steps, and for a signed certificate
 the signer's key fingerprint (with ``signatures=True`` only after the signature was
 checked against the key it names: a certificate whose signature does not match is a
-:class:`Problem`). The same probe run
-read twice (the certificate in the store *and* its ``probe.json`` in a report folder) is
-one record: records are keyed by the sha256 of the report's canonical JSON, and the
-certificate is preferred (it adds the digest and the stack tag).
+:class:`Problem`). The same probe run read twice (the certificate in the store *and* its
+``probe.json`` in a report folder) is one record: records are keyed by the sha256 of the
+report's canonical JSON, and the certificate is preferred (it adds the digest and stack tag).
 
 Nothing that names a host or a user is kept: the probe target (an interpreter path or an
 image ID) and the environment snapshot are dropped except for the Python, torch, HIP and
@@ -53,6 +52,7 @@ from envforge.core.jsonlimits import BadJSON, loads
 from envforge.errors import EnvforgeError, InvalidInput
 from envforge.evidence.redact import Redactor as Redactor  # noqa: PLC0414 - re-exported
 from envforge.host.detect import nvidia_arch_for_product
+from envforge.knowledge.table import CompatTable
 from envforge.probe.report import SCHEMA as PROBE_SCHEMA
 from envforge.probe.report import ProbeReport, StepResult
 from envforge.publish.certificate import FORMATS as CERT_FORMATS
@@ -233,7 +233,7 @@ def _stack(torch: str, variant: str, python: str) -> str:
     return "-".join(parts)
 
 
-def _gpu(report: ProbeReport, recipe: str) -> Gpu:
+def _gpu(report: ProbeReport, recipe: str, table: CompatTable | None = None) -> Gpu:
     """The GPU the run used: one whose arch names the recipe, else the first with an
     arch, else the first; ``Gpu("none", "cpu", "")`` when the host has none."""
     gpus = report.host.gpus
@@ -248,7 +248,7 @@ def _gpu(report: ProbeReport, recipe: str) -> Gpu:
     product = " ".join(_str(chosen.name).split())
     arch = _str(chosen.arch)
     if not arch and vendor == "nvidia":
-        arch = nvidia_arch_for_product(product) or ""
+        arch = nvidia_arch_for_product(product, table) or ""
     return Gpu(vendor, arch or "unknown", product)
 
 
@@ -300,6 +300,7 @@ def _from_report(
     stack: str = "",
     certificate: str = "",
     signer: str = "",
+    table: CompatTable | None = None,
 ) -> Evidence:
     if not isinstance(raw, Mapping):
         raise EvidenceError("its report is not a JSON object")
@@ -320,7 +321,7 @@ def _from_report(
     runtime, variant = _runtime(snapshot)
     recipe = recipe or _str(report.recipe_name)
     steps = tuple(_redacted_step(s, redact) for s in report.steps)
-    gpu = _gpu(report, recipe)
+    gpu = _gpu(report, recipe, table)
     return Evidence(
         key=key,
         kind=kind,
@@ -397,14 +398,13 @@ def _from_export(data: Mapping[str, Any], redact: Callable[[str], str]) -> Evide
     )
 
 
-def parse_document(
-    data: Any, redact: Callable[[str], str], *, signatures: bool = False
-) -> Evidence:
+def parse_document(data: Any, redact: Callable[[str], str], *, signatures: bool = False,
+                   table: CompatTable | None = None) -> Evidence:
     """One JSON document (already decoded) → :class:`Evidence`; :class:`EvidenceError`
-    (never anything else) when it is not one of the recognised forms. ``signatures``:
-    check a signed certificate's signature (loads ``cryptography``)."""
+    (never anything else) when it is not one of the recognised forms. ``signatures``: check
+    a signed certificate's signature (loads ``cryptography``); ``table``: the compat table."""
     try:
-        return _parse(data, redact, signatures)
+        return _parse(data, redact, signatures, table)
     except EvidenceError:
         raise
     except EnvforgeError as exc:
@@ -413,7 +413,8 @@ def parse_document(
         raise EvidenceError(f"malformed report ({type(exc).__name__}: {exc})") from None
 
 
-def _parse(data: Any, redact: Callable[[str], str], signatures: bool = False) -> Evidence:
+def _parse(data: Any, redact: Callable[[str], str], signatures: bool = False,
+           table: CompatTable | None = None) -> Evidence:
     if not isinstance(data, dict):
         raise EvidenceError("not an envforge report: expected a JSON object")
     schema = data.get("schema")
@@ -435,11 +436,12 @@ def _parse(data: Any, redact: Callable[[str], str], signatures: bool = False) ->
             stack=cert.stack_tag,
             certificate=cert.digest,
             signer=signer,
+            table=table,
         )
     if schema == EXPORT_SCHEMA:
         return _from_export(data, redact)
     if schema == PROBE_SCHEMA:
-        return _from_report(data, kind="probe", redact=redact)
+        return _from_report(data, kind="probe", redact=redact, table=table)
     if schema is None and isinstance(data.get("report"), dict) and "fingerprint" in data:
         return _from_report(
             data["report"],
@@ -447,6 +449,7 @@ def _parse(data: Any, redact: Callable[[str], str], signatures: bool = False) ->
             redact=redact,
             recipe=_str(data.get("recipe")),
             recipe_hash=_str(data.get("recipe_hash")),
+            table=table,
         )
     if schema is None:
         raise EvidenceError(

@@ -42,6 +42,16 @@ class Redactor:
         # "root" is a word too common in messages; its home is covered by the path rule.
         return cls(tuple(n for n in names if n and n != "root"))
 
+    def may_change(self, json_text: str) -> bool:
+        """False when no string in the JSON document ``json_text`` can be changed by this
+        redactor (none holds a trigger: a home folder's marker or one of the names), so a
+        caller may keep the document as it is; True when one may (or a name is not plain
+        ASCII without JSON escapes, so the text cannot tell)."""
+        triggers = ("Users", "/home/", *self.names)
+        if any(not _PLAIN.fullmatch(t) for t in triggers):
+            return True
+        return any(t in json_text for t in triggers)
+
     def __call__(self, text: str) -> str:
         if "Users" in text or "/home/" in text:
             text = _HOME.sub(lambda m: m.group(1) + "~", text)
@@ -50,4 +60,6 @@ class Redactor:
         return text
 
 
+#: Text that JSON writes unchanged (printable ASCII but ``"`` and ``\\``).
+_PLAIN = re.compile(r'[ !#-\[\]-~]*')
 _HOME = re.compile(r"((?:/home/|/Users/|[A-Za-z]:\\Users\\))[^/\\\s'\"]+")

@@ -109,3 +109,32 @@ def test_the_database_is_in_wal_mode(home: Path) -> None:
     read_store()
     with evidence_db.connect(home / "evidence.sqlite") as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_a_run_twice_in_one_batch_is_one_record_its_certificate(home: Path) -> None:
+    """One import holding a run's report, its certificate and the report again (as a
+    ``--report DIR`` folder does, in either order) adds one record: the certificate."""
+    spec = corpus(1, seed=5)[0]
+    report = replace(make_report(spec), target="sha256:" + "cd" * 32)
+    plain = json.loads(report.to_json())
+    others = _docs(5, seed=6)
+    batch = [("probe", plain), *others, ("cert", make_certificate(spec, report)), ("again", plain)]
+    result = import_documents(batch, redact=QUIET)
+    assert (len(result.added), result.known) == (6, 0)
+    key = parse_document(plain, QUIET).key
+    (kept,) = [r for r in read_store().records if r.key == key]
+    assert kept.kind == "certificate"
+    assert [r.kind for r in result.added if r.key == key] == ["certificate"]
+
+
+def test_a_large_batch_counts_what_was_new_and_what_was_known(home: Path) -> None:
+    """Batches larger than one key query (500): a second import overlapping the first
+    adds only the new reports and counts the rest as known."""
+    docs = _docs(700, seed=8)
+    first = import_documents(docs[:600], redact=QUIET)
+    second = import_documents(docs[50:], redact=QUIET)
+    assert (len(first.added), first.known) == (600, 0)
+    assert (len(second.added), second.known) == (100, 550)
+    assert not {r.key for r in second.added} & {r.key for r in first.added}
+    with evidence_db.connect(home / "evidence.sqlite") as conn:
+        assert len(evidence_db.documents(conn)) == 700

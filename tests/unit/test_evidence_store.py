@@ -433,3 +433,26 @@ def test_probe_report_keeps_the_run_in_the_store(
     (record,) = read_store().records
     assert record.kind == "probe"
     assert record.envforge_version
+
+
+def test_the_redactor_says_when_a_document_may_change() -> None:
+    assert not NAMES.may_change('{"detail":"failed in /opt/x.py","host":"bob-ws"}')
+    for text in ('{"d":"/home/bob/x"}', '{"d":"C:\\\\Users\\\\bob"}', '{"d":"on alice-ws"}'):
+        assert NAMES.may_change(text), text
+    # a name JSON writes escaped (non-ASCII, a quote): the text cannot tell, so it may
+    assert Redactor(("zoë-ws",)).may_change("{}")
+    assert Redactor(('ali"ce',)).may_change("{}")
+
+
+def test_a_stored_report_is_redacted_whatever_its_names_look_like() -> None:
+    """The store skips the redaction walk only where nothing can change: a host name
+    JSON writes escaped is still found, and a clean report is kept as it is."""
+    data = make_report(GPU).to_dict()
+    data["steps"][0]["detail"] = "failed on zoë-ws in /opt/x.py"
+    kept = sanitized_report(data, Redactor(("zoë-ws",)))
+    assert "zoë-ws" not in json.dumps(kept, ensure_ascii=False)
+    assert kept["steps"][0]["detail"] == "failed on <redacted> in /opt/x.py"
+    clean = make_report(GPU).to_dict()
+    assert sanitized_report(clean, NAMES) == sanitized_report(clean, Redactor(("zz-nowhere",)))
+    named = sanitized_report(_named_report(), NAMES)
+    assert "alice" not in json.dumps(named).replace("<redacted>", "")
