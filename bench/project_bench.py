@@ -1,0 +1,115 @@
+"""Project builds on the venv backend (issue 19's targets), timed end to end.
+
+What it measures, each with warm caches (uv's cache already holds torch and the project's
+packages: a first, untimed build of each fills it):
+
+* ``recipe``: ``envforge build cpu --backend venv`` into an empty ENVFORGE_HOME;
+* ``project``: the same with ``--project`` for a project of five pure-Python dependencies
+  (its own venv, the project installed editable, its import checked); target: at most
+  1.3x ``recipe``;
+* ``add one``: the project's rebuild after one more dependency is added; target: at most
+  10 s.
+
+Every build certifies (the recipe's full probe), as a user's would.
+
+    python bench/project_bench.py [--runs N] [--write]
+
+``--write`` appends the table to bench/results-project.md. Needs the torch wheel in the
+folder PIP_FIND_LINKS names and the package index for the project's dependencies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+WHEELS = Path(os.environ.get("PIP_FIND_LINKS", "/opt/wheels"))
+DEPS = ["tqdm", "six", "idna", "attrs", "tomli"]
+ADDED = "pyparsing"
+
+
+def envforge(home: Path, *args: str) -> float:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENVFORGE_")}
+    env["ENVFORGE_HOME"] = str(home)
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "envforge", *args, "--backend", "venv", "--wheelhouse",
+         str(WHEELS)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800, check=False,
+    )  # fmt: skip
+    seconds = time.monotonic() - started
+    if done.returncode != 0:
+        sys.exit(f"envforge {' '.join(args)} exited {done.returncode}:\n{done.stderr}")
+    return seconds
+
+
+def write_project(folder: Path, deps: list[str]) -> Path:
+    (folder / "trainer").mkdir(parents=True, exist_ok=True)
+    (folder / "trainer" / "__init__.py").write_text("VERSION = '0.1'\n")
+    listed = ", ".join(f'"{d}"' for d in deps)
+    (folder / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n'
+        f'[project]\nname = "trainer"\nversion = "0.1"\ndependencies = [{listed}]\n'
+        '[tool.setuptools]\npackages = ["trainer"]\n'
+    )
+    return folder
+
+
+def one_run(scratch: Path) -> dict[str, float]:
+    home = scratch / "home"
+    project = write_project(scratch / "trainer", DEPS)
+    envforge(home, "build", "cpu")  # warm-up: uv's cache holds torch
+    shutil.rmtree(home / "venvs")
+    recipe = envforge(home, "build", "cpu")
+    envforge(home, "build", "cpu", "--project", str(project))  # warm-up: the dependencies
+    for venv in (home / "venvs" / "cpu").iterdir():
+        if "-" in venv.name and venv.name.count("-") > 3:  # the project's venv
+            shutil.rmtree(venv)
+    proj = envforge(home, "build", "cpu", "--project", str(project))
+    write_project(project, [*DEPS, ADDED])
+    added = envforge(home, "build", "cpu", "--project", str(project))
+    return {"recipe": recipe, "project": proj, "add one": added}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--write", action="store_true")
+    args = parser.parse_args()
+    runs = []
+    for _ in range(args.runs):
+        with tempfile.TemporaryDirectory(prefix="envforge-project-bench-") as scratch:
+            runs.append(one_run(Path(scratch)))
+    med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    load = os.getloadavg()[0]
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    table = (
+        f"\n### {when}: recipe cpu, {platform.machine()}, {os.cpu_count()} CPUs, "
+        f"{args.runs} run(s), medians, load average {load:.1f} at the end\n\n"
+        "| recipe build | project build (5 deps) | project / recipe (target <= 1.3x) "
+        "| rebuild after adding one (target <= 10 s) |\n|---|---|---|---|\n"
+        f"| {med['recipe']:.1f} s | {med['project']:.1f} s | "
+        f"{med['project'] / med['recipe']:.2f}x | {med['add one']:.1f} s |\n"
+    )
+    print(table)
+    if args.write:
+        out = ROOT / "bench" / "results-project.md"
+        head = "" if out.exists() else (
+            "# Project builds (venv backend)\n\nProduced by `python bench/project_bench.py "
+            "--write`; see the script's docstring for what each column measures.\n"
+        )
+        with out.open("a", encoding="utf-8") as f:
+            f.write(head + table)
+
+
+if __name__ == "__main__":
+    main()
