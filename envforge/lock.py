@@ -46,7 +46,10 @@ if TYPE_CHECKING:
     from envforge.render.context import LockedInstall
 
 PLATFORM = "x86_64-manylinux_2_28"
+#: The image platform a lock's wheels (and hashes) are for, in docker's names.
+LOCK_PLATFORM = "linux/amd64"
 LOCK_SUFFIX = ".lock.txt"
+
 #: Seconds ``uv pip compile`` may take (it downloads metadata, sometimes whole wheels).
 COMPILE_TIMEOUT = 900.0
 
@@ -78,6 +81,13 @@ _NETWORK_MARKERS = (
 class LockResult:
     path: Path
     count: int
+
+
+def serves_platform(platform: str | None) -> bool:
+    """Whether a lock (resolved for :data:`PLATFORM`) can install an image for
+    ``platform`` (None: the engine's own, assumed linux/amd64 as before ``--platform``):
+    its hashes name x86_64 wheels, which an arm64 image cannot install."""
+    return platform is None or platform == LOCK_PLATFORM
 
 
 def inputs_digest(

@@ -33,7 +33,6 @@ from envforge.cli.common import (
     set_option,
     signing_key_option,
     step_timeout_option,
-    strict_mode,
     strict_option,
     summarizing,
     summary_option,
@@ -41,8 +40,7 @@ from envforge.cli.common import (
     wheelhouse_option,
 )
 from envforge.core.fsutil import REPORT_FILES, check_folder_target
-from envforge.knowledge import enforce
-from envforge.recipe.model import Level, Recipe
+from envforge.recipe.model import Level
 
 
 @click.command()
@@ -94,14 +92,17 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
     project = load_project_option(project_dir, extras)
     recipe_ref = recipe_ref_for(recipe_ref, project)
     with summarizing(summary_file, f"envforge build {recipe_ref}") as notes:
-        recipe, _choice, gpus = load_with_gpus(recipe_ref, gpu, overrides)
+        # --platform (docker) or this host's: the table's row for it must accept the recipe
+        # (a Jetson arch, ROCm on arm64 or an arch the platform's wheels lack: exit 2)
+        platform = flags.get("platform")
+        recipe, _choice, gpus = load_with_gpus(
+            recipe_ref, gpu, overrides, platform=str(platform) if platform else None
+        )
         if project is not None:  # the first backend that builds projects
             backend = pick(recipe, backend, say=say, options=Options(project=project))
         backend = backend or default_backend()
         extra = backend_extra("build", flags)
         refuse_foreign(BACKENDS, backend, "build", extra)
-        if extra.get("platform"):
-            _check_platform(recipe, str(extra["platform"]))
         options = Options(
             level=level,
             step_timeout=step_timeout,
@@ -134,9 +135,3 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
             if closing is not None:
                 say(closing)
             click.echo(result.printed())
-
-
-def _check_platform(recipe: Recipe, platform: str) -> None:
-    """``--platform``: the table's row for that platform must accept the recipe (a Jetson
-    arch, ROCm on arm64 or an arch the platform's wheels lack is refused, exit 2)."""
-    enforce(recipe, strict=strict_mode(), platform=platform)

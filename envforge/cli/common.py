@@ -314,32 +314,39 @@ def strict_mode() -> bool:
 # --------------------------------------------------------------------------- recipes
 
 
-def load_checked(ref: str, overrides: Sequence[str] = ()) -> Recipe:
-    """Load a recipe by name or path and refuse it if the compatibility table does; what
-    the table has no row for is a one-line warning on stderr (a refusal under strict)."""
+def load_checked(
+    ref: str, overrides: Sequence[str] = (), *, platform: str | None = None
+) -> Recipe:
+    """Load a recipe by name or path and refuse it if the compatibility table does for
+    ``platform`` (``--platform``; None: this host's); what the table has no row for is a
+    one-line warning on stderr (a refusal under strict)."""
     from envforge.knowledge import enforce  # noqa: PLC0415 - the table only when needed
     from envforge.recipe.catalogue import Catalogue  # noqa: PLC0415 - yaml when loading
 
     recipe = Catalogue.default().load(ref, overrides)
-    enforce(recipe, strict=strict_mode())
+    enforce(recipe, strict=strict_mode(), platform=platform or host_platform())
     return recipe
 
 
 def load_for_host(
-    ref: str, host: HostInfo | None = None, overrides: Sequence[str] = ()
+    ref: str,
+    host: HostInfo | None = None,
+    overrides: Sequence[str] = (),
+    *,
+    platform: str | None = None,
 ) -> tuple[Recipe, Choice | None]:
     """The one way a command loads RECIPE|auto: ``auto`` → the recipe
     :func:`envforge.solve.choose.choose` picks for ``host`` (detected when None), said on
     stderr in one line; anything else → that recipe. Either is checked against the
-    compatibility table."""
+    compatibility table for ``platform`` (None: this host's)."""
     if ref != "auto":
-        return load_checked(ref, overrides), None
+        return load_checked(ref, overrides, platform=platform), None
     from envforge.knowledge import enforce  # noqa: PLC0415 - the table only when needed
     from envforge.solve.choose import load_choice  # noqa: PLC0415 - only for auto
 
     choice = auto_choice(host)
     recipe = load_choice(choice, overrides)
-    enforce(recipe, strict=strict_mode())
+    enforce(recipe, strict=strict_mode(), platform=platform or host_platform())
     return recipe, choice
 
 
@@ -354,7 +361,7 @@ def auto_choice(host: HostInfo | None = None) -> Choice:
 
 
 def load_with_gpus(
-    ref: str, gpu: str | None, overrides: Sequence[str] = ()
+    ref: str, gpu: str | None, overrides: Sequence[str] = (), *, platform: str | None = None
 ) -> tuple[Recipe, Choice | None, GpuPick | None]:
     """:func:`load_for_host` with ``--gpu``: the selection is checked against the detected
     GPUs (out of range, several archs, another vendor: exit 2, one line), and ``auto``
@@ -363,19 +370,19 @@ def load_with_gpus(
     if gpu is None:
         gpu = _granted_gpu(ref, overrides)
     if gpu is None:
-        recipe, choice = load_for_host(ref, None, overrides)
+        recipe, choice = load_for_host(ref, None, overrides, platform=platform)
         return recipe, choice, None
 
     from envforge.container.devices import pick_gpus  # noqa: PLC0415 - only with --gpu
     from envforge.host.detect import detect  # noqa: PLC0415 - only with --gpu
 
     if ref != "auto":
-        recipe = load_checked(ref, overrides)
+        recipe = load_checked(ref, overrides, platform=platform)
         return recipe, None, pick_for(recipe, gpu)
     host = detect()
     pick = pick_gpus(gpu, host.gpus)
     chosen = tuple(g for g in host.gpus if g.index in pick.indexes)
-    recipe, choice = load_for_host(ref, replace(host, gpus=chosen), overrides)
+    recipe, choice = load_for_host(ref, replace(host, gpus=chosen), overrides, platform=platform)
     _say_pick(gpu, pick)
     return recipe, choice, pick
 

@@ -336,8 +336,9 @@ def render(
 ) -> None:
     """Render a recipe's Dockerfile (or venv plan); --all -o DIR renders the catalogue.
 
-    --platform linux/amd64|linux/arm64 names the platform in every FROM of the base image
-    (the engine builds for it); the default leaves the engine's own."""
+    --platform linux/amd64|linux/arm64: the table's row for that platform must accept the
+    recipe (default: this host's), and every FROM of the base image names it (the engine
+    builds for it); without it the Dockerfile leaves the engine's own."""
     if fmt == "apptainer":
         _render_apptainer(recipe_ref, render_all, output, image, overrides)
         return
@@ -359,7 +360,7 @@ def render(
         platform=platform,
     )
     if recipe_ref is not None:
-        recipe, _choice = load_for_host(recipe_ref, None, overrides)
+        recipe, _choice = load_for_host(recipe_ref, None, overrides, platform=platform)
         if output is None:
             if fmt == "dockerfile":
                 stack = stack_of(recipe)
@@ -377,7 +378,7 @@ def render(
         recipes = []
         for path in catalogue.files().values():
             recipe = catalogue.load(str(path), overrides)
-            enforce(recipe, strict=strict_mode())
+            enforce(recipe, strict=strict_mode(), platform=platform or host_platform())
             recipes.append(recipe)
     if output is None:  # not reached: --all without -o is refused above
         raise InvalidInput("render needs -o DIR here", hint="envforge render --all -o Dockerfiles")

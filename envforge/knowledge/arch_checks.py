@@ -7,37 +7,39 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from envforge.host.arch import gfx_from_isa
-from envforge.knowledge.table import CompatTable, Release, Variant, base_version
+from envforge.knowledge.table import PLATFORMS, CompatTable, Release, Variant, base_version
 from envforge.knowledge.verdicts import HSA_OVERRIDE, Violation, cite
 from envforge.recipe.model import Recipe
 
 
-def _first_release_covering(arch: str, kind: str, t: CompatTable) -> tuple[Release, Variant] | None:
-    for r in t.releases:
-        for v in r.variants:
-            if v.kind == kind and v.covers(arch) and v.broken_arch(arch) is None:
-                return r, v
-    return None
+def _on_platform(r: Release, kind: str, platform: str) -> Iterator[Variant]:
+    """``r``'s variants of ``kind`` as their wheels for ``platform`` are (none: no row)."""
+    for v in r.variants:
+        built = v.for_platform(platform) if v.kind == kind else None
+        if built is not None:
+            yield built
 
 
-def _last_release_covering(arch: str, kind: str, t: CompatTable) -> tuple[Release, Variant] | None:
-    found = None
-    for r in t.releases:
-        for v in r.variants:
-            if v.kind == kind and v.covers(arch) and v.broken_arch(arch) is None:
-                found = (r, v)
-    return found
+def _covering(arch: str, kind: str, t: CompatTable, platform: str) -> list[tuple[Release, Variant]]:
+    return [
+        (r, v)
+        for r in t.releases
+        for v in _on_platform(r, kind, platform)
+        if v.covers(arch) and v.broken_arch(arch) is None
+    ]
 
 
-def _stack_hint(arch: str, kind: str, t: CompatTable, variant: Variant) -> str:
-    first = _first_release_covering(arch, kind, t)
-    if first is None:
+def _stack_hint(
+    arch: str, kind: str, t: CompatTable, variant: Variant, platform: str = PLATFORMS[0]
+) -> str:
+    covering = _covering(arch, kind, t, platform)
+    if not covering:
         return ""
-    last = _last_release_covering(arch, kind, t)
+    first, last = covering[0], covering[-1]
     key = "rocm" if kind == "rocm" else "cuda"
     r0, v0 = first
     text = f'torch {r0.versions[-1]} with {key}: "{v0.version}" is the first stack with {arch}'
-    if last is not None and (last[0].series, last[1].name) != (r0.series, v0.name):
+    if (last[0].series, last[1].name) != (r0.series, v0.name):
         r1, v1 = last
         text += f'; torch {r1.versions[-1]} with {key}: "{v1.version}" the latest'
     return text
@@ -93,11 +95,11 @@ def amd_arch(recipe: Recipe, variant: Variant, t: CompatTable) -> Iterator[Viola
     if variant.covers(target):
         broken = variant.broken_arch(target)
         if broken is not None:
-            last = _last_release_covering(target, "rocm", t)
+            covering = _covering(target, "rocm", t, PLATFORMS[0])
             hint = (
-                f'use torch {last[0].versions[-1]} with rocm: "{last[1].version}" '
+                f'use torch {covering[-1][0].versions[-1]} with rocm: "{covering[-1][1].version}" '
                 f"(last stack whose libraries still run {target})"
-                if last
+                if covering
                 else "use an older ROCm variant"
             )
             yield Violation(
@@ -131,19 +133,31 @@ def amd_arch(recipe: Recipe, variant: Variant, t: CompatTable) -> Iterator[Viola
     )
 
 
-def cuda_arch(recipe: Recipe, variant: Variant, t: CompatTable) -> Iterator[Violation]:
+def cuda_arch(
+    recipe: Recipe, variant: Variant, t: CompatTable, platform: str = PLATFORMS[0]
+) -> Iterator[Violation]:
+    """``variant`` (as built for ``platform``) has no code for the recipe's arch; the fix
+    names a stack whose ``platform`` wheels have it, else the platform whose wheels do."""
     arch = recipe.gpu.arch
     if arch is None or variant.covers(arch):
         return
     release = t.release(recipe.torch.version)
     hint = ""
     if release is not None:
-        same = [v for v in release.variants if v.kind == "cuda" and v.covers(arch)]
+        same = [v for v in _on_platform(release, "cuda", platform) if v.covers(arch)]
         if same:
             v = same[-1]
             hint = f'set cuda: "{v.version}" and torch.index: {v.index}'
     if not hint:
-        hint = _stack_hint(arch, "cuda", t, variant) or "no official wheel has this arch"
+        hint = _stack_hint(arch, "cuda", t, variant, platform)
+    if not hint:
+        elsewhere = [p for p in PLATFORMS if p != platform and _covering(arch, "cuda", t, p)]
+        hint = (
+            f"no {platform} wheel has code for {arch}; the {elsewhere[0]} wheels have: "
+            f"--platform {elsewhere[0]}"
+            if elsewhere
+            else "no official wheel has this arch"
+        )
     ptx = f" + PTX {variant.ptx}" if variant.ptx else ""
     yield Violation(
         "cuda-arch",

@@ -183,7 +183,7 @@ def _violations(recipe: Recipe, t: CompatTable, platform: str) -> Iterator[Viola
             if not vendor and recipe.gpu.vendor == "amd" and variant.kind == "rocm":
                 yield from amd_arch(recipe, variant, t)
             elif not vendor and recipe.gpu.vendor == "nvidia" and variant.kind == "cuda":
-                yield from cuda_arch(recipe, variant, t)
+                yield from cuda_arch(recipe, variant, t, platform)
         yield from _numpy(recipe, release, t)
         yield from _local_version(recipe, published)
         yield from _index_url(recipe, published, t)

@@ -96,7 +96,8 @@ def test_the_engine_builds_for_the_rendered_platform(
     client: EngineClient, sdk: docker.DockerClient, standin: str
 ) -> None:
     """``render --platform`` (this host's): the final stage's FROM names the platform and
-    the real classic builder builds an image of that platform from it (issue 20 §1)."""
+    the real classic builder, asked for that platform as ``build --platform`` asks, builds
+    an image of it (issue 20 §1)."""
     platform = host_platform()
     base = load_recipe_file(FIXTURE)
     text = render_dockerfile(base, RenderOptions(base_image=standin, platform=platform))
@@ -106,7 +107,7 @@ def test_the_engine_builds_for_the_rendered_platform(
     with tempfile.TemporaryDirectory(prefix="envforge-render-platform-") as tmp:
         context = Path(tmp)
         (context / "Dockerfile").write_text(dockerfile, encoding="utf-8")
-        result = build_image(client, context)
+        result = build_image(client, context, platform=platform)
     try:
         attrs = sdk.images.get(result.image_id).attrs
         assert f"{attrs['Os']}/{attrs['Architecture']}" == platform

@@ -69,6 +69,16 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "home"
 
 
+def test_build_hands_the_platform_to_the_engine() -> None:
+    """``build --platform linux/arm64``: the classic builder's request names it (the
+    Dockerfile's FROM too); without it the engine builds for its own platform."""
+    engine = _engine()
+    docker.build(RECIPE, docker.DockerOptions(certify=False, platform="linux/arm64"), client=engine)
+    assert engine.api.builds[0]["platform"] == "linux/arm64"
+    docker.build(RECIPE, docker.DockerOptions(certify=False), client=engine)
+    assert "platform" not in engine.api.builds[1]
+
+
 def test_build_without_certify_tags_the_candidate_only() -> None:
     engine = _engine()
     said: list[str] = []

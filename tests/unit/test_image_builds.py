@@ -191,3 +191,22 @@ def test_podman_builds_never_take_buildkit(
         assert "Podman's Docker API has no BuildKit" in why
     else:
         assert why.startswith("no docker CLI found")  # gets past the engine checks
+
+
+@pytest.mark.parametrize("platform", ["linux/arm64", None])
+def test_buildkit_builds_for_the_platform(tmp_path: Path, platform: str | None) -> None:
+    """``build --platform`` reaches the engine: ``docker build --platform`` (none: its own)."""
+    cli = _fake_cli(
+        tmp_path,
+        """
+echo "$@" > "$(dirname "$0")/args"
+while [ "$1" != --iidfile ]; do shift; done
+printf 'sha256:%064d' 7 > "$2"
+""",
+    )
+    context = tmp_path / "ctx"
+    context.mkdir()
+    build_image_buildkit(cli, context, {"PATH": "/usr/bin:/bin"}, platform=platform)
+    args = (tmp_path / "args").read_text()
+    assert ("--platform linux/arm64" in args) == (platform is not None)
+    assert ("--platform" in args) == (platform is not None)

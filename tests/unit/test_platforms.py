@@ -17,6 +17,7 @@ from envforge.host.detect import detect, no_tools
 from envforge.host.platforms import platform_of
 from envforge.knowledge import check, load_table
 from envforge.knowledge.parse import parse_table
+from envforge.lock import serves_platform
 from tests.helpers.recipes import make_recipe
 
 TABLE = load_table()
@@ -156,3 +157,55 @@ def test_build_refuses_a_platform_the_table_refuses(capsys: pytest.CaptureFixtur
     assert "linux/amd64 only" in capsys.readouterr().err
     assert main(["build", "cpu", "--backend", "venv", "--platform", "linux/arm64"]) == 2
     assert "--platform" in capsys.readouterr().err
+
+
+def test_render_refuses_a_platform_the_table_refuses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """render --platform checks the recipe against that platform's row (exit 2, nothing
+    written), as validate and build do."""
+    assert main(["render", "gfx1100", "--platform", "linux/arm64"]) == 2
+    assert "linux/amd64 only" in capsys.readouterr().err
+    assert main(["render", "sm_75", "--platform", "linux/arm64"]) == 2
+    err = capsys.readouterr().err
+    assert "[cuda-arch]" in err
+    assert "--platform linux/amd64" in err
+    out = tmp_path / "out"
+    assert main(["render", "--all", "-o", str(out), "--platform", "linux/arm64"]) == 2
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_the_default_platform_is_the_hosts(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On an arm64 host a Turing recipe is refused by render, validate and build (before
+    any engine) without --platform: the arm64 wheels carry no sm_75 SASS."""
+    monkeypatch.setattr("envforge.host.platforms._platform.machine", lambda: "aarch64")
+    for argv in (["render", "sm_75"], ["validate", "sm_75"], ["build", "sm_75"]):
+        assert main(argv) == 2, argv
+        assert "has no code for sm_75" in capsys.readouterr().err
+    assert main(["render", "sm_90"]) == 0
+    assert "--platform" not in capsys.readouterr().out  # FROM names a platform only when asked
+
+
+def test_a_missing_arch_names_the_platform_whose_wheels_have_it() -> None:
+    sm90 = make_recipe(
+        vendor="nvidia", arch="sm_90", torch="2.14.1", cuda="13.0",
+        index="https://download.pytorch.org/whl/cu130", python="3.12", base_image="ubuntu:24.04",
+    )
+    turing = check(make_recipe(sm90, arch="sm_75"), TABLE, platform="linux/arm64")
+    assert turing[0].hint == (
+        "no linux/arm64 wheel has code for sm_75; the linux/amd64 wheels have: "
+        "--platform linux/amd64"
+    )
+    thor = check(make_recipe(sm90, arch="sm_110"), TABLE)
+    assert rules(thor) == ["cuda-arch"]
+    assert thor[0].hint.endswith("--platform linux/arm64")
+    assert check(make_recipe(sm90, arch="sm_110"), TABLE, platform="linux/arm64") == []
+
+
+@pytest.mark.parametrize(
+    ("platform", "serves"), [(None, True), ("linux/amd64", True), ("linux/arm64", False)]
+)
+def test_a_lock_serves_only_its_own_platform(platform: str | None, serves: bool) -> None:
+    assert serves_platform(platform) is serves

@@ -256,10 +256,14 @@ def build(
         options.say(f"building {recipe.name} ({recipe.stack_tag}) from {base}")
         if buildkit is not None:
             result = build_image_buildkit(
-                buildkit, context, environ, on_line=options.output, nocache=options.no_cache
+                buildkit, context, environ, on_line=options.output, nocache=options.no_cache,
+                platform=options.platform,
             )
         else:
-            result = build_image(engine, context, on_line=options.output, nocache=options.no_cache)
+            result = build_image(
+                engine, context, on_line=options.output, nocache=options.no_cache,
+                platform=options.platform,
+            )
     finally:
         options.output.close()
         shutil.rmtree(context, ignore_errors=True)
@@ -327,6 +331,12 @@ def _check_wheelhouse(stack: Stack, options: DockerOptions) -> None:
 def _lock_for(recipe: Recipe, options: DockerOptions, stack: Stack) -> LockedInstall | None:
     """The recipe's matching lock, split for the image's layers; a stale one is named."""
     if not options.use_lock:
+        return None
+    if not lock.serves_platform(options.platform):
+        options.say(
+            f"note: not using the recipe's lock: it is resolved for {lock.LOCK_PLATFORM} "
+            f"({lock.PLATFORM}), the image for {options.platform}"
+        )
         return None
     stale = lock.stale_lock(recipe, stack)
     if stale is not None:

@@ -217,8 +217,10 @@ def build_image(
     *,
     on_line: Callable[[str], None] = lambda _line: None,
     nocache: bool = False,
+    platform: str | None = None,
 ) -> BuildResult:
-    """Build ``context_dir`` with the engine's (legacy) builder on the host network.
+    """Build ``context_dir`` with the engine's (legacy) builder on the host network, for
+    ``platform`` (``linux/arm64``; None: the engine's own).
 
     Streams every output line to ``on_line``; returns the image ID (untagged: envforge
     tags only after certification). Raises :class:`BuildFailed` naming the failing step.
@@ -238,6 +240,7 @@ def build_image(
             nocache=nocache,
             network_mode="host",
             decode=True,
+            **({"platform": platform} if platform else {}),
         )
         for chunk in stream:
             output.feed(chunk)
@@ -478,8 +481,10 @@ def build_image_buildkit(
     *,
     on_line: Callable[[str], None] = lambda _line: None,
     nocache: bool = False,
+    platform: str | None = None,
 ) -> BuildResult:
-    """Build ``context_dir`` with BuildKit through ``cli`` on the host network.
+    """Build ``context_dir`` with BuildKit through ``cli`` on the host network, for
+    ``platform`` (``docker build --platform``; None: the engine's own).
 
     Returns the image ID (untagged) read from ``--iidfile``; raises :class:`BuildFailed`
     naming the failing step. The CLI talks to the engine ``environ`` names (DOCKER_HOST).
@@ -495,6 +500,7 @@ def build_image_buildkit(
         "--file",
         str(context_dir / "Dockerfile"),
         *(["--no-cache"] if nocache else []),
+        *(["--platform", platform] if platform else []),
         str(context_dir),
     ]
     env = {**environ, **dict(cli.env)}

@@ -87,7 +87,8 @@ CLI_OPTIONS: tuple[BackendOption, ...] = (
     BackendOption("--builder", "builder", "Image builder (default: ENVFORGE_BUILDER, else auto: "
                   "BuildKit when available).", ("build",), choices=("auto", "buildkit", "classic")),
     BackendOption("--platform", "platform", "Build the image for this platform (the table's "
-                  "row for it must accept the recipe; default: the engine's own).", ("build",),
+                  "row for it must accept the recipe; default: checked for this host's, "
+                  "built for the engine's own).", ("build",),
                   choices=PLATFORMS),
     BackendOption("--image", "image", "Run this image instead of the certified one.", ("shell",),
                   metavar="REF"),
