@@ -192,11 +192,15 @@ def records(conn: sqlite3.Connection, recipe: str | None = None) -> tuple[Eviden
 
 
 def pass_rows(conn: sqlite3.Connection, recipe: str) -> tuple[int, list[PassRow]]:
-    """(runs of ``recipe``, its passing runs as :class:`PassRow`) for ``show``."""
+    """(runs of ``recipe``, its passing runs as :class:`PassRow`) for ``show``: one row
+    per distinct (vendor, arch, product, driver, host) with its newest time, grouped in
+    SQL; :func:`~envforge.evidence.certified_on.describe` reads no more than that, so a
+    host's nightly passes are one row, not one per night."""
     (runs,) = conn.execute("SELECT COUNT(*) FROM reports WHERE recipe = ?", (recipe,)).fetchone()
     rows = conn.execute(
-        "SELECT vendor, arch, product, driver, host_key, created FROM reports "
-        "WHERE recipe = ? AND outcome = 'pass'", (recipe,))
+        "SELECT vendor, arch, product, driver, host_key, MAX(created) FROM reports "
+        "WHERE recipe = ? AND outcome = 'pass' "
+        "GROUP BY vendor, arch, product, driver, host_key", (recipe,))
     return int(runs), [PassRow(*r) for r in rows]
 
 

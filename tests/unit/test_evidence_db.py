@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -103,6 +104,23 @@ def test_show_from_the_columns_says_what_certified_on_says_from_the_records(home
             assert store_certified_on(recipe, gpu=gpu, arch=recipe) == certified_on(
                 records, recipe, gpu=gpu, arch=recipe)
     assert store_certified_on("nothing") == "not yet certified on any GPU"
+
+
+def test_show_reads_one_row_per_host_and_driver_with_its_newest_time(home: Path) -> None:
+    """Nightly passes of one host are one row for ``show`` (its newest), and the line is
+    the one the records give."""
+    spec = corpus(1, seed=9)[0]
+    nights = [replace(spec, outcome="pass", created=spec.created + timedelta(days=d))
+              for d in range(30)]
+    import_documents([(str(i), json.loads(make_report(s).to_json()))
+                      for i, s in enumerate(nights)], redact=QUIET)
+    with evidence_db.connect(home / "evidence.sqlite") as conn:
+        runs, rows = evidence_db.pass_rows(conn, spec.recipe)
+    assert runs == 30
+    assert len(rows) == 1
+    assert rows[0].created.startswith((spec.created + timedelta(days=29)).strftime("%Y-%m-%d"))
+    records = read_store().records
+    assert store_certified_on(spec.recipe) == certified_on(records, spec.recipe)
 
 
 def test_the_database_is_in_wal_mode(home: Path) -> None:
