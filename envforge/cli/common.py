@@ -57,6 +57,28 @@ def json_option(func: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print data as JSON.")(func)
 
 
+def _resolve_deadline(_ctx: object, _param: object, value: float | None) -> float:
+    from envforge.core.net import DEADLINE_ENV, deadline_seconds  # noqa: PLC0415 - when run
+
+    try:
+        return deadline_seconds(value)
+    except ValueError as exc:
+        raise InvalidInput(str(exc), hint=f"unset {DEADLINE_ENV} or pass --deadline") from None
+
+
+def deadline_option(help: str) -> Callable[[F], F]:
+    """``--deadline SECONDS`` for a network command, resolved before any work: the value
+    given, else ``$ENVFORGE_NET_DEADLINE``, else 45 (a bad variable is exit 2 naming it)."""
+    return click.option(
+        "--deadline",
+        type=click.FloatRange(min=0.1, max=86400),
+        default=None,
+        callback=_resolve_deadline,
+        metavar="SECONDS",
+        help=help + " Default: $ENVFORGE_NET_DEADLINE, else 45.",
+    )
+
+
 def wheelhouse_option(help: str) -> Callable[[F], F]:
     """``--wheelhouse DIR`` (must exist)."""
     return click.option(

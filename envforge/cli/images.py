@@ -17,6 +17,7 @@ from envforge.cli.common import (
     backend_extra,
     backend_flags,
     backend_option,
+    deadline_option,
     echo_json,
     gpu_option,
     json_option,
@@ -203,10 +204,14 @@ def certify(  # noqa: PLR0917 - click passes options positionally by name
     help="Refuse (exit 5) unless the certificate is signed and its signature matches.",
 )
 @set_option
+@deadline_option(
+    "Seconds the push may go without progress reported by the engine (a registry that "
+    "stopped answering): then exit 4, naming it."
+)
 @json_option
 def publish_cmd(
-    recipe_ref: str, registry: str, require_signed: bool, overrides: tuple[str, ...],
-    as_json: bool,
+    recipe_ref: str, registry: str, *, require_signed: bool, overrides: tuple[str, ...],
+    deadline: float, as_json: bool,
 ) -> None:
     """Push the recipe's certified image (refused, exit 5, without a passing certificate).
 
@@ -227,6 +232,7 @@ def publish_cmd(
             store=CertificateStore(),
             on_line=display,
             require_signed=require_signed,
+            stall=deadline,
         )
     finally:
         display.close()

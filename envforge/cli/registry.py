@@ -13,13 +13,24 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from envforge.cli.common import echo_json, json_option, load_checked, note, trust_option
+from envforge.cli.common import (
+    deadline_option,
+    echo_json,
+    json_option,
+    load_checked,
+    note,
+    trust_option,
+)
 from envforge.errors import CertificationFailed, InvalidInput
 
 if TYPE_CHECKING:
     from envforge.publish.push import Verified
     from envforge.publish.signing import TrustList
 
+_DEADLINE_HELP = (
+    "Seconds the registry reads may take together; a pull ends when the engine reports "
+    "no progress for this long (exit 4, naming it)."
+)
 _TRUST_HELP = (
     "Require a signature by a key in this public key file (repeatable; default: "
     "$ENVFORGE_TRUSTED_KEYS, os.pathsep-separated)."
@@ -33,8 +44,12 @@ _TRUST_HELP = (
 @click.option("--no-pull", "local", is_flag=True,
               help="Verify the engine's local image REF; read no registry.")
 @trust_option(_TRUST_HELP)
+@deadline_option(_DEADLINE_HELP)
 @json_option
-def verify_cmd(ref: str, pull: bool, local: bool, trust: tuple[Path, ...], as_json: bool) -> None:
+def verify_cmd(
+    ref: str, *, pull: bool, local: bool, trust: tuple[Path, ...], deadline: float,
+    as_json: bool,
+) -> None:
     """Check that REF's certificate passed and matches its content (exit 0/1).
 
     By default REF is read in its registry through the HTTP API (manifest and config blob,
@@ -54,21 +69,22 @@ def verify_cmd(ref: str, pull: bool, local: bool, trust: tuple[Path, ...], as_js
 
         client = connect()
         try:
-            result = verify(client, ref, pull=pull)
+            result = verify(client, ref, pull=pull, stall=deadline)
         finally:
             client.close()
     else:
         from envforge.publish.push import verify_remote  # noqa: PLC0415 - keeps --help light
 
-        result = verify_remote(ref)
+        result = verify_remote(ref, deadline=deadline)
     _report(result, trusted, as_json)
 
 
 @click.command("pull")
 @click.argument("ref", metavar="REF")
 @trust_option(_TRUST_HELP)
+@deadline_option(_DEADLINE_HELP)
 @json_option
-def pull_cmd(ref: str, trust: tuple[Path, ...], as_json: bool) -> None:
+def pull_cmd(ref: str, trust: tuple[Path, ...], deadline: float, as_json: bool) -> None:
     """Pull a certified image, verify it, and tag it as its recipe's certified image.
 
     The certificate (and, with trusted keys, its signature) is checked like `verify`;
@@ -81,7 +97,7 @@ def pull_cmd(ref: str, trust: tuple[Path, ...], as_json: bool) -> None:
     trusted = _trusted(trust)
     client = connect()
     try:
-        result = verify(client, ref, pull=True)
+        result = verify(client, ref, pull=True, stall=deadline)
         signature, _name = _signature(result, trusted)
         tag = adopt(client, result, load_checked(result.certificate.recipe_name))
     finally:

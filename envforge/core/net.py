@@ -13,7 +13,9 @@ reads for ``evidence import``): what it may ask, for how long, and how much it t
   (default :data:`DEFAULT_DEADLINE` s, ``ENVFORGE_NET_DEADLINE`` or ``--deadline``);
   :func:`run_all` runs requests on daemon threads and stops waiting at the deadline, so a
   server that sends a byte every 2 s, or a name that never resolves, cannot hold a command,
-  and Ctrl-C / SIGTERM end it at once (nothing waits for the threads).
+  and Ctrl-C / SIGTERM end it at once (nothing waits for the threads). A transfer that
+  cannot be bounded in advance (the engine's pull or push of an image) is bounded by its
+  progress instead (:func:`follow`): nothing for that many seconds ends it.
 - **How much**: bodies are read in chunks and refused as soon as they pass the caller's
   limit (a ``gzip`` body is decompressed chunk by chunk under the same limit).
 
@@ -33,7 +35,7 @@ import time
 import urllib.parse
 import urllib.request
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -250,6 +252,46 @@ def call(func: Callable[[], R], *, deadline: Deadline, what: str) -> R:
     if not ok:
         raise value
     return value  # type: ignore[no-any-return]
+
+
+def follow(
+    start: Callable[[], Iterable[T]], *, stall: float, what: str,
+    moved: Callable[[T], bool] = lambda _item: True,
+) -> Iterator[T]:
+    """The items ``start()`` yields, read on a daemon thread; NetError (timeout) naming
+    ``what`` when no item that ``moved`` calls progress comes for ``stall`` seconds (the
+    others are still yielded). For a transfer whose length cannot be bounded in advance
+    (the engine's pull or push of a many-GB image): its progress must keep moving. The
+    caller's thread waits in short slices, so Ctrl-C stops it at once."""
+    items: queue.SimpleQueue[tuple[int, Any]] = queue.SimpleQueue()
+
+    def work() -> None:
+        try:
+            for item in start():
+                items.put((0, item))
+            items.put((1, None))
+        except BaseException as exc:  # handed to the caller's thread
+            items.put((2, exc))
+
+    threading.Thread(target=work, daemon=True, name="envforge-stream").start()
+    last = time.monotonic()
+    while True:
+        try:
+            kind, value = items.get(timeout=min(0.2, stall))
+        except queue.Empty:
+            kind, value = -1, None
+        if kind in (-1, 0) and time.monotonic() - last >= stall:
+            raise NetError(what, "timeout", f"no progress for {stall:g} s "
+                           f"(--deadline or {DEADLINE_ENV})")
+        if kind == -1:
+            continue
+        if kind == 1:
+            return
+        if kind == 2:
+            raise value
+        if moved(value):
+            last = time.monotonic()
+        yield value
 
 
 # --------------------------------------------------------------------------- requests

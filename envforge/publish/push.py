@@ -36,7 +36,7 @@ from envforge.container.refs import (
     registry_ref,
     split_ref,
 )
-from envforge.errors import CertificationFailed, PublishRefused
+from envforge.errors import CertificationFailed, InvalidInput, PublishRefused
 from envforge.publish.certificate import V1_PARTIAL, Certificate, CertificateStore, binding_problems
 from envforge.recipe.model import Recipe
 
@@ -176,7 +176,11 @@ def publish(
     store: CertificateStore | None = None,
     on_line: Callable[[str], None] = lambda _l: None,
     require_signed: bool = False,
+    stall: float | None = None,
 ) -> Published:
+    """Push ``recipe``'s certified image to ``registry``; the push ends (exit 4) when the
+    engine reports no progress for ``stall`` seconds (default: ``ENVFORGE_NET_DEADLINE``,
+    else 45)."""
     from envforge.backends.docker.images import (  # noqa: PLC0415 - loads the SDK
         inspect_image,
         push,
@@ -191,7 +195,7 @@ def publish(
     before = inspect_image(client, target)
     tag_image(client, info.id, target)
     try:
-        result = push(client, target, on_line=on_line)
+        result = push(client, target, on_line=on_line, stall=_stall(stall))
     except BaseException:
         # a failed (or interrupted) push leaves the local registry tag as it was
         if before is not None and before.id != info.id:
@@ -217,12 +221,25 @@ def verify_local(info: ImageInfo, ref: str) -> Verified:
     return Verified(ref=ref, image_id=info.id, certificate=cert)
 
 
-def verify_remote(ref: str) -> Verified:
+def verify_remote(ref: str, *, deadline: float | None = None) -> Verified:
     """Verify ``ref`` where it is, with no engine: the registry's manifest and config blob
-    (the certificate label, the layers' diff IDs, the config) through its HTTP API."""
+    (the certificate label, the layers' diff IDs, the config) through its HTTP API, all
+    within ``deadline`` seconds (default: ``ENVFORGE_NET_DEADLINE``, else 45)."""
+    from envforge.core.net import Deadline  # noqa: PLC0415 - network code
     from envforge.publish.registry import remote_image  # noqa: PLC0415 - network code
 
-    return verify_local(remote_image(ref), ref)
+    return verify_local(remote_image(ref, deadline=Deadline.start(_stall(deadline))), ref)
+
+
+def _stall(given: float | None) -> float:
+    """Seconds: ``given``, else ``ENVFORGE_NET_DEADLINE``, else the default; a bad
+    variable is exit 2 naming it."""
+    from envforge.core.net import DEADLINE_ENV, deadline_seconds  # noqa: PLC0415 - when used
+
+    try:
+        return deadline_seconds(given)
+    except ValueError as exc:
+        raise InvalidInput(str(exc), hint=f"unset {DEADLINE_ENV} or pass --deadline") from None
 
 
 def adopt(client: EngineClient, verified: Verified, recipe: Recipe) -> str:
@@ -243,12 +260,15 @@ def adopt(client: EngineClient, verified: Verified, recipe: Recipe) -> str:
     return target
 
 
-def verify(client: EngineClient, ref: str, *, pull: bool = True) -> Verified:
-    """Pull ``ref`` (unless ``pull`` is False) and verify it."""
+def verify(
+    client: EngineClient, ref: str, *, pull: bool = True, stall: float | None = None
+) -> Verified:
+    """Pull ``ref`` (unless ``pull`` is False) and verify it; the pull ends (exit 4) when
+    the engine reports no progress for ``stall`` seconds (default as :func:`publish`)."""
     from envforge.backends.docker import images  # noqa: PLC0415 - loads the SDK
 
     if pull:
-        info = images.pull(client, ref)
+        info = images.pull(client, ref, stall=_stall(stall))
     else:
         found = images.inspect_image(client, ref)
         if found is None:

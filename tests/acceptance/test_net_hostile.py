@@ -21,7 +21,9 @@ from pathlib import Path
 
 import pytest
 
+from envforge.backends.docker import images
 from envforge.backends.docker.client import EngineClient
+from envforge.core.net import NotAnswered
 from envforge.core.proc import Completed, run
 from tests.helpers.hostileserver import HostileServer, serve
 
@@ -280,3 +282,51 @@ def test_sigterm_during_a_stalled_pull_exits_130(
         server.registry = ""
     assert proc.returncode == 130, err
     assert err.decode().strip().splitlines()[-1] == "envforge: interrupted"
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("command", [["pull"], ["verify", "--pull"]])
+def test_a_pull_from_a_dripping_registry_is_exit_4_at_the_deadline(
+    server: HostileServer, cli: Envforge, client: EngineClient, command: list[str]
+) -> None:
+    """The engine's pull of a config blob that drips a byte every 2 s made no progress
+    for ever (no exit after 40 s before); now exit 4 naming the image at --deadline."""
+    server.registry = "drip"
+    try:
+        started = time.monotonic()
+        done = cli(*command, "--deadline", "3", f"127.0.0.1:{server.port}/team/cpu:v1",
+                   timeout=GUARD)
+        took = time.monotonic() - started
+    finally:
+        server.registry = ""
+    assert done.returncode == 4, done.stderr
+    line = done.stderr.strip()
+    assert len(line.splitlines()) == 1
+    assert f"cannot pull 127.0.0.1:{server.port}/team/cpu:v1: timeout: no progress for 3 s" in line
+    assert took < 30, f"{took:.1f} s"  # a hang guard, not a speed target
+
+
+@pytest.mark.engine
+def test_a_push_to_a_registry_that_takes_no_blobs_is_exit_4_at_the_deadline(
+    server: HostileServer, client: EngineClient, standin: str
+) -> None:
+    """The engine retries a refused blob upload with a countdown (5, 10, 15, 20 s: about
+    50 s before it gives up); a countdown is no progress, so --deadline ends it (the push
+    ``publish`` makes, on the real engine)."""
+    ref = f"127.0.0.1:{server.port}/envforge-test/push:t"
+    found = images.inspect_image(client, standin)
+    assert found is not None
+    images.tag_image(client, found.id, ref)
+    server.registry = "drip"
+    lines: list[str] = []
+    try:
+        started = time.monotonic()
+        with pytest.raises(NotAnswered) as info:
+            images.push(client, ref, stall=3, on_line=lines.append)
+        took = time.monotonic() - started
+    finally:
+        server.registry = ""
+        images.untag(client, ref)
+    assert f"push of {ref} failed: timeout: no progress for 3 s" in str(info.value)
+    assert any(line.endswith("Preparing") for line in lines), lines
+    assert took < 30, f"{took:.1f} s"  # a hang guard; the engine alone took about 50 s

@@ -109,9 +109,11 @@ class FakeApi:
         self.images.by_ref.pop(image, None)
         return None
 
-    def pull(self, repository: str, tag: str | None = None) -> object:
+    def pull(
+        self, repository: str, tag: str | None = None, *, stream: bool, decode: bool
+    ) -> Iterator[dict[str, Any]]:
         self.pulled.append((repository, tag))
-        return None
+        yield {"status": f"Pulling from {repository}"}
 
     def containers(
         self, *, all: bool = False, filters: Mapping[str, Any] | None = None

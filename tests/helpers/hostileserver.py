@@ -23,7 +23,8 @@ Routes (``<p>`` is any project, e.g. ``torch``):
   on ``file://`` / on another host / on the decoy), ``redirect-other`` / ``redirect-port``
   (blobs redirected to a non-loopback http host / to the decoy), ``loop`` (the manifest
   redirects to itself), ``huge`` (an endless manifest), ``deep`` (a manifest nested
-  100,000 levels).
+  100,000 levels), ``stall`` (no answer to any request, of any method: a registry that
+  stopped answering a pull or a push).
 
 Every request is recorded (path), so a test can wait for the client to be stalled. The
 decoy is a second server on another port of 127.0.0.1 that answers every request with the
@@ -131,9 +132,28 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             return
 
+    def _silent(self) -> None:
+        """Read the request and answer nothing for :data:`MAX_SECONDS`."""
+        self.close_connection = True
+        time.sleep(MAX_SECONDS)
+
+    def _other_method(self) -> None:
+        """HEAD/POST/PUT/PATCH (a pull's or push's blob requests): silent for ``stall``,
+        else 503 (a registry down for pushes: the engine retries with a countdown)."""
+        self.state.requests.append(f"{self.command} {self.path.split('?', 1)[0]}")
+        if self.state.registry == "stall":
+            self._silent()
+        else:
+            self._send(503, b"", "text/plain")
+
+    do_HEAD = do_POST = do_PUT = do_PATCH = _other_method
+
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         self.state.requests.append(path)
+        if path.startswith("/v2/") and self.state.registry == "stall":
+            self._silent()
+            return
         parts = [p for p in path.split("/") if p]
         if parts and parts[0] == "v2":
             self._registry(path)

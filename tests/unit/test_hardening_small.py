@@ -128,12 +128,12 @@ def test_a_malformed_digest_is_exit_2_before_the_engine_is_asked(
 def test_a_reference_the_engine_cannot_parse_is_exit_2_on_pull() -> None:
     engine = FakeEngine()
 
-    def pull(repository: str, tag: str | None = None) -> object:
+    def pull(repository: str, tag: str | None = None, **_kw: object) -> object:
         response = type("R", (), {"status_code": 400, "reason": "Bad Request", "url": ""})()
         raise docker.errors.APIError("400 Client Error", response=response,
                                      explanation="invalid reference format")
 
-    engine.api.pull = pull  # type: ignore[method-assign]
+    engine.api.pull = pull  # type: ignore[method-assign,assignment]
     with pytest.raises(InvalidInput, match="is not an image reference"):
         images_pull(engine, "Team/CPU:x")
 

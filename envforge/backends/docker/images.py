@@ -22,6 +22,7 @@ from envforge.backends.docker.engine import TRANSPORT_ERRORS, api_message, first
 from envforge.container.identity import engine_kind
 from envforge.container.refs import DIGEST_RE, ImageInfo, check_digest, split_ref
 from envforge.core import proc
+from envforge.core.net import DEFAULT_DEADLINE, NetError, NotAnswered, follow
 from envforge.errors import BuildFailed, InvalidInput, PublishRefused, Unavailable, printable
 
 
@@ -324,14 +325,25 @@ def untag(client: EngineClient, ref: str) -> None:
         client.api.remove_image(ref, noprune=True)
 
 
+def _moved(chunk: Any) -> bool:
+    """Whether an engine's pull/push line is progress: anything but the countdown of a
+    retry (``Retrying in 5 seconds``: the engine got no answer either)."""
+    status = chunk.get("status") if isinstance(chunk, dict) else None
+    return not (isinstance(status, str) and status.startswith("Retrying in"))
+
+
 def push(
-    client: EngineClient, ref: str, *, on_line: Callable[[str], None] = lambda _l: None
+    client: EngineClient, ref: str, *, on_line: Callable[[str], None] = lambda _l: None,
+    stall: float = DEFAULT_DEADLINE,
 ) -> PushResult:
-    """Push ``ref`` (REGISTRY/REPO:TAG); returns the manifest digest the registry reported."""
+    """Push ``ref`` (REGISTRY/REPO:TAG); returns the manifest digest the registry reported.
+    Exit 4 (:class:`NotAnswered`) when the engine reports no progress for ``stall``
+    seconds (a registry that stopped answering)."""
     repo, tag = split_ref(ref)
     digest: str | None = None
     try:
-        for chunk in client.api.push(repo, tag=tag, stream=True, decode=True):
+        for chunk in follow(lambda: client.api.push(repo, tag=tag, stream=True, decode=True),
+                            stall=stall, what=f"push of {ref}", moved=_moved):
             if "error" in chunk:
                 raise PublishRefused(
                     f"push of {ref} failed: {first_line(str(chunk['error']))}",
@@ -351,6 +363,11 @@ def push(
                 digest = digest_in_status(status)
             if status:
                 on_line(f"{chunk.get('id', '')} {status}".strip())
+    except NetError as exc:
+        raise NotAnswered(
+            f"push of {ref} failed: timeout: {exc.reason}",
+            hint="check that the registry answers, or raise --deadline",
+        ) from None
     except TRANSPORT_ERRORS as exc:
         raise PublishRefused(f"push of {ref} failed: {first_line(str(exc))}") from None
     if digest is None:
@@ -358,16 +375,24 @@ def push(
     return PushResult(ref, digest)
 
 
-def pull(client: EngineClient, ref: str) -> ImageInfo:
+def pull(client: EngineClient, ref: str, *, stall: float = DEFAULT_DEADLINE) -> ImageInfo:
     """Pull ``ref`` (tag or ``@sha256:`` digest) and return the local image; a reference
-    the engine cannot parse (a malformed digest, upper case) is the user's input, exit 2."""
+    the engine cannot parse (a malformed digest, upper case) is the user's input, exit 2.
+    Exit 4 (naming ``ref``) when the engine reports no progress for ``stall`` seconds."""
     check_digest(ref)
     repo, tag = split_ref(ref)
+    named = None if "@" in repo else tag or "latest"  # a digest is in repo itself
     try:
-        if "@" in repo:
-            client.api.pull(repo)
-        else:
-            client.api.pull(repo, tag=tag or "latest")
+        for chunk in follow(lambda: client.api.pull(repo, named, stream=True, decode=True),
+                            stall=stall, what=f"pull of {ref}", moved=_moved):
+            if isinstance(chunk, dict) and "error" in chunk:
+                raise Unavailable(f"cannot pull {ref}: {first_line(str(chunk['error']))}",
+                                  hint="check the reference and the registry")
+    except NetError as exc:
+        raise NotAnswered(
+            f"cannot pull {ref}: timeout: {exc.reason}",
+            hint="check that the registry answers, or raise --deadline",
+        ) from None
     except docker.errors.APIError as exc:
         if exc.status_code == 400:  # "invalid reference format", "invalid tag format"
             raise InvalidInput(
