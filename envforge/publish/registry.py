@@ -29,7 +29,7 @@ import hashlib
 import re
 import urllib.parse
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from envforge.container.refs import DIGEST_RE, ImageInfo, check_digest
@@ -119,12 +119,15 @@ class _Session:
     policy: Policy
     deadline: Deadline
     auth: list[str]
+    #: the URLs asked for, in order: the last is the one a timeout names
+    asked: list[str] = field(default_factory=list)
 
     def request(self, url: str, accept: str, *, limit: int = MAX_BYTES,
                 token: bool = True, blob: bool = False) -> Reply:
         """GET ``url`` under the policy; a ``blob`` download may be redirected from https
         to https storage on another host (the distribution API allows it), nothing else
         leaves the registry's host."""
+        self.asked.append(url)
         headers = {"Accept": accept}
         if token and self.auth:
             headers["Authorization"] = f"Bearer {self.auth[0]}"
@@ -264,10 +267,13 @@ def _read_config(
     if deadline is None:
         deadline = Deadline.start(deadline_seconds(None))
     session = _Session(remote, Policy.for_urls([remote.base]), deadline, [])
+    first = f"{remote.base}/manifests/{remote.reference}"
     try:
-        return call(lambda: _image_config(ref, remote, session), deadline=deadline,
-                    what=f"{remote.base}/manifests/{remote.reference}")
+        return call(lambda: _image_config(ref, remote, session), deadline=deadline, what=first)
     except NetError as exc:
+        if exc.kind == "timeout" and exc.url == first and session.asked:
+            # the request in flight at the deadline (the config blob, a token), not the first
+            exc = NetError(session.asked[-1], exc.kind, exc.reason)
         raise _unavailable(remote, exc) from None
 
 

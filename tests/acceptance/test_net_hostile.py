@@ -257,6 +257,23 @@ def test_a_hostile_registry_is_named_and_bounded(
     assert server.decoy_requests[asked:] == []
 
 
+@pytest.mark.parametrize("command", [["verify"], ["evidence", "import"]])
+def test_a_dripping_blob_is_named_not_the_manifest(
+    server: HostileServer, cli: Envforge, command: list[str]
+) -> None:
+    """The manifest answered; what did not answer by the deadline was the config blob,
+    and that is the URL the error names (it named the manifest before)."""
+    server.registry = "drip"
+    try:
+        done = cli(*command, "--deadline", "3", f"127.0.0.1:{server.port}/team/cpu:v1",
+                   timeout=GUARD)
+    finally:
+        server.registry = ""
+    assert done.returncode == 4, done.stderr
+    assert f"{server.url}/v2/team/cpu/blobs/sha256:{'a' * 64}: " in done.stderr
+    assert "/manifests/" not in done.stderr
+
+
 @pytest.mark.engine
 def test_sigterm_during_a_stalled_pull_exits_130(
     server: HostileServer, cli: Envforge, client: EngineClient
