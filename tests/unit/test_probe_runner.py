@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
@@ -236,11 +237,14 @@ def test_container_exit_codes_map_to_signals(
     assert container_exit_status(code) == want
 
 
-def test_temporary_worker_files_are_removed() -> None:
-    before = set(Path(os.environ.get("TMPDIR", "/tmp")).glob("envforge-probe-*"))
+def test_temporary_worker_files_are_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A temporary folder of this test's own: another probe running at the same moment
+    # (another test run on the machine) must not make it fail.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     _run(ALL_PASS)
-    after = set(Path(os.environ.get("TMPDIR", "/tmp")).glob("envforge-probe-*"))
-    assert after <= before
+    assert list(tmp_path.glob("envforge-probe-*")) == []
 
 
 def _wait_gone(pid: int, seconds: float = 5.0) -> bool:
