@@ -13,13 +13,19 @@ naming the versions that would work and how to get one.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-from envforge.backends.venv.interpreter import Interpreter, query_interpreter, search
+from envforge.backends.venv.interpreter import (
+    Interpreter,
+    _off_path_hints,
+    query_interpreter,
+    search,
+)
 from envforge.errors import Unavailable
 from envforge.knowledge import load_table, variant_of
 from envforge.knowledge.table import CompatTable
@@ -113,9 +119,7 @@ def _explicit(
     wanted: str, usable: Sequence[str], explicit: str, env: Mapping[str, str], what: str
 ) -> PythonChoice:
     """``--python PATH``: its version decides, when the stack allows it."""
-    from shutil import which  # noqa: PLC0415 - only with --python
-
-    exe = which(explicit, path=env.get("PATH")) if os.sep not in explicit else explicit
+    exe = shutil.which(explicit, path=env.get("PATH")) if os.sep not in explicit else explicit
     found: Interpreter | None = query_interpreter([exe], env) if exe else None
     if found is None:
         raise Unavailable(
@@ -158,8 +162,6 @@ def _none_usable(
         f'`uv python install {first}` then --python "$(uv python find {first})"; or apt '
         f"install python{first} (deadsnakes PPA on Ubuntu); or `pyenv install {first}`"
     )
-    from envforge.backends.venv.interpreter import _off_path_hints  # noqa: PLC0415
-
     for version in preference(wanted, usable):
         off_path = _off_path_hints(version, home if home is not None else Path.home())
         if off_path:
