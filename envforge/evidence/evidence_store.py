@@ -17,8 +17,9 @@ vendor and PCI id, driver, kernel, the anonymous host id of
 :func:`envforge.probe.report.host_id`), the torch/ROCm/CUDA versions torch saw
 (:data:`SNAPSHOT_KEPT`) and the envforge version. The probed interpreter's path is
 reduced to its last part, and the rest of the environment snapshot (the executable, the
-platform string, environment variables) is dropped: host names and user names are never
-stored. Imported certificates are kept as they are (altering them would break their
+platform string, environment variables) is dropped, and so is the name of the node a
+scheduler ran the probe on (the GPUs it granted are kept): host names and user names are
+never stored. Imported certificates are kept as they are (altering them would break their
 digest); their reports come from other hosts and were made in containers.
 
 ``envforge evidence export`` writes :meth:`envforge.evidence.records.Evidence.to_export` lines:
@@ -131,6 +132,9 @@ def _sanitized(report: Mapping[str, Any], redactor: Redactor) -> tuple[dict[str,
         if "/" in target or "\\" in target:
             target = PurePath(target).name  # an interpreter path: its owner is no fact
         data["environment"] = {"target": target, "snapshot": kept}
+    host = data.get("host")
+    if isinstance(host, Mapping) and "node" in host:  # a node's name is a host name
+        data["host"] = {k: v for k, v in host.items() if k != "node"}
     text = _compact(data)
     if not redactor.may_change(text):
         return data, text  # nothing to redact: the walk below would copy it unchanged

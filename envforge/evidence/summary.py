@@ -147,6 +147,8 @@ def report_facts(report: ProbeReport | None) -> list[tuple[str, str]]:
         ("GPU", ", ".join(g.name for g in report.host.gpus) or "none (CPU only)"),
         ("driver", report.host.driver or ""),
         ("kernel", report.host.kernel),
+        ("node", report.host.node or ""),
+        ("granted GPUs", report.host.grant_text),
         ("torch", str(snap.get("torch") or "") + (f" ({runtime})" if runtime else "")),
         ("envforge", report.envforge_version),
         ("time", f"{report.created} ({report.seconds:.1f}s)"),

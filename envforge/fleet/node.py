@@ -46,8 +46,7 @@ def _job(environ: Mapping[str, str]) -> str:
 def granted(environ: Mapping[str, str]) -> Grant | None:
     """The scheduler's grant, or None outside a job (no Slurm job id, no pod) or when no
     variable holds plain indexes (``all``, UUIDs and ``NoDevFiles`` are not used)."""
-    in_job = bool(environ.get("SLURM_JOB_ID")) or bool(environ.get("KUBERNETES_SERVICE_HOST"))
-    if not in_job:
+    if not in_job(environ):
         return None
     for name in VARIABLES:
         value = environ.get(name, "").replace(" ", "")
@@ -55,3 +54,20 @@ def granted(environ: Mapping[str, str]) -> Grant | None:
             node = environ.get("SLURMD_NODENAME") or socket.gethostname()
             return Grant(name, value, node, _job(environ))
     return None
+
+
+def in_job(environ: Mapping[str, str]) -> bool:
+    """Inside a Slurm job or a Kubernetes pod."""
+    return bool(environ.get("SLURM_JOB_ID")) or bool(environ.get("KUBERNETES_SERVICE_HOST"))
+
+
+def node_facts(environ: Mapping[str, str]) -> tuple[str | None, tuple[tuple[str, str], ...]]:
+    """What a probe report records inside a job (see :class:`envforge.probe.report.ReportHost`):
+    the node's name (``SLURMD_NODENAME``, else the host name) and the grant variables
+    (:data:`VARIABLES`) as seen, set ones only, whatever their form (``all``, UUIDs); outside
+    a job ``(None, ())``."""
+    if not in_job(environ):
+        return None, ()
+    node = environ.get("SLURMD_NODENAME") or socket.gethostname()
+    seen = tuple((name, environ[name]) for name in VARIABLES if environ.get(name))
+    return node, seen

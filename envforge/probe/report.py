@@ -7,6 +7,7 @@ and time. The Docker backend binds it to an image's layers to make a certificate
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -21,6 +22,7 @@ from typing import Any, Literal
 from envforge.core.fsutil import write_files
 from envforge.core.jsonlimits import BadJSON, loads
 from envforge.errors import InvalidInput
+from envforge.fleet.node import node_facts
 from envforge.host.detect import detect, no_tools
 
 Status = Literal["pass", "fail", "hang", "crash", "oom", "no-device", "skip"]
@@ -111,6 +113,14 @@ class ReportHost:
     #: An anonymous host identity (:func:`host_id`: a one-way hash of the machine ID, so
     #: that evidence can count hosts without naming them); None when unknown.
     id: str | None = None
+    #: Inside a Slurm job or a pod (:func:`envforge.fleet.node.node_facts`): the node's
+    #: name, and the GPU grant variables as the run saw them (``SLURM_JOB_GPUS``,
+    #: ``ROCR_VISIBLE_DEVICES``, ``CUDA_VISIBLE_DEVICES``, ``NVIDIA_VISIBLE_DEVICES``).
+    #: Both absent elsewhere (and in reports before them). The node's name stays in the
+    #: report the run writes; what is shared (a certificate, the evidence store) drops it
+    #: (:meth:`without_node`).
+    node: str | None = None
+    granted: tuple[tuple[str, str], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -121,7 +131,19 @@ class ReportHost:
         }
         if self.id:
             data["id"] = self.id
+        if self.node:
+            data["node"] = self.node
+        if self.granted:
+            data["granted"] = dict(self.granted)
         return data
+
+    def without_node(self) -> ReportHost:
+        return dataclasses.replace(self, node=None) if self.node else self
+
+    @property
+    def grant_text(self) -> str:
+        """``SLURM_JOB_GPUS=1, CUDA_VISIBLE_DEVICES=0`` ("" when none was seen)."""
+        return ", ".join(f"{k}={v}" for k, v in self.granted)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ReportHost:
@@ -139,7 +161,17 @@ class ReportHost:
             ),
             driver=data.get("driver"),
             id=str(data["id"]) if data.get("id") else None,
+            node=str(data["node"]) if data.get("node") else None,
+            granted=_granted(data.get("granted")),
         )
+
+
+def _granted(value: Any) -> tuple[tuple[str, str], ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        raise TypeError("key 'host.granted' is not a JSON object")
+    return tuple((str(k), str(v)) for k, v in value.items())
 
 
 @dataclass(frozen=True)
@@ -187,6 +219,11 @@ class ProbeReport:
             "created": self.created,
             "seconds": round(self.seconds, 3),
         }
+
+    def without_node(self) -> ProbeReport:
+        """This report without the node's name (what a certificate carries)."""
+        host = self.host.without_node()
+        return self if host is self.host else dataclasses.replace(self, host=host)
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, sort_keys=False, default=str)
@@ -253,6 +290,8 @@ class ProbeReport:
             ("gpus", ", ".join(g.name for g in self.host.gpus)),
             ("driver", self.host.driver or ""),
             ("envforge_version", self.envforge_version),
+            *((("node", self.host.node),) if self.host.node else ()),
+            *((("granted", self.host.grant_text),) if self.host.granted else ()),
         ):
             ET.SubElement(props, "property", {"name": key, "value": printable(value)})
         classname = printable(f"envforge.probe.{self.recipe_name or 'installed'}")
@@ -292,12 +331,14 @@ def utc_now() -> str:
 # --------------------------------------------------------------------------- host
 
 
-def host_info(root: Path = Path("/")) -> ReportHost:
+def host_info(root: Path = Path("/"), environ: Mapping[str, str] | None = None) -> ReportHost:
     """Kernel, GPUs and driver of this host, through :func:`envforge.host.detect.detect` reading
-    sysfs and procfs only (no tools, no override variables): best effort, cheap.
+    sysfs and procfs only (no tools, no override variables): best effort, cheap; inside a
+    scheduler's job (``environ``, default this process's) the node and the GPUs granted.
 
     Archs the detector only guessed from a product name are not recorded as facts.
     """
+    node, grant = node_facts(os.environ if environ is None else environ)
     uname = os.uname()
     found = detect(root, environ={}, tools=no_tools)
     gpus = tuple(
@@ -320,7 +361,8 @@ def host_info(root: Path = Path("/")) -> ReportHost:
             version = f"(in-tree, kernel {uname.release})"
         parts.append(f"amdgpu {version}")
     return ReportHost(kernel=f"{uname.sysname} {uname.release}", machine=uname.machine,
-                      gpus=gpus, driver="; ".join(parts) or None, id=host_id(root))
+                      gpus=gpus, driver="; ".join(parts) or None, id=host_id(root),
+                      node=node, granted=grant)
 
 
 #: Where the machine ID is (systemd, then D-Bus).

@@ -95,6 +95,9 @@ def test_plan_submit_status_collect_with_a_passing_and_a_failing_recipe(
         assert tasks[index]["gpus"] in ("0", "1")  # one of the two fake GRES devices
         record = json.loads((plan / f"reports/{index:03d}/task.json").read_text())
         assert record["granted"]["variable"] == "SLURM_JOB_GPUS"
+        host = json.loads((plan / f"reports/{index:03d}/probe.json").read_text())["host"]
+        assert host["node"] == node  # the report itself says where it ran, and on what
+        assert host["granted"]["SLURM_JOB_GPUS"] == tasks[index]["gpus"]
     log = "".join(p.read_text() for p in (plan / "logs").iterdir())
     assert "the scheduler granted GPU" in log
     assert "not used, the recipe needs none" in log

@@ -75,7 +75,7 @@ def certify_image(
     )
     report = (prober or _run_probe)(spec, target, listener)
     cert = issue(
-        report=report.to_dict(),
+        report=report.without_node().to_dict(),  # a host name is not shared
         recipe_name=recipe.name,
         recipe_hash=recipe.hash,
         stack_tag=recipe.stack_tag,
