@@ -17,7 +17,7 @@ import click
 
 from envforge.cli.common import OutputPath, echo_json, json_option, trust_option
 from envforge.errors import InvalidInput
-from envforge.evidence.matrix import aggregate, write_site
+from envforge.evidence.matrix import Matrix, aggregate, write_site
 from envforge.evidence.records import missing_paths, read_evidence
 
 
@@ -25,6 +25,15 @@ def _trust_paths(given: tuple[Path, ...]) -> list[Path]:
     if given:
         return list(given)
     return [Path(p) for p in os.environ.get("ENVFORGE_TRUSTED_KEYS", "").split(os.pathsep) if p]
+
+
+def _store_matrix() -> Matrix:
+    """The local store's matrix, aggregated in its database (:mod:`envforge.evidence.matrix_db`)."""
+    from envforge.evidence.evidence_store import opened  # noqa: PLC0415 - when run
+    from envforge.evidence.matrix_db import store_matrix  # noqa: PLC0415 - when run
+
+    with opened() as (conn, problems):
+        return store_matrix(conn, problems)
 
 
 def register(group: click.Group) -> None:
@@ -56,8 +65,6 @@ def register(group: click.Group) -> None:
 @json_option
 def matrix(evidence: tuple[Path, ...], out: Path, trust: tuple[Path, ...], as_json: bool) -> None:
     """Write the certified-on matrix (GPU arch x recipe) as a static site."""
-    from envforge.evidence.evidence_store import read_store  # noqa: PLC0415 - when run
-
     sources = list(evidence)
     if evidence:
         missing = missing_paths(sources)
@@ -75,19 +82,19 @@ def matrix(evidence: tuple[Path, ...], out: Path, trust: tuple[Path, ...], as_js
         signers = {fp: key.name for fp, key in keys.keys.items()}
     if evidence:
         found = read_evidence((p for p in sources if p.exists()), signatures=True)
+        result, read = aggregate(found), found.files
     else:
-        found = read_store(signatures=True)
-    for problem in found.problems:
+        result, read = _store_matrix(), 0
+    for problem in result.problems:
         click.echo(f"envforge: skipped {problem.line()}", err=True)
-    result = aggregate(found)
     site = write_site(result, out, signers=signers)
     summary = {
         "index": str(site.index),
         "data": str(site.data),
         "reports": result.reports,
         "duplicates": result.duplicates,
-        "skipped": len(found.problems),
-        "files": found.files,
+        "skipped": len(result.problems),
+        "files": read,
         "rows": len(result.rows),
         "columns": len(result.columns),
         "cells": len(result.cells),
@@ -98,8 +105,8 @@ def matrix(evidence: tuple[Path, ...], out: Path, trust: tuple[Path, ...], as_js
     click.echo(
         f"wrote {site.index} and {site.data}: {result.reports} report"
         f"{'' if result.reports == 1 else 's'} ({result.duplicates} duplicate"
-        f"{'' if result.duplicates == 1 else 's'} merged, {len(found.problems)} file"
-        f"{'' if len(found.problems) == 1 else 's'} skipped), {len(result.rows)} GPU arch"
+        f"{'' if result.duplicates == 1 else 's'} merged, {len(result.problems)} file"
+        f"{'' if len(result.problems) == 1 else 's'} skipped), {len(result.rows)} GPU arch"
         f"{'' if len(result.rows) == 1 else 's'} x {len(result.columns)} recipe"
         f"{'' if len(result.columns) == 1 else 's'}"
     )

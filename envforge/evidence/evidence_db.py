@@ -29,6 +29,7 @@ from typing import Any
 from envforge.core.fsutil import make_dirs, read_limited, refuse_special_file
 from envforge.core.jsonlimits import loads
 from envforge.errors import BadPath, EnvforgeError, StorageUnavailable
+from envforge.evidence import tallies
 from envforge.evidence.certified_on import PassRow, host_key
 from envforge.evidence.records import (
     _KIND_RANK,
@@ -60,6 +61,8 @@ CREATE TABLE IF NOT EXISTS reports (
 );
 CREATE INDEX IF NOT EXISTS reports_by_recipe ON reports (recipe, outcome);
 CREATE INDEX IF NOT EXISTS reports_by_created ON reports (created DESC, key DESC);
+CREATE INDEX IF NOT EXISTS reports_passes
+    ON reports (recipe, vendor, arch, product, driver, host_key, created) WHERE outcome = 'pass';
 CREATE TABLE IF NOT EXISTS files (name TEXT PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
@@ -99,7 +102,8 @@ def connect(path: Path) -> Iterator[sqlite3.Connection]:
             if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
                 conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
-            conn.executescript(_DDL)
+            conn.executescript(_DDL + tallies.DDL)
+            tallies.migrate(conn)
             yield conn
     except sqlite3.DatabaseError as exc:
         raise _database_error(exc, path) from None
@@ -168,7 +172,8 @@ def known(conn: sqlite3.Connection, keys: Sequence[str]) -> set[str]:
     return found
 
 
-def _evidence(row: Sequence[Any]) -> Evidence:
+def record_of(row: Sequence[Any]) -> Evidence:
+    """A row of ``reports`` (:data:`COLUMNS`, in order) as its :class:`Evidence`."""
     v = dict(zip(COLUMNS, row, strict=True))
     return Evidence(
         key=v["key"], kind=v["kind"], recipe=v["recipe"], recipe_hash=v["recipe_hash"],
@@ -188,14 +193,16 @@ def records(conn: sqlite3.Connection, recipe: str | None = None) -> tuple[Eviden
     if recipe is not None:
         query, args = query + " WHERE recipe = ?", (recipe,)
     rows = conn.execute(query + " ORDER BY created DESC, key DESC", args)
-    return tuple(_evidence(r) for r in rows)
+    return tuple(record_of(r) for r in rows)
 
 
 def pass_rows(conn: sqlite3.Connection, recipe: str) -> tuple[int, list[PassRow]]:
     """(runs of ``recipe``, its passing runs as :class:`PassRow`) for ``show``: one row
     per distinct (vendor, arch, product, driver, host) with its newest time, grouped in
     SQL; :func:`~envforge.evidence.certified_on.describe` reads no more than that, so a
-    host's nightly passes are one row, not one per night."""
+    host's nightly passes are one row, not one per night. Both read indexes only (the
+    recipe's entries of ``reports_by_recipe`` and of the partial index ``reports_passes``),
+    never the table."""
     (runs,) = conn.execute("SELECT COUNT(*) FROM reports WHERE recipe = ?", (recipe,)).fetchone()
     rows = conn.execute(
         "SELECT vendor, arch, product, driver, host_key, MAX(created) FROM reports "

@@ -17,6 +17,10 @@
 embedded as JSON in a ``<script type="application/json">`` block with ``<``, ``>``, ``&``
 and ``'`` escaped, so a report's text can never close the block) and writes ``index.html``
 and ``matrix.json`` together: both or neither (see :func:`write_files`).
+
+The local evidence store's matrix is the same :class:`Matrix`, aggregated in its database
+(:mod:`envforge.evidence.matrix_db`); :func:`aggregate` serves the files ``--evidence``
+names and a fleet's reports.
 """
 
 from __future__ import annotations
@@ -205,7 +209,7 @@ def _cell_dict(cell: Cell, names: Mapping[str, str]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- aggregation
 
 _NUMBER = re.compile(r"(\d+)")
-_STEP_ORDER = (*OUTCOMES, "skip")
+STEP_ORDER = (*OUTCOMES, "skip")
 
 
 def natural_key(text: str) -> tuple[tuple[int, int | str], ...]:
@@ -235,7 +239,7 @@ def _step_stats(runs: Sequence[Evidence]) -> tuple[StepStat, ...]:
             runs=len(values),
             median=round(statistics.median(values), 3),
             max=round(max(values), 3),
-            outcomes={k: outcomes[name][k] for k in _STEP_ORDER if outcomes[name][k]},
+            outcomes={k: outcomes[name][k] for k in STEP_ORDER if outcomes[name][k]},
         )
         for name, values in seconds.items()
     )
@@ -258,7 +262,7 @@ def _cell(row: str, column: str, runs: Sequence[Evidence]) -> Cell:
     )
 
 
-def _row_order(key: str) -> tuple[int, tuple[tuple[int, int | str], ...]]:
+def row_order(key: str) -> tuple[int, tuple[tuple[int, int | str], ...]]:
     vendor, _, arch = key.partition(":")
     rank = VENDORS.index(vendor) if vendor in VENDORS else len(VENDORS)
     return rank, natural_key(arch)
@@ -287,7 +291,7 @@ def aggregate(evidence: EvidenceSet | Iterable[Evidence]) -> Matrix:
             products=_by_frequency(r.gpu.product for r in by_row[key]),
             reports=len(by_row[key]),
         )
-        for key in sorted(by_row, key=_row_order)
+        for key in sorted(by_row, key=row_order)
     )
     columns = tuple(
         Column(key=key, stacks=_by_frequency(r.stack for r in by_column[key]),

@@ -1,0 +1,125 @@
+"""The store's matrix aggregated in SQL (issue 21 §7) is the matrix the records give: the
+same ``matrix.json`` for the same store, through imports, a certificate replacing its
+plain copy, deletions, and a store made before the tallies (migrated once when opened)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envforge.evidence import evidence_db, tallies
+from envforge.evidence.evidence_store import import_documents, opened, read_store
+from envforge.evidence.matrix import RUNS_PER_CELL, aggregate
+from envforge.evidence.matrix_db import _median, store_matrix
+from envforge.evidence.records import Redactor
+from envforge.probe.report import StepResult
+from tests.helpers.matrix_synth import corpus, make_certificate, make_report
+
+QUIET = Redactor(())
+NOW = datetime(2026, 11, 26, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("ENVFORGE_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def _both() -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the matrix from the records, the matrix from the tallies), as ``matrix.json``."""
+    expected = aggregate(read_store()).to_dict(NOW)
+    with opened() as (conn, problems):
+        got = store_matrix(conn, problems).to_dict(NOW)
+    return expected, got
+
+
+def _varied(n: int) -> list[tuple[str, object]]:
+    """Reports at both levels, with an extra step in some, equal times in others."""
+    docs: list[tuple[str, object]] = []
+    for i, spec in enumerate(corpus(n, seed=5)):
+        report = make_report(replace(spec, level="quick" if i % 4 == 0 else "full"))
+        if i % 7 == 0:  # a step only some runs have, at the end
+            report = replace(report, steps=(*report.steps,
+                                            StepResult("check:extra.py", "pass", 0.25)))
+        docs.append((f"r{i}", json.loads(report.to_json())))
+    return docs
+
+
+def test_the_store_matrix_is_the_records_matrix(home: Path) -> None:
+    import_documents(_varied(400), redact=QUIET)
+    expected, got = _both()
+    assert got == expected
+    assert got["reports"] == 400
+    assert any(len(c["runs"]) == RUNS_PER_CELL for c in got["cells"])
+    assert any("check:extra.py" in [s["name"] for s in c["steps"]] for c in got["cells"])
+
+
+def test_a_certificate_replacing_its_report_and_a_deletion_keep_the_tallies(home: Path) -> None:
+    specs = corpus(60, seed=8)
+    reports = [replace(make_report(s), target="sha256:" + "ab" * 32) for s in specs]  # images
+    import_documents([(f"r{i}", json.loads(r.to_json())) for i, r in enumerate(reports)],
+                     redact=QUIET)
+    # the same runs again as certificates, under another stack tag: the rows change stack
+    certs = [(f"c{i}", make_certificate(replace(s, stack="torch2.13.0-cpu-py3.11"), r))
+             for i, (s, r) in enumerate(zip(specs[:20], reports, strict=False))]
+    assert len(import_documents(certs, redact=QUIET).added) == 0  # replaced, not added
+    expected, got = _both()
+    assert got == expected
+    with evidence_db.connect(home / "evidence.sqlite") as conn:
+        conn.execute("DELETE FROM reports WHERE rowid % 3 = 0")
+        conn.execute("UPDATE reports SET outcome = 'fail', steps = '[]' WHERE rowid % 5 = 1")
+    expected, got = _both()
+    assert got == expected
+    assert got["reports"] == 40
+
+
+def test_a_store_from_before_the_tallies_is_counted_once_when_opened(home: Path) -> None:
+    import_documents(_varied(120), redact=QUIET)
+    db = home / "evidence.sqlite"
+    with sqlite3.connect(db) as conn:  # as the store was: no tallies, no triggers, no mark
+        for name in ("tally_insert", "tally_update", "tally_delete"):
+            conn.execute(f"DROP TRIGGER {name}")
+        conn.execute("DROP TABLE cell_tally")
+        conn.execute("DROP TABLE step_tally")
+        conn.execute("DELETE FROM meta WHERE name = ?", (tallies.MARK,))
+    expected, got = _both()
+    assert got == expected
+    with evidence_db.connect(db) as conn:
+        conn.execute("UPDATE cell_tally SET n = n + 100")  # a second open counts nothing
+    with evidence_db.connect(db) as conn:
+        (total,) = conn.execute("SELECT SUM(n) FROM cell_tally").fetchone()
+    assert total > 120
+
+
+def test_an_empty_store_has_an_empty_matrix(home: Path) -> None:
+    expected, got = _both()
+    assert got == expected
+    assert got["cells"] == []
+
+
+@pytest.mark.parametrize("values", [[1.0], [1.0, 2.0], [0.5, 0.5, 3.0, 0.25], [2.0] * 6,
+                                    [0.1, 0.2, 0.3, 0.4, 0.7, 1.1, 1.1]])
+def test_the_median_of_counted_values_is_the_median_of_the_values(values: list[float]) -> None:
+    import statistics
+
+    counted = sorted({v: values.count(v) for v in values}.items())
+    assert _median(counted) == statistics.median(values)
+
+
+def test_cells_read_only_their_newest_rows(home: Path) -> None:
+    base = corpus(1, seed=1)[0]
+    docs = [(f"r{i}", json.loads(make_report(
+        replace(base, created=base.created + timedelta(hours=i),
+                outcome="fail" if i == 0 else "pass")).to_json())) for i in range(30)]
+    import_documents(docs, redact=QUIET)
+    with opened() as (conn, problems):
+        cell = store_matrix(conn, problems).cells[0]
+    assert cell.runs[0].created == base.created + timedelta(hours=29)
+    assert [r.created for r in cell.failures] == [base.created]
+    assert cell.total == 30
