@@ -14,6 +14,17 @@ Every build certifies (the recipe's full probe), as a user's would.
 
     python bench/project_bench.py [--runs N] [--write]
 
+``--docker``: the Docker backend instead (issue 19: "the rebuild after adding one
+dependency ... reusing torch's layer"): the project's image is built once (untimed: it
+fills the build cache), then timed ``project`` = the same build again after the image
+is removed (every layer from the cache but the project's resolution and certification),
+and ``add one`` = the rebuild after one more dependency (its lock re-resolved, only the
+project's layer rebuilt, certified); torch's layer reused = every layer of the new image
+but the last (the project's packages) is the previous image's. Needs an engine, the
+stand-in base image (``--base-image``) and a CA bundle (``--ca-bundle``):
+
+    python bench/project_bench.py --docker --base-image REF --ca-bundle FILE [--write]
+
 ``--write`` appends the table to bench/results-project.md. Needs the torch wheel in the
 folder PIP_FIND_LINKS names and the package index for the project's dependencies.
 """
@@ -37,12 +48,12 @@ DEPS = ["tqdm", "six", "idna", "attrs", "tomli"]
 ADDED = "pyparsing"
 
 
-def envforge(home: Path, *args: str) -> float:
+def envforge(home: Path, *args: str, backend: str = "venv") -> float:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENVFORGE_")}
     env["ENVFORGE_HOME"] = str(home)
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "envforge", *args, "--backend", "venv", "--wheelhouse",
+        [sys.executable, "-m", "envforge", *args, "--backend", backend, "--wheelhouse",
          str(WHEELS)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800, check=False,
     )  # fmt: skip
@@ -80,11 +91,72 @@ def one_run(scratch: Path) -> dict[str, float]:
     return {"recipe": recipe, "project": proj, "add one": added}
 
 
+def _layers(ref: str) -> list[str]:
+    done = subprocess.run(["docker", "image", "inspect", "--format",
+                           "{{range .RootFS.Layers}}{{.}} {{end}}", ref],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    return done.stdout.split() if done.returncode == 0 else []
+
+
+def docker_run(scratch: Path, base_image: str, ca_bundle: str) -> dict[str, float]:
+    home = scratch / "home"
+    project = write_project(scratch / "trainer", DEPS)
+    build = ("build", "cpu", "--project", str(project), "--base-image", base_image,
+             "--ca-bundle", ca_bundle)
+    envforge(home, *build, backend="docker")  # warm-up: the build cache holds every layer
+    sys.path.insert(0, str(ROOT))
+    from envforge.backends.docker.projects import project_ref
+    from envforge.project.read import load_project
+    from envforge.recipe.catalogue import Catalogue
+
+    ref = project_ref(Catalogue.default().load("cpu"), load_project(project))
+    subprocess.run(["docker", "rmi", "-f", ref], capture_output=True, check=False)
+    proj = envforge(home, *build, backend="docker")
+    before = _layers(ref)
+    write_project(project, [*DEPS, ADDED])
+    added = envforge(home, *build, backend="docker")
+    after = _layers(ref)
+    subprocess.run(["docker", "rmi", "-f", ref], capture_output=True, check=False)
+    reused = bool(before) and before[:-1] == after[:-1] and before[-1] != after[-1]
+    return {"project": proj, "add one": added, "reused": float(reused)}
+
+
+def docker_main(args: argparse.Namespace) -> None:
+    runs = []
+    for _ in range(args.runs):
+        with tempfile.TemporaryDirectory(prefix="envforge-project-bench-") as scratch:
+            runs.append(docker_run(Path(scratch), args.base_image, args.ca_bundle))
+    med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    load = os.getloadavg()[0]
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    reused = all(r["reused"] for r in runs)
+    table = (
+        f"\n### Docker: {when}: recipe cpu, {platform.machine()}, {os.cpu_count()} CPUs, "
+        f"{args.runs} run(s), medians, load average {load:.1f} at the end\n\n"
+        "| project image, cached layers (5 deps) | rebuild after adding one "
+        "| torch's layer reused |\n|---|---|---|\n"
+        f"| {med['project']:.1f} s | {med['add one']:.1f} s | {'yes' if reused else 'NO'} |\n"
+    )
+    print(table)
+    if args.write:
+        with (ROOT / "bench" / "results-project.md").open("a", encoding="utf-8") as f:
+            f.write(table)
+    if not reused:
+        sys.exit("torch's layer was not reused")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--write", action="store_true")
+    parser.add_argument("--docker", action="store_true")
+    parser.add_argument("--base-image", default="envforge-standin/debian:bookworm-python3")
+    parser.add_argument("--ca-bundle", default=os.environ.get(
+        "PIP_CERT", "/etc/ssl/certs/ca-certificates.crt"))
     args = parser.parse_args()
+    if args.docker:
+        docker_main(args)
+        return
     runs = []
     for _ in range(args.runs):
         with tempfile.TemporaryDirectory(prefix="envforge-project-bench-") as scratch:

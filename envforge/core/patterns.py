@@ -22,6 +22,9 @@ ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z", re.ASCII)
 VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+)*\Z", re.ASCII)
 #: A CPython minor version: ``3.10``.
 PYTHON_RE = re.compile(r"^3\.[0-9]{1,2}\Z", re.ASCII)
+#: A Debian/Ubuntu package name (Debian policy 5.6.1: lowercase letters, digits, + - .;
+#: at least two characters, starting with a letter or digit).
+DEB_NAME = re.compile(r"[a-z0-9][a-z0-9+.-]{1,99}")
 #: An image reference as the renderer may splice it into ``FROM`` unquoted.
 IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*\Z", re.ASCII)
 #: An http(s) URL without whitespace (``torch.index``).

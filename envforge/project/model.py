@@ -22,6 +22,7 @@ TOOL_KEYS = {
     "checks": "a list of Python files or commands, e.g. [\"pytest -x -q tests/gpu\"]",
     "extras": "a list of optional-dependency names to install",
     "groups": "a list of PEP 735 dependency groups to install",
+    "system_packages": "a list of Debian/Ubuntu package names, e.g. [\"ffmpeg\", \"libgl1\"]",
 }
 
 
@@ -49,6 +50,9 @@ class Project:
     installable: bool = False
     #: Where the ``[tool.envforge]`` settings were read (None: no settings).
     settings_file: Path | None = None
+    #: Debian/Ubuntu packages the project needs (installed in its image before its
+    #: Python packages; on the venv backend checked on the host).
+    system_packages: tuple[str, ...] = ()
 
     def key(self) -> str:
         """A short stable name for this project's environment: its name and a digest of
@@ -58,8 +62,9 @@ class Project:
 
     def requirements_digest(self) -> str:
         """sha256 over what decides the environment's contents (not the checks)."""
-        text = "\n".join(
-            ["requirements", *self.requirements, "constraints", *self.constraints,
-             "python", self.requires_python or ""]
-        )
+        parts = ["requirements", *self.requirements, "constraints", *self.constraints,
+                 "python", self.requires_python or ""]
+        if self.system_packages:  # only when some: digests without them stay as they were
+            parts += ["system_packages", *self.system_packages]
+        text = "\n".join(parts)
         return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()

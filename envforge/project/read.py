@@ -18,6 +18,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
+from envforge.core.patterns import DEB_NAME
 from envforge.core.yamlcheck import did_you_mean, read_text
 from envforge.errors import ProjectError
 from envforge.project.model import ENVFORGE_FILE, TOOL_KEYS, Project
@@ -122,6 +123,7 @@ def _from_pyproject(root: Path, extras: tuple[str, ...], groups: tuple[str, ...]
             "checks", ()), extras=extras, groups=groups, requires_python=requires_python,
         installable=bool(project) or (root / "setup.py").exists(),
         settings_file=path if settings else None,
+        system_packages=settings.get("system_packages", ()),
     )
 
 
@@ -234,8 +236,19 @@ def _settings(table: Mapping[str, Any], path: Path, prefix: str) -> dict[str, An
         if any(not item.strip() or "\n" in item or "\x00" in item for item in items):
             raise ProjectError(str(path), where, "holds an empty or multi-line entry",
                                hint="one check per string, on one line")
+        if key == "system_packages":
+            _check_system_packages(items, path, where)
         settings[key] = items
     return settings
+
+
+def _check_system_packages(names: tuple[str, ...], path: Path, where: str) -> None:
+    for i, name in enumerate(names):
+        if not DEB_NAME.fullmatch(name):
+            raise ProjectError(str(path), f"{where}[{i}]", f"{name!r} is not a Debian package"
+                               " name", hint="write the apt name, e.g. ffmpeg or libgl1")
+    if len(set(names)) != len(names):
+        raise ProjectError(str(path), where, "lists a package twice", hint="list each once")
 
 
 def _recipe(settings: Mapping[str, Any]) -> str | None:
@@ -264,6 +277,7 @@ def _from_requirements(root: Path, extras: tuple[str, ...], groups: tuple[str, .
         recipe=_recipe(settings), checks=settings.get("checks", ()),
         installable=(root / "setup.py").exists(),
         settings_file=settings_path if settings else None,
+        system_packages=settings.get("system_packages", ()),
     )
 
 

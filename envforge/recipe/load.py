@@ -19,6 +19,7 @@ from packaging.utils import canonicalize_name
 from envforge.core import yamlcheck
 from envforge.core.patterns import (
     CONFIDENCES,
+    DEB_NAME,
     GFX_RE,
     IMAGE_RE,
     NAME_RE,
@@ -77,9 +78,6 @@ ISSUE = ("symptom", "workaround", "evidence")
 #: A ``packages`` entry from its own index.
 PACKAGE_ENTRY = ("name", "index")
 
-#: A Debian/Ubuntu package name (Debian policy 5.6.1: lowercase letters, digits, + - .;
-#: at least two characters, starting with a letter or digit).
-DEB_NAME = re.compile(r"[a-z0-9][a-z0-9+.-]{1,99}")
 
 
 def _parse_system_packages(r: yamlcheck.Reader, raw: object) -> tuple[str, ...]:

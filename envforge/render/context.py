@@ -233,6 +233,9 @@ def _rest_index_args(stack: Stack, options: RenderOptions) -> tuple[str, ...]:
     return ("--extra-index-url", shell_quote(url))
 
 
+rest_index_args = _rest_index_args
+
+
 def _labels(recipe: Recipe, stack: Stack, base_image: str) -> tuple[Label, ...]:
     pairs: list[tuple[str, str | None]] = [
         ("org.opencontainers.image.title", f"envforge/{recipe.name}"),
@@ -285,6 +288,11 @@ def _printf(lines: tuple[str, ...], target: str) -> str:
     """``printf`` writing ``lines`` (one shell word each, a line of their own) to ``target``."""
     words = "".join(f" \\\n        {shell_quote(x)}" for x in lines)
     return f"printf '%s\\n'{words} > {target}"
+
+
+#: For the project partials (:mod:`envforge.render.project`): the same shell rendering.
+script_lines = _script
+printf_lines = _printf
 
 
 def _installs(

@@ -74,7 +74,7 @@ def test_the_project_is_certified_in_a_venv_of_its_own(
     path = Path(str(built["path"]))
     assert path.parent == home / "venvs" / "cpu"
     assert "-demo-trainer-" in path.name  # keyed by recipe and project
-    assert "using the venv backend" in str(built["stderr"])  # docker builds no projects
+    assert "using the venv backend" in str(built["stderr"])  # no project image on docker
     probe = json.loads((path / ".envforge" / "probe.json").read_text(encoding="utf-8"))
     steps = {s["name"]: s["status"] for s in probe["steps"]}
     assert steps["check:import demo_trainer"] == "pass"

@@ -1,5 +1,5 @@
 """A project's environment: its own venv (keyed by recipe and project), its checks as probe
-steps run by the real worker, and backends that do not build projects saying so."""
+steps run by the real worker, and the Docker backend serving a project only with its image."""
 
 from __future__ import annotations
 
@@ -10,15 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from envforge.backends import BACKENDS, Options, pick
+from envforge.backends import BACKENDS, Options, docker, pick
+from envforge.backends.docker.projects import project_ref
 from envforge.backends.venv.layout import project_binding, venv_location
 from envforge.cli import main
-from envforge.errors import InvalidInput, ProjectError
+from envforge.errors import ProjectError
 from envforge.probe.runner import LocalPythonTarget, run_probe
 from envforge.probe.spec import ProbeSpec
 from envforge.project.checks import project_checks
 from envforge.project.read import load_project
 from envforge.recipe.catalogue import Catalogue
+from tests.helpers.fake_engine import FakeEngine, image_attrs
 
 CPU = Catalogue.default({}).load("cpu")
 
@@ -105,16 +107,25 @@ def test_command_checks_run_in_the_worker_under_its_deadline(tmp_path: Path) -> 
     assert not report.passed
 
 
-def test_the_docker_backend_refuses_a_project_and_pick_moves_on(tmp_path: Path) -> None:
+def test_docker_serves_a_project_only_with_its_image_and_pick_moves_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     proj = load_project(project(tmp_path / "p"))
+    engine = FakeEngine()
+    monkeypatch.setattr(docker, "_connect", lambda _options: engine)
     ok, why = BACKENDS["docker"].serves(CPU, Options(project=proj))
     assert not ok
-    assert "--project" in why
+    assert why == f"no certified image {project_ref(CPU, proj)}"
     said: list[str] = []
     assert pick(CPU, None, say=said.append, options=Options(project=proj)) == "venv"
-    assert any("--project" in s for s in said)
-    with pytest.raises(InvalidInput, match="--project"):
-        BACKENDS["docker"].build(CPU, Options(project=proj))
+    assert any(project_ref(CPU, proj) in s for s in said)
+    # the recipe's own image does not serve the project; another project's image neither
+    engine.images.add(image_attrs("sha256:" + "e" * 64,
+                                  labels={"io.envforge.project-key": "other-12345678"}),
+                      project_ref(CPU, proj))
+    ok, why = BACKENDS["docker"].serves(CPU, Options(project=proj))
+    assert not ok
+    assert "is not an image of the project" in why
 
 
 def test_build_with_a_project_whose_pins_clash_stops_before_anything_is_built(
@@ -147,6 +158,7 @@ def test_doctor_checks_the_project_on_its_stack(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("ENVFORGE_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(docker, "_connect", lambda _options: FakeEngine())  # no image there
     root = project(tmp_path / "p")
     main(["doctor", "--project", str(root), "--root", str(NO_GPU), "--backend", "venv",
           "--json"])

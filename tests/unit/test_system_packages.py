@@ -12,6 +12,7 @@ from envforge.backends.venv import VenvOptions
 from envforge.backends.venv.building import _check_system_packages
 from envforge.errors import InvalidInput, Unavailable
 from envforge.host.syspkg import missing_packages
+from envforge.project.read import load_project
 from envforge.recipe.catalogue import Catalogue
 from envforge.render import RenderOptions, render_dockerfile
 
@@ -79,3 +80,18 @@ def test_a_venv_build_names_what_is_missing_before_installing_anything() -> None
     assert caught.value.hint == (
         "apt-get install envforge-no-such-package (as root), then build again"
     )
+
+
+def test_a_projects_system_packages_are_checked_on_the_host_too(tmp_path: Path) -> None:
+    if missing_packages(["bash"]) is None:
+        pytest.skip("not a Debian or Ubuntu host (no dpkg-query)")
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "needs-apt"\nversion = "1"\n'
+        '[tool.envforge]\nsystem_packages = ["bash", "envforge-no-such-package"]\n',
+        encoding="utf-8",
+    )
+    options = VenvOptions(project=load_project(tmp_path))
+    with pytest.raises(Unavailable) as caught:
+        _check_system_packages(CPU, options)
+    assert caught.value.message == ("cpu with the project needs-apt needs system packages"
+                                    " this host lacks: envforge-no-such-package")

@@ -31,7 +31,6 @@ from envforge import lock
 from envforge.backends.base import HostCheck, LineSink, Options
 from envforge.backends.docker.options import (
     CLI_OPTIONS,
-    NO_PROJECTS,
     DockerOptions,
     cli_options,
     docker_options,
@@ -57,6 +56,7 @@ if TYPE_CHECKING:
     from envforge.backends.docker.certification import Prober
     from envforge.backends.docker.client import EngineClient
     from envforge.backends.docker.images import BuildKitCli
+    from envforge.backends.docker.projects import ProjectBuild, ProjectProbe
     from envforge.host.detect import HostInfo
     from envforge.host.doctor import Finding
     from envforge.render.context import Builder, LockedInstall
@@ -105,8 +105,12 @@ def certify_and_tag(
     report_dir: Path | None = None,
     prober: Prober | None = None,
     stack: Stack | None = None,
+    project: ProjectProbe | None = None,
 ) -> Certified:
-    """Probe ``image``; on a pass, tag the labelled image as certified (and ``extra_tags``)."""
+    """Probe ``image``; on a pass, tag the labelled image as certified (and ``extra_tags``).
+
+    With ``options.project``: the project's steps run too (``project``: made already),
+    and the certified tag is the project's (:func:`.projects.project_ref`)."""
     from envforge.backends.docker import certification  # noqa: PLC0415 - loads the SDK
     from envforge.backends.docker.images import (  # noqa: PLC0415 - loads the SDK
         inspect_image,
@@ -114,7 +118,7 @@ def certify_and_tag(
     )
 
     say = options.say
-    ref = certified_ref(recipe.name, recipe.stack_tag)
+    ref, project = _project_part(recipe, options, project)
     say(f"certifying {image[:19]} for {recipe.name} (no network, host devices)")
     outcome = certification.certify_image(
         client,
@@ -127,6 +131,7 @@ def certify_and_tag(
         prober=prober,
         signer=options.signer,
         stack=stack,
+        project=project,
     )
     if report_dir is not None:
         json_path, junit_path = outcome.report.write(report_dir)
@@ -146,7 +151,27 @@ def certify_and_tag(
         previous = inspect_image(client, ref)
         if previous is not None and previous.id != image:
             say(f"{ref} still names the previously certified image {previous.id[:19]}")
-    return Certified(recipe, outcome, tuple(extra_tags))
+    return Certified(recipe, outcome, tuple(extra_tags), ref)
+
+
+def _project_part(
+    recipe: Recipe, options: DockerOptions, probe: ProjectProbe | None
+) -> tuple[str, ProjectProbe | None]:
+    """The certified tag, and the project's part of the probe (None without a project)."""
+    if options.project is None:
+        return _certified_tag(recipe, options), None
+    from envforge.backends.docker.projects import probe_for  # noqa: PLC0415 - projects only
+
+    return _certified_tag(recipe, options), probe or probe_for(options.project)
+
+
+def _certified_tag(recipe: Recipe, options: DockerOptions) -> str:
+    """``envforge/RECIPE:STACK``, or the project's (:func:`.projects.project_ref`)."""
+    if options.project is None:
+        return certified_ref(recipe.name, recipe.stack_tag)
+    from envforge.backends.docker.projects import project_ref  # noqa: PLC0415 - projects only
+
+    return project_ref(recipe, options.project)
 
 
 def certify(
@@ -172,12 +197,14 @@ def certify(
     options = docker_options(options)
     engine = client if client is not None else _connect(options)
     if image is None:
-        image = certified_ref(recipe.name, recipe.stack_tag)
+        image = _certified_tag(recipe, options)
         info = inspect_image(engine, image)
         if info is None:
             raise InvalidInput(
                 f"no certified image {image} on this engine",
-                hint=f"envforge build {recipe.name}",
+                hint=f"envforge build {recipe.name}"
+                + (f" --project {options.project.root} --backend docker" if options.project
+                   else ""),
             )
         note = tag_note(info, image, recipe)
         if note is not None:
@@ -232,9 +259,7 @@ def build(
     # config) and, over it, the engine settings given in options.environ
     environ = {**os.environ, **(options.environ or {})}
     builder, buildkit, why = _choose_builder(engine, options, environ)
-    stack = stack_of(recipe)
-    _check_wheelhouse(stack, options)
-    locked = _lock_for(recipe, options, stack)
+    stack, locked, project = _plan(recipe, options)
     dockerfile = render_dockerfile(
         recipe,
         RenderOptions(
@@ -247,13 +272,15 @@ def build(
             platform=options.platform,
         ),
         stack,
+        project=project.layer if project is not None else None,
     )
     context = Path(tempfile.mkdtemp(prefix=context_prefix()))  # names its owner: swept
     try:
         assemble_context(
             context, dockerfile, wheelhouse=options.wheelhouse, ca_bundle=options.ca_bundle
         )
-        options.say(f"building {recipe.name} ({recipe.stack_tag}) from {base}")
+        options.say(f"building {recipe.name} ({recipe.stack_tag}) from {base}"
+                    + (f" for the project {project.layer.name}" if project else ""))
         if buildkit is not None:
             result = build_image_buildkit(
                 buildkit, context, environ, on_line=options.output, nocache=options.no_cache,
@@ -277,10 +304,11 @@ def build(
         + (f"BuildKit ({buildkit.describe()})" if buildkit else f"classic ({why})")
         + (f"; installed exactly the lock {locked.name}" if locked else "")
     )
+    ref, probe = _project_part(recipe, options, project.probe if project else None)
     if not options.certify:
         for tag in options.tags:
             tag_image(engine, result.image_id, tag)
-        return DockerBuildResult(recipe, result, None, options.tags)
+        return DockerBuildResult(recipe, result, None, options.tags, ref)
     certified = certify_and_tag(
         engine,
         recipe,
@@ -290,8 +318,26 @@ def build(
         report_dir=options.report_dir,
         prober=prober,
         stack=stack,
+        project=probe,
     )
-    return DockerBuildResult(recipe, result, certified, options.tags)
+    return DockerBuildResult(recipe, result, certified, options.tags, ref)
+
+
+def _plan(
+    recipe: Recipe, options: DockerOptions
+) -> tuple[Stack, LockedInstall | None, ProjectBuild | None]:
+    """The stack to build and certify, the lock to install (split for the layers), and
+    the project's part (None without ``--project``: the recipe's own image)."""
+    if options.project is None:
+        stack = stack_of(recipe)
+        _check_wheelhouse(stack, options)
+        return stack, _lock_for(recipe, options, stack), None
+    from envforge.backends.docker.projects import prepare  # noqa: PLC0415 - projects only
+
+    project = prepare(recipe, options.project, wheelhouse=options.wheelhouse,
+                      ca_bundle=options.ca_bundle, platform=options.platform, say=options.say)
+    _check_wheelhouse(project.stack, options)
+    return project.stack, project.locked, project
 
 
 def _choose_builder(
@@ -363,8 +409,6 @@ def describe(recipe: Recipe) -> str:
 
 def serves(recipe: Recipe, options: Options | DockerOptions = DEFAULT_OPTIONS) -> tuple[bool, str]:
     """Whether this backend can run ``recipe`` now: an engine answers and has its image."""
-    if isinstance(options, Options) and options.project is not None:
-        return False, NO_PROJECTS
     options = docker_options(options)
     try:
         client = _connect(options)
@@ -373,11 +417,18 @@ def serves(recipe: Recipe, options: Options | DockerOptions = DEFAULT_OPTIONS) -
     from envforge.backends.docker.images import inspect_image  # noqa: PLC0415 - loads the SDK
 
     try:
-        ref = certified_ref(recipe.name, recipe.stack_tag)
-        if inspect_image(client, ref) is None:
+        ref = _certified_tag(recipe, options)
+        info = inspect_image(client, ref)
+        if info is None:
             return False, f"no certified image {ref}"
     finally:
         client.close()
+    if options.project is not None:
+        from envforge.backends.docker.projects import image_problem  # noqa: PLC0415
+
+        problem = image_problem(info, ref, options.project, recipe)
+        if problem is not None:
+            return False, problem
     return True, ""
 
 
@@ -425,16 +476,23 @@ def run(
 
     options = docker_options(options)
     engine = client if client is not None else _connect(options)
-    info = image_for_use(engine, recipe, image=options.image, say=options.say)
+    ref = _certified_tag(recipe, options)
+    info = image_for_use(engine, recipe, image=options.image, say=options.say, ref=ref)
+    env, cwd = dict(recipe.env_map), Path(os.getcwd())
+    if options.project is not None:
+        from envforge.backends.docker.projects import shell_for  # noqa: PLC0415
+
+        env, cwd = shell_for(info, ref, options.project, recipe,
+                             asked=options.image is not None, say=options.say)
     return run_shell(
         engine,
         image=info.id,
         command=list(argv) or ["bash"],
         recipe_name=recipe.name,
         stack_tag=recipe.stack_tag,
-        env=recipe.env_map,
+        env=env,
         flags=flags_for(engine, recipe, options),
-        cwd=Path(os.getcwd()),
+        cwd=cwd,
     )
 
 

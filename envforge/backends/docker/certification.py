@@ -9,6 +9,7 @@ from pathlib import Path
 from envforge.backends.docker.client import EngineClient
 from envforge.backends.docker.images import inspect_image, label_image
 from envforge.backends.docker.probe_target import DockerTarget
+from envforge.backends.docker.projects import ProjectProbe
 from envforge.container.devices import DeviceFlags, device_flags
 from envforge.container.refs import CERTIFICATE_LABEL, bound_config
 from envforge.errors import InvalidInput
@@ -55,23 +56,28 @@ def certify_image(
     prober: Prober | None = None,
     signer: Signer | None = None,
     stack: Stack | None = None,
+    project: ProjectProbe | None = None,
 ) -> Outcome:
     """Probe ``image`` in a container (no network, recipe env, host device flags).
 
     The verdict is bound to the image's layer diff IDs and config (all of it but the
     certificate label), saved in the local
     store (pass or fail), and on a pass a labelled image carrying it is made. Tags are the
-    caller's business. With a ``signer`` the certificate is signed before it is stored
-    or labelled (the private key itself goes nowhere). Raises :class:`Interrupted` on
+    caller's business. With ``project``: its steps run after the recipe's, its folder
+    mounted read-only and its variables (``PYTHONPATH``) set. With a ``signer`` the
+    certificate is signed before it is stored or labelled (the private key itself goes
+    nowhere). Raises :class:`Interrupted` on
     Ctrl-C (container removed first).
     """
     info = inspect_image(client, image)
     if info is None:
         raise InvalidInput(f"no image {image} on this engine", hint="envforge build RECIPE first")
     stack = stack_of(recipe) if stack is None else stack
-    spec = ProbeSpec.from_recipe(recipe, level=level, step_timeout=step_timeout, stack=stack)
+    spec = ProbeSpec.from_recipe(recipe, level=level, step_timeout=step_timeout, stack=stack,
+                                 checks=project.checks if project else ())
     target = DockerTarget(
-        client, info.id, flags if flags is not None else device_flags(recipe.gpu.vendor)
+        client, info.id, flags if flags is not None else device_flags(recipe.gpu.vendor),
+        mounts=project.mounts if project else (), env=project.env if project else {},
     )
     report = (prober or _run_probe)(spec, target, listener)
     cert = issue(

@@ -33,14 +33,16 @@ Say = Callable[[str], None]
 
 
 def image_for_use(
-    engine: EngineClient, recipe: Recipe, *, image: str | None, say: Say
+    engine: EngineClient, recipe: Recipe, *, image: str | None, say: Say,
+    ref: str | None = None,
 ) -> ImageInfo:
     """The image to run for ``recipe``: ``image`` when asked for (run as asked, with a
     warning when it is not certified for the recipe), else the recipe's certified tag,
     which must name an image its certificate certifies for this recipe and stack
     (:class:`CertificationFailed`, exit 1, naming the fix otherwise). Run the returned
-    ``id``, never the tag again: a tag can move between this check and the run."""
-    ref = image or certified_ref(recipe.name, recipe.stack_tag)
+    ``id``, never the tag again: a tag can move between this check and the run.
+    ``ref``: the certified tag to use instead of the recipe's (a project's image)."""
+    ref = image or ref or certified_ref(recipe.name, recipe.stack_tag)
     info = inspect_image(engine, ref)
     if info is None:
         if image is None:

@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envforge.backends.base import BackendOption, LineSink, Options
-from envforge.errors import InvalidInput
 from envforge.host.platforms import PLATFORMS
 from envforge.probe.runner import ProbeListener
 from envforge.recipe.model import Level
 
 if TYPE_CHECKING:
     from envforge.container.devices import GpuPick
+    from envforge.project.model import Project
     from envforge.publish.certificate import Signer
 
 Say = Callable[[str], None]
@@ -72,6 +72,9 @@ class DockerOptions:
     #: ``--platform``: build the image for ``linux/amd64`` / ``linux/arm64`` (the rendered
     #: Dockerfile's FROM names it); None: the engine's own platform.
     platform: str | None = None
+    #: ``--project DIR``: the project's image (its lock's packages on the recipe's layers,
+    #: its checks certified, tagged for the project; see :mod:`.projects`).
+    project: Project | None = None
 
 
 #: The flags only this backend has (``envforge build`` / ``shell`` / ``certify``).
@@ -104,17 +107,11 @@ def cli_options() -> tuple[BackendOption, ...]:
     return CLI_OPTIONS
 
 
-#: Why a project is refused here (one line; the venv backend builds projects).
-NO_PROJECTS = "--project: the docker backend does not build project images yet"
-
-
 def docker_options(options: Options | DockerOptions) -> DockerOptions:
     """This backend's view of a command's :class:`~envforge.backends.base.Options` (the
     signing key is loaded here, before any work, unless nothing is certified)."""
     if isinstance(options, DockerOptions):
         return options
-    if options.project is not None:
-        raise InvalidInput(NO_PROJECTS, hint="--backend venv builds the project's environment")
     extra = options.extra
     certify = not extra.get("no_certify", False)
     from envforge.publish.signing import load_signer  # noqa: PLC0415 - loads cryptography
@@ -139,4 +136,5 @@ def docker_options(options: Options | DockerOptions) -> DockerOptions:
         say=options.note,
         gpus=options.gpus,
         platform=extra.get("platform"),
+        project=options.project,
     )

@@ -136,6 +136,10 @@ class DockerTarget:
     image: str
     flags: DeviceFlags = field(default_factory=DeviceFlags)
     python: str = "python"
+    #: (host folder, container folder) pairs mounted read-only (a project's folder).
+    mounts: tuple[tuple[str, str], ...] = ()
+    #: Variables added to the runner's (a project's ``PYTHONPATH``).
+    env: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def description(self) -> str:
@@ -147,8 +151,10 @@ class DockerTarget:
     ) -> Iterator[ContainerHandle]:
         name = unique_name("probe")
         command = [self.python, f"{_PROBE_DIR}/{_PROBE_WORKER}", f"{_PROBE_DIR}/{_PROBE_SPEC}"]
-        kwargs = container_kwargs(env=env, flags=self.flags, role="probe")
+        kwargs = container_kwargs(env={**env, **self.env}, flags=self.flags, role="probe")
         kwargs["name"] = name
+        if self.mounts:
+            kwargs["volumes"] = {src: {"bind": dst, "mode": "ro"} for src, dst in self.mounts}
         # a killed envforge (SIGKILL) leaves no probe container: a watcher removes it
         with bound(name):
             container: ContainerModel | None = None

@@ -22,17 +22,24 @@ class Certified:
     recipe: Recipe
     outcome: Outcome
     tags: tuple[str, ...] = ()
+    #: The certified tag (None: the recipe's, ``envforge/RECIPE:STACK``; a project's
+    #: image has its own, :func:`envforge.backends.docker.projects.project_ref`).
+    ref: str | None = None
 
     @property
     def certified(self) -> bool:
         return self.outcome.passed
+
+    @property
+    def certified_tag(self) -> str:
+        return self.ref or certified_ref(self.recipe.name, self.recipe.stack_tag)
 
     def to_dict(self) -> dict[str, Any]:
         outcome = self.outcome
         return {
             "certified": outcome.passed,
             "image": outcome.certified_image,
-            "tags": [certified_ref(self.recipe.name, self.recipe.stack_tag), *self.tags]
+            "tags": [self.certified_tag, *self.tags]
             if outcome.passed
             else [],
             "certificate": outcome.certificate.digest,
@@ -56,7 +63,7 @@ class Certified:
         ]
 
     def printed(self) -> str:
-        return certified_ref(self.recipe.name, self.recipe.stack_tag)
+        return self.certified_tag
 
     def closing(self) -> str | None:
         return None
@@ -68,7 +75,7 @@ class Certified:
         return CertificationFailed(
             f"certification of {self.recipe.name} failed at step "
             f"{self.outcome.certificate.failing_step}; "
-            f"{certified_ref(self.recipe.name, self.recipe.stack_tag)} was not tagged",
+            f"{self.certified_tag} was not tagged",
             hint="see the step detail above; envforge doctor checks the host",
         )
 
@@ -83,6 +90,8 @@ class DockerBuildResult:
     certification: Certified | None
     #: Extra tags given (``--tag``).
     tags: tuple[str, ...] = ()
+    #: The certified tag (None: the recipe's; see :attr:`Certified.ref`).
+    ref: str | None = None
 
     @property
     def image_id(self) -> str:
@@ -105,12 +114,12 @@ class DockerBuildResult:
         """The certified tag; the image ID when nothing was certified (``--no-certify``)."""
         if self.certification is None:
             return self.image_id
-        return certified_ref(self.recipe.name, self.recipe.stack_tag)
+        return self.certification.certified_tag
 
     def closing(self) -> str | None:
         if self.certification is not None:
             return None
-        ref = certified_ref(self.recipe.name, self.recipe.stack_tag)
+        ref = self.ref or certified_ref(self.recipe.name, self.recipe.stack_tag)
         return f"not certified (--no-certify): {ref} left as it was"
 
     def failure(self) -> CertificationFailed | None:

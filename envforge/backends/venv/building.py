@@ -149,18 +149,24 @@ def make(recipe: Recipe, options: VenvOptions = DEFAULT_OPTIONS) -> VenvBuildRes
 
 
 def _check_system_packages(recipe: Recipe, options: VenvOptions) -> None:
-    """A venv uses the host's system libraries: each ``system_packages`` entry must be
-    installed here (:class:`Unavailable`, exit 4, naming the missing ones and the apt
-    command); a host without dpkg-query is said so, not refused."""
-    if not recipe.system_packages:
+    """A venv uses the host's system libraries: each ``system_packages`` entry (the
+    recipe's and the project's) must be installed here (:class:`Unavailable`, exit 4,
+    naming the missing ones and the apt command); a host without dpkg-query is said so,
+    not refused."""
+    project = options.project
+    wanted = tuple(dict.fromkeys(
+        (*recipe.system_packages, *(project.system_packages if project else ()))))
+    if not wanted:
         return
-    missing = missing_packages(recipe.system_packages, options.environ)
+    who = recipe.name if not project or not project.system_packages else (
+        f"{recipe.name} with the project {project.name}")
+    missing = missing_packages(wanted, options.environ)
     if missing is None:
         options.say(f"note: cannot check the system packages here (no dpkg-query):"
-                    f" {recipe.name} needs {', '.join(recipe.system_packages)}")
+                    f" {who} needs {', '.join(wanted)}")
     elif missing:
         raise Unavailable(
-            f"{recipe.name} needs system packages this host lacks: {', '.join(missing)}",
+            f"{who} needs system packages this host lacks: {', '.join(missing)}",
             hint=f"apt-get install {' '.join(missing)} (as root), then build again",
         )
 
