@@ -18,9 +18,10 @@ Every build certifies (the recipe's full probe), as a user's would.
 dependency ... reusing torch's layer"): the project's image is built once (untimed: it
 fills the build cache), then timed ``project`` = the same build again after the image
 is removed (every layer from the cache but the project's resolution and certification),
-and ``add one`` = the rebuild after one more dependency (its lock re-resolved, only the
-project's layer rebuilt, certified); torch's layer reused = every layer of the new image
-but the last (the project's packages) is the previous image's. Needs an engine, the
+and ``add one`` = the rebuild after one more dependency (pyparsing at a pin no earlier
+build used; its lock re-resolved, only the project's layer rebuilt, certified); torch's
+layer reused = every layer of the new image but the last (the project's packages) is the
+previous image's. Needs an engine, the
 stand-in base image (``--base-image``) and a CA bundle (``--ca-bundle``):
 
     python bench/project_bench.py --docker --base-image REF --ca-bundle FILE [--write]
@@ -32,8 +33,10 @@ folder PIP_FIND_LINKS names and the package index for the project's dependencies
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
+import random
 import shutil
 import statistics
 import subprocess
@@ -46,9 +49,13 @@ ROOT = Path(__file__).resolve().parents[1]
 WHEELS = Path(os.environ.get("PIP_FIND_LINKS", "/opt/wheels"))
 DEPS = ["tqdm", "six", "idna", "attrs", "tomli"]
 ADDED = "pyparsing"
+#: Pins of ADDED the Docker mode draws from (each changes the project's layer).
+ADDED_VERSIONS = ("3.0.0", "3.0.1", "3.0.2", "3.0.3", "3.0.4", "3.0.5", "3.0.6", "3.0.7",
+                  "3.0.8", "3.0.9", "3.1.0", "3.1.1", "3.1.2", "3.1.3", "3.1.4", "3.2.0",
+                  "3.2.1", "3.2.2", "3.2.3", "3.2.4", "3.2.5", "3.3.0", "3.3.1", "3.3.2")
 
 
-def envforge(home: Path, *args: str, backend: str = "venv") -> float:
+def envforge(home: Path, *args: str, backend: str = "venv", out: list[str] | None = None) -> float:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENVFORGE_")}
     env["ENVFORGE_HOME"] = str(home)
     started = time.monotonic()
@@ -60,6 +67,8 @@ def envforge(home: Path, *args: str, backend: str = "venv") -> float:
     seconds = time.monotonic() - started
     if done.returncode != 0:
         sys.exit(f"envforge {' '.join(args)} exited {done.returncode}:\n{done.stderr}")
+    if out is not None:
+        out.append(done.stdout)
     return seconds
 
 
@@ -98,11 +107,11 @@ def _layers(ref: str) -> list[str]:
     return done.stdout.split() if done.returncode == 0 else []
 
 
-def docker_run(scratch: Path, base_image: str, ca_bundle: str) -> dict[str, float]:
+def docker_run(scratch: Path, base_image: str, ca_bundle: str, used: set[str]) -> dict[str, float]:
     home = scratch / "home"
     project = write_project(scratch / "trainer", DEPS)
     build = ("build", "cpu", "--project", str(project), "--base-image", base_image,
-             "--ca-bundle", ca_bundle)
+             "--ca-bundle", ca_bundle, "--json")
     envforge(home, *build, backend="docker")  # warm-up: the build cache holds every layer
     sys.path.insert(0, str(ROOT))
     from envforge.backends.docker.projects import project_ref
@@ -113,19 +122,33 @@ def docker_run(scratch: Path, base_image: str, ca_bundle: str) -> dict[str, floa
     subprocess.run(["docker", "rmi", "-f", ref], capture_output=True, check=False)
     proj = envforge(home, *build, backend="docker")
     before = _layers(ref)
-    write_project(project, [*DEPS, ADDED])
-    added = envforge(home, *build, backend="docker")
+    # one dependency more, at a version no earlier build used (a build cache from before
+    # would hand the project's layer back): a pin drawn at random, drawn again when the
+    # engine rebuilt nothing
+    versions = [v for v in ADDED_VERSIONS if v not in used]
+    random.shuffle(versions)
+    for version in versions:
+        used.add(version)
+        write_project(project, [*DEPS, f"{ADDED}=={version}"])
+        printed: list[str] = []
+        added = envforge(home, *build, backend="docker", out=printed)
+        data = json.loads(printed[0])
+        if data["steps_rebuilt"]:
+            break
     after = _layers(ref)
     subprocess.run(["docker", "rmi", "-f", ref], capture_output=True, check=False)
     reused = bool(before) and before[:-1] == after[:-1] and before[-1] != after[-1]
-    return {"project": proj, "add one": added, "reused": float(reused)}
+    return {"project": proj, "add one": added, "reused": float(reused),
+            "build": float(data["build_seconds"]), "cached": float(data["steps_cached"]),
+            "steps": float(data["steps"])}
 
 
 def docker_main(args: argparse.Namespace) -> None:
-    runs = []
+    runs: list[dict[str, float]] = []
+    used: set[str] = set()
     for _ in range(args.runs):
         with tempfile.TemporaryDirectory(prefix="envforge-project-bench-") as scratch:
-            runs.append(docker_run(Path(scratch), args.base_image, args.ca_bundle))
+            runs.append(docker_run(Path(scratch), args.base_image, args.ca_bundle, used))
     med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     load = os.getloadavg()[0]
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
@@ -133,9 +156,11 @@ def docker_main(args: argparse.Namespace) -> None:
     table = (
         f"\n### Docker: {when}: recipe cpu, {platform.machine()}, {os.cpu_count()} CPUs, "
         f"{args.runs} run(s), medians, load average {load:.1f} at the end\n\n"
-        "| project image, cached layers (5 deps) | rebuild after adding one "
-        "| torch's layer reused |\n|---|---|---|\n"
-        f"| {med['project']:.1f} s | {med['add one']:.1f} s | {'yes' if reused else 'NO'} |\n"
+        "| project image, cached layers (5 deps) | rebuild after adding one (end to end) "
+        "| of which the image build | build steps from cache | torch's layer reused |\n"
+        "|---|---|---|---|---|\n"
+        f"| {med['project']:.1f} s | {med['add one']:.1f} s | {med['build']:.1f} s "
+        f"| {med['cached']:.0f} of {med['steps']:.0f} | {'yes' if reused else 'NO'} |\n"
     )
     print(table)
     if args.write:

@@ -81,8 +81,8 @@ def project_context(layer: ProjectLayer, options: RenderOptions, stack: Stack) -
     """The project partials' context for ``layer`` built with ``options`` on ``stack``."""
     for what, value in (("project name", layer.name), ("project lock", layer.lock_name)):
         check_one_line(what, value, source="project")
-    for line in layer.lines:
-        check_one_line("project lock line", line, source=layer.lock_name)
+    # the lock's lines are checked with the lock (envforge.lock.check_lock: one line each,
+    # name==version and hashes); render_dockerfile checks the rendered lines' lengths
     labels = (
         (PROJECT_LABEL, layer.name),
         (PROJECT_KEY_LABEL, layer.key),

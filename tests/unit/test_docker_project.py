@@ -19,7 +19,7 @@ from envforge.backends.docker.projects import (
     split_project_lock,
 )
 from envforge.container.refs import ImageInfo, certified_ref
-from envforge.errors import CertificationFailed, InvalidInput, ProjectError
+from envforge.errors import CertificationFailed, InvalidInput, ProjectError, Unavailable
 from envforge.probe.report import ProbeReport, StepResult
 from envforge.probe.runner import ProbeListener, ProbeTarget
 from envforge.probe.spec import ProbeSpec
@@ -263,3 +263,35 @@ def test_a_shell_refuses_another_projects_image_or_one_built_before_a_change(
     assert "the requirements of demo-proj changed" in said[0]
     assert "--project" in said[0]
     assert "--backend docker" in said[0]
+
+
+def test_a_project_shell_without_the_projects_image_names_the_build_that_makes_it(
+    tmp_path: Path,
+) -> None:
+    project = make_project(tmp_path / "p")
+    engine = FakeEngine()
+    # the recipe's own certified image is there: it does not serve the project
+    engine.images.add(image_attrs(CANDIDATE), certified_ref(RECIPE.name, RECIPE.stack_tag))
+    with pytest.raises(Unavailable) as caught:
+        docker.run(RECIPE, ["python", "train.py"], docker.DockerOptions(project=project),
+                   client=engine)
+    ref = project_ref(RECIPE, project)
+    assert caught.value.message == f"no certified image {ref} on this engine"
+    assert caught.value.hint == (f"envforge build cpu --project {project.root} --backend docker"
+                                 " (or pass --image REF)")
+
+
+def test_a_lock_line_with_many_hashes_renders(tmp_path: Path) -> None:
+    """A package with wheels for many platforms has a lock line of several kB (tomli's:
+    5 kB); the project stage carries it as the recipe's lock steps do."""
+    project = make_project(tmp_path / "p")
+    many = " \\\n    ".join(f"--hash=sha256:{i:064x}" for i in range(80))
+    write_current_lock(project,
+                       extra=f"tomli==2.3.0 \\\n    {many}\n    # via -r requirements.in\n")
+    built = prepare(RECIPE, project, wheelhouse=None, ca_bundle=None, platform=None,
+                    say=lambda _: None)
+    (line,) = [x for x in built.layer.lines if x.startswith("tomli")]
+    assert len(line) > 5000
+    text = render_dockerfile(RECIPE, RenderOptions(lock=built.locked), built.stack,
+                             project=built.layer)
+    assert f"'{line}'" in text

@@ -476,11 +476,15 @@ def run(
 
     options = docker_options(options)
     engine = client if client is not None else _connect(options)
-    ref = _certified_tag(recipe, options)
-    info = image_for_use(engine, recipe, image=options.image, say=options.say, ref=ref)
+    ref, build = _certified_tag(recipe, options), None
+    if options.project is not None:
+        from envforge.backends.docker.projects import build_command, shell_for  # noqa: PLC0415
+
+        build = build_command(recipe, options.project)
+    info = image_for_use(engine, recipe, image=options.image, say=options.say, ref=ref,
+                         build=build)
     env, cwd = dict(recipe.env_map), Path(os.getcwd())
     if options.project is not None:
-        from envforge.backends.docker.projects import shell_for  # noqa: PLC0415
 
         env, cwd = shell_for(info, ref, options.project, recipe,
                              asked=options.image is not None, say=options.say)

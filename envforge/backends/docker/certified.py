@@ -34,21 +34,23 @@ Say = Callable[[str], None]
 
 def image_for_use(
     engine: EngineClient, recipe: Recipe, *, image: str | None, say: Say,
-    ref: str | None = None,
+    ref: str | None = None, build: str | None = None,
 ) -> ImageInfo:
     """The image to run for ``recipe``: ``image`` when asked for (run as asked, with a
     warning when it is not certified for the recipe), else the recipe's certified tag,
     which must name an image its certificate certifies for this recipe and stack
     (:class:`CertificationFailed`, exit 1, naming the fix otherwise). Run the returned
     ``id``, never the tag again: a tag can move between this check and the run.
-    ``ref``: the certified tag to use instead of the recipe's (a project's image)."""
+    ``ref``: the certified tag to use instead of the recipe's (a project's image), and
+    ``build`` the command that makes it (default ``envforge build RECIPE``)."""
+    build = build or f"envforge build {recipe.name}"
     ref = image or ref or certified_ref(recipe.name, recipe.stack_tag)
     info = inspect_image(engine, ref)
     if info is None:
         if image is None:
             raise Unavailable(
                 f"no certified image {ref} on this engine",
-                hint=f"envforge build {recipe.name} (or pass --image REF)",
+                hint=f"{build} (or pass --image REF)",
             )
         raise InvalidInput(f"no image {image} on this engine", hint="docker images")
     problem = _problem(info, ref, recipe)
@@ -57,7 +59,7 @@ def image_for_use(
     elif problem is not None:
         raise CertificationFailed(
             problem,
-            hint=f"envforge build {recipe.name} makes and certifies it again "
+            hint=f"{build} makes and certifies it again "
             "(or pass --image REF to run another image)",
         )
     else:
