@@ -40,7 +40,12 @@ open("trained.txt", "w").write(f"{os.getcwd()} {demo_trainer.VALUE} {torch.__ver
 """
 
 
-def write_project(root: Path, deps: str, checks: str = '"python -c \'import six\'"') -> None:
+#: Checks as ``envforge init`` writes them for a folder without a package (compileall
+#: writes bytecode: the folder is mounted read-only, so under /tmp) and a command.
+CHECKS = '"python -c \'import six\'", "python -m compileall -q ."'
+
+
+def write_project(root: Path, deps: str, checks: str = CHECKS) -> None:
     (root / "pyproject.toml").write_text(PYPROJECT.format(deps=deps, checks=checks))
 
 
@@ -71,6 +76,8 @@ def test_a_project_image_is_certified_runs_the_project_and_keeps_torchs_layer(  
     assert ref.endswith(":cpu-torch2.13.0-cpu-py3.11")
     assert "check:import demo_trainer" in first.stderr
     assert "check:python -c 'import six'" in first.stderr
+    assert "check:python -m compileall -q ." in first.stderr
+    assert not list(project.rglob("__pycache__"))  # certification wrote nothing there
     assert (project / "envforge-cpu.lock.txt").is_file()  # resolved, hashed, kept
     before = inspect_image(client, ref)
     assert before is not None

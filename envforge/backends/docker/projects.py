@@ -42,11 +42,17 @@ Say = Callable[[str], None]
 
 _NOT_REPO = re.compile(r"[^a-z0-9]+")
 
+#: Where Python writes bytecode during certification: the project folder is mounted
+#: read-only, so ``python -m compileall .`` (the smoke check ``envforge init`` writes for
+#: a project without a package) and pytest write theirs under /tmp instead.
+PYCACHE_PREFIX = "/tmp/envforge-pycache"
+
 
 @dataclass(frozen=True)
 class ProjectProbe:
     """What certification adds for a project: its steps, its folder mounted read-only at
-    its own path (command checks run there), and the variables that make it importable."""
+    its own path (command checks run there; nothing a check does changes the user's
+    folder), and the variables that make it importable and keep bytecode in /tmp."""
 
     checks: tuple[CheckFile, ...]
     #: (host folder, container folder) pairs, mounted read-only.
@@ -137,7 +143,7 @@ def probe_for(project: Project) -> ProjectProbe:
     return ProjectProbe(
         checks=project_checks(project),
         mounts=((root, root),),
-        env={"PYTHONPATH": import_path(project, root), "PYTHONDONTWRITEBYTECODE": "1"},
+        env={"PYTHONPATH": import_path(project, root), "PYTHONPYCACHEPREFIX": PYCACHE_PREFIX},
     )
 
 
