@@ -113,7 +113,7 @@ def _stat_line(rel: str, path: str | Path) -> str:
     return f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}\0{st.st_mode}\n"
 
 
-def _record_paths(dist: Path) -> list[str]:
+def record_paths(dist: Path) -> list[str]:
     """The paths a RECORD lists, fast: a line without quotes is split at its first comma
     (CSV quotes any path holding one); quoted lines go through :mod:`csv`."""
     try:
@@ -137,7 +137,7 @@ def _record_paths(dist: Path) -> list[str]:
 def _dist_digest(sp: Path, dist: Path) -> str:
     base = os.fspath(sp) + os.sep
     lines = [_stat_line("RECORD", dist / "RECORD")]
-    lines += [_stat_line(rel, base + rel) for rel in _record_paths(dist)]
+    lines += [_stat_line(rel, base + rel) for rel in record_paths(dist)]
     return hashlib.sha256("".join(lines).encode(errors="surrogateescape")).hexdigest()
 
 

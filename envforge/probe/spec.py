@@ -198,6 +198,9 @@ class ProbeSpec:
     #: torch, numpy, the companions, the recipe's packages); empty without a recipe. Each
     #: gets an ``import:NAME`` step; torchvision and torchaudio add their device steps.
     distributions: tuple[str, ...] = ()
+    #: Run only these of the steps (in the usual order); None: every step. An incremental
+    #: certification re-runs what a change can affect (the venv backend's rebuilds).
+    only: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         problem = step_timeout_problem(self.step_timeout)
@@ -215,7 +218,10 @@ class ProbeSpec:
         companions = tuple(
             step for name in self.distributions for step in COMPANION_STEPS.get(name, ())
         )
-        return (*base, *imports, *companions, *(c.step for c in self.checks))
+        every = (*base, *imports, *companions, *(c.step for c in self.checks))
+        if self.only is None:
+            return every
+        return tuple(step for step in every if step in self.only)
 
     @property
     def startup_deadline(self) -> float:

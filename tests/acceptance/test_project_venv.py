@@ -5,9 +5,13 @@ and its checks with the probe; `shell --project` runs the same `python` a user w
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,10 +21,12 @@ from envforge.probe.spec import ProbeSpec
 from envforge.project.checks import project_checks
 from envforge.project.read import load_project
 
-from .test_venv_cpu import WHEELS, base_env, envforge
+from .test_venv_cpu import ROOT, WHEELS, base_env, envforge
 from .test_venv_cpu import pytestmark as venv_marks
 
 pytestmark = venv_marks
+
+SP = "lib/python3.11/site-packages"
 
 PYPROJECT = """\
 [build-system]
@@ -160,10 +166,47 @@ def test_a_clashing_requirement_stops_before_anything_is_built(
     assert (sorted(p.name for p in venvs.iterdir()) if venvs.is_dir() else []) == before
 
 
-def test_shell_rebuilds_when_the_requirements_change(
+def test_a_kill_mid_rebuild_leaves_the_certified_venv_as_it_was(
     built: dict[str, object], proj: Path, home: Path
 ) -> None:
-    del built
+    """SIGKILL while the rebuild links torch's files into the folder aside: the certified
+    venv is used as it was, nothing of the new one in its place."""
+    path = Path(str(built["path"]))
+    text = (proj / "pyproject.toml").read_text(encoding="utf-8")
+    (proj / "pyproject.toml").write_text(
+        text.replace('"six>=1.16"]', '"six>=1.16", "idna"]'), encoding="utf-8")
+    try:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "envforge", "build", "cpu", "--project", str(proj),
+             "--backend", "venv", "--wheelhouse", str(WHEELS)],
+            cwd=ROOT, env=base_env(home), stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + 120
+        torch_aside: list[Path] = []
+        while not torch_aside and child.poll() is None and time.monotonic() < deadline:
+            torch_aside = list(path.parent.glob(f".{path.name}.tmp-*/{SP}/torch"))
+            time.sleep(0.005)
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait(timeout=30)
+    finally:
+        (proj / "pyproject.toml").write_text(text, encoding="utf-8")
+    assert torch_aside, "the rebuild never reached torch's files"
+    done = envforge("shell", "cpu", "--project", str(proj), "--backend", "venv", "--",
+                    "python", "-c", "import torch, demo_trainer; print(torch.ones(2).sum())",
+                    env=base_env(home))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "tensor(2.)" in done.stdout
+    assert "installing" not in done.stderr  # used as it was: certified, no rebuild
+
+
+def test_shell_rebuilds_when_the_requirements_change_keeping_torchs_files(
+    built: dict[str, object], proj: Path, home: Path
+) -> None:
+    """A requirements change keeps torch's files (the same inodes) and certifies only what
+    the change can affect, saying which certificate it extends; `certify` probes in full."""
+    path = Path(str(built["path"]))
+    torch_inode = os.stat(path / SP / "torch" / "__init__.py").st_ino
+    before = hashlib.sha256((path / ".envforge" / "certified.json").read_bytes()).hexdigest()
     text = (proj / "pyproject.toml").read_text(encoding="utf-8")
     (proj / "pyproject.toml").write_text(
         text.replace('"six>=1.16"]', '"six>=1.16", "idna"]'), encoding="utf-8"
@@ -173,10 +216,25 @@ def test_shell_rebuilds_when_the_requirements_change(
                         "--wheelhouse", str(WHEELS), "--",
                         "python", "-c", "import idna, demo_trainer; print('ok')",
                         env=base_env(home))
+        cert = json.loads((path / ".envforge" / "certified.json").read_text(encoding="utf-8"))
+        full = envforge("certify", "cpu", "--project", str(proj), env=base_env(home))
+        again = json.loads((path / ".envforge" / "certified.json").read_text(encoding="utf-8"))
     finally:
         (proj / "pyproject.toml").write_text(text, encoding="utf-8")
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "ok"
+    assert os.stat(path / SP / "torch" / "__init__.py").st_ino == torch_inode
+    assert list(path.parent.glob(f".{path.name}.*")) == []  # the killed one's swept
+    inc = cert["incremental"]
+    assert inc["extends"]["certificate_sha256"] == f"sha256:{before}"
+    assert "import:idna" in inc["rerun"]
+    assert "check:import demo_trainer" in inc["rerun"]
+    assert [s["name"] for s in cert["report"]["steps"]] == inc["rerun"]  # no torch steps
+    assert any(s["name"] == "matmul" for s in inc["base_report"]["steps"])
+    assert any(label.startswith("torch ") for label in inc["unchanged_stack"])
+    assert full.returncode == 0, full.stderr[-2000:]
+    assert "incremental" not in again
+    assert any(s["name"] == "matmul" for s in again["report"]["steps"])
 
 
 def test_a_hung_command_check_is_stopped_at_its_deadline_with_its_children(

@@ -41,6 +41,12 @@ Building
    failure or Ctrl-C removes the folder aside.
    Either way the probe run is kept in the local evidence store
    (:mod:`envforge.evidence.evidence_store`, ``ENVFORGE_HOME/reports``).
+5. A project's requirements change (:mod:`.staging`): the folder aside starts as a copy
+   of the project's certified venv, the stack's files (torch, its companions, NumPy and
+   what they require) hard-linked, and is synced exactly; when every stack distribution
+   is byte-identical to the certified one, the probe re-runs only the imports of the new
+   or changed distributions and the project's steps, and the certificate says which
+   certificate it extends (``envforge certify`` always runs the full probe).
 
 Modules
 =======
@@ -48,7 +54,8 @@ This package's ``__init__`` is the backend protocol (:class:`envforge.backends.B
 the work is in :mod:`.interpreter` (finding the recipe's Python), :mod:`.layout` (where a
 venv lives, its markers, options and results), :mod:`.install` (uv and the install key),
 :mod:`.certifying` (probe, certificates, a venv's state), :mod:`.building` (build aside and
-swap in) and :mod:`.running` (commands in a venv, signals passed on).
+swap in), :mod:`.staging` (a project's rebuild from its certified venv) and :mod:`.running`
+(commands in a venv, signals passed on).
 """
 
 from __future__ import annotations
@@ -58,15 +65,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from envforge.core import paths
 from envforge.backends.base import BackendOption, HostCheck, Options, ProbeFailed
 from envforge.container.devices import visible_env
+from envforge.core import paths
+from envforge.core.fsutil import write_atomically
 from envforge.errors import (
     CertificationFailed,
     EnvforgeError,
     Unavailable,
 )
-from envforge.core.fsutil import write_atomically
 from envforge.probe.report import ProbeReport
 from envforge.recipe.model import Recipe
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
@@ -10,31 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from envforge import __version__, lock
-from envforge.backends.venvfs import (
-    aside_prefix,
-    content_digests,
-    swap_dirs,
-    sweep_leftovers,
-    verify_records,
-)
-from envforge.errors import (
-    BuildFailed,
-    CertificationFailed,
-    EnvforgeError,
-    Unavailable,
-)
-from envforge.host.syspkg import missing_packages
-from envforge.core.fsutil import (
-    check_folder_target,
-    make_dirs,
-    make_temp_dir,
-    write_atomically,
-    writing,
-)
-from envforge.probe.report import ProbeReport
-from envforge.recipe.model import Level, Recipe
-from envforge.stack import Stack
-
 from envforge.backends.venv.certifying import (
     _cert_json,
     _failure,
@@ -42,6 +18,7 @@ from envforge.backends.venv.certifying import (
     _marker_json,
     _probe,
     _recertify_in_place,
+    full_steps,
     state,
     valid_certificate,
 )
@@ -61,6 +38,38 @@ from envforge.backends.venv.layout import (
     venv_location,
     venv_python,
 )
+from envforge.backends.venv.staging import (
+    Base,
+    Incremental,
+    clone,
+    incremental_record,
+    plan_incremental,
+    rebuild_base,
+)
+from envforge.backends.venvfs import (
+    aside_prefix,
+    content_digests,
+    swap_dirs,
+    sweep_leftovers,
+    verify_records,
+)
+from envforge.core.fsutil import (
+    check_folder_target,
+    make_dirs,
+    make_temp_dir,
+    write_atomically,
+    writing,
+)
+from envforge.errors import (
+    BuildFailed,
+    CertificationFailed,
+    EnvforgeError,
+    Unavailable,
+)
+from envforge.host.syspkg import missing_packages
+from envforge.probe.report import ProbeReport
+from envforge.recipe.model import Level, Recipe
+from envforge.stack import Stack
 
 
 def _reinstall_reason(
@@ -140,7 +149,13 @@ def make(recipe: Recipe, options: VenvOptions = DEFAULT_OPTIONS) -> VenvBuildRes
         options.say(
             f"{target}: reinstalling ({why}); the current venv stays until the new one passes"
         )
-    made = _build_aside(recipe, interp, target, key, lock_file, level, options, stack)
+    base = (rebuild_base(recipe, target, interp, project)
+            if why == "the install inputs changed" else None)
+    if isinstance(base, str):
+        if project is not None:
+            options.say(f"a new venv, torch installed again: {base}")
+        base = None
+    made = _build_aside(recipe, interp, target, key, lock_file, level, options, stack, base)
     if made is None:
         status = "uncertified"
     return VenvBuildResult(
@@ -202,25 +217,17 @@ def _build_aside(  # noqa: PLR0917 - one step of build, its inputs spelled out
     level: Level,
     options: VenvOptions,
     stack: Stack,
+    base: Base | None = None,
 ) -> ProbeReport | None:
     """Install and probe a new venv in ``.<name>.tmp-<owner>-XXXX`` beside ``target``; swap
     it in when it passed, or when there is no certified venv to keep (without probing it
-    when ``options.certify`` is False: None then). The folder aside is
-    removed in every other outcome (failure, Ctrl-C); one left by a killed envforge is
-    swept by the next build."""
+    when ``options.certify`` is False: None then). With a ``base`` (:mod:`.staging`) the
+    folder aside starts as a copy of the certified venv, the stack's files kept, and is
+    synced exactly. The folder aside is removed in every other outcome (failure, Ctrl-C);
+    one left by a killed envforge is swept by the next build."""
     aside = make_temp_dir(aside_prefix(target), target.parent)
     try:
-        options.say(f"creating {target} with Python {interp.version} ({interp.executable})")
-        shutil.rmtree(aside)  # uv venv wants to create the folder itself
-        _install(recipe, interp, aside, options, lock_file, stack)
-        corrupt = verify_records(aside)
-        if corrupt:
-            more = f" (+{len(corrupt) - 1} more)" if len(corrupt) > 1 else ""
-            raise BuildFailed(
-                f"the installed files do not match their RECORD hashes: {corrupt[0]}{more}",
-                hint="uv's cache holds a modified copy: `uv cache clean`, then build again",
-            )
-        content = content_digests(aside)
+        content, base = _stage(recipe, interp, aside, lock_file, options, stack, base)
         fp = fingerprint(aside)
         build_data = {
             "recipe": recipe.name,
@@ -244,11 +251,7 @@ def _build_aside(  # noqa: PLR0917 - one step of build, its inputs spelled out
         if not options.certify:
             _swap_in(aside, target)
             return None
-        report = _probe(recipe, aside, level, options, stack)
-        report.write(aside_markers)
-        if report.passed:
-            write_atomically(aside_markers / CERT_MARKER,
-                             _cert_json(recipe, report, fp, content, options.project))
+        report = _certify_aside(recipe, aside, fp, content, level, options, stack, base)
         old = (valid_certificate(recipe, target, None, options.project)
                if venv_python(target).exists() else None)
         if not report.passed and old is not None:
@@ -263,6 +266,79 @@ def _build_aside(  # noqa: PLR0917 - one step of build, its inputs spelled out
     finally:
         if os.path.lexists(aside):
             shutil.rmtree(aside, ignore_errors=True)
+
+
+def _stage(  # noqa: PLR0917 - one step of build, its inputs spelled out
+    recipe: Recipe,
+    interp: Interpreter,
+    aside: Path,
+    lock_file: Path | None,
+    options: VenvOptions,
+    stack: Stack,
+    base: Base | None,
+) -> tuple[dict[str, str], Base | None]:
+    """Fill the folder aside (a new venv, or a clone of ``base`` synced exactly) and check
+    its files against their RECORD hashes (a clone's hard-linked stack files are the
+    certified ones: not read again); its content digests, and the base it started from
+    (None: a new venv)."""
+    if base is not None:
+        try:
+            linked = clone(base, aside)
+        except OSError as exc:  # no hard links on this file system, a full disk, ...
+            options.say(f"a new venv, torch installed again: cloning {base.path} failed"
+                        f" ({exc.strerror or exc})")
+            base = None
+            shutil.rmtree(aside, ignore_errors=True)
+            os.mkdir(aside, 0o700)
+        else:
+            options.say(f"starting from the certified {base.path}: the stack's files kept"
+                        f" ({linked} entries linked), the requirements synced")
+    if base is None:
+        options.say(f"creating {aside} with Python {interp.version} ({interp.executable})")
+        shutil.rmtree(aside)  # uv venv wants to create the folder itself
+    _install(recipe, interp, aside, options, lock_file, stack, fresh=base is None)
+    content = content_digests(aside)
+    old = base.cert.get("content") if base is not None else None
+    only = None if not isinstance(old, dict) else [
+        d for d, digest in content.items() if old.get(d) != digest]
+    corrupt = verify_records(aside, only=only)
+    if corrupt:
+        more = f" (+{len(corrupt) - 1} more)" if len(corrupt) > 1 else ""
+        raise BuildFailed(
+            f"the installed files do not match their RECORD hashes: {corrupt[0]}{more}",
+            hint="uv's cache holds a modified copy: `uv cache clean`, then build again",
+        )
+    return content, base
+
+
+def _certify_aside(  # noqa: PLR0917 - one step of build, its inputs spelled out
+    recipe: Recipe,
+    aside: Path,
+    fp: str,
+    content: Mapping[str, str],
+    level: Level,
+    options: VenvOptions,
+    stack: Stack,
+    base: Base | None,
+) -> ProbeReport:
+    """Probe the folder aside (incrementally when it was built from ``base`` and the stack
+    is the certified one) and write its certificate there on a pass."""
+    plan: Incremental | str | None = None
+    if base is not None:
+        plan = plan_incremental(base, aside, content, level=level, project=options.project,
+                                steps=full_steps(recipe, level, options, stack))
+        if isinstance(plan, str):
+            options.say(f"full probe: {plan}")
+    only = plan.steps if isinstance(plan, Incremental) else None
+    report = _probe(recipe, aside, level, options, stack, only=only)
+    markers = aside / MARKER_DIR
+    report.write(markers)
+    if report.passed:
+        extends = (incremental_record(base, plan)
+                   if base is not None and isinstance(plan, Incremental) else None)
+        write_atomically(markers / CERT_MARKER, _cert_json(
+            recipe, report, fp, content, options.project, incremental=extends))
+    return report
 
 
 def _swap_in(aside: Path, target: Path) -> None:
@@ -288,10 +364,9 @@ def _note_stale(
         f"note: {', '.join(added)} installed since {path} was certified: its certificate is"
         f" stale; `envforge certify {recipe.name} --backend venv` certifies what is there now"
     )
-    try:
+    # a read-only venv (fsutil's error for it): the note comes again next time
+    with contextlib.suppress(EnvforgeError):
         write_atomically(marker, _marker_json({"added": list(added)}))
-    except EnvforgeError:
-        pass  # a read-only venv (fsutil's error for it): the note comes again next time
 
 
 def ensure(recipe: Recipe, options: VenvOptions = DEFAULT_OPTIONS) -> tuple[Path, bool]:

@@ -5,28 +5,28 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envforge.core import paths
 from envforge.backends.venvfs import (
     content_digests,
-    dist_label,
     describe_changes,
+    dist_label,
     verify_records,
 )
+from envforge.core import paths
+from envforge.core.fsutil import write_files
 from envforge.errors import (
     CertificationFailed,
     Interrupted,
     InvalidInput,
 )
-from envforge.core.fsutil import write_files
 from envforge.probe.report import ProbeReport, StepResult
 from envforge.probe.runner import LocalPythonTarget, ProbeListener, run_probe
 from envforge.probe.spec import CheckFile, ProbeSpec
 from envforge.recipe.model import Level, Recipe
-from envforge.stack import Stack, stack_of
+from envforge.stack import Stack
 
 if TYPE_CHECKING:
     from envforge.project.model import Project
@@ -59,13 +59,17 @@ def probe_venv(
     listener: ProbeListener | None = None,
     stack: Stack | None = None,
     checks: Sequence[CheckFile] = (),
+    only: tuple[str, ...] | None = None,
 ) -> ProbeReport:
     """Run the probe for ``recipe`` (its ``stack``; None: computed from the recipe) with the
-    venv's interpreter and the recipe's env vars; ``checks``: a project's steps."""
+    venv's interpreter and the recipe's env vars; ``checks``: a project's steps; ``only``:
+    these of its steps (an incremental certification), None: all."""
     spec = ProbeSpec.from_recipe(
         recipe, level=level, step_timeout=step_timeout, extra_checks=extra_checks, stack=stack,
         checks=checks,
     )
+    if only is not None:
+        spec = replace(spec, only=only)
     target = LocalPythonTarget(
         python=str(venv_python(venv)), env=venv_environ(venv, recipe, environ)
     )
@@ -97,10 +101,22 @@ def _failure(
     return CertificationFailed(message, hint=hint)
 
 
-def _probe(
-    recipe: Recipe, venv: Path, level: Level, options: VenvOptions, stack: Stack
+def full_steps(recipe: Recipe, level: Level, options: VenvOptions, stack: Stack) -> tuple[str, ...]:
+    """The steps of the probe :func:`_probe` runs (without ``only``)."""
+    return ProbeSpec.from_recipe(
+        recipe, level=level, step_timeout=options.step_timeout,
+        extra_checks=options.extra_checks, stack=stack, checks=project_steps(options.project),
+    ).steps
+
+
+def _probe(  # noqa: PLR0917 - one step of build, its inputs spelled out
+    recipe: Recipe, venv: Path, level: Level, options: VenvOptions, stack: Stack,
+    only: tuple[str, ...] | None = None,
 ) -> ProbeReport:
-    options.say(f"certifying {recipe.name} ({level} probe)")
+    if only is None:
+        options.say(f"certifying {recipe.name} ({level} probe)")
+    else:
+        options.say(f"certifying {recipe.name} incrementally ({len(only)} step(s))")
     try:
         report = probe_venv(
             recipe,
@@ -112,6 +128,7 @@ def _probe(
             listener=options.listener,
             stack=stack,
             checks=project_steps(options.project),
+            only=only,
         )
     except Interrupted:
         raise Interrupted(
@@ -119,7 +136,7 @@ def _probe(
             " certificate is as it was",
             hint=f"run `envforge build {recipe.name} --backend venv` again",
         ) from None
-    _keep_evidence(recipe, venv, report, options.environ)
+    _keep_evidence(recipe, venv, report, options.environ, incremental=only is not None)
     return report
 
 
@@ -134,9 +151,9 @@ def project_steps(project: Project | None) -> tuple[CheckFile, ...]:
 
 def _cert_json(
     recipe: Recipe, report: ProbeReport, fp: str, content: Mapping[str, str],
-    project: Project | None = None,
+    project: Project | None = None, *, incremental: Mapping[str, Any] | None = None,
 ) -> str:
-    data = {
+    data: dict[str, Any] = {
         "recipe": recipe.name,
         "recipe_hash": recipe.hash,
         "project": project_binding(project),
@@ -145,6 +162,8 @@ def _cert_json(
         "level": report.level,
         "report": report.to_dict(),
     }
+    if incremental is not None:  # only what the change could affect was probed again
+        data["incremental"] = dict(incremental)
     return json.dumps(data, indent=2) + "\n"
 
 
@@ -212,22 +231,24 @@ def _recertify_in_place(  # noqa: PLR0917 - one step of build, its inputs spelle
 
 
 def _keep_evidence(
-    recipe: Recipe, target: Path, report: ProbeReport, environ: Mapping[str, str] | None
+    recipe: Recipe, target: Path, report: ProbeReport, environ: Mapping[str, str] | None,
+    *, incremental: bool = False,
 ) -> None:
     """Every venv certification (pass or fail) goes to the local evidence store
-    (``ENVFORGE_HOME`` of ``environ``, like the venvs themselves)."""
+    (``ENVFORGE_HOME`` of ``environ``, like the venvs themselves); an incremental one says
+    so (its report holds only the steps it re-ran)."""
     from envforge.evidence.evidence_store import record_venv  # noqa: PLC0415 - only when certifying
 
-    record_venv(
-        {
-            "recipe": recipe.name,
-            "recipe_hash": recipe.hash,
-            "fingerprint": fingerprint(target),
-            "level": report.level,
-            "report": report.to_dict(),
-        },
-        root=paths.reports_dir(environ),
-    )
+    doc: dict[str, Any] = {
+        "recipe": recipe.name,
+        "recipe_hash": recipe.hash,
+        "fingerprint": fingerprint(target),
+        "level": report.level,
+        "report": report.to_dict(),
+    }
+    if incremental:
+        doc["incremental"] = True
+    record_venv(doc, root=paths.reports_dir(environ))
 
 
 def recertify(recipe: Recipe, options: VenvOptions = DEFAULT_OPTIONS) -> VenvBuildResult:

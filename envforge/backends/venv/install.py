@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING
 
 from envforge import lock
 from envforge.core import proc
+from envforge.core.fsutil import write_atomically
 from envforge.recipe.model import Recipe
-from envforge.render import RenderOptions, plan_venv
+from envforge.render import RenderOptions, VenvPlan, plan_venv
 from envforge.stack import Stack, stack_of
 
 if TYPE_CHECKING:
@@ -137,29 +138,16 @@ def _install(  # noqa: PLR0917 - one step of build, its inputs spelled out
     options: VenvOptions,
     lock_file: Path | None,
     stack: Stack,
+    *,
+    fresh: bool = True,
 ) -> None:
+    """Fill the venv at ``target``: created first when ``fresh``, else (a clone of a
+    certified venv, :mod:`.staging`) synced exactly, what the requirements no longer
+    name removed."""
     uv = lock.uv_bin()
     env = lock.uv_env(options.ca_bundle, options.environ)
-    made = proc.run(
-        [
-            uv,
-            "venv",
-            "--quiet",
-            "--relocatable",
-            "--python",
-            interp.executable,
-            "--python-preference",
-            "only-system",
-            "--no-config",
-            str(target),
-        ],
-        timeout=120.0,
-        env=env,
-    )
-    if not made.ok:
-        raise lock.uv_failure(
-            "creating the venv", made, recipe, hint="check the interpreter with --python PATH"
-        )
+    if fresh:
+        _create(recipe, interp, target, env)
     py = str(venv_python(target))
     plan = plan_venv(recipe, RenderOptions(wheelhouse=options.wheelhouse is not None), stack)
     sources = lock.source_args(recipe, options.wheelhouse, stack)
@@ -178,33 +166,7 @@ def _install(  # noqa: PLR0917 - one step of build, its inputs spelled out
                 *sources,
             ]
         else:
-            req = Path(tmp) / "requirements.txt"
-            con = Path(tmp) / "constraints.txt"
-            req.write_text(plan.requirements_txt, encoding="utf-8")
-            project_lines = options.project.constraints if options.project else ()
-            con.write_text(plan.constraints_txt + "".join(f"{c}\n" for c in project_lines),
-                           encoding="utf-8")
-            indexed: list[str] = []
-            if plan.index_sources:  # the packages from their own index, pinned to it
-                (Path(tmp) / "indexes").mkdir()
-                toml = Path(tmp) / "indexes" / "pyproject.toml"
-                toml.write_text(plan.index_sources, encoding="utf-8")
-                indexed = ["-r", str(toml)]
-            argv = [
-                uv,
-                "pip",
-                "install",
-                "--python",
-                py,
-                "--no-config",
-                *LINK_MODE,
-                "-r",
-                str(req),
-                *indexed,
-                "-c",
-                str(con),
-                *sources,
-            ]
+            argv = _install_argv(py, plan, Path(tmp), options, sources, exact=not fresh)
         options.say(
             f"installing {len(plan.requirements)} requirement(s)"
             + (f" from the lock {lock_file}" if lock_file else "")
@@ -223,8 +185,61 @@ def _install(  # noqa: PLR0917 - one step of build, its inputs spelled out
         _install_editable(recipe, py, Path(editable), options, env, sources)
     _install_pip(py, target, options, env, sources)
     bin_dir = target / "bin"
-    (bin_dir / ENV_SCRIPT).write_text(plan.activate_script, encoding="utf-8")
+    # replaced, never written through: a clone's files may be links (:mod:`.staging`)
+    write_atomically(bin_dir / ENV_SCRIPT, plan.activate_script)
     activate = bin_dir / "activate"
+    hook = ACTIVATE_HOOK.format(name=ENV_SCRIPT)
     if activate.is_file():
-        with activate.open("a", encoding="utf-8") as fh:
-            fh.write(ACTIVATE_HOOK.format(name=ENV_SCRIPT))
+        text = activate.read_text(encoding="utf-8")
+        if hook not in text:
+            write_atomically(activate, text + hook)
+
+
+def _create(recipe: Recipe, interp: Interpreter, target: Path, env: Mapping[str, str]) -> None:
+    """``uv venv`` at ``target`` with ``interp`` (never a downloaded one)."""
+    made = proc.run(
+        [
+            lock.uv_bin(),
+            "venv",
+            "--quiet",
+            "--relocatable",
+            "--python",
+            interp.executable,
+            "--python-preference",
+            "only-system",
+            "--no-config",
+            str(target),
+        ],
+        timeout=120.0,
+        env=env,
+    )
+    if not made.ok:
+        raise lock.uv_failure(
+            "creating the venv", made, recipe, hint="check the interpreter with --python PATH"
+        )
+
+
+def _install_argv(
+    py: str, plan: VenvPlan, tmp: Path, options: VenvOptions, sources: list[str], *,
+    exact: bool,
+) -> list[str]:
+    """``uv pip install`` of the plan's requirements under its constraints (and the
+    project's), written to files in ``tmp``; ``exact``: removing what they do not name."""
+    req = tmp / "requirements.txt"
+    con = tmp / "constraints.txt"
+    # an exact sync keeps the venv's pip (else removed and installed again)
+    keep = "pip\n" if exact and (Path(py).parent / "pip").exists() else ""
+    req.write_text(plan.requirements_txt + keep, encoding="utf-8")
+    project_lines = options.project.constraints if options.project else ()
+    con.write_text(plan.constraints_txt + "".join(f"{c}\n" for c in project_lines),
+                   encoding="utf-8")
+    indexed: list[str] = []
+    if plan.index_sources:  # the packages from their own index, pinned to it
+        (tmp / "indexes").mkdir()
+        toml = tmp / "indexes" / "pyproject.toml"
+        toml.write_text(plan.index_sources, encoding="utf-8")
+        indexed = ["-r", str(toml)]
+    return [
+        lock.uv_bin(), "pip", "install", "--python", py, "--no-config", *LINK_MODE,
+        *(["--exact"] if exact else []), "-r", str(req), *indexed, "-c", str(con), *sources,
+    ]

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from envforge.core import paths
+from envforge.core.jsonlimits import load_file
 from envforge.errors import (
     CertificationFailed,
 )
-from envforge.core.jsonlimits import load_file
 from envforge.probe.report import ProbeReport
 from envforge.probe.runner import ProbeListener
 from envforge.recipe.model import Level, Recipe
