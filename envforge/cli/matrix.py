@@ -29,7 +29,7 @@ def _trust_paths(given: tuple[Path, ...]) -> list[Path]:
 
 def _store_matrix() -> Matrix:
     """The local store's matrix, aggregated in its database (:mod:`envforge.evidence.matrix_db`)."""
-    from envforge.evidence.evidence_store import opened  # noqa: PLC0415 - when run
+    from envforge.evidence.local_store import opened  # noqa: PLC0415 - when run
     from envforge.evidence.matrix_db import store_matrix  # noqa: PLC0415 - when run
 
     with opened() as (conn, problems):

@@ -194,7 +194,7 @@ def _certified_on(name: str, *, gpu: bool, arch: str | None) -> str:
     """Where the recipe passed, from this host's evidence store (certificates, probe
     reports, venv certifications, imports); see
     :func:`envforge.evidence.certified_on.certified_on`."""
-    from envforge.evidence.evidence_store import store_certified_on  # noqa: PLC0415 - only for show
+    from envforge.evidence.local_store import store_certified_on  # noqa: PLC0415 - only for show
 
     return store_certified_on(name, gpu=gpu, arch=arch)
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-from envforge.evidence.records import Evidence
+if TYPE_CHECKING:
+    from envforge.evidence.records import Evidence
 
 _VERSION = re.compile(r"\d+(?:\.\d+)+")
 #: GPU products ``certified_on`` names (most hosts first); the rest are counted.

@@ -21,27 +21,23 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envforge.core.fsutil import make_dirs, read_limited, refuse_special_file
 from envforge.core.jsonlimits import loads
 from envforge.errors import BadPath, EnvforgeError, StorageUnavailable
 from envforge.evidence import tallies
 from envforge.evidence.certified_on import PassRow, host_key
-from envforge.evidence.records import (
-    _KIND_RANK,
-    MAX_FILE_BYTES,
-    Evidence,
-    EvidenceError,
-    Gpu,
-    Problem,
-    parse_document,
-    parse_time,
-)
-from envforge.probe.report import StepResult
+
+if TYPE_CHECKING:
+    from envforge.evidence.records import Evidence, Problem
+
+# envforge.evidence.records (and the probe, host and certificate modules it reads) is
+# imported by the functions that make or read records, not here: ``show`` opens the
+# database and reads two indexes, and starts faster without them.
 
 NAME = "evidence.sqlite"
 SCHEMA_VERSION = "1"
@@ -61,6 +57,7 @@ CREATE TABLE IF NOT EXISTS reports (
 );
 CREATE INDEX IF NOT EXISTS reports_by_recipe ON reports (recipe, outcome);
 CREATE INDEX IF NOT EXISTS reports_by_created ON reports (created DESC, key DESC);
+-- a group's newest pass, found again when its newest row leaves (tallies.py)
 CREATE INDEX IF NOT EXISTS reports_passes
     ON reports (recipe, vendor, arch, product, driver, host_key, created) WHERE outcome = 'pass';
 CREATE TABLE IF NOT EXISTS files (name TEXT PRIMARY KEY);
@@ -125,9 +122,9 @@ def _created(record: Evidence) -> str:
     return record.created.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _row(record: Evidence, document: str) -> tuple[Any, ...]:
+def _row(record: Evidence, document: str, rank: Mapping[Any, int]) -> tuple[Any, ...]:
     return (
-        record.key, _KIND_RANK[record.kind], record.kind, record.recipe, record.recipe_hash,
+        record.key, rank[record.kind], record.kind, record.recipe, record.recipe_hash,
         record.stack, record.outcome, _created(record), record.level, record.gpu.vendor,
         record.gpu.arch, record.gpu.product, record.pci_id, record.gpu_count, record.driver,
         record.kernel, record.torch, record.runtime, record.python, record.envforge_version,
@@ -145,11 +142,14 @@ def add(conn: sqlite3.Connection, items: Iterable[tuple[Evidence, str]]) -> list
     write lock), so a concurrent import of the same reports counts each once; the rows
     go in by ``executemany`` (a record whose key comes twice: its first copy is kept,
     unless a later one ranks higher, as :data:`_UPSERT` decides)."""
+    from envforge.evidence.records import _KIND_RANK  # noqa: PLC0415 - see the imports
+
     pending = list(items)
     conn.execute("BEGIN IMMEDIATE")
     try:
         there = known(conn, list({record.key: None for record, _ in pending}))
-        conn.executemany(_UPSERT, (_row(record, document) for record, document in pending))
+        conn.executemany(_UPSERT, (_row(record, document, _KIND_RANK)
+                                   for record, document in pending))
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
@@ -174,6 +174,9 @@ def known(conn: sqlite3.Connection, keys: Sequence[str]) -> set[str]:
 
 def record_of(row: Sequence[Any]) -> Evidence:
     """A row of ``reports`` (:data:`COLUMNS`, in order) as its :class:`Evidence`."""
+    from envforge.evidence.records import Evidence, Gpu, parse_time  # noqa: PLC0415
+    from envforge.probe.report import StepResult  # noqa: PLC0415 - see the imports
+
     v = dict(zip(COLUMNS, row, strict=True))
     return Evidence(
         key=v["key"], kind=v["kind"], recipe=v["recipe"], recipe_hash=v["recipe_hash"],
@@ -198,16 +201,14 @@ def records(conn: sqlite3.Connection, recipe: str | None = None) -> tuple[Eviden
 
 def pass_rows(conn: sqlite3.Connection, recipe: str) -> tuple[int, list[PassRow]]:
     """(runs of ``recipe``, its passing runs as :class:`PassRow`) for ``show``: one row
-    per distinct (vendor, arch, product, driver, host) with its newest time, grouped in
-    SQL; :func:`~envforge.evidence.certified_on.describe` reads no more than that, so a
-    host's nightly passes are one row, not one per night. Both read indexes only (the
-    recipe's entries of ``reports_by_recipe`` and of the partial index ``reports_passes``),
-    never the table."""
-    (runs,) = conn.execute("SELECT COUNT(*) FROM reports WHERE recipe = ?", (recipe,)).fetchone()
+    per distinct (vendor, arch, product, driver, host) with its newest time, from the
+    tally the triggers keep (:mod:`envforge.evidence.tallies`): a few rows, whatever the
+    store's size; :func:`~envforge.evidence.certified_on.describe` reads no more than that."""
+    (runs,) = conn.execute(
+        "SELECT COALESCE(SUM(n), 0) FROM show_tally WHERE recipe = ?", (recipe,)).fetchone()
     rows = conn.execute(
-        "SELECT vendor, arch, product, driver, host_key, MAX(created) FROM reports "
-        "WHERE recipe = ? AND outcome = 'pass' "
-        "GROUP BY vendor, arch, product, driver, host_key", (recipe,))
+        "SELECT vendor, arch, product, driver, host_key, newest FROM show_tally "
+        "WHERE recipe = ? AND passed = 1", (recipe,))
     return int(runs), [PassRow(*r) for r in rows]
 
 
@@ -229,6 +230,8 @@ def sync_folder(conn: sqlite3.Connection, folder: Path, redact: Callable[[str], 
     """Read the ``*.json`` report files of ``folder`` not read before into the database
     (nothing when the folder's mtime did not change since the last read); the files that
     were skipped, and why."""
+    from envforge.evidence import records as rec  # noqa: PLC0415 - see the imports
+
     try:
         stamp = str(folder.stat().st_mtime_ns)
     except OSError:
@@ -243,12 +246,13 @@ def sync_folder(conn: sqlite3.Connection, folder: Path, redact: Callable[[str], 
     items: list[tuple[Evidence, str]] = []
     for name in new:
         try:
-            text = read_limited(Path(name), MAX_FILE_BYTES).decode("utf-8")
-            items.append((parse_document(loads(text), redact, signatures=signatures), text))
-        except EvidenceError as exc:
-            problems.append(Problem(name, exc.message))
+            text = read_limited(Path(name), rec.MAX_FILE_BYTES).decode("utf-8")
+            items.append((rec.parse_document(loads(text), redact, signatures=signatures),
+                          text))
+        except rec.EvidenceError as exc:
+            problems.append(rec.Problem(name, exc.message))
         except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-            problems.append(Problem(name, f"cannot read: {exc}"))
+            problems.append(rec.Problem(name, f"cannot read: {exc}"))
     add(conn, items)
     conn.executemany("INSERT OR IGNORE INTO files (name) VALUES (?)", [(n,) for n in new])
     conn.execute("INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)", (mark, stamp))

@@ -29,16 +29,16 @@ normalised records (no probe target, no snapshot) with step details redacted aga
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any
 
 from envforge.core import paths
 from envforge.evidence import evidence_db
-from envforge.evidence.certified_on import describe
+from envforge.evidence.local_store import opened as opened  # noqa: PLC0414 - re-exported
+from envforge.evidence.local_store import sources as sources  # noqa: PLC0414 - re-exported
+from envforge.evidence.local_store import store_certified_on as store_certified_on  # noqa: PLC0414
 from envforge.evidence.records import (
     _KIND_RANK,
     Evidence,
@@ -56,27 +56,6 @@ SNAPSHOT_KEPT = (
 )
 
 
-def sources(environ: Mapping[str, str] | None = None) -> list[Path]:
-    """The store's folders of files (certificates first)."""
-    return [paths.certificates_dir(environ), paths.reports_dir(environ)]
-
-
-@contextmanager
-def opened(
-    environ: Mapping[str, str] | None = None, *, redact: Redactor | None = None,
-) -> Iterator[tuple[sqlite3.Connection, tuple[Problem, ...]]]:
-    """The store's database, with the folders' new files read in (a signed certificate's
-    signature checked: one that does not match is skipped); the files skipped."""
-    redactor = Redactor.for_this_host() if redact is None else redact
-    with evidence_db.connect(evidence_db.db_path(paths.state_dir(environ))) as conn:
-        problems: list[Problem] = []
-        for folder in sources(environ):
-            if folder.is_dir():
-                # signatures always: a row is read once, whoever reads it first
-                problems += evidence_db.sync_folder(conn, folder, redactor, signatures=True)
-        yield conn, tuple(problems)
-
-
 def read_store(
     environ: Mapping[str, str] | None = None,
     *,
@@ -87,15 +66,6 @@ def read_store(
     del signatures  # rows are checked when they are read in (see :func:`opened`)
     with opened(environ) as (conn, problems):
         return EvidenceSet(evidence_db.records(conn, recipe), problems)
-
-
-def store_certified_on(recipe: str, *, gpu: bool = True, arch: str | None = None,
-                       environ: Mapping[str, str] | None = None) -> str:
-    """:func:`envforge.evidence.certified_on.certified_on` for ``recipe`` over the store, read
-    from the database's columns (no report is decoded)."""
-    with opened(environ) as (conn, _problems):
-        runs, passes = evidence_db.pass_rows(conn, recipe)
-    return describe(runs, passes, gpu=gpu, arch=arch)
 
 
 def _redact_any(value: Any, redact: Redactor) -> Any:

@@ -59,54 +59,66 @@ def _by_frequency(counts: Counter[str]) -> tuple[str, ...]:
     return tuple(sorted(kept, key=lambda v: (-counts[v], v)))
 
 
-def _median(values: Sequence[tuple[float, int]]) -> float:
-    """The median of ``values`` (distinct, ascending, each with its count), as
-    :func:`statistics.median` gives it for the values repeated."""
-    total = sum(n for _, n in values)
-
-    def nth(index: int) -> float:
-        seen = 0
-        for value, n in values:
-            seen += n
-            if index < seen:
-                return value
-        raise IndexError(index)
-
-    if total % 2:
-        return nth(total // 2)
-    return (nth(total // 2 - 1) + nth(total // 2)) / 2
+def _middle(times: Sequence[float], counts: Sequence[int]) -> tuple[int, float, float]:
+    """(count, median, max) of the times ``times`` (ascending) counted ``counts``: the
+    median as :func:`statistics.median` gives it for the times repeated."""
+    total = sum(counts)
+    low_at, high_at = (total - 1) // 2, total // 2  # the two middle indexes (equal: odd)
+    seen, low = 0, times[0]
+    for value, n in zip(times, counts, strict=True):
+        if seen <= low_at < seen + n:
+            low = value
+        if seen <= high_at < seen + n:
+            return total, (low + value) / 2, times[-1]
+        seen += n
+    raise ValueError("no times")  # unreachable: the counts sum to total
 
 
 @dataclass
 class _Steps:
-    """A cell's step tallies: per name, each time with its count, and the statuses."""
+    """A cell's step statistics by name: (runs, median, max), and the statuses."""
 
-    times: dict[str, Counter[float]] = field(default_factory=dict)
+    stats: dict[str, tuple[int, float, float]] = field(default_factory=dict)
     outcomes: dict[str, Counter[str]] = field(default_factory=dict)
 
-    def add(self, name: str, status: str, seconds: float, n: int) -> None:
-        self.times.setdefault(name, Counter())[seconds] += n
-        self.outcomes.setdefault(name, Counter())[status] += n
-
-    def stats(self, order: Sequence[str]) -> tuple[StepStat, ...]:
-        result = []
-        for name in order:
-            values = sorted(self.times[name].items())
-            outcomes = self.outcomes[name]
-            result.append(StepStat(
-                name=name, runs=sum(n for _, n in values),
-                median=round(_median(values), 3), max=round(values[-1][0], 3),
-                outcomes={k: outcomes[k] for k in STEP_ORDER if outcomes[k]},
-            ))
-        return tuple(result)
+    def ordered(self, order: Sequence[str]) -> tuple[StepStat, ...]:
+        return tuple(
+            StepStat(name=name, runs=self.stats[name][0], median=round(self.stats[name][1], 3),
+                     max=round(self.stats[name][2], 3),
+                     outcomes={k: self.outcomes[name][k] for k in STEP_ORDER
+                               if self.outcomes[name][k]})
+            for name in order
+        )
 
 
 def _step_tallies(conn: sqlite3.Connection) -> dict[tuple[str, str, str], _Steps]:
+    """Each cell's step statistics, read once in the tally's key order (cell, name, time,
+    status): a step's times gathered while its name lasts, a time's statuses added up."""
     found: dict[tuple[str, str, str], _Steps] = defaultdict(_Steps)
-    rows = conn.execute(
-        "SELECT vendor, arch, col, name, status, seconds, n FROM step_tally")
-    for vendor, arch, column, name, status, seconds, n in rows:
-        found[(vendor, arch, column)].add(name, status, float(seconds), int(n))
+    group: tuple[str, str, str, str] | None = None
+    times: list[float] = []
+    counts: list[int] = []
+    statuses: Counter[str] = Counter()
+
+    def close() -> None:
+        if group is not None:
+            steps = found[group[:3]]
+            steps.stats[group[3]] = _middle(times, counts)
+            steps.outcomes[group[3]] = statuses
+
+    rows = conn.execute("SELECT vendor, arch, col, name, seconds, status, n FROM step_tally "
+                        "ORDER BY vendor, arch, col, name, seconds, status")
+    for vendor, arch, column, name, seconds, status, n in rows:
+        if group != (vendor, arch, column, name):
+            close()
+            group, times, counts, statuses = (vendor, arch, column, name), [], [], Counter()
+        if times and times[-1] == seconds:
+            counts[-1] += n
+        else:
+            times.append(seconds)
+            counts.append(n)
+        statuses[status] += n
+    close()
     return found
 
 
@@ -153,7 +165,7 @@ def _cell(conn: sqlite3.Connection, key: tuple[str, str, str], tally: _Tally,
         drivers=(drivers[0], drivers[-1]) if drivers else None,
         products=_by_frequency(tally.products),
         stacks=_by_frequency(tally.stacks),
-        steps=steps.stats(_step_order(conn, key, runs, steps.times)),
+        steps=steps.ordered(_step_order(conn, key, runs, steps.stats)),
         runs=runs,
         failures=failures,
     )

@@ -1,6 +1,9 @@
-"""Counts the database keeps beside the reports, so ``matrix`` reads tallies, not reports.
+"""Counts the database keeps beside the reports, so ``matrix`` and ``show`` read tallies,
+not reports.
 
-``cell_tally``: reports per (GPU vendor, arch, matrix column, outcome, product, stack,
+``show_tally``: runs per recipe, and its passing runs per (GPU vendor, arch, product,
+driver, host) with the newest time (what ``show``'s "certified on" line says);
+``cell_tally``: reports per (vendor, arch, matrix column, outcome, product, stack,
 driver); ``step_tally``: step results per (vendor, arch, column, step name, status,
 seconds). Both are kept by triggers on ``reports`` (insert, delete, and the replacement of
 a plain copy by a certificate of the same run), inside the writer's own transaction, so
@@ -8,9 +11,10 @@ they always agree with the rows whoever writes them. A step's median is exact fr
 tally (each distinct time with its count). The matrix column is the recipe, else the
 stack, else ``(unnamed)`` (:attr:`envforge.evidence.records.Evidence.column`).
 
-A store made before these tables is migrated the first time it is opened
-(:func:`migrate`): the tallies are counted from the rows, once, under the write lock,
-and ``meta`` records it; a later open finds the mark and does nothing.
+A store made before these tables, or by a version whose tallies differ (``meta``'s mark
+is not :data:`VERSION`), is migrated the first time it is opened (:func:`migrate`): its
+triggers and tallies are made again and counted from the rows, once, under the write
+lock, and the mark is set; a later open finds the mark and does nothing.
 
 Indexes for the per-cell queries: the newest runs of a cell, and its newest runs that
 did not pass (a partial index, so a cell of 100,000 passes costs no scan to find none).
@@ -27,7 +31,7 @@ _CELL_KEY = ("vendor", "arch", "col", "outcome", "product", "stack", "driver")
 _STEP = ("json_extract(j.value, '$.name')", "json_extract(j.value, '$.status')",
          "CAST(json_extract(j.value, '$.seconds') AS REAL)")
 MARK = "tallies"
-VERSION = "1"
+VERSION = "2"  # 1: cell and step tallies; 2: show_tally, step_tally keyed by time
 
 
 def _column(r: str) -> str:
@@ -46,8 +50,26 @@ def _cell_match(r: str) -> str:
     return " AND ".join(f"{k} = {v}" for k, v in zip(_CELL_KEY, values, strict=True))
 
 
+_SHOW_KEY = ("recipe", "passed", "vendor", "arch", "product", "driver", "host_key")
+
+
+def _show_values(r: str) -> tuple[str, ...]:
+    """``show_tally``'s key of the row ``r``: a run that did not pass counts for its
+    recipe only (its GPU and host are not what ``show`` reads)."""
+    passed = f"({r}.outcome = 'pass')"
+    return (f"{r}.recipe", passed, *(f"CASE WHEN {passed} THEN {r}.{c} ELSE '' END"
+                                     for c in _SHOW_KEY[2:]))
+
+
+def _show_match(r: str) -> str:
+    return " AND ".join(f"{k} = {v}" for k, v in zip(_SHOW_KEY, _show_values(r), strict=True))
+
+
 def _add(r: str) -> str:
     return f"""
+    INSERT INTO show_tally VALUES ({", ".join(_show_values(r))}, 1,
+            CASE WHEN {r}.outcome = 'pass' THEN {r}.created ELSE '' END)
+        ON CONFLICT DO UPDATE SET n = n + 1, newest = MAX(newest, excluded.newest);
     INSERT INTO cell_tally VALUES ({_cell_values(r)}, 1)
         ON CONFLICT DO UPDATE SET n = n + 1;
     INSERT INTO step_tally SELECT {r}.vendor, {r}.arch, {_column(r)}, {", ".join(_STEP)}, 1
@@ -58,7 +80,13 @@ def _take(r: str) -> str:
     cell = f"vendor = {r}.vendor AND arch = {r}.arch AND col = {_column(r)}"
     same = " AND ".join(f"{a} = step_tally.{b}" for a, b in
                         zip(_STEP, ("name", "status", "seconds"), strict=True))
+    newest = " AND ".join(f"{c} = {r}.{c}" for c in _SHOW_KEY[2:])
     return f"""
+    UPDATE show_tally SET n = n - 1 WHERE {_show_match(r)};
+    DELETE FROM show_tally WHERE {_show_match(r)} AND n <= 0;
+    UPDATE show_tally SET newest = COALESCE((SELECT MAX(created) FROM reports
+            WHERE recipe = {r}.recipe AND outcome = 'pass' AND {newest}), '')
+        WHERE {_show_match(r)} AND {r}.outcome = 'pass' AND newest = {r}.created;
     UPDATE cell_tally SET n = n - 1 WHERE {_cell_match(r)};
     DELETE FROM cell_tally WHERE {_cell_match(r)} AND n <= 0;
     UPDATE step_tally SET n = n - (SELECT COUNT(*) FROM json_each({r}.steps) AS j WHERE {same})
@@ -67,33 +95,47 @@ def _take(r: str) -> str:
     DELETE FROM step_tally WHERE {cell} AND n <= 0;"""
 
 
-DDL = f"""
-CREATE TABLE IF NOT EXISTS cell_tally (
+#: The tallies (their columns in this order since version 1: older code counting them
+#: again, with positional inserts, still fills them right).
+_TABLES = (
+    f"""CREATE TABLE IF NOT EXISTS show_tally (
+    recipe TEXT NOT NULL, passed INTEGER NOT NULL, vendor TEXT NOT NULL, arch TEXT NOT NULL,
+    product TEXT NOT NULL, driver TEXT NOT NULL, host_key TEXT NOT NULL, n INTEGER NOT NULL,
+    newest TEXT NOT NULL,
+    PRIMARY KEY ({", ".join(_SHOW_KEY)})
+) WITHOUT ROWID""",
+    f"""CREATE TABLE IF NOT EXISTS cell_tally (
     vendor TEXT NOT NULL, arch TEXT NOT NULL, col TEXT NOT NULL, outcome TEXT NOT NULL,
     product TEXT NOT NULL, stack TEXT NOT NULL, driver TEXT NOT NULL, n INTEGER NOT NULL,
     PRIMARY KEY ({", ".join(_CELL_KEY)})
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS step_tally (
+) WITHOUT ROWID""",
+    # keyed in time order within a step, so a step's median is read in key order
+    """CREATE TABLE IF NOT EXISTS step_tally (
     vendor TEXT NOT NULL, arch TEXT NOT NULL, col TEXT NOT NULL, name TEXT NOT NULL,
     status TEXT NOT NULL, seconds REAL NOT NULL, n INTEGER NOT NULL,
-    PRIMARY KEY (vendor, arch, col, name, status, seconds)
-) WITHOUT ROWID;
-CREATE TRIGGER IF NOT EXISTS tally_insert AFTER INSERT ON reports BEGIN {_add("NEW")}
-END;
-CREATE TRIGGER IF NOT EXISTS tally_delete AFTER DELETE ON reports BEGIN {_take("OLD")}
-END;
-CREATE TRIGGER IF NOT EXISTS tally_update AFTER UPDATE ON reports BEGIN {_take("OLD")}
-{_add("NEW")}
-END;
-CREATE INDEX IF NOT EXISTS reports_by_cell
-    ON reports (vendor, arch, {COLUMN}, created, key);
-CREATE INDEX IF NOT EXISTS reports_failed_by_cell
-    ON reports (vendor, arch, {COLUMN}, created, key) WHERE outcome != 'pass';
-"""
+    PRIMARY KEY (vendor, arch, col, name, seconds, status)
+) WITHOUT ROWID""",
+)
+_TRIGGERS = {
+    "tally_insert": f"AFTER INSERT ON reports BEGIN {_add('NEW')}\nEND",
+    "tally_delete": f"AFTER DELETE ON reports BEGIN {_take('OLD')}\nEND",
+    "tally_update": f"AFTER UPDATE ON reports BEGIN {_take('OLD')}\n{_add('NEW')}\nEND",
+}
+_CREATE = (
+    *_TABLES,
+    *(f"CREATE TRIGGER IF NOT EXISTS {name} {body}" for name, body in _TRIGGERS.items()),
+    f"CREATE INDEX IF NOT EXISTS reports_by_cell ON reports (vendor, arch, {COLUMN}, created, key)",
+    f"""CREATE INDEX IF NOT EXISTS reports_failed_by_cell
+    ON reports (vendor, arch, {COLUMN}, created, key) WHERE outcome != 'pass'""",
+)
+#: What :func:`envforge.evidence.evidence_db.connect` runs on every open (all ``IF NOT
+#: EXISTS``: nothing is done twice); :func:`migrate` makes a store from before current.
+DDL = "".join(f"{statement};\n" for statement in _CREATE)
 
 _COUNT = f"""
-DELETE FROM cell_tally;
-DELETE FROM step_tally;
+INSERT INTO show_tally SELECT {", ".join(_show_values("reports"))}, COUNT(*),
+    MAX(CASE WHEN outcome = 'pass' THEN created ELSE '' END) FROM reports
+    GROUP BY 1, 2, 3, 4, 5, 6, 7;
 INSERT INTO cell_tally SELECT {_cell_values("reports")}, COUNT(*) FROM reports
     GROUP BY 1, 2, 3, 4, 5, 6, 7;
 INSERT INTO step_tally SELECT reports.vendor, reports.arch, {_column("reports")},
@@ -116,6 +158,13 @@ def migrate(conn: sqlite3.Connection) -> None:
     conn.execute("BEGIN IMMEDIATE")
     try:
         if not _marked(conn):
+            # an older version's triggers and tallies go: made again as this one has them
+            for name in _TRIGGERS:
+                conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+            for table in ("show_tally", "cell_tally", "step_tally"):
+                conn.execute(f"DROP TABLE IF EXISTS {table}")
+            for statement in _CREATE:
+                conn.execute(statement)
             for statement in _COUNT.split(";"):
                 if statement.strip():
                     conn.execute(statement)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
-from email.parser import HeaderParser
 from pathlib import Path
 from typing import Any, Literal
 
@@ -239,6 +238,8 @@ def torch_requirement(metadata: str) -> tuple[str, str, str | None]:
     the specifier of its unconditional ``Requires-Dist: torch...`` line (``==2.13.0``,
     ``>=2.14.0``), None when it names none (torchaudio 2.11.0). Name and Version are ""
     when missing."""
+    from email.parser import HeaderParser  # noqa: PLC0415 - 9 ms, for wheels' METADATA only
+
     msg = HeaderParser().parsestr(metadata)
     name, version = str(msg.get("Name") or "").strip(), str(msg.get("Version") or "").strip()
     for line in msg.get_all("Requires-Dist") or []:

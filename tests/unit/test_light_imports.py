@@ -132,3 +132,25 @@ def test_every_command_has_the_summary_of_its_help(name: str) -> None:
     assert SUMMARIES.get(name) == first, (
         f"envforge/cli/__init__.py SUMMARIES[{name!r}] must be {first!r}"
     )
+
+
+def test_show_reads_the_evidence_store_without_the_record_parser(tmp_path: Path) -> None:
+    """``show`` reads the store's indexes: neither the record parser nor the probe's
+    modules are imported (issue 21 §7, start-up of ``show``), unless new files are read."""
+    script = (
+        "import json, sys\n"
+        "from envforge.cli import main\n"
+        "code = main(['show', 'cpu'])\n"
+        "sys.stdout.flush()\n"
+        "seen = sorted(m for m in sys.modules if m.startswith(('envforge.evidence.records',"
+        " 'envforge.probe', 'envforge.publish', 'email.parser')))\n"
+        "sys.stderr.write('\\nMODULES ' + json.dumps([code, seen]) + '\\n')\n"
+    )
+    env = {**_env(), "ENVFORGE_HOME": str(tmp_path / "home")}
+    for _ in range(2):  # the store made on the first run, read on the second
+        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                              text=True, timeout=120, check=False)
+        marker = [ln for ln in done.stderr.splitlines() if ln.startswith("MODULES ")]
+        assert marker, done.stderr[-3000:]
+        assert json.loads(marker[-1][len("MODULES "):]) == [0, []]
+    assert (tmp_path / "home" / "evidence.sqlite").is_file()

@@ -1,11 +1,13 @@
-"""The store's matrix aggregated in SQL (issue 21 §7) is the matrix the records give: the
-same ``matrix.json`` for the same store, through imports, a certificate replacing its
-plain copy, deletions, and a store made before the tallies (migrated once when opened)."""
+"""The store's tallies (issue 21 §7): the matrix aggregated in SQL is the matrix the
+records give (the same ``matrix.json``), and ``show``'s rows are what the reports say,
+through imports, a certificate replacing its plain copy, deletions, updates, and a store
+made before the tallies (counted once when opened)."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
+import statistics
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -16,7 +18,7 @@ import pytest
 from envforge.evidence import evidence_db, tallies
 from envforge.evidence.evidence_store import import_documents, opened, read_store
 from envforge.evidence.matrix import RUNS_PER_CELL, aggregate
-from envforge.evidence.matrix_db import _median, store_matrix
+from envforge.evidence.matrix_db import _step_tallies, store_matrix
 from envforge.evidence.records import Redactor
 from envforge.probe.report import StepResult
 from tests.helpers.matrix_synth import corpus, make_certificate, make_report
@@ -37,6 +39,23 @@ def _both() -> tuple[dict[str, Any], dict[str, Any]]:
     with opened() as (conn, problems):
         got = store_matrix(conn, problems).to_dict(NOW)
     return expected, got
+
+
+def _show_agrees() -> int:
+    """Assert that ``show``'s tally says what the rows say, for every recipe; how many
+    recipes there were."""
+    with opened() as (conn, _problems):
+        recipes = [r[0] for r in conn.execute("SELECT DISTINCT recipe FROM reports")]
+        for recipe in recipes:
+            (runs,) = conn.execute("SELECT COUNT(*) FROM reports WHERE recipe = ?",
+                                   (recipe,)).fetchone()
+            rows = conn.execute(
+                "SELECT vendor, arch, product, driver, host_key, MAX(created) FROM reports "
+                "WHERE recipe = ? AND outcome = 'pass' GROUP BY 1, 2, 3, 4, 5", (recipe,))
+            got_runs, passes = evidence_db.pass_rows(conn, recipe)
+            assert (got_runs, sorted(passes)) == (runs, sorted(tuple(r) for r in rows))
+        assert evidence_db.pass_rows(conn, "no-such-recipe") == (0, [])
+    return len(recipes)
 
 
 def _varied(n: int) -> list[tuple[str, object]]:
@@ -77,6 +96,7 @@ def test_a_certificate_replacing_its_report_and_a_deletion_keep_the_tallies(home
     expected, got = _both()
     assert got == expected
     assert got["reports"] == 40
+    assert _show_agrees() > 2
 
 
 def test_a_store_from_before_the_tallies_is_counted_once_when_opened(home: Path) -> None:
@@ -87,14 +107,31 @@ def test_a_store_from_before_the_tallies_is_counted_once_when_opened(home: Path)
             conn.execute(f"DROP TRIGGER {name}")
         conn.execute("DROP TABLE cell_tally")
         conn.execute("DROP TABLE step_tally")
+        conn.execute("DROP TABLE show_tally")
         conn.execute("DELETE FROM meta WHERE name = ?", (tallies.MARK,))
     expected, got = _both()
     assert got == expected
+    assert _show_agrees() > 2
     with evidence_db.connect(db) as conn:
         conn.execute("UPDATE cell_tally SET n = n + 100")  # a second open counts nothing
     with evidence_db.connect(db) as conn:
         (total,) = conn.execute("SELECT SUM(n) FROM cell_tally").fetchone()
     assert total > 120
+
+
+def test_a_store_marked_by_another_version_gets_this_versions_triggers(home: Path) -> None:
+    import_documents(_varied(50), redact=QUIET)
+    db = home / "evidence.sqlite"
+    with sqlite3.connect(db) as conn:  # another version: its own mark, a trigger unlike ours
+        conn.execute("UPDATE meta SET value = '1' WHERE name = ?", (tallies.MARK,))
+        conn.execute("DROP TRIGGER tally_insert")
+        conn.execute("CREATE TRIGGER tally_insert AFTER INSERT ON reports BEGIN SELECT 1; END")
+    import_documents([(f"n{i}", doc) for i, (_, doc) in enumerate(_varied(130)[50:])],
+                     redact=QUIET)  # opened (migrated) first, then written
+    expected, got = _both()
+    assert got == expected
+    assert got["reports"] == 130
+    assert _show_agrees() > 2
 
 
 def test_an_empty_store_has_an_empty_matrix(home: Path) -> None:
@@ -104,12 +141,17 @@ def test_an_empty_store_has_an_empty_matrix(home: Path) -> None:
 
 
 @pytest.mark.parametrize("values", [[1.0], [1.0, 2.0], [0.5, 0.5, 3.0, 0.25], [2.0] * 6,
-                                    [0.1, 0.2, 0.3, 0.4, 0.7, 1.1, 1.1]])
-def test_the_median_of_counted_values_is_the_median_of_the_values(values: list[float]) -> None:
-    import statistics
-
-    counted = sorted({v: values.count(v) for v in values}.items())
-    assert _median(counted) == statistics.median(values)
+                                    [0.1, 0.2, 0.3, 0.4, 0.7, 1.1, 1.1], [0.3, 0.1, 0.2]])
+def test_the_median_from_counted_times_is_the_median_of_the_times(values: list[float]) -> None:
+    conn = sqlite3.connect(":memory:")
+    for statement in tallies._TABLES:
+        conn.execute(statement)
+    for i, value in enumerate(values):  # statuses split a time's count over rows
+        conn.execute("INSERT INTO step_tally VALUES ('amd', 'gfx1031', 'r', 'matmul', ?, ?, 1) "
+                     "ON CONFLICT DO UPDATE SET n = n + 1", ("pass" if i % 2 else "fail", value))
+    steps = _step_tallies(conn)[("amd", "gfx1031", "r")]
+    assert steps.stats["matmul"] == (len(values), statistics.median(values), max(values))
+    assert sum(steps.outcomes["matmul"].values()) == len(values)
 
 
 def test_cells_read_only_their_newest_rows(home: Path) -> None:
@@ -123,3 +165,18 @@ def test_cells_read_only_their_newest_rows(home: Path) -> None:
     assert cell.runs[0].created == base.created + timedelta(hours=29)
     assert [r.created for r in cell.failures] == [base.created]
     assert cell.total == 30
+
+
+def test_shows_newest_pass_moves_back_when_the_newest_run_goes(home: Path) -> None:
+    base = corpus(1, seed=1)[0]
+    docs = [(f"r{i}", json.loads(make_report(
+        replace(base, recipe="gfx1031", outcome="pass",
+                created=base.created + timedelta(days=i))).to_json())) for i in range(3)]
+    import_documents(docs, redact=QUIET)
+    with opened() as (conn, _problems):
+        (_, (row,)) = evidence_db.pass_rows(conn, "gfx1031")
+        assert row.created.startswith(str((base.created + timedelta(days=2)).date()))
+        conn.execute("DELETE FROM reports WHERE created = ?", (row.created,))
+        (_, (row,)) = evidence_db.pass_rows(conn, "gfx1031")
+        assert row.created.startswith(str((base.created + timedelta(days=1)).date()))
+    assert _show_agrees() == 1

@@ -1,0 +1,53 @@
+"""The local evidence store's database opened for reading: its folders' new files read in
+first (:func:`opened`), and ``show``'s "certified on" line (:func:`store_certified_on`).
+
+Kept apart from :mod:`envforge.evidence.evidence_store` (what is stored, import, export),
+so that ``show`` imports neither the record parser nor the probe's modules unless a
+folder holds files not read before (see :func:`envforge.evidence.evidence_db.sync_folder`).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from envforge.core import paths
+from envforge.evidence import evidence_db
+from envforge.evidence.certified_on import describe
+from envforge.evidence.redact import Redactor
+
+if TYPE_CHECKING:
+    from envforge.evidence.records import Problem
+
+
+def sources(environ: Mapping[str, str] | None = None) -> list[Path]:
+    """The store's folders of files (certificates first)."""
+    return [paths.certificates_dir(environ), paths.reports_dir(environ)]
+
+
+@contextmanager
+def opened(
+    environ: Mapping[str, str] | None = None, *, redact: Redactor | None = None,
+) -> Iterator[tuple[sqlite3.Connection, tuple[Problem, ...]]]:
+    """The store's database, with the folders' new files read in (a signed certificate's
+    signature checked: one that does not match is skipped); the files skipped."""
+    redactor = Redactor.for_this_host() if redact is None else redact
+    with evidence_db.connect(evidence_db.db_path(paths.state_dir(environ))) as conn:
+        problems: list[Problem] = []
+        for folder in sources(environ):
+            if folder.is_dir():
+                # signatures always: a row is read once, whoever reads it first
+                problems += evidence_db.sync_folder(conn, folder, redactor, signatures=True)
+        yield conn, tuple(problems)
+
+
+def store_certified_on(recipe: str, *, gpu: bool = True, arch: str | None = None,
+                       environ: Mapping[str, str] | None = None) -> str:
+    """:func:`envforge.evidence.certified_on.certified_on` for ``recipe`` over the store, read
+    from the database's indexes (no report is decoded)."""
+    with opened(environ) as (conn, _problems):
+        runs, passes = evidence_db.pass_rows(conn, recipe)
+    return describe(runs, passes, gpu=gpu, arch=arch)
