@@ -107,7 +107,9 @@ def test_a_requirement_change_leaves_the_recipe_layers_and_adds_a_project_stage(
     cut = before.index("# Stage \"project\"")
     assert before[:cut] == after[:after.index("# Stage \"project\"")]
     assert recipe_only.startswith(before[:cut].rstrip("\n"))
-    stage = after[after.index("FROM build AS project"):]
+    stage = after[after.index("FROM build AS project"):after.rindex("FROM ")]
+    # the project's system packages come before its Python packages there too
+    assert stage.index("--no-install-recommends ffmpeg") < stage.index("project.lock.txt")
     assert "'idna==3.11 " in stage
     assert "'six==1.17.0 " in stage
     assert "--require-hashes --no-deps" in stage
@@ -300,3 +302,16 @@ def test_a_lock_line_with_many_hashes_renders(tmp_path: Path) -> None:
     text = render_dockerfile(RECIPE, RenderOptions(lock=built.locked), built.stack,
                              project=built.layer)
     assert f"'{line}'" in text
+
+
+def test_the_quick_probe_before_a_fallback_looks_at_the_projects_image(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = make_project(tmp_path / "p")
+    engine = FakeEngine()
+    engine.images.add(image_attrs(CANDIDATE), certified_ref(RECIPE.name, RECIPE.stack_tag))
+    monkeypatch.setattr(docker, "_connect", lambda _options: engine)
+    problem = docker.check(RECIPE, docker.DockerOptions(project=project))
+    assert problem == (f"no certified image {project_ref(RECIPE, project)} on this engine"
+                       f" (fix: envforge build cpu --project {project.root} --backend docker"
+                       " (or pass --image REF))")

@@ -165,6 +165,15 @@ def _project_part(
     return _certified_tag(recipe, options), probe or probe_for(options.project)
 
 
+def _build_command(recipe: Recipe, options: DockerOptions) -> str | None:
+    """The command that makes the project's image (None: the recipe's, the default)."""
+    if options.project is None:
+        return None
+    from envforge.backends.docker.projects import build_command  # noqa: PLC0415 - projects
+
+    return build_command(recipe, options.project)
+
+
 def _certified_tag(recipe: Recipe, options: DockerOptions) -> str:
     """``envforge/RECIPE:STACK``, or the project's (:func:`.projects.project_ref`)."""
     if options.project is None:
@@ -448,7 +457,9 @@ def check(
     try:
         client = _connect(options)
         try:
-            info = image_for_use(client, recipe, image=None, say=options.say)
+            info = image_for_use(client, recipe, image=None, say=options.say,
+                                 ref=_certified_tag(recipe, options),
+                                 build=_build_command(recipe, options))
             spec = ProbeSpec.from_recipe(recipe, level="quick", step_timeout=step_timeout)
             target = DockerTarget(client, info.id, flags_for(client, recipe, options))
             report = run_probe(spec, target, listener=options.listener)
@@ -476,15 +487,12 @@ def run(
 
     options = docker_options(options)
     engine = client if client is not None else _connect(options)
-    ref, build = _certified_tag(recipe, options), None
-    if options.project is not None:
-        from envforge.backends.docker.projects import build_command, shell_for  # noqa: PLC0415
-
-        build = build_command(recipe, options.project)
+    ref = _certified_tag(recipe, options)
     info = image_for_use(engine, recipe, image=options.image, say=options.say, ref=ref,
-                         build=build)
+                         build=_build_command(recipe, options))
     env, cwd = dict(recipe.env_map), Path(os.getcwd())
     if options.project is not None:
+        from envforge.backends.docker.projects import shell_for  # noqa: PLC0415 - projects
 
         env, cwd = shell_for(info, ref, options.project, recipe,
                              asked=options.image is not None, say=options.say)
