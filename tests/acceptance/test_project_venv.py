@@ -39,6 +39,9 @@ version = "0.1"
 requires-python = ">=3.10"
 dependencies = ["torch>=2.4", "six>=1.16"]
 
+[project.optional-dependencies]
+fast = ["sortedcontainers"]
+
 [tool.envforge]
 recipe = "cpu"
 checks = ["tests/smoke.py", "python -c \\"import demo_trainer; assert demo_trainer.VALUE == 41\\""]
@@ -235,6 +238,85 @@ def test_shell_rebuilds_when_the_requirements_change_keeping_torchs_files(
     assert full.returncode == 0, full.stderr[-2000:]
     assert "incremental" not in again
     assert any(s["name"] == "matmul" for s in again["report"]["steps"])
+
+
+def test_an_optional_extra_is_installed_certified_and_used_by_the_shell(
+    built: dict[str, object], proj: Path, home: Path
+) -> None:
+    """``--extra NAME`` (issue 19 §1, §10): the extra's requirements are resolved on the stack,
+    installed, imported by the probe; the shell with the same extra uses that venv as it is."""
+    path = Path(str(built["path"]))
+    done = envforge("build", "cpu", "--project", str(proj), "--extra", "fast", "--backend",
+                    "venv", "--wheelhouse", str(WHEELS), env=base_env(home))
+    assert done.returncode == 0, done.stderr[-3000:]
+    probe = json.loads((path / ".envforge" / "probe.json").read_text(encoding="utf-8"))
+    steps = {s["name"]: s["status"] for s in probe["steps"]}
+    assert steps["import:sortedcontainers"] == "pass"
+    assert steps["check:import demo_trainer"] == "pass"
+    shell = envforge("shell", "cpu", "--project", str(proj), "--extra", "fast", "--backend",
+                     "venv", "--", "python", "-c",
+                     "import sortedcontainers, demo_trainer; print('ok')", env=base_env(home))
+    assert (shell.returncode, shell.stdout.strip()) == (0, "ok"), shell.stderr[-2000:]
+    assert "installing" not in shell.stderr  # certified with the extra: no rebuild
+    wrong = envforge("build", "cpu", "--project", str(proj), "--extra", "fsat", "--backend",
+                     "venv", env=base_env(home))
+    assert wrong.returncode == 2, wrong.stderr
+    assert "'fsat'" in wrong.stderr
+    assert "'fast'" in wrong.stderr  # the extra it has
+
+
+def test_a_flat_requirements_project_builds_exactly_its_lock(
+    tmp_path: Path, home: Path
+) -> None:
+    """A requirements.txt project with a ``-r`` include and an envforge.toml check: locked
+    around the stack, then built from that lock (uv pip sync --require-hashes), the
+    included file's packages installed and imported, its check certified."""
+    root = tmp_path / "flat-trainer"
+    root.mkdir()
+    (root / "requirements.txt").write_text("torch>=2.4\n-r more.txt\n", encoding="utf-8")
+    (root / "more.txt").write_text("six\nnumpy<3\n", encoding="utf-8")
+    (root / "envforge.toml").write_text('checks = ["smoke.py"]\n', encoding="utf-8")
+    (root / "smoke.py").write_text(
+        "import six, torch\nassert torch.ones(3).sum().item() == 3.0\n", encoding="utf-8")
+    env = base_env(home)
+    locked = envforge("lock", "cpu", "--project", str(root), "--wheelhouse", str(WHEELS),
+                      env=env)
+    assert locked.returncode == 0, locked.stderr[-3000:]
+    done = envforge("build", "cpu", "--project", str(root), "--backend", "venv",
+                    "--wheelhouse", str(WHEELS), "--level", "quick", "--json", env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads(done.stdout)
+    lock = root / "envforge-cpu.lock.txt"
+    assert data["lock"] == str(lock)
+    path = Path(str(data["path"]))
+    assert "-flat-trainer-" in path.name
+    pinned = {line.split("==")[0].strip().lower().replace("_", "-")
+              for line in lock.read_text(encoding="utf-8").splitlines()
+              if "==" in line and not line.startswith((" ", "#"))}
+    installed = {d.name.split("-")[0].lower().replace("_", "-")
+                 for d in (path / SP).glob("*.dist-info")}
+    assert {"torch", "six", "numpy"} <= pinned
+    assert installed - {"pip"} == pinned  # exactly the lock (and the venv's own pip)
+    probe = json.loads((path / ".envforge" / "probe.json").read_text(encoding="utf-8"))
+    steps = {s["name"]: s["status"] for s in probe["steps"]}
+    assert steps["import:six"] == "pass"
+    assert steps["check:smoke.py"] == "pass"
+    assert not any(n.startswith("check:import ") for n in steps)  # nothing to install
+
+    # the included file changes, the lock follows: the rebuild syncs the clone to the new
+    # lock, torch's files kept, certified incrementally
+    torch_inode = os.stat(path / SP / "torch" / "__init__.py").st_ino
+    (root / "more.txt").write_text("six\nnumpy<3\nidna\n", encoding="utf-8")
+    relocked = envforge("lock", "cpu", "--project", str(root), "--wheelhouse", str(WHEELS),
+                        env=env)
+    assert relocked.returncode == 0, relocked.stderr[-3000:]
+    again = envforge("build", "cpu", "--project", str(root), "--backend", "venv",
+                     "--wheelhouse", str(WHEELS), "--level", "quick", env=env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "incrementally" in again.stderr
+    assert os.stat(path / SP / "torch" / "__init__.py").st_ino == torch_inode
+    cert = json.loads((path / ".envforge" / "certified.json").read_text(encoding="utf-8"))
+    assert cert["incremental"]["rerun"] == ["import:idna", "check:smoke.py"]
 
 
 def test_a_hung_command_check_is_stopped_at_its_deadline_with_its_children(
