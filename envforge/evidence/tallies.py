@@ -23,6 +23,7 @@ did not pass (a partial index, so a cell of 100,000 passes costs no scan to find
 from __future__ import annotations
 
 import sqlite3
+import sys
 
 #: The matrix column of a row of ``reports`` (as the cell indexes have it: a query must
 #: name it in these very words to use them).
@@ -144,6 +145,19 @@ INSERT INTO step_tally SELECT reports.vendor, reports.arch, {_column("reports")}
 """
 
 
+#: From how many reports counting them is announced (it takes a while: 1,000,000
+#: reports, about two minutes on a busy 2-CPU machine).
+ANNOUNCE_FROM = 20_000
+
+
+def _announce(conn: sqlite3.Connection) -> None:
+    (rows,) = conn.execute("SELECT COUNT(*) FROM reports").fetchone()
+    if rows >= ANNOUNCE_FROM:
+        sys.stderr.write(f"envforge: counting the evidence store's {rows:,} reports once "
+                         "(a store from an earlier version)...\n")
+        sys.stderr.flush()
+
+
 def _marked(conn: sqlite3.Connection) -> bool:
     row = conn.execute("SELECT value FROM meta WHERE name = ?", (MARK,)).fetchone()
     return row is not None and row[0] == VERSION
@@ -158,6 +172,7 @@ def migrate(conn: sqlite3.Connection) -> None:
     conn.execute("BEGIN IMMEDIATE")
     try:
         if not _marked(conn):
+            _announce(conn)
             # an older version's triggers and tallies go: made again as this one has them
             for name in _TRIGGERS:
                 conn.execute(f"DROP TRIGGER IF EXISTS {name}")

@@ -119,15 +119,21 @@ def test_a_store_from_before_the_tallies_is_counted_once_when_opened(home: Path)
     assert total > 120
 
 
-def test_a_store_marked_by_another_version_gets_this_versions_triggers(home: Path) -> None:
+def test_a_store_marked_by_another_version_gets_this_versions_triggers(
+    home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     import_documents(_varied(50), redact=QUIET)
     db = home / "evidence.sqlite"
     with sqlite3.connect(db) as conn:  # another version: its own mark, a trigger unlike ours
         conn.execute("UPDATE meta SET value = '1' WHERE name = ?", (tallies.MARK,))
         conn.execute("DROP TRIGGER tally_insert")
         conn.execute("CREATE TRIGGER tally_insert AFTER INSERT ON reports BEGIN SELECT 1; END")
+    monkeypatch.setattr(tallies, "ANNOUNCE_FROM", 50)
+    capsys.readouterr()
     import_documents([(f"n{i}", doc) for i, (_, doc) in enumerate(_varied(130)[50:])],
                      redact=QUIET)  # opened (migrated) first, then written
+    assert capsys.readouterr().err == ("envforge: counting the evidence store's 50 reports "
+                                       "once (a store from an earlier version)...\n")
     expected, got = _both()
     assert got == expected
     assert got["reports"] == 130
