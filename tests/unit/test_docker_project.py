@@ -151,9 +151,9 @@ def test_each_project_folder_has_a_tag_of_its_own(tmp_path: Path) -> None:
 def test_the_project_is_importable_from_its_src_folder_or_its_root(tmp_path: Path) -> None:
     src = make_project(tmp_path / "src-layout")
     assert import_path(src, "/workspace") == "/workspace/src"
-    probe = probe_for(src)  # certification: mounted read-only at its own path
-    assert probe.mounts == ((str(src.root), str(src.root)),)
-    assert probe.env["PYTHONPATH"] == f"{src.root}/src"
+    probe = probe_for(src)  # certification: read-only at its own path and at /workspace
+    assert probe.mounts == ((str(src.root), str(src.root)), (str(src.root), "/workspace"))
+    assert probe.env["PYTHONPATH"] == "/workspace/src"
     assert probe.env["PYTHONPYCACHEPREFIX"].startswith("/tmp/")
     flat = tmp_path / "flat"
     (flat / "flat_pkg").mkdir(parents=True)

@@ -9,6 +9,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 
 import docker.errors
+import docker.types
 
 from envforge.backends.docker.client import ContainerModel, EngineClient
 from envforge.backends.docker.containers import (
@@ -153,8 +154,9 @@ class DockerTarget:
         command = [self.python, f"{_PROBE_DIR}/{_PROBE_WORKER}", f"{_PROBE_DIR}/{_PROBE_SPEC}"]
         kwargs = container_kwargs(env={**env, **self.env}, flags=self.flags, role="probe")
         kwargs["name"] = name
-        if self.mounts:
-            kwargs["volumes"] = {src: {"bind": dst, "mode": "ro"} for src, dst in self.mounts}
+        if self.mounts:  # Mount objects: a ':' in a folder's path cannot split them
+            kwargs["mounts"] = [docker.types.Mount(dst, src, type="bind", read_only=True)
+                                for src, dst in self.mounts]
         # a killed envforge (SIGKILL) leaves no probe container: a watcher removes it
         with bound(name):
             container: ContainerModel | None = None

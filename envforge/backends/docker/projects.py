@@ -140,10 +140,14 @@ def import_path(project: Project, mount: str) -> str:
 def probe_for(project: Project) -> ProjectProbe:
     """Certification's part for ``project`` (see :class:`ProjectProbe`)."""
     root = str(project.root)
+    # at its own path (command checks run there) and, as in a shell, at the working
+    # folder, which PYTHONPATH names (a ':' in the folder's path would split PYTHONPATH)
+    mounts = ((root, root),) if root == SHELL_WORKDIR else ((root, root), (root, SHELL_WORKDIR))
     return ProjectProbe(
         checks=project_checks(project),
-        mounts=((root, root),),
-        env={"PYTHONPATH": import_path(project, root), "PYTHONPYCACHEPREFIX": PYCACHE_PREFIX},
+        mounts=mounts,
+        env={"PYTHONPATH": import_path(project, SHELL_WORKDIR),
+             "PYTHONPYCACHEPREFIX": PYCACHE_PREFIX},
     )
 
 
