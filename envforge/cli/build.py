@@ -82,8 +82,9 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
 
     The image is tagged envforge/RECIPE:STACK (e.g. envforge/gfx1010:torch1.13.1-rocm5.2-py3.10)
     only when the probe passed; a failed probe exits 1 and tags nothing. With --project DIR:
-    the project's own environment (its requirements on the stack, the project installed
-    editable, its checks certified); RECIPE defaults to the project's.
+    the project's own environment (its requirements on the stack, its checks certified;
+    venv: the project installed editable; docker: an image of its own, tagged
+    envforge/PROJECT-XXXXXXXX:RECIPE-STACK); RECIPE defaults to the project's.
     """
     from envforge.cli.display import BuildDisplay, ProbeProgress  # noqa: PLC0415 - --help light
 

@@ -57,8 +57,9 @@ def shell(  # noqa: PLR0917 - click passes options positionally by name
     named volumes; the command runs as you; its exit code is passed through. Signals sent
     to envforge (SIGTERM, SIGINT, ...) are passed on to the command (128+N when it dies of
     one); a command that is not found is exit 127, one that cannot be executed 126.
-    With --project DIR: the project's own environment (built first when there is none, or
-    when its requirements changed), the project importable.
+    With --project DIR: the project's own environment, the project importable (venv: built
+    first when there is none, or when its requirements changed; docker: its certified
+    image, DIR mounted at /workspace).
     """
     from envforge.cli.display import ProbeProgress  # noqa: PLC0415 - keeps --help light
 
