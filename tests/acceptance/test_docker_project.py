@@ -66,8 +66,10 @@ def test_a_project_image_is_certified_runs_the_project_and_keeps_torchs_layer(  
     project: Path, envforge: Envforge, client: EngineClient, standin: str, wheelhouse: Path,
     ca_bundle: Path,
 ) -> None:
+    # the quick probe: the project's steps run at both levels, and the recipe's full probe
+    # is test_docker_build's (CI's time is short)
     args = build_args("cpu", standin, wheelhouse, ca_bundle, "--project", str(project),
-                      "--backend", "docker", "--json")
+                      "--backend", "docker", "--level", "quick", "--json")
     first = envforge(*args, timeout=900)
     assert first.returncode == 0, first.stderr[-4000:]
     built = parse_json(first)
