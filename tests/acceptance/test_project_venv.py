@@ -11,11 +11,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from envforge.backends import venvfs
 from envforge.probe.runner import LocalPythonTarget, run_probe
 from envforge.probe.spec import ProbeSpec
 from envforge.project.checks import project_checks
@@ -169,31 +170,51 @@ def test_a_clashing_requirement_stops_before_anything_is_built(
     assert (sorted(p.name for p in venvs.iterdir()) if venvs.is_dir() else []) == before
 
 
+def _build_killed_when(proj: Path, home: Path, reached: Callable[[str], bool]) -> bool:
+    """Start a build of the project and SIGKILL it (and uv) as soon as ``reached`` says so
+    of its stderr so far; whether it got there before it ended."""
+    child = subprocess.Popen(
+        [sys.executable, "-m", "envforge", "build", "cpu", "--project", str(proj),
+         "--backend", "venv", "--wheelhouse", str(WHEELS)],
+        cwd=ROOT, env=base_env(home), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True, start_new_session=True)
+    assert child.stderr is not None
+    said = ""
+    try:
+        while child.poll() is None and not reached(said):
+            said += child.stderr.readline()
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait(timeout=30)
+        child.stderr.close()
+    return reached(said)
+
+
+@pytest.mark.parametrize(
+    "moment",
+    [
+        "starting from the certified",  # the clone is made: torch's files linked aside
+        "installing the project",  # uv has synced the clone: old versions removed, new in
+    ],
+)
 def test_a_kill_mid_rebuild_leaves_the_certified_venv_as_it_was(
-    built: dict[str, object], proj: Path, home: Path
+    built: dict[str, object], proj: Path, home: Path, moment: str
 ) -> None:
-    """SIGKILL while the rebuild links torch's files into the folder aside: the certified
-    venv is used as it was, nothing of the new one in its place."""
+    """SIGKILL while the rebuild works on the folder aside (whose torch files are links
+    to the certified venv's): the certified venv is used as it was, not one file of it
+    touched, nothing of the new one in its place."""
     path = Path(str(built["path"]))
     text = (proj / "pyproject.toml").read_text(encoding="utf-8")
     (proj / "pyproject.toml").write_text(
         text.replace('"six>=1.16"]', '"six>=1.16", "idna"]'), encoding="utf-8")
     try:
-        child = subprocess.Popen(
-            [sys.executable, "-m", "envforge", "build", "cpu", "--project", str(proj),
-             "--backend", "venv", "--wheelhouse", str(WHEELS)],
-            cwd=ROOT, env=base_env(home), stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, start_new_session=True)
-        deadline = time.monotonic() + 120
-        torch_aside: list[Path] = []
-        while not torch_aside and child.poll() is None and time.monotonic() < deadline:
-            torch_aside = list(path.parent.glob(f".{path.name}.tmp-*/{SP}/torch"))
-            time.sleep(0.005)
-        os.killpg(child.pid, signal.SIGKILL)
-        child.wait(timeout=30)
+        got_there = _build_killed_when(proj, home, lambda said: moment in said)
     finally:
         (proj / "pyproject.toml").write_text(text, encoding="utf-8")
-    assert torch_aside, "the rebuild never reached torch's files"
+    assert got_there, f"the rebuild ended before {moment!r}"
+    assert list(path.parent.glob(f".{path.name}.tmp-*/{SP}/torch"))  # it was under way
+    cert = json.loads((path / ".envforge" / "certified.json").read_text(encoding="utf-8"))
+    assert cert["content"] == venvfs.content_digests(path)  # no file written through a link
     done = envforge("shell", "cpu", "--project", str(proj), "--backend", "venv", "--",
                     "python", "-c", "import torch, demo_trainer; print(torch.ones(2).sum())",
                     env=base_env(home))
