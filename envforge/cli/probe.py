@@ -9,6 +9,7 @@ otherwise); the verdict and ``--json`` data go to stdout.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -26,6 +27,7 @@ from envforge.cli.common import (
     pick_for,
     python_option,
     report_option,
+    say,
     set_option,
     step_timeout_option,
     summarizing,
@@ -122,6 +124,8 @@ def probe(  # noqa: PLR0917 - click passes options positionally
             spec = ProbeSpec.from_recipe(
                 recipe, level=level, step_timeout=step_timeout, extra_checks=checks
             )
+        if gpu is None:
+            _say_grant()
         target = LocalPythonTarget(python=python or sys.executable, env=gpu_environ(pick))
         table = ProbeProgress()
         live = not as_json or table.tty
@@ -193,3 +197,18 @@ def _raise_failed(report: ProbeReport, problem: StepResult | None, spec: ProbeSp
         f"probe failed at step {problem.name}: {problem.status}: {detail}",
         hint=_hint(problem, spec),
     )
+
+
+def _say_grant() -> None:
+    """Inside a scheduler's job, say what it granted. The probe runs in this process's own
+    environment, where the scheduler has already narrowed the GPUs (its
+    ``CUDA_VISIBLE_DEVICES``/``ROCR_VISIBLE_DEVICES`` are inherited as they are): the
+    grant is said, not re-applied, so a node whose device numbering differs from the
+    scheduler's cannot make the probe pick another GPU."""
+    from envforge.fleet.node import granted  # noqa: PLC0415 - pure, stdlib only
+
+    grant = granted(os.environ)
+    if grant is not None:
+        where = f"{grant.variable}={grant.gpus} on {grant.node or 'this node'}"
+        say(f"the scheduler granted GPU {grant.gpus} ({where}); probing the GPUs this job sees")
+

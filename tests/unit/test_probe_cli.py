@@ -76,3 +76,24 @@ def test_table_rewrites_the_running_row_on_a_tty() -> None:
     table.step_finished(StepResult("matmul", "pass", 0.02, "ok"))
     assert out.getvalue().count("\r\x1b[K") == 2
     assert out.getvalue().endswith("\x1b[0m\n")
+
+
+def test_inside_a_slurm_job_the_probe_says_the_grant_and_keeps_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name, value in {"SLURM_JOB_ID": "7", "SLURM_JOB_GPUS": "1",
+                        "CUDA_VISIBLE_DEVICES": "1", "SLURMD_NODENAME": "gpu-a"}.items():
+        monkeypatch.setenv(name, value)
+    assert main(["probe", "--python", "/nonexistent/python3"]) == 4
+    err = capsys.readouterr().err
+    assert "the scheduler granted GPU 1 (SLURM_JOB_GPUS=1 on gpu-a)" in err
+
+
+def test_outside_a_job_the_probe_says_no_grant(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in ("SLURM_JOB_ID", "KUBERNETES_SERVICE_HOST"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert main(["probe", "--python", "/nonexistent/python3"]) == 4
+    assert "granted" not in capsys.readouterr().err
