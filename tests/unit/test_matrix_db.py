@@ -19,7 +19,7 @@ from envforge.evidence import evidence_db, tallies
 from envforge.evidence.evidence_store import import_documents, opened, read_store
 from envforge.evidence.matrix import RUNS_PER_CELL, aggregate
 from envforge.evidence.matrix_db import _step_tallies, store_matrix
-from envforge.evidence.records import Redactor
+from envforge.evidence.records import Evidence, Redactor, parse_document
 from envforge.probe.report import StepResult
 from tests.helpers.matrix_synth import corpus, make_certificate, make_report
 
@@ -99,6 +99,75 @@ def test_a_certificate_replacing_its_report_and_a_deletion_keep_the_tallies(home
     assert _show_agrees() > 2
 
 
+def _tallies(db: Path) -> list[list[tuple[Any, ...]]]:
+    with sqlite3.connect(db) as conn:
+        return [sorted(conn.execute(f"SELECT * FROM {t}"))
+                for t in ("show_tally", "cell_tally", "step_tally")]
+
+
+def _parsed(doc: dict[str, Any]) -> tuple[Evidence, str]:
+    return parse_document(doc, QUIET, signatures=True), json.dumps(doc)
+
+
+@pytest.mark.parametrize("set_based", [True, False])
+def test_a_batch_with_replacements_and_duplicates_is_counted_once(
+    home: Path, monkeypatch: pytest.MonkeyPatch, set_based: bool
+) -> None:
+    if not set_based:  # past the rowid room: the triggers count the batch
+        monkeypatch.setattr(tallies, "_ROWID_ROOM", 0)
+    specs = corpus(40, seed=9)
+    probes = [replace(make_report(s), target="sha256:" + "ab" * 32) for s in specs]  # images
+    reports = [json.loads(r.to_json()) for r in probes]
+    certs = [make_certificate(replace(s, stack="torch2.13.0-cpu-py3.11"), r)
+             for s, r in zip(specs[:10], probes, strict=False)]
+    # one batch, straight to the store: a run as a plain copy, then its certificate (the
+    # row is replaced inside the batch), then the plain copy again (kept out); a run twice
+    batch = [_parsed(d) for d in (*reports[:10], *certs, *reports[:10], *reports[10:],
+                                  reports[20])]
+    with evidence_db.connect(home / "evidence.sqlite") as conn:
+        assert len(evidence_db.add(conn, batch)) == 40
+        assert conn.execute("SELECT COUNT(*) FROM tally_pause").fetchone() == (0,)
+        assert conn.execute("SELECT COUNT(*) FROM reports WHERE kind = 'certificate'"
+                            ).fetchone() == (10,)
+    expected, got = _both()
+    assert got == expected
+    assert got["reports"] == 40
+    assert _show_agrees() > 2
+    counted = _tallies(home / "evidence.sqlite")
+    again = import_documents([(f"a{i}", d) for i, d in enumerate((*reports, *certs))],
+                             redact=QUIET)
+    assert (len(again.added), again.known) == (0, 40)  # idempotent: nothing counted twice
+    assert _tallies(home / "evidence.sqlite") == counted
+
+
+def test_set_based_counts_are_the_triggers_counts(home: Path, tmp_path: Path) -> None:
+    import_documents(_varied(300), redact=QUIET)  # counted after the rows, per tally
+    db, copy = home / "evidence.sqlite", tmp_path / "copy.sqlite"
+    with evidence_db.connect(copy) as conn:  # the same rows one by one: the triggers count
+        conn.execute("ATTACH DATABASE ? AS other", (str(db),))
+        conn.execute("INSERT INTO main.reports SELECT * FROM other.reports ORDER BY random()")
+    counted = _tallies(db)
+    assert all(counted)
+    assert counted == _tallies(copy)
+
+
+def test_a_batch_that_fails_leaves_neither_rows_nor_counts(home: Path) -> None:
+    docs = [json.loads(make_report(s).to_json()) for s in corpus(5, seed=3)]
+    batch = [_parsed(d) for d in docs]
+    # a kind that has no rank: the batch fails in the middle of its inserts
+    batch[3] = (replace(batch[3][0], kind="bogus"), batch[3][1])  # type: ignore[arg-type]
+    with evidence_db.connect(home / "evidence.sqlite") as conn:
+        with pytest.raises(KeyError):
+            evidence_db.add(conn, batch)
+        assert conn.execute("SELECT COUNT(*) FROM reports").fetchone() == (0,)
+        assert conn.execute("SELECT COUNT(*) FROM tally_pause").fetchone() == (0,)
+    assert _tallies(home / "evidence.sqlite") == [[], [], []]
+    import_documents([(f"r{i}", d) for i, d in enumerate(docs)], redact=QUIET)
+    expected, got = _both()
+    assert got == expected
+    assert got["reports"] == 5
+
+
 def test_a_store_from_before_the_tallies_is_counted_once_when_opened(home: Path) -> None:
     import_documents(_varied(120), redact=QUIET)
     db = home / "evidence.sqlite"
@@ -138,6 +207,22 @@ def test_a_store_marked_by_another_version_gets_this_versions_triggers(
     assert got == expected
     assert got["reports"] == 130
     assert _show_agrees() > 2
+
+
+def test_a_version_2_store_gets_the_new_triggers_and_keeps_its_counts(home: Path) -> None:
+    import_documents(_varied(60), redact=QUIET)
+    db = home / "evidence.sqlite"
+    with sqlite3.connect(db) as conn:  # as version 2 left it: triggers that never pause
+        conn.execute("UPDATE meta SET value = '2' WHERE name = ?", (tallies.MARK,))
+        conn.execute("DROP TRIGGER tally_insert")
+        conn.execute("CREATE TRIGGER tally_insert AFTER INSERT ON reports BEGIN SELECT 1; END")
+        conn.execute("UPDATE cell_tally SET n = n + 100")
+    with evidence_db.connect(db) as conn:
+        (total,) = conn.execute("SELECT SUM(n) FROM cell_tally").fetchone()
+        (sql,) = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'tally_insert'"
+                              ).fetchone()
+    assert total > 60  # not counted again: version 2 counts what this one does
+    assert "tally_pause" in sql
 
 
 def test_an_empty_store_has_an_empty_matrix(home: Path) -> None:
