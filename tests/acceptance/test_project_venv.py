@@ -270,6 +270,7 @@ def test_an_optional_extra_is_installed_certified_and_used_by_the_shell(
     done = envforge("build", "cpu", "--project", str(proj), "--extra", "fast", "--backend",
                     "venv", "--wheelhouse", str(WHEELS), env=base_env(home))
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "cpu: certified incrementally (reinstalled in" in done.stderr
     probe = json.loads((path / ".envforge" / "probe.json").read_text(encoding="utf-8"))
     steps = {s["name"]: s["status"] for s in probe["steps"]}
     assert steps["import:sortedcontainers"] == "pass"
@@ -309,6 +310,7 @@ def test_a_flat_requirements_project_builds_exactly_its_lock(
     data = json.loads(done.stdout)
     lock = root / "envforge-cpu.lock.txt"
     assert data["lock"] == str(lock)
+    assert data["incremental"] is False  # a new venv: the full probe
     path = Path(str(data["path"]))
     assert "-flat-trainer-" in path.name
     pinned = {line.split("==")[0].strip().lower().replace("_", "-")

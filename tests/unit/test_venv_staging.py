@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from envforge.backends.venv.interpreter import Interpreter
+from envforge.backends.venv.layout import VenvBuildResult
 from envforge.backends.venv.staging import (
     Base,
     Incremental,
@@ -204,3 +206,15 @@ def test_an_extended_certificate_carries_the_last_full_report_on(
     record = incremental_record(base, plan)
     assert record["base_report"] == {"steps": ["the full report"]}
     assert record["extends"]["certificate_sha256"] == "sha256:d"
+
+
+def test_an_incremental_build_says_so_in_its_closing_line_and_json(tmp_path: Path) -> None:
+    interp = Interpreter(path="/usr/bin/python3", executable="/usr/bin/python3",
+                         version="3.11.7")
+    done = VenvBuildResult("cpu", tmp_path, "reinstalled", interp, None, 7.04, None, True)
+    assert done.closing() == ("cpu: certified incrementally (reinstalled in 7.0s; torch's"
+                              " files and their certificate kept)")
+    assert done.to_dict()["incremental"] is True
+    full = VenvBuildResult("cpu", tmp_path, "reinstalled", interp, None, 7.04)
+    assert full.closing() == "cpu: certified (reinstalled in 7.0s)"
+    assert full.to_dict()["incremental"] is False

@@ -158,8 +158,10 @@ def make(recipe: Recipe, options: VenvOptions = DEFAULT_OPTIONS) -> VenvBuildRes
     made = _build_aside(recipe, interp, target, key, lock_file, level, options, stack, base)
     if made is None:
         status = "uncertified"
+    incremental = made is not None and "incremental" in (_read_json(markers / CERT_MARKER) or {})
     return VenvBuildResult(
-        recipe.name, target, status, interp, made, time.monotonic() - started, lock_file
+        recipe.name, target, status, interp, made, time.monotonic() - started, lock_file,
+        incremental,
     )
 
 

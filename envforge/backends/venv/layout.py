@@ -149,6 +149,9 @@ class VenvBuildResult:
     report: ProbeReport | None
     seconds: float
     lock: Path | None = None
+    #: Certified incrementally: a project's rebuild whose stack is the certified one
+    #: (:mod:`envforge.backends.venv.staging`).
+    incremental: bool = False
 
     @property
     def certified(self) -> bool:
@@ -166,6 +169,9 @@ class VenvBuildResult:
         if self.status == "uncertified":
             return (f"{self.recipe}: built without certification ({self.path}); `envforge"
                     f" certify {self.recipe} --backend venv` on a host with the GPU certifies it")
+        if self.incremental:
+            return (f"{self.recipe}: certified incrementally ({self.status} in"
+                    f" {self.seconds:.1f}s; torch's files and their certificate kept)")
         return f"{self.recipe}: certified ({self.status} in {self.seconds:.1f}s)"
 
     def failure(self) -> CertificationFailed | None:
@@ -180,6 +186,7 @@ class VenvBuildResult:
             "certified": self.certified,
             "python": self.interpreter.version,
             "lock": str(self.lock) if self.lock else None,
+            "incremental": self.incremental,
             "seconds": round(self.seconds, 3),
         }
 
