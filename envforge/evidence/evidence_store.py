@@ -28,8 +28,10 @@ normalised records (no probe target, no snapshot) with step details redacted aga
 
 from __future__ import annotations
 
+import gc
 import json
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any
@@ -49,6 +51,7 @@ from envforge.evidence.records import (
     parse_document,
 )
 from envforge.knowledge.parse import load_table
+from envforge.knowledge.table import CompatTable
 
 #: Environment-snapshot keys a stored report keeps (versions only).
 SNAPSHOT_KEPT = (
@@ -177,6 +180,20 @@ def _storable(doc: Mapping[str, Any], redact: Redactor) -> tuple[Mapping[str, An
     return doc, _compact(doc)  # certificates as issued; exported records are normalised
 
 
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for a while, and back as it was after. An
+    import makes millions of objects and no cycles, and each full collection walks all
+    of them (and the caller's documents): 100,000 reports, ~8 of 38 s of CPU here."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def import_documents(
     docs: Iterable[tuple[str, Any]],
     problems: Iterable[Problem] = (),
@@ -189,6 +206,12 @@ def import_documents(
     that comes twice is one record: its best-ranked copy (a certificate over a report)."""
     redactor = Redactor.for_this_host() if redact is None else redact
     table = load_table()  # once, not per NVIDIA report without an arch
+    with _collector_paused():
+        return _import(docs, problems, root, redactor, table)
+
+
+def _import(docs: Iterable[tuple[str, Any]], problems: Iterable[Problem], root: Path | None,
+            redactor: Redactor, table: CompatTable) -> Imported:
     skipped = list(problems)
     items: dict[str, tuple[Evidence, str]] = {}
     for source, raw in docs:

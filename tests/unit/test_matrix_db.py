@@ -5,6 +5,7 @@ made before the tallies (counted once when opened)."""
 
 from __future__ import annotations
 
+import gc
 import json
 import sqlite3
 import statistics
@@ -271,3 +272,28 @@ def test_shows_newest_pass_moves_back_when_the_newest_run_goes(home: Path) -> No
         (_, (row,)) = evidence_db.pass_rows(conn, "gfx1031")
         assert row.created.startswith(str((base.created + timedelta(days=1)).date()))
     assert _show_agrees() == 1
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_an_import_gives_the_garbage_collector_back_as_it_found_it(
+    home: Path, monkeypatch: pytest.MonkeyPatch, enabled: bool
+) -> None:
+    seen: list[bool] = []
+    real_add = evidence_db.add
+
+    def add(conn: sqlite3.Connection, items: Any) -> list[Evidence]:
+        seen.append(gc.isenabled())
+        return real_add(conn, items)
+
+    monkeypatch.setattr(evidence_db, "add", add)
+    (gc.enable if enabled else gc.disable)()
+    try:
+        import_documents(_varied(3), redact=QUIET)
+        assert gc.isenabled() is enabled
+        monkeypatch.setattr(evidence_db, "add", lambda *_: 1 / 0)
+        with pytest.raises(ZeroDivisionError):
+            import_documents(_varied(3), redact=QUIET)
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable()
+    assert seen == [False]  # off while the reports are parsed and written
