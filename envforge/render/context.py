@@ -294,6 +294,63 @@ def _printf(lines: tuple[str, ...], target: str) -> str:
 script_lines = _script
 printf_lines = _printf
 
+_UV = f"{UV_DIR}/bin/uv"
+_PYTHON = f"{VENV_DIR}/bin/python"
+#: The venv's file listing (sorted, files and links) a step takes before and after.
+_LISTING = f"find {VENV_DIR} ! -type d | LC_ALL=C sort"
+
+
+def installer_commands(options: RenderOptions) -> tuple[str, str]:
+    """The build stage's ``uv pip install`` and ``pip install`` command prefixes."""
+    uv_pip = f"{_UV} pip install --python {_PYTHON}"
+    if options.builder == "classic":
+        uv_pip += " --no-cache"
+    return uv_pip, f"{_PYTHON} -m pip install {_PIP_FLAGS}"
+
+
+def either_installer(
+    options: RenderOptions, uv_cmd: str | list[str], pip_cmd: str | list[str]
+) -> list[str]:
+    """Shell lines running ``uv_cmd`` when the build stage has uv, else ``pip_cmd``,
+    saying so (``pip_cmd`` alone with ``installer: pip``)."""
+    uv_lines = [uv_cmd] if isinstance(uv_cmd, str) else uv_cmd
+    pip_lines = [pip_cmd] if isinstance(pip_cmd, str) else pip_cmd
+    if options.installer == "pip":
+        return pip_lines
+    return [
+        f"if [ -x {_UV} ]; then",
+        *(f"    {line}" for line in uv_lines),
+        "else",
+        "    echo 'envforge: installing with pip (uv is not available in this build)' >&2",
+        *(f"    {line}" for line in pip_lines),
+        "fi",
+    ]
+
+
+def added_files_lines(
+    listings: tuple[str, str], target: str, *, removed: str, strict_compile: bool = True,
+    remove: tuple[str, ...] = (),
+) -> list[str]:
+    """After an install step whose venv listing was written to ``listings[0]``: fail the
+    build naming the files it removed (``removed`` says why), byte-compile the files it
+    added (``strict_compile``: a file that does not compile fails the build) and copy
+    exactly those files to ``target`` (a venv layer of the final stage)."""
+    before, after = listings
+    return [
+        f"{_LISTING} > {after}",
+        f"if LC_ALL=C comm -23 {before} {after} | grep -q .; then",
+        f"    echo 'envforge: {removed}:' >&2",
+        f"    LC_ALL=C comm -23 {before} {after} | head -n 5 >&2",
+        "    exit 1",
+        "fi",
+        f"LC_ALL=C comm -13 {before} {after} | grep '\\.py$'"
+        f" | {_PYTHON} -m compileall -q -i - >/dev/null{'' if strict_compile else ' || true'}",
+        f"{_LISTING} > {after}",
+        f"LC_ALL=C comm -13 {before} {after} | sed 's|^{VENV_DIR}/||'"
+        f" | tar -C {VENV_DIR} -cf - -T - | tar -C {target} -xf -",
+        f"rm -f {' '.join((before, after, *remove))}",
+    ]
+
 
 def _installs(
     stack: Stack, options: RenderOptions, sources: tuple[tuple[str, ...], tuple[str, ...]]
@@ -310,13 +367,8 @@ def _installs(
     torch_source, rest_source = sources
     staging = STAGING_DIR
     python = f"{VENV_DIR}/bin/python"
-    uv = f"{UV_DIR}/bin/uv"
-    uv_pip = f"{uv} pip install --python {python}"
-    if options.builder == "classic":
-        uv_pip += " --no-cache"
-    pip = f"{python} -m pip install {_PIP_FLAGS}"
-    no_uv = "echo 'envforge: installing with pip (uv is not available in this build)' >&2"
-
+    uv = _UV
+    uv_pip, pip = installer_commands(options)
     uv_step: str | None = None
     if options.installer == "uv":
         wheels = ("--find-links", f"{staging}/{CONTEXT_WHEELHOUSE}") if options.wheelhouse else ()
@@ -333,18 +385,7 @@ def _installs(
         )
 
     def choose(uv_cmd: str | list[str], pip_cmd: str | list[str]) -> list[str]:
-        uv_lines = [uv_cmd] if isinstance(uv_cmd, str) else uv_cmd
-        pip_lines = [pip_cmd] if isinstance(pip_cmd, str) else pip_cmd
-        if options.installer == "pip":
-            return pip_lines
-        return [
-            f"if [ -x {uv} ]; then",
-            *(f"    {line}" for line in uv_lines),
-            "else",
-            f"    {no_uv}",
-            *(f"    {line}" for line in pip_lines),
-            "fi",
-        ]
+        return either_installer(options, uv_cmd, pip_cmd)
 
     lock = options.lock
     torch_words = " ".join(torch_source)
@@ -372,7 +413,7 @@ def _installs(
         ]
 
     before, after = f"{staging}/before.txt", f"{staging}/after.txt"
-    listing = f"find {VENV_DIR} ! -type d | LC_ALL=C sort"
+    listing = _LISTING
     rest_lines = ["set -eu", f"mkdir -p {staging} {REST_DIR}"]
     if lock is not None:
         if lock.rest:
@@ -401,21 +442,11 @@ def _installs(
             f"{uv_pip} -c {pins} {rest_words}{uv_extra[1] if uv_extra else ''} -- {reqs}",
             [*pip_lines, f"{pip} --no-compile -c {pins} {rest_words} -- {reqs}{pip_extra}"],
         )
-    rest_lines += [
-        f"{listing} > {after}",
-        f"if LC_ALL=C comm -23 {before} {after} | grep -q .; then",
-        "    echo 'envforge: installing NumPy and the recipe packages removed files of the"
-        " torch layer (pin the packages to versions that agree with torch):' >&2",
-        f"    LC_ALL=C comm -23 {before} {after} | head -n 5 >&2",
-        "    exit 1",
-        "fi",
-        f"LC_ALL=C comm -13 {before} {after} | grep '\\.py$'"
-        f" | {python} -m compileall -q -i - >/dev/null",
-        f"{listing} > {after}",
-        f"LC_ALL=C comm -13 {before} {after} | sed 's|^{VENV_DIR}/||'"
-        f" | tar -C {VENV_DIR} -cf - -T - | tar -C {REST_DIR} -xf -",
-        f"rm -f {before} {after}",
-    ]
+    rest_lines += added_files_lines(
+        (before, after), REST_DIR,
+        removed="installing NumPy and the recipe packages removed files of the torch layer"
+        " (pin the packages to versions that agree with torch)",
+    )
     return uv_step, _script(torch_lines), _script(rest_lines)
 
 

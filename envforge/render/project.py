@@ -22,10 +22,12 @@ from dataclasses import dataclass
 from envforge.render.context import (
     CONTEXT_WHEELHOUSE,
     STAGING_DIR,
-    UV_DIR,
     VENV_DIR,
     Label,
     RenderOptions,
+    added_files_lines,
+    either_installer,
+    installer_commands,
     printf_lines,
     rest_index_args,
     script_lines,
@@ -36,8 +38,6 @@ from envforge.stack import Stack
 #: The project stage collects the files the project's packages add here (the final
 #: stage's project layer).
 PROJECT_DIR = "/opt/envforge-project"
-
-_PIP_FLAGS = "--no-cache-dir --disable-pip-version-check --no-input --progress-bar off"
 
 
 @dataclass(frozen=True)
@@ -104,50 +104,26 @@ def project_step(lines: tuple[str, ...], options: RenderOptions, stack: Stack) -
     of the recipe's layers fails the build (the lock is one resolution, so it cannot
     unless the lock was edited by hand)."""
     staging = STAGING_DIR
-    python = f"{VENV_DIR}/bin/python"
-    uv = f"{UV_DIR}/bin/uv"
     if options.wheelhouse:
         sources = f"--find-links {staging}/{CONTEXT_WHEELHOUSE}"
     else:
         sources = " ".join(rest_index_args(stack, options))
-    no_cache = " --no-cache" if options.builder == "classic" else ""
     lock_file = f"{staging}/project.lock.txt"
-    uv_cmd = (f"{uv} pip install --python {python}{no_cache} --require-hashes --no-deps"
-              f" {sources} -r {lock_file}").replace("  ", " ")
-    pip_cmd = (f"{python} -m pip install {_PIP_FLAGS} --no-compile --require-hashes"
-               f" --no-deps {sources} -r {lock_file}").replace("  ", " ")
-    if options.installer == "pip":
-        install = [pip_cmd]
-    else:
-        install = [
-            f"if [ -x {uv} ]; then",
-            f"    {uv_cmd}",
-            "else",
-            "    echo 'envforge: installing with pip (uv is not available in this build)' >&2",
-            f"    {pip_cmd}",
-            "fi",
-        ]
-    before, after = f"{staging}/project-before.txt", f"{staging}/project-after.txt"
-    listing = f"find {VENV_DIR} ! -type d | LC_ALL=C sort"
+    uv_pip, pip = installer_commands(options)
+    uv_cmd = f"{uv_pip} --require-hashes --no-deps {sources} -r {lock_file}".replace("  ", " ")
+    pip_cmd = (f"{pip} --no-compile --require-hashes --no-deps {sources}"
+               f" -r {lock_file}").replace("  ", " ")
+    listings = (f"{staging}/project-before.txt", f"{staging}/project-after.txt")
     script = [
         "set -eu",
         f"mkdir -p {staging} {PROJECT_DIR}",
         printf_lines(lines, lock_file),
-        f"{listing} > {before}",
-        *install,
-        f"{listing} > {after}",
-        f"if LC_ALL=C comm -23 {before} {after} | grep -q .; then",
-        "    echo 'envforge: installing the project lock removed files of the recipe"
-        " layers (regenerate the lock: envforge lock RECIPE --project DIR):' >&2",
-        f"    LC_ALL=C comm -23 {before} {after} | head -n 5 >&2",
-        "    exit 1",
-        "fi",
-        f"LC_ALL=C comm -13 {before} {after} | grep '\\.py$'"
-        f" | {python} -m compileall -q -i - >/dev/null || true",
-        f"{listing} > {after}",
-        f"LC_ALL=C comm -13 {before} {after} | sed 's|^{VENV_DIR}/||'"
-        f" | tar -C {VENV_DIR} -cf - -T - | tar -C {PROJECT_DIR} -xf -",
-        f"rm -f {before} {after} {lock_file}",
+        f"find {VENV_DIR} ! -type d | LC_ALL=C sort > {listings[0]}",
+        *either_installer(options, uv_cmd, pip_cmd),
+        *added_files_lines(
+            listings, PROJECT_DIR, strict_compile=False, remove=(lock_file,),
+            removed="installing the project lock removed files of the recipe layers"
+            " (regenerate the lock: envforge lock RECIPE --project DIR)",
+        ),
     ]
     return script_lines(script)
-
