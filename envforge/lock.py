@@ -440,10 +440,23 @@ def _storage_errno(stderr: str) -> int | None:
     return None
 
 
+def family_wheels(stack: Stack) -> str:
+    """What a wheelhouse needs when the stack's index cannot be reached: the torch family's
+    exact wheels and the command that downloads them ('' for a default-index stack)."""
+    if stack.index is None:
+        return ""
+    family = (stack.torch, *(c.requirement for c in stack.companions))
+    quoted = " ".join(f"'{line}'" for line in family)
+    return (f"the torch family ({', '.join(family)}) comes only from {stack.index} or a "
+            f"--wheelhouse: `pip download --no-deps --index-url {stack.index} {quoted} "
+            "-d DIR`, then --wheelhouse DIR")
+
+
 def uv_failure(
-    what: str, done: proc.Completed, recipe: Recipe, *, hint: str
+    what: str, done: proc.Completed, recipe: Recipe, *, hint: str, stack: Stack | None = None,
 ) -> BuildFailed | Unavailable:
-    """The right error for a failed uv run: network → Unavailable (4), else BuildFailed (3)."""
+    """The right error for a failed uv run: network → Unavailable (4), else BuildFailed (3).
+    ``stack``: a network failure names the torch family's wheels and how to provide them."""
     lines = [ln.strip() for ln in done.stderr.splitlines() if ln.strip()]
     # From uv's first "error:" line on (its causes follow it), else the last lines.
     first = next((i for i, ln in enumerate(lines) if ln.lower().startswith("error")), None)
@@ -462,8 +475,10 @@ def uv_failure(
         )
     if looks_like_network(done.stderr):
         where = recipe.torch.index or "the default index"
+        wheels = family_wheels(stack) if stack is not None else ""
         return Unavailable(
-            f"{what} for {recipe.name}: a package index cannot be reached ({where}): {tail}",
+            f"{what} for {recipe.name}: a package index cannot be reached ({where})"
+            + (f"; {wheels}" if wheels else "") + f": {tail}",
             hint="check the network or proxy, pass --ca-bundle for a TLS-intercepting proxy, "
             "or --wheelhouse DIR with the wheels",
         )
@@ -552,6 +567,7 @@ def _compile(
         done = proc.run(argv, timeout=COMPILE_TIMEOUT, env=uv_env(ca_bundle, environ), cwd=tmp)
         if not done.ok:
             raise uv_failure(
-                "resolving the lock", done, recipe, hint=f"{command} --wheelhouse DIR"
+                "resolving the lock", done, recipe, hint=f"{command} --wheelhouse DIR",
+                stack=stack,
             )
         return out.read_text(encoding="utf-8")

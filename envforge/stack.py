@@ -10,6 +10,7 @@ or checks "the stack's packages" reads them here; no stage builds a torch pin of
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -286,7 +287,7 @@ def split_packages(
     recipe: Recipe, stack: Stack, table: CompanionTable, compat: CompatTable
 ) -> tuple[tuple[Pin, ...], tuple[str, ...]]:
     """(the companions pinned to the stack, the recipe's other packages as written)."""
-    check = _PackageCheck(recipe, stack, table, compat)
+    check = PackageCheck(recipe, stack, table, compat)
     pins: list[Pin] = []
     rest: list[str] = []
     for i, entry in enumerate(recipe.packages):
@@ -317,12 +318,13 @@ def _pinned(req: Requirement) -> str | None:
     return next((s.version for s in req.specifier if s.operator in ("==", "===")), None)
 
 
-class _PackageCheck:
+class PackageCheck:
     """The refusals of :func:`split_packages`: each one line naming the package, what it
     pairs with and the version that fits."""
 
     def __init__(
-        self, recipe: Recipe, stack: Stack, table: CompanionTable, compat: CompatTable
+        self, recipe: Recipe, stack: Stack, table: CompanionTable, compat: CompatTable,
+        *, origin: str | None = None,
     ) -> None:
         self.recipe = recipe
         self.stack = stack
@@ -332,9 +334,14 @@ class _PackageCheck:
         self.build = recipe.torch.version if "+" in recipe.torch.version else (
             f"{stack.torch_version}+{stack.local_tag}" if stack.local_tag else stack.torch_version
         )
+        #: The file a refusal names (a project's requirements file, else the recipe's),
+        #: and how it names the stack's torch.
+        self.origin = recipe.origin if origin is None else origin
+        self.torch_label = (f"torch.version {recipe.torch.version}" if origin is None
+                            else f"the {recipe.name} stack's torch {self.build}")
 
     def refuse(self, rule: str, message: str, *, source: str, hint: str) -> ConstraintViolation:
-        return ConstraintViolation(self.recipe.origin, rule, message, evidence=source, hint=hint)
+        return ConstraintViolation(self.origin, rule, message, evidence=source, hint=hint)
 
     def torch(self, key: str, req: Requirement) -> None:
         version = _pinned(req)
@@ -464,8 +471,8 @@ class _PackageCheck:
         if not self.table.fits(name, version, self.stack.torch_version):
             raise self.refuse(
                 "companion-pairing",
-                f"{key}: {name}=={version} pairs with torch {row.torch}, not torch.version "
-                f"{self.recipe.torch.version}{fits}",
+                f"{key}: {name}=={version} pairs with torch {row.torch}, not "
+                f"{self.torch_label}{fits}",
                 source=row.source,
                 hint=f"write {fit or name}, or {name} alone: envforge pins the pairing release",
             )
@@ -482,6 +489,63 @@ class _PackageCheck:
             )
         line = str(req) if tag is not None or wanted is None else f"{name}=={version}+{wanted}"
         return Pin(name, line, f"as written; {row.reason}", row.source)
+
+    def project_line(self, line: str, environment: Mapping[str, str]) -> Pin | None:
+        """The pin a project's requirement ``line`` becomes when it names a companion
+        (None: not one, a URL, or a marker that does not hold here)."""
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            return None
+        package = self.table.package(canonicalize_name(req.name))
+        if package is None or req.url or (
+            req.marker is not None and not req.marker.evaluate(dict(environment))
+        ):
+            return None
+        key = "project requirement"
+        version = _pinned(req)
+        if self._before_table(package.name):
+            line = f"{package.name}{req.specifier}"
+            return Pin(package.name, line, f"the project requires {req}; the companion table "
+                       f"starts after torch {self.stack.torch_version}, so the stack's index "
+                       "picks the release (uncertain)", self._source(package.name))
+        if version is not None and not self.table.covers(package.name, version):
+            fit = self.fitting(package.name)
+            raise self.refuse(
+                "companion-pairing",
+                f"{key}: {package.name}=={version} is older than every release the companion "
+                f"table pairs with a torch" + (f"; {fit} pairs with torch {self.build}" if fit
+                                              else ""),
+                source=self._source(package.name),
+                hint=f"write {fit or package.name}, or {package.name} alone: envforge pins "
+                "the pairing release",
+            )
+        pin = self.companion(key, req if version is not None else Requirement(package.name),
+                             package.name)
+        if pin is None:
+            return None
+        if version is None and str(req.specifier):
+            self._within(key, req, pin)
+        return replace(pin, reason=f"the project requires {req}; {pin.reason}")
+
+    def _before_table(self, name: str) -> bool:
+        """The stack's torch is older than every torch the table pairs ``name`` with."""
+        rows = self.table.rows_of(name)
+        return bool(rows) and Version(self.stack.torch_version) < min(
+            Version(r.torch) for r in rows)
+
+    def _within(self, key: str, req: Requirement, pin: Pin) -> None:
+        """A range (``torchvision>=0.20``) must admit the release that pairs with torch."""
+        version = Version(_pinned(Requirement(pin.requirement)) or "0").public
+        if not req.specifier.contains(version, prereleases=True):
+            raise self.refuse(
+                "companion-pairing",
+                f"{key}: {req} excludes {pin.name} {version}, the release that pairs with "
+                f"{self.torch_label}",
+                source=pin.source,
+                hint=f"write {pin.name} alone (envforge pins {pin.requirement}), or choose a "
+                f"recipe whose torch pairs with {req}",
+            )
 
     def runtime(self, key: str, req: Requirement, name: str) -> None:
         """A CUDA or ROCm runtime wheel must be of the stack's major (and family)."""

@@ -32,7 +32,7 @@ from envforge.knowledge.extensions import extension_checks
 from envforge.recipe import listing
 from envforge.recipe.catalogue import Catalogue
 from envforge.recipe.model import Recipe
-from envforge.stack import Stack, stack_of
+from envforge.stack import Stack, requirement_name, stack_of
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -170,9 +170,13 @@ def _project_view(project: Project, recipe: Recipe, stack: Stack) -> dict[str, o
     path = lock_file(project, recipe)
     state = "current" if current_lock(project, recipe, stack) else (
         "stale (run envforge lock again)" if path.is_file() else "none yet")
+    family = {"torch": stack.torch, **{pin.name: pin.requirement for pin in stack.companions}}
+    routed = {line: family[name] for line in project.requirements
+              if (name := requirement_name(line)) is not None and name in family}
     return {
         "name": project.name, "root": str(project.root), "source": str(project.source),
         "requirements": list(project.requirements), "constraints": list(project.constraints),
+        "from_stack": routed, "stack_index": stack.index,
         "extras": list(project.extras), "groups": list(project.groups),
         "checks": list(project.checks), "lock": str(path), "lock_state": state,
     }
@@ -181,8 +185,11 @@ def _project_view(project: Project, recipe: Recipe, stack: Stack) -> dict[str, o
 def _show_project(view: Mapping[str, Any]) -> None:
     out = click.echo
     out(f"\nProject {view['name']} ({view['source']}): fits the stack's pins")
+    source = view["stack_index"] or "the default index"
     for line in view["requirements"]:
-        out(f"  requires   {printable(line)}")
+        pinned = view["from_stack"].get(line)
+        via = f" -> {pinned} (the stack's, from {source} or the wheelhouse)" if pinned else ""
+        out(f"  requires   {printable(line)}{printable(via)}")
     for line in view["constraints"]:
         out(f"  constraint {printable(line)}")
     for line in view["checks"]:

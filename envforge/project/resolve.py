@@ -9,13 +9,20 @@ the project installs exactly.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from envforge import lock
-from envforge.project.fit import check_fits
+from envforge.errors import ConstraintViolation
+from envforge.knowledge import load_table
+from envforge.knowledge.companions import CompanionTable, load_companions
+from envforge.knowledge.extensions import extension_checks
+from envforge.knowledge.table import CompatTable
+from envforge.project.fit import check_fits, marker_environment
 from envforge.project.model import Project
 from envforge.recipe.model import Recipe
-from envforge.stack import Stack, stack_of
+from envforge.stack import PackageCheck, Stack, stack_of
 
 
 def lock_file(project: Project, recipe: Recipe) -> Path:
@@ -25,10 +32,14 @@ def lock_file(project: Project, recipe: Recipe) -> Path:
 
 def project_stack(project: Project, recipe: Recipe, stack: Stack | None = None) -> Stack:
     """The recipe's stack with the project's requirements on top, after checking that the
-    stack's pins satisfy them (exit 2 naming both sides when they do not)."""
+    stack's pins satisfy them (exit 2 naming both sides when they do not). The project's
+    torch family (torchvision, torchaudio, triton, ...) is resolved by the stack as the
+    recipe's own ``packages`` are: pinned to the pairing release and installed from the
+    stack's index or the wheelhouse (:func:`envforge.stack.route_project`)."""
     base = stack_of(recipe) if stack is None else stack
     check_fits(project, base, label=recipe.name, python=recipe.python)
-    return base.with_project(project.requirements)
+    return route_project(recipe, base, project.requirements, origin=str(project.source),
+                         environment=marker_environment(recipe.python))
 
 
 def lock_command(project: Project, recipe: Recipe) -> str:
@@ -58,3 +69,36 @@ def current_lock(project: Project, recipe: Recipe, stack: Stack) -> Path | None:
         return None
     lock.check_lock(path, recipe.name, lock.direct_references(stack))
     return path
+
+
+def route_project(
+    recipe: Recipe, stack: Stack, lines: Sequence[str], *, origin: str,
+    environment: Mapping[str, str], companions: CompanionTable | None = None,
+    table: CompatTable | None = None,
+) -> Stack:
+    """``stack`` with a project's requirement ``lines`` on top, its torch family resolved
+    as a recipe's ``packages`` are: a companion (torchvision, torchaudio, triton, ...)
+    named bare or by a range becomes the pairing release with the variant's local tag, a
+    pin must be that release; each joins :attr:`Stack.companions`, so it is installed from
+    the stack's index or the wheelhouse, never the default index. A compiled extension
+    the table knows is checked against torch. A contradiction raises
+    :class:`ConstraintViolation` (exit 2) naming ``origin`` and the version that pairs.
+    Lines whose markers do not hold for ``environment`` stay as written."""
+    check = PackageCheck(recipe, stack, load_companions() if companions is None else companions,
+                          load_table() if table is None else table, origin=origin)
+    pins = {pin.name: pin for pin in stack.companions}
+    rest: list[str] = []
+    for line in lines:
+        pin = check.project_line(line, environment)
+        if pin is None:
+            rest.append(line)
+        else:  # a companion the recipe pins already: check_fits compared the two
+            pins.setdefault(pin.name, pin)
+    refusals, _issues = extension_checks(
+        replace(recipe, packages=tuple(rest), package_indexes=()), stack.torch_version)
+    if refusals:
+        first = refusals[0]
+        message = "project requirement" + first.message[len(first.key):]
+        raise ConstraintViolation(origin, first.rule, message, evidence=first.evidence,
+                                  hint=first.hint)
+    return replace(stack, companions=tuple(pins.values()), project=tuple(rest))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from envforge import lock
@@ -36,7 +36,7 @@ from envforge.render.project import (
     PROJECT_KEY_LABEL,
     ProjectLayer,
 )
-from envforge.stack import Stack, requirement_name, stack_of
+from envforge.stack import Stack, requirement_name
 
 Say = Callable[[str], None]
 
@@ -103,7 +103,9 @@ def prepare(
         path = write_project_lock(project, recipe, wheelhouse=wheelhouse,
                                   ca_bundle=ca_bundle).path
         say(f"wrote {path}")
-    locked, lines = split_project_lock(path, stack_of(recipe))
+    # torch's layer takes the whole family, the project's torchvision too: from the
+    # stack's index or the wheelhouse, as the recipe's own companions
+    locked, lines = split_project_lock(path, replace(stack, project=()))
     layer = ProjectLayer(
         name=project.name, key=project.key(), lines=lines, lock_name=path.name,
         requirements_digest=project.requirements_digest(),

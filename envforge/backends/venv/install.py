@@ -179,6 +179,7 @@ def _install(  # noqa: PLR0917 - one step of build, its inputs spelled out
             done,
             recipe,
             hint="see the message; --wheelhouse DIR installs torch from local wheels",
+            stack=stack,
         )
     editable = _editable(options.project)
     if editable is not None:
