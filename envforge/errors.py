@@ -49,6 +49,17 @@ def printable(text: str) -> str:
     return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
+def clip(text: str, limit: int) -> str:
+    """``text`` on one line and at most ``limit`` characters, cut in the middle: the end,
+    where a loader or a chained error puts the cause (``libtorch_cuda.so: cannot open
+    shared object file``), is kept."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    tail = (limit - 5) * 2 // 3
+    return text[: limit - 5 - tail] + " ... " + text[len(text) - tail :]
+
+
 class InvalidInput(EnvforgeError):
     """Bad usage, a bad recipe file, or an impossible combination. Exit 2."""
 

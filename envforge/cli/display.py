@@ -8,8 +8,13 @@ import sys
 import time
 from typing import TYPE_CHECKING, TextIO
 
+from envforge.errors import clip
+
 if TYPE_CHECKING:
     from envforge.probe.report import StepResult
+
+#: In an import step's detail: modules it did not import, each with why (the worker's).
+SKIPPED_MARK = "; skipped "
 
 
 class BuildDisplay:
@@ -90,9 +95,9 @@ class ProbeProgress:
                 row = "\r\x1b[K" + _colour(row[: self.width - 1], result.status)
         else:
             prefix = "\r\x1b[K" if self.tty else ""
-            detail = (
-                f"  {result.detail[:100]}" if result.status != "pass" and result.detail else ""
-            )
+            # a pass says no more, unless an import step skipped modules (and why)
+            shown = result.status != "pass" or SKIPPED_MARK in result.detail
+            detail = f"  {clip(result.detail, 160)}" if shown and result.detail else ""
             row = f"{prefix}  {result.name:<24} {result.status:<9} {result.seconds:7.2f}s{detail}"
         self.stream.write(row + "\n")
         self.stream.flush()

@@ -36,7 +36,7 @@ from envforge.cli.common import (
 )
 from envforge.cli.display import ProbeProgress
 from envforge.core.fsutil import REPORT_FILES, check_folder_target
-from envforge.errors import CertificationFailed, InvalidInput
+from envforge.errors import CertificationFailed, InvalidInput, clip
 from envforge.recipe.model import Level
 
 if TYPE_CHECKING:
@@ -192,7 +192,7 @@ def _raise_failed(report: ProbeReport, problem: StepResult | None, spec: ProbeSp
         problem = report.steps[0] if report.steps else None
     if problem is None:
         raise CertificationFailed("probe ran no steps")
-    detail = problem.detail if len(problem.detail) <= 300 else problem.detail[:297] + "..."
+    detail = clip(problem.detail, 300)  # the cause, at the end, is kept
     raise CertificationFailed(
         f"probe failed at step {problem.name}: {problem.status}: {detail}",
         hint=_hint(problem, spec),

@@ -59,6 +59,17 @@ def step_timeout_problem(value: float) -> str | None:
     return None
 
 
+#: The largest ``--require-free`` (GiB): far above any GPU's memory, below nonsense.
+MAX_REQUIRE_FREE = 1 << 20
+
+
+def require_free_problem(value: float) -> str | None:
+    """Why ``value`` cannot be ``--require-free`` GiB (not finite, not above 0, absurd), or None."""
+    if not math.isfinite(value) or not 0 < value <= MAX_REQUIRE_FREE:
+        return f"must be a positive number of GiB at most {MAX_REQUIRE_FREE}, got {value:g}"
+    return None
+
+
 @dataclass(frozen=True)
 class Expectations:
     """What must be installed; None means "whatever is there" for that item."""
@@ -201,11 +212,17 @@ class ProbeSpec:
     #: Run only these of the steps (in the usual order); None: every step. An incremental
     #: certification re-runs what a change can affect (the venv backend's rebuilds).
     only: tuple[str, ...] | None = None
+    #: ``--require-free GIB``: the memory step fails when a device has less free (None:
+    #: it only warns when other processes hold most of a GPU's memory).
+    require_free: float | None = None
 
     def __post_init__(self) -> None:
         problem = step_timeout_problem(self.step_timeout)
         if problem is not None:
             raise InvalidInput(f"step timeout {problem}", hint="--step-timeout 60")
+        if self.require_free is not None and require_free_problem(self.require_free):
+            raise InvalidInput(f"--require-free {require_free_problem(self.require_free)}",
+                               hint="--require-free 8 (GiB)")
         if self.startup_timeout is not None and step_timeout_problem(self.startup_timeout):
             raise InvalidInput(f"startup timeout {step_timeout_problem(self.startup_timeout)}")
 
@@ -249,6 +266,7 @@ class ProbeSpec:
             "deadlines": {s: self.deadline(s) for s in self.steps},
             "expect": self.expect.to_dict(),
             "checks": [{"step": c.step, "path": c.path, "source": c.source} for c in self.checks],
+            **({"require_free": self.require_free} if self.require_free is not None else {}),
         }
 
     def worker_json(self) -> str:

@@ -463,17 +463,64 @@ def step_device(ctx):
                                                     "names": names}
 
 
+#: A device is busy (the memory step warns) when other processes hold more than this share.
+BUSY_SHARE = 0.5
+GIB = float(1 << 30)
+VISIBLE_VARS = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+
+
 def step_memory(ctx):
+    """Free and total memory of each device: warn when other processes hold more than
+    BUSY_SHARE of one, fail below spec["require_free"] GiB free. The host names the holders
+    from data (it sees every process; a container does not)."""
     torch, dev = ctx.need_device()
-    gib = float(1 << 30)
-    if dev == "cuda":
-        if hasattr(torch.cuda, "mem_get_info"):
-            free, total = torch.cuda.mem_get_info(0)
-        else:  # torch < 1.10
-            total = torch.cuda.get_device_properties(0).total_memory
-            free = total - torch.cuda.memory_reserved(0)
-        return "device 0: %.2f GiB free of %.2f GiB" % (free / gib, total / gib), \
-            {"free": free, "total": total}
+    need = ctx.spec.get("require_free")
+    if dev != "cuda":
+        detail, data = cpu_memory()
+        if need and data.get("free", need * GIB) < need * GIB:
+            return "%s, below --require-free %s GiB" % (detail, number(need)), data, "fail"
+        return detail, data
+    status, parts = "pass", []
+    devices = [gpu_memory(torch, i) for i in range(torch.cuda.device_count())]
+    for d in devices:
+        text = "device %d: %.2f GiB free of %.2f GiB" % (d["index"], d["free"] / GIB,
+                                                         d["total"] / GIB)
+        if d["busy"]:
+            text += ", %.2f GiB (%d%%) held by other processes" % (
+                d["others"] / GIB, 100 * d["others"] // max(d["total"], 1))
+            status = "warn" if status == "pass" else status
+        if need and d["free"] < need * GIB:
+            text, status = text + ", below --require-free %s GiB" % number(need), "fail"
+        parts.append(text)
+    data = {"devices": devices, "pid": os.getpid(),
+            "vendor": "amd" if getattr(torch.version, "hip", None) else "nvidia",
+            "visible": dict((k, os.environ[k]) for k in VISIBLE_VARS if k in os.environ)}
+    return "; ".join(parts), data, status
+
+
+def number(value):
+    """8, 8.5, 1048576: a number as people write it (not 1.04858e+06)."""
+    return ("%.2f" % value).rstrip("0").rstrip(".")
+
+
+def gpu_memory(torch, i):
+    """Device i's free, total and other processes' bytes (ours: the caching allocator's)."""
+    cuda = torch.cuda
+    own = cuda.memory_reserved(i) if hasattr(cuda, "memory_reserved") else 0
+    props = cuda.get_device_properties(i)
+    if hasattr(cuda, "mem_get_info"):
+        free, total = cuda.mem_get_info(i)
+    else:  # torch < 1.10: only our own use is known
+        total = props.total_memory
+        free = total - own
+    others = max(total - free - own, 0)
+    uuid = getattr(props, "uuid", None)
+    return {"index": i, "free": free, "total": total, "own": own, "others": others,
+            "uuid": text_of(uuid) if uuid else None, "busy": others > BUSY_SHARE * total}
+
+
+def cpu_memory():
+    gib = GIB
     total = avail = None
     try:
         with open("/proc/meminfo") as fh:

@@ -23,6 +23,8 @@ TOOL_KEYS = {
     "extras": "a list of optional-dependency names to install",
     "groups": "a list of PEP 735 dependency groups to install",
     "system_packages": "a list of Debian/Ubuntu package names, e.g. [\"ffmpeg\", \"libgl1\"]",
+    "skip_imports": "a list of {module = \"NAME\", reason = \"why\"}: top-level modules "
+    "certification does not import",
 }
 
 
@@ -53,6 +55,9 @@ class Project:
     #: Debian/Ubuntu packages the project needs (installed in its image before its
     #: Python packages; on the venv backend checked on the host).
     system_packages: tuple[str, ...] = ()
+    #: (module, reason): top-level modules of installed distributions that certification
+    #: does not import (``[tool.envforge] skip_imports``), recorded in the certificate.
+    skip_imports: tuple[tuple[str, str], ...] = ()
 
     def key(self) -> str:
         """A short stable name for this project's environment: its name and a digest of

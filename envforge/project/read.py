@@ -124,6 +124,7 @@ def _from_pyproject(root: Path, extras: tuple[str, ...], groups: tuple[str, ...]
         installable=bool(project) or (root / "setup.py").exists(),
         settings_file=path if settings else None,
         system_packages=settings.get("system_packages", ()),
+        skip_imports=settings.get("skip_imports", ()),
     )
 
 
@@ -232,6 +233,9 @@ def _settings(table: Mapping[str, Any], path: Path, prefix: str) -> dict[str, An
                                    hint='write it as recipe = "auto"')
             settings[key] = value
             continue
+        if key == "skip_imports":
+            settings[key] = _skip_imports(value, path, where)
+            continue
         items = _str_list(value, path, where)
         if any(not item.strip() or "\n" in item or "\x00" in item for item in items):
             raise ProjectError(str(path), where, "holds an empty or multi-line entry",
@@ -240,6 +244,38 @@ def _settings(table: Mapping[str, Any], path: Path, prefix: str) -> dict[str, An
             _check_system_packages(items, path, where)
         settings[key] = items
     return settings
+
+
+_SKIP_HINT = 'write it as skip_imports = [{module = "blackd", reason = "needs black[d]"}]'
+
+
+def _skip_imports(value: object, path: Path, where: str) -> tuple[tuple[str, str], ...]:
+    """``skip_imports``: a list of ``{module, reason}`` tables, a top-level module name
+    (an identifier) and a one-line reason each, every module once."""
+    if not isinstance(value, list):
+        raise ProjectError(str(path), where, "must be a list of tables", hint=_SKIP_HINT)
+    found: dict[str, str] = {}
+    for i, item in enumerate(value):
+        key = f"{where}[{i}]"
+        if not isinstance(item, Mapping):
+            raise ProjectError(str(path), key, "must be a table {module, reason}",
+                               hint=_SKIP_HINT)
+        unknown = sorted(set(item) - {"module", "reason"})
+        if unknown:
+            raise ProjectError(str(path), f"{key}.{unknown[0]}", "is not a key of skip_imports",
+                               hint="keep module and reason only")
+        module, reason = item.get("module"), item.get("reason")
+        if not isinstance(module, str) or not module.isidentifier():
+            what = "is missing" if module is None else f"{module!r} is not a top-level module name"
+            raise ProjectError(str(path), f"{key}.module", what,
+                               hint='name the module as imported, e.g. module = "blackd"')
+        if not isinstance(reason, str) or not reason.strip() or "\n" in reason:
+            raise ProjectError(str(path), f"{key}.reason", "must say why in one line",
+                               hint=f'add reason = "..." for {module}')
+        if module in found:
+            raise ProjectError(str(path), key, f"skips {module} twice", hint="list each once")
+        found[module] = " ".join(reason.split())
+    return tuple(found.items())
 
 
 def _check_system_packages(names: tuple[str, ...], path: Path, where: str) -> None:
@@ -278,6 +314,7 @@ def _from_requirements(root: Path, extras: tuple[str, ...], groups: tuple[str, .
         installable=(root / "setup.py").exists(),
         settings_file=settings_path if settings else None,
         system_packages=settings.get("system_packages", ()),
+        skip_imports=settings.get("skip_imports", ()),
     )
 
 

@@ -50,7 +50,7 @@ from typing import Any, Protocol
 from envforge import __version__
 from envforge.core import paths
 from envforge.core.fsutil import read_limited, write_atomically
-from envforge.errors import CertificationFailed
+from envforge.errors import CertificationFailed, clip
 
 SCHEMA = "envforge.certificate/2"
 #: Format 1: binds the layers and only Env, Entrypoint, Cmd, WorkingDir and User.
@@ -227,9 +227,14 @@ def failing_step_of(report: Mapping[str, Any]) -> str | None:
             detail = str(step.get("detail") or "").strip().splitlines()
             text = f"{step.get('name')} ({status}"
             if detail:
-                text += f": {detail[0][:200]}"
+                text += f": {clip(detail[0], 300)}"
             return text + ")"
     return None
+
+
+def skipped_imports(pairs: Sequence[tuple[str, str]]) -> list[dict[str, str]]:
+    """A project's ``skip_imports`` as a certificate records them."""
+    return [{"module": module, "reason": reason} for module, reason in pairs]
 
 
 def issue(
@@ -243,9 +248,11 @@ def issue(
     candidate_id: str,
     now: float | None = None,
     stack: Mapping[str, Any] | None = None,
+    skip_imports: Sequence[tuple[str, str]] = (),
 ) -> Certificate:
     """Bind a probe report (its ``to_dict()``) to an image's content; ``stack`` (the
-    recipe's :meth:`envforge.stack.Stack.to_dict`) records the packages it pins."""
+    recipe's :meth:`envforge.stack.Stack.to_dict`) records the packages it pins;
+    ``skip_imports`` the (module, reason) pairs a project's certification did not import."""
     status = "pass" if report.get("status") == "pass" else "fail"
     data: dict[str, Any] = {
         "schema": SCHEMA,
@@ -259,6 +266,8 @@ def issue(
     }
     if stack is not None:
         data["stack"] = dict(stack)
+    if skip_imports:  # absent otherwise: certificates without them are as they were
+        data["skip_imports"] = skipped_imports(skip_imports)
     # Round-trip through JSON so that the digest covers exactly what is stored.
     data = json.loads(canonical_json(data))
     data["digest"] = _digest(data)

@@ -73,8 +73,9 @@ def certify_image(
     if info is None:
         raise InvalidInput(f"no image {image} on this engine", hint="envforge build RECIPE first")
     stack = stack_of(recipe) if stack is None else stack
+    skips = project.skip_imports if project else ()
     spec = ProbeSpec.from_recipe(recipe, level=level, step_timeout=step_timeout, stack=stack,
-                                 checks=project.checks if project else ())
+                                 checks=project.checks if project else (), skip_imports=skips)
     target = DockerTarget(
         client, info.id, flags if flags is not None else device_flags(recipe.gpu.vendor),
         mounts=project.mounts if project else (), env=project.env if project else {},
@@ -89,6 +90,7 @@ def certify_image(
         config=bound_config(info.config),
         candidate_id=info.id,
         stack=stack.to_dict(),
+        skip_imports=skips,
     )
     if signer is not None:
         cert = sign(cert, signer)

@@ -58,6 +58,8 @@ class ProjectProbe:
     #: (host folder, container folder) pairs, mounted read-only.
     mounts: tuple[tuple[str, str], ...]
     env: Mapping[str, str]
+    #: (module, reason): the project's ``skip_imports``, not imported, in the certificate.
+    skip_imports: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -150,6 +152,7 @@ def probe_for(project: Project) -> ProjectProbe:
         mounts=mounts,
         env={"PYTHONPATH": import_path(project, SHELL_WORKDIR),
              "PYTHONPYCACHEPREFIX": PYCACHE_PREFIX},
+        skip_imports=project.skip_imports,
     )
 
 

@@ -253,7 +253,8 @@ def _build_aside(  # noqa: PLR0917 - one step of build, its inputs spelled out
         if not options.certify:
             _swap_in(aside, target)
             return None
-        report = _certify_aside(recipe, aside, fp, content, level, options, stack, base)
+        report = _certify_aside(recipe, aside, fp, content, level, options, stack, base,
+                                target=target)
         old = (valid_certificate(recipe, target, None, options.project)
                if venv_python(target).exists() else None)
         if not report.passed and old is not None:
@@ -322,9 +323,12 @@ def _certify_aside(  # noqa: PLR0917 - one step of build, its inputs spelled out
     options: VenvOptions,
     stack: Stack,
     base: Base | None,
+    *,
+    target: Path,
 ) -> ProbeReport:
     """Probe the folder aside (incrementally when it was built from ``base`` and the stack
-    is the certified one) and write its certificate there on a pass."""
+    is the certified one) and write its certificate there on a pass. The report names
+    ``target``, where the folder aside goes (or is removed), never the folder aside."""
     plan: Incremental | str | None = None
     if base is not None:
         plan = plan_incremental(base, aside, content, level=level, project=options.project,
@@ -332,7 +336,7 @@ def _certify_aside(  # noqa: PLR0917 - one step of build, its inputs spelled out
         if isinstance(plan, str):
             options.say(f"full probe: {plan}")
     only = plan.steps if isinstance(plan, Incremental) else None
-    report = _probe(recipe, aside, level, options, stack, only=only)
+    report = _probe(recipe, aside, level, options, stack, only=only, shown_as=target)
     markers = aside / MARKER_DIR
     report.write(markers)
     if report.passed:

@@ -21,10 +21,12 @@ from envforge.errors import (
     CertificationFailed,
     Interrupted,
     InvalidInput,
+    clip,
 )
 from envforge.probe.report import ProbeReport, StepResult
 from envforge.probe.runner import LocalPythonTarget, ProbeListener, run_probe
 from envforge.probe.spec import CheckFile, ProbeSpec
+from envforge.publish.certificate import skipped_imports
 from envforge.recipe.model import Level, Recipe
 from envforge.stack import Stack
 
@@ -60,20 +62,43 @@ def probe_venv(
     stack: Stack | None = None,
     checks: Sequence[CheckFile] = (),
     only: tuple[str, ...] | None = None,
+    skip_imports: Sequence[tuple[str, str]] = (),
+    shown_as: Path | None = None,
 ) -> ProbeReport:
     """Run the probe for ``recipe`` (its ``stack``; None: computed from the recipe) with the
     venv's interpreter and the recipe's env vars; ``checks``: a project's steps; ``only``:
     these of its steps (an incremental certification), None: all."""
     spec = ProbeSpec.from_recipe(
         recipe, level=level, step_timeout=step_timeout, extra_checks=extra_checks, stack=stack,
-        checks=checks,
+        checks=checks, skip_imports=skip_imports,
     )
     if only is not None:
         spec = replace(spec, only=only)
     target = LocalPythonTarget(
         python=str(venv_python(venv)), env=venv_environ(venv, recipe, environ)
     )
-    return run_probe(spec, target, listener=listener)
+    report = run_probe(spec, target, listener=listener)
+    if shown_as is None or shown_as == venv:  # ``shown_as``: where the venv will be
+        return report
+    return moved_report(report, venv, shown_as)
+
+
+def moved_report(report: ProbeReport, old: Path, new: Path) -> ProbeReport:
+    """``report`` with every mention of the folder ``old`` (a venv built aside: swapped in
+    at ``new``, or removed) written as ``new``: in the step details, the target and the
+    snapshot. A message never names a folder that no longer exists."""
+    before, after = str(old), str(new)
+
+    def moved(value: Any) -> Any:
+        if isinstance(value, str):
+            return value.replace(before, after)
+        if isinstance(value, dict):
+            return {k: moved(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [moved(v) for v in value]
+        return value
+
+    return ProbeReport.from_dict(moved(report.to_dict()))
 
 
 def _level_ok(certified: Mapping[str, Any], wanted: Level) -> bool:
@@ -111,7 +136,7 @@ def full_steps(recipe: Recipe, level: Level, options: VenvOptions, stack: Stack)
 
 def _probe(  # noqa: PLR0917 - one step of build, its inputs spelled out
     recipe: Recipe, venv: Path, level: Level, options: VenvOptions, stack: Stack,
-    only: tuple[str, ...] | None = None,
+    only: tuple[str, ...] | None = None, shown_as: Path | None = None,
 ) -> ProbeReport:
     if only is None:
         options.say(f"certifying {recipe.name} ({level} probe)")
@@ -129,6 +154,8 @@ def _probe(  # noqa: PLR0917 - one step of build, its inputs spelled out
             stack=stack,
             checks=project_steps(options.project),
             only=only,
+            skip_imports=options.project.skip_imports if options.project else (),
+            shown_as=shown_as,
         )
     except Interrupted:
         raise Interrupted(
@@ -164,6 +191,8 @@ def _cert_json(
     }
     if incremental is not None:  # only what the change could affect was probed again
         data["incremental"] = dict(incremental)
+    if project is not None and project.skip_imports:  # absent otherwise, as before
+        data["skip_imports"] = skipped_imports(project.skip_imports)
     return json.dumps(data, indent=2) + "\n"
 
 
@@ -346,7 +375,7 @@ def state(
     steps = [
         StepResult.from_dict(s) for s in (last or {}).get("steps", []) if isinstance(s, dict)
     ]
-    bad = next((s for s in steps if s.status not in ("pass", "skip")), None)
+    bad = next((s for s in steps if s.status not in ("pass", "warn", "skip")), None)
     problem = f"last probe: {bad.name} {bad.status}" if bad else "not certified"
     return VenvState(target, True, False, problem)
 
@@ -369,5 +398,5 @@ def problem_of(report: ProbeReport) -> str:
     bad = report.first_problem
     if bad is None:
         return "the probe did not pass"
-    detail = f" ({bad.detail[:200]})" if bad.detail else ""
+    detail = f" ({clip(bad.detail, 300)})" if bad.detail else ""
     return f"{bad.name}: {bad.status}{detail}"
