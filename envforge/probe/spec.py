@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
 from envforge.core.fsutil import FileTooLarge, NotRegularFile, read_limited
 from envforge.errors import InvalidInput
 from envforge.host.arch import gfx_from_isa
@@ -50,6 +53,21 @@ COMPANION_STEPS: dict[str, tuple[str, ...]] = {
 MIN_STARTUP_TIMEOUT = 30.0
 #: The largest check file read (a check is a short Python file).
 MAX_CHECK_BYTES = 1 << 20
+
+
+def requested_extras(lines: Sequence[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """(canonical distribution, its extras) of each requirement line that asks for extras
+    (``black[d]>=24`` -> ``("black", ("d",))``), once per distribution, in order."""
+    found: dict[str, list[str]] = {}
+    for line in lines:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if req.extras:
+            names = found.setdefault(canonicalize_name(req.name), [])
+            names += [e for e in sorted(canonicalize_name(x) for x in req.extras) if e not in names]
+    return tuple((name, tuple(extras)) for name, extras in found.items())
 
 
 def step_timeout_problem(value: float) -> str | None:
@@ -212,6 +230,13 @@ class ProbeSpec:
     #: Run only these of the steps (in the usual order); None: every step. An incremental
     #: certification re-runs what a change can affect (the venv backend's rebuilds).
     only: tuple[str, ...] | None = None
+    #: (module, reason): top-level modules the import steps do not import (a project's
+    #: ``skip_imports``); each step names the ones it skipped and why.
+    skip_imports: tuple[tuple[str, str], ...] = ()
+    #: (distribution, extras asked for): what the stack's requirement lines ask for
+    #: (``black[d]``). A module that needs a distribution only an extra *not* asked for
+    #: requires is skipped, named with that extra; one of an extra asked for must import.
+    extras: tuple[tuple[str, tuple[str, ...]], ...] = ()
     #: ``--require-free GIB``: the memory step fails when a device has less free (None:
     #: it only warns when other processes hold most of a GPU's memory).
     require_free: float | None = None
@@ -267,6 +292,9 @@ class ProbeSpec:
             "expect": self.expect.to_dict(),
             "checks": [{"step": c.step, "path": c.path, "source": c.source} for c in self.checks],
             **({"require_free": self.require_free} if self.require_free is not None else {}),
+            # only when there are some: a spec without them reads as it did before
+            **({"skip_imports": dict(self.skip_imports)} if self.skip_imports else {}),
+            **({"extras": {d: list(e) for d, e in self.extras}} if self.extras else {}),
         }
 
     def worker_json(self) -> str:
@@ -282,10 +310,12 @@ class ProbeSpec:
         extra_checks: Sequence[Path | str] = (),
         stack: Stack | None = None,
         checks: Sequence[CheckFile] = (),
+        skip_imports: Sequence[tuple[str, str]] = (),
     ) -> ProbeSpec:
         """The recipe's expectations, device and certify settings; CLI values override.
         ``stack``: the recipe's stack as the caller computed it (None: from the recipe);
-        ``checks``: steps made elsewhere (a project's), run after the check files."""
+        ``checks``: steps made elsewhere (a project's), run after the check files;
+        ``skip_imports``: (module, reason) the import steps leave out (a project's)."""
         stack = stack_of(recipe) if stack is None else stack
         return cls(
             level=level or recipe.certify.level,
@@ -297,6 +327,8 @@ class ProbeSpec:
             recipe_name=recipe.name,
             recipe_hash=recipe.hash,
             distributions=stack.distributions(),
+            skip_imports=tuple(skip_imports),
+            extras=requested_extras(stack.requirement_lines()),
         )
 
     @classmethod

@@ -129,6 +129,11 @@ def describe(exc, prefer_file=None, where=True):
             break
     if where:
         msg = "%s (at %s)" % (msg, where)
+    cause = root_cause(exc)
+    said = head_line(cause) if cause is not None else ""
+    if said and said.partition(": ")[2] not in msg:
+        said = " (cause: %s)" % short(said, DETAIL_MAX // 2)
+        return short(msg, DETAIL_MAX - len(said)) + said
     return short(msg)
 
 
@@ -775,10 +780,49 @@ def top_level_modules(folder):
     return sorted(set(n for n in names if n and n.isidentifier() and not n.startswith("__")))
 
 
-def first_line(exc):
-    """'TypeName: the first line of the message' (short)."""
+def head_line(exc):
+    """'TypeName: the first line of its message'."""
     lines = text_of(exc).strip().splitlines()
-    return short("%s: %s" % (type(exc).__name__, lines[0] if lines else ""), 300)
+    return "%s: %s" % (type(exc).__name__, lines[0].strip() if lines else "")
+
+
+def root_cause(exc):
+    """The innermost exception exc was raised from or while handling (torch's "Could not
+    load this library: PATH" hides the loader's "libtorch_cuda.so: cannot open shared
+    object file" in its __cause__), or None when there is none."""
+    seen, cause = [exc], None
+    current = exc
+    while len(seen) < 16:
+        nxt = current.__cause__
+        if nxt is None and not current.__suppress_context__:
+            nxt = current.__context__
+        if nxt is None or nxt in seen:
+            break
+        seen.append(nxt)
+        cause = current = nxt
+    return cause
+
+
+def clip(text, limit):
+    """text on one line, at most limit characters: the middle cut, never the end (where
+    a loader's message puts the cause)."""
+    text = short(text, 64 * limit)
+    if len(text) <= limit:
+        return text
+    tail = (limit - 5) * 2 // 3
+    return text[: limit - 5 - tail] + " ... " + text[len(text) - tail:]
+
+
+def first_line(exc, limit=300):
+    """'TypeName: the first line of the message', and the first line of the underlying
+    cause when the message does not already say it (one line, at most limit)."""
+    text = head_line(exc)
+    cause = root_cause(exc)
+    if cause is not None:
+        said = head_line(cause)
+        if said.partition(": ")[2] not in text:
+            text = "%s (cause: %s)" % (text, said)
+    return clip(text, limit)
 
 
 def make_import_step(name):
@@ -789,23 +833,116 @@ def make_import_step(name):
             raise StepFailed("%s is not installed (no %s metadata on sys.path)" % (name, name))
         version = dist_version(folder)
         modules = top_level_modules(folder)
+        asked = ctx.spec.get("skip_imports") or {}
+        imported, skipped = [], []
         for module in modules:
-            import_or_fail(ctx, name, version, module)
-        detail = "%s %s: imported %s" % (name, version, ", ".join(modules) or "no modules")
-        return detail, {"distribution": name, "version": version, "modules": modules}
+            if module in asked:
+                skipped.append((module, "skip_imports: %s" % asked[module]))
+                continue
+            why = import_or_fail(ctx, name, version, module, folder)
+            if why is None:
+                imported.append(module)
+            else:
+                skipped.append((module, why))
+        detail = "%s %s: imported %s" % (name, version, ", ".join(imported) or "no modules")
+        if skipped:
+            detail += "; skipped " + "; ".join("%s (%s)" % pair for pair in skipped)
+        data = {"distribution": name, "version": version, "modules": imported}
+        if skipped:
+            data["skipped"] = [{"module": m, "reason": r} for m, r in skipped]
+        return detail, data
     return step_import
 
 
-def import_or_fail(ctx, name, version, module):
+def import_or_fail(ctx, name, version, module, folder=None):
+    """None when module imports; why it was skipped when it needs an extra that was not
+    installed (:func:`missing_extra`); StepFailed otherwise."""
     import importlib
     try:
         importlib.import_module(module)
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # ImportError, a broken .so's OSError, RuntimeError, ...
+        why = missing_extra(ctx, name, folder, exc) if folder else None
+        if why is not None:
+            return why
         traceback.print_exc(file=sys.stderr)
+        prefix = "%s %s: import %s: " % (name, version, module)
         ctx.module_errors[name] = first_line(exc)
-        raise StepFailed("%s %s: import %s: %s" % (name, version, module, first_line(exc)))
+        raise StepFailed(prefix + first_line(exc, max(120, DETAIL_MAX - len(prefix))))
+    return None
+
+
+#: A marker's ``extra == "d"`` (either way round).
+EXTRA_MARKER = (r"""\bextra\s*==\s*["']([^"']+)["']""",
+                r"""["']([^"']+)["']\s*==\s*extra\b""")
+
+
+def requires_by_extra(folder):
+    """(names required without an extra, {extra: names required only under it}) from
+    the distribution's METADATA Requires-Dist lines (canonical names)."""
+    import re
+    text = read_meta(folder, "METADATA") or read_meta(folder, "PKG-INFO") or ""
+    base, extras = set(), {}
+    for line in text.splitlines():
+        if not line.strip():
+            break  # the headers end at the first empty line
+        if not line.lower().startswith("requires-dist:"):
+            continue
+        spec, _, marker = line.split(":", 1)[1].partition(";")
+        found = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", spec)
+        if not found:
+            continue
+        req = canonical(found.group(1))
+        named = [m for pattern in EXTRA_MARKER for m in re.findall(pattern, marker)]
+        if not named:
+            base.add(req)
+        for extra in named:
+            extras.setdefault(canonical(extra), set()).add(req)
+    return base, extras
+
+
+def missing_modules(exc):
+    """Top-level names an ImportError says are missing, through its whole chain: a
+    module that catches the ModuleNotFoundError and raises its own ImportError "from
+    None" (blackd: "aiohttp dependency is not installed: No module named 'aiohttp'")
+    still says which."""
+    import re
+    names, seen, current = [], [], exc
+    while isinstance(current, ImportError) and current not in seen and len(seen) < 16:
+        seen.append(current)
+        found = [getattr(current, "name", None) or ""]
+        found += re.findall(r"No module named '([^']+)'", text_of(current))
+        for name in found:
+            top = name.split(".")[0]
+            if top and top not in names:
+                names.append(top)
+        current = current.__cause__ or current.__context__
+    return names
+
+
+def missing_extra(ctx, name, folder, exc):
+    """Why an import that failed is skipped, or None when it is a failure.
+
+    Skipped only when exc is an ImportError whose chain names missing modules
+    (:func:`missing_modules`), none of them installed, each a distribution that ``name``
+    requires only under extras the stack did not ask for ("blackd" needs aiohttp, which
+    only black[d] requires). A name required without an extra, or under an extra that was
+    asked for, is a failure: the environment lacks what it was meant to have."""
+    missing = missing_modules(exc)
+    if not missing or any(find_distribution(m) is not None for m in missing):
+        return None
+    base, extras = requires_by_extra(folder)
+    asked = set(canonical(e) for e in (ctx.spec.get("extras") or {}).get(name, ()))
+    under = []
+    for module in missing:
+        wanted = canonical(module)
+        these = sorted(extra for extra, names in extras.items() if wanted in names)
+        if wanted in base or not these or asked.intersection(these):
+            return None
+        under += [extra for extra in these if extra not in under]
+    return "needs %s, required only by %s, not installed" % (
+        ", ".join(missing), " or ".join("%s[%s]" % (name, extra) for extra in under))
 
 
 # --------------------------------------------------------------------------- companions
