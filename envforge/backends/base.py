@@ -48,6 +48,8 @@ class Options:
     #: Probe level and seconds per probe step (None: the recipe's).
     level: Literal["quick", "full"] | None = None
     step_timeout: float | None = None
+    #: ``--require-free GIB``: the probe's memory step fails below GIB free on a GPU.
+    require_free: float | None = None
     #: Write the probe's reports (and the certificate) here.
     report_dir: Path | None = None
     #: Folder of wheels to install from; PEM bundle the installer trusts.

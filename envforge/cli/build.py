@@ -29,6 +29,7 @@ from envforge.cli.common import (
     project_option,
     recipe_ref_for,
     report_option,
+    require_free_option,
     say,
     set_option,
     signing_key_option,
@@ -51,6 +52,7 @@ from envforge.recipe.model import Level
 @ca_bundle_option("PEM bundle pip inside the build trusts (TLS-intercepting proxies).")
 @level_option("Probe level (default: the recipe's).")
 @step_timeout_option("Seconds per probe step (default: the recipe's).")
+@require_free_option
 @report_option("Write probe.json, probe.junit.xml and certificate.json here.")
 @backend_option("Build an image (docker, the default) or a virtualenv on this host (venv).")
 @backend_flags("build")
@@ -67,6 +69,7 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
     ca_bundle: Path | None,
     level: Level | None,
     step_timeout: float | None,
+    require_free: float | None,
     report_dir: Path | None,
     backend: str | None,
     signing_key: Path | None,
@@ -107,6 +110,7 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
         options = Options(
             level=level,
             step_timeout=step_timeout,
+            require_free=require_free,
             report_dir=report_dir,
             wheelhouse=wheelhouse,
             ca_bundle=ca_bundle,

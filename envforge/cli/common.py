@@ -128,6 +128,30 @@ def step_timeout_option(help: str, metavar: str | None = None) -> Callable[[F], 
     return click.option("--step-timeout", type=float, default=None, metavar=metavar, help=help)
 
 
+def _check_require_free(_ctx: object, _param: object, value: float | None) -> float | None:
+    if value is None:
+        return None
+    from envforge.probe.spec import require_free_problem  # noqa: PLC0415 - only when given
+
+    if require_free_problem(value):
+        raise InvalidInput(f"--require-free {require_free_problem(value)}",
+                           hint="--require-free 8 (GiB free on each GPU the probe uses)")
+    return value
+
+
+def require_free_option(func: F) -> F:
+    """``--require-free GIB``: the probe's memory step fails below GIB free on a GPU."""
+    return click.option(
+        "--require-free",
+        type=float,
+        default=None,
+        callback=_check_require_free,
+        metavar="GIB",
+        help="Fail the probe's memory step when a GPU has less than GIB free (default: "
+        "warn only, when other processes hold more than half of a GPU's memory).",
+    )(func)
+
+
 class OutputPath(click.Path):
     """Where an output is written (``-o``, ``--write``, ``--report``, ``--summary``): never an
     empty value, which ``Path`` would take as the current folder (``-o ""``, an unset

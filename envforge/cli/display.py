@@ -104,5 +104,5 @@ class ProbeProgress:
 
 
 def _colour(text: str, status: str) -> str:
-    code = {"pass": "32", "skip": "2"}.get(status, "31")
+    code = {"pass": "32", "warn": "33", "skip": "2"}.get(status, "31")
     return f"\x1b[{code}m{text}\x1b[0m"

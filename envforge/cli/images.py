@@ -29,6 +29,7 @@ from envforge.cli.common import (
     pick_for,
     project_option,
     report_option,
+    require_free_option,
     say,
     set_option,
     signing_key_option,
@@ -102,6 +103,7 @@ def _project_backend(refs: Sequence[str], project: Project | None) -> str | None
 @click.argument("refs", nargs=-1, required=True, metavar="RECIPE|IMAGE...")
 @level_option("Probe level (default: the recipe's).")
 @step_timeout_option("Seconds per probe step (default: the recipe's).")
+@require_free_option
 @report_option("Write probe.json, probe.junit.xml and certificate.json (per image: DIR/NAME/).")
 @backend_option("Certify on this backend (default: docker; IMAGE refs: docker).")
 @backend_flags("certify")
@@ -115,6 +117,7 @@ def certify(  # noqa: PLR0917 - click passes options positionally by name
     refs: tuple[str, ...],
     level: Level | None,
     step_timeout: float | None,
+    require_free: float | None,
     report_dir: Path | None,
     backend: str | None,
     signing_key: Path | None,
@@ -161,6 +164,7 @@ def certify(  # noqa: PLR0917 - click passes options positionally by name
             options = Options(
                 level=level,
                 step_timeout=step_timeout,
+                require_free=require_free,
                 report_dir=sub,
                 signing_key=signing_key,
                 gpus=pick_for(recipe, gpu),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,6 +28,7 @@ from envforge.cli.common import (
     pick_for,
     python_option,
     report_option,
+    require_free_option,
     say,
     set_option,
     step_timeout_option,
@@ -79,6 +81,7 @@ _HINTS = {
 @python_option("Probe this interpreter's environment (default: the one running envforge).")
 @summary_option
 @gpu_option
+@require_free_option
 def probe(  # noqa: PLR0917 - click passes options positionally
     recipe_ref: str | None,
     overrides: tuple[str, ...],
@@ -90,11 +93,13 @@ def probe(  # noqa: PLR0917 - click passes options positionally
     python: str | None,
     summary_file: Path | None,
     gpu: str | None,
+    require_free: float | None,
 ) -> None:
     """Probe an environment step by step, each step under a deadline in an isolated process.
 
-    Exit 0 when every step passes, 1 when one fails, hangs, crashes, runs out of memory or
-    finds no device.
+    Exit 0 when every step passes (a warning, such as a GPU whose memory other processes
+    hold, still passes), 1 when one fails, hangs, crashes, runs out of memory or finds no
+    device, or a GPU has less free than --require-free.
     """
     from envforge.probe.report import summarize  # noqa: PLC0415 - keeps --help and list light
     from envforge.probe.runner import LocalPythonTarget, run_probe  # noqa: PLC0415 - as above
@@ -124,6 +129,8 @@ def probe(  # noqa: PLR0917 - click passes options positionally
             spec = ProbeSpec.from_recipe(
                 recipe, level=level, step_timeout=step_timeout, extra_checks=checks
             )
+        if require_free is not None:
+            spec = replace(spec, require_free=require_free)
         if gpu is None:
             _say_grant()
         target = LocalPythonTarget(python=python or sys.executable, env=gpu_environ(pick))
@@ -179,6 +186,9 @@ def _hint(problem: StepResult, spec: ProbeSpec) -> str | None:
     if problem.name.startswith(CHECK_PREFIX) and problem.status == "fail":
         path = next((c.path for c in spec.checks if c.step == problem.name), "the check")
         return f"the check raised; run it with the probed interpreter to debug: python {path}"
+    if problem.name == "memory" and problem.status == "fail" and spec.require_free:
+        return ("other processes hold the GPU's memory (named in the detail where the driver "
+                "shows them): stop them, or lower --require-free")
     if problem.status == "fail" and spec.recipe_name is None:
         return "see the step's detail"
     hint = _HINTS.get(problem.status)

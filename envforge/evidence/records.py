@@ -174,7 +174,7 @@ class Evidence:
 
     @property
     def first_problem(self) -> StepResult | None:
-        return next((s for s in self.steps if s.status not in ("pass", "skip")), None)
+        return next((s for s in self.steps if s.status not in ("pass", "warn", "skip")), None)
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 ICONS = {
     "pass": "✅",
+    "warn": "⚠️",
     "fail": "❌",
     "hang": "⏳",
     "crash": "💥",
@@ -103,6 +104,9 @@ def section(
     problem = report.first_problem if report is not None else None
     if problem is not None:
         heading += f" at step {cell(problem.name)} ({cell(problem.status)})"
+    warned = report.warnings if report is not None else ()
+    if warned:
+        heading += f", {ICONS['warn']} {len(warned)} warning{'s' if len(warned) > 1 else ''}"
     out = [f"### {cell(title)}: {heading}", ""]
     if error:
         out += [f"**Error:** {cell(error, 2000)}", ""]
@@ -115,6 +119,8 @@ def section(
                 f"| {cell(step.detail)} |"
             )
         out.append("")
+    for step in warned:  # a pass worth a look: said under the table, not only in it
+        out += [f"**Warning** {cell(step.name)}: {cell(step.detail, 2000)}", ""]
     if problem is not None:
         detail = problem.detail[:DETAIL_LIMIT] or "(no detail)"
         out += [

@@ -17,14 +17,17 @@ import os
 import pwd
 import shutil
 import stat
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from envforge import knowledge
+from envforge.host import gpumem
 from envforge.host.detect import GpuInfo, HostInfo
-from envforge.host.hostfs import host_int, numeric_name, read_host_text
+from envforge.host.gpumem import open_holders as gpu_holders
+from envforge.host.hostfs import host_int, read_host_text
+from envforge.host.hostinfo import ToolRunner
 from envforge.recipe.model import Recipe
 
 Severity = Literal["ok", "warn", "block"]
@@ -357,40 +360,6 @@ def check_driver(recipe: Recipe | None, host: HostInfo) -> list[Finding]:
     return [Finding("driver", "ok", f"NVIDIA driver {driver}{floor_text}")]
 
 
-def gpu_holders(
-    root: Path, nodes: Iterable[str], exclude: Iterable[int] = ()
-) -> list[tuple[int, str, str]]:
-    """(pid, command, node) for each process with one of ``nodes`` open, read from proc/*/fd."""
-    wanted = set(nodes)
-    skip = set(exclude)
-    found: list[tuple[int, str, str]] = []
-    try:
-        pids = sorted(n for p in (root / "proc").iterdir() if (n := numeric_name(p.name)))
-    except OSError:
-        return found
-    for pid in pids:
-        if pid in skip:
-            continue
-        fd_dir = root / "proc" / str(pid) / "fd"
-        try:
-            fds = list(fd_dir.iterdir())
-        except OSError:
-            continue  # gone, or not ours to look at
-        targets: set[str] = set()
-        for fd in fds:
-            try:
-                targets.add(os.readlink(fd))
-            except OSError:
-                continue
-        hits = sorted(targets & wanted)
-        if not hits:
-            continue
-        text = read_host_text(root / "proc" / str(pid) / "comm")
-        comm = "?" if text is None else text.strip()
-        found.extend((pid, comm, node) for node in hits)
-    return found
-
-
 def check_busy(recipe: Recipe | None, host: HostInfo, root: Path) -> list[Finding]:
     nodes: set[str] = set()
     for gpu in _relevant_gpus(recipe, host):
@@ -412,6 +381,28 @@ def check_busy(recipe: Recipe | None, host: HostInfo, root: Path) -> list[Findin
             "stop them if the probe runs out of memory or hangs (`kill PID`)",
         )
     ]
+
+
+def check_memory(
+    recipe: Recipe | None, host: HostInfo, root: Path, tools: ToolRunner
+) -> list[Finding]:
+    """``gpu-memory``: each GPU's memory in use (nvidia-smi; sysfs, else rocm-smi), a
+    warning naming who holds it (nvidia-smi, amd-smi, rocm-smi, else ``/proc``) when other
+    processes hold more than half; nothing where neither a tool nor sysfs says."""
+    vendors = sorted({g.vendor for g in _relevant_gpus(recipe, host)} & {"amd", "nvidia"})
+    findings: list[Finding] = []
+    for vendor in vendors:
+        for gpu, holders in gpumem.gpu_memory(vendor, root, tools, exclude=[os.getpid()]):
+            if not gpu.busy:
+                findings.append(Finding("gpu-memory", "ok", f"{gpu.text} ({gpu.source})"))
+                continue
+            who = gpumem.describe(holders) or "processes the driver does not name here"
+            findings.append(Finding(
+                "gpu-memory", "warn", f"{gpu.text}, held by {who}",
+                "stop them (`kill PID`) or wait: the probe and training need the memory "
+                "(`--require-free GIB` makes the probe fail instead of warn)",
+            ))
+    return findings
 
 
 def shutil_free(path: Path) -> int:
@@ -465,6 +456,7 @@ def diagnose(
     backend: str | None = None,
     stand_ins: Mapping[str, Callable[[], Any]] | None = None,
     chosen_for: str | None = None,
+    tools: ToolRunner | None = None,
 ) -> DoctorReport:
     """Run every check for ``recipe`` (None: just the host) and collect the findings.
 
@@ -472,6 +464,8 @@ def diagnose(
     blocking) adds its own through the protocol (``findings``; ``stand_ins`` stand in for
     what a backend would ask this machine). The disk check counts the space the backend
     (else the default one) needs. ``chosen_for``: the arch ``auto`` chose ``recipe`` for.
+    ``tools``: runs nvidia-smi, amd-smi, rocm-smi (None: the real ones, under a deadline,
+    on ``/``; none under a fixture root).
     """
     from envforge.backends import BACKENDS, HostCheck, default_backend  # noqa: PLC0415 - doctor
 
@@ -485,9 +479,15 @@ def diagnose(
         *check_groups(recipe, host, root, who),
         *check_driver(recipe, host),
         *check_busy(recipe, host, root),
+        *check_memory(recipe, host, root, tools or _tools_for(root)),
         *(f for name in asked for f in BACKENDS[name].findings(recipe, host, check)),
         *check_disk(recipe, space_dir, need, host),
     ]
     for note in host.notes:
         findings.append(Finding("detect", "warn", note))
     return DoctorReport(recipe=recipe.name if recipe else None, host=host, findings=tuple(findings))
+
+
+def _tools_for(root: Path) -> ToolRunner:
+    """The real tools on this host's root; none under a fixture root (tests)."""
+    return gpumem.tool_runner() if root == Path("/") else gpumem.no_tools

@@ -25,8 +25,13 @@ from envforge.errors import InvalidInput
 from envforge.fleet.node import node_facts
 from envforge.host.detect import detect, no_tools
 
-Status = Literal["pass", "fail", "hang", "crash", "oom", "no-device", "skip"]
-STATUSES: tuple[Status, ...] = ("pass", "fail", "hang", "crash", "oom", "no-device", "skip")
+Status = Literal["pass", "warn", "fail", "hang", "crash", "oom", "no-device", "skip"]
+STATUSES: tuple[Status, ...] = (
+    "pass", "warn", "fail", "hang", "crash", "oom", "no-device", "skip"
+)
+#: Statuses that pass: ``warn`` is a pass worth a look (the GPU's memory held by another
+#: process), recorded in every output and still certified.
+PASSING: tuple[Status, ...] = ("pass", "warn")
 #: JUnit: a wrong answer is a <failure>; the worker dying or hanging is an <error>.
 _JUNIT_FAILURE = ("fail", "oom", "no-device")
 _JUNIT_ERROR = ("hang", "crash")
@@ -191,7 +196,7 @@ class ProbeReport:
 
     @property
     def status(self) -> Literal["pass", "fail"]:
-        ok = bool(self.steps) and all(s.status == "pass" for s in self.steps)
+        ok = bool(self.steps) and all(s.status in PASSING for s in self.steps)
         return "pass" if ok else "fail"
 
     @property
@@ -199,17 +204,24 @@ class ProbeReport:
         return self.status == "pass"
 
     @property
+    def warnings(self) -> tuple[StepResult, ...]:
+        """The steps that passed with a warning (``warn``)."""
+        return tuple(s for s in self.steps if s.status == "warn")
+
+    @property
     def first_problem(self) -> StepResult | None:
         """The first step that neither passed nor was skipped (the cause of a failure)."""
         for s in self.steps:
-            if s.status not in ("pass", "skip"):
+            if s.status not in (*PASSING, "skip"):
                 return s
         return None
 
     def to_dict(self) -> dict[str, Any]:
+        warned = {"warnings": [s.name for s in self.warnings]} if self.warnings else {}
         return {
             "schema": SCHEMA,
             "status": self.status,
+            **warned,
             "steps": [s.to_dict() for s in self.steps],
             "level": self.level,
             "recipe": {"name": self.recipe_name, "hash": self.recipe_hash},
@@ -292,6 +304,8 @@ class ProbeReport:
             ("envforge_version", self.envforge_version),
             *((("node", self.host.node),) if self.host.node else ()),
             *((("granted", self.host.grant_text),) if self.host.granted else ()),
+            *((("warnings", ", ".join(s.name for s in self.warnings)),) if self.warnings
+              else ()),
         ):
             ET.SubElement(props, "property", {"name": key, "value": printable(value)})
         classname = printable(f"envforge.probe.{self.recipe_name or 'installed'}")
@@ -311,6 +325,8 @@ class ProbeReport:
                 el.text = detail
             elif step.status == "skip":
                 ET.SubElement(case, "skipped", {"message": detail})
+            elif step.status == "warn":
+                _junit_warning(case, detail)
         ET.indent(suites)
         return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
 
@@ -322,6 +338,16 @@ class ProbeReport:
             [(json_path, self.to_json() + "\n", 0o644), (junit_path, self.to_junit(), 0o644)]
         )
         return json_path, junit_path
+
+
+def _junit_warning(case: ET.Element, detail: str) -> None:
+    """A ``warn`` step in JUnit: a passing testcase (no failure, not skipped: it ran and
+    passed) carrying a ``warning`` property and the detail in ``<system-out>``, which
+    Jenkins, GitLab and the GitHub test-report actions show beside the test."""
+    props = ET.SubElement(case, "properties")
+    ET.SubElement(props, "property", {"name": "warning", "value": detail})
+    out = ET.SubElement(case, "system-out")
+    out.text = f"warning: {detail}"
 
 
 def utc_now() -> str:

@@ -54,7 +54,7 @@ __all__ = [  # the local target and the target contract, importable from here as
 #: The worker writes this, plus the step name, to stderr as each step starts.
 STDERR_MARK = "[envforge-probe] step "
 #: Statuses the worker itself reports; hang and crash come from the runner.
-WORKER_STATUSES: tuple[Status, ...] = ("pass", "fail", "oom", "no-device", "skip")
+WORKER_STATUSES: tuple[Status, ...] = ("pass", "warn", "fail", "oom", "no-device", "skip")
 
 
 class ProbeListener(Protocol):
@@ -180,6 +180,9 @@ def _drive(run: _Run, handle: WorkerHandle, clock: Callable[[], float]) -> None:
             result = _end_result(event, now - run.current_started)
             if result.name == "env-snapshot" and isinstance(event.get("data"), dict):
                 run.snapshot = dict(event["data"])
+            if result.name == "memory" and result.status in ("warn", "fail"):
+                result = _named_holders(result, event.get("data"))
+                now = clock()  # the tools' time is not the next step's
             run.finish(result)
             deadline_at = now + spec.step_timeout
             waiting_for = "gap"
@@ -224,6 +227,16 @@ def _end_result(event: Mapping[str, Any], measured: float) -> StepResult:
         seconds=float(seconds) if isinstance(seconds, (int, float)) else measured,
         detail=str(event.get("detail") or ""),
     )
+
+
+def _named_holders(result: StepResult, data: object) -> StepResult:
+    """A memory step that found a GPU held by others names who holds it: here, on the host,
+    where the driver's tools and ``/proc`` see every process (a container sees its own)."""
+    from envforge.host.gpumem import probe_holders  # noqa: PLC0415 - only for a busy GPU
+
+    named = probe_holders(data) if isinstance(data, dict) else ""
+    return dataclasses.replace(result, detail=f"{result.detail}; held by {named}") if named \
+        else result
 
 
 def _skip_rest(run: _Run, why: str) -> None:

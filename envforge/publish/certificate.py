@@ -223,13 +223,23 @@ def failing_step_of(report: Mapping[str, Any]) -> str | None:
         if not isinstance(step, Mapping):
             continue
         status = str(step.get("status", ""))
-        if status not in ("pass", "skip"):
+        if status not in ("pass", "warn", "skip"):
             detail = str(step.get("detail") or "").strip().splitlines()
             text = f"{step.get('name')} ({status}"
             if detail:
                 text += f": {clip(detail[0], 300)}"
             return text + ")"
     return None
+
+
+def warnings_of(report: Mapping[str, Any]) -> list[str]:
+    """The steps of a report that passed with a warning, as ``name: detail`` (first line)."""
+    out: list[str] = []
+    for step in report.get("steps") or ():
+        if isinstance(step, Mapping) and step.get("status") == "warn":
+            detail = (str(step.get("detail") or "").strip().splitlines() or [""])[0][:300]
+            out.append(f"{step.get('name')}: {detail}" if detail else str(step.get("name")))
+    return out
 
 
 def skipped_imports(pairs: Sequence[tuple[str, str]]) -> list[dict[str, str]]:
@@ -268,6 +278,8 @@ def issue(
         data["stack"] = dict(stack)
     if skip_imports:  # absent otherwise: certificates without them are as they were
         data["skip_imports"] = skipped_imports(skip_imports)
+    if status == "pass" and report.get("warnings"):  # passed, with steps worth a look
+        data["warnings"] = warnings_of(report)
     # Round-trip through JSON so that the digest covers exactly what is stored.
     data = json.loads(canonical_json(data))
     data["digest"] = _digest(data)

@@ -126,6 +126,7 @@ def certify_and_tag(
         image,
         level=options.level,
         step_timeout=options.step_timeout,
+        require_free=options.require_free,
         listener=options.listener,
         flags=flags_for(client, recipe, options),
         prober=prober,

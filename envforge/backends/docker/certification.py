@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from envforge.backends.docker.client import EngineClient
@@ -50,6 +50,7 @@ def certify_image(
     *,
     level: Level | None = None,
     step_timeout: float | None = None,
+    require_free: float | None = None,
     listener: ProbeListener | None = None,
     store: CertificateStore | None = None,
     flags: DeviceFlags | None = None,
@@ -76,6 +77,7 @@ def certify_image(
     skips = project.skip_imports if project else ()
     spec = ProbeSpec.from_recipe(recipe, level=level, step_timeout=step_timeout, stack=stack,
                                  checks=project.checks if project else (), skip_imports=skips)
+    spec = replace(spec, require_free=require_free)
     target = DockerTarget(
         client, info.id, flags if flags is not None else device_flags(recipe.gpu.vendor),
         mounts=project.mounts if project else (), env=project.env if project else {},

@@ -40,6 +40,8 @@ class DockerOptions:
     ca_bundle: Path | None = None
     level: Level | None = None
     step_timeout: float | None = None
+    #: ``--require-free GIB``: the probe's memory step fails below GIB free on a GPU.
+    require_free: float | None = None
     #: Also tag the certified image (or, with ``certify=False``, the built one).
     tags: tuple[str, ...] = ()
     #: Build FROM this image instead of the recipe's.
@@ -121,6 +123,7 @@ def docker_options(options: Options | DockerOptions) -> DockerOptions:
         ca_bundle=options.ca_bundle,
         level=options.level,
         step_timeout=options.step_timeout,
+        require_free=options.require_free,
         tags=tuple(extra.get("tags", ())),
         base_image=extra.get("base_image"),
         no_cache=bool(extra.get("no_cache", False)),

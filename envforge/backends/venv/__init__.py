@@ -198,6 +198,7 @@ def venv_options(options: Options | VenvOptions) -> VenvOptions:
         ca_bundle=options.ca_bundle or extra.get("ca_bundle"),
         level=options.level,
         step_timeout=options.step_timeout,
+        require_free=options.require_free,
         listener=options.listener,
         say=options.say,
         environ=environ,

@@ -62,6 +62,7 @@ def probe_venv(
     stack: Stack | None = None,
     checks: Sequence[CheckFile] = (),
     only: tuple[str, ...] | None = None,
+    require_free: float | None = None,
     skip_imports: Sequence[tuple[str, str]] = (),
     shown_as: Path | None = None,
 ) -> ProbeReport:
@@ -72,8 +73,7 @@ def probe_venv(
         recipe, level=level, step_timeout=step_timeout, extra_checks=extra_checks, stack=stack,
         checks=checks, skip_imports=skip_imports,
     )
-    if only is not None:
-        spec = replace(spec, only=only)
+    spec = replace(spec, only=only, require_free=require_free)
     target = LocalPythonTarget(
         python=str(venv_python(venv)), env=venv_environ(venv, recipe, environ)
     )
@@ -156,6 +156,7 @@ def _probe(  # noqa: PLR0917 - one step of build, its inputs spelled out
             only=only,
             skip_imports=options.project.skip_imports if options.project else (),
             shown_as=shown_as,
+            require_free=options.require_free,
         )
     except Interrupted:
         raise Interrupted(

@@ -123,6 +123,8 @@ class VenvOptions:
     ca_bundle: Path | None = None
     level: Level | None = None
     step_timeout: float | None = None
+    #: ``--require-free GIB``: the probe's memory step fails below GIB free on a GPU.
+    require_free: float | None = None
     extra_checks: tuple[Path, ...] = ()
     #: ``--project``: the project's requirements on the stack, the project installed
     #: (editable) and its checks certified; an environment of its own.
