@@ -49,6 +49,7 @@ COMMANDS: Mapping[str, str] = {
     "evidence": "envforge.cli.evidence:evidence",
     "init": "envforge.cli.project:init_cmd",
     "fleet": "envforge.cli.fleet:fleet",
+    "audit": "envforge.cli.audit:audit",
 }
 
 
@@ -89,6 +90,7 @@ SUMMARIES: Mapping[str, str] = {
     'init': 'Write [tool.envforge] (or envforge.toml) with recipe "auto" and a smoke check.',
     'evidence': 'Certification evidence: import reports and registry images, export bundles.',
     'fleet': "Certify recipes on a fleet's nodes: Slurm arrays, Kubernetes Jobs, Actions matrix.",
+    'audit': 'Check an environment: GPU code, duplicate libraries, extensions, companions.',
 }
 
 

@@ -21,6 +21,7 @@ ALLOWED: dict[str, str] = {
     "publish/push.py": "push/pull of certified images",
     "cli/images.py": "publish and certify's IMAGE refs: images on an engine",
     "cli/registry.py": "verify --pull/--no-pull and pull: images on an engine",
+    "cli/audit.py": "audit IMAGE: an image on an engine",
 }
 
 
