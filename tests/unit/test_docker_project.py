@@ -315,3 +315,33 @@ def test_the_quick_probe_before_a_fallback_looks_at_the_projects_image(
     assert problem == (f"no certified image {project_ref(RECIPE, project)} on this engine"
                        f" (fix: envforge build cpu --project {project.root} --backend docker"
                        " (or pass --image REF))")
+
+
+def test_the_projects_torchvision_goes_into_torchs_layer(tmp_path: Path) -> None:
+    """Issue 26 §1: a project's torchvision is the stack's (pinned to the pairing, from the
+    stack's index or the wheelhouse), so the image installs it in torch's layer."""
+    project = make_project(tmp_path / "p", deps='["torch", "torchvision", "six"]')
+    vision = project_stack(project, RECIPE).companions[0].requirement
+    assert vision.startswith("torchvision==0.28.0")
+    write_current_lock(project, f"{vision} \\\n    {H}\n    # via -r requirements.in\n"
+                       f"pillow==12.0.0 \\\n    {H}\n    # via torchvision\n")
+    built = prepare(RECIPE, project, wheelhouse=None, ca_bundle=None, platform=None,
+                    say=lambda _line: None)
+    torch_layer = [line.split("==")[0] for line in built.locked.torch]
+    assert "torchvision" in torch_layer
+    assert "pillow" in torch_layer
+    assert [line.split("==")[0] for line in built.layer.lines] == ["six"]
+
+
+def test_a_wheelhouse_without_the_projects_torchvision_stops_before_the_lock(
+    tmp_path: Path,
+) -> None:
+    project = make_project(tmp_path / "p", deps='["torch", "torchvision"]')
+    recipe = make_recipe(torch="2.13.0", index="https://download.pytorch.org/whl/cpu")
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"")
+    with pytest.raises(Unavailable, match=r"no wheel for torchvision==0\.28\.0\+cpu"):
+        prepare(recipe, project, wheelhouse=wheels, ca_bundle=None, platform=None,
+                say=lambda _line: None)
+    assert not lock_file(project, recipe).exists()
