@@ -129,11 +129,9 @@ def step_timeout_option(help: str, metavar: str | None = None) -> Callable[[F], 
 
 
 def _check_require_free(_ctx: object, _param: object, value: float | None) -> float | None:
-    if value is None:
-        return None
-    from envforge.probe.spec import require_free_problem  # noqa: PLC0415 - only when given
+    from envforge.probe.spec import require_free_problem  # noqa: PLC0415 - when a probe runs
 
-    if require_free_problem(value):
+    if value is not None and require_free_problem(value):
         raise InvalidInput(f"--require-free {require_free_problem(value)}",
                            hint="--require-free 8 (GiB free on each GPU the probe uses)")
     return value
@@ -142,13 +140,9 @@ def _check_require_free(_ctx: object, _param: object, value: float | None) -> fl
 def require_free_option(func: F) -> F:
     """``--require-free GIB``: the probe's memory step fails below GIB free on a GPU."""
     return click.option(
-        "--require-free",
-        type=float,
-        default=None,
-        callback=_check_require_free,
-        metavar="GIB",
-        help="Fail the probe's memory step when a GPU has less than GIB free (default: "
-        "warn only, when other processes hold more than half of a GPU's memory).",
+        "--require-free", type=float, default=None, callback=_check_require_free,
+        metavar="GIB", help="Fail the probe's memory step when a GPU has less than GIB free "
+        "(default: warn only, when other processes hold more than half of a GPU's memory).",
     )(func)
 
 

@@ -411,9 +411,11 @@ def probe_holders(
     data: Mapping[str, Any], *, tools: ToolRunner | None = None, root: Path = Path("/")
 ) -> str:
     """Who holds the busy devices the probe's memory step reported (its ``data``: the
-    devices, the worker's pid, vendor and ``*_VISIBLE_DEVICES``), as one line; "" when
-    none is busy or no one can be named. The probe's own worker is never named."""
-    devices = [d for d in data.get("devices") or () if isinstance(d, Mapping) and d.get("busy")]
+    devices, the worker's pid, vendor and ``*_VISIBLE_DEVICES``), and those short of
+    ``--require-free`` that others hold some of, as one line; "" when there are none or no
+    one can be named. The probe's own worker is never named."""
+    devices = [d for d in data.get("devices") or () if isinstance(d, Mapping)
+               and (d.get("busy") or (d.get("short") and d.get("others")))]
     if not devices:
         return ""
     run = tools if tools is not None else tool_runner() if root == Path("/") else no_tools

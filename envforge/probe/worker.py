@@ -496,6 +496,7 @@ def step_memory(ctx):
             status = "warn" if status == "pass" else status
         if need and d["free"] < need * GIB:
             text, status = text + ", below --require-free %s GiB" % number(need), "fail"
+            d["short"] = True  # the host names who holds it (if anyone else does)
         parts.append(text)
     data = {"devices": devices, "pid": os.getpid(),
             "vendor": "amd" if getattr(torch.version, "hip", None) else "nvidia",

@@ -198,6 +198,9 @@ def test_probe_holders_names_other_processes_not_the_probe(
     data["pid"] = 1
     assert gpumem.probe_holders(data, tools=run, root=tmp_path) == "vllm (pid 5151)"
     assert gpumem.probe_holders({"devices": [{**busy, "busy": False}]}, tools=run) == ""
+    short = {**busy, "busy": False, "short": True, "others": GIB}  # below --require-free
+    assert gpumem.probe_holders({"devices": [short]}, tools=run, root=tmp_path) != ""
+    assert gpumem.probe_holders({"devices": [{**short, "others": 0}]}, tools=run) == ""
 
 
 def test_probe_holders_fall_back_to_open_device_files(tmp_path: Path) -> None:

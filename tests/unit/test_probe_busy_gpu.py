@@ -82,6 +82,7 @@ def test_require_free_fails_the_step_and_keeps_the_data() -> None:
     assert status == "fail"
     assert detail.endswith("held by other processes, below --require-free 8 GiB")
     assert data["devices"][0]["busy"] is True  # the host still names the holders
+    assert data["devices"][0]["short"] is True
     assert memory(fake_torch((100 * GIB, 140 * GIB, 0)), require_free=8)[0] == "pass"
 
 
