@@ -25,12 +25,14 @@ from typing import Any, Literal
 from envforge import knowledge
 from envforge.host import gpumem
 from envforge.host.detect import GpuInfo, HostInfo
-from envforge.host.gpumem import open_holders as gpu_holders
+from envforge.host.gpumem import open_holders
 from envforge.host.hostfs import host_int, read_host_text
 from envforge.host.hostinfo import ToolRunner
 from envforge.recipe.model import Recipe
 
 Severity = Literal["ok", "warn", "block"]
+#: (pid, command, node) of the processes with a GPU device node open (``proc/*/fd``).
+gpu_holders = open_holders
 
 GIB = 1024**3
 
