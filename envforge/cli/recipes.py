@@ -86,6 +86,9 @@ def show(
     reasons = explain(recipe)
     unknown = unknowns(recipe)
     where = _certified_on(recipe.name, gpu=recipe.gpu.vendor != "none", arch=recipe.gpu.arch)
+    from envforge.solve.beside import for_recipe  # noqa: PLC0415 - show only, keeps list light
+
+    beside = for_recipe(recipe)  # what `solve` picks for the arch, when it differs: why
     if as_json:
         data = recipe.to_dict()
         data["hash"] = recipe.hash
@@ -97,6 +100,7 @@ def show(
             {"pin": r.pin, "why": r.why, "source": r.source} for r in reasons
         ]
         data["stack"] = stack.to_dict()
+        data["solve"] = beside.to_dict() if beside is not None else None
         if project_view is not None:
             data["project"] = project_view
         echo_json(data)
@@ -116,6 +120,8 @@ def show(
     for line, url in stack.indexed_lines():
         out(f"  index      {line} only from {url}")
     out(f"  recipe     {recipe.origin} ({recipe.hash[:19]})")
+    for line in beside.show_lines() if beside is not None else ():
+        out(line)
     if unknown:
         what = "; ".join(f"[{v.rule}] {v.message}" for v in unknown)
         out(f"  confidence uncertain: the compatibility table has no row for it ({what})")

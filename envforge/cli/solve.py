@@ -16,6 +16,7 @@ from envforge.host.platforms import solve_default
 from envforge.knowledge import load_table
 from envforge.knowledge.companions import companion_names
 from envforge.recipe.load import parse_recipe
+from envforge.solve.beside import Beside, for_solution
 from envforge.solve.solver import Solution, SolveRequest, solve
 from envforge.stack import Pin, stack_of
 
@@ -109,6 +110,7 @@ def solve_cmd(
     )
     solution = solve(request, load_table())
     data, pins = _with_companions(solution, with_names)
+    beside = for_solution(solution)  # the curated recipe for the arch, when it differs: why
     if write is not None:
         text = "# Solved by `envforge solve`; review before curating.\n" + yaml.safe_dump(
             data, sort_keys=False, allow_unicode=True, width=100
@@ -120,9 +122,10 @@ def solve_cmd(
         if detected:
             out["detected"] = detected
         out["companions"] = [p.to_dict() for p in pins]
+        out["curated"] = beside.to_dict() if beside is not None else None
         echo_json(out)
         return
-    _print(solution, detected, pins)
+    _print(solution, detected, pins, beside)
 
 
 def _with_companions(
@@ -147,7 +150,9 @@ def _with_companions(
     return data, pins
 
 
-def _print(solution: Solution, detected: str, pins: tuple[Pin, ...]) -> None:
+def _print(
+    solution: Solution, detected: str, pins: tuple[Pin, ...], beside: Beside | None = None
+) -> None:
     out = click.echo
     s = solution.stack
     if detected:
@@ -158,6 +163,8 @@ def _print(solution: Solution, detected: str, pins: tuple[Pin, ...]) -> None:
         f"  stack      torch {s.torch}+{s.variant} py{s.python} on {s.base_image} "
         f"({solution.mode}, {s.platform}, {s.confidence})"
     )
+    for line in beside.solve_lines() if beside is not None else ():
+        out(line)
     out("\nChoices:")
     for p in solution.picks:
         out(f"  {p.key} = {p.value}  ({p.confidence})")

@@ -35,7 +35,7 @@ from envforge import knowledge
 from envforge.errors import EnvforgeError, InvalidInput
 from envforge.host.arch import gfx_from_isa, vendor_of
 from envforge.host.arch import ordinal as arch_ordinal
-from envforge.host.detect import GpuInfo, HostInfo
+from envforge.host.hostinfo import GpuInfo, HostInfo
 from envforge.host.platforms import solve_default
 from envforge.knowledge import load_table
 from envforge.recipe.catalogue import Catalogue
@@ -308,16 +308,25 @@ def covers(recipe: Recipe, gpu: GpuInfo, *, override: Callable[[str], str | None
     return bool(value) and recipe.env_map.get("HSA_OVERRIDE_GFX_VERSION", "").strip() == value
 
 
+def curated_cover(
+    gpu: GpuInfo, recipes: Sequence[Recipe], *, where: Mapping[str, Path] | None = None
+) -> tuple[Choice | None, EnvforgeError | None]:
+    """The curated recipe ``auto`` takes for ``gpu`` (rules 1-4, and it :func:`covers` the
+    arch), else None with why the rules found none (None: one was found, not covering)."""
+    try:
+        curated = _choose_for_gpu(gpu, recipes, where=where or {})
+    except EnvforgeError as exc:
+        return None, exc
+    by_name = {r.name: r for r in recipes}
+    if curated.recipe in by_name and covers(by_name[curated.recipe], gpu):
+        return curated, None
+    return None, None
+
+
 def _auto_for_gpu(gpu: GpuInfo, recipes: Sequence[Recipe], *, where: Mapping[str, Path]) -> Choice:
     """A curated recipe that covers ``gpu`` (:func:`covers`), else the solved stack."""
-    curated: Choice | None = None
-    problem: EnvforgeError | None = None
-    try:
-        curated = _choose_for_gpu(gpu, recipes, where=where)
-    except EnvforgeError as exc:
-        problem = exc
-    by_name = {r.name: r for r in recipes}
-    if curated is not None and curated.recipe in by_name and covers(by_name[curated.recipe], gpu):
+    curated, problem = curated_cover(gpu, recipes, where=where)
+    if curated is not None:
         return curated
     if gpu.arch is None:  # _choose_for_gpu asked for ENVFORGE_GPU_ARCH
         raise problem or InvalidInput(f"cannot tell the arch of {gpu.product}")
