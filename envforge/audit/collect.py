@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from importlib import resources
 from pathlib import Path
 
 from envforge.audit.elfscan import ElfFacts, scan
+from envforge.audit.factcache import cached_scan
 from envforge.audit.model import Collected, Inventory, inventory_from_dict
 from envforge.core import proc
 from envforge.core.jsonlimits import BadJSON, loads
@@ -70,12 +71,15 @@ def parse_inventory(text: str, where: str) -> Inventory:
     return inventory_from_dict(data)
 
 
-def collect_local(python: str, timeout: float = COLLECT_TIMEOUT) -> Inventory:
+def collect_local(
+    python: str, timeout: float = COLLECT_TIMEOUT, env: Mapping[str, str] | None = None
+) -> Inventory:
     """Run the collector with ``python`` (isolated: no PYTHONPATH, no user site, as
-    ``python -I``) and read what it found."""
+    ``python -I``; ``env`` added to this process's environment) and read what it found."""
     exe = resolve_python(python)
+    environ = None if not env else {**os.environ, **env}
     try:
-        done = proc.run([exe, "-I", "-c", collector_source()], timeout=timeout)
+        done = proc.run([exe, "-I", "-c", collector_source()], timeout=timeout, env=environ)
     except OSError as exc:
         raise Unavailable(f"cannot run {printable(exe)}: {exc.strerror or exc}",
                           hint="pass --python PATH to a working interpreter") from None
@@ -116,8 +120,10 @@ def scan_all(paths: Iterable[str]) -> dict[str, ElfFacts]:
         return dict(zip(unique, pool.map(scan, unique, chunksize=chunk)))
 
 
-def collect_python(python: str, description: str | None = None) -> Collected:
+def collect_python(
+    python: str, description: str | None = None, env: Mapping[str, str] | None = None
+) -> Collected:
     """Inventory through ``python``, ELF facts read on this host."""
-    inventory = collect_local(python)
-    facts = scan_all(so.real for so in inventory.shared_objects)
+    inventory = collect_local(python, env=env)
+    facts = cached_scan((so.real for so in inventory.shared_objects), scan_all)
     return Collected(inventory, facts, description or f"python {printable(python)}")

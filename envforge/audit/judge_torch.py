@@ -18,17 +18,22 @@ from __future__ import annotations
 
 import os
 import re
+from typing import TYPE_CHECKING
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from envforge.audit.model import CheckResult, Collected, Distribution, Finding, check_result
-from envforge.knowledge.companions import CompanionTable, family_of, load_companions
-from envforge.knowledge.extensions import ExtensionTable, load_extensions
+
+if TYPE_CHECKING:  # the tables load only when a distribution needs them (~0.3 s)
+    from envforge.knowledge.companions import CompanionTable
+    from envforge.knowledge.extensions import ExtensionTable
 
 TORCH_LIB_RE = re.compile(r"^lib(torch|c10)[A-Za-z0-9_]*\.so")
 CUDA_LINKS = re.compile(r"^lib(cudart|c10_cuda|torch_cuda|cublas)")
 ROCM_LINKS = re.compile(r"^lib(amdhip64|c10_hip|torch_hip|rocblas)")
+#: Names that may be companions: only then is the companion table loaded (it decides).
+MAY_PAIR = re.compile(r"^(torchvision|torchaudio|.*triton.*)$")
 
 
 def _base(version: str) -> str:
@@ -56,6 +61,8 @@ def build_family(collected: Collected, dist: Distribution) -> tuple[str, str]:
     """(cpu | cuda | rocm, how it is known) of a torch-family distribution."""
     _, sep, local = dist.version.partition("+")
     if sep:
+        from envforge.knowledge.companions import family_of  # noqa: PLC0415 - see above
+
         return family_of(local), f"+{local}"
     names = {os.path.basename(p) for p, _ in dist.shared} | _needed(collected, dist)
     cuda = sorted(n for n in names if CUDA_LINKS.match(n))
@@ -76,12 +83,13 @@ def _torch_libs(collected: Collected, torch: Distribution) -> set[str]:
     return names
 
 
-def _extension(
-    collected: Collected, dist: Distribution, torch: Distribution, table: ExtensionTable
-) -> list[Finding]:
+def _extension(collected: Collected, dist: Distribution, torch: Distribution) -> list[Finding]:
     needed = _needed(collected, dist)
     if not any(TORCH_LIB_RE.match(n) for n in needed):
         return []
+    from envforge.knowledge.extensions import load_extensions  # noqa: PLC0415 - see above
+
+    table: ExtensionTable = load_extensions()
     findings: list[Finding] = []
     req = dist.requirement("torch")
     said = []
@@ -116,14 +124,13 @@ def check_extensions(collected: Collected) -> tuple[CheckResult, list[Finding]]:
     torch = inv.dist("torch")
     if torch is None:
         return check_result("torch-extensions", [], "", skipped="torch is not installed"), []
-    table = load_extensions()
     findings: list[Finding] = []
     checked = 0
     for dist in inv.distributions:
         if dist.shadowed or dist.key == "torch" or dist.requirement("torch") is None:
             continue
         checked += 1
-        findings.extend(_extension(collected, dist, torch, table))
+        findings.extend(_extension(collected, dist, torch))
     detail = f"{checked} distributions requiring torch checked against torch {torch.version}"
     return check_result("torch-extensions", findings, detail), findings
 
@@ -206,10 +213,15 @@ def check_companions(collected: Collected) -> tuple[CheckResult, list[Finding]]:
     torch = inv.dist("torch")
     if torch is None:
         return check_result("companions", [], "", skipped="torch is not installed"), []
+    findings: list[Finding] = []
+    seen: list[str] = []
+    if not any(MAY_PAIR.match(d.key) for d in inv.distributions if not d.shadowed):
+        return check_result("companions", findings,
+                            f"no companion of torch {torch.version} installed"), findings
+    from envforge.knowledge.companions import load_companions  # noqa: PLC0415 - see above
+
     table = load_companions()
     family = build_family(collected, torch)
-    findings: list[Finding] = []
-    seen = []
     for package in table.packages:
         dist = inv.dist(package.name)
         if dist is None:

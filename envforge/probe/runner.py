@@ -34,7 +34,7 @@ from envforge.probe.report import (
     printable,
     utc_now,
 )
-from envforge.probe.spec import ProbeSpec
+from envforge.probe.spec import AUDIT_STEP, ProbeSpec
 from envforge.probe.target import LineQueue, ProbeTarget, WorkerHandle, container_exit_status
 
 __all__ = [  # the local target and the target contract, importable from here as before
@@ -86,8 +86,13 @@ class _Run:
         self.hello = False
         self.done = False
 
+    @property
+    def worker_steps(self) -> tuple[str, ...]:
+        """The steps the worker runs (the audit runs here, after it)."""
+        return tuple(s for s in self.spec.steps if s != AUDIT_STEP)
+
     def next_step(self) -> str | None:
-        for name in self.spec.steps:
+        for name in self.worker_steps:
             if name not in self.results and name != self.current:
                 return name
         return None
@@ -129,6 +134,11 @@ def run_probe(
         with target.start(worker_source(), spec.worker_json(), spec.env_map) as handle:
             host = host if host is not None else host_info()
             _drive(run, handle, clock)
+        if AUDIT_STEP in spec.steps:  # after the worker: the same audit as envforge audit
+            from envforge.audit.probe_step import audit_step  # noqa: PLC0415 - recipes only
+
+            run.start(AUDIT_STEP, spec.deadline(AUDIT_STEP), clock())
+            run.finish(audit_step(spec, target))
     except KeyboardInterrupt:
         raise Interrupted(
             "probe interrupted; the worker was stopped", hint="run envforge probe again"
@@ -240,7 +250,7 @@ def _named_holders(result: StepResult, data: object) -> StepResult:
 
 
 def _skip_rest(run: _Run, why: str) -> None:
-    for name in run.spec.steps:
+    for name in run.worker_steps:
         if name not in run.results:
             run.finish(StepResult(name=name, status="skip", seconds=0.0, detail=why))
 

@@ -44,6 +44,9 @@ FULL_STEPS: tuple[str, ...] = (*QUICK_STEPS, "conv2d", "autocast", "grad-checkpo
 CHECK_PREFIX = "check:"
 #: ``import:NAME`` imports every top-level module of the installed distribution NAME.
 IMPORT_PREFIX = "import:"
+#: The audit (envforge/audit/probe_step.py): run by the host side after the worker, at both
+#: levels, so certification refuses what ``envforge audit`` finds. Not sent to the worker.
+AUDIT_STEP = "audit"
 #: Device steps of the torch companions, run (at both levels) when the recipe asks for them.
 COMPANION_STEPS: dict[str, tuple[str, ...]] = {
     "torchvision": ("torchvision-nms", "torchvision-convnet"),
@@ -240,6 +243,8 @@ class ProbeSpec:
     #: ``--require-free GIB``: the memory step fails when a device has less free (None:
     #: it only warns when other processes hold most of a GPU's memory).
     require_free: float | None = None
+    #: Add the host-run ``audit`` step (recipes' probes; see AUDIT_STEP).
+    audit: bool = False
 
     def __post_init__(self) -> None:
         problem = step_timeout_problem(self.step_timeout)
@@ -260,7 +265,8 @@ class ProbeSpec:
         companions = tuple(
             step for name in self.distributions for step in COMPANION_STEPS.get(name, ())
         )
-        every = (*base, *imports, *companions, *(c.step for c in self.checks))
+        audit = (AUDIT_STEP,) if self.audit else ()
+        every = (*base, *imports, *companions, *audit, *(c.step for c in self.checks))
         if self.only is None:
             return every
         return tuple(step for step in every if step in self.only)
@@ -286,9 +292,9 @@ class ProbeSpec:
             "protocol": 1,
             "level": self.level,
             "vendor": self.vendor,
-            "steps": list(self.steps),
+            "steps": [s for s in self.steps if s != AUDIT_STEP],
             "step_timeout": self.step_timeout,
-            "deadlines": {s: self.deadline(s) for s in self.steps},
+            "deadlines": {s: self.deadline(s) for s in self.steps if s != AUDIT_STEP},
             "expect": self.expect.to_dict(),
             "checks": [{"step": c.step, "path": c.path, "source": c.source} for c in self.checks],
             **({"require_free": self.require_free} if self.require_free is not None else {}),
@@ -329,6 +335,7 @@ class ProbeSpec:
             distributions=stack.distributions(),
             skip_imports=tuple(skip_imports),
             extras=requested_extras(stack.requirement_lines()),
+            audit=True,
         )
 
     @classmethod

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from envforge.audit.collect import collect_python
-from envforge.audit.elfscan import scan
+from envforge.audit.elfscan import ElfFacts, scan
 from envforge.audit.fatbin import read_hip_fatbin, read_nv_fatbin
 from envforge.audit.image import collect_target
 from envforge.audit.judge_gpu import amd_runs
@@ -370,3 +370,51 @@ def test_cli_exit_codes_and_json(torch_venv: tuple[Path, Collected], tmp_path: P
     assert main(["audit", "--python", str(tmp_path / "nope" / "python")]) == 4
     assert main(["audit", str(tmp_path)]) == 2  # a folder that is no venv
     assert main(["audit"]) == 2
+
+
+# --------------------------------------------------------------------------- probe step
+
+
+def test_the_probe_runs_the_audit_after_the_worker_and_refuses_what_it_finds(
+    torch_venv: tuple[Path, Collected], tmp_path: Path,
+) -> None:
+    from envforge.probe.runner import run_probe
+    from envforge.probe.spec import AUDIT_STEP, ProbeSpec
+
+    spec = ProbeSpec(level="quick", vendor="none", audit=True, only=(AUDIT_STEP,))
+    assert spec.steps == (AUDIT_STEP,)
+    assert AUDIT_STEP not in spec.worker_dict()["steps"]
+    root, _ = torch_venv
+    report = run_probe(spec, LocalPythonTarget(python=str(root / "bin" / "python")))
+    (step,) = report.steps
+    assert (step.name, step.status) == ("audit", "fail")
+    assert "error: xformers 0.0.28.post3" in step.detail
+    assert not report.passed
+    clean, _site = make_venv(tmp_path / "clean")
+    report = run_probe(spec, LocalPythonTarget(python=str(clean / "bin" / "python")))
+    assert report.steps[0].status == "pass"
+    assert report.steps[0].detail.startswith("clean: ")
+    assert ProbeSpec(level="full").steps == ProbeSpec(level="full", audit=False).steps
+
+
+def test_facts_are_cached_until_the_file_changes(tmp_path: Path) -> None:
+    from envforge.audit.collect import scan_all
+    from envforge.audit.factcache import cached_scan
+
+    lib = build_so(tmp_path / "libc.so.1", soname="libc_cached.so.1")
+    read: list[list[str]] = []
+
+    def counting(paths: list[str]) -> dict[str, ElfFacts]:
+        read.append(paths)
+        return scan_all(paths)
+
+    where = tmp_path / "cache.json"
+    first = cached_scan([str(lib)], counting, where)
+    again = cached_scan([str(lib)], counting, where)
+    assert first == again
+    assert len(read) == 1
+    build_so(lib, soname="libc_changed.so.1")
+    changed = cached_scan([str(lib)], counting, where)
+    assert changed[str(lib)].soname == "libc_changed.so.1"
+    where.write_text("{not json")
+    assert cached_scan([str(lib)], counting, where)[str(lib)].soname == "libc_changed.so.1"

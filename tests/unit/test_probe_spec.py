@@ -190,9 +190,9 @@ def test_every_distribution_the_stack_asks_for_gets_an_import_step() -> None:
     assert {"torchvision", "pillow", "typing-extensions"} <= set(spec.distributions)
     imports = [s for s in spec.steps if s.startswith(IMPORT_PREFIX)]
     assert imports == [IMPORT_PREFIX + n for n in spec.distributions]
-    # after the torch steps, then the companion's device steps, then nothing else
+    # after the torch steps, then the companion's device steps, then the host-run audit
     assert spec.steps[: len(QUICK_STEPS)] == QUICK_STEPS
-    assert spec.steps[-2:] == ("torchvision-nms", "torchvision-convnet")
+    assert spec.steps[-3:] == ("torchvision-nms", "torchvision-convnet", "audit")
 
 
 def test_torchaudio_gets_its_device_step_and_a_spec_without_recipe_imports_nothing() -> None:

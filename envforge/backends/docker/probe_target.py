@@ -7,6 +7,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import docker.errors
 import docker.types
@@ -141,6 +142,8 @@ class DockerTarget:
     mounts: tuple[tuple[str, str], ...] = ()
     #: Variables added to the runner's (a project's ``PYTHONPATH``).
     env: Mapping[str, str] = field(default_factory=dict)
+    #: The probe's audit step runs its bundled file here (envforge/audit/probe_step.py).
+    audit_in_target: ClassVar[bool] = True
 
     @property
     def description(self) -> str:
