@@ -11,6 +11,7 @@ planned recipe, and writes the matrix site (exit 1 when any failed or is missing
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from pathlib import Path
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
     from envforge.fleet.plan import Plan
 
 SUBMITTED = "submitted.json"
+#: The longest ``status --wait --timeout`` (30 days).
+MAX_WAIT = 30 * 86400
 
 
 @click.group("fleet")
@@ -64,7 +67,7 @@ def _pairs(values: tuple[str, ...], setting: str) -> tuple[tuple[str, str], ...]
 @backend_option("Certify an image (docker) or a virtualenv (venv)", default="docker")
 @wheelhouse_option("venv/docker: folder of wheels each task installs from.")
 @click.option("--nodes", type=int, default=1, show_default=True,
-              help="Nodes (tasks) per recipe and arch.")
+              help="Nodes (tasks) per recipe and arch (at most 1000 tasks in a plan).")
 @click.option("--gpus", type=int, default=None,
               help="GPUs per task (default: 1 on a GPU arch, 0 for a CPU recipe).")
 @click.option("--level", type=click.Choice(["quick", "full"]), default=None,
@@ -194,7 +197,7 @@ def _verdict(found: tuple[TaskState, ...], waited: str = "") -> None:
 
     n = counts(found)
     summary = ", ".join(f"{v} {k}" for k, v in n.items() if v)
-    if n["failed"] or n["missing"]:
+    if n["failed"] or n["missing"] or n["refused"]:
         raise CertificationFailed(f"fleet: {summary}",
                                   hint="see each task's line above and its logs/ file")
     if n["queued"] or n["running"]:
@@ -211,6 +214,9 @@ def _verdict(found: tuple[TaskState, ...], waited: str = "") -> None:
 @json_option
 def status_cmd(folder: Path, wait: bool, timeout: float | None, as_json: bool) -> None:
     """Each task's state (exit 0 all passed, 1 any failed/missing/unfinished, 4 unreachable)."""
+    if timeout is not None and not (math.isfinite(timeout) and 0 <= timeout <= MAX_WAIT):
+        raise InvalidInput(f"--timeout {timeout:g}: must be a number of seconds from 0 to "
+                           f"{MAX_WAIT}", hint="--timeout 3600")
     plan = _load(folder)
     start = time.monotonic()
     waited = ""

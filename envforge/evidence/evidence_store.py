@@ -19,7 +19,9 @@ vendor and PCI id, driver, kernel, the anonymous host id of
 reduced to its last part, and the rest of the environment snapshot (the executable, the
 platform string, environment variables) is dropped, and so is the name of the node a
 scheduler ran the probe on (the GPUs it granted are kept): host names and user names are
-never stored. Imported certificates are kept as they are (altering them would break their
+never stored. An import refuses, named, a report that is not shaped like a real probe
+run (:mod:`envforge.evidence.genuine`: its level's steps, the schema). Imported
+certificates are kept as they are (altering them would break their
 digest); their reports come from other hosts and were made in containers.
 
 ``envforge evidence export`` writes :meth:`envforge.evidence.records.Evidence.to_export` lines:
@@ -38,6 +40,7 @@ from typing import Any
 
 from envforge.core import paths
 from envforge.evidence import evidence_db
+from envforge.evidence.genuine import document_problem
 from envforge.evidence.local_store import opened as opened  # noqa: PLC0414 - re-exported
 from envforge.evidence.local_store import sources as sources  # noqa: PLC0414 - re-exported
 from envforge.evidence.local_store import store_certified_on as store_certified_on  # noqa: PLC0414
@@ -215,6 +218,10 @@ def _import(docs: Iterable[tuple[str, Any]], problems: Iterable[Problem], root: 
     skipped = list(problems)
     items: dict[str, tuple[Evidence, str]] = {}
     for source, raw in docs:
+        refused = document_problem(raw)  # not what a probe run writes: never counted
+        if refused:
+            skipped.append(Problem(source, f"refused: {refused}"))
+            continue
         try:
             doc, text = _storable(raw, redactor) if isinstance(raw, Mapping) else (raw, "")
             stored = parse_document(doc, redactor, signatures=True, table=table)

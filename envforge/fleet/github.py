@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from envforge.errors import InvalidInput
+from envforge.fleet import values
 from envforge.fleet.plan import CPU, Plan
 
 PYTHON = "3.11"
@@ -28,9 +30,44 @@ def _certify_command(plan: Plan) -> str:
     return cmd
 
 
+#: The expressions the workflow holds, all envforge's own: any other ``${{`` in a value
+#: would be evaluated by Actions (an injection), so :func:`workflow` refuses it.
+_OWN_EXPRESSIONS = ("${{ matrix.arch }}", "${{ matrix.recipe }}", "${{ matrix.task }}",
+                    f"${{{{ vars.ENVFORGE_PIP_SPEC || '{DISTRIBUTION}' }}}}")
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in (*_strings(k), *_strings(v))]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def _check_expressions(flow: dict[str, Any]) -> None:
+    for text in _strings(flow):
+        rest = text
+        for own in _OWN_EXPRESSIONS:
+            rest = rest.replace(own, "")
+        if "${{" in rest:
+            raise InvalidInput(f"a workflow value holds an expression: {text[:80]!r}",
+                               hint="use recipe names, archs and runner labels without ${{")
+
+
 def workflow(plan: Plan) -> dict[str, Any]:
+    """The workflow (a YAML dumper writes it); every value is a checked name, and no
+    ``${{`` but envforge's own is in it."""
+    flow = _workflow(plan)
+    _check_expressions(flow)
+    return flow
+
+
+def _workflow(plan: Plan) -> dict[str, Any]:
     include = [
-        {"task": f"{t.index:03d}", "recipe": t.ref if "/" not in t.ref else t.recipe,
+        {"task": f"{t.index:03d}",
+         "recipe": t.recipe if values.recipe_name_problem(t.ref) else t.ref,
          "arch": t.arch}
         for t in plan.tasks
     ]
@@ -48,7 +85,9 @@ def workflow(plan: Plan) -> dict[str, Any]:
         "runs-on": runs_on,
         "timeout-minutes": 90,
         "strategy": {"fail-fast": False, "matrix": {"include": include}},
-        "env": {"RECIPE": "${{ matrix.recipe }}"},
+        # the plan's nonce, recorded by the probe in each report (fleet collect checks it)
+        "env": {"RECIPE": "${{ matrix.recipe }}",
+                "ENVFORGE_FLEET_TASK": f"{plan.id}:${{{{ matrix.task }}}}:{plan.nonce}"},
         "steps": [
             {"uses": "actions/checkout@v5"},
             install,

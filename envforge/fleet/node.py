@@ -71,3 +71,18 @@ def node_facts(environ: Mapping[str, str]) -> tuple[str | None, tuple[tuple[str,
     node = environ.get("SLURMD_NODENAME") or socket.gethostname()
     seen = tuple((name, environ[name]) for name in VARIABLES if environ.get(name))
     return node, seen
+
+
+#: Set by ``fleet task`` for its child: ``PLAN_ID:TASK:NONCE`` (:attr:`Plan.nonce`).
+FLEET_VARIABLE = "ENVFORGE_FLEET_TASK"
+_FLEET = re.compile(r"^([0-9a-f]{10}):([0-9]{1,4}):([0-9a-f]{32})$")
+
+
+def fleet_facts(environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """What a probe report records of the fleet task it ran for (``plan``, ``task``,
+    ``nonce``), from :data:`FLEET_VARIABLE`; ``()`` when unset or malformed."""
+    found = _FLEET.match(environ.get(FLEET_VARIABLE, ""))
+    if found is None:
+        return ()
+    return (("plan", found.group(1)), ("task", str(int(found.group(2)))),
+            ("nonce", found.group(3)))

@@ -3,8 +3,13 @@
 A task is ``queued``/``running`` while the scheduler lists it; then ``passed`` (its
 report passed and is about the planned environment), ``failed`` (its report did not pass,
 or the task ended without one: ``task.json``'s exit status says how) or ``missing`` (no
-longer queued, no ``task.json``: never ran, or lost with its node). A report about another
-recipe hash or image than planned is ``failed`` too: it is no evidence for the plan.
+longer queued, no ``task.json``: never ran, or lost with its node). A report that is no
+evidence for the plan is ``refused``, with the reason, and never counted or imported:
+about another recipe hash or image than planned, not shaped like a real probe run
+(:mod:`envforge.evidence.genuine`: the steps of its level, the schema), not at the plan's
+level, without the plan's nonce for this task (``host.fleet``, recorded by the probe run
+the task started: :mod:`envforge.fleet.node`), or with host facts that contradict the
+task (another node than ``task.json`` names; no GPU of the planned arch for a GPU recipe).
 """
 
 from __future__ import annotations
@@ -16,10 +21,12 @@ from typing import Any, Literal
 
 from envforge.core.fsutil import read_limited
 from envforge.core.jsonlimits import loads
+from envforge.evidence.genuine import document_problem
 from envforge.evidence.records import Evidence, EvidenceError, parse_document
 from envforge.fleet.plan import Plan, Task
 
-State = Literal["queued", "running", "passed", "failed", "missing"]
+State = Literal["queued", "running", "passed", "failed", "missing", "refused"]
+STATES: tuple[State, ...] = ("passed", "failed", "refused", "missing", "queued", "running")
 #: Report files in the order they are preferred (a certificate names the image digest).
 REPORT_FILES = ("certificate.json", "certified.json", "probe.json")
 TASK_FILE = "task.json"
@@ -66,6 +73,52 @@ def _mismatch(task: Task, record: Evidence) -> str:
     return ""
 
 
+def _host_of(doc: Any) -> Mapping[str, Any]:
+    report = doc.get("report") if "report" in doc else doc
+    host = report.get("host") if isinstance(report, Mapping) else None
+    return host if isinstance(host, Mapping) else {}
+
+
+def _fleet_problem(plan: Plan, task: Task, host: Mapping[str, Any]) -> str:
+    """Why the report was not written by a probe run of this plan's task (its nonce)."""
+    if not plan.nonce:
+        return "the plan has no nonce (planned by an older envforge): plan again"
+    facts = host.get("fleet")
+    if not isinstance(facts, Mapping):
+        return "its report carries no fleet task (not written by `fleet task` of this plan)"
+    if facts.get("nonce") != plan.nonce or facts.get("plan") != plan.id:
+        return "its report carries another plan's nonce: not written for this plan"
+    if facts.get("task") != str(task.index):
+        return f"its report was written for task {str(facts.get('task'))[:8]!r}, not this one"
+    return ""
+
+
+def _host_problem(task: Task, record: Evidence, host: Mapping[str, Any],
+                  node: Mapping[str, Any]) -> str:
+    ran_on, said = host.get("node"), node.get("node")
+    if isinstance(ran_on, str) and isinstance(said, str) and said and ran_on != said:
+        return f"its report ran on node {ran_on[:40]!r}, task.json says {said[:40]!r}"
+    if record.outcome == "pass" and task.vendor != "none":
+        listed = host.get("gpus")
+        gpus: list[Any] = listed if isinstance(listed, list) else []
+        if not any(isinstance(g, Mapping) and g.get("vendor") == task.vendor
+                   and g.get("arch") in (None, task.arch) for g in gpus):
+            return f"its report passed without a {task.vendor} GPU of arch {task.arch}"
+    return ""
+
+
+def refusal(plan: Plan, task: Task, record: Evidence, doc: Any,
+            node: Mapping[str, Any]) -> str:
+    """Why a task's report is no evidence for the plan ("" when it is)."""
+    why = _mismatch(task, record) or document_problem(doc) or ""
+    if why:
+        return why
+    if plan.level and record.level != plan.level:
+        return f"its report is a {record.level} probe, the plan asks for {plan.level}"
+    host = _host_of(doc)
+    return _fleet_problem(plan, task, host) or _host_problem(task, record, host, node)
+
+
 def _report(folder: Path, redact: Callable[[str], str]) -> tuple[Evidence, Any, str] | str:
     """(record, document, file) of the folder's preferred report, else why there is none."""
     for name in REPORT_FILES:
@@ -82,7 +135,7 @@ def _report(folder: Path, redact: Callable[[str], str]) -> tuple[Evidence, Any, 
     return ""
 
 
-def _finished(task: Task, folder: Path, node: Mapping[str, Any],
+def _finished(plan: Plan, task: Task, folder: Path, node: Mapping[str, Any],
               redact: Callable[[str], str]) -> TaskState:
     found = _report(folder, redact)
     code = node.get("exit", "?")
@@ -90,9 +143,9 @@ def _finished(task: Task, folder: Path, node: Mapping[str, Any],
         why = found or f"ended with exit {code} and no report"
         return TaskState(task, "failed", why, node=node)
     record, doc, source = found
-    wrong = _mismatch(task, record)
-    if wrong:
-        return TaskState(task, "failed", wrong, record, doc, source, node)
+    wrong = refusal(plan, task, record, doc, node)
+    if wrong:  # neither counted nor imported
+        return TaskState(task, "refused", f"{source}: {wrong}", source=source, node=node)
     if record.outcome != "pass":
         step = record.first_problem
         why = f"{step.name} {step.status}" if step is not None else record.outcome
@@ -100,7 +153,7 @@ def _finished(task: Task, folder: Path, node: Mapping[str, Any],
     return TaskState(task, "passed", "", record, doc, source, node)
 
 
-def task_state(task: Task, folder: Path, queued: str | None,
+def task_state(plan: Plan, task: Task, folder: Path, queued: str | None,
                redact: Callable[[str], str]) -> TaskState:
     """One task's state: ``queued`` is its queue state (None: not in the queue)."""
     if queued is not None:
@@ -115,16 +168,16 @@ def task_state(task: Task, folder: Path, queued: str | None,
         return TaskState(task, "failed", f"{task_file}: cannot read: {exc}")
     if not isinstance(node, Mapping):
         node = {}
-    return _finished(task, folder / task.folder, node, redact)
+    return _finished(plan, task, folder / task.folder, node, redact)
 
 
 def states(plan: Plan, folder: Path, queue: Mapping[int, str],
            redact: Callable[[str], str]) -> tuple[TaskState, ...]:
-    return tuple(task_state(t, folder, queue.get(t.index), redact) for t in plan.tasks)
+    return tuple(task_state(plan, t, folder, queue.get(t.index), redact) for t in plan.tasks)
 
 
 def counts(found: tuple[TaskState, ...]) -> dict[str, int]:
-    result = dict.fromkeys(("passed", "failed", "missing", "queued", "running"), 0)
+    result: dict[str, int] = dict.fromkeys(STATES, 0)
     for item in found:
         result[item.state] += 1
     return result

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any, Literal
 
 from envforge.core.jsonlimits import loads
 from envforge.errors import InvalidInput
+from envforge.fleet import values
 from envforge.recipe.model import Recipe
 
 #: Bytes a plan.json may have.
@@ -98,6 +100,10 @@ class Plan:
     #: Whether each task gets an ENVFORGE_HOME of its own under the plan's folder (safe
     #: for concurrent tasks); False: the nodes' own.
     task_homes: bool = True
+    #: A random value of this plan, passed to each task (``ENVFORGE_FLEET_TASK``) and
+    #: recorded by its probe run in its report: ``fleet collect`` counts only reports
+    #: that carry it ("" in plans from before it: none of their reports counts).
+    nonce: str = ""
 
     @property
     def id(self) -> str:
@@ -116,6 +122,7 @@ class Plan:
             level=self.level,
             envforge=list(self.envforge),
             task_homes=self.task_homes,
+            nonce=self.nonce,
             site=asdict(self.site),
             tasks=[asdict(t) for t in self.tasks],
         )
@@ -185,19 +192,24 @@ def make_plan(
     """The plan for ``recipes`` ((reference as given, loaded recipe) pairs); see the
     module docstring for the pairing; ``images``: whether ``backend`` makes images (its
     ``runs_images()``), which Kubernetes needs and each task then names. Raises
-    :class:`InvalidInput` for what cannot run."""
-    if not recipes:
-        raise InvalidInput("no recipe to plan", hint="--recipe NAME (repeatable)")
-    if nodes < 1:
-        raise InvalidInput(f"--nodes {nodes}: must be at least 1", hint="--nodes 1")
-    if gpus is not None and gpus < 0:
-        raise InvalidInput(f"--gpus {gpus}: must be 0 or more", hint="--gpus 1")
+    :class:`InvalidInput` for what cannot run, and for a value its scheduler would not
+    take (:mod:`.values`), before any task is made."""
+    _check_counts(recipes, nodes, gpus)
     if engine == "k8s" and not images:
         raise InvalidInput(f"--engine k8s runs images: --backend {backend} is for Slurm and "
                            "GitHub runners", hint="--backend docker")
+    for arch in archs:
+        why = values.arch_problem(arch)
+        if why:
+            raise values.refuse("--arch", arch, why, "--arch gfx942 (repeatable)")
+    values.check_site(site)
     refs = {r.name: ref for ref, r in recipes}
+    pairs = _pairs([r for _, r in recipes], archs)
+    if len(pairs) * nodes > MAX_TASKS:  # counted before any task is made
+        raise InvalidInput(f"{len(pairs) * nodes} tasks: more than {MAX_TASKS} in one plan",
+                           hint="plan fewer recipes, archs or --nodes per plan")
     tasks: list[Task] = []
-    for recipe, arch, given in _pairs([r for _, r in recipes], archs):
+    for recipe, arch, given in pairs:
         wanted = gpus if gpus is not None else (1 if given or recipe.gpu.vendor != "none" else 0)
         for _ in range(nodes):
             tasks.append(Task(
@@ -207,47 +219,93 @@ def make_plan(
                 arch=arch, gpus=wanted,
                 image=image_for(recipe, site) if images else "",
             ))
-    if len(tasks) > MAX_TASKS:
-        raise InvalidInput(f"{len(tasks)} tasks: more than {MAX_TASKS} in one plan",
-                           hint="plan fewer recipes, archs or --nodes per plan")
-    return Plan(engine, backend, tuple(tasks), site, wheelhouse, level, tuple(envforge))
+    return Plan(engine, backend, tuple(tasks), site, wheelhouse, level, tuple(envforge),
+                nonce=secrets.token_hex(16))
+
+
+def _check_counts(recipes: Sequence[tuple[str, Recipe]], nodes: int, gpus: int | None) -> None:
+    if not recipes:
+        raise InvalidInput("no recipe to plan", hint="--recipe NAME (repeatable)")
+    why = values.count_problem(nodes, 1, values.MAX_NODES)
+    if why:
+        raise InvalidInput(f"--nodes {nodes}: {why}", hint="--nodes 4")
+    why = values.count_problem(gpus, 0, values.MAX_GPUS) if gpus is not None else None
+    if why:
+        raise InvalidInput(f"--gpus {gpus}: {why}", hint="--gpus 1")
+    for _, recipe in recipes:
+        arch = recipe.gpu.arch
+        if arch and values.arch_problem(arch):
+            raise values.refuse(f"--recipe {recipe.name}: its GPU arch", arch,
+                                values.arch_problem(arch) or "", "fix the recipe's gpu.arch")
 
 
 # --------------------------------------------------------------------------- reading
 
 
+def _text(data: Mapping[str, Any], key: str, default: str, source: str) -> str:
+    value = data.get(key, default)
+    if not isinstance(value, str):
+        raise InvalidInput(f"{source}: key {key!r} is not a string", hint="plan again")
+    return value
+
+
+def _pairs_of(value: Any, source: str) -> tuple[tuple[str, str], ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(
+            isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p)
+            for p in value):
+        raise InvalidInput(f"{source}: key 'site.features' is not a list of [arch, feature]",
+                           hint="plan again")
+    return tuple((a, f) for a, f in value)
+
+
 def _site(data: Any, source: str) -> Site:
     if not isinstance(data, Mapping):
         raise InvalidInput(f"{source}: key 'site' is not an object", hint="plan again")
-    return Site(
-        partition=str(data.get("partition", "")),
-        account=str(data.get("account", "")),
-        time=str(data.get("time", "00:30:00")),
-        features=tuple((str(a), str(f)) for a, f in data.get("features") or ()),
-        namespace=str(data.get("namespace", "default")),
-        arch_label=str(data.get("arch_label", "")),
-        registry=str(data.get("registry", "")),
-        runner_labels=tuple(str(x) for x in data.get("runner_labels") or ()),
+    labels = data.get("runner_labels") or []
+    if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
+        raise InvalidInput(f"{source}: key 'site.runner_labels' is not a list of strings",
+                           hint="plan again")
+    where = f"{source}: site"
+    site = Site(
+        partition=_text(data, "partition", "", where),
+        account=_text(data, "account", "", where),
+        time=_text(data, "time", "00:30:00", where),
+        features=_pairs_of(data.get("features"), source),
+        namespace=_text(data, "namespace", "default", where),
+        arch_label=_text(data, "arch_label", "", where),
+        registry=_text(data, "registry", "", where),
+        runner_labels=tuple(labels),
     )
+    values.check_site(site, source=source)
+    return site
+
+
+_TASK_TEXT = ("recipe", "ref", "recipe_hash", "stack", "vendor", "arch")
 
 
 def _task(data: Any, number: int, source: str) -> Task:
+    where = f"{source}: tasks[{number}]"
     if not isinstance(data, Mapping):
-        raise InvalidInput(f"{source}: tasks[{number}] is not an object", hint="plan again")
-    try:
-        task = Task(
-            index=int(data["index"]), recipe=str(data["recipe"]), ref=str(data["ref"]),
-            recipe_hash=str(data["recipe_hash"]), stack=str(data["stack"]),
-            vendor=str(data["vendor"]), arch=str(data["arch"]), gpus=int(data["gpus"]),
-            image=str(data.get("image", "")),
-        )
-    except KeyError as exc:
-        raise InvalidInput(f"{source}: tasks[{number}] lacks key {exc}",
-                           hint="plan again") from None
-    except (TypeError, ValueError) as exc:
-        raise InvalidInput(f"{source}: tasks[{number}]: {exc}", hint="plan again") from None
+        raise InvalidInput(f"{where} is not an object", hint="plan again")
+    missing = [k for k in (*_TASK_TEXT, "index", "gpus") if k not in data]
+    if missing:
+        raise InvalidInput(f"{where} lacks key {missing[0]!r}", hint="plan again")
+    index, gpus = data["index"], data["gpus"]
+    if type(index) is not int or type(gpus) is not int:
+        raise InvalidInput(f"{where}: keys 'index' and 'gpus' must be whole numbers",
+                           hint="plan again")
+    text = {k: _text(data, k, "", where) for k in _TASK_TEXT}
+    task = Task(index=index, gpus=gpus, image=_text(data, "image", "", where), **text)
     if task.index != number:
-        raise InvalidInput(f"{source}: tasks[{number}] has index {task.index}", hint="plan again")
+        raise InvalidInput(f"{where} has index {task.index}", hint="plan again")
+    for key, why in (("recipe", values.recipe_name_problem(task.recipe)),
+                     ("arch", values.arch_problem(task.arch)),
+                     ("gpus", values.count_problem(task.gpus, 0, values.MAX_GPUS))):
+        if why:
+            raise values.refuse(f"{where}: key {key!r}", str(getattr(task, key)), why,
+                                "plan again (envforge fleet plan)")
     return task
 
 
@@ -261,20 +319,29 @@ def plan_from_dict(data: Any, source: str) -> Plan:
         raise InvalidInput(f"{source}: key 'engine' or 'backend' has an unknown value",
                            hint="plan again")
     tasks = data.get("tasks")
-    if not isinstance(tasks, list):
-        raise InvalidInput(f"{source}: key 'tasks' is not a list", hint="plan again")
+    if not isinstance(tasks, list) or len(tasks) > MAX_TASKS:
+        raise InvalidInput(f"{source}: key 'tasks' is not a list of at most {MAX_TASKS}",
+                           hint="plan again")
     command = data.get("envforge")
-    if not isinstance(command, list) or not command:
+    if not isinstance(command, list) or not command or not all(
+            isinstance(x, str) for x in command):
         raise InvalidInput(f"{source}: key 'envforge' is not a command", hint="plan again")
+    level = _text(data, "level", "", source)
+    if level not in ("", "quick", "full"):
+        raise values.refuse(f"{source}: key 'level'", level, "not quick or full", "plan again")
+    nonce = _text(data, "nonce", "", source)
+    if nonce and not re.fullmatch(r"[0-9a-f]{32}", nonce):
+        raise values.refuse(f"{source}: key 'nonce'", nonce, "not 32 hex digits", "plan again")
     return Plan(
         engine=engine,
         backend=str(backend),
         tasks=tuple(_task(t, i, source) for i, t in enumerate(tasks)),
         site=_site(data.get("site") or {}, source),
-        wheelhouse=str(data.get("wheelhouse", "")),
-        level=str(data.get("level", "")),
-        envforge=tuple(str(x) for x in command),
-        task_homes=bool(data.get("task_homes", True)),
+        wheelhouse=_text(data, "wheelhouse", "", source),
+        level=level,
+        envforge=tuple(command),
+        task_homes=data.get("task_homes", True) is not False,
+        nonce=nonce,
     )
 
 

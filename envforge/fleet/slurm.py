@@ -16,6 +16,7 @@ from pathlib import Path
 
 from envforge.core import proc
 from envforge.errors import Unavailable
+from envforge.fleet import values
 from envforge.fleet.plan import CPU, Plan
 from envforge.render.templates import render_template
 
@@ -40,11 +41,27 @@ def _ranges(indexes: Sequence[int]) -> str:
 
 
 def script_name(arch: str, gpus: int) -> str:
-    return f"certify-{arch}-gpu{gpus}.sbatch"
+    """``certify-ARCH-gpuN.sbatch``: from a checked arch only (no ``/``, no ``..``)."""
+    why = values.arch_problem(arch)
+    if why:
+        raise values.refuse("arch", arch, why, "plan again (envforge fleet plan)")
+    return f"certify-{arch}-gpu{int(gpus)}.sbatch"
+
+
+def check_folder(folder: Path) -> None:
+    """Refuse a plan folder a batch script cannot name (a line break, ``%``)."""
+    why = values.folder_problem(str(folder))
+    if why:
+        raise values.refuse("-o", str(folder), why, "plan into a folder whose path has no "
+                            "control characters and no %")
 
 
 def render(plan: Plan, folder: Path) -> dict[str, str]:
-    """File name -> text of each sbatch script (``folder``: the plan's absolute folder)."""
+    """File name -> text of each sbatch script (``folder``: the plan's absolute folder).
+    Every value was checked (:mod:`.values`); each is quoted where it lands: sbatch's
+    quoting in ``#SBATCH`` lines, the shell's in the command line."""
+    check_folder(folder)
+    arg = values.sbatch_arg
     files: dict[str, str] = {}
     for (arch, gpus), tasks in plan.groups().items():
         files[script_name(arch, gpus)] = render_template(
@@ -53,14 +70,14 @@ def render(plan: Plan, folder: Path) -> dict[str, str]:
             arch=arch,
             tasks=tasks,
             array=_ranges([t.index for t in tasks]),
-            gpus=gpus,
-            constraint="" if arch == CPU else plan.site.feature(arch),
-            partition=plan.site.partition,
-            account=plan.site.account,
-            time=plan.site.time,
+            gpus=int(gpus),
+            constraint="" if arch == CPU else arg(plan.site.feature(arch)),
+            partition=arg(plan.site.partition) if plan.site.partition else "",
+            account=arg(plan.site.account) if plan.site.account else "",
+            time=arg(plan.site.time),
             folder=str(folder),
             folder_quoted=shlex.quote(str(folder)),
-            logs=str(folder / "logs"),
+            output=arg(str(folder / "logs" / "%A_%a.out")),
             command=shlex.join(plan.envforge),
         )
     return files

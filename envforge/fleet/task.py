@@ -21,7 +21,7 @@ from pathlib import Path
 from envforge.core import proc
 from envforge.core.fsutil import make_dirs, write_atomically
 from envforge.errors import InvalidInput
-from envforge.fleet.node import granted
+from envforge.fleet.node import FLEET_VARIABLE, granted
 from envforge.fleet.outcome import TASK_FILE
 from envforge.fleet.plan import Plan, Task
 
@@ -40,6 +40,7 @@ def command(plan: Plan, task: Task, folder: Path) -> list[str]:
 def environment(plan: Plan, task: Task, folder: Path,
                 environ: Mapping[str, str]) -> dict[str, str]:
     env = dict(environ)
+    env[FLEET_VARIABLE] = f"{plan.id}:{task.index}:{plan.nonce}"  # the report records it
     if plan.task_homes:
         env["ENVFORGE_HOME"] = str(folder / "homes" / f"{task.index:03d}")
     return env

@@ -22,7 +22,7 @@ from typing import Any, Literal
 from envforge.core.fsutil import write_files
 from envforge.core.jsonlimits import BadJSON, loads
 from envforge.errors import InvalidInput
-from envforge.fleet.node import node_facts
+from envforge.fleet.node import fleet_facts, node_facts
 from envforge.host.detect import detect, no_tools
 
 Status = Literal["pass", "warn", "fail", "hang", "crash", "oom", "no-device", "skip"]
@@ -126,6 +126,9 @@ class ReportHost:
     #: (:meth:`without_node`).
     node: str | None = None
     granted: tuple[tuple[str, str], ...] = ()
+    #: The fleet task the run was for (:func:`envforge.fleet.node.fleet_facts`: plan id,
+    #: task, the plan's nonce); kept in certificates, checked by ``fleet collect``.
+    fleet: tuple[tuple[str, str], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -140,6 +143,8 @@ class ReportHost:
             data["node"] = self.node
         if self.granted:
             data["granted"] = dict(self.granted)
+        if self.fleet:
+            data["fleet"] = dict(self.fleet)
         return data
 
     def without_node(self) -> ReportHost:
@@ -168,14 +173,15 @@ class ReportHost:
             id=str(data["id"]) if data.get("id") else None,
             node=str(data["node"]) if data.get("node") else None,
             granted=_granted(data.get("granted")),
+            fleet=_granted(data.get("fleet"), "host.fleet"),
         )
 
 
-def _granted(value: Any) -> tuple[tuple[str, str], ...]:
+def _granted(value: Any, key: str = "host.granted") -> tuple[tuple[str, str], ...]:
     if value is None:
         return ()
     if not isinstance(value, Mapping):
-        raise TypeError("key 'host.granted' is not a JSON object")
+        raise TypeError(f"key {key!r} is not a JSON object")
     return tuple((str(k), str(v)) for k, v in value.items())
 
 
@@ -364,7 +370,8 @@ def host_info(root: Path = Path("/"), environ: Mapping[str, str] | None = None) 
 
     Archs the detector only guessed from a product name are not recorded as facts.
     """
-    node, grant = node_facts(os.environ if environ is None else environ)
+    env = os.environ if environ is None else environ
+    node, grant = node_facts(env)
     uname = os.uname()
     found = detect(root, environ={}, tools=no_tools)
     gpus = tuple(
@@ -388,7 +395,7 @@ def host_info(root: Path = Path("/"), environ: Mapping[str, str] | None = None) 
         parts.append(f"amdgpu {version}")
     return ReportHost(kernel=f"{uname.sysname} {uname.release}", machine=uname.machine,
                       gpus=gpus, driver="; ".join(parts) or None, id=host_id(root),
-                      node=node, granted=grant)
+                      node=node, granted=grant, fleet=fleet_facts(env))
 
 
 #: Where the machine ID is (systemd, then D-Bus).

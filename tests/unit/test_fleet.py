@@ -188,6 +188,7 @@ def test_task_states_passed_failed_missing_queued_and_a_foreign_report(tmp_path:
     for step in good["steps"]:
         step["status"] = "pass"
     good["recipe"] = {"name": "cpu", "hash": plan.tasks[0].recipe_hash}
+    good["host"]["fleet"] = {"plan": plan.id, "task": "0", "nonce": plan.nonce}
     foreign = dict(good, recipe={"name": "cpu", "hash": "0" * 64})
     _write_task(tmp_path, 0, good, 0)
     _write_task(tmp_path, 1, foreign, 0)
@@ -195,15 +196,17 @@ def test_task_states_passed_failed_missing_queued_and_a_foreign_report(tmp_path:
     found = outcome.states(plan, tmp_path, {4: "PENDING"}, Redactor(()))
     got = [(s.state, s.detail) for s in found]
     assert got[0] == ("passed", "")
-    assert got[1][0] == "failed"
+    assert got[1][0] == "refused"  # no evidence for the plan: neither counted nor imported
     assert "recipe hash 000000000000" in got[1][1]
+    assert found[1].record is None
+    assert found[1].document is None
     assert got[2] == ("failed", "ended with exit 3 and no report")
     assert got[3][0] == "missing"
     assert got[4] == ("queued", "PENDING")
     assert found[0].to_dict()["node"] == "n1"
     assert found[0].to_dict()["gpus"] == "1"
-    assert outcome.counts(found) == {"passed": 1, "failed": 2, "missing": 1, "queued": 1,
-                                     "running": 0}
+    assert outcome.counts(found) == {"passed": 1, "failed": 1, "refused": 1, "missing": 1,
+                                     "queued": 1, "running": 0}
 
 
 # --------------------------------------------------------------------------- node

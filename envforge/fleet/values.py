@@ -1,0 +1,198 @@
+"""What a plan's values may be, checked once where they enter (``fleet plan``'s options,
+``plan.json``) and quoted where they land.
+
+Every value that reaches a scheduler's file is checked against what that scheduler
+accepts, so that none can add a line, a shell command or an expression: Slurm partition
+and account names, time limits (``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``,
+``D-HH:MM:SS``, ``UNLIMITED``/``infinite``) and feature expressions; Kubernetes names
+(an RFC 1123 label for the namespace, a label key for ``--arch-label``, an image prefix
+for ``--registry``); GitHub runner labels (no ``${{``). Archs are envforge's (``gfx942``,
+``sm_90``, ``cpu``): they name files (``certify-ARCH-gpuN.sbatch``), so a path separator
+or ``..`` can never reach one. The plan's folder is any path without control characters
+or ``%`` (Slurm's file-name patterns); in a ``#SBATCH`` line it is double-quoted
+(:func:`sbatch_quote`, Slurm's own quoting), in the shell line ``shlex``-quoted.
+
+Each check returns why a value is refused (None: accepted); :func:`check_site` raises
+:class:`~envforge.errors.InvalidInput` naming the option (or the ``plan.json`` key).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+from envforge.core.patterns import GFX_RE, NAME_RE, SM_RE
+from envforge.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from envforge.fleet.plan import Site
+
+#: Most nodes (tasks) per (recipe, arch) and GPUs per task a plan may ask for.
+MAX_NODES = 1000
+MAX_GPUS = 64
+#: The longest plan folder (Linux's PATH_MAX).
+MAX_FOLDER = 4096
+
+_SLURM_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,62}", re.ASCII)
+_TIME = re.compile(
+    r"\d{1,7}(:\d{1,2}){0,2}"  # MM, MM:SS, HH:MM:SS
+    r"|\d{1,5}-\d{1,2}(:\d{1,2}){0,2}",  # D-HH, D-HH:MM, D-HH:MM:SS
+    re.ASCII,
+)
+_FEATURE = re.compile(r"[A-Za-z0-9_.+-]{1,64}", re.ASCII)
+#: A feature expression: features joined by & (and), | (or), with *N counts and [ ] ( ).
+_FEATURE_EXPR = re.compile(r"[A-Za-z0-9_.+\-&|*()\[\]]{1,256}", re.ASCII)
+_K8S_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", re.ASCII)
+_K8S_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", re.ASCII)
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*",
+                            re.ASCII)
+_REGISTRY = re.compile(
+    r"[a-z0-9]([a-z0-9.-]{0,252}[a-z0-9])?(:\d{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*", re.ASCII)
+_RUNNER_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", re.ASCII)
+#: Character classes no file name or script line may hold: controls, format characters
+#: (bidi overrides), surrogates, private and unassigned, line and paragraph separators.
+_UNSAFE = ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp")
+
+
+def _shown(value: str) -> str:
+    """A refused value as an error names it: escaped, and cut when long."""
+    text = ascii(value) if not value.isprintable() else repr(value)
+    return text if len(text) <= 80 else text[:60] + "...'"
+
+
+def arch_problem(value: str) -> str | None:
+    if value == "cpu" or GFX_RE.match(value) or SM_RE.match(value):
+        return None
+    return "not a GPU arch (gfx942, sm_90) nor cpu"
+
+
+def partition_problem(value: str) -> str | None:
+    if not value or all(_SLURM_NAME.fullmatch(p) for p in value.split(",")):
+        return None
+    return "not a Slurm partition name (letters, digits, _ . -; several: comma-separated)"
+
+
+def account_problem(value: str) -> str | None:
+    if not value or _SLURM_NAME.fullmatch(value):
+        return None
+    return "not a Slurm account name (letters, digits, _ . -)"
+
+
+def time_problem(value: str) -> str | None:
+    if value.lower() in ("unlimited", "infinite") or _TIME.fullmatch(value):
+        return None
+    return "not a Slurm time (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, UNLIMITED)"
+
+
+def feature_problem(value: str) -> str | None:
+    words = [w for w in re.split(r"[&|*()\[\]]", value) if w]
+    if _FEATURE_EXPR.fullmatch(value) and words and all(_FEATURE.fullmatch(w) for w in words):
+        return None
+    return "not a Slurm feature expression (names of letters, digits, _ . + -, joined by & or |)"
+
+
+def namespace_problem(value: str) -> str | None:
+    if _K8S_LABEL.fullmatch(value):
+        return None
+    return "not a Kubernetes namespace (an RFC 1123 label: a-z, 0-9, -, at most 63)"
+
+
+def label_key_problem(value: str) -> str | None:
+    if not value:
+        return None
+    prefix, _, name = value.rpartition("/")
+    if _K8S_NAME.fullmatch(name) and (not prefix or (
+            len(prefix) <= 253 and _DNS_SUBDOMAIN.fullmatch(prefix))):
+        return None
+    return "not a Kubernetes label key ([DNS-SUBDOMAIN/]NAME, NAME at most 63)"
+
+
+def registry_problem(value: str) -> str | None:
+    if not value or (len(value) <= 255 and _REGISTRY.fullmatch(value.rstrip("/"))):
+        return None
+    return "not an image registry prefix (HOST[:PORT][/NAMESPACE], lower case)"
+
+
+def runner_label_problem(value: str) -> str | None:
+    if _RUNNER_LABEL.fullmatch(value):
+        return None
+    return "not a GitHub runner label (letters, digits, _ . -, at most 100)"
+
+
+def recipe_name_problem(value: str) -> str | None:
+    return None if NAME_RE.match(value) else "not a recipe name"
+
+
+def folder_problem(value: str) -> str | None:
+    """Why a plan folder cannot go into a batch script (None: it can, quoted)."""
+    if len(value) > MAX_FOLDER:
+        return f"longer than {MAX_FOLDER} characters"
+    if any(unicodedata.category(ch) in _UNSAFE for ch in value):
+        return "holds a control or format character (a line break, NUL, ESC)"
+    if "%" in value:
+        return "holds %, which Slurm reads as a file-name pattern (%j, %A)"
+    return None
+
+
+def count_problem(value: int, least: int, most: int) -> str | None:
+    if least <= value <= most:
+        return None
+    return f"must be from {least} to {most}"
+
+
+def sbatch_quote(value: str) -> str:
+    """``value`` as one argument of a ``#SBATCH`` line: double quotes, ``\\`` and ``"``
+    escaped (sbatch's own reading of directive lines; no shell reads them)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+_PLAIN_ARG = re.compile(r"[A-Za-z0-9_.:+\-&|*()\[\],/=%@]+", re.ASCII)
+
+
+def sbatch_arg(value: str) -> str:
+    """``value`` as is when sbatch reads it so (no space, quote, ``\\`` or ``#``), else
+    :func:`sbatch_quote`-d."""
+    return value if _PLAIN_ARG.fullmatch(value) else sbatch_quote(value)
+
+
+def refuse(setting: str, value: str, why: str, fix: str) -> InvalidInput:
+    return InvalidInput(f"{setting} {_shown(value)}: {why}", hint=fix)
+
+
+#: Site field -> (option, check, an example for the fix).
+_SITE: Mapping[str, tuple[str, Callable[[str], str | None], str]] = {
+    "partition": ("--partition", partition_problem, "--partition gpu"),
+    "account": ("--account", account_problem, "--account lab"),
+    "time": ("--time", time_problem, "--time 01:00:00"),
+    "namespace": ("--namespace", namespace_problem, "--namespace default"),
+    "arch_label": ("--arch-label", label_key_problem, "--arch-label envforge.io/gpu-arch"),
+    "registry": ("--registry", registry_problem, "--registry 127.0.0.1:5000/lab"),
+}
+
+
+def check_site(site: Site, *, source: str = "") -> None:
+    """Refuse the first value of ``site`` its scheduler would not take; named as the
+    option (``source`` empty) or as the key of ``source`` (a plan.json)."""
+
+    def name(option: str, key: str) -> str:
+        return f"{source}: key 'site.{key}'" if source else option
+
+    for key, (option, check, example) in _SITE.items():
+        value = getattr(site, key)
+        why = check(value)
+        if why:
+            raise refuse(name(option, key), value, why,
+                         f"{example}" if not source else "plan again (envforge fleet plan)")
+    for arch, feature in site.features:
+        for value, check in ((arch, arch_problem), (feature, feature_problem)):
+            why = check(value)
+            if why:
+                raise refuse(name("--feature", "features"), f"{arch}={feature}", why,
+                             "--feature gfx942=mi300x" if not source else "plan again")
+    for label in site.runner_labels:
+        why = runner_label_problem(label)
+        if why:
+            raise refuse(name("--runner-label", "runner_labels"), label, why,
+                         "--runner-label self-hosted" if not source else "plan again")
