@@ -336,7 +336,7 @@ def plan_from_dict(data: Any, source: str) -> Plan:
         engine=engine,
         backend=str(backend),
         tasks=tuple(_task(t, i, source) for i, t in enumerate(tasks)),
-        site=_site(data.get("site") or {}, source),
+        site=_site(data.get("site", {}), source),
         wheelhouse=_text(data, "wheelhouse", "", source),
         level=level,
         envforge=tuple(command),

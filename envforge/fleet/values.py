@@ -102,8 +102,8 @@ def namespace_problem(value: str) -> str | None:
 def label_key_problem(value: str) -> str | None:
     if not value:
         return None
-    prefix, _, name = value.rpartition("/")
-    if _K8S_NAME.fullmatch(name) and (not prefix or (
+    prefix, slash, name = value.rpartition("/")
+    if _K8S_NAME.fullmatch(name) and (not slash or (
             len(prefix) <= 253 and _DNS_SUBDOMAIN.fullmatch(prefix))):
         return None
     return "not a Kubernetes label key ([DNS-SUBDOMAIN/]NAME, NAME at most 63)"
