@@ -1,22 +1,9 @@
-"""The venv backend's files on disk: what a certificate is bound to, folders built aside.
+"""The venv backend's files on disk: RECORD checks, folders built aside.
 
-Content binding
-===============
-A certificate is only worth something while the venv holds what was probed. Every
-installed distribution lists its files in ``*.dist-info/RECORD`` (path, sha256, size).
-:func:`content_digests` is the cheap check, run before every use (``build``'s up-to-date
-path, ``shell``): per distribution, a sha256 over the ``lstat`` data (size, mtime_ns, inode,
-mode) of every file its RECORD lists, plus one entry (``VENV_KEY``) for what no RECORD
-lists but changes what runs: ``*.pth`` and ``sitecustomize``/``usercustomize`` in
-site-packages, ``pyvenv.cfg``, the ``bin/python*`` links, ``bin/envforge-env.sh``. It reads
-no file content: the cpu venv (torch: ~15k files) costs one ``lstat`` per file (figures
-in ``bench/results-venv.md``). Editing, replacing or deleting a file changes its digest;
-a rename of the whole venv (the swap below) does not.
-
-:func:`verify_records` is the full check (sha256 of each file against its RECORD hash),
-run only when the cheap one differs: it tells "touched but intact" (re-probe) from
-"modified" (reinstall). :func:`describe_changes` names what changed on one line, cheaply
-(missing files, sizes that differ from RECORD, files newer than their RECORD).
+What a certificate is bound to (every file of the venv, by content, with a memo keyed by
+``lstat`` data and ctime) is :mod:`envforge.backends.venvscan`; its names are re-exported
+here. :func:`verify_records` checks each file a RECORD lists against its RECORD hash
+(after an install, where uv's cache could hold a modified copy).
 
 Folders built aside
 ===================
@@ -31,161 +18,50 @@ it, so :func:`sweep_leftovers` can remove what an envforge killed by SIGKILL/SIG
 from __future__ import annotations
 
 import base64
-import csv
 import ctypes
 import ctypes.util
 import errno
 import hashlib
-import io
 import os
 import re
 import shutil
 import stat
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
-#: The key of :func:`content_digests` for the files no RECORD lists.
-VENV_KEY = "(venv)"
-#: Largest RECORD read (torch's is ~1.5 MB).
-RECORD_MAX = 64 << 20
+from envforge.backends.venvscan import (
+    RECORD_MAX,
+    VENV_KEY,
+    RecordEntry,
+    content_digests,
+    describe_changes,
+    dist_label,
+    distributions,
+    parse_record,
+    read_record,
+    record_form,
+    record_paths,
+    site_packages,
+)
+
+__all__ = [
+    "RECORD_MAX",
+    "VENV_KEY",
+    "RecordEntry",
+    "content_digests",
+    "describe_changes",
+    "dist_label",
+    "distributions",
+    "parse_record",
+    "record_paths",
+    "site_packages",
+]
+
 #: Leftovers whose name names no owner (older envforge) are swept after this many seconds.
 UNOWNED_MAX_AGE = 24 * 3600.0
 _LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old)-(?P<rest>.+)$")
 _OWNER = re.compile(r"^(?P<pid>\d+)\.(?P<start>\d+)-")
-
-
-# --------------------------------------------------------------------------- RECORD
-
-
-@dataclass(frozen=True)
-class RecordEntry:
-    """One line of a RECORD: a path relative to site-packages, its hash and size."""
-
-    path: str
-    sha256: str | None  # urlsafe base64 without padding, as in RECORD
-    size: int | None
-
-
-def parse_record(text: str) -> list[RecordEntry]:
-    """The rows of a RECORD file (CSV: path, ``sha256=…``, size); malformed rows are kept
-    with what could be read."""
-    entries: list[RecordEntry] = []
-    for row in csv.reader(io.StringIO(text)):
-        if not row or not row[0]:
-            continue
-        digest = None
-        if len(row) > 1 and row[1].startswith("sha256="):
-            digest = row[1][len("sha256="):]
-        size = None
-        if len(row) > 2 and row[2].isascii() and row[2].isdigit():
-            size = int(row[2])
-        entries.append(RecordEntry(row[0], digest, size))
-    return entries
-
-
-def _read_record(dist: Path) -> list[RecordEntry] | None:
-    try:
-        with open(dist / "RECORD", "rb") as fh:
-            data = fh.read(RECORD_MAX + 1)
-    except OSError:
-        return None
-    if len(data) > RECORD_MAX:
-        return None
-    return parse_record(data.decode("utf-8", errors="replace"))
-
-
-def site_packages(venv: Path) -> list[Path]:
-    return sorted((venv / "lib").glob("python*/site-packages"))
-
-
-def distributions(venv: Path) -> list[tuple[Path, Path]]:
-    """(site-packages, dist-info folder) of every installed distribution, sorted."""
-    return [(sp, dist) for sp in site_packages(venv) for dist in sorted(sp.glob("*.dist-info"))]
-
-
-def _stat_line(rel: str, path: str | Path) -> str:
-    try:
-        st = os.lstat(path)
-    except OSError as exc:
-        return f"{rel}\0missing:{exc.errno}\n"
-    return f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}\0{st.st_mode}\n"
-
-
-def record_paths(dist: Path) -> list[str]:
-    """The paths a RECORD lists, fast: a line without quotes is split at its first comma
-    (CSV quotes any path holding one); quoted lines go through :mod:`csv`."""
-    try:
-        with open(dist / "RECORD", "rb") as fh:
-            data = fh.read(RECORD_MAX + 1)
-    except OSError:
-        return []
-    if len(data) > RECORD_MAX:
-        return []
-    paths: list[str] = []
-    for line in data.decode("utf-8", errors="replace").splitlines():
-        if '"' in line:
-            paths.extend(e.path for e in parse_record(line))
-        elif line:
-            first = line.split(",", 1)[0]
-            if first:
-                paths.append(first)
-    return paths
-
-
-def _dist_digest(sp: Path, dist: Path) -> str:
-    base = os.fspath(sp) + os.sep
-    lines = [_stat_line("RECORD", dist / "RECORD")]
-    lines += [_stat_line(rel, base + rel) for rel in record_paths(dist)]
-    return hashlib.sha256("".join(lines).encode(errors="surrogateescape")).hexdigest()
-
-
-def _venv_files(venv: Path) -> Iterable[tuple[str, Path]]:
-    """What no RECORD lists but changes what runs in the venv."""
-    yield "pyvenv.cfg", venv / "pyvenv.cfg"
-    yield "bin/envforge-env.sh", venv / "bin" / "envforge-env.sh"
-    for sp in site_packages(venv):
-        rel = sp.relative_to(venv).as_posix()
-        try:
-            names = sorted(os.listdir(sp))
-        except OSError:
-            continue
-        for name in names:
-            if name.endswith(".pth") or name in ("sitecustomize.py", "usercustomize.py"):
-                yield f"{rel}/{name}", sp / name
-
-
-def _venv_digest(venv: Path) -> str:
-    digest = hashlib.sha256()
-    for rel, path in _venv_files(venv):
-        digest.update(_stat_line(rel, path).encode(errors="surrogateescape"))
-    try:
-        links = sorted(p for p in os.listdir(venv / "bin") if p.startswith("python"))
-    except OSError:
-        links = []
-    for name in links:
-        try:
-            where = os.readlink(venv / "bin" / name)
-        except OSError:
-            where = "-"
-        digest.update(f"bin/{name}\0{where}\n".encode(errors="surrogateescape"))
-    return digest.hexdigest()
-
-
-def content_digests(venv: Path) -> dict[str, str]:
-    """The cheap content check: ``{dist-info name: digest of its files' lstat data}`` plus
-    ``{VENV_KEY: …}``. Equal dicts mean no file was touched (see the module docstring)."""
-    found = {dist.name: _dist_digest(sp, dist) for sp, dist in distributions(venv)}
-    found[VENV_KEY] = _venv_digest(venv)
-    return found
-
-
-def dist_label(name: str) -> str:
-    """``torch-2.13.0+cpu.dist-info`` -> ``torch 2.13.0+cpu``."""
-    stem = name[: -len(".dist-info")] if name.endswith(".dist-info") else name
-    dist, _, version = stem.partition("-")
-    return f"{dist} {version}".strip()
 
 
 def _file_sha256(path: Path) -> str:
@@ -196,83 +72,48 @@ def _file_sha256(path: Path) -> str:
     return base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
 
 
-def verify_records(venv: Path, only: Iterable[str] | None = None) -> list[str]:
+def _actual(path: Path, rel: str, hashes: Mapping[str, str] | None) -> str | None:
+    """A file's sha256 as RECORD writes it: from ``hashes`` (venv-relative path -> hex,
+    e.g. a :class:`~envforge.backends.venvscan.Scan` just taken), else read; None when
+    it is not there."""
+    known = hashes.get(rel) if hashes is not None else None
+    if known is not None:
+        return None if known == "missing" else record_form(known)
+    try:
+        return _file_sha256(path)
+    except OSError:
+        return None
+
+
+def verify_records(
+    venv: Path, only: Iterable[str] | None = None, hashes: Mapping[str, str] | None = None
+) -> list[str]:
     """The full check: every file a RECORD lists with a hash, against that hash.
 
     Returns one ``"<dist>: <path> <what>"`` per problem (missing, modified); empty when
-    everything matches. ``only``: dist-info names to check (default: all).
+    everything matches. ``only``: dist-info names to check (default: all); ``hashes``:
+    the files' sha256 already known (venv-relative path -> hex), not read again.
     """
     wanted = set(only) if only is not None else None
     problems: list[str] = []
     for sp, dist in distributions(venv):
         if wanted is not None and dist.name not in wanted:
             continue
-        entries = _read_record(dist)
+        entries = read_record(dist)
         if entries is None:
             problems.append(f"{dist_label(dist.name)}: RECORD unreadable")
             continue
+        base = sp.relative_to(venv).as_posix()
         for entry in entries:
             if entry.sha256 is None:
                 continue
-            try:
-                actual = _file_sha256(sp / entry.path)
-            except OSError:
+            rel = os.path.normpath(f"{base}/{entry.path}")
+            actual = _actual(sp / entry.path, rel, hashes)
+            if actual is None:
                 problems.append(f"{dist_label(dist.name)}: {entry.path} missing")
-                continue
-            if actual != entry.sha256:
+            elif actual != entry.sha256:
                 problems.append(f"{dist_label(dist.name)}: {entry.path} modified")
     return problems
-
-
-def _suspects(sp: Path, dist: Path) -> list[str]:
-    """Files of one distribution that are missing, of another size than RECORD says, or
-    newer than the RECORD (edited after the install): stat only."""
-    entries = _read_record(dist)
-    if entries is None:
-        return ["RECORD unreadable"]
-    try:
-        installed = os.lstat(dist / "RECORD").st_mtime_ns
-    except OSError:
-        return ["RECORD missing"]
-    found: list[str] = []
-    for entry in entries:
-        try:
-            st = os.lstat(sp / entry.path)
-        except OSError:
-            found.append(f"{entry.path} missing")
-            continue
-        if entry.size is not None and st.st_size != entry.size:
-            found.append(f"{entry.path} modified (size {st.st_size}, installed {entry.size})")
-        elif st.st_mtime_ns > installed:
-            found.append(f"{entry.path} modified after the install")
-    return found
-
-
-def describe_changes(venv: Path, recorded: Mapping[str, object]) -> str | None:
-    """What differs between the venv now and ``recorded`` (:func:`content_digests`), on one
-    line; None when nothing does."""
-    now = content_digests(venv)
-    if dict(recorded) == now:
-        return None
-    parts: list[str] = []
-    gone = sorted(k for k in recorded if k not in now)
-    added = sorted(k for k in now if k not in recorded)
-    changed = sorted(k for k in now if k in recorded and recorded[k] != now[k])
-    if gone:
-        parts.append("removed: " + ", ".join(dist_label(k) for k in gone))
-    if added:
-        parts.append("added: " + ", ".join(dist_label(k) for k in added))
-    by_name = {dist.name: (sp, dist) for sp, dist in distributions(venv)}
-    for key in changed:
-        if key == VENV_KEY:
-            parts.append("venv files (pyvenv.cfg, bin/python, *.pth, envforge-env.sh) changed")
-            continue
-        sp, dist = by_name[key]
-        suspects = _suspects(sp, dist)
-        more = f" (+{len(suspects) - 3} more)" if len(suspects) > 3 else ""
-        shown = "; ".join(suspects[:3]) + more
-        parts.append(f"{dist_label(key)}: " + (shown or "files touched"))
-    return "; ".join(parts)
 
 
 # --------------------------------------------------------------------------- owners

@@ -8,12 +8,15 @@ from pathlib import Path
 
 
 def state_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """``$ENVFORGE_HOME``, else ``$XDG_DATA_HOME/envforge``, else ``~/.local/share/envforge``."""
+    """``$ENVFORGE_HOME``, else ``$XDG_DATA_HOME/envforge``, else ``~/.local/share/envforge``;
+    always absolute: a relative ``ENVFORGE_HOME`` (``ENVFORGE_HOME=state``) is taken
+    from the current folder once, here, so a venv's path stays right in processes that
+    run elsewhere (the probe runs in a folder of its own)."""
     env = os.environ if environ is None else environ
     if env.get("ENVFORGE_HOME"):
-        return Path(env["ENVFORGE_HOME"]).expanduser()
+        return Path(os.path.abspath(Path(env["ENVFORGE_HOME"]).expanduser()))
     base = env.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base).expanduser() / "envforge"
+    return Path(os.path.abspath(Path(base).expanduser())) / "envforge"
 
 
 def certificates_dir(environ: Mapping[str, str] | None = None) -> Path:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from envforge.backends import venv, venvfs
+from envforge.backends import venv, venvfs, venvscan
 from envforge.backends.venv import (
     MARKER_DIR,
     CommandNotRunnable,
@@ -31,6 +31,7 @@ from envforge.backends.venvfs import (
     sweep_leftovers,
     verify_records,
 )
+from envforge.backends.venv.certifying import CONTENT_FORMAT
 from envforge.errors import CertificationFailed
 from envforge.recipe.model import Recipe
 from tests.helpers.recipes import make_recipe
@@ -83,8 +84,8 @@ def test_digests_are_stable_and_survive_a_rename_of_the_venv(tmp_path: Path) -> 
 @pytest.mark.parametrize(
     ("change", "named"),
     [
-        ("append", "pkg/__init__.py modified (size 16, installed 6)"),
-        ("same-size", "pkg/__init__.py modified after the install"),
+        ("append", "pkg/__init__.py modified"),
+        ("same-size", "pkg/__init__.py modified"),
         ("delete", "pkg/core.py missing"),
     ],
 )
@@ -110,13 +111,16 @@ def test_an_edited_replaced_or_deleted_file_is_seen_and_named(
     assert problems == [f"pkg 1.0: {target.relative_to(venv / SP).as_posix()} {what}"]
 
 
-def test_a_touched_file_differs_cheaply_but_passes_the_full_check(tmp_path: Path) -> None:
+def test_a_touched_file_is_hashed_again_and_is_the_same_content(tmp_path: Path) -> None:
     venv = make_venv(tmp_path / "v")
-    before = content_digests(venv)
+    (venv / MARKER_DIR).mkdir()
+    before = content_digests(venv)  # every file read once, the memo written
+    assert venvscan.scan(venv).hashed == 0  # nothing moved: nothing read
     init = venv / SP / "pkg" / "__init__.py"
     st = init.stat()
     os.utime(init, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
-    assert content_digests(venv) != before
+    assert venvscan.scan(venv).hashed == 1  # only what moved is read again
+    assert content_digests(venv) == before  # by content: touched is not changed
     assert verify_records(venv) == []
 
 
@@ -124,9 +128,7 @@ def test_added_and_removed_distributions_and_pth_files(tmp_path: Path) -> None:
     venv = make_venv(tmp_path / "v")
     before = content_digests(venv)
     (venv / SP / "evil.pth").write_text("import os\n")
-    assert describe_changes(venv, before) == (
-        "venv files (pyvenv.cfg, bin/python, *.pth, envforge-env.sh) changed"
-    )
+    assert describe_changes(venv, before) == "files no RECORD lists changed"
     (venv / SP / "evil.pth").unlink()
     assert describe_changes(venv, before) is None
     (venv / SP / "other-2.0.dist-info").mkdir()
@@ -259,9 +261,12 @@ def certified_venv(tmp_path: Path) -> tuple[Recipe, dict[str, str], Path]:
     markers = target / MARKER_DIR
     markers.mkdir()
     fp, content = fingerprint(target), content_digests(target)
-    (markers / "build.json").write_text(json.dumps({"fingerprint": fp, "content": content}))
-    cert = {"recipe_hash": recipe.hash, "fingerprint": fp, "content": content, "level": "full"}
+    (markers / "build.json").write_text(json.dumps(
+        {"fingerprint": fp, "content": content, "content_format": CONTENT_FORMAT}))
+    cert = {"recipe_hash": recipe.hash, "fingerprint": fp, "content": content, "level": "full",
+            "content_format": CONTENT_FORMAT}
     (markers / "certified.json").write_text(json.dumps(cert))
+    (markers / venvscan.CERTIFIED_LIST).write_bytes(venvscan.certified_list(target))
     return recipe, home, target
 
 
@@ -273,13 +278,13 @@ def test_state_is_certified_only_while_the_files_are_the_certified_ones(tmp_path
     core.write_bytes(core.read_bytes() + b"# edited\n")
     now = venv.state(recipe, home)
     assert not now.certified
-    assert now.changed == "pkg 1.0: pkg/core.py modified (size 31, installed 22)"
+    assert now.changed == f"{SP}/pkg/core.py modified"
     with pytest.raises(CertificationFailed) as caught:
         venv.ensure(recipe, VenvOptions(environ=home))
     assert caught.value.exit_code == 1
     assert caught.value.one_line() == (
-        f"{target} changed since it was certified: pkg 1.0: pkg/core.py modified (size 31,"
-        f" installed 22) (fix: `envforge build {recipe.name} --backend venv` re-certifies it,"
+        f"{target} changed since it was certified: {SP}/pkg/core.py modified"
+        f" (fix: `envforge build {recipe.name} --backend venv` re-certifies it,"
         " reinstalling what changed)"
     )
 
@@ -325,10 +330,13 @@ def test_what_a_build_does_with_changed_files(tmp_path: Path) -> None:
     init = target / SP / "pkg" / "__init__.py"
     os.utime(init, ns=(init.stat().st_atime_ns, init.stat().st_mtime_ns + 10**9))
     why, content = venv._reinstall_reason(target, built, "k", options)
-    assert why is None  # touched, same bytes: probe again, no reinstall
-    assert content != built["content"]
-    assert venv.valid_certificate(recipe, target) is None
+    assert why is None  # touched, same bytes: still the certified content
+    assert content == built["content"]
+    assert venv.valid_certificate(recipe, target) is not None
     init.write_bytes(b"x = 2\n")
     assert venv._reinstall_reason(target, built, "k", options)[0] == (
-        "installed files changed: pkg 1.0: pkg/__init__.py modified"
+        f"files changed since the install: {SP}/pkg/__init__.py modified"
     )
+    older = {**built, "content_format": None}
+    assert venv._reinstall_reason(target, older, "k", options)[0].startswith(
+        "made by an older envforge")

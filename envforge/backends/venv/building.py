@@ -12,6 +12,7 @@ from typing import Any
 
 from envforge import __version__, lock
 from envforge.backends.venv.certifying import (
+    CONTENT_FORMAT,
     _cert_json,
     _failure,
     _level_ok,
@@ -49,10 +50,12 @@ from envforge.backends.venv.staging import (
 from envforge.backends.venvfs import (
     aside_prefix,
     content_digests,
+    describe_changes,
     swap_dirs,
     sweep_leftovers,
     verify_records,
 )
+from envforge.backends.venvscan import CERTIFIED_LIST, certified_list, save_memo, scan
 from envforge.core.fsutil import (
     check_folder_target,
     make_dirs,
@@ -82,17 +85,16 @@ def _reinstall_reason(
         return "forced", {}
     if built.get("install_key") != key:
         return "the install inputs changed", {}
-    content = content_digests(target)
-    if built.get("content") == content:
+    if built.get("content_format") != CONTENT_FORMAT:
+        return "made by an older envforge (its files bound by stat data only)", {}
+    content = content_digests(target)  # by content: a touched file is not a change
+    recorded = built.get("content")
+    if recorded == content:
         return None, content
-    # The cheap check differs: the full one tells touched from modified.
     if built.get("fingerprint") != fingerprint(target):
         return "the installed set changed", content
-    problems = verify_records(target)
-    if problems:
-        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
-        return f"installed files changed: {problems[0]}{more}", content
-    return None, content
+    changed = describe_changes(target, recorded) if isinstance(recorded, dict) else None
+    return f"files changed since the install: {changed or 'content differs'}", content
 
 
 def make(recipe: Recipe, options: VenvOptions = DEFAULT_OPTIONS) -> VenvBuildResult:
@@ -238,6 +240,7 @@ def _build_aside(  # noqa: PLR0917 - one step of build, its inputs spelled out
             "install_key": key,
             "fingerprint": fp,
             "content": content,
+            "content_format": CONTENT_FORMAT,
             "python": interp.version,
             "interpreter": interp.executable,
             "lock": str(lock_file) if lock_file else None,
@@ -300,11 +303,15 @@ def _stage(  # noqa: PLR0917 - one step of build, its inputs spelled out
         options.say(f"creating {aside} with Python {interp.version} ({interp.executable})")
         shutil.rmtree(aside)  # uv venv wants to create the folder itself
     _install(recipe, interp, aside, options, lock_file, stack, fresh=base is None)
-    content = content_digests(aside)
+    # every file read (a clone's carried-over files too: never trusted by stat data)
+    found = scan(aside, use_memo=False)
+    (aside / MARKER_DIR).mkdir(exist_ok=True)
+    save_memo(aside, found)
+    content = found.digests()
     old = base.cert.get("content") if base is not None else None
     only = None if not isinstance(old, dict) else [
         d for d, digest in content.items() if old.get(d) != digest]
-    corrupt = verify_records(aside, only=only)
+    corrupt = verify_records(aside, only=only, hashes=found.files)
     if corrupt:
         more = f" (+{len(corrupt) - 1} more)" if len(corrupt) > 1 else ""
         raise BuildFailed(
@@ -344,6 +351,7 @@ def _certify_aside(  # noqa: PLR0917 - one step of build, its inputs spelled out
                    if base is not None and isinstance(plan, Incremental) else None)
         write_atomically(markers / CERT_MARKER, _cert_json(
             recipe, report, fp, content, options.project, incremental=extends))
+        write_atomically(markers / CERTIFIED_LIST, certified_list(aside))
     return report
 
 
@@ -353,6 +361,9 @@ def _swap_in(aside: Path, target: Path) -> None:
         previous = swap_dirs(aside, target)
     if previous is not None:
         shutil.rmtree(previous, ignore_errors=True)
+        # files shared with it (hard links) changed link count, so ctime: hashed again now,
+        # not by the next shell
+        content_digests(target)
 
 
 #: Marker of the packages a stale venv was last said to have (said once per change).

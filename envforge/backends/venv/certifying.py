@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -13,8 +14,8 @@ from envforge.backends.venvfs import (
     content_digests,
     describe_changes,
     dist_label,
-    verify_records,
 )
+from envforge.backends.venvscan import CERTIFIED_LIST, certified_list
 from envforge.core import paths
 from envforge.core.fsutil import write_files
 from envforge.errors import (
@@ -168,6 +169,23 @@ def _probe(  # noqa: PLR0917 - one step of build, its inputs spelled out
     return report
 
 
+#: How ``content`` is bound (2: every file of the venv by content, see
+#: :mod:`envforge.backends.venvscan`; absent: the lstat data of RECORD's files only).
+CONTENT_FORMAT = 2
+
+
+def checks_digest(project: Project | None) -> str | None:
+    """What a project's certificate binds of its checks: every step the project adds
+    (its import, each check in order), each check file's content and each command's
+    text. A change makes the certificate not hold: certification runs again (no
+    reinstall). None without a project."""
+    if project is None:
+        return None
+    steps = [[c.step, c.path, c.source] for c in project_steps(project)]
+    blob = json.dumps(steps, separators=(",", ":")).encode("utf-8", "surrogateescape")
+    return "sha256:" + hashlib.sha256(blob).hexdigest()
+
+
 def project_steps(project: Project | None) -> tuple[CheckFile, ...]:
     """A project's probe steps (its import, its checks); none without a project."""
     if project is None:
@@ -187,9 +205,12 @@ def _cert_json(
         "project": project_binding(project),
         "fingerprint": fp,
         "content": dict(content),
+        "content_format": CONTENT_FORMAT,
         "level": report.level,
         "report": report.to_dict(),
     }
+    if project is not None:  # the checks that ran: a change certifies again
+        data["checks"] = checks_digest(project)
     if incremental is not None:  # only what the change could affect was probed again
         data["incremental"] = dict(incremental)
     if project is not None and project.skip_imports:  # absent otherwise, as before
@@ -214,6 +235,10 @@ def valid_certificate(
     if built is None or cert is None or cert.get("recipe_hash") != recipe.hash:
         return None
     if cert.get("project") != project_binding(project):
+        return None
+    if cert.get("content_format") != CONTENT_FORMAT:
+        return None
+    if project is not None and cert.get("checks") != checks_digest(project):
         return None
     now = dict(content) if content is not None else content_digests(venv)
     if (
@@ -255,6 +280,7 @@ def _recertify_in_place(  # noqa: PLR0917 - one step of build, its inputs spelle
             (markers / BUILD_MARKER, _marker_json(now_built), 0o644),
             (markers / CERT_MARKER,
              _cert_json(recipe, report, fp, content, options.project), 0o644),
+            (markers / CERTIFIED_LIST, certified_list(target), 0o644),
         ]
     )
     return report
@@ -304,14 +330,15 @@ def recertify(recipe: Recipe, options: VenvOptions = DEFAULT_OPTIONS) -> VenvBui
     )
     level: Level = options.level or recipe.certify.level
     content = content_digests(current.path)
-    if built.get("content") != content:
-        problems = verify_records(current.path)
-        if problems:
-            raise CertificationFailed(
-                f"{current.path}: {len(problems)} installed file(s) changed since the install"
-                f" ({problems[0]})",
-                hint=f"`envforge build {recipe.name} --backend venv` reinstalls and certifies it",
-            )
+    recorded = built.get("content")
+    if recorded != content and not (
+            isinstance(recorded, dict) and _only_added(recorded, content)):
+        changed = (describe_changes(current.path, recorded) if isinstance(recorded, dict)
+                   else None) or "files changed"
+        raise CertificationFailed(
+            f"{current.path}: its files changed since the install: {changed}",
+            hint=f"`envforge build {recipe.name} --backend venv` reinstalls and certifies it",
+        )
     report = _recertify_in_place(
         recipe, current.path, built, content, level, options,
         stack_for(recipe, options.project),
@@ -327,6 +354,20 @@ def _only_added(recorded: Mapping[str, Any], now: Mapping[str, str]) -> tuple[st
     if any(now.get(k) != v for k, v in recorded.items()):
         return ()
     return tuple(dist_label(k) for k in sorted(now) if k not in recorded)
+
+
+def _stale_binding(
+    cert: Mapping[str, Any] | None, recipe: Recipe, project: Project | None
+) -> str | None:
+    """Why ``cert`` (for this recipe) binds something other than what certifying now
+    would: an older envforge's content binding, or the project's checks since changed."""
+    if cert is None or cert.get("recipe_hash") != recipe.hash:
+        return None
+    if cert.get("content_format") != CONTENT_FORMAT:
+        return "certified by an older envforge (bound to the files' stat data only)"
+    if project is not None and cert.get("checks") != checks_digest(project):
+        return "the project's checks changed since it was certified"
+    return None
 
 
 @dataclass(frozen=True)
@@ -363,6 +404,9 @@ def state(
     if cert is not None and cert.get("project") != project_binding(project):
         return VenvState(target, True, False, "the project's requirements changed since it"
                          " was certified")
+    stale = _stale_binding(cert, recipe, project)
+    if stale is not None:  # built again (certified again) when used
+        return VenvState(target, True, False, stale)
     if cert is not None and cert.get("recipe_hash") == recipe.hash:
         recorded = cert.get("content")
         if isinstance(recorded, dict) and recorded != content:

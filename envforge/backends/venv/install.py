@@ -28,6 +28,7 @@ from envforge.backends.venv.layout import (
     LINK_MODE,
     VenvOptions,
     project_binding,
+    site_packages,
     venv_python,
 )
 
@@ -125,6 +126,9 @@ def venv_environ(
     """The environment a command runs with inside the venv: its bin first, the recipe's vars."""
     env = dict(os.environ if base is None else base)
     env.pop("PYTHONHOME", None)
+    env.pop("PYTHONPYCACHEPREFIX", None)  # the certified bytecode is in the venv
+    # certification compiled every module; bytecode written later would be uncertified
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["VIRTUAL_ENV"] = str(venv)
     env["PATH"] = str(venv / "bin") + (os.pathsep + env["PATH"] if env.get("PATH") else "")
     env.update(recipe.env_map)
@@ -143,36 +147,75 @@ def _install(  # noqa: PLR0917 - one step of build, its inputs spelled out
 ) -> None:
     """Fill the venv at ``target``: created first when ``fresh``, else (a clone of a
     certified venv, :mod:`.staging`) synced exactly, what the requirements no longer
-    name removed."""
+    name removed; then compile its bytecode (:func:`compile_bytecode`). uv runs with a
+    TMPDIR of its own, removed afterwards (uv leaves ``uv-setuptools-*.lock`` files
+    where it builds a project with setuptools)."""
+    with tempfile.TemporaryDirectory(prefix="envforge-venv-") as tmp:
+        env = lock.uv_env(options.ca_bundle, options.environ)
+        private = Path(tmp) / "tmp"
+        private.mkdir()
+        env.update({"TMPDIR": str(private), "TMP": str(private), "TEMP": str(private)})
+        _fill(recipe, interp, target, options, lock_file, stack, env, Path(tmp), fresh=fresh)
+        compile_bytecode(target, env, options)
+
+
+def compile_bytecode(target: Path, env: Mapping[str, str], options: VenvOptions) -> None:
+    """Compile every module of the venv's site-packages (``compileall``, timestamp
+    pycs): certification records this bytecode with its source, and the venv's commands
+    run with ``PYTHONDONTWRITEBYTECODE`` (:func:`venv_environ`), so no bytecode appears
+    that was not certified. Files that do not compile (Python 2 test data) get none."""
+    folders = [str(sp) for sp in site_packages(target)]
+    done = proc.run(
+        [str(venv_python(target)), "-m", "compileall", "-qq", "-j0",
+         "--invalidation-mode", "timestamp", *folders],
+        timeout=INSTALL_TIMEOUT,
+        env={k: v for k, v in env.items() if k not in ("PYTHONDONTWRITEBYTECODE",
+                                                       "PYTHONPYCACHEPREFIX")},
+    )
+    if done.returncode not in (0, 1) or done.timed_out:  # 1: some files did not compile
+        options.say(f"note: compiling the venv's bytecode failed (exit {done.returncode});"
+                    " modules are compiled in memory when imported")
+
+
+def _fill(  # noqa: PLR0917 - one step of build, its inputs spelled out
+    recipe: Recipe,
+    interp: Interpreter,
+    target: Path,
+    options: VenvOptions,
+    lock_file: Path | None,
+    stack: Stack,
+    env: Mapping[str, str],
+    tmp: Path,
+    *,
+    fresh: bool,
+) -> None:
     uv = lock.uv_bin()
-    env = lock.uv_env(options.ca_bundle, options.environ)
     if fresh:
         _create(recipe, interp, target, env)
     py = str(venv_python(target))
     plan = plan_venv(recipe, RenderOptions(wheelhouse=options.wheelhouse is not None), stack)
     sources = lock.source_args(recipe, options.wheelhouse, stack)
-    with tempfile.TemporaryDirectory(prefix="envforge-venv-") as tmp:
-        if lock_file is not None:
-            argv = [
-                uv,
-                "pip",
-                "sync",
-                "--python",
-                py,
-                "--require-hashes",
-                "--no-config",
-                *LINK_MODE,
-                str(lock_file),
-                *sources,
-            ]
-        else:
-            argv = _install_argv(py, plan, Path(tmp), options, sources, exact=not fresh)
-        options.say(
-            f"installing {len(plan.requirements)} requirement(s)"
-            + (f" from the lock {lock_file}" if lock_file else "")
-            + " with uv"
-        )
-        done = proc.run(argv, timeout=INSTALL_TIMEOUT, env=env)
+    if lock_file is not None:
+        argv = [
+            uv,
+            "pip",
+            "sync",
+            "--python",
+            py,
+            "--require-hashes",
+            "--no-config",
+            *LINK_MODE,
+            str(lock_file),
+            *sources,
+        ]
+    else:
+        argv = _install_argv(py, plan, tmp, options, sources, exact=not fresh)
+    options.say(
+        f"installing {len(plan.requirements)} requirement(s)"
+        + (f" from the lock {lock_file}" if lock_file else "")
+        + " with uv"
+    )
+    done = proc.run(argv, timeout=INSTALL_TIMEOUT, env=env)
     if not done.ok:
         raise lock.uv_failure(
             "installing the requirements",

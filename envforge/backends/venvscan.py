@@ -1,0 +1,424 @@
+"""What a venv's certificate is bound to: every file in it, by content.
+
+Content binding
+===============
+A certificate is only worth something while the venv holds what was probed, and
+nothing else. :func:`scan` walks the whole venv (its ``.envforge`` markers left out) and
+gives every file a value: the sha256 of its content (a symlink: its target; a FIFO,
+socket or device: its kind, never opened). Each file belongs to
+
+* the distribution whose ``*.dist-info/RECORD`` lists it;
+* the distribution that owns its source when it is bytecode
+  (``pkg/__pycache__/mod.cpython-311.pyc`` of ``pkg/mod.py``): certification compiles
+  every module (:func:`envforge.backends.venv.install.compile_bytecode`), and the
+  bytecode it made is certified with its source;
+* :data:`VENV_KEY` otherwise: what no RECORD lists (``pyvenv.cfg``, ``bin/activate``,
+  the interpreter links, ``bin/envforge-env.sh``) and anything that appeared after the
+  install (a ``six/`` package folder beside ``six.py``, a ``*.pth`` file, an ``.so``, a
+  ``.pyc`` whose source no RECORD lists).
+
+:func:`content_digests` is per distribution (and :data:`VENV_KEY`) a sha256 over its
+files' paths (relative to the venv: a rename of the venv changes nothing) and values.
+Equal digests mean the same bytes in the same places, nothing more and nothing less.
+
+Hashing ~700 MB (torch) before every ``shell`` would take seconds, so the scan keeps a
+memo (``.envforge/files.memo``): per file, its ``lstat`` data (size, mtime, ctime, inode,
+mode) and the sha256 it had then. A file whose ``lstat`` data are all as memoized is not
+read again; any other is hashed again. ``st_ctime`` is set by the kernel on every write,
+``utime``, ``chmod``, rename onto it or link-count change and cannot be set from user
+space, so an edit that keeps the size and puts the mtime back (``os.utime``) still moves
+it: the file is hashed and the edit found. (Changing the clock as root is not cheap.)
+The memo is a cache of facts about the files, not what was certified: a wrong memo can
+only make a file look like its real content. The certified list itself
+(``.envforge/files.certified``) is written with the certificate and is read only to
+name what changed (:func:`describe_changes`).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import csv
+import hashlib
+import io
+import os
+import stat
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: The key of :func:`content_digests` for the files no RECORD lists.
+VENV_KEY = "(venv)"
+#: Largest RECORD read (torch's is ~1.5 MB).
+RECORD_MAX = 64 << 20
+#: Largest memo or certified list read (torch: ~2 MB).
+LIST_MAX = 256 << 20
+#: The folder of a venv holding envforge's markers (not part of the content).
+MARKERS = ".envforge"
+MEMO = "files.memo"
+CERTIFIED_LIST = "files.certified"
+#: What :func:`scan` records for a RECORD entry that is not there.
+MISSING = "missing"
+
+
+# --------------------------------------------------------------------------- RECORD
+
+
+@dataclass(frozen=True)
+class RecordEntry:
+    """One line of a RECORD: a path relative to site-packages, its hash and size."""
+
+    path: str
+    sha256: str | None  # urlsafe base64 without padding, as in RECORD
+    size: int | None
+
+
+def parse_record(text: str) -> list[RecordEntry]:
+    """The rows of a RECORD file (CSV: path, ``sha256=…``, size); malformed rows are kept
+    with what could be read."""
+    entries: list[RecordEntry] = []
+    for row in csv.reader(io.StringIO(text)):
+        if not row or not row[0]:
+            continue
+        digest = None
+        if len(row) > 1 and row[1].startswith("sha256="):
+            digest = row[1][len("sha256="):]
+        size = None
+        if len(row) > 2 and row[2].isascii() and row[2].isdigit():
+            size = int(row[2])
+        entries.append(RecordEntry(row[0], digest, size))
+    return entries
+
+
+def read_record(dist: Path) -> list[RecordEntry] | None:
+    try:
+        with open(dist / "RECORD", "rb") as fh:
+            data = fh.read(RECORD_MAX + 1)
+    except OSError:
+        return None
+    if len(data) > RECORD_MAX:
+        return None
+    return parse_record(data.decode("utf-8", errors="replace"))
+
+
+def site_packages(venv: Path) -> list[Path]:
+    return sorted((venv / "lib").glob("python*/site-packages"))
+
+
+def distributions(venv: Path) -> list[tuple[Path, Path]]:
+    """(site-packages, dist-info folder) of every installed distribution, sorted."""
+    return [(sp, dist) for sp in site_packages(venv) for dist in sorted(sp.glob("*.dist-info"))]
+
+
+def record_paths(dist: Path) -> list[str]:
+    """The paths a RECORD lists, fast: a line without quotes is split at its first comma
+    (CSV quotes any path holding one); quoted lines go through :mod:`csv`."""
+    try:
+        with open(dist / "RECORD", "rb") as fh:
+            data = fh.read(RECORD_MAX + 1)
+    except OSError:
+        return []
+    if len(data) > RECORD_MAX:
+        return []
+    paths: list[str] = []
+    for line in data.decode("utf-8", errors="replace").splitlines():
+        if '"' in line:
+            paths.extend(e.path for e in parse_record(line))
+        elif line:
+            first = line.split(",", 1)[0]
+            if first:
+                paths.append(first)
+    return paths
+
+
+def dist_label(name: str) -> str:
+    """``torch-2.13.0+cpu.dist-info`` -> ``torch 2.13.0+cpu``."""
+    stem = name[: -len(".dist-info")] if name.endswith(".dist-info") else name
+    dist, _, version = stem.partition("-")
+    return f"{dist} {version}".strip()
+
+
+# --------------------------------------------------------------------------- scan
+
+
+@dataclass(frozen=True)
+class Scan:
+    """Every file of a venv: its value (sha256 hex, ``link:…``, ``special:…`` or
+    :data:`MISSING`) and its owner (a dist-info name or :data:`VENV_KEY`)."""
+
+    files: Mapping[str, str]
+    owners: Mapping[str, str]
+    #: dist-info names (every installed one, even one whose files are all gone)
+    dists: tuple[str, ...] = ()
+    #: files read this time (their memo entry missed)
+    hashed: int = 0
+    memo: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+
+    def digests(self) -> dict[str, str]:
+        """``{dist-info name: digest, VENV_KEY: digest}`` (see the module docstring)."""
+        parts: dict[str, list[str]] = {d: [] for d in self.dists}
+        parts.setdefault(VENV_KEY, [])
+        for rel in sorted(self.files):
+            parts.setdefault(self.owners[rel], []).append(f"{rel}\0{self.files[rel]}\n")
+        return {
+            key: hashlib.sha256("".join(lines).encode(errors="surrogateescape")).hexdigest()
+            for key, lines in parts.items()
+        }
+
+
+def _listed(venv: Path) -> tuple[dict[str, str], tuple[str, ...], dict[str, str]]:
+    """venv-relative path -> dist-info name, for every file the RECORDs list; the
+    dist-info names; dist-info folder (venv-relative) -> its name."""
+    owners: dict[str, str] = {}
+    dists: list[str] = []
+    folders: dict[str, str] = {}
+    for sp, dist in distributions(venv):
+        name = dist.name
+        dists.append(name)
+        base = sp.relative_to(venv).as_posix() + "/"
+        folders[base + name] = name
+        for rel in record_paths(dist):
+            if "." in rel and ("./" in rel or "\\" in rel or rel.startswith(".")):
+                path = os.path.normpath(base + rel.replace("\\", "/"))
+                if path.startswith("../"):
+                    continue
+            else:
+                path = base + rel
+            owners.setdefault(path, name)
+    return owners, tuple(dists), folders
+
+
+def _metadata_owner(rel: str, folders: Mapping[str, str]) -> str | None:
+    """The distribution whose ``*.dist-info`` folder holds ``rel`` (its metadata, listed
+    in its RECORD or not: ``INSTALLER``, ``direct_url.json``)."""
+    parts = rel.split("/", 4)
+    return folders.get("/".join(parts[:4])) if len(parts) > 4 else None
+
+
+def _walk(venv: Path) -> Iterator[tuple[str, os.stat_result, str]]:
+    """(venv-relative path, lstat, full path) of every entry but folders, markers left out."""
+    folders = [""]
+    while folders:
+        rel = folders.pop()
+        try:
+            with os.scandir(os.path.join(venv, rel) if rel else venv) as it:
+                entries = list(it)
+        except OSError:
+            continue
+        for entry in entries:
+            path = f"{rel}/{entry.name}" if rel else entry.name
+            if path == MARKERS:
+                continue
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISDIR(info.st_mode):
+                folders.append(path)
+            else:
+                yield path, info, entry.path
+
+
+def _stat_key(info: os.stat_result) -> str:
+    return (f"{info.st_size}:{info.st_mtime_ns}:{info.st_ctime_ns}:{info.st_ino}"
+            f":{info.st_mode}")
+
+
+def file_sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _hash(full: str) -> str:
+    try:
+        return file_sha256(full)
+    except OSError as exc:
+        return f"unreadable:{exc.errno}"
+
+
+def _value(full: str, info: os.stat_result) -> str:
+    """A symlink's or special file's value (never opened)."""
+    if stat.S_ISLNK(info.st_mode):
+        try:
+            return "link:" + os.readlink(full)
+        except OSError:
+            return "link:?"
+    return f"special:{stat.S_IFMT(info.st_mode):o}"
+
+
+def _bytecode_owner(rel: str, owners: Mapping[str, str]) -> str | None:
+    """The owner of the source of ``pkg/__pycache__/mod.TAG[.opt-N].pyc`` (``pkg/mod.py``)."""
+    if not rel.endswith(".pyc"):
+        return None
+    head, sep, name = rel.rpartition("/__pycache__/")
+    if not sep or "/" in name:
+        return None
+    return owners.get(f"{head}/{name.split('.', 1)[0]}.py")
+
+
+def read_list(path: Path) -> dict[str, tuple[str, str]] | None:
+    """A memo or certified list: ``path -> (stat key, value)``; None when unreadable."""
+    try:
+        with open(path, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                return None
+            data = fh.read(LIST_MAX + 1)
+    except OSError:
+        return None
+    if len(data) > LIST_MAX:
+        return None
+    items = data.decode("utf-8", errors="surrogateescape").split("\0")
+    if len(items) % 3 != 1:
+        return None
+    it = iter(items[:-1])
+    return {rel: (key, value) for key, value, rel in zip(it, it, it, strict=True)}
+
+
+def list_text(entries: Mapping[str, tuple[str, str]]) -> bytes:
+    """The bytes of a memo or certified list (``key\\0value\\0path\\0`` per file)."""
+    text = "".join(f"{key}\0{value}\0{rel}\0" for rel, (key, value) in sorted(entries.items()))
+    return text.encode("utf-8", errors="surrogateescape")
+
+
+def scan(venv: Path, *, use_memo: bool = True) -> Scan:
+    """Every file of ``venv`` with its value and owner; files whose ``lstat`` data are
+    those of the memo are not read (``use_memo`` False: every file is read)."""
+    memo = (read_list(venv / MARKERS / MEMO) or {}) if use_memo else {}
+    owners, dists, folders = _listed(venv)
+    files: dict[str, str] = {}
+    found_owner: dict[str, str] = {}
+    fresh: dict[str, tuple[str, str]] = {}
+    hashed = 0
+    for rel, info, full in _walk(venv):
+        if stat.S_ISREG(info.st_mode):
+            key = _stat_key(info)
+            known = memo.get(rel)
+            if known is not None and known[0] == key:
+                value = known[1]
+            else:
+                value = _hash(full)
+                hashed += 1
+            fresh[rel] = (key, value)
+        else:
+            value = _value(full, info)
+        files[rel] = value
+        found_owner[rel] = (owners.get(rel) or _bytecode_owner(rel, owners)
+                            or _metadata_owner(rel, folders) or VENV_KEY)
+    for rel, dist in owners.items():
+        if rel not in files:
+            files[rel], found_owner[rel] = MISSING, dist
+    return Scan(files, found_owner, dists, hashed, fresh)
+
+
+def save_memo(venv: Path, found: Scan) -> None:
+    """Write the memo of ``found`` (best effort: a read-only venv is hashed again next
+    time; a venv without markers gets none)."""
+    markers = venv / MARKERS
+    if not found.hashed or not markers.is_dir():
+        return
+    tmp = markers / f".{MEMO}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(list_text(found.memo))
+        os.replace(tmp, markers / MEMO)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def content_digests(venv: Path, *, use_memo: bool = True) -> dict[str, str]:
+    """The content check: ``{dist-info name: digest, VENV_KEY: digest}`` of
+    :func:`scan`; equal dicts mean the same files with the same bytes. The memo is
+    brought up to date."""
+    found = scan(venv, use_memo=use_memo)
+    save_memo(venv, found)
+    return found.digests()
+
+
+def certified_list(venv: Path) -> bytes:
+    """The bytes of ``.envforge/files.certified``: every file and its value now (written
+    with a certificate; read to name what changed since)."""
+    found = scan(venv)
+    save_memo(venv, found)
+    return list_text({rel: ("-", value) for rel, value in found.files.items()})
+
+
+def _file_changes(found: Scan, certified: Mapping[str, tuple[str, str]],
+                  skip: set[str]) -> list[str]:
+    """What differs file by file (owners in ``skip``, added distributions, left out)."""
+    changes: list[str] = []
+    for rel in sorted(found.files):
+        value = found.files[rel]
+        if found.owners[rel] in skip:
+            continue
+        was = certified.get(rel)
+        if was is None:
+            changes.append(f"{rel} not certified (appeared since)")
+        elif value == MISSING and was[1] != MISSING:
+            changes.append(f"{rel} missing")
+        elif value != was[1]:
+            changes.append(f"{rel} modified")
+    changes += [f"{rel} missing" for rel in sorted(certified)
+                if rel not in found.files and certified[rel][1] != MISSING]
+    return changes
+
+
+def _shown(items: list[str], limit: int = 3) -> str:
+    more = f" (+{len(items) - limit} more)" if len(items) > limit else ""
+    return "; ".join(items[:limit]) + more
+
+
+def describe_changes(venv: Path, recorded: Mapping[str, object]) -> str | None:
+    """What differs between the venv now and ``recorded`` (:func:`content_digests`), on
+    one line, naming the files; None when nothing does."""
+    found = scan(venv)
+    now = found.digests()
+    if dict(recorded) == now:
+        return None
+    parts: list[str] = []
+    gone = sorted(k for k in recorded if k not in now)
+    added = sorted(k for k in now if k not in recorded)
+    if gone:
+        parts.append("removed: " + ", ".join(dist_label(k) for k in gone))
+    if added:
+        parts.append("added: " + ", ".join(dist_label(k) for k in added))
+    changed = sorted(k for k in now if k in recorded and recorded[k] != now[k])
+    certified = read_list(venv / MARKERS / CERTIFIED_LIST)
+    if certified is not None and changed:
+        files = _file_changes(found, certified, set(added))
+        parts.append(_shown(files) if files else "files changed")
+    elif changed:
+        parts += [_record_changes(venv, found, k) for k in changed]
+    return "; ".join(parts)
+
+
+def record_form(hex_digest: str) -> str:
+    """A sha256 in hex as RECORD writes it (urlsafe base64 without padding)."""
+    try:
+        raw = bytes.fromhex(hex_digest)
+    except ValueError:
+        return hex_digest  # "missing", "link:…": never equal to a RECORD hash
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def _record_changes(venv: Path, found: Scan, key: str) -> str:
+    """What differs in one distribution from its RECORD (no certified list to compare
+    with: a venv certified before the list was written)."""
+    if key == VENV_KEY:
+        return "files no RECORD lists changed"
+    sp = next((sp for sp, dist in distributions(venv) if dist.name == key), None)
+    entries = read_record(sp / key) if sp is not None else None
+    if sp is None or entries is None:
+        return f"{dist_label(key)}: RECORD unreadable"
+    base = sp.relative_to(venv).as_posix() + "/"
+    problems: list[str] = []
+    for entry in entries:
+        value = found.files.get(os.path.normpath(base + entry.path), MISSING)
+        if value == MISSING:
+            problems.append(f"{entry.path} missing")
+        elif entry.sha256 is not None and record_form(value) != entry.sha256:
+            problems.append(f"{entry.path} modified")
+    return f"{dist_label(key)}: " + (_shown(problems) if problems else "bytecode changed")
