@@ -72,7 +72,7 @@ def facts_from_dict(data: dict[str, Any]) -> ElfFacts:
         runpath=tuple(data.get("runpath") or ()),
         nvidia=None if not nv else NvidiaCode(
             tuple(nv["sass"]), tuple(nv["ptx"]), int(nv["entries"]), int(nv["compressed"]),
-            nv.get("problem")),
+            nv.get("problem"), int(nv.get("size") or 0)),
         amd=None if not amd else AmdCode(
             tuple(amd["targets"]), int(amd["bundles"]), tuple(amd["unreadable"]),
             amd.get("problem")),

@@ -22,7 +22,7 @@ from envforge.core.paths import state_dir
 from envforge.errors import EnvforgeError
 
 FILE = "audit-facts.json"
-VERSION = 1
+VERSION = 2  # the facts' shape: bump when ElfFacts.to_dict changes
 MAX_ENTRIES = 20_000
 _MAX_BYTES = 64 * 1024 * 1024
 

@@ -49,10 +49,12 @@ class NvidiaCode:
     compressed: int = 0
     #: Why the section could not be read to its end (what was read is kept).
     problem: str | None = None
+    #: The section's size in bytes.
+    size: int = 0
 
     def to_dict(self) -> dict[str, object]:
         return {"sass": list(self.sass), "ptx": list(self.ptx), "entries": self.entries,
-                "compressed": self.compressed, "problem": self.problem}
+                "compressed": self.compressed, "problem": self.problem, "size": self.size}
 
 
 @dataclass(frozen=True)
@@ -106,7 +108,7 @@ def read_nv_fatbin(f: BinaryIO, offset: int, size: int) -> NvidiaCode:
             problem = f"more than {MAX_ENTRIES} entries"
         pos = container_end
     return NvidiaCode(tuple(_sm(a) for a in sorted(sass)), tuple(_sm(a) for a in sorted(ptx)),
-                      entries, compressed, problem)
+                      entries, compressed, problem, size)
 
 
 def _nv_entries(

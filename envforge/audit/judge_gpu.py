@@ -23,6 +23,9 @@ from envforge.host.arch import (
 )
 
 CHECK = "gpu-code"
+#: A ``.nv_fatbin`` smaller than this is a stub: NVIDIA's libcufft.so.12 carries a
+#: 672-byte one (SASS sm_75 only) and its kernels outside it, so no verdict.
+STUB_FATBIN = 16 * 1024
 #: LLVM's generic AMDGPU targets and the gfx targets each covers (AMDGPUUsage, "Generic
 #: Processors"): a code object built for one runs on these.
 GENERIC_TARGETS: dict[str, frozenset[str]] = {
@@ -84,6 +87,12 @@ def _has(items: tuple[str, ...]) -> str:
 
 
 def _nvidia_finding(name: str, owner: str, code: NvidiaCode, arch: str) -> Finding:
+    if code.size and code.size < STUB_FATBIN:
+        return Finding(
+            CHECK, "warning", name,
+            f"{name} ({owner}): only a {code.size}-byte .nv_fatbin (SASS {_has(code.sass)}; "
+            f"PTX {_has(code.ptx)}), none for {arch}: its kernels may be stored elsewhere "
+            "(cuFFT's are), so this cannot tell")
     return Finding(
         CHECK, "error", name,
         f"{name} ({owner}): no code for {arch}: SASS {_has(code.sass)}; PTX {_has(code.ptx)} "

@@ -2,7 +2,9 @@
 
 * **Same soname from two distributions** (``libnccl.so.2`` from nvidia-nccl-cu12 and from
   nvidia-nccl-cu13 in two folders): the dynamic loader keeps one library per soname, so
-  every user gets whichever is found or loaded first. What the loader takes is worked
+  every user gets whichever is found or loaded first. An error when a library here links
+  that soname; a warning when none does (triton's own CUPTI beside nvidia-cuda-cupti's:
+  only a process that dlopens both mixes them). What the loader takes is worked
   out for each library that needs the soname from its ``DT_RPATH`` (searched before
   ``LD_LIBRARY_PATH``) or ``DT_RUNPATH`` (after it) with ``$ORIGIN`` expanded; where none
   names a folder holding a copy, the first one loaded in the process wins.
@@ -104,10 +106,12 @@ def _same_soname(
             continue
         copies = [so for so, _owner in items]
         listing = ", ".join(f"{collected.name(so)} ({owner})" for so, owner in items)
+        linked = any(soname in facts.needed for _so, facts in collected.libraries())
+        how = (_who_loads(collected, soname, copies) if linked else
+               "no library here links it by that name (only a dlopen of both mixes them)")
         findings.append(Finding(
-            CHECK, "error", soname,
-            f"{soname} twice: {listing}; {_who_loads(collected, soname, copies)}",
-            tuple(so.path for so in copies)))
+            CHECK, "error" if linked else "warning", soname,
+            f"{soname} twice: {listing}; {how}", tuple(so.path for so in copies)))
     return findings
 
 

@@ -203,15 +203,19 @@ def test_a_real_shared_object_with_a_fatbin_section(tmp_path: Path) -> None:
 def gpu_venv(tmp_path_factory: pytest.TempPathFactory) -> Collected:
     """NVIDIA and AMD GPU code carriers in one venv."""
     root, site = make_venv(tmp_path_factory.mktemp("gpu") / "venv")
+    big = b"\x7fELF" + bytes(20 * 1024)  # above the stub size: a verdict
     nv = build_so(site / "kern" / "libnv.so", soname="libnv.so", sections={
-        ".nv_fatbin": nv_container(nv_entry(2, 80), nv_entry(2, 90), nv_entry(1, 90))})
+        ".nv_fatbin": nv_container(nv_entry(2, 80, big), nv_entry(2, 90, big),
+                                   nv_entry(1, 90))})
+    stub = build_so(site / "kern" / "libstub.so", soname="libstub.so", sections={
+        ".nv_fatbin": nv_container(nv_entry(2, 75))})
     amd = build_so(site / "kern" / "libamd.so", soname="libamd.so", sections={
         ".hip_fatbin": offload_bundle("host-x86_64-unknown-linux-gnu-",
                                       "hipv4-amdgcn-amd-amdhsa--gfx1030",
                                       "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-")})
     zstd = build_so(site / "kern" / "libz.so", soname="libz_kern.so", sections={
         ".hip_fatbin": ccob(offload_bundle("hipv4-amdgcn-amd-amdhsa--gfx1100"), 1)})
-    add_dist(site, "kern", "1.0", [nv, amd, zstd])
+    add_dist(site, "kern", "1.0", [nv, stub, amd, zstd])
     return audit(root)
 
 
@@ -223,18 +227,28 @@ def gpu_venv(tmp_path_factory: pytest.TempPathFactory) -> Collected:
     ("gfx1010", "libamd.so"),
 ])
 def test_gpu_code_against_the_arch(gpu_venv: Collected, arch: str, named: str | None) -> None:
-    found = messages(gpu_venv, arch, "gpu-code")
+    found = [m for m in messages(gpu_venv, arch, "gpu-code") if "libstub" not in m]
     if named is None:
         assert found == []
         return
     assert any(named in m for m in found), found
     if arch == "sm_75":
         assert "SASS sm_80, sm_90; PTX sm_90" in found[0]
+        report = judge(gpu_venv, arch, arch_source="--arch")
+        assert not report.ok
     if arch == "gfx1010":
         assert "has gfx1030, gfx90a:xnack-" in next(m for m in found if "libamd" in m)
     if arch == "gfx1030":
         assert "targets unknown" in found[0]
         assert judge(gpu_venv, arch, arch_source="--arch").ok
+
+
+def test_a_stub_fatbin_gives_a_warning_not_a_verdict(gpu_venv: Collected) -> None:
+    report = judge(gpu_venv, "sm_90", arch_source="--arch")
+    stub = [f for f in report.findings if "libstub.so" in f.message]
+    assert [f.severity for f in stub] == ["warning"]
+    assert "-byte .nv_fatbin (SASS sm_75; PTX none), none for sm_90" in stub[0].message
+    assert report.ok
 
 
 def test_without_an_arch_gpu_code_is_skipped_with_the_reason(gpu_venv: Collected) -> None:
