@@ -212,30 +212,29 @@ def test_an_edited_torch_is_refused_by_shell_and_reinstalled_by_build(
     )  # fmt: skip
     assert ran.returncode == 1, ran.stderr
     line = one_error_line(ran.stderr)
-    assert f"{path} changed since it was certified: torch 2.13.0+cpu: torch/__init__.py" in line
+    assert f"{path} changed since it was certified: {TORCH_INIT} modified" in line
     assert "envforge build cpu --backend venv` re-certifies it" in line
     assert not marker.exists()
     done = build(env, "--level", "quick")
     assert done.returncode == 0, done.stderr
-    assert "reinstalling (installed files changed: torch 2.13.0+cpu: torch/__init__.py" in (
+    assert f"reinstalling (files changed since the install: {TORCH_INIT} modified" in (
         done.stderr
     )
     assert init.read_bytes() == original
     assert_certified_and_used(path, env)
 
 
-def test_a_touched_file_is_certified_again_without_a_reinstall(
+def test_a_touched_file_is_read_again_and_stays_certified(
     path: Path, env: dict[str, str]
 ) -> None:
     init = path / TORCH_INIT
     inode = path.stat().st_ino
-    os.utime(init)  # same bytes, newer mtime: the cheap check differs, the full one passes
+    os.utime(init)  # same bytes, newer mtime and ctime: hashed again, the same content
     ran = envforge("shell", "cpu", "--backend", "venv", "--", "true", env=env)
-    assert ran.returncode == 1
-    assert "torch/__init__.py modified after the install" in one_error_line(ran.stderr)
+    assert ran.returncode == 0, ran.stderr
     done = build(env, "--level", "quick")
     assert done.returncode == 0, done.stderr
-    assert "installed set unchanged; certifying" in done.stderr
+    assert "up to date" in done.stderr + done.stdout
     assert "installing" not in done.stderr
     assert path.stat().st_ino == inode
     assert_certified_and_used(path, env)
@@ -245,7 +244,7 @@ def test_a_deleted_torch_is_refused_then_reinstalled(path: Path, env: dict[str, 
     subprocess.run(["rm", "-rf", str(path / SP / "torch")], check=True)
     ran = envforge("shell", "cpu", "--backend", "venv", "--", "true", env=env)
     assert ran.returncode == 1
-    assert "torch 2.13.0+cpu: torch/" in one_error_line(ran.stderr)
+    assert f"{SP}/torch/" in one_error_line(ran.stderr)
     assert "missing" in ran.stderr
     done = build(env, "--level", "quick")
     assert done.returncode == 0, done.stderr

@@ -21,6 +21,7 @@ from envforge.backends.venv import (
     resolve_command,
     venv_location,
 )
+from envforge.backends.venv.certifying import CONTENT_FORMAT
 from envforge.backends.venvfs import (
     VENV_KEY,
     content_digests,
@@ -31,7 +32,6 @@ from envforge.backends.venvfs import (
     sweep_leftovers,
     verify_records,
 )
-from envforge.backends.venv.certifying import CONTENT_FORMAT
 from envforge.errors import CertificationFailed
 from envforge.recipe.model import Recipe
 from tests.helpers.recipes import make_recipe
@@ -338,5 +338,5 @@ def test_what_a_build_does_with_changed_files(tmp_path: Path) -> None:
         f"files changed since the install: {SP}/pkg/__init__.py modified"
     )
     older = {**built, "content_format": None}
-    assert venv._reinstall_reason(target, older, "k", options)[0].startswith(
+    assert str(venv._reinstall_reason(target, older, "k", options)[0]).startswith(
         "made by an older envforge")
