@@ -38,8 +38,11 @@ def _site_of_this_python() -> Path:
 
 
 @pytest.fixture(scope="module")
-def wheels(request: pytest.FixtureRequest) -> dict[str, Path]:
-    folder = Path(request.config.cache.mkdir("audit-wheels"))
+def wheels(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Path]:
+    cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider
+    folder = Path(cache.mkdir("audit-wheels")) if cache else tmp_path_factory.mktemp("wheels")
     found: dict[str, Path] = {}
     for req in (TORCHVISION, NCCL12, NCCL13, CUDART12, CUDART13):
         name, version = req.split("==")
