@@ -115,3 +115,61 @@ def test_plan_submit_status_collect_with_a_passing_and_a_failing_recipe(
         assert len(evidence_db.documents(conn)) == 2
     shown = envforge("show", "cpu", env=env)
     assert "Evidence: certified on CPU only, 1 host" in shown.stdout
+
+
+def test_hostile_values_are_refused_before_sbatch_and_a_forged_report_is_not_counted(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """Issue 27: a line break in --partition or a command in --feature never reaches
+    sbatch (nor does one put into plan.json by hand); a hand-written probe.json in a real
+    plan's task folder is refused by collect, not counted and not imported."""
+    for option in (["--partition", "debug\n#SBATCH --wrap=touch /tmp/pwned"],
+                   ["--arch", "gfx942", "--feature", "gfx942=gfx942;touch /tmp/pwned"]):
+        out = tmp_path / f"refused{len(option)}"
+        refused = envforge("fleet", "plan", "--engine", "slurm", "--recipe", "cpu",
+                           "--backend", "venv", *option, "-o", str(out), env=env)
+        assert refused.returncode == 2, refused.stderr
+        assert refused.stderr.count("\n") == 1
+        assert option[-2] in refused.stderr
+        assert not out.exists()
+
+    plan = tmp_path / "plan"
+    planned = envforge("fleet", "plan", "--engine", "slurm", "--recipe", "cpu", "--arch",
+                       "gfx942", "--backend", "venv", "--level", "quick", "-o", str(plan),
+                       env=env)
+    assert planned.returncode == 0, planned.stderr
+    data = json.loads((plan / "plan.json").read_text())
+    tampered = tmp_path / "tampered"
+    tampered.mkdir()
+    data_bad = json.loads(json.dumps(data))
+    data_bad["site"]["partition"] = "debug\n#SBATCH --wrap=touch /tmp/pwned"
+    (tampered / "plan.json").write_text(json.dumps(data_bad))
+    shutil.copy(plan / "certify-gfx942-gpu1.sbatch", tampered)
+    submitted = envforge("fleet", "submit", str(tampered), env=env)
+    assert submitted.returncode == 2, submitted.stderr
+    assert "key 'site.partition'" in submitted.stderr
+    assert not (tampered / "submitted.json").exists()  # sbatch never ran
+
+    task = data["tasks"][0]
+    forged = {
+        "schema": "envforge.probe/1", "status": "pass", "level": "quick",
+        "steps": [{"name": "device", "status": "pass", "seconds": 0.1, "detail": ""}],
+        "recipe": {"name": task["recipe"], "hash": task["recipe_hash"]},
+        "environment": {"target": "python", "snapshot": {"torch": "2.13.0+cpu"}},
+        "host": {"kernel": "Linux", "machine": "x86_64", "driver": None,
+                 "gpus": [{"name": "AMD Radeon RX 7900 XTX", "arch": "gfx1100",
+                           "vendor": "amd"}]},
+        "envforge_version": "0.1.0", "created": "2026-01-01T00:00:00Z", "seconds": 0.1,
+    }
+    reports = plan / "reports" / "000"
+    reports.mkdir(parents=True)
+    (reports / "probe.json").write_text(json.dumps(forged))
+    (reports / "task.json").write_text(json.dumps({"exit": 0, "node": "x"}))
+    collected = envforge("fleet", "collect", str(plan), "--json", env=env)
+    assert collected.returncode == 1, collected.stderr
+    summary = json.loads(collected.stdout)
+    assert summary["added"] == 0
+    assert summary["tasks"][0]["state"] == "refused"
+    assert "not those of a quick probe run" in summary["tasks"][0]["detail"]
+    shown = envforge("show", "cpu", env=env)
+    assert "RX 7900 XTX" not in shown.stdout

@@ -142,3 +142,46 @@ def test_an_index_with_a_5000_digit_version_and_an_esc_in_a_url(
     assert "\x1b" not in done.stdout + done.stderr
     assert "2.99.0" not in done.stdout  # the file behind the ESC URL was not taken
     assert "1" * 100 not in done.stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--partition", "gpu\n#SBATCH --wrap=id"),
+        ("--time", "$(touch pwned)"),
+        ("--arch", "../../../x"),
+        ("--nodes", "100000000"),
+    ],
+    ids=["partition-newline", "time-command", "arch-path", "nodes-huge"],
+)
+def test_fleet_plan_refuses_hostile_values_at_once(tmp_path: Path, args: tuple[str, ...]) -> None:
+    """Issue 27 classes 2 and 7: one line, exit 2, nothing written, no hang."""
+    started = time.monotonic()
+    done = envforge("fleet", "plan", "--engine", "slurm", "--recipe", "cpu", *args,
+                    "-o", str(tmp_path / "plan"), home=tmp_path / "home", timeout=60)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1
+    assert args[0] in done.stderr
+    assert not (tmp_path / "plan").exists()
+    assert time.monotonic() - started < 30
+
+
+def test_fleet_status_wait_refuses_a_nan_timeout_while_a_task_runs(tmp_path: Path) -> None:
+    """Issue 27 class 7: ``--timeout nan`` waited forever on a running task."""
+    home = tmp_path / "home"
+    plan = tmp_path / "plan"
+    assert envforge("fleet", "plan", "--engine", "slurm", "--recipe", "cpu", "-o", str(plan),
+                    home=home).returncode == 0
+    (plan / "submitted.json").write_text('{"jobs": ["7"]}')
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "squeue").write_text("#!/bin/sh\necho '7_0|RUNNING|None'\n")
+    (fake / "squeue").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENVFORGE_")}
+    env.update(ENVFORGE_HOME=str(home), PYTHONPATH=str(ROOT), PATH=f"{fake}:{env['PATH']}")
+    done = subprocess.run([sys.executable, "-m", "envforge", "fleet", "status", str(plan),
+                           "--wait", "--timeout", "nan"], env=env, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 2, done.stderr
+    assert "--timeout nan" in done.stderr
