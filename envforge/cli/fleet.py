@@ -5,7 +5,8 @@ sbatch arrays, Kubernetes Jobs (``jobs.yaml``), or a GitHub Actions workflow
 (``workflow.yml``). ``submit`` hands them to the scheduler, ``status`` says where each task
 is (exit 0 all passed, 1 any failed, missing or not finished, 4 scheduler unreachable),
 ``collect`` imports every task's report into the evidence store, checks each is about the
-planned recipe, and writes the matrix site (exit 1 when any failed or is missing).
+planned recipe and written by that task's probe run (others are ``refused``, not
+imported), and writes the matrix site (exit 1 when any failed, was refused or is missing).
 ``task`` (hidden) is what each array task runs on its node.
 """
 
@@ -30,7 +31,7 @@ from envforge.cli.common import (
     wheelhouse_option,
 )
 from envforge.core.jsonlimits import load_file
-from envforge.errors import CertificationFailed, InvalidInput, Unavailable
+from envforge.errors import CertificationFailed, InvalidInput, Unavailable, printable
 
 if TYPE_CHECKING:
     from envforge.fleet.outcome import TaskState
@@ -188,8 +189,9 @@ def _print(found: tuple[TaskState, ...]) -> None:
         where = f" on {node['node']}" if node["node"] else ""
         gpus = f" GPU {node['gpus']}" if node["gpus"] else ""
         detail = f": {item.detail}" if item.detail else ""
-        click.echo(f"{item.task.index:03d}  {item.task.recipe:<14} {item.task.arch:<8} "
-                   f"{item.state}{where}{gpus}{detail}")
+        # task.json is written on the node: its values reach the terminal escaped
+        click.echo(printable(f"{item.task.index:03d}  {item.task.recipe:<14} "
+                             f"{item.task.arch:<8} {item.state}{where}{gpus}{detail}"))
 
 
 def _verdict(found: tuple[TaskState, ...], waited: str = "") -> None:

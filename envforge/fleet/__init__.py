@@ -10,8 +10,10 @@ The pipeline on a fleet reads as on one host, spread over nodes:
   ``CUDA_VISIBLE_DEVICES``, ``ROCR_VISIBLE_DEVICES``);
 * :mod:`.task` -- one task: ``envforge build``/``certify`` with ``--report`` into the
   plan's ``reports/NNN/`` folder, and ``task.json`` (exit status, node, granted GPUs);
+* :mod:`.values` -- what each value may be (Slurm, Kubernetes, GitHub) and its quoting;
 * :mod:`.outcome` -- each task's state from its report folder and the queue, and the
-  checks ``fleet collect`` makes (the report is about the planned recipe hash or image).
+  checks ``fleet collect`` makes (the report is about the planned recipe hash or image,
+  is shaped like a real probe run and carries the plan's nonce for its task).
 
 Everything here but :mod:`.slurm`'s submit/queue and :mod:`.task` is pure: it writes no
 file and starts no process (the CLI, :mod:`envforge.cli.fleet`, writes the files).
