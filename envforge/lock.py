@@ -34,6 +34,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import Version
 
 from envforge.core import proc
+from envforge.core.archives import archive_problem
 from envforge.core.fsutil import check_file_target, read_limited, read_reason, write_atomically
 from envforge.core.mirror import mirrors_from_env, rewrite
 from envforge.core.paths import state_dir
@@ -237,7 +238,10 @@ def _lock_line_problem(
         if continued:
             return f"unexpected {tokens[0]!r} on a continuation line"
         requirement = " ".join(tokens[:first_option]).partition(";")[0].strip()
-        if not _PINNED_RE.fullmatch(requirement) and _direct(requirement) not in urls:
+        direct = _direct(requirement)
+        if not _PINNED_RE.fullmatch(requirement) and (
+            direct not in urls or archive_problem(direct[1]) is not None
+        ):
             return (
                 f"{requirement!r} is not a pinned requirement (name==version): URLs, paths"
                 " and direct references are not allowed in a lock file"

@@ -9,6 +9,7 @@ say ``recipe = "auto"`` and hold one smoke check that imports the project.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from envforge.core import fsutil
@@ -16,6 +17,11 @@ from envforge.core.yamlcheck import read_text
 from envforge.errors import ProjectError
 from envforge.project.model import ENVFORGE_FILE
 from envforge.project.read import MAX_BYTES, PYPROJECT, REQUIREMENTS, load_project
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.9/3.10
+    import tomli as tomllib
 
 _SKIP = {"tests", "test", "docs", "build", "dist", "examples", "scripts", "benchmarks"}
 
@@ -51,6 +57,28 @@ def _section(check: str, header: str | None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _check_appended(path: Path, before: str, after: str) -> None:
+    """Refuse (nothing written) unless ``after`` parses as TOML and holds exactly what
+    ``before`` held plus the new ``[tool.envforge]``: an inline ``tool = {...}`` table or a
+    ``[tool.envforge]`` header written another way (``[ tool . envforge ]``) would make
+    the appended section a second definition, and the file unreadable."""
+    old = tomllib.loads(before)
+    try:
+        new = tomllib.loads(after)
+    except tomllib.TOMLDecodeError:
+        new = None
+    tool = new.get("tool") if new is not None else None
+    if isinstance(tool, dict) and "envforge" in tool and "envforge" not in old.get("tool", {}):
+        del tool["envforge"]
+        if not tool and "tool" not in old:
+            del new["tool"]  # type: ignore[union-attr]
+        if new == old:
+            return
+    raise ProjectError(str(path), "tool", "cannot take a [tool.envforge] section appended at "
+                       "its end (an inline tool = {...} table, or the section is there written"
+                       " another way)", hint="add recipe = \"auto\" to [tool.envforge] by hand")
+
+
 def init_project(folder: Path) -> Path:
     """Write the settings for the project in ``folder``; return the file written.
 
@@ -65,8 +93,9 @@ def init_project(folder: Path) -> Path:
             raise ProjectError(str(path), "tool.envforge", "exists already; init never "
                                "overwrites", hint="edit the section by hand")
         gap = "" if text.endswith("\n\n") else ("\n" if text.endswith("\n") else "\n\n")
-        fsutil.write_atomically(path, text + gap + _section(check, "[tool.envforge]"),
-                                mode=path.stat().st_mode & 0o777)
+        result = text + gap + _section(check, "[tool.envforge]")
+        _check_appended(path, text, result)
+        fsutil.write_atomically(path, result, mode=path.stat().st_mode & 0o777)
         return path
     path = project.root / ENVFORGE_FILE
     if path.exists() or path.is_symlink():

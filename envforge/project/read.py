@@ -14,7 +14,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
@@ -22,6 +21,7 @@ from envforge.core.patterns import DEB_NAME
 from envforge.core.yamlcheck import did_you_mean, read_text
 from envforge.errors import ProjectError
 from envforge.project.model import ENVFORGE_FILE, TOOL_KEYS, Project
+from envforge.project.pins import check_contradictions, expand_group, requirement
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -44,6 +44,7 @@ _ROUTING_OPTIONS = (
 )
 _INCLUDE_RE = re.compile(r"^(-r|--requirement|-c|--constraint)(?:\s*=\s*|\s+)(\S+)$")
 _HASH_RE = re.compile(r"\s+--hash[=\s]\S+")
+_OPTION_RE = re.compile(r"--?[A-Za-z][A-Za-z0-9-]{0,30}")
 _NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
 
 
@@ -110,6 +111,7 @@ def _from_pyproject(root: Path, extras: tuple[str, ...], groups: tuple[str, ...]
         *_optional(project, extras, path),
         *_groups(data, groups, path),
     ]
+    check_contradictions(requirements, path)
     requires_python = project.get("requires-python")
     if requires_python is not None:
         requires_python = _python_spec(requires_python, path)
@@ -154,16 +156,7 @@ def _requirements(value: object, path: Path, key: str) -> list[str]:
 
 
 def _requirement(text: str, source: str, key: str) -> str:
-    try:
-        req = Requirement(text)
-    except InvalidRequirement as exc:
-        raise ProjectError(source, key, f"{text!r} is not a PEP 508 requirement: "
-                           f"{' '.join(str(exc).split())}",
-                           hint="write it like name>=1.0") from None
-    if req.url and "#sha256=" not in req.url:
-        raise ProjectError(source, key, f"{text!r} is a URL without a sha256",
-                           hint="append #sha256=<digest of the file> to the URL")
-    return str(req)
+    return requirement(text, source, key)
 
 
 def _optional(project: Mapping[str, Any], extras: tuple[str, ...], path: Path) -> list[str]:
@@ -185,33 +178,10 @@ def _groups(data: Mapping[str, Any], groups: tuple[str, ...], path: Path) -> lis
     table = _table(data, "dependency-groups", path)
     found: list[str] = []
     for group in groups:
-        found += _group(table, group, path, ())
+        found += expand_group(table, group, path)
     return found
 
 
-def _group(table: Mapping[str, Any], group: str, path: Path, seen: tuple[str, ...]) -> list[str]:
-    key = f"dependency-groups.{group}"
-    if group in seen:
-        raise ProjectError(str(path), key, f"includes itself ({' -> '.join([*seen, group])})",
-                           hint="remove the include-group loop")
-    if group not in table:
-        near = did_you_mean(group, table)
-        raise ProjectError(str(path), "dependency-groups", f"has no group {group!r}",
-                           hint=f"did you mean {near!r}?" if near else
-                           f"known groups: {', '.join(sorted(table)) or 'none'}")
-    items = table[group]
-    if not isinstance(items, list):
-        raise ProjectError(str(path), key, "must be a list", hint='write it as group = ["..."]')
-    found: list[str] = []
-    for i, item in enumerate(items):
-        if isinstance(item, Mapping) and set(item) == {"include-group"}:
-            found += _group(table, str(item["include-group"]), path, (*seen, group))
-        elif isinstance(item, str):
-            found.append(_requirement(item, str(path), f"{key}[{i}]"))
-        else:
-            raise ProjectError(str(path), f"{key}[{i}]", "must be a requirement string or "
-                               "{include-group = \"NAME\"}", hint="see PEP 735")
-    return found
 
 
 # --------------------------------------------------------------------------- [tool.envforge]
@@ -299,7 +269,9 @@ def _from_requirements(root: Path, extras: tuple[str, ...], groups: tuple[str, .
     path = root / REQUIREMENTS
     requirements: list[str] = []
     constraints: list[str] = []
-    _read_requirements(path, requirements, constraints, (), constraint=False)
+    _inside(root, path, path, "")
+    _read_requirements(path, requirements, constraints, (), constraint=False, root=root)
+    check_contradictions([*requirements, *constraints], path)
     settings_path = root / ENVFORGE_FILE
     settings: dict[str, Any] = {}
     if settings_path.exists():
@@ -339,7 +311,7 @@ def _logical_lines(text: str) -> Iterable[tuple[int, str]]:
 
 def _read_requirements(
     path: Path, requirements: list[str], constraints: list[str], seen: tuple[Path, ...],
-    *, constraint: bool,
+    *, constraint: bool, root: Path,
 ) -> None:
     resolved = path.resolve()
     if resolved in seen or len(seen) >= MAX_INCLUDE_DEPTH:
@@ -353,11 +325,12 @@ def _read_requirements(
         if include:
             target = path.parent / include.group(2)
             is_constraint = constraint or include.group(1) in ("-c", "--constraint")
+            _inside(root, target, path, where)
             if not target.is_file():
                 raise ProjectError(str(path), where, f"includes {include.group(2)!r}, which "
                                    "is not a file", hint="fix the path (relative to this file)")
             _read_requirements(target, requirements, constraints, (*seen, resolved),
-                               constraint=is_constraint)
+                               constraint=is_constraint, root=root)
             continue
         if line.startswith("-"):
             _refuse_option(line, path, where)
@@ -365,8 +338,24 @@ def _read_requirements(
         (constraints if constraint else requirements).append(req)
 
 
+def _inside(root: Path, target: Path, path: Path, where: str) -> None:
+    """Refuse ``target`` (an include, or requirements.txt itself) unless it is inside
+    the project folder once every link is resolved: an include of ``/etc/shadow`` or
+    ``/proc/self/environ`` is never read."""
+    try:
+        real = target.resolve()
+    except (OSError, RuntimeError):  # a symlink loop
+        real = None
+    if real is None or not real.is_relative_to(root):
+        what = "includes a file" if where else "is a link to a file"
+        raise ProjectError(str(path), where, f"{what} outside the project folder {root}",
+                           hint="keep -r/-c files inside the project (copy the file in)")
+
+
 def _refuse_option(line: str, path: Path, where: str) -> None:
     option = re.split(r"[\s=]", line, maxsplit=1)[0]
+    if not _OPTION_RE.fullmatch(option):
+        option = "this option"
     if option in _ROUTING_OPTIONS:
         raise ProjectError(
             str(path), where, f"{option} is not allowed: the stack decides where torch and "

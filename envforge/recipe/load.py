@@ -291,11 +291,13 @@ def _parse_packages(r: Reader, raw: object) -> tuple[tuple[str, ...], tuple[Pack
         raise r.fail("packages", f"expected a list, got {yamlcheck.kind(raw)}")
     packages: list[str] = []
     indexes: list[PackageIndex] = []
+    seen: set[tuple[str, str]] = set()
     for i, item in enumerate(items):
         key = f"packages[{i}]"
         if not isinstance(item, dict):
             text = r.text(item, key)
             _refuse(r, key, pin_problem(text))
+            _once(r, key, text, seen)
             packages.append(text)
             continue
         body = r.mapping(item, key, PACKAGE_ENTRY, PACKAGE_ENTRY)
@@ -303,12 +305,24 @@ def _parse_packages(r: Reader, raw: object) -> tuple[tuple[str, ...], tuple[Pack
         url = r.text(body["index"], f"{key}.index")
         _refuse(r, f"{key}.name", pin_problem(text) or index_entry_problem(text))
         _refuse(r, f"{key}.index", index_url_problem(url))
+        _once(r, f"{key}.name", text, seen)
         name = canonicalize_name(Requirement(text).name)
         if any(p.name == name for p in indexes):
             raise r.fail(f"{key}.name", f"{name} is listed twice", "list each package once")
         packages.append(text)
         indexes.append(PackageIndex(name=name, url=url))
     return tuple(packages), tuple(indexes)
+
+
+def _once(r: Reader, path: str, text: str, seen: set[tuple[str, str]]) -> None:
+    """Each package once (per environment marker): two pins of one package contradict
+    each other or say nothing more (``torchvision`` beside ``torchvision==0.29.0``)."""
+    req = Requirement(text)
+    entry = (canonicalize_name(req.name), str(req.marker or ""))
+    if entry in seen:
+        raise r.fail(path, f"{entry[0]} is listed twice: its pins contradict or repeat "
+                     "each other", "list each package once, with one pin")
+    seen.add(entry)
 
 
 def _refuse(r: Reader, path: str, problem: tuple[str, str] | None) -> None:
