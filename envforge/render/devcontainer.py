@@ -89,8 +89,11 @@ def devcontainer_json(
     ]
     dirs = [f"{target}/{sub}" for _kind, target, subs in _CACHES for sub in subs]
     doc["postCreateCommand"] = ["mkdir", "-p", *dirs]
+    # A string the docker CLI reads as CSV once the folder is substituted: the source
+    # field is quoted, so a comma or '=' in the folder's path stays in the path (unquoted,
+    # a folder named "q,consistency=cached" mounted its sibling "q").
     doc["workspaceMount"] = (
-        f"source=${{localWorkspaceFolder}},target={SHELL_WORKDIR},type=bind"
+        f'type=bind,"source=${{localWorkspaceFolder}}",target={SHELL_WORKDIR}'
     )
     doc["workspaceFolder"] = SHELL_WORKDIR
     doc["updateRemoteUserUID"] = True

@@ -127,9 +127,10 @@ def test_shell_argv(tty: bool) -> None:
     assert "--sig-proxy=true" in argv
     assert argv[argv.index("--user") + 1] == "1000:1000"
     assert argv[argv.index("--workdir") + 1] == "/workspace"
-    assert "type=bind,source=/home/me/proj,target=/workspace" in argv
+    # each --mount value a quoted CSV record (issue 27 class 6)
+    assert '"type=bind","source=/home/me/proj","target=/workspace"' in argv
     for vol in vols:
-        assert f"type=volume,source={vol.name},target={vol.mount}" in argv
+        assert f'"type=volume","source={vol.name}","target={vol.mount}"' in argv
     assert argv[argv.index("--env") + 1] == "A=b c"
     assert "--device" in argv
     assert "--ipc=host" in argv

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import docker.errors
+import docker.types
 from docker.types import DeviceRequest
 
 from envforge.backends.docker.client import ContainerModel, EngineClient
@@ -150,14 +151,14 @@ def run_capture(
     timeout: float = 120,
     env: Mapping[str, str] | None = None,
     user: str | None = None,
-    volumes: Mapping[str, Mapping[str, str]] | None = None,
+    mounts: Sequence[docker.types.Mount] = (),
 ) -> tuple[int, str]:
     """Run ``command`` in a throwaway container (no network); (exit code, output). Removed after."""
     kwargs = container_kwargs(env=env or {}, flags=DeviceFlags(), role="helper")
     if user is not None:
         kwargs["user"] = user
-    if volumes:
-        kwargs["volumes"] = {k: dict(v) for k, v in volumes.items()}
+    if mounts:  # Mount objects, never "name:/path:rw" strings
+        kwargs["mounts"] = list(mounts)
     container = create_container(client, image, command, **kwargs)
     try:
         container.start()
@@ -221,7 +222,7 @@ def ensure_cache_volume(
         image,
         ["/bin/sh", "-c", script],
         user="0:0",
-        volumes={name: {"bind": "/v", "mode": "rw"}},
+        mounts=[docker.types.Mount("/v", name, type="volume")],
     )
     if code != 0:
         client.volumes.get(name).remove(force=True)

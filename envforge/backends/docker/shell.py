@@ -14,6 +14,8 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
+import docker.types
+
 from envforge.backends.docker.client import EngineClient
 from envforge.backends.docker.containers import (
     STOPPED_STATES,
@@ -34,7 +36,7 @@ from envforge.container.caches import (
 from envforge.container.devices import DeviceFlags
 from envforge.container.refs import ROLE_LABEL
 from envforge.core.proc import spawn
-from envforge.errors import Unavailable
+from envforge.errors import InvalidInput, Unavailable
 
 __all__ = [
     "CACHE_ROOT",
@@ -43,9 +45,11 @@ __all__ = [
     "CacheVolume",
     "cache_env",
     "cache_volumes",
+    "mount_option",
     "run_shell",
     "shell_argv",
     "shell_env",
+    "shell_mounts",
 ]
 
 
@@ -94,16 +98,43 @@ def shell_argv(
     # user's, with the working folder mounted: never (certificates bind it, too).
     argv += ["--no-healthcheck"]
     argv += ["--user", user, "--network", "host", "--workdir", SHELL_WORKDIR]
-    argv += ["--mount", f"type=bind,source={cwd},target={SHELL_WORKDIR}"]
     argv += ["--tmpfs", f"{SHELL_HOME}:rw,exec,mode=1777"]
-    for vol in volumes:
-        argv += ["--mount", f"type=volume,source={vol.name},target={vol.mount}"]
+    for mount in shell_mounts(cwd, volumes):
+        argv += ["--mount", mount_option(mount)]
     for key, value in env.items():
         argv += ["--env", f"{key}={value}"]
     argv += flags.cli_args()
     argv.append(image)
     argv += list(command)
     return argv
+
+
+def shell_mounts(cwd: Path, volumes: Sequence[CacheVolume]) -> list[docker.types.Mount]:
+    """What ``shell`` mounts, as structured objects: the working folder (read-write) at
+    /workspace, then the cache volumes. A path is one value here, whatever it holds."""
+    return [docker.types.Mount(SHELL_WORKDIR, str(cwd), type="bind"),
+            *(docker.types.Mount(vol.mount, vol.name, type="volume") for vol in volumes)]
+
+
+def mount_option(mount: Mapping[str, Any]) -> str:
+    """The docker CLI's ``--mount`` value for one structured mount.
+
+    The CLI reads the value as one CSV record (Go's encoding/csv), so every field is
+    written quoted, a quote doubled: a comma, '=', ':', a quote, a space or a line feed in
+    a path stays in the path (from a folder named ``q,consistency=cached`` the unquoted
+    form mounted its sibling ``q``). A carriage return is refused: CSV turns CR LF into LF.
+    """
+    fields = [f"type={mount['Type']}", f"source={mount['Source']}",
+              f"target={mount['Target']}"]
+    if mount.get("ReadOnly"):
+        fields.append("readonly")
+    for field in fields:
+        if "\r" in field or "\x00" in field:
+            raise InvalidInput(
+                f"{field.partition('=')[2]}: a carriage return in a mounted folder's path "
+                "cannot be passed to the docker CLI's --mount (it reads CSV)",
+                hint="run envforge shell from a folder whose path has none, or rename it")
+    return ",".join('"' + field.replace('"', '""') + '"' for field in fields)
 
 
 #: Seconds the docker CLI may take to return once its container has exited.
