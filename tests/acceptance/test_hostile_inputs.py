@@ -9,6 +9,7 @@ process has a deadline far above what it needs).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -185,3 +186,111 @@ def test_fleet_status_wait_refuses_a_nan_timeout_while_a_task_runs(tmp_path: Pat
                           text=True, timeout=60, check=False)
     assert done.returncode == 2, done.stderr
     assert "--timeout nan" in done.stderr
+
+
+# --------------------------------------------------------------------------- issue 27: projects
+# Classes 5, 7 and 8 through `python -m envforge` on real project folders: one line,
+# exit 2, no traceback, and nothing of the hostile input runs or leaks.
+
+ZEROS = "0" * 64
+
+
+def _one_line_exit_2(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    return done.stderr
+
+
+@pytest.mark.parametrize("scheme", ["git+file://", "hg+file://", "svn+file://", "file://"])
+@pytest.mark.parametrize("command", ["show", "lock", "build"])
+def test_a_vcs_or_path_requirement_with_a_fake_sha256_never_runs(
+    tmp_path: Path, scheme: str, command: str
+) -> None:
+    """A git checkout whose setup.py would leave a marker: refused before anything runs."""
+    repo = tmp_path / "x"
+    repo.mkdir()
+    marker = tmp_path / "setup-py-ran"
+    (repo / "setup.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n"
+                                   "from setuptools import setup\nsetup(name='x', version='1')\n")
+    for git in (["init", "-q"], ["add", "setup.py"],
+                ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
+        subprocess.run(["git", "-C", str(repo), *git], check=False, capture_output=True)
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "requirements.txt").write_text(f"x @ {scheme}{repo}#sha256={ZEROS}\n")
+    args = {"show": ("show", "cpu"), "lock": ("lock", "cpu"),
+            "build": ("build", "cpu", "--backend", "venv")}[command]
+    done = envforge(*args, "--project", str(proj), home=tmp_path / "home", timeout=60)
+    err = _one_line_exit_2(done)
+    assert "requirements.txt: line 1: requirement 'x' is" in err
+    assert not marker.exists()
+
+
+def test_a_5000_group_chain_is_one_line(tmp_path: Path) -> None:
+    lines = ["[dependency-groups]"]
+    lines += [f'g{i} = [{{include-group = "g{i + 1}"}}]' for i in range(4999)]
+    lines += ['g4999 = ["six"]', "[tool.envforge]", 'groups = ["g0"]']
+    (tmp_path / "pyproject.toml").write_text("\n".join(lines) + "\n")
+    err = _one_line_exit_2(envforge("show", "cpu", "--project", str(tmp_path),
+                                    home=tmp_path / "home"))
+    assert "deeper than 64" in err
+
+
+def test_init_after_an_inline_tool_table_leaves_the_file_as_it_was(tmp_path: Path) -> None:
+    import tomllib
+
+    text = 'tool = {black = {line-length = 88}}\n[project]\nname = "p"\n'
+    path = tmp_path / "pyproject.toml"
+    path.write_text(text)
+    _one_line_exit_2(envforge("init", str(tmp_path), home=tmp_path / "home"))
+    assert path.read_text() == text
+    tomllib.loads(path.read_text())
+
+
+@pytest.mark.parametrize("target", ["/proc/self/environ", "/etc/passwd", "LINK"])
+def test_an_include_outside_the_project_is_never_read_or_echoed(
+    tmp_path: Path, target: str
+) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("ENVFORGE_TEST_SECRET=hunter2\n")
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "link.txt").symlink_to(secret)
+    include = "link.txt" if target == "LINK" else target
+    (proj / "requirements.txt").write_text(f"numpy\n-r {include}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENVFORGE_")}
+    env.update(ENVFORGE_HOME=str(tmp_path / "home"), PYTHONPATH=str(ROOT),
+               ENVFORGE_TEST_SECRET="hunter2")
+    done = subprocess.run([sys.executable, "-m", "envforge", "show", "cpu", "--project",
+                           str(proj)], env=env, capture_output=True, text=True, timeout=60,
+                          check=False)
+    err = _one_line_exit_2(done)
+    assert "outside the project folder" in err
+    assert "hunter2" not in err
+    assert "root:" not in err
+
+
+def test_contradictory_companion_pins_are_one_line(tmp_path: Path) -> None:
+    (tmp_path / "requirements.txt").write_text("torchvision==0.28.0\ntorchvision==0.29.0\n")
+    err = _one_line_exit_2(envforge("show", "cpu", "--project", str(tmp_path),
+                                    home=tmp_path / "home"))
+    assert "torchvision" in err
+
+
+def test_fleet_status_shows_task_json_escapes_escaped(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    plan = tmp_path / "plan"
+    assert envforge("fleet", "plan", "--engine", "github", "--recipe", "cpu", "-o", str(plan),
+                    home=home).returncode == 0
+    task = plan / "reports" / "000"
+    task.mkdir(parents=True, exist_ok=True)
+    (task / "task.json").write_text(json.dumps({"exit": "\x1b[2J", "node": "\x1b]0;x\x07",
+                                                "granted": {"gpus": "\x9b31m"}}))
+    for command in ("status", "collect"):
+        done = envforge("fleet", command, str(plan), home=home)
+        assert done.returncode == 1, done.stderr
+        assert "Traceback" not in done.stderr
+        for ch in ("\x1b", "\x07", "\x9b"):
+            assert ch not in done.stdout + done.stderr
+        assert "\\x1b" in done.stdout
