@@ -127,3 +127,23 @@ def test_a_cpu_container_gets_a_dev_shm_that_dataloader_workers_fit_in(
     done = envforge("shell", "cpu", *given, "--", "python", "-c", script, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert int(done.stdout.strip()) == kib
+
+
+@pytest.mark.parametrize("name", ["q,consistency=cached", 'a"b,c=d e'])
+def test_the_working_folder_is_mounted_whatever_its_name(
+    built_cpu: Built, envforge: Envforge, tmp_path: Path, name: str
+) -> None:
+    """Issue 27 class 6: from a folder named ``q,consistency=cached`` the unquoted --mount
+    string mounted its sibling ``q`` read-write at /workspace."""
+    sibling = tmp_path / "q"
+    sibling.mkdir()
+    (sibling / "which").write_text("sibling")
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "which").write_text("asked")
+    script = "cat /workspace/which && touch /workspace/made"
+    done = envforge("shell", "cpu", "--", "sh", "-c", script, cwd=folder)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "asked"
+    assert (folder / "made").exists()
+    assert not (sibling / "made").exists()
