@@ -9,9 +9,9 @@ socket or device: its kind, never opened). Each file belongs to
 
 * the distribution whose ``*.dist-info/RECORD`` lists it;
 * the distribution that owns its source when it is bytecode
-  (``pkg/__pycache__/mod.cpython-311.pyc`` of ``pkg/mod.py``): certification compiles
-  every module (:func:`envforge.backends.venv.install.compile_bytecode`), and the
-  bytecode it made is certified with its source;
+  (``pkg/__pycache__/mod.cpython-311.pyc`` of ``pkg/mod.py``): the certification probe
+  of a venv built aside writes the bytecode of what it imports, and the file list is
+  taken after it, so that bytecode is certified with its source;
 * :data:`VENV_KEY` otherwise: what no RECORD lists (``pyvenv.cfg``, ``bin/activate``,
   the interpreter links, ``bin/envforge-env.sh``) and anything that appeared after the
   install (a ``six/`` package folder beside ``six.py``, a ``*.pth`` file, an ``.so``, a

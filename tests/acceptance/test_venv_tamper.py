@@ -98,7 +98,7 @@ def _same_size_same_mtime(path: Path, rel: str) -> Callable[[], None]:
 
 
 def _forged_pyc(sp: Path) -> tuple[str, Callable[[], None]]:
-    rel = f"__pycache__/typing_extensions.{CPYTHON}.pyc"  # compiled at certification
+    rel = f"__pycache__/typing_extensions.{CPYTHON}.pyc"  # written by the probe (torch imports it)
     return rel, _same_size_same_mtime(sp / rel, rel)
 
 

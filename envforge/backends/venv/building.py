@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import time
@@ -343,16 +344,31 @@ def _certify_aside(  # noqa: PLR0917 - one step of build, its inputs spelled out
         if isinstance(plan, str):
             options.say(f"full probe: {plan}")
     only = plan.steps if isinstance(plan, Incremental) else None
-    report = _probe(recipe, aside, level, options, stack, only=only, shown_as=target)
+    # the probe writes the bytecode of what it imports: certified with the rest below
+    report = _probe(recipe, aside, level, options, stack, only=only, shown_as=target,
+                    bytecode=True)
     markers = aside / MARKER_DIR
     report.write(markers)
     if report.passed:
+        content = _with_bytecode(aside, content)
         extends = (incremental_record(base, plan)
                    if base is not None and isinstance(plan, Incremental) else None)
         write_atomically(markers / CERT_MARKER, _cert_json(
             recipe, report, fp, content, options.project, incremental=extends))
         write_atomically(markers / CERTIFIED_LIST, certified_list(aside))
     return report
+
+
+def _with_bytecode(aside: Path, content: Mapping[str, str]) -> Mapping[str, str]:
+    """The content digests once the probe wrote the bytecode of what it imported (that
+    bytecode is certified with its source); ``build.json`` is made to say the same."""
+    now = content_digests(aside)
+    if now != content:
+        path = aside / MARKER_DIR / BUILD_MARKER
+        data = json.loads(path.read_text(encoding="utf-8"))
+        data["content"] = now
+        write_atomically(path, _marker_json(data))
+    return now
 
 
 def _swap_in(aside: Path, target: Path) -> None:

@@ -66,18 +66,22 @@ def probe_venv(
     require_free: float | None = None,
     skip_imports: Sequence[tuple[str, str]] = (),
     shown_as: Path | None = None,
+    write_bytecode: bool = False,
 ) -> ProbeReport:
     """Run the probe for ``recipe`` (its ``stack``; None: computed from the recipe) with the
     venv's interpreter and the recipe's env vars; ``checks``: a project's steps; ``only``:
-    these of its steps (an incremental certification), None: all."""
+    these of its steps (an incremental certification), None: all. ``write_bytecode``: the
+    interpreter writes the bytecode of what the probe imports (a venv certified aside,
+    whose certified file list is taken after the probe); otherwise it writes none."""
     spec = ProbeSpec.from_recipe(
         recipe, level=level, step_timeout=step_timeout, extra_checks=extra_checks, stack=stack,
         checks=checks, skip_imports=skip_imports,
     )
     spec = replace(spec, only=only, require_free=require_free)
-    target = LocalPythonTarget(
-        python=str(venv_python(venv)), env=venv_environ(venv, recipe, environ)
-    )
+    env = venv_environ(venv, recipe, environ)
+    if write_bytecode:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+    target = LocalPythonTarget(python=str(venv_python(venv)), env=env)
     report = run_probe(spec, target, listener=listener)
     if shown_as is None or shown_as == venv:  # ``shown_as``: where the venv will be
         return report
@@ -138,6 +142,7 @@ def full_steps(recipe: Recipe, level: Level, options: VenvOptions, stack: Stack)
 def _probe(  # noqa: PLR0917 - one step of build, its inputs spelled out
     recipe: Recipe, venv: Path, level: Level, options: VenvOptions, stack: Stack,
     only: tuple[str, ...] | None = None, shown_as: Path | None = None,
+    bytecode: bool = False,
 ) -> ProbeReport:
     if only is None:
         options.say(f"certifying {recipe.name} ({level} probe)")
@@ -158,6 +163,7 @@ def _probe(  # noqa: PLR0917 - one step of build, its inputs spelled out
             skip_imports=options.project.skip_imports if options.project else (),
             shown_as=shown_as,
             require_free=options.require_free,
+            write_bytecode=bytecode,
         )
     except Interrupted:
         raise Interrupted(

@@ -28,7 +28,6 @@ from envforge.backends.venv.layout import (
     LINK_MODE,
     VenvOptions,
     project_binding,
-    site_packages,
     venv_python,
 )
 
@@ -127,7 +126,8 @@ def venv_environ(
     env = dict(os.environ if base is None else base)
     env.pop("PYTHONHOME", None)
     env.pop("PYTHONPYCACHEPREFIX", None)  # the certified bytecode is in the venv
-    # certification compiled every module; bytecode written later would be uncertified
+    # certification recorded the bytecode its probe wrote; bytecode written later would be
+    # uncertified (a module the probe never imported is compiled in memory when used)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["VIRTUAL_ENV"] = str(venv)
     env["PATH"] = str(venv / "bin") + (os.pathsep + env["PATH"] if env.get("PATH") else "")
@@ -147,34 +147,14 @@ def _install(  # noqa: PLR0917 - one step of build, its inputs spelled out
 ) -> None:
     """Fill the venv at ``target``: created first when ``fresh``, else (a clone of a
     certified venv, :mod:`.staging`) synced exactly, what the requirements no longer
-    name removed; then compile its bytecode (:func:`compile_bytecode`). uv runs with a
-    TMPDIR of its own, removed afterwards (uv leaves ``uv-setuptools-*.lock`` files
-    where it builds a project with setuptools)."""
+    name removed. uv runs with a TMPDIR of its own, removed afterwards (uv leaves
+    ``uv-setuptools-*.lock`` files where it builds a project with setuptools)."""
     with tempfile.TemporaryDirectory(prefix="envforge-venv-") as tmp:
         env = lock.uv_env(options.ca_bundle, options.environ)
         private = Path(tmp) / "tmp"
         private.mkdir()
         env.update({"TMPDIR": str(private), "TMP": str(private), "TEMP": str(private)})
         _fill(recipe, interp, target, options, lock_file, stack, env, Path(tmp), fresh=fresh)
-        compile_bytecode(target, env, options)
-
-
-def compile_bytecode(target: Path, env: Mapping[str, str], options: VenvOptions) -> None:
-    """Compile every module of the venv's site-packages (``compileall``, timestamp
-    pycs): certification records this bytecode with its source, and the venv's commands
-    run with ``PYTHONDONTWRITEBYTECODE`` (:func:`venv_environ`), so no bytecode appears
-    that was not certified. Files that do not compile (Python 2 test data) get none."""
-    folders = [str(sp) for sp in site_packages(target)]
-    done = proc.run(
-        [str(venv_python(target)), "-m", "compileall", "-qq", "-j0",
-         "--invalidation-mode", "timestamp", *folders],
-        timeout=INSTALL_TIMEOUT,
-        env={k: v for k, v in env.items() if k not in ("PYTHONDONTWRITEBYTECODE",
-                                                       "PYTHONPYCACHEPREFIX")},
-    )
-    if done.returncode not in (0, 1) or done.timed_out:  # 1: some files did not compile
-        options.say(f"note: compiling the venv's bytecode failed (exit {done.returncode});"
-                    " modules are compiled in memory when imported")
 
 
 def _fill(  # noqa: PLR0917 - one step of build, its inputs spelled out
