@@ -12,6 +12,8 @@ worker runs under the step deadline like every other step:
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shlex
 
 from envforge.errors import ProjectError
@@ -90,3 +92,16 @@ def _check(project: Project, text: str, index: int) -> CheckFile:
     code = _COMMAND.format(text=text.strip(), argv=argv, root=str(project.root),
                            tail=TAIL_LINES)
     return CheckFile(step=step, path="", source=code)
+
+
+def checks_digest(project: Project | None) -> str | None:
+    """What a project's certificate binds of its checks: every step the project adds (its
+    import, each check in order), each check file's content and each command's text. A
+    change makes the certificate not hold: certification runs again (a venv is not
+    reinstalled; an image gets a new label and is certified again). None without a
+    project."""
+    if project is None:
+        return None
+    steps = [[c.step, c.path, c.source] for c in project_checks(project)]
+    blob = json.dumps(steps, separators=(",", ":")).encode("utf-8", "surrogateescape")
+    return "sha256:" + hashlib.sha256(blob).hexdigest()

@@ -54,6 +54,8 @@ class ProjectLayer:
     requirements_digest: str
     #: Debian/Ubuntu package names, installed before the project's Python packages.
     system_packages: tuple[str, ...] = ()
+    #: :func:`envforge.project.checks.checks_digest`: what the image was certified with.
+    checks_digest: str | None = None
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,7 @@ class ProjectContext:
 PROJECT_LABEL = "io.envforge.project"
 PROJECT_KEY_LABEL = "io.envforge.project-key"
 PROJECT_DIGEST_LABEL = "io.envforge.project-requirements"
+PROJECT_CHECKS_LABEL = "io.envforge.project-checks"
 
 
 def project_context(layer: ProjectLayer, options: RenderOptions, stack: Stack) -> ProjectContext:
@@ -87,6 +90,7 @@ def project_context(layer: ProjectLayer, options: RenderOptions, stack: Stack) -
         (PROJECT_LABEL, layer.name),
         (PROJECT_KEY_LABEL, layer.key),
         (PROJECT_DIGEST_LABEL, layer.requirements_digest),
+        *(((PROJECT_CHECKS_LABEL, layer.checks_digest),) if layer.checks_digest else ()),
     )
     return ProjectContext(
         name=layer.name,

@@ -28,6 +28,7 @@ from envforge.project.model import Project
 from envforge.project.read import load_project
 from envforge.project.resolve import lock_file, project_stack
 from envforge.render import RenderOptions, render_dockerfile
+from envforge.render.project import project_context
 from envforge.stack import stack_of
 from tests.helpers.fake_engine import FakeEngine, image_attrs
 from tests.helpers.recipes import make_recipe
@@ -254,7 +255,8 @@ def test_a_shell_refuses_another_projects_image_or_one_built_before_a_change(
     built = prepare(RECIPE, project, wheelhouse=None, ca_bundle=None, platform=None,
                     say=lambda _: None)
     labels = {"io.envforge.project-key": built.layer.key,
-              "io.envforge.project-requirements": built.layer.requirements_digest}
+              "io.envforge.project-requirements": built.layer.requirements_digest,
+              "io.envforge.project-checks": str(built.layer.checks_digest)}
     info = ImageInfo.from_attrs(image_attrs(CANDIDATE, labels=labels))
     ref = project_ref(RECIPE, project)
     assert image_problem(info, ref, project, RECIPE) is None
@@ -345,3 +347,26 @@ def test_a_wheelhouse_without_the_projects_torchvision_stops_before_the_lock(
         prepare(recipe, project, wheelhouse=wheels, ca_bundle=None, platform=None,
                 say=lambda _line: None)
     assert not lock_file(project, recipe).exists()
+
+
+def test_an_image_certified_with_other_checks_is_not_the_projects_image(tmp_path: Path) -> None:
+    """Issue 27 class 4 on Docker: the checks an image was certified with are a label of
+    it; after a check is added, `shell` refuses the image and names the build."""
+    project = make_project(tmp_path / "p")
+    write_current_lock(project)
+    built = prepare(RECIPE, project, wheelhouse=None, ca_bundle=None, platform=None,
+                    say=lambda _: None)
+    assert built.layer.checks_digest is not None
+    context = project_context(built.layer, RenderOptions(), stack_of(RECIPE))
+    assert ("io.envforge.project-checks", f'"{built.layer.checks_digest}"') in {
+        (label.key, label.value) for label in context.labels}
+    labels = {"io.envforge.project-key": built.layer.key,
+              "io.envforge.project-requirements": built.layer.requirements_digest,
+              "io.envforge.project-checks": built.layer.checks_digest}
+    info = ImageInfo.from_attrs(image_attrs(CANDIDATE, labels=labels))
+    ref = project_ref(RECIPE, project)
+    assert image_problem(info, ref, project, RECIPE) is None
+    more = make_project(tmp_path / "p", checks='["python -c pass", "python -c 1"]')
+    problem = image_problem(info, ref, more, RECIPE)
+    assert problem is not None
+    assert "the checks of demo-proj changed" in problem

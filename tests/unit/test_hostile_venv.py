@@ -17,10 +17,11 @@ import pytest
 
 from envforge.backends import venv, venvscan
 from envforge.backends.venv import MARKER_DIR, VenvOptions, fingerprint, venv_location
-from envforge.backends.venv.certifying import CONTENT_FORMAT, checks_digest, valid_certificate
+from envforge.backends.venv.certifying import CONTENT_FORMAT, valid_certificate
 from envforge.backends.venv.layout import project_binding
 from envforge.core import paths
 from envforge.errors import CertificationFailed
+from envforge.project.checks import checks_digest
 from envforge.project.model import Project
 from tests.helpers.recipes import make_recipe
 from tests.unit.test_venvfs import SP, make_venv

@@ -25,13 +25,14 @@ from envforge.container.caches import SHELL_WORKDIR
 from envforge.container.refs import ImageInfo, certified_ref
 from envforge.errors import CertificationFailed, InvalidInput
 from envforge.probe.spec import CheckFile
-from envforge.project.checks import project_checks
+from envforge.project.checks import checks_digest, project_checks
 from envforge.project.init import import_name
 from envforge.project.model import Project
 from envforge.project.resolve import current_lock, project_stack, write_project_lock
 from envforge.recipe.model import Recipe
 from envforge.render.context import LockedInstall
 from envforge.render.project import (
+    PROJECT_CHECKS_LABEL,
     PROJECT_DIGEST_LABEL,
     PROJECT_KEY_LABEL,
     ProjectLayer,
@@ -111,7 +112,7 @@ def prepare(
     layer = ProjectLayer(
         name=project.name, key=project.key(), lines=lines, lock_name=path.name,
         requirements_digest=project.requirements_digest(),
-        system_packages=project.system_packages,
+        system_packages=project.system_packages, checks_digest=checks_digest(project),
     )
     return ProjectBuild(path, locked, layer, stack, probe)
 
@@ -164,6 +165,9 @@ def image_problem(info: ImageInfo, ref: str, project: Project, recipe: Recipe) -
         return f"{ref} is not an image of the project {project.root}"
     if labels.get(PROJECT_DIGEST_LABEL) != project.requirements_digest():
         return (f"the requirements of {project.name} changed since {ref} was built"
+                f" (run `{build_command(recipe, project)}`)")
+    if labels.get(PROJECT_CHECKS_LABEL) != checks_digest(project):
+        return (f"the checks of {project.name} changed since {ref} was certified"
                 f" (run `{build_command(recipe, project)}`)")
     return None
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -27,6 +26,7 @@ from envforge.errors import (
 from envforge.probe.report import ProbeReport, StepResult
 from envforge.probe.runner import LocalPythonTarget, ProbeListener, run_probe
 from envforge.probe.spec import CheckFile, ProbeSpec
+from envforge.project.checks import checks_digest
 from envforge.publish.certificate import skipped_imports
 from envforge.recipe.model import Level, Recipe
 from envforge.stack import Stack
@@ -178,18 +178,6 @@ def _probe(  # noqa: PLR0917 - one step of build, its inputs spelled out
 #: How ``content`` is bound (2: every file of the venv by content, see
 #: :mod:`envforge.backends.venvscan`; absent: the lstat data of RECORD's files only).
 CONTENT_FORMAT = 2
-
-
-def checks_digest(project: Project | None) -> str | None:
-    """What a project's certificate binds of its checks: every step the project adds
-    (its import, each check in order), each check file's content and each command's
-    text. A change makes the certificate not hold: certification runs again (no
-    reinstall). None without a project."""
-    if project is None:
-        return None
-    steps = [[c.step, c.path, c.source] for c in project_steps(project)]
-    blob = json.dumps(steps, separators=(",", ":")).encode("utf-8", "surrogateescape")
-    return "sha256:" + hashlib.sha256(blob).hexdigest()
 
 
 def project_steps(project: Project | None) -> tuple[CheckFile, ...]:
