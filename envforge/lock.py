@@ -568,7 +568,13 @@ def _compile(
             str(out),
             *source_args(recipe, wheelhouse, stack),
         ]
-        done = proc.run(argv, timeout=COMPILE_TIMEOUT, env=uv_env(ca_bundle, environ), cwd=tmp)
+        # a TMPDIR of its own, removed with ``tmp``: uv leaves ``uv-setuptools-*.lock``
+        # files where it builds an sdist's metadata with setuptools
+        private = Path(tmp) / "tmp"
+        private.mkdir()
+        env = {**uv_env(ca_bundle, environ), "TMPDIR": str(private), "TMP": str(private),
+               "TEMP": str(private)}
+        done = proc.run(argv, timeout=COMPILE_TIMEOUT, env=env, cwd=tmp)
         if not done.ok:
             raise uv_failure(
                 "resolving the lock", done, recipe, hint=f"{command} --wheelhouse DIR",

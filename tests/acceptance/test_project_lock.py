@@ -40,8 +40,11 @@ def test_requirements_project_locks_around_the_stack(tmp_path: Path) -> None:
     (project / "requirements.txt").write_text("torch>=2.4\nnumpy<3\n-r more.txt\n")
     (project / "more.txt").write_text("tqdm\n")
     env = base_env(tmp_path / "home")
+    (tmp_path / "tmp").mkdir()
+    env["TMPDIR"] = str(tmp_path / "tmp")  # uv gets one of its own: nothing stays here
     done = envforge("lock", "cpu", "--project", str(project), "--wheelhouse", str(WHEELS), env=env)
     assert done.returncode == 0, done.stderr
+    assert list((tmp_path / "tmp").iterdir()) == []
     lock = project / "envforge-cpu.lock.txt"
     text = lock.read_text()
     assert text.startswith("# envforge-lock: recipe=cpu inputs=sha256:")
