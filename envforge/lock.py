@@ -165,7 +165,7 @@ def lock_path(recipe: Recipe, stack: Stack | None = None) -> Path | None:
     if path is None or not path.is_file():
         return None
     stack = stack_of(recipe) if stack is None else stack
-    if stack.package_indexes or lock_digest(path) != inputs_digest(recipe, stack):
+    if stack.indexed_lines() or lock_digest(path) != inputs_digest(recipe, stack):
         return None  # (a stack with a package from its own index has no lock: write_lock)
     check_lock(path, recipe.name, direct_references(stack))
     return path
@@ -505,13 +505,15 @@ def write_lock(
     resolution without being installed; ``command`` is how to write the lock again."""
     check_inputs(wheelhouse, ca_bundle)
     stack = stack_of(recipe) if stack is None else stack
-    if stack.package_indexes:
-        first = stack.package_indexes[0]
+    if stack.indexed_lines():
+        line, url = stack.indexed_lines()[0]
+        name = Requirement(line).name
         raise InvalidInput(
-            f"{recipe.origin}: packages: {first.name} comes from its own index "
-            f"({first.url}), which a lock file cannot carry (it names no index per package)",
-            hint=f"name the wheel by its URL instead ({first.name} @ https://.../FILE.whl"
-            "#sha256=<64 hex>), which the lock carries with its hash",
+            f"{recipe.origin}: packages: {name} comes from its own index "
+            f"({url}), which a lock file cannot carry (it names no index per package)",
+            hint=f"name the wheel by its URL instead ({name} @ https://.../FILE.whl"
+            "#sha256=<64 hex>), which the lock carries with its hash, or choose a torch "
+            f"whose own index has {name}",
         )
     check_wheelhouse(stack, wheelhouse)
     command = command or f"envforge lock {recipe.name}"

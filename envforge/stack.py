@@ -21,6 +21,7 @@ from packaging.version import InvalidVersion, Version
 
 from envforge.errors import ConstraintViolation, InvalidInput
 from envforge.knowledge import load_table, variant_of
+from envforge.knowledge.companion_route import route
 from envforge.knowledge.companions import CompanionTable, Row, family_of, load_companions
 from envforge.knowledge.extensions import extension_checks
 from envforge.knowledge.table import CompatTable
@@ -45,14 +46,20 @@ class Pin:
     reason: str
     #: A URL a user can open that says so.
     source: str
+    #: The index this build comes from when it is not the stack's (torchaudio 2.11.0+cu130
+    #: beside torch +cu132: only the cu130 index has it); None: the stack's index.
+    index: str | None = None
 
     def to_dict(self) -> dict[str, str]:
-        return {
+        data = {
             "name": self.name,
             "requirement": self.requirement,
             "reason": self.reason,
             "source": self.source,
         }
+        if self.index is not None:  # absent otherwise: the output stays as it was
+            data["index"] = self.index
+        return data
 
 
 @dataclass(frozen=True)
@@ -98,9 +105,11 @@ class Stack:
         )
 
     def indexed_lines(self) -> tuple[tuple[str, str], ...]:
-        """(requirement, index URL) of each package that comes from its own index only."""
+        """(requirement, index URL) of each package that comes from its own index only:
+        a companion whose build lives on another index than torch's, then the recipe's
+        ``{name, index}`` packages."""
         urls = {p.name: p.url for p in self.package_indexes}
-        out = []
+        out = [(c.requirement, c.index) for c in self.companions if c.index is not None]
         for line in self.packages:
             name = requirement_name(line)
             if name in urls:
@@ -116,10 +125,12 @@ class Stack:
     def first_layer(self) -> tuple[str, ...]:
         """What is installed from the stack's index (or the wheelhouse) alone, never the
         default index: torch and its companions (with the NumPy bound, which torchvision
-        and torchaudio need, so that the first install already honours it)."""
+        and torchaudio need, so that the first install already honours it). A companion
+        from another index is not among them (:meth:`indexed_lines`)."""
         if not self.companions:
             return (self.torch,)
-        return (self.torch, *(c.requirement for c in self.companions), self.numpy)
+        own = (c.requirement for c in self.companions if c.index is None)
+        return (self.torch, *own, self.numpy)
 
     def family(self) -> tuple[str, ...]:
         """Canonical names of the torch family: torch and the companions."""
@@ -452,7 +463,12 @@ class PackageCheck:
                 hint=f"pin it: {name}==VERSION (the release published with torch "
                 f"{self.stack.torch_version})",
             )
-        return Pin(name, self._line(row, self.tag_for(key, name, row)), row.reason, row.source)
+        tag = self.tag_for(key, name, row)
+        return Pin(name, self._line(row, tag), *self._route(row, tag))
+
+    def _route(self, row: Row, tag: str | None) -> tuple[str, str, str | None]:
+        return route(row, tag, own=self.stack.local_tag, index=self.stack.index,
+                     compat=self.compat)
 
     def _pin(self, key: str, req: Requirement, name: str, version: str) -> Pin | None:
         if not self.table.covers(name, version):
@@ -488,7 +504,8 @@ class PackageCheck:
                 hint=f"write {fit or name}",
             )
         line = str(req) if tag is not None or wanted is None else f"{name}=={version}+{wanted}"
-        return Pin(name, line, f"as written; {row.reason}", row.source)
+        reason, source, index = self._route(row, tag or wanted)
+        return Pin(name, line, f"as written; {reason}", source, index)
 
     def project_line(self, line: str, environment: Mapping[str, str]) -> Pin | None:
         """The pin a project's requirement ``line`` becomes when it names a companion

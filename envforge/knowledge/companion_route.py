@@ -1,0 +1,43 @@
+"""Where a companion's build comes from when it is not the stack's variant's.
+
+A PyTorch variant index carries only its own builds: torchaudio 2.11.0 was published with
+torch 2.11 (cu126, cu128, cu130), so beside torch 2.15.0+cu132 its +cu130 build fits (the
+same CUDA major; built on PyTorch's stable ABI, it works with every later torch) but the
+cu132 index has none (pytorch/pytorch#193651, pytorch/audio#4194): it comes from the cu130
+index. :func:`route` names that index and says why.
+"""
+
+from __future__ import annotations
+
+from envforge.knowledge.companions import Row
+from envforge.knowledge.table import CompatTable
+
+
+def sibling_index(index: str | None, own: str, tag: str) -> str | None:
+    """The index beside ``index`` serving ``tag`` (``.../whl/cu132`` → ``.../whl/cu130``);
+    None when ``index`` does not end with ``own``."""
+    if index is None:
+        return None
+    head = index.rstrip("/")
+    return head[: -len(own)] + tag if head.endswith(f"/{own}") else None
+
+
+def route(
+    row: Row, tag: str | None, *, own: str | None, index: str | None, compat: CompatTable
+) -> tuple[str, str, str | None]:
+    """(reason, source, index) of a build of ``row`` tagged ``tag`` beside a stack whose
+    builds carry ``own`` and come from ``index``: the index is None when the build is the
+    stack's own variant's, else the index serving ``tag`` (beside the stack's, else the
+    table's URL of that variant)."""
+    if tag is None or own is None or tag == own or row.accepts is not None:
+        return row.reason, row.source, None
+    url = sibling_index(index, own, tag)
+    if url is None:
+        release = compat.release(row.torch)
+        variant = release.variant(tag) if release is not None else None
+        url = variant.index if variant is not None else None
+    if url is None:
+        return row.reason, row.source, None
+    note = f" ({row.note})" if row.note else ""
+    return (f"{row.reason}; torch {row.torch} was published with no {own} build: the +{tag} "
+            f"build of the same CUDA major{note}, installed from {url}", row.source, url)
