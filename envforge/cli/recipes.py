@@ -168,13 +168,15 @@ def _project_view(project: Project, recipe: Recipe, stack: Stack) -> dict[str, o
     a requirement the stack's pins do not satisfy)."""
     from envforge.project.resolve import (  # noqa: PLC0415 - only with --project
         current_lock,
+        found_lock,
         lock_file,
         project_stack,
     )
 
     stack = project_stack(project, recipe, stack)
-    path = lock_file(project, recipe)
-    state = "current" if current_lock(project, recipe, stack) else (
+    current = current_lock(project, recipe, stack)
+    path = current or found_lock(project, recipe) or lock_file(project, recipe)
+    state = "current" if current else (
         "stale (run envforge lock again)" if path.is_file() else "none yet")
     family = {"torch": stack.torch, **{pin.name: pin.requirement for pin in stack.companions}}
     routed = {line: family[name] for line in project.requirements

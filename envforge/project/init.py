@@ -3,7 +3,10 @@ existing ones.
 
 pyproject.toml projects get a ``[tool.envforge]`` section appended (the rest of the file
 is kept byte for byte); requirements.txt projects get an ``envforge.toml`` beside it. Both
-say ``recipe = "auto"`` and hold one smoke check that imports the project.
+say ``recipe = "auto"`` and hold one smoke check, :data:`COMPILE_CHECK`: every ``.py``
+file of the project compiled in memory (a syntax error fails it; nothing imported, no
+bytecode written). Certification imports the project's package itself, once
+(``check:import``, :mod:`envforge.project.checks`).
 """
 
 from __future__ import annotations
@@ -43,12 +46,15 @@ def import_name(root: Path, name: str) -> str | None:
     return None
 
 
-def smoke_check(root: Path, name: str) -> str:
-    """The check ``init`` writes: import the project's package, else byte-compile its files."""
-    package = import_name(root, name)
-    if package is not None:
-        return f"python -c 'import {package}'"
-    return "python -m compileall -q ."
+#: The smoke check ``init`` writes: compile the project's ``.py`` files in memory (run in
+#: the project's folder; folders starting with a dot and ``site-packages`` skipped), so
+#: a syntax error in a script certification does not import fails it, and nothing is
+#: written (``python -m compileall`` would leave ``__pycache__`` in the project).
+COMPILE_CHECK = (
+    "python -c \"import pathlib; [compile(p.read_bytes(), str(p), 'exec')"
+    " for p in sorted(pathlib.Path('.').rglob('*.py'))"
+    " if not any(s.startswith('.') or s == 'site-packages' for s in p.parts)]\""
+)
 
 
 def _section(check: str, header: str | None) -> str:
@@ -85,7 +91,7 @@ def init_project(folder: Path) -> Path:
     Raises :class:`ProjectError` when settings exist already (nothing is changed).
     """
     project = load_project(folder)
-    check = smoke_check(project.root, project.name)
+    check = COMPILE_CHECK
     if project.source.name == PYPROJECT:
         path = project.source
         text = read_text(path, error=ProjectError, max_bytes=MAX_BYTES)

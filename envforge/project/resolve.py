@@ -2,9 +2,12 @@
 
 The stack's pins win (:func:`envforge.project.fit.check_fits` runs first); everything
 else is resolved by uv with the stack's lines as requirements (torch, the companions and
-the NumPy bound pinned), the project's ``-c`` lines as constraints, and written with hashes
-to ``<project>/envforge-<recipe>.lock.txt``: one lock per recipe, which the next build of
-the project installs exactly.
+the NumPy bound pinned), the project's ``-c`` lines as constraints, and written with hashes:
+one lock per recipe, which the next build of the project installs exactly. ``envforge lock
+--project`` writes it into the project (``<project>/envforge-<recipe>.lock.txt``, asked
+for); a build that finds no current lock writes it there only when the project already
+holds one, else under ``$ENVFORGE_HOME/projects/<project key>/`` (nothing unasked in the
+project's folder). Both backends read the project's lock from these two places.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from envforge import lock
+from envforge.core.paths import state_dir
 from envforge.errors import ConstraintViolation
 from envforge.knowledge import load_table
 from envforge.knowledge.companions import CompanionTable, load_companions
@@ -26,8 +30,31 @@ from envforge.stack import PackageCheck, Stack, stack_of
 
 
 def lock_file(project: Project, recipe: Recipe) -> Path:
-    """Where the project's lock for ``recipe`` lives: in the project, one per recipe."""
+    """The project's own lock for ``recipe`` (``envforge lock --project``): in the project,
+    one per recipe."""
     return project.root / f"envforge-{recipe.name}{lock.LOCK_SUFFIX}"
+
+
+def home_lock_file(project: Project, recipe: Recipe) -> Path:
+    """Where a build keeps the lock it resolved unasked: under ``$ENVFORGE_HOME``, keyed by
+    the project (its name and folder), never in the project's folder."""
+    return state_dir() / "projects" / project.key() / lock_file(project, recipe).name
+
+
+def lock_target(project: Project, recipe: Recipe) -> Path:
+    """Where a build writes the lock it had to resolve: the project's own file when the
+    user put one there (``envforge lock --project``), else :func:`home_lock_file`."""
+    asked = lock_file(project, recipe)
+    return asked if asked.is_file() or asked.is_symlink() else home_lock_file(project, recipe)
+
+
+def found_lock(project: Project, recipe: Recipe) -> Path | None:
+    """The project's lock file for ``recipe`` that exists, current or not: the project's
+    own first, then the one a build kept; None without either."""
+    for path in (lock_file(project, recipe), home_lock_file(project, recipe)):
+        if path.is_file():
+            return path
+    return None
 
 
 def project_stack(project: Project, recipe: Recipe, stack: Stack | None = None) -> Stack:
@@ -61,14 +88,14 @@ def write_project_lock(
 
 def current_lock(project: Project, recipe: Recipe, stack: Stack) -> Path | None:
     """The project's lock for ``recipe`` when it matches what the project asks for now
-    (``stack`` already holds the project's requirements); else None (stale or absent)."""
-    path = lock_file(project, recipe)
-    if not path.is_file():
-        return None
-    if lock.lock_digest(path) != lock.inputs_digest(recipe, stack, project.constraints):
-        return None
-    lock.check_lock(path, recipe.name, lock.direct_references(stack))
-    return path
+    (``stack`` already holds the project's requirements), the project's own first, then
+    the one a build kept; else None (stale or absent)."""
+    digest = lock.inputs_digest(recipe, stack, project.constraints)
+    for path in (lock_file(project, recipe), home_lock_file(project, recipe)):
+        if path.is_file() and lock.lock_digest(path) == digest:
+            lock.check_lock(path, recipe.name, lock.direct_references(stack))
+            return path
+    return None
 
 
 def route_project(

@@ -40,8 +40,8 @@ open("trained.txt", "w").write(f"{os.getcwd()} {demo_trainer.VALUE} {torch.__ver
 """
 
 
-#: Checks as ``envforge init`` writes them for a folder without a package (compileall
-#: writes bytecode: the folder is mounted read-only, so under /tmp) and a command.
+#: Two command checks; compileall writes bytecode: the folder is mounted read-only, so
+#: it goes under /tmp (``envforge init`` itself writes a check that writes nothing).
 CHECKS = '"python -c \'import six\'", "python -m compileall -q ."'
 
 
@@ -80,7 +80,11 @@ def test_a_project_image_is_certified_runs_the_project_and_keeps_torchs_layer(  
     assert "check:python -c 'import six'" in first.stderr
     assert "check:python -m compileall -q ." in first.stderr
     assert not list(project.rglob("__pycache__"))  # certification wrote nothing there
-    assert (project / "envforge-cpu.lock.txt").is_file()  # resolved, hashed, kept
+    # resolved, hashed, kept: under ENVFORGE_HOME, nothing unasked in the project
+    assert not (project / "envforge-cpu.lock.txt").exists()
+    (home_lock,) = (envforge.home / "projects").glob("demo-trainer-*/envforge-cpu.lock.txt")
+    assert str(home_lock) in first.stderr
+    assert "(kept outside the project;" in first.stderr
     before = inspect_image(client, ref)
     assert before is not None
     recipes_own = inspect_image(client, "envforge/cpu:torch2.13.0-cpu-py3.11")
@@ -104,7 +108,7 @@ def test_a_project_image_is_certified_runs_the_project_and_keeps_torchs_layer(  
     assert after.id != before.id
     assert after.layers[:-1] == before.layers[:-1]  # base, Python, torch, NumPy: reused
     assert after.layers[-1] != before.layers[-1]
-    assert "idna==" in (project / "envforge-cpu.lock.txt").read_text()
+    assert "idna==" in home_lock.read_text()
 
     # a failing check fails certification naming it, and the tag stays where it was
     write_project(project, '"six", "idna"', checks='"python -c \'raise SystemExit(3)\'"')

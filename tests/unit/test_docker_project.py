@@ -10,6 +10,7 @@ import pytest
 
 from envforge import lock
 from envforge.backends import docker
+from envforge.backends.docker import projects
 from envforge.backends.docker.projects import (
     image_problem,
     import_path,
@@ -26,7 +27,7 @@ from envforge.probe.runner import ProbeListener, ProbeTarget
 from envforge.probe.spec import ProbeSpec
 from envforge.project.model import Project
 from envforge.project.read import load_project
-from envforge.project.resolve import lock_file, project_stack
+from envforge.project.resolve import home_lock_file, lock_file, project_stack
 from envforge.render import RenderOptions, render_dockerfile
 from envforge.render.project import project_context
 from envforge.stack import stack_of
@@ -370,3 +371,45 @@ def test_an_image_certified_with_other_checks_is_not_the_projects_image(tmp_path
     problem = image_problem(info, ref, more, RECIPE)
     assert problem is not None
     assert "the checks of demo-proj changed" in problem
+
+
+def test_a_lock_resolved_unasked_goes_under_envforge_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 29 §6: a build that must resolve writes nothing into the project's folder;
+    the lock goes under ENVFORGE_HOME keyed by the project, said once, and is found there
+    next time. A lock the user put into the project (``lock --project``) is updated there."""
+    project = make_project(tmp_path / "p")
+    asked = lock_file(project, RECIPE)
+    written: list[Path | None] = []
+
+    def fake_write(project: Project, recipe: object, **kw: Path | None) -> lock.LockResult:
+        out = kw["output"]
+        assert out is not None
+        written.append(out)
+        body = write_current_lock(project).read_bytes()  # a current lock's text
+        asked.unlink()
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(body)
+        return lock.LockResult(path=out, count=6)
+
+    monkeypatch.setattr(projects, "write_project_lock", fake_write)
+    said: list[str] = []
+    built = prepare(RECIPE, project, wheelhouse=None, ca_bundle=None, platform=None,
+                    say=said.append)
+    kept = home_lock_file(project, RECIPE)
+    assert written == [kept]
+    assert built.lock_path == kept
+    assert not asked.exists()
+    assert sorted(p.name for p in project.root.iterdir()) == ["pyproject.toml", "src"]
+    assert any(line.startswith(f"wrote {kept} (kept outside the project;") for line in said)
+    said.clear()
+    assert prepare(RECIPE, project, wheelhouse=None, ca_bundle=None, platform=None,
+                   say=said.append).lock_path == kept  # current: found, nothing written
+    assert written == [kept]
+    assert not any("wrote" in line for line in said)
+
+    asked.write_text("# envforge-lock: recipe=cpu inputs=sha256:old python=3.11\n")
+    kept.unlink()
+    prepare(RECIPE, project, wheelhouse=None, ca_bundle=None, platform=None, say=said.append)
+    assert written[-1] == asked  # the user's own lock, stale: rewritten where it is

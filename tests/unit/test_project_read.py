@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from envforge.cli import main
 from envforge.errors import ProjectError
-from envforge.project.init import import_name, init_project
+from envforge.project.checks import project_checks
+from envforge.project.init import COMPILE_CHECK, import_name, init_project
 from envforge.project.read import load_project
 
 
@@ -203,7 +207,7 @@ def test_init_appends_section_keeping_the_file(tmp_path: Path) -> None:
     assert text.startswith(PYPROJECT)
     project = load_project(tmp_path)
     assert project.recipe == "auto"
-    assert project.checks == ("python -c 'import my_trainer'",)
+    assert project.checks == (COMPILE_CHECK,)  # the package: certification's check:import
     with pytest.raises(ProjectError, match="never overwrites"):
         init_project(tmp_path)
     assert path.read_text("utf-8") == text
@@ -216,11 +220,35 @@ def test_init_requirements_project_writes_envforge_toml(tmp_path: Path) -> None:
     assert path == tmp_path.resolve() / "envforge.toml"
     project = load_project(tmp_path)
     assert project.recipe == "auto"
-    assert project.checks == ("python -m compileall -q .",)
+    assert project.checks == (COMPILE_CHECK,)
     before = path.read_bytes()
     with pytest.raises(ProjectError, match="never overwrites"):
         init_project(tmp_path)
     assert path.read_bytes() == before
+
+
+def test_inits_check_imports_once_and_writes_no_bytecode(tmp_path: Path) -> None:
+    """Issue 29 §6: the project's package is imported by certification's own step, once;
+    the check init writes compiles every script in memory and writes nothing."""
+    write(tmp_path, "pyproject.toml", PYPROJECT)
+    write(tmp_path, "src/my_trainer/__init__.py", "import sys\nsys.exit('imported')\n")
+    write(tmp_path, "train.py", "print('hi')\n")
+    write(tmp_path, ".venv/lib/site-packages/broken.py", "def (\n")
+    init_project(tmp_path)
+    project = load_project(tmp_path)
+    steps = [c.step for c in project_checks(project)]
+    assert steps == ["check:import my_trainer", f"check:{COMPILE_CHECK}"]
+    argv = shlex.split(COMPILE_CHECK)
+    done = subprocess.run([sys.executable, *argv[1:]], cwd=tmp_path, capture_output=True,
+                          text=True, check=False, env={**os.environ, "PYTHONPATH": ""})
+    assert done.returncode == 0, done.stderr  # nothing imported, .venv skipped
+    assert not list(tmp_path.rglob("__pycache__"))
+    write(tmp_path, "scripts/bad.py", "def (\n")
+    done = subprocess.run([sys.executable, *argv[1:]], cwd=tmp_path, capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 1
+    assert "bad.py" in done.stderr
+    assert not list(tmp_path.rglob("__pycache__"))
 
 
 def test_import_name_layouts(tmp_path: Path) -> None:

@@ -28,7 +28,13 @@ from envforge.probe.spec import CheckFile
 from envforge.project.checks import checks_digest, project_checks
 from envforge.project.init import import_name
 from envforge.project.model import Project
-from envforge.project.resolve import current_lock, project_stack, write_project_lock
+from envforge.project.resolve import (
+    current_lock,
+    lock_file,
+    lock_target,
+    project_stack,
+    write_project_lock,
+)
 from envforge.recipe.model import Recipe
 from envforge.render.context import LockedInstall
 from envforge.render.project import (
@@ -103,9 +109,13 @@ def prepare(
     path = current_lock(project, recipe, stack)
     if path is None:
         say(f"no current lock for {project.name} on {recipe.name}: resolving it")
+        target = lock_target(project, recipe)
         path = write_project_lock(project, recipe, wheelhouse=wheelhouse,
-                                  ca_bundle=ca_bundle).path
-        say(f"wrote {path}")
+                                  ca_bundle=ca_bundle, output=target).path
+        where = "" if target == lock_file(project, recipe) else (
+            f" (kept outside the project; `envforge lock {recipe.name} --project"
+            f" {project.root}` writes it into the project)")
+        say(f"wrote {path}{where}")
     # torch's layer takes the whole family, the project's torchvision too: from the
     # stack's index or the wheelhouse, as the recipe's own companions
     locked, lines = split_project_lock(path, replace(stack, project=()))
