@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import time
@@ -57,6 +56,7 @@ from envforge.backends.venvfs import (
     verify_records,
 )
 from envforge.backends.venvscan import CERTIFIED_LIST, certified_list, save_memo, scan
+from envforge.core import jsonlimits
 from envforge.core.fsutil import (
     check_folder_target,
     make_dirs,
@@ -365,7 +365,7 @@ def _with_bytecode(aside: Path, content: Mapping[str, str]) -> Mapping[str, str]
     now = content_digests(aside)
     if now != content:
         path = aside / MARKER_DIR / BUILD_MARKER
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = jsonlimits.load_file(path)  # written above by _build_aside
         data["content"] = now
         write_atomically(path, _marker_json(data))
     return now
