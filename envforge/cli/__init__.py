@@ -50,6 +50,7 @@ COMMANDS: Mapping[str, str] = {
     "init": "envforge.cli.project:init_cmd",
     "fleet": "envforge.cli.fleet:fleet",
     "audit": "envforge.cli.audit:audit",
+    "attest": "envforge.cli.attest:attest",
 }
 
 
@@ -91,6 +92,10 @@ SUMMARIES: Mapping[str, str] = {
     'evidence': 'Certification evidence: import reports and registry images, export bundles.',
     'fleet': "Certify recipes on a fleet's nodes: Slurm arrays, Kubernetes Jobs, Actions matrix.",
     'audit': 'Check an environment: GPU code, duplicate libraries, extensions, companions.',
+    'attest': (
+        'Signed in-toto attestations of certifications: check them (signature, '
+        'subject).'
+    ),
 }
 
 

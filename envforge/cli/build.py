@@ -14,6 +14,7 @@ import click
 
 from envforge.backends import BACKENDS, Options, default_backend, pick
 from envforge.backends.base import ProbeFailed, refuse_foreign
+from envforge.cli.attest import attest_option, attest_result, check_attest
 from envforge.cli.common import (
     backend_extra,
     backend_flags,
@@ -57,6 +58,7 @@ from envforge.recipe.model import Level
 @backend_option("Build an image (docker, the default) or a virtualenv on this host (venv).")
 @backend_flags("build")
 @signing_key_option
+@attest_option
 @summary_option
 @gpu_option
 @set_option
@@ -73,6 +75,7 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
     report_dir: Path | None,
     backend: str | None,
     signing_key: Path | None,
+    attest_file: Path | None,
     summary_file: Path | None,
     gpu: str | None,
     overrides: tuple[str, ...],
@@ -93,6 +96,7 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
 
     if report_dir is not None:  # before any work: a file in the way is exit 2, one line
         check_folder_target(report_dir, setting="--report", files=REPORT_FILES)
+    check_attest(attest_file, signing_key)
     project = load_project_option(project_dir, extras)
     recipe_ref = recipe_ref_for(recipe_ref, project)
     with summarizing(summary_file, f"envforge build {recipe_ref}") as notes:
@@ -132,6 +136,7 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
         if as_json:
             echo_json(result.to_dict())
         notes.add(result.report, result.facts())
+        attest_result(result, recipe, signing_key, attest_file)
         failure = result.failure()
         if failure is not None:
             raise failure

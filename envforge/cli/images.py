@@ -13,6 +13,7 @@ import click
 
 from envforge.backends import BACKENDS, Options, default_backend, docker, pick
 from envforge.backends.base import refuse_foreign
+from envforge.cli.attest import attest_option, attest_result, check_attest
 from envforge.cli.common import (
     backend_extra,
     backend_flags,
@@ -108,6 +109,7 @@ def _project_backend(refs: Sequence[str], project: Project | None) -> str | None
 @backend_option("Certify on this backend (default: docker; IMAGE refs: docker).")
 @backend_flags("certify")
 @signing_key_option
+@attest_option
 @summary_option
 @gpu_option
 @set_option
@@ -121,6 +123,7 @@ def certify(  # noqa: PLR0917 - click passes options positionally by name
     report_dir: Path | None,
     backend: str | None,
     signing_key: Path | None,
+    attest_file: Path | None,
     summary_file: Path | None,
     gpu: str | None,
     overrides: tuple[str, ...],
@@ -139,6 +142,7 @@ def certify(  # noqa: PLR0917 - click passes options positionally by name
 
     if report_dir is not None:  # before any work: a file in the way is exit 2, one line
         check_folder_target(report_dir, setting="--report", files=REPORT_FILES)
+    check_attest(attest_file, signing_key)
     project = load_project_option(project_dir, extras)
     backend = backend or _project_backend(refs, project) or default_backend()
     chosen = BACKENDS[backend]
@@ -176,6 +180,7 @@ def certify(  # noqa: PLR0917 - click passes options positionally by name
             )
             result = chosen.certify(recipe, options)
             notes.add(result.report, result.facts(), title=f"envforge certify {ref}")
+            attest_result(result, recipe, signing_key, attest_file)
             row = {"ref": ref, "recipe": recipe.name, **result.to_dict()}
             results.append(row)
             failure = result.failure()

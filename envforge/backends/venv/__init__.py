@@ -186,7 +186,8 @@ def venv_options(options: Options | VenvOptions) -> VenvOptions:
     if isinstance(options, VenvOptions):
         return options
     if options.signing_key is not None:
-        options.say("venv certifications are not signed (--signing-key signs Docker images)")
+        options.say("the venv's certificate is not signed; --signing-key signs its in-toto"
+                    " attestation (.envforge/attestations.intoto.jsonl)")
     extra = options.extra
     environ = options.environ
     if options.gpus is not None:

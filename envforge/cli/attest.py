@@ -1,0 +1,218 @@
+"""``attest verify`` and the ``--attest FILE`` of ``build`` and ``certify``: signed in-toto
+attestations of certifications (formats: :mod:`envforge.publish.attestation`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from envforge.cli.common import echo_json, json_option, note, say, trust_option
+from envforge.core.fsutil import check_file_target
+from envforge.errors import CertificationFailed, InvalidInput
+
+if TYPE_CHECKING:
+    from envforge.publish.attest_verify import Checked
+    from envforge.publish.dsse import Envelope
+    from envforge.publish.signing import SigningKey
+    from envforge.recipe.model import Recipe
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def attest_option(func: F) -> F:
+    """``--attest FILE``: also append each certification's attestation to FILE."""
+    return click.option(
+        "--attest",
+        "attest_file",
+        type=click.Path(path_type=Path),
+        metavar="FILE",
+        default=None,
+        help="Also append each certification's signed in-toto attestation to FILE "
+        "(.intoto.jsonl; needs --signing-key).",
+    )(func)
+
+
+def check_attest(attest_file: Path | None, signing_key: Path | None) -> None:
+    """Before any work: ``--attest`` needs a key, and FILE must be a file one can write."""
+    if attest_file is None:
+        return
+    if signing_key is None or not str(signing_key):
+        raise InvalidInput(
+            f"--attest {attest_file}: an attestation is signed, and no signing key is given",
+            hint="add --signing-key KEY (or set ENVFORGE_SIGNING_KEY); "
+            "envforge keys generate -o DIR makes one",
+        )
+    check_file_target(attest_file, setting="--attest")
+
+
+def _docker_envelope(certified: Any, key: SigningKey) -> tuple[Envelope, Path]:
+    """The attestation of a Docker certification, and the store file it goes to."""
+    from envforge.core import paths  # noqa: PLC0415 - only when attesting
+    from envforge.evidence.redact import Redactor  # noqa: PLC0415 - as above
+    from envforge.publish import attestation as at  # noqa: PLC0415 - as above
+
+    cert = certified.outcome.certificate
+    image = certified.outcome.certified_image or str(cert.data["image"]["candidate"])
+    subject = at.image_subject(certified.certified_tag, image)
+    pred = at.predicate(
+        report=cert.report, backend="docker",
+        recipe={"name": cert.recipe_name, "hash": cert.recipe_hash, "stack_tag": cert.stack_tag},
+        stack=cert.data.get("stack"), certificate=cert.digest, redact=Redactor.for_this_host(),
+    )
+    envelope = at.attest(subject, pred, key)
+    target = at.store_path(paths.state_dir() / "attestations", subject)
+    at.append(target, envelope, setting="the attestation store")
+    return envelope, target
+
+
+def _venv_envelope(venv: Path, recipe: Recipe, key: SigningKey) -> tuple[Envelope, Path]:
+    """The attestation of a venv's certification, kept in its ``.envforge`` folder."""
+    from envforge.backends.venv.attesting import (  # noqa: PLC0415 - only when attesting
+        attestations_file,
+        certified,
+    )
+    from envforge.evidence.redact import Redactor  # noqa: PLC0415 - as above
+    from envforge.publish import attestation as at  # noqa: PLC0415 - as above
+    from envforge.stack import stack_of  # noqa: PLC0415 - as above
+
+    subject, cert = certified(venv)
+    pred = at.predicate(
+        report=cert.get("report") or {}, backend="venv",
+        recipe={"name": str(cert.get("recipe")), "hash": str(cert.get("recipe_hash")),
+                "stack_tag": recipe.stack_tag},
+        stack=stack_of(recipe).to_dict(), redact=Redactor.for_this_host(),
+    )
+    envelope = at.attest(subject, pred, key)
+    target = attestations_file(venv)
+    at.keep_for_subject(target, envelope, subject)
+    return envelope, target
+
+
+def attest_result(
+    result: Any, recipe: Recipe, signing_key: Path | None, attest_file: Path | None
+) -> None:
+    """Sign the attestation of a build's or certify's result (a signing key configured);
+    it goes to the store (Docker) or the venv's ``.envforge`` folder, and to
+    ``attest_file``. Nothing without a key or a certification."""
+    if signing_key is None or not str(signing_key):
+        return
+    from envforge.cli.common import load_signer  # noqa: PLC0415 - loads cryptography
+    from envforge.publish.attestation import append  # noqa: PLC0415 - only when attesting
+
+    key = load_signer(signing_key)
+    if key is None:
+        return
+    certified = getattr(result, "certification", result)  # a DockerBuildResult holds one
+    if certified is not None and hasattr(certified, "outcome"):
+        envelope, kept = _docker_envelope(certified, key)
+    elif hasattr(result, "interpreter") and result.certified:
+        envelope, kept = _venv_envelope(Path(result.path), recipe, key)
+    else:
+        return
+    if attest_file is not None:
+        append(attest_file, envelope)
+    also = f" and {attest_file}" if attest_file is not None else ""
+    say(f"attestation signed by {key.public.label}: {kept}{also}")
+
+
+# --------------------------------------------------------------------------- attest verify
+
+
+@click.group()
+def attest() -> None:
+    """Signed in-toto attestations of certifications: check them (signature, subject)."""
+
+
+def _image_id(ref: str) -> str:
+    from envforge.backends.docker.engine import connect  # noqa: PLC0415 - loads the SDK
+    from envforge.backends.docker.images import inspect_image  # noqa: PLC0415 - as above
+
+    client = connect()
+    try:
+        info = inspect_image(client, ref)
+    finally:
+        client.close()
+    if info is None:
+        raise InvalidInput(f"--image {ref}: no such image on this engine",
+                           hint="pull or build it first, or give --subject sha256:HEX")
+    return str(info.id)
+
+
+def _expected(subject: str | None, image: str | None) -> str | None:
+    if subject and image:
+        raise InvalidInput("--subject and --image exclude each other", hint="give one")
+    if image:
+        return _image_id(image)
+    if subject is None:
+        return None
+    value = subject.split(":", 1)[-1]
+    if len(value) != 64 or any(ch not in "0123456789abcdef" for ch in value):
+        raise InvalidInput(f"--subject {subject}: not a sha256 digest",
+                           hint="give sha256:<64 hex digits>, e.g. the image ID")
+    return "sha256:" + value
+
+
+def _checks(path: Path, trust: Any, expected: str | None) -> list[Checked]:
+    from envforge.publish.attest_verify import check_file  # noqa: PLC0415 - keeps --help light
+
+    if path.is_dir():
+        from envforge.backends.venv.attesting import (  # noqa: PLC0415 - venvs only
+            attestations_file,
+            certified,
+        )
+
+        subject, _cert = certified(path)
+        return check_file(attestations_file(path), trust, subject.digest)
+    if expected is None:
+        raise InvalidInput(
+            f"{path}: which image the attestations must be about is not given",
+            hint="add --subject sha256:HEX (the image ID) or --image REF",
+        )
+    return check_file(path, trust, expected)
+
+
+@attest.command("verify")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path),
+                metavar="FILE|VENV...")
+@trust_option("Trust file of envforge.pub lines (repeatable; default: $ENVFORGE_TRUSTED_KEYS).")
+@click.option("--subject", metavar="sha256:HEX", default=None,
+              help="The image ID a FILE's attestations must name as their subject.")
+@click.option("--image", metavar="REF", default=None,
+              help="As --subject, the ID of this image on the engine.")
+@json_option
+def verify_cmd(paths: tuple[Path, ...], trust: tuple[Path, ...], subject: str | None,
+               image: str | None, as_json: bool) -> None:
+    """Check attestation files (or a venv's) against trusted keys, subject and schema.
+
+    Lists each attestation (pass/FAIL, recipe, arch, host, signer; REFUSED with why),
+    then how many, from how many hosts and archs, and what passed. Exit 1 when one is
+    refused (no trusted signature, another subject, a predicate outside the schema) or
+    none records a pass.
+    """
+    from envforge.publish.attest_verify import describe, tally  # noqa: PLC0415 - light --help
+    from envforge.publish.signing import load_trust, trust_paths  # noqa: PLC0415 - as above
+
+    files = trust_paths(list(trust))
+    if not files:
+        raise InvalidInput("attest verify needs trusted keys to check signatures against",
+                           hint="add --trust envforge.pub (or set ENVFORGE_TRUSTED_KEYS)")
+    trusted = load_trust(files, setting="--trust" if trust else "ENVFORGE_TRUSTED_KEYS")
+    expected = _expected(subject, image)
+    checks = [c for path in paths for c in _checks(path, trusted, expected)]
+    counts = tally(checks)
+    if as_json:
+        echo_json({"attestations": [c.to_dict() for c in checks], "summary": counts.to_dict()})
+    else:
+        for check in checks:
+            click.echo(describe(check))
+        note(counts.line())
+    refused = counts.total - counts.verified
+    if refused or not counts.passed:
+        raise CertificationFailed(
+            f"{refused} of {counts.total} attestation(s) refused" if refused
+            else f"none of {counts.total} attestation(s) records a pass",
+            hint="see the lines above; only attestations signed by a --trust key count",
+        )
