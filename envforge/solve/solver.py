@@ -50,6 +50,7 @@ from envforge.host.arch import (
     sort_key,
     vendor_of,
 )
+from envforge.knowledge.arch_checks import jetpack_note, jetson_info
 from envforge.knowledge.links import evidence_links
 from envforge.knowledge.table import (
     PLATFORMS,
@@ -358,6 +359,8 @@ def _arch_notes(arch: str, best: Stack, table: CompatTable) -> list[str]:
     info = table.arch_info(arch)
     if info is not None and info.official:
         notes.append(f"{arch} official support: {table.cite(info.official)}")
+    jetpack = jetpack_note(arch, table, best.platform)
+    notes += [jetpack] if jetpack else []
     o = table.override_for(arch)
     if o is not None and best.override is None and o.status != "works":
         notes.append(
@@ -372,6 +375,11 @@ def _platform(arch: str, request: SolveRequest, table: CompatTable) -> str:
     the one asked for (default linux/amd64)."""
     where = table.arch_platform(arch)
     if where == "tegra":
+        # a JetPack line whose CUDA is SBSA runs the asked platform's wheels (7.2: Orin)
+        route = table.tegra
+        asked = request.platform
+        if route is not None and asked and route.running(arch, asked) is not None:
+            return asked
         return where
     if where and request.platform not in (None, where):
         raise NoStack(
@@ -467,7 +475,7 @@ def _stack_for(
     numpy, _ = numpy_spec(c.release, python, table)
     if not any(SpecifierSet(numpy).contains(v) for v in table.numpy_installable(python)):
         return None, f"no NumPy release admitted by {numpy} has a wheel for Python {python}"
-    confidence, doubts = _doubts(c, arch, table.arch_info(arch))
+    confidence, doubts = _doubts(c, arch, jetson_info(arch, table))
     accel = c.variant.version or ""
     return (
         Stack(
