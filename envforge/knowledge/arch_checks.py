@@ -232,6 +232,12 @@ def tegra_route(t: CompatTable, arch: str) -> str:
     return "; ".join(f"on {j.label}: {j.route} ({j.confidence})" for j in rows)
 
 
+def jetpack_runs(t: CompatTable, arch: str, platform: str | None) -> bool:
+    """A JetPack line runs ``platform``'s wheels on the Jetson ``arch`` (7.2: Orin)."""
+    return bool(platform) and t.tegra is not None and (
+        t.tegra.running(arch, platform or "") is not None)
+
+
 def jetson_info(arch: str, t: CompatTable) -> ArchInfo | None:
     """The arch's row; for a Jetson arch on a JetPack line whose CUDA is SBSA (7.2:
     Orin), with that line's confidence and words: the arm64 wheels run there only."""

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from packaging.specifiers import SpecifierSet
 
@@ -142,6 +143,16 @@ def picks(
             )
         )
     return tuple(picks)
+
+
+def last_runnable(candidates: Sequence[Candidate]) -> str:
+    """``torch X+variant`` of the newest candidate whose variant is verified, for an error
+    saying which release could run the arch (an unconfirmed one only when no other is,
+    and then marked so)."""
+    last = next((c for c in reversed(candidates) if c.variant.confidence == "verified"),
+                candidates[-1])
+    doubt = "" if last.variant.confidence == "verified" else f" ({last.variant.confidence})"
+    return f"torch {last.version}+{last.variant.name}{doubt}"
 
 
 def no_wheel_message(arch: str, table: CompatTable, platform: str = PLATFORMS[0]) -> str:
