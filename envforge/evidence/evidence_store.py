@@ -53,7 +53,7 @@ from envforge.evidence.records import (
     documents,
     parse_document,
 )
-from envforge.knowledge.parse import load_table
+from envforge.knowledge.compiled import load_table
 from envforge.knowledge.table import CompatTable
 
 #: Environment-snapshot keys a stored report keeps (versions only).

@@ -20,7 +20,7 @@ from envforge.core.fsutil import check_folder_target, make_dirs, write_atomicall
 from envforge.errors import InvalidInput, Unavailable
 from envforge.fleet import github, k8s, slurm
 from envforge.fleet.plan import Plan
-from envforge.knowledge.parse import load_table
+from envforge.knowledge.compiled import load_table
 
 
 def _yaml(doc: object) -> str:

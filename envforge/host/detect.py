@@ -60,7 +60,7 @@ from envforge.host.hostinfo import (
     TableSource,
     ToolRunner,
 )
-from envforge.knowledge.parse import load_table
+from envforge.knowledge.compiled import load_table
 from envforge.knowledge.table import CompatTable
 
 __all__ = [

@@ -18,7 +18,7 @@ from envforge.host.arch import (
 )
 from envforge.host.hostfs import host_int
 from envforge.host.hostinfo import MAX_GPU_COUNT, GpuInfo
-from envforge.knowledge.parse import load_table
+from envforge.knowledge.compiled import load_table
 from envforge.knowledge.table import CompatTable
 
 

@@ -1,10 +1,11 @@
 """Companion knowledge: which torchvision, torchaudio and Triton pair with each torch.
 
 The data is ``envforge/data/companions.yaml`` (see its header); :func:`load_companions`
-parses and checks it once per call. :class:`CompanionTable` answers the questions the
-stack asks: which release of a companion pairs with a torch release (:meth:`pairing`),
-whether a pinned release fits (:meth:`row`, :meth:`fits`), and :func:`propose_row` turns
-a companion wheel's metadata into a row for ``knowledge refresh``.
+parses and checks it (compiled once: :mod:`envforge.core.datacache`).
+:class:`CompanionTable` answers the questions the stack asks: which release of a
+companion pairs with a torch release (:meth:`pairing`), whether a pinned release fits
+(:meth:`row`, :meth:`fits`), and :func:`propose_row` turns a companion wheel's metadata
+into a row for ``knowledge refresh``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from envforge.core import yamlcheck
+from envforge.core import datacache, yamlcheck
 from envforge.core.patterns import CONFIDENCES, Confidence
 from envforge.core.resources import data_file
 from envforge.errors import TableError
@@ -146,9 +147,27 @@ _ROW_KEYS = (
 )
 
 
+#: The modules whose code decides what ``companions.yaml`` parses to.
+PARSER_MODULES = (
+    "knowledge/companions.py", "core/yamlcheck.py", "core/patterns.py", "core/datacache.py"
+)
+
+
 def load_companions(path: Path | None = None) -> CompanionTable:
-    """Parse and check ``companions.yaml`` (or ``path``); :class:`TableError` when malformed."""
-    where = path or data_file(DATA_FILE)
+    """Parse and check ``companions.yaml`` (or ``path``); :class:`TableError` when malformed.
+
+    The shipped file is read from its compiled form when that is fresh
+    (:mod:`envforge.core.datacache`), else parsed and compiled again."""
+    if path is not None:
+        return _load_file(path)
+    where = data_file(DATA_FILE)
+    return datacache.load(
+        "companions", [where], lambda: _load_file(where), CompanionTable,
+        (CompanionTable, Package, Row), code=PARSER_MODULES,
+    )
+
+
+def _load_file(where: Path) -> CompanionTable:
     data = yamlcheck.load_file(where, str(where.name), error=TableError)
     return parse_companions(data, where.name)
 

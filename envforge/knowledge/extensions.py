@@ -20,7 +20,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from envforge.core import yamlcheck
+from envforge.core import datacache, yamlcheck
 from envforge.core.patterns import CONFIDENCES, SM_RE, Confidence
 from envforge.core.resources import data_file
 from envforge.errors import TableError
@@ -104,10 +104,29 @@ def _sm(arch: str | None) -> int | None:
     return int(match.group(1)) if match else None
 
 
+#: The modules whose code decides what ``extensions.yaml`` parses to.
+PARSER_MODULES = (
+    "knowledge/extensions.py", "recipe/model.py", "core/yamlcheck.py", "core/patterns.py",
+    "core/datacache.py",
+)
+
+
 @lru_cache(maxsize=4)
 def load_extensions(path: Path | None = None) -> ExtensionTable:
-    """Parse and check ``extensions.yaml`` (or ``path``); :class:`TableError` when malformed."""
-    where = path or data_file(DATA_FILE)
+    """Parse and check ``extensions.yaml`` (or ``path``); :class:`TableError` when malformed.
+
+    The shipped file is read from its compiled form when that is fresh
+    (:mod:`envforge.core.datacache`), else parsed and compiled again."""
+    if path is not None:
+        return _load_file(path)
+    where = data_file(DATA_FILE)
+    return datacache.load(
+        "extensions", [where], lambda: _load_file(where), ExtensionTable,
+        (ExtensionTable, Release, Limit, KnownIssue), code=PARSER_MODULES,
+    )
+
+
+def _load_file(where: Path) -> ExtensionTable:
     data = yamlcheck.load_file(where, str(where.name), error=TableError)
     return parse_extensions(data, where.name)
 

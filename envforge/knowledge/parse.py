@@ -10,9 +10,7 @@ Every refusal is a :class:`~envforge.errors.TableError` naming the file and key 
 
 from __future__ import annotations
 
-import functools
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +18,6 @@ from typing import Any
 from packaging.version import Version
 
 from envforge.core import yamlcheck
-from envforge.core.resources import data_file
 from envforge.errors import TableError
 from envforge.knowledge.release import RELEASE_KEYS, RELEASE_REQUIRED, VARIANT_KEYS, read_release
 from envforge.knowledge.rows import (
@@ -34,7 +31,6 @@ from envforge.knowledge.rows import (
     read_floor,
     read_image,
     read_items,
-    read_jetpacks,
     read_model_names,
     read_numpy_releases,
     read_overrides,
@@ -170,13 +166,11 @@ def _tegra(tops: _Tops) -> TegraRoute | None:
     for c, top in tops:
         if top.get("tegra") is None:
             continue
-        body = c.mapping(top["tegra"], "tegra", ("route", "source", "jetpacks"),
-                         ("route", "source"))
+        body = c.mapping(top["tegra"], "tegra", ("route", "source"), ("route", "source"))
         found = TegraRoute(
             route=c.text(body["route"], "tegra.route"),
             source=c.text(body["source"], "tegra.source"),
             origin=c.source,
-            jetpacks=read_jetpacks(c, body.get("jetpacks")),
         )
     return found
 
@@ -332,84 +326,14 @@ def load_table_file(path: Path) -> CompatTable:
     return parse_layers([(path.name, data)], [text])
 
 
-#: Overlay files: ``os.pathsep``-separated files or folders of ``*.yaml``.
-KNOWLEDGE_PATH_ENV = "ENVFORGE_KNOWLEDGE_PATH"
-
-#: (path as given, st_mtime_ns, st_size): a file's identity for the table cache.
-OverlayKey = tuple[tuple[str, int, int], ...]
-
-
-def overlay_files(environ: Mapping[str, str] | None = None) -> tuple[Path, ...]:
-    """The overlay files, in the order they are applied (a later one wins).
-
-    ``$XDG_CONFIG_HOME/envforge/knowledge/*.yaml`` (default ``~/.config``) first, then
-    the entries of ``ENVFORGE_KNOWLEDGE_PATH`` from last to first, so its first entry
-    wins (like ``PATH``). A folder gives its ``*.yaml`` files in name order; an entry that
-    does not exist is a :class:`TableError` (exit 2).
-    """
-    env = os.environ if environ is None else environ
-    out: list[Path] = []
-    config = env.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    user_dir = Path(config) / "envforge" / "knowledge"
-    try:
-        has_user_dir = user_dir.is_dir()
-    except OSError:  # e.g. HOME is another user's (sudo, setpriv): not this user's folder
-        has_user_dir = False
-    if has_user_dir:
-        out += _yaml_files(user_dir)
-    entries = [e for e in env.get(KNOWLEDGE_PATH_ENV, "").split(os.pathsep) if e]
-    for entry in reversed(entries):
-        path = Path(entry)
-        if path.is_dir():
-            out += _yaml_files(path)
-        elif path.exists():
-            out.append(path)
-        else:
-            raise TableError(
-                str(path), "", f"no such file or folder (from {KNOWLEDGE_PATH_ENV})",
-                hint=f"fix or remove the entry in {KNOWLEDGE_PATH_ENV}",
-            )
-    return tuple(out)
-
-
-def _yaml_files(folder: Path) -> list[Path]:
-    try:
-        return sorted(p for p in folder.iterdir() if p.suffix == ".yaml")
-    except OSError as exc:
-        raise TableError(str(folder), "", f"cannot be listed: {exc.strerror or exc}") from None
-
-
-def overlay_key(files: Sequence[Path]) -> OverlayKey:
-    """The cache key of an overlay set: each file with its modification time and size."""
-    out: list[tuple[str, int, int]] = []
-    for f in files:
-        try:
-            st = f.stat()
-            out.append((str(f), st.st_mtime_ns, st.st_size))
-        except OSError:
-            out.append((str(f), -1, -1))
-    return tuple(out)
-
-
-def load_table(environ: Mapping[str, str] | None = None) -> CompatTable:
-    """The shipped table merged with the overlays (:func:`overlay_files`).
-
-    Parsed once per overlay set per process (an ``lru_cache`` of immutable values keyed
-    on the files, their modification times and sizes).
-    """
-    return _load_layers(overlay_key(overlay_files(environ)))
-
-
-@functools.lru_cache(maxsize=8)
-def _load_layers(key: OverlayKey) -> CompatTable:
-    shipped = data_file("compat.yaml")
-    text = yamlcheck.read_text(shipped, shipped.name, error=TableError)
-    layers: list[tuple[str, object]] = [
-        (shipped.name, yamlcheck.parse(text, shipped.name, error=TableError))
-    ]
-    texts: list[str | None] = [text]
-    for name, _, _ in key:
-        otext = yamlcheck.read_text(Path(name), name, error=TableError)
-        layers.append((name, yamlcheck.parse(otext, name, error=TableError)))
-        texts.append(otext)
+def load_layer_files(files: Sequence[Path]) -> CompatTable:
+    """Read, check and merge table files: the shipped table first, then the overlays
+    (:func:`envforge.knowledge.compiled.load_table` calls this when its cache is stale)."""
+    layers: list[tuple[str, object]] = []
+    texts: list[str | None] = []
+    for n, path in enumerate(files):
+        name = path.name if n == 0 else str(path)
+        text = yamlcheck.read_text(path, name, error=TableError)
+        layers.append((name, yamlcheck.parse(text, name, error=TableError)))
+        texts.append(text)
     return parse_layers(layers, texts)

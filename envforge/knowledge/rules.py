@@ -50,8 +50,8 @@ from packaging.version import InvalidVersion, Version
 
 from envforge.core.patterns import ENV_NAME_RE
 from envforge.knowledge.arch_checks import amd_arch, cuda_arch, platform_missing, tegra_arch
-from envforge.knowledge.explain import explain
-from envforge.knowledge.parse import load_table
+from envforge.knowledge.compiled import load_table
+from envforge.knowledge.pin_reasons import explain
 from envforge.knowledge.table import (
     PLATFORMS,
     CompatTable,
@@ -173,7 +173,7 @@ def _violations(recipe: Recipe, t: CompatTable, platform: str) -> Iterator[Viola
     elif published is None:
         yield _unpublished(recipe, release, t)
     else:
-        tegra = list(tegra_arch(recipe, published, t, platform))
+        tegra = list(tegra_arch(recipe, published, t))
         yield from tegra
         variant = published.for_platform(platform)
         if variant is None:

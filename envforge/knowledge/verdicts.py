@@ -1,6 +1,6 @@
 """The values the table's rules give: a :class:`Violation` (refusal or unknown) and a
 :class:`Reason` (why a pin is in a recipe), shared by :mod:`envforge.knowledge.rules`,
-:mod:`envforge.knowledge.arch_checks` and :mod:`envforge.knowledge.explain`."""
+:mod:`envforge.knowledge.arch_checks` and :mod:`envforge.knowledge.pin_reasons`."""
 
 from __future__ import annotations
 

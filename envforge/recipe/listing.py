@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from envforge import __version__
+from envforge.errors import EnvforgeError
 
 SCHEMA = "envforge.listing/1"
 CACHE_NAME = "listing.json"
@@ -90,8 +91,7 @@ def file_key(path: Path) -> str | None:
 
 def load_row(name: str, path: Path) -> Row:
     """Load one file with the real loader (the slow path)."""
-    from envforge.errors import EnvforgeError  # noqa: PLC0415 - light on a cache hit
-    from envforge.recipe.load import load_recipe_file  # noqa: PLC0415 - as above
+    from envforge.recipe.load import load_recipe_file  # noqa: PLC0415 - light on a cache hit
 
     try:
         recipe = load_recipe_file(path)
@@ -136,7 +136,6 @@ def _read_cache(cache: Path, stamp: str) -> dict[str, Row]:
 
 def _write_cache(cache: Path, stamp: str, rows: Mapping[str, Row]) -> None:
     from envforge.core.fsutil import write_atomically  # noqa: PLC0415 - only when the cache changes
-    from envforge.errors import EnvforgeError  # noqa: PLC0415 - as above
 
     text = json.dumps(
         {"schema": SCHEMA, "code": stamp, "rows": {k: r.to_dict() for k, r in rows.items()}},
