@@ -5,9 +5,18 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 from envforge.host.arch import gfx_from_isa
-from envforge.knowledge.table import PLATFORMS, CompatTable, Release, Variant, base_version
+from envforge.knowledge.table import (
+    PLATFORMS,
+    ArchInfo,
+    CompatTable,
+    JetPack,
+    Release,
+    Variant,
+    base_version,
+)
 from envforge.knowledge.verdicts import HSA_OVERRIDE, Violation, cite
 from envforge.recipe.model import Recipe
 
@@ -175,23 +184,80 @@ def cuda_arch(
 # --------------------------------------------------------------------------- explain
 
 
-def tegra_arch(recipe: Recipe, variant: Variant, t: CompatTable) -> Iterator[Violation]:
+def tegra_arch(
+    recipe: Recipe, variant: Variant, t: CompatTable, platform: str = ""
+) -> Iterator[Violation]:
     """A Jetson (Tegra) arch on the package index's wheels: refused unless the variant
-    has a sourced Jetson (``platforms: tegra``) row."""
+    has a sourced Jetson (``platforms: tegra``) row, or a JetPack line runs ``platform``'s
+    wheels on it (JetPack 7.2: Orin on the linux/arm64 wheels)."""
     arch = recipe.gpu.arch
     if recipe.gpu.vendor != "nvidia" or arch is None or t.arch_platform(arch) != "tegra":
         return
     if variant.for_platform("tegra") is not None:
         return
     route = t.tegra
+    if route is not None and platform and route.running(arch, platform) is not None:
+        return
     yield Violation(
         "tegra",
         f"{arch} is a Jetson (Tegra) GPU: torch {base_version(recipe.torch.version)}+"
         f"{variant.name} from the package index is built for x86_64 and server arm64 "
-        "(SBSA) CUDA and does not run on L4T/JetPack",
-        cite(t, route.source, route.origin) if route else "",
-        f"use {route.route}" if route else "use NVIDIA's JetPack wheels on an L4T base image",
+        "(SBSA) CUDA and does not run on L4T/JetPack" + (
+            " before the JetPack lines named in the fix" if jetpack_rows(t, arch) else ""),
+        cite(t, tegra_sources(t, arch), route.origin) if route else "",
+        f"use {tegra_route(t, arch)}",
     )
+
+
+def jetpack_rows(t: CompatTable, arch: str) -> tuple[JetPack, ...]:
+    return t.tegra.for_arch(arch) if t.tegra is not None else ()
+
+
+def tegra_sources(t: CompatTable, arch: str) -> str:
+    """The tegra route's source, then each JetPack line's serving ``arch``."""
+    route = t.tegra
+    if route is None:
+        return ""
+    return "; ".join([route.source, *(j.source for j in route.for_arch(arch))])
+
+
+def tegra_route(t: CompatTable, arch: str) -> str:
+    """NVIDIA's route for ``arch``, per JetPack line where the table has them."""
+    route = t.tegra
+    if route is None:
+        return "NVIDIA's JetPack wheels on an L4T base image"
+    rows = route.for_arch(arch)
+    if not rows:
+        return route.route
+    return "; ".join(f"on {j.label}: {j.route} ({j.confidence})" for j in rows)
+
+
+def jetpack_runs(t: CompatTable, arch: str, platform: str | None) -> bool:
+    """A JetPack line runs ``platform``'s wheels on the Jetson ``arch`` (7.2: Orin)."""
+    return bool(platform) and t.tegra is not None and (
+        t.tegra.running(arch, platform or "") is not None)
+
+
+def jetson_info(arch: str, t: CompatTable) -> ArchInfo | None:
+    """The arch's row; for a Jetson arch on a JetPack line whose CUDA is SBSA (7.2:
+    Orin), with that line's confidence and words: the arm64 wheels run there only."""
+    info = t.arch_info(arch)
+    route = t.tegra
+    jetpack = route.running(arch, PLATFORMS[1]) if route is not None else None
+    if info is None or info.platform != "tegra" or jetpack is None:
+        return info
+    return replace(info, confidence=jetpack.confidence, official=f"only on {jetpack.label}")
+
+
+def jetpack_note(arch: str, t: CompatTable, platform: str) -> str | None:
+    """For a Jetson arch solved on ``platform``'s wheels: on which JetPack they run."""
+    route = t.tegra
+    jetpack = route.running(arch, platform) if route is not None else None
+    if jetpack is None or t.arch_platform(arch) != "tegra":
+        return None
+    return (f"{arch} runs these {platform} wheels only on {jetpack.label} or later "
+            f"({jetpack.confidence}: {t.cite(jetpack.source)}); on an older JetPack use "
+            f"{tegra_route(t, arch)}")
 
 
 def platform_missing(

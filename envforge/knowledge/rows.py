@@ -26,6 +26,7 @@ from envforge.knowledge.table import (
     ArchInfo,
     BaseImage,
     DriverFloor,
+    JetPack,
     NumpyRelease,
     Override,
     PciProduct,
@@ -398,3 +399,36 @@ def read_arch_infos(c: Check, raw: object, path: str, *, amd: bool) -> tuple[Arc
         )
     return tuple(out)
 
+
+
+_JETPACK_KEYS = ("jetpack", "l4t", "cuda", "archs", "wheels", "route", "source", "confidence")
+#: Which wheels run on a JetPack line: NVIDIA's Jetson wheels only, or also the package
+#: index's server arm64 (SBSA) ones.
+JETPACK_WHEELS = ("tegra", "linux/arm64")
+
+
+def read_jetpacks(c: Check, value: object) -> tuple[JetPack, ...]:
+    """``tegra.jetpacks``: one row per JetPack line (see :class:`JetPack`)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise c.fail("tegra.jetpacks", f"expected a list, got {yamlcheck.kind(value)}")
+    out: list[JetPack] = []
+    for i, item in enumerate(value):
+        path = f"tegra.jetpacks[{i}]"
+        m = c.mapping(item, path, _JETPACK_KEYS, _JETPACK_KEYS[:-1])
+        archs = c.texts(m["archs"], f"{path}.archs")
+        for arch in archs:
+            if not SM_RE.match(arch):
+                raise c.fail(f"{path}.archs", f"{arch!r} is not an sm arch")
+        out.append(JetPack(
+            jetpack=c.text(m["jetpack"], f"{path}.jetpack"),
+            l4t=c.text(m["l4t"], f"{path}.l4t"),
+            cuda=c.text(m["cuda"], f"{path}.cuda"),
+            archs=archs,
+            wheels=c.choice(m["wheels"], f"{path}.wheels", JETPACK_WHEELS),
+            route=c.text(m["route"], f"{path}.route"),
+            source=c.text(m["source"], f"{path}.source"),
+            confidence=c.confidence(m.get("confidence", "community"), f"{path}.confidence"),
+        ))
+    return tuple(out)

@@ -110,12 +110,43 @@ class PlatformBuild:
 
 
 @dataclass(frozen=True)
+class JetPack:
+    """One JetPack line for Jetson boards (``tegra.jetpacks`` rows): its L4T release and
+    CUDA, the Jetson archs it serves, which wheels run there and NVIDIA's route."""
+
+    jetpack: str
+    l4t: str
+    cuda: str
+    archs: tuple[str, ...]
+    #: ``tegra``: only NVIDIA's Jetson wheels run; ``linux/arm64``: the package index's
+    #: server arm64 (SBSA) wheels run too (JetPack 7.2 on Orin).
+    wheels: str
+    route: str
+    source: str
+    confidence: Confidence = "community"
+
+    @property
+    def label(self) -> str:
+        return f"JetPack {self.jetpack} (L4T {self.l4t}, CUDA {self.cuda})"
+
+
+@dataclass(frozen=True)
 class TegraRoute:
-    """Where Jetson (Tegra, L4T) users get torch: not the package index's wheels."""
+    """Where Jetson (Tegra, L4T) users get torch: not the package index's wheels, except
+    on the JetPack lines whose ``wheels`` say otherwise."""
 
     route: str
     source: str
     origin: str = "compat.yaml"
+    jetpacks: tuple[JetPack, ...] = ()
+
+    def for_arch(self, arch: str) -> tuple[JetPack, ...]:
+        """The JetPack lines that serve ``arch``, oldest first."""
+        return tuple(j for j in self.jetpacks if arch in j.archs)
+
+    def running(self, arch: str, platform: str) -> JetPack | None:
+        """The newest JetPack line on which ``platform``'s wheels run ``arch``."""
+        return next((j for j in reversed(self.for_arch(arch)) if j.wheels == platform), None)
 
 
 @dataclass(frozen=True)

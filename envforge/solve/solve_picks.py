@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from packaging.specifiers import SpecifierSet
 
 from envforge.core.patterns import Confidence
+from envforge.knowledge.arch_checks import tegra_route, tegra_sources
 from envforge.knowledge.table import PLATFORMS, CompatTable, Release
 from envforge.solve.solution import HSA_OVERRIDE, Candidate, Pick, SolveRequest, Stack
 
@@ -143,6 +145,16 @@ def picks(
     return tuple(picks)
 
 
+def last_runnable(candidates: Sequence[Candidate]) -> str:
+    """``torch X+variant`` of the newest candidate whose variant is verified, for an error
+    saying which release could run the arch (an unconfirmed one only when no other is,
+    and then marked so)."""
+    last = next((c for c in reversed(candidates) if c.variant.confidence == "verified"),
+                candidates[-1])
+    doubt = "" if last.variant.confidence == "verified" else f" ({last.variant.confidence})"
+    return f"torch {last.version}+{last.variant.name}{doubt}"
+
+
 def no_wheel_message(arch: str, table: CompatTable, platform: str = PLATFORMS[0]) -> str:
     info = table.arch_info(arch)
     what = f"{arch} ({info.family})" if info else arch
@@ -150,11 +162,11 @@ def no_wheel_message(arch: str, table: CompatTable, platform: str = PLATFORMS[0]
         route = table.tegra
         text = (
             f"{what} is a Jetson (Tegra) GPU: the package index's torch wheels are built for "
-            "x86_64 and server arm64 (SBSA) CUDA and do not run on L4T/JetPack, and the "
-            "table has no Jetson row for it"
+            "x86_64 and server arm64 (SBSA) CUDA and do not run on L4T/JetPack"
         )
         if route is not None:
-            text += f"; use {route.route} (source: {table.cite(route.source)})"
+            text += (f"; use {tegra_route(table, arch)} (source: "
+                     f"{table.cite(tegra_sources(table, arch))})")
         return text
     text = f"no published torch wheel in the compatibility table runs {what}"
     if platform != PLATFORMS[0]:
@@ -175,6 +187,13 @@ def no_wheel_message(arch: str, table: CompatTable, platform: str = PLATFORMS[0]
 
 def no_wheel_hint(arch: str, table: CompatTable, platform: str = PLATFORMS[0]) -> str:
     if platform == "tegra":
+        route = table.tegra
+        sbsa = route.running(arch, PLATFORMS[1]) if route is not None else None
+        if sbsa is not None:
+            return (
+                f"on {sbsa.label}: envforge solve {arch} --platform {PLATFORMS[1]}; on an "
+                "older JetPack install NVIDIA's Jetson wheels on an L4T base image"
+            )
         return (
             "install NVIDIA's JetPack torch wheel on an L4T base image, or add a sourced "
             "Jetson row (platforms: tegra) in a knowledge overlay"

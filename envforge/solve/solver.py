@@ -50,6 +50,7 @@ from envforge.host.arch import (
     sort_key,
     vendor_of,
 )
+from envforge.knowledge.arch_checks import jetpack_note, jetpack_runs, jetson_info
 from envforge.knowledge.links import evidence_links
 from envforge.knowledge.table import (
     PLATFORMS,
@@ -72,7 +73,13 @@ from envforge.solve.solution import (
     UnknownArch,
     Via,
 )
-from envforge.solve.solve_picks import no_wheel_hint, no_wheel_message, numpy_spec, picks
+from envforge.solve.solve_picks import (
+    last_runnable,
+    no_wheel_hint,
+    no_wheel_message,
+    numpy_spec,
+    picks,
+)
 
 __all__ = [
     "HSA_OVERRIDE",
@@ -297,10 +304,9 @@ def _solve(request: SolveRequest, table: CompatTable) -> Solution:
         else:
             stacks.append(replace(stack, platform=platform))
     if not stacks:
-        last = all_candidates[-1]
         raise NoStack(
             f"no published wheel runs {arch} under the constraints given ({rejected[-1]}); the "
-            f"last release that can run {arch} is torch {last.version}+{last.variant.name}",
+            f"last release that can run {arch} is {last_runnable(all_candidates)}",
             hint="drop or change --torch/--python/--base-image/--driver/--platform",
         )
 
@@ -358,6 +364,7 @@ def _arch_notes(arch: str, best: Stack, table: CompatTable) -> list[str]:
     info = table.arch_info(arch)
     if info is not None and info.official:
         notes.append(f"{arch} official support: {table.cite(info.official)}")
+    notes += [n for n in [jetpack_note(arch, table, best.platform)] if n]
     o = table.override_for(arch)
     if o is not None and best.override is None and o.status != "works":
         notes.append(
@@ -371,8 +378,8 @@ def _platform(arch: str, request: SolveRequest, table: CompatTable) -> str:
     """The wheels' platform: ``tegra`` for Jetson archs, the arch's only platform, else
     the one asked for (default linux/amd64)."""
     where = table.arch_platform(arch)
-    if where == "tegra":
-        return where
+    if where == "tegra":  # a JetPack line whose CUDA is SBSA (7.2: Orin) runs those wheels
+        return request.platform or where if jetpack_runs(table, arch, request.platform) else where
     if where and request.platform not in (None, where):
         raise NoStack(
             f"{arch} exists only on {where} hosts; --platform {request.platform} has no "
@@ -467,7 +474,7 @@ def _stack_for(
     numpy, _ = numpy_spec(c.release, python, table)
     if not any(SpecifierSet(numpy).contains(v) for v in table.numpy_installable(python)):
         return None, f"no NumPy release admitted by {numpy} has a wheel for Python {python}"
-    confidence, doubts = _doubts(c, arch, table.arch_info(arch))
+    confidence, doubts = _doubts(c, arch, jetson_info(arch, table))
     accel = c.variant.version or ""
     return (
         Stack(

@@ -209,3 +209,57 @@ def test_a_missing_arch_names_the_platform_whose_wheels_have_it() -> None:
 )
 def test_a_lock_serves_only_its_own_platform(platform: str | None, serves: bool) -> None:
     assert serves_platform(platform) is serves
+
+
+# ----------------------------------------------------------------------------- JetPack lines
+
+
+def test_jetpack_lines_are_a_platform_dimension_of_the_jetson_archs() -> None:
+    route = TABLE.tegra
+    assert route is not None
+    lines = {j.jetpack: j for j in route.for_arch("sm_87")}
+    assert set(lines) == {"6", "7.2"}
+    assert (lines["6"].l4t, lines["6"].cuda, lines["6"].wheels) == ("R36", "12.6", "tegra")
+    assert "https://pypi.jetson-ai-lab.io/jp6/cu126" in lines["6"].route
+    assert (lines["7.2"].l4t, lines["7.2"].cuda) == ("R39", "13.2")
+    assert route.running("sm_87", "linux/arm64") is lines["7.2"]
+    assert route.running("sm_87", "linux/amd64") is None
+    assert route.running("sm_72", "linux/arm64") is None  # Xavier: no SBSA JetPack
+    thor = route.running("sm_110", "linux/arm64")
+    assert thor is not None
+    assert "sbsa/cu130" in thor.route
+    assert all(lib in thor.route for lib in ("nvpl-blas", "nvpl-lapack", "nvidia-cudss-cu13"))
+    for line in route.jetpacks:
+        assert line.confidence == "community"
+        assert "https://" in line.source
+
+
+def test_orin_on_the_arm64_wheels_passes_on_jetpack_7_2_only() -> None:
+    orin = make_recipe(**ORIN, index="https://download.pytorch.org/whl/cu130", python="3.12",
+                       base_image="ubuntu:24.04")
+    assert "tegra" not in rules(check(orin, TABLE, platform="linux/arm64"))
+    refused = [v for v in check(orin, TABLE) if v.rule == "tegra"]
+    assert refused
+    assert "JetPack 6 (L4T R36, CUDA 12.6)" in refused[0].hint
+    assert "jp6/cu126" in refused[0].hint
+    assert "NixOS/nixpkgs/issues/530931" in refused[0].evidence
+
+
+def test_solve_orin_names_each_jetpacks_route(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["solve", "sm_87"]) == 2
+    err = capsys.readouterr().err
+    assert "https://pypi.jetson-ai-lab.io/jp6/cu126" in err
+    assert "--platform linux/arm64" in err
+    assert "forums.developer.nvidia.com" not in err.split("(source:")[0]
+    assert main(["solve", "sm_87", "--platform", "linux/arm64", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["stack"]["platform"] == "linux/arm64"
+    assert data["stack"]["confidence"] == "community"
+    assert any("JetPack 7.2 (L4T R39, CUDA 13.2)" in n for n in data["notes"])
+
+
+def test_a_malformed_jetpack_row_is_one_line(tmp_path: Path) -> None:
+    raw = copy.deepcopy(RAW)
+    raw["tegra"]["jetpacks"][0]["wheels"] = "linux/riscv64"
+    with pytest.raises(TableError, match=r"tegra\.jetpacks\[0\]\.wheels"):
+        parse_table(raw)

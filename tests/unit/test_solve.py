@@ -113,6 +113,14 @@ def test_constraints_that_exclude_every_wheel_name_the_last_release_that_could()
         solve(SolveRequest("gfx906", python="3.15"), TABLE)
 
 
+def test_the_last_release_named_in_an_error_is_a_verified_variant() -> None:
+    """2.15.0+cu134 is in the table as uncertain: the error names the verified +cu132."""
+    with pytest.raises(NoStack) as err:
+        solve(SolveRequest("sm_89", python="3.15"), TABLE)
+    assert "last release that can run sm_89 is torch 2.15.0+cu132" in str(err.value)
+    assert "cu134" not in str(err.value)
+
+
 @pytest.mark.parametrize("arch", ["gfx9999", "sm_99", "foo", "gfx1234"])
 def test_unknown_arch_names_the_nearest_known(arch: str) -> None:
     with pytest.raises(UnknownArch, match="nearest known: ") as err:
