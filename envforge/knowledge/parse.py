@@ -31,6 +31,7 @@ from envforge.knowledge.rows import (
     read_floor,
     read_image,
     read_items,
+    read_jetpacks,
     read_model_names,
     read_numpy_releases,
     read_overrides,
@@ -166,11 +167,13 @@ def _tegra(tops: _Tops) -> TegraRoute | None:
     for c, top in tops:
         if top.get("tegra") is None:
             continue
-        body = c.mapping(top["tegra"], "tegra", ("route", "source"), ("route", "source"))
+        body = c.mapping(top["tegra"], "tegra", ("route", "source", "jetpacks"),
+                         ("route", "source"))
         found = TegraRoute(
             route=c.text(body["route"], "tegra.route"),
             source=c.text(body["source"], "tegra.source"),
             origin=c.source,
+            jetpacks=read_jetpacks(c, body.get("jetpacks")),
         )
     return found
 

@@ -173,7 +173,7 @@ def _violations(recipe: Recipe, t: CompatTable, platform: str) -> Iterator[Viola
     elif published is None:
         yield _unpublished(recipe, release, t)
     else:
-        tegra = list(tegra_arch(recipe, published, t))
+        tegra = list(tegra_arch(recipe, published, t, platform))
         yield from tegra
         variant = published.for_platform(platform)
         if variant is None:
