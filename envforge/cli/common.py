@@ -354,16 +354,20 @@ def strict_mode() -> bool:
 # --------------------------------------------------------------------------- recipes
 
 
-def load_checked(
-    ref: str, overrides: Sequence[str] = (), *, platform: str | None = None
-) -> Recipe:
-    """Load a recipe by name or path and refuse it if the compatibility table does for
-    ``platform`` (``--platform``; None: this host's); what the table has no row for is a
-    one-line warning on stderr (a refusal under strict)."""
+def load_checked(ref: str, overrides: Sequence[str] = (), *, platform: str | None = None) -> Recipe:
+    """Load a recipe by name or path (or a GPU's: envforge.solve.choose.load_named), refused
+    if the table does for ``platform`` (``--platform``; None: this host's); what the table
+    has no row for is a one-line warning on stderr (a refusal under strict)."""
     from envforge.knowledge import enforce  # noqa: PLC0415 - the table only when needed
     from envforge.recipe.catalogue import Catalogue  # noqa: PLC0415 - yaml when loading
 
-    recipe = Catalogue.default().load(ref, overrides)
+    catalogue = Catalogue.default()
+    if ref in catalogue.files() or os.sep in ref or ref.endswith((".yaml", ".yml")):
+        recipe = catalogue.load(ref, overrides)
+    else:  # a GPU or an arch by name ("RX 7900 XTX", gfx1012), else the catalogue's error
+        from envforge.solve.choose import load_named  # noqa: PLC0415 - only for a GPU name
+
+        recipe = load_named(ref, overrides, catalogue, say=say)
     enforce(recipe, strict=strict_mode(), platform=platform or host_platform())
     return recipe
 

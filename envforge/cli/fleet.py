@@ -63,8 +63,9 @@ def _pairs(values: tuple[str, ...], setting: str) -> tuple[tuple[str, str], ...]
               help="Which scheduler's files to write.")
 @click.option("--recipe", "recipes", multiple=True, required=True, metavar="RECIPE",
               help="A recipe name or file (repeatable).")
-@click.option("--arch", "archs", multiple=True, metavar="ARCH",
-              help="Certify on nodes of this GPU arch (repeatable; default: each recipe's).")
+@click.option("--arch", "archs", multiple=True, metavar="ARCH|GPU",
+              help="Certify on nodes of this GPU arch, or GPU by name (MI300X, 'RTX 4090'; "
+              "repeatable; default: each recipe's).")
 @backend_option("Certify an image (docker) or a virtualenv (venv)", default="docker")
 @wheelhouse_option("venv/docker: folder of wheels each task installs from.")
 @click.option("--nodes", type=int, default=1, show_default=True,
@@ -107,6 +108,7 @@ def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
                 arch_label=arch_label, registry=registry,
                 runner_labels=runner_labels or ("self-hosted", "gpu"))
     loaded = [(_ref(r), load_checked(r)) for r in recipes]
+    archs = _named_archs(archs)
     from envforge.backends import BACKENDS  # noqa: PLC0415 - when run
 
     plan = make_plan(
@@ -124,6 +126,26 @@ def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
         click.echo(str(path))
     note(f"plan {plan.id}: {len(plan.tasks)} task{'' if len(plan.tasks) == 1 else 's'} "
          f"({engine}); next: envforge fleet submit {out}")
+
+
+def _named_archs(archs: tuple[str, ...]) -> tuple[str, ...]:
+    """``--arch`` values as archs: a GPU by the table's names (``--arch MI300X``) becomes
+    its arch, said on stderr; an inexact name is exit 2 listing the candidates."""
+    from envforge.fleet.values import arch_problem  # noqa: PLC0415 - when run
+
+    if all(arch_problem(a) is None for a in archs):
+        return archs  # archs and cpu as given
+    from envforge.knowledge import load_table  # noqa: PLC0415 - only for a GPU name
+    from envforge.knowledge.gpu_names import arch_for_name  # noqa: PLC0415 - as above
+
+    table = load_table()
+    out = []
+    for text in archs:
+        arch = text if arch_problem(text) is None else arch_for_name(text, table, what="--arch")
+        if arch != text.strip().lower():
+            note(f"--arch {text} -> {arch}", tagged=True)
+        out.append(arch)
+    return tuple(out)
 
 
 def _ref(ref: str) -> str:

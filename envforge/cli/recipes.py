@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -20,6 +21,7 @@ from envforge.cli.common import (
     platform_option,
     project_option,
     recipe_ref_for,
+    say,
     set_option,
     strict_mode,
     strict_option,
@@ -494,9 +496,14 @@ def _with_lock(recipe: Recipe, options: RenderOptions, stack: Stack) -> RenderOp
 
 
 def _load_unchecked(catalogue: Catalogue, ref: str, overrides: tuple[str, ...]) -> Recipe:
-    """A recipe for validate (checked there): ``auto`` → the one auto chooses."""
-    if ref != "auto":
+    """A recipe for validate (checked there): ``auto`` → the one auto chooses; a GPU or
+    an arch by name (``"RX 7900 XTX"``) → the one auto chooses for it."""
+    if ref in catalogue.files() or os.sep in ref or ref.endswith((".yaml", ".yml")):
         return catalogue.load(ref, overrides)
+    if ref != "auto":
+        from envforge.solve.choose import load_named  # noqa: PLC0415 - only for a GPU name
+
+        return load_named(ref, overrides, catalogue, say=say)
     from envforge.solve.choose import load_choice  # noqa: PLC0415 - only for auto
 
     return load_choice(auto_choice(), overrides, catalogue)

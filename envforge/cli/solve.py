@@ -9,12 +9,14 @@ import click
 import yaml
 from packaging.utils import canonicalize_name
 
-from envforge.cli.common import OutputPath, echo_json, json_option, platform_option
+from envforge.cli.common import OutputPath, echo_json, json_option, platform_option, say
 from envforge.core.fsutil import check_file_target, write_atomically
 from envforge.errors import InvalidInput
 from envforge.host.platforms import solve_default
 from envforge.knowledge import load_table
 from envforge.knowledge.companions import companion_names
+from envforge.knowledge.gpu_names import arch_for_name
+from envforge.knowledge.table import CompatTable
 from envforge.recipe.load import parse_recipe
 from envforge.solve.beside import Beside, for_solution
 from envforge.solve.solver import Solution, SolveRequest, solve
@@ -26,7 +28,7 @@ def register(group: click.Group) -> None:
 
 
 @click.command("solve")
-@click.argument("arch", metavar="ARCH|auto")
+@click.argument("arch", metavar="ARCH|GPU|auto")
 @click.option("--torch", "torch_version", metavar="VERSION", help="Solve for this torch release.")
 @click.option("--python", metavar="X.Y", help="Use this CPython (with a base image that ships it).")
 @click.option("--base-image", metavar="REF", help="Use this base image (its Python).")
@@ -75,6 +77,9 @@ def solve_cmd(
 ) -> None:
     """Derive the stack for a GPU arch (or the detected one) from the compatibility table.
 
+    ARCH is an arch (gfx1100, sm_89) or a GPU as the table names it ("RX 7900 XTX",
+    "RTX 4090", H200, MI300X, "Strix Halo"; case and vendor words ignored).
+
     The newest torch whose every choice is verified and whose wheel has code for the arch
     (--latest: the newest, uncertain choices allowed; --conservative: the most evidence),
     the newest Python a known base image ships, the NumPy bound and env vars; each choice
@@ -98,6 +103,9 @@ def solve_cmd(
         detected = f"detected {gpu.product} ({gpu.arch}, GPU {gpu.index})"
         if driver is None and gpu.vendor == "nvidia" and gpu.driver_version:
             driver = gpu.driver_version
+    table = load_table()
+    if not detected:
+        arch = named_arch(arch, table)
     request = SolveRequest(
         arch=arch,
         torch=torch_version,
@@ -108,7 +116,7 @@ def solve_cmd(
         latest=latest,
         platform=platform or solve_default(),
     )
-    solution = solve(request, load_table())
+    solution = solve(request, table)
     data, pins = _with_companions(solution, with_names)
     beside = for_solution(solution)  # the curated recipe for the arch, when it differs: why
     if write is not None:
@@ -126,6 +134,15 @@ def solve_cmd(
         echo_json(out)
         return
     _print(solution, detected, pins, beside)
+
+
+def named_arch(text: str, table: CompatTable) -> str:
+    """The arch ``text`` names (an arch, or a GPU by the table's names); a GPU name's arch
+    is said on stderr in one line. Exit 2 listing the candidates for an inexact name."""
+    arch = arch_for_name(text, table)
+    if arch != text.strip().lower():
+        say(f"{text} -> {arch}")
+    return arch
 
 
 def _with_companions(

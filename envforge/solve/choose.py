@@ -391,6 +391,46 @@ def load_choice(
     return parse_recipe(data, source)
 
 
+def choose_named(ref: str, catalogue: Catalogue | None = None) -> Choice | None:
+    """RECIPE given as a GPU (``"RX 7900 XTX"``, ``H200``) or as an arch no recipe is
+    named after (``gfx1012``): what ``auto`` takes for that GPU (a curated recipe that
+    covers its arch, else the solved stack). None for ``auto``, a recipe name or a path,
+    and for a name that matches no GPU at all (the catalogue's own error stands). A name
+    the table's GPU names match only in part is exit 2 listing the candidates."""
+    from envforge.knowledge.gpu_names import resolve_name  # noqa: PLC0415 - names only
+
+    cat = catalogue or Catalogue.default()
+    if ref == "auto" or "/" in ref or ref.endswith((".yaml", ".yml")) or ref in cat.files():
+        return None
+    table = load_table()
+    found = resolve_name(ref, table)
+    if found.candidates:
+        raise InvalidInput(
+            f"no recipe named {ref!r}, and it is not exactly one GPU the compatibility table"
+            f" names; it may mean: {found.listing()}",
+            hint="name one of them exactly (quoted), its arch, or a recipe (envforge list)",
+        )
+    vendor = vendor_of(found.arch) if found.arch is not None else None
+    if found.arch is None or vendor is None or table.arch_info(found.arch) is None:
+        return None
+    gpu = GpuInfo(vendor=vendor, product=ref.strip(), arch=found.arch, driver_version=None,
+                  device_nodes=(), source="named")
+    recipes, _problems = load_catalogue(cat)
+    return _auto_for_gpu(gpu, recipes, where=cat.files())
+
+
+def load_named(
+    ref: str, overrides: Sequence[str], catalogue: Catalogue, *, say: Callable[[str], None]
+) -> Recipe:
+    """RECIPE that is no recipe's name: the recipe :func:`choose_named` takes for the GPU
+    it names (said through ``say`` in one line), else the catalogue's own error."""
+    choice = choose_named(ref, catalogue)
+    if choice is None:
+        return catalogue.load(ref, overrides)
+    say(f"{ref} -> {choice.recipe}: {choice.reason}")
+    return load_choice(choice, overrides, catalogue)
+
+
 def _discrete_noted(choice: Choice, host: HostInfo, gpu: GpuInfo) -> Choice:
     """``choice`` whose reason says which integrated GPUs the discrete ``gpu`` won over."""
     skipped = host.passed_over
