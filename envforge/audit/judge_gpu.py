@@ -134,6 +134,25 @@ def _one(  # noqa: PLR0917 - one library's facts and the target, all needed
     return None
 
 
+def _torch_without_gpu_code(
+    collected: Collected, own: list[SharedObject], target: str, vendor: str
+) -> Finding | None:
+    """torch installed with no library of its own carrying the vendor's GPU code: a CPU
+    build (or the other vendor's), which runs on the CPU without a word."""
+    torch = collected.inventory.dist("torch")
+    if torch is None or any(
+        "torch" in {o.lower() for o in (so.owners or collected.owners_of(so.real))}
+        for so in own
+    ):
+        return None
+    return Finding(
+        CHECK, "error", "torch",
+        f"torch {torch.version}: none of its libraries has {vendor.upper()} GPU code, so it "
+        f"cannot use {target} and runs on the CPU (install the build for the arch: "
+        f"`envforge solve {target}` names it)",
+    )
+
+
 def check_gpu_code(
     collected: Collected, arch: str | None, skip_reason: str
 ) -> tuple[CheckResult, list[Finding]]:
@@ -151,5 +170,8 @@ def check_gpu_code(
     findings = [f for so, facts in carriers
                 if (f := _one(collected, so, facts, target, vendor, note)) is not None]
     own = [so for so, f in carriers if (f.nvidia if vendor == "nvidia" else f.amd) is not None]
+    cpu_only = _torch_without_gpu_code(collected, own, target, vendor)
+    if cpu_only is not None:
+        findings.insert(0, cpu_only)
     detail = f"{len(own)} shared objects with {vendor.upper()} GPU code checked against {target}"
     return check_result(CHECK, findings, detail), findings

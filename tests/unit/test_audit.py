@@ -319,6 +319,19 @@ def torch_venv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Collecte
     return root, audit(root)
 
 
+def test_a_cpu_torch_against_a_gpu_arch_is_named(
+    torch_venv: tuple[Path, Collected], gpu_venv: Collected
+) -> None:
+    """torch with no GPU code of the arch's vendor runs on the CPU without a word: the
+    audit says so; a venv without torch is not named."""
+    for arch in ("sm_90", "gfx1100"):
+        found = messages(torch_venv[1], arch, "gpu-code")
+        assert any(m.startswith("torch 2.13.0+cpu: none of its libraries has") and
+                   "runs on the CPU" in m for m in found), found
+        assert not judge(torch_venv[1], arch, arch_source="--arch").ok
+    assert not any(m.startswith("torch ") for m in messages(gpu_venv, "sm_90", "gpu-code"))
+
+
 def test_compiled_extension_for_another_torch_is_named(torch_venv: tuple[Path, Collected]) -> None:
     found = messages(torch_venv[1], None, "torch-extensions")
     xf = [m for m in found if m.startswith("xformers")]
