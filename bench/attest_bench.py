@@ -11,6 +11,14 @@ envelope's signature against the trust list, its statement, subject and predicat
 and tally hosts, archs and passes. Also timed: the whole ``envforge attest verify`` command
 as a fresh process (start-up and imports included).
 
+With ``--registry`` (a docker-registry binary on PATH: Debian's ``docker-registry``), also
+the registry part: a docker-registry started on a free loopback port with its storage in a
+temporary folder, a small OCI image pushed to it, then each of the 100 attestations
+attached on its own (``envforge.publish.referrers.attach``, as 100 ``publish`` runs of 100
+sites would: its blob, its artifact manifest, and the referrers tag's index read and put
+back each time), then all 100 read back from the registry (``envelopes_of``: the index,
+each manifest and envelope, digests checked) and verified. The registry is stopped after.
+
 Targets (issue 28): attach at most 0.5 s each; verify all 100 in at most 5 s. Not a test:
 timings depend on the machine.
 """
@@ -82,10 +90,57 @@ def run(count: int, folder: Path) -> tuple[float, float, float]:
     return signed, verified, command
 
 
+def run_registry(count: int, folder: Path) -> tuple[float, float]:
+    import socket
+    import urllib.request
+
+    from envforge.publish import referrers as rf
+    from envforge.publish.attest_verify import check_envelope
+    from envforge.publish.signing import generate, load_signing_key, load_trust
+    from tests.acceptance.test_attest_referrers import _envelope, _push_image
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        addr = f"127.0.0.1:{s.getsockname()[1]}"
+    (folder / "config.yml").write_text(
+        f"version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: "
+        f"{folder / 'storage'}\nhttp:\n  addr: {addr}\n")
+    proc = subprocess.Popen(["docker-registry", "serve", str(folder / "config.yml")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(f"http://{addr}/v2/", timeout=2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        digest, image_id = _push_image(addr, "bench/image")
+        key_path, pub = generate(folder / "keys", "bench")
+        key = load_signing_key(key_path)
+        envelopes = [_envelope(key, image_id, "pass", f"{n:032x}") for n in range(count)]
+        ref = f"{addr}/bench/image@{digest}"
+        started = time.perf_counter()
+        for envelope in envelopes:
+            rf.attach(ref, [envelope])
+        attached = time.perf_counter() - started
+        started = time.perf_counter()
+        trust = load_trust([pub])
+        read = rf.envelopes_of(ref)
+        ok = [check_envelope(e, trust, image_id, source="r").ok for e in read]
+        verified = time.perf_counter() - started
+        assert len(ok) == count, (len(ok), count)
+        assert all(ok)
+        return attached, verified
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--count", type=int, default=100)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--registry", action="store_true")
     args = parser.parse_args()
     rows = []
     for _ in range(args.runs):
@@ -100,6 +155,18 @@ def main() -> None:
           f"each (min {min(r[0] for r in rows):.3f} s)")
     print(f"verify all: median {verify_med:.3f} s (min {min(r[1] for r in rows):.3f} s)")
     print(f"envforge attest verify (fresh process): median {command_med:.3f} s")
+    if not args.registry:
+        return
+    regs = []
+    for _ in range(args.runs):
+        with tempfile.TemporaryDirectory() as tmp:
+            regs.append(run_registry(args.count, Path(tmp)))
+    attach_med = statistics.median(r[0] for r in regs)
+    print(f"registry attach, one at a time: median {attach_med:.3f} s total, "
+          f"{attach_med / args.count * 1000:.1f} ms each (max run "
+          f"{max(r[0] for r in regs) / args.count * 1000:.1f} ms each)")
+    print(f"registry read back + verify all: median {statistics.median(r[1] for r in regs):.3f}"
+          f" s (max {max(r[1] for r in regs):.3f} s)")
 
 
 if __name__ == "__main__":

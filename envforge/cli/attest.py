@@ -3,6 +3,7 @@ attestations of certifications (formats: :mod:`envforge.publish.attestation`).""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -216,3 +217,28 @@ def verify_cmd(paths: tuple[Path, ...], trust: tuple[Path, ...], subject: str | 
             else f"none of {counts.total} attestation(s) records a pass",
             hint="see the lines above; only attestations signed by a --trust key count",
         )
+
+
+def attach_published(pinned_ref: str, image_id: str) -> dict[str, Any] | None:
+    """After ``publish``: the attestations this host made of the image (the store's
+    file for its image ID) attached to the pushed digest as OCI referrers; None when
+    there are none."""
+    from envforge.core import paths  # noqa: PLC0415 - only after a push
+    from envforge.publish import attestation as at  # noqa: PLC0415 - as above
+    from envforge.publish.referrers import attach  # noqa: PLC0415 - as above
+
+    try:
+        subject = at.image_subject("", image_id)
+    except ValueError:
+        return None
+    raw = at.read_raw(at.store_path(paths.state_dir() / "attestations", subject),
+                      missing_ok=True)
+    if not raw:
+        return None
+    envelopes = [json.dumps(r, separators=(",", ":"), sort_keys=True).encode() for r in raw]
+    done = attach(pinned_ref, envelopes)
+    how = ("the registry's referrers API" if done.via == "api"
+           else f"the referrers tag {done.tag[:19]}…")
+    say(f"attached {len(done.digests)} attestation(s) to {pinned_ref} ({how})")
+    return {"attached": len(done.digests), "via": done.via, "tag": done.tag,
+            "manifests": list(done.digests)}

@@ -13,7 +13,7 @@ import click
 
 from envforge.backends import BACKENDS, Options, default_backend, docker, pick
 from envforge.backends.base import refuse_foreign
-from envforge.cli.attest import attest_option, attest_result, check_attest
+from envforge.cli.attest import attach_published, attest_option, attest_result, check_attest
 from envforge.cli.common import (
     backend_extra,
     backend_flags,
@@ -245,6 +245,7 @@ def publish_cmd(
         )
     finally:
         display.close()
+    attached = attach_published(result.pinned_ref, result.image_id)
     if as_json:
         echo_json(
             {
@@ -254,6 +255,7 @@ def publish_cmd(
                 "certificate": result.certificate,
                 "image": result.image_id,
                 "signed_by": result.signed_by,
+                "attestations": attached,
             }
         )
         return

@@ -327,11 +327,14 @@ def fetch(
     headers: Mapping[str, str] | None = None,
     context: ssl.SSLContext | None = None,
     on_redirect: Callable[[str, str], Mapping[str, str]] | None = None,
+    method: str = "GET",
+    body: bytes | None = None,
 ) -> Reply:
     """GET ``url`` under ``policy``: redirects checked and followed (at most
     :data:`MAX_REDIRECTS`), the body read up to ``limit`` bytes; any status is a
     :class:`Reply` (the caller judges it). ``on_redirect(old, new)`` gives the headers
-    for the next hop (e.g. without a token for another host)."""
+    for the next hop (e.g. without a token for another host). Another ``method`` (a
+    registry upload: POST, PUT with ``body``) is sent once, its redirects not followed."""
     sent = dict(headers or {})
     first = url
     came_from: str | None = None
@@ -339,9 +342,9 @@ def fetch(
         for _ in range(MAX_REDIRECTS + 1):
             policy.check(url, came_from=came_from)
             reply = _once(url, sent, deadline=deadline, limit=limit, timeout=timeout,
-                          context=context)
+                          context=context, method=method, body=body)
             location = reply.header("location")
-            if reply.status not in _REDIRECTS or not location:
+            if reply.status not in _REDIRECTS or not location or method != "GET":
                 return reply
             new = urllib.parse.urljoin(url, location.strip())
             if on_redirect is not None:
@@ -380,14 +383,15 @@ def _connection(url: str, timeout: float, context: ssl.SSLContext | None) -> tup
 
 def _once(
     url: str, headers: Mapping[str, str], *, deadline: Deadline, limit: int, timeout: float,
-    context: ssl.SSLContext | None,
+    context: ssl.SSLContext | None, method: str = "GET", body: bytes | None = None,
 ) -> Reply:
     left = deadline.left()
     if left <= 0:
         raise NetError(url, "timeout", deadline.reason())
     conn, target = _connection(url, min(timeout, left), context)
     try:
-        conn.request("GET", target, headers={"Accept-Encoding": "gzip", **headers})
+        conn.request(method, target, body=body,
+                     headers={"Accept-Encoding": "gzip", **headers})
         resp = conn.getresponse()
         got = {k.lower(): v for k, v in resp.getheaders()}
         body = _read(resp, conn, url, got, deadline=deadline, limit=limit, timeout=timeout)

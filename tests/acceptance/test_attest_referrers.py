@@ -1,0 +1,171 @@
+"""Attestations attached to an image digest in a real registry, as OCI referrers through
+the referrers tag schema (Debian's docker-registry has no referrers API), and listed by an
+independent client (oras-py).
+
+The registry is ``ENVFORGE_TEST_REGISTRY`` when CI exports one, else a docker-registry
+this module starts on a free loopback port (and stops); skipped when neither exists.
+The image is a small OCI image pushed over the HTTP API (no engine needed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from envforge.publish import attestation as at
+from envforge.publish import referrers as rf
+from envforge.publish.attest_verify import check_envelope
+from envforge.publish.signing import generate, load_signing_key, load_trust
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _answers(addr: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{addr}/v2/", timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    given = os.environ.get("ENVFORGE_TEST_REGISTRY")
+    if given:
+        yield given
+        return
+    binary = shutil.which("docker-registry")
+    if binary is None:
+        pytest.skip("no ENVFORGE_TEST_REGISTRY and no docker-registry (apt-get install "
+                    "docker-registry)")
+    folder = tmp_path_factory.mktemp("registry")
+    addr = f"127.0.0.1:{_free_port()}"
+    (folder / "config.yml").write_text(
+        f"version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: "
+        f"{folder / 'storage'}\nhttp:\n  addr: {addr}\n")
+    proc = subprocess.Popen([binary, "serve", str(folder / "config.yml")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            if _answers(addr):
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail(f"docker-registry did not answer on {addr}")
+        yield addr
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _push_image(addr: str, repo: str) -> tuple[str, str]:
+    """A one-layer OCI image; returns its manifest digest and its config digest."""
+    reg = rf._Registry.open(f"{addr}/{repo}:x")
+    layer = b"not really a tarball, the registry does not look"
+    config = rf.canonical({"architecture": "amd64", "os": "linux",
+                           "rootfs": {"type": "layers", "diff_ids": [rf.sha256(layer)]},
+                           "config": {"Labels": {"io.envforge.test": "1"}}})
+    reg.put_blob(layer)
+    reg.put_blob(config)
+    manifest = rf.canonical({
+        "schemaVersion": 2, "mediaType": rf.OCI_MANIFEST,
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                   "digest": rf.sha256(config), "size": len(config)},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar",
+                    "digest": rf.sha256(layer), "size": len(layer)}],
+    })
+    reg.put_manifest("v1", manifest, rf.OCI_MANIFEST)
+    return rf.sha256(manifest), rf.sha256(config)
+
+
+def _envelope(key: object, image_id: str, status: str, host: str = "ab" * 16) -> bytes:
+    report = {"steps": [{"name": "import-torch", "status": status, "seconds": 1.0}],
+              "level": "quick", "created": "2026-11-27T23:00:00Z",
+              "host": {"kernel": "6.8.0", "machine": "x86_64", "gpus": [], "id": host}}
+    pred = at.predicate(report=report, backend="docker",
+                        recipe={"name": "cpu", "hash": "sha256:" + "ab" * 32,
+                                "stack_tag": "torch2.13.0-cpu-py3.11"},
+                        certificate="sha256:" + "01" * 32)
+    envelope = at.attest(at.image_subject("cpu", image_id), pred, key)  # type: ignore[arg-type]
+    return at.envelope_line(envelope).strip().encode()
+
+
+def test_attestations_attach_as_referrers_and_oras_lists_them(
+    registry: str, tmp_path: Path
+) -> None:
+    oras_provider = pytest.importorskip("oras.provider")
+    repo = f"envforge-test/attest-{os.getpid()}-{int(time.time())}"
+    digest, image_id = _push_image(registry, repo)
+    key_path, pub = generate(tmp_path / "keys", "site")
+    key = load_signing_key(key_path)
+    ref = f"{registry}/{repo}@{digest}"
+
+    first = rf.attach(ref, [_envelope(key, image_id, "pass"), _envelope(key, image_id, "hang")],
+                      created="2026-11-27T23:00:00Z")
+    assert first.via == "tag"  # distribution 2.8: no referrers API
+    assert first.tag == "sha256-" + digest.split(":")[1]
+    rf.attach(ref, [_envelope(key, image_id, "pass")])  # a second site, later: added
+    assert len(rf.referrers(ref)) == 3
+
+    # an independent client finds them through the tag schema
+    client = oras_provider.Registry(hostname=registry, insecure=True)
+    assert first.tag in client.get_tags(f"{registry}/{repo}")
+    index = client.get_manifest(f"{registry}/{repo}:{first.tag}",
+                                allowed_media_type=[rf.OCI_INDEX])
+    assert index["mediaType"] == rf.OCI_INDEX
+    listed = index["manifests"]
+    assert len(listed) == 3
+    assert {m["artifactType"] for m in listed} == {"application/vnd.in-toto+json"}
+    trust = load_trust([pub])
+    verdicts = []
+    for entry in listed:
+        manifest = client.get_manifest(f"{registry}/{repo}@{entry['digest']}",
+                                       allowed_media_type=[rf.OCI_MANIFEST])
+        assert manifest["subject"]["digest"] == digest
+        assert manifest["artifactType"] == rf.ARTIFACT_TYPE
+        layer = manifest["layers"][0]
+        assert layer["mediaType"] == rf.ENVELOPE_TYPE
+        blob = client.get_blob(f"{registry}/{repo}", layer["digest"])
+        checked = check_envelope(json.loads(blob.content), trust, image_id, source="registry")
+        assert checked.ok, checked.problems
+        verdicts.append(checked.result)
+    assert sorted(verdicts) == ["FAILED", "PASSED", "PASSED"]
+    # and envforge reads the same back, every blob's digest checked
+    assert len(rf.envelopes_of(ref)) == 3
+
+
+def test_publish_attaches_the_stored_attestations(
+    registry: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What ``publish`` does after its push: this host's attestations of the image (the
+    store's file for its image ID) go to the pushed digest."""
+    from envforge.cli.attest import attach_published
+
+    monkeypatch.setenv("ENVFORGE_HOME", str(tmp_path / "home"))
+    repo = f"envforge-test/publish-{os.getpid()}-{int(time.time())}"
+    digest, image_id = _push_image(registry, repo)
+    pinned = f"{registry}/{repo}@{digest}"
+    assert attach_published(pinned, image_id) is None  # nothing attested: nothing sent
+    key_path, pub = generate(tmp_path / "keys", "site")
+    key = load_signing_key(key_path)
+    stored = at.store_path(tmp_path / "home" / "attestations", at.image_subject("", image_id))
+    stored.parent.mkdir(parents=True)
+    stored.write_bytes(_envelope(key, image_id, "pass") + b"\n")
+    done = attach_published(pinned, image_id)
+    assert done is not None
+    assert (done["attached"], done["via"]) == (1, "tag")
+    [envelope] = rf.envelopes_of(pinned)
+    assert check_envelope(envelope, load_trust([pub]), image_id, source="r").passed
