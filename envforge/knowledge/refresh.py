@@ -31,6 +31,7 @@ from envforge.knowledge.companion_refresh import (
     listed_companions,
 )
 from envforge.knowledge.companions import CompanionTable, load_companions
+from envforge.knowledge.extensions import ExtensionTable, load_extensions
 from envforge.knowledge.index import (
     IndexClient,
     IndexFile,
@@ -50,6 +51,7 @@ from envforge.knowledge.report import (
     problem_lines,
 )
 from envforge.knowledge.table import CompatTable, series_of
+from envforge.knowledge.watch import watch, watch_findings, watch_problems, watched_packages
 
 __all__ = [
     "STALE_DAYS",
@@ -155,6 +157,12 @@ def refresh(
     findings += found.findings
     notes += found.notes + pinned.notes
     pages.problems += found.problems + pinned.problems
+    others = watched_packages(companion_table, load_extensions(),
+                              skip=listed_companions(companion_table))
+    watched = [w for page in pages.torch
+               for w in watch(client, page.url.rstrip("/").rsplit("/", 1)[0], others)]
+    findings += watch_findings(watched)
+    pages.problems += watch_problems(watched)
     stats = client.stats
     return RefreshReport(
         date=day,
@@ -534,9 +542,12 @@ def status(
     *,
     today: datetime.date | None = None,
     stale_days: int = STALE_DAYS,
+    companions: CompanionTable | None = None,
+    extensions: ExtensionTable | None = None,
 ) -> StatusReport:
-    """Compare the table's torch releases with ``index``; Unavailable (exit 4) when the
-    index does not answer or its listing is malformed."""
+    """Compare the table's torch releases with ``index``, and the newest rows of the
+    companions and extensions with their pages there (:mod:`envforge.knowledge.watch`);
+    Unavailable (exit 4) when the torch page does not answer or is malformed."""
     day = today or datetime.datetime.now(datetime.timezone.utc).date()
     got = client.map(lambda root: client.listing(root, "torch"), [index],
                      late=lambda root: client.late(listing_url(root, "torch")))[0]
@@ -558,4 +569,7 @@ def status(
         missing=missing,
         stale=stale,
         stale_days=stale_days,
+        packages=watch(client, index, watched_packages(
+            load_companions() if companions is None else companions,
+            load_extensions() if extensions is None else extensions)),
     )

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from envforge.knowledge.companions import Row, row_yaml
 from envforge.knowledge.listing import IndexProblem
+
+if TYPE_CHECKING:
+    from envforge.knowledge.watch import Watched
 
 
 @dataclass(frozen=True)
@@ -212,10 +215,13 @@ class StatusReport:
     #: (series, checked date or "never") of rows not checked for more than ``stale_days``
     stale: tuple[tuple[str, str], ...]
     stale_days: int
+    #: the companions and extensions watched on the index (envforge.knowledge.watch)
+    packages: tuple[Watched, ...] = ()
 
     @property
     def current(self) -> bool:
-        return not self.missing
+        """The index lists no torch release and no watched package release the table lacks."""
+        return not self.missing and not any(w.newer for w in self.packages)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -227,6 +233,7 @@ class StatusReport:
             "missing": list(self.missing),
             "stale": [{"series": s, "checked": c} for s, c in self.stale],
             "stale_days": self.stale_days,
+            "packages": [w.to_dict() for w in self.packages],
         }
 
     def lines(self) -> list[str]:
@@ -243,6 +250,10 @@ class StatusReport:
             out.append(f"rows not checked for more than {self.stale_days} days: {rows}")
         else:
             out.append(f"rows not checked for more than {self.stale_days} days: none")
+        if self.packages:
+            out.append("companions and extensions (newest row of the table, newest release "
+                       "on the index):")
+            out.extend(f"  {w.line()}" for w in self.packages)
         out.append("current" if self.current else
                    "NOT current: run `envforge knowledge refresh -o FILE` and review the rows")
         return out

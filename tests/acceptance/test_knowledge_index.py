@@ -213,6 +213,9 @@ def test_status_current_and_behind(server: IndexServer, cli: Envforge) -> None:
     ok = cli("knowledge", "status", "--index", f"{server.url}/simple")
     assert ok.returncode == 0, ok.stderr
     assert "newest torch release: table 2.15.0, index 2.15.0" in ok.stdout
+    # the companions, Triton and xformers are watched too (issue 30 §2)
+    assert "  triton: table 3.9.0, index 3.9.0" in ok.stdout
+    assert "  xformers: table 0.0.35, index 0.0.35" in ok.stdout
     assert ok.stdout.rstrip().endswith("current")
     behind = cli("knowledge", "status", "--index", f"{server.url}/future", "--json")
     assert behind.returncode == 1
@@ -220,6 +223,8 @@ def test_status_current_and_behind(server: IndexServer, cli: Envforge) -> None:
     assert data["current"] is False
     assert data["missing"] == ["2.16.0"]
     assert data["newest_listed"] == "2.16.0"
+    newer = {p["package"]: p["newer"] for p in data["packages"] if p["newer"]}
+    assert newer == {"torchvision": ["0.30.0"], "torchaudio": ["2.12.0"]}
     down = cli("knowledge", "status", "--index", f"{server.url}/gone")
     assert down.returncode == 4
     assert "Traceback" not in down.stderr
