@@ -4,12 +4,12 @@ This is the only place that turns an :class:`EnvforgeError` into an exit code an
 one-line message; ``--debug`` shows the traceback as well.
 
 One module per command or command group, each parsing options and calling one library
-function: :mod:`.recipes` (list, show, validate, render), :mod:`.probe`, :mod:`.build`,
-:mod:`.images` (certify, publish, verify), :mod:`.shell`, :mod:`.host` (detect,
-doctor, lock), :mod:`.keys` (keys generate) and :mod:`.evidence` (evidence import,
+function: :mod:`.listing` (list), :mod:`.recipes` (show, validate, render), :mod:`.probe`,
+:mod:`.build`, :mod:`.images` (certify, publish, verify), :mod:`.shell`, :mod:`.host`
+(detect, doctor, lock), :mod:`.keys` (keys generate) and :mod:`.evidence` (evidence import,
 export); shared options in :mod:`.common`, progress displays in :mod:`.display`.
 Commands are loaded by name when they run (click's lazy subcommand loading, see
-:data:`COMMANDS`): ``envforge list`` imports only :mod:`.recipes`. Light commands never
+:data:`COMMANDS`): ``envforge list`` imports only :mod:`.listing`. Light commands never
 import the docker SDK: the commands that talk to the engine import it when they run.
 """
 
@@ -28,7 +28,7 @@ from envforge.errors import EnvforgeError, ExitCode
 
 #: Every command: its name -> ``module:attribute`` of its click command.
 COMMANDS: Mapping[str, str] = {
-    "list": "envforge.cli.recipes:list_cmd",
+    "list": "envforge.cli.listing:list_cmd",
     "show": "envforge.cli.recipes:show",
     "validate": "envforge.cli.recipes:validate",
     "render": "envforge.cli.recipes:render",

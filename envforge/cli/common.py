@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from envforge.core.patterns import LEVELS, Level
 from envforge.errors import EnvforgeError, InvalidInput
-from envforge.recipe.model import LEVELS, Level, Recipe
 
 if TYPE_CHECKING:
     from envforge.backends.base import Command
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from envforge.probe.report import ProbeReport
     from envforge.project.model import Project
     from envforge.publish.signing import SigningKey
+    from envforge.recipe.model import Recipe
     from envforge.solve.choose import Choice
 
 F = TypeVar("F", bound=Callable[..., Any])

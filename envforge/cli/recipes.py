@@ -27,11 +27,9 @@ from envforge.cli.common import (
     strict_option,
 )
 from envforge.core.fsutil import write_files
-from envforge.core.paths import state_dir
 from envforge.errors import EnvforgeError, InvalidInput, printable
 from envforge.knowledge import check, enforce, explain, split, unknowns
 from envforge.knowledge.extensions import extension_checks
-from envforge.recipe import listing
 from envforge.recipe.catalogue import Catalogue
 from envforge.recipe.model import Recipe
 from envforge.stack import Stack, requirement_name, stack_of
@@ -43,31 +41,6 @@ if TYPE_CHECKING:
     from envforge.recipe.model import Recipe
     from envforge.render import RenderOptions
     from envforge.render.devcontainer import Devcontainer
-
-
-@click.command("list")
-@json_option
-def list_cmd(as_json: bool) -> None:
-    """List the recipes in the catalogue (shipped and ENVFORGE_RECIPE_PATH).
-
-    A recipe file that cannot be loaded is listed as BROKEN (its error on stderr; with
-    --json in its "error" field); the others are listed all the same, exit 0.
-    """
-    files = Catalogue.default().files()
-    rows = [row.to_dict() for row in listing.rows(files, state_dir() / "cache")]
-    if as_json:
-        echo_json(rows)
-        return
-    width = max((len(r["name"]) for r in rows), default=4)
-    for r in rows:
-        name = printable(r["name"])  # a file name may hold anything
-        if r["error"] is not None:
-            click.echo(f"{name:<{width}}  {'-':<8} {'BROKEN':<32} (see stderr; envforge "
-                       f"validate {printable(r['path'])})")
-            click.echo(f"envforge: {name}: {r['error']}", err=True)
-            continue
-        arch = r["arch"] or "-"
-        click.echo(f"{name:<{width}}  {arch:<8} {r['stack']:<32} {r['description']}")
 
 
 @click.command()

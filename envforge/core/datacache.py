@@ -200,11 +200,16 @@ def load(
     with contextlib.suppress(Exception):  # absent, stale or corrupt: never trusted, rebuilt
         return read(path, key, kind, classes)
     value = build()
-    _write(path, key, value)
+    _write(path, key, value, lambda: cache_key(name, files, code))
     return value
 
 
-def _write(path: Path, key: dict[str, object], value: object) -> None:
-    """Best effort: a cache that cannot be written only means parsing the YAML next time."""
+def _write(
+    path: Path, key: dict[str, object], value: object, key_now: Callable[[], object]
+) -> None:
+    """Best effort: a cache that cannot be written only means parsing the YAML next time.
+    A data file edited while it was parsed (the key differs afterwards) is not cached:
+    the value may be the new content's, the key the old one's."""
     with contextlib.suppress(Exception):  # a cache: the command works without it
-        write_atomically(path, serialize(key, value), mode=0o644)
+        if key_now() == key:
+            write_atomically(path, serialize(key, value), mode=0o644)

@@ -40,3 +40,6 @@ SM_RE = re.compile(r"^sm_([0-9]{2,3})([af]?)\Z", re.ASCII)
 
 Confidence = Literal["verified", "community", "uncertain"]
 CONFIDENCES: tuple[Confidence, ...] = ("verified", "community", "uncertain")
+#: How much of the probe certification runs (``--level``).
+Level = Literal["quick", "full"]
+LEVELS: tuple[Level, ...] = ("quick", "full")

@@ -211,20 +211,6 @@ def attach(ref: str, envelopes: Sequence[bytes], *, created: str = "",
     return Attached(tuple(m["digest"] for m in added), "api" if api else "tag", tag)
 
 
-def pinned(ref: str, *, deadline: Deadline | None = None) -> str:
-    """``ref`` as ``HOST[:PORT]/REPO@sha256:…``: a tag resolved to the digest of the
-    manifest it names now (the bytes' sha256, as the registry serves them)."""
-    registry = _Registry.open(ref, deadline)
-    remote = registry.ref
-    if remote.reference.startswith("sha256:"):
-        return f"{remote.host}/{remote.repository}@{remote.reference}"
-    data = registry.get_manifest(remote.reference, ", ".join(MANIFEST_TYPES))
-    if data is None:
-        raise InvalidInput(f"{ref}: not in the registry (HTTP 404)",
-                           hint="check the reference (envforge publish prints it)")
-    return f"{remote.host}/{remote.repository}@{sha256(data)}"
-
-
 def referrers(ref: str, *, deadline: Deadline | None = None) -> list[dict[str, Any]]:
     """The descriptors of the in-toto referrers of ``ref`` (``…@sha256:…``): from the
     referrers API, else the tag schema's index (empty when neither has any)."""

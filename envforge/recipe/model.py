@@ -15,13 +15,14 @@ from typing import Any, Literal
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from envforge.core import patterns
 from envforge.core.patterns import Confidence
 
 Vendor = Literal["amd", "nvidia", "none"]
-Level = Literal["quick", "full"]
+Level = patterns.Level
 
 VENDORS: tuple[Vendor, ...] = ("amd", "nvidia", "none")
-LEVELS: tuple[Level, ...] = ("quick", "full")
+LEVELS = patterns.LEVELS
 
 #: Characters no quoting makes safe in a Dockerfile line, a requirements file or a shell
 #: script: NUL and every line break ``str.splitlines`` knows (editors and log readers

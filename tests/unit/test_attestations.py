@@ -330,21 +330,3 @@ def test_a_venv_attestation_names_its_content_and_a_change_is_refused(
     _venv_envelope(venv, RECIPE, key)
     assert len(at.read_raw(venv / ".envforge" / at.ATTESTATIONS_NAME)) == 1
     assert main(["attest", "verify", str(venv), "--trust", str(pub)]) == 0
-
-
-def test_a_signed_venv_build_result_is_attested(tmp_path: Path) -> None:
-    from envforge.backends.venv.interpreter import Interpreter
-    from envforge.backends.venv.layout import VenvBuildResult
-
-    _key, key_path, pub = _keys(tmp_path / "keys")
-    venv = _fake_venv(tmp_path)
-    result = VenvBuildResult(RECIPE.name, venv, "up-to-date",
-                             Interpreter(path="python", executable="python", version="3.11"),
-                             None, 0.1)
-    out = tmp_path / "venv.intoto.jsonl"
-    attest_result(result, RECIPE, key_path, out)
-    assert main(["attest", "verify", str(venv), "--trust", str(pub)]) == 0
-    statement = json.loads(base64.b64decode(json.loads(out.read_text())["payload"]))
-    assert statement["subject"][0]["name"] == f"venv/{RECIPE.name}"
-    assert statement["predicate"]["backend"] == "venv"
-    assert "certificate" not in statement["predicate"]

@@ -264,3 +264,17 @@ def test_companions_and_extensions_come_from_the_cache(monkeypatch: pytest.Monke
     monkeypatch.setattr(companions, "_load_file", refuse)
     monkeypatch.setattr(extensions, "_load_file", refuse)
     assert (load_companions(), load_extensions.__wrapped__()) == first
+
+
+def test_a_file_edited_while_it_is_parsed_is_not_cached(tmp_path: Path) -> None:
+    data = tmp_path / "data.txt"
+    data.write_text("alpha\n", encoding="utf-8")
+
+    class EditsWhileParsing(Builds):
+        def __call__(self) -> Tree:
+            self.data.write_text("beta\n", encoding="utf-8")  # another editor's save
+            return super().__call__()
+
+    build = EditsWhileParsing(data)
+    _load(data, build, tmp_path / "cache")
+    assert not (tmp_path / "cache" / "tree.json").exists()
