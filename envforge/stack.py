@@ -21,7 +21,7 @@ from packaging.version import InvalidVersion, Version
 
 from envforge.errors import ConstraintViolation, InvalidInput
 from envforge.knowledge import load_table, variant_of
-from envforge.knowledge.companion_route import route
+from envforge.knowledge.companion_route import python_gap, route
 from envforge.knowledge.companions import CompanionTable, Row, family_of, load_companions
 from envforge.knowledge.extensions import extension_checks
 from envforge.knowledge.table import CompatTable
@@ -467,6 +467,11 @@ class PackageCheck:
         return Pin(name, self._line(row, tag), *self._route(row, tag))
 
     def _route(self, row: Row, tag: str | None) -> tuple[str, str, str | None]:
+        gap = python_gap(row, self.recipe.python)
+        if gap is not None:
+            raise self.refuse("companion-python", f"{gap} (beside torch {self.build})",
+                              source=row.source,
+                              hint=f"remove {row.package}, or use a Python its wheels have")
         return route(row, tag, own=self.stack.local_tag, index=self.stack.index,
                      compat=self.compat)
 

@@ -156,9 +156,36 @@ def _expected(subject: str | None, image: str | None) -> str | None:
     return "sha256:" + value
 
 
+def _looks_like_ref(path: Path) -> bool:
+    """``HOST[:PORT]/REPO…`` (no such file here): a registry host first, or a digest."""
+    text = str(path)
+    host = text.split("/", 1)[0]
+    hosty = ":" in host or host == "localhost" or ("." in host and not host.startswith("."))
+    return "/" in text and (hosty or "@" in text) and not path.exists()
+
+
+def _registry_checks(ref: str, trust: Any, expected: str | None) -> list[Checked]:
+    """Every attestation attached to ``ref``'s digest in its registry; the subject they
+    must name is the image's ID there (its config digest) unless given."""
+    from envforge.publish.attest_verify import check_envelope  # noqa: PLC0415 - light --help
+    from envforge.publish.referrers import envelopes_of, pinned  # noqa: PLC0415 - as above
+    from envforge.publish.registry import remote_image  # noqa: PLC0415 - as above
+
+    where = pinned(ref)
+    subject = expected or remote_image(where).id
+    found = envelopes_of(where)
+    if not found:
+        raise CertificationFailed(f"{where}: no attestation is attached to this digest",
+                                  hint="publish from a host that attested it (--signing-key)")
+    return [check_envelope(raw, trust, subject, source=f"{where} #{number}")
+            for number, raw in enumerate(found, 1)]
+
+
 def _checks(path: Path, trust: Any, expected: str | None) -> list[Checked]:
     from envforge.publish.attest_verify import check_file  # noqa: PLC0415 - keeps --help light
 
+    if _looks_like_ref(path):
+        return _registry_checks(str(path), trust, expected)
     if path.is_dir():
         from envforge.backends.venv.attesting import (  # noqa: PLC0415 - venvs only
             attestations_file,
@@ -177,7 +204,7 @@ def _checks(path: Path, trust: Any, expected: str | None) -> list[Checked]:
 
 @attest.command("verify")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path),
-                metavar="FILE|VENV...")
+                metavar="FILE|VENV|REF...")
 @trust_option("Trust file of envforge.pub lines (repeatable; default: $ENVFORGE_TRUSTED_KEYS).")
 @click.option("--subject", metavar="sha256:HEX", default=None,
               help="The image ID a FILE's attestations must name as their subject.")
@@ -188,10 +215,11 @@ def verify_cmd(paths: tuple[Path, ...], trust: tuple[Path, ...], subject: str | 
                image: str | None, as_json: bool) -> None:
     """Check attestation files (or a venv's) against trusted keys, subject and schema.
 
-    Lists each attestation (pass/FAIL, recipe, arch, host, signer; REFUSED with why),
-    then how many, from how many hosts and archs, and what passed. Exit 1 when one is
-    refused (no trusted signature, another subject, a predicate outside the schema) or
-    none records a pass.
+    REF (HOST[:PORT]/REPO:TAG or @sha256:...): every attestation attached to the image's
+    digest in its registry, about the image's ID there. Lists each attestation (pass/FAIL,
+    recipe, arch, host, signer; REFUSED with why), then how many, from how many hosts and
+    archs, and what passed. Exit 1 when one is refused (no trusted signature, another
+    subject, a predicate outside the schema) or none records a pass.
     """
     from envforge.publish.attest_verify import describe, tally  # noqa: PLC0415 - light --help
     from envforge.publish.signing import load_trust, trust_paths  # noqa: PLC0415 - as above

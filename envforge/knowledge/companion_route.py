@@ -9,6 +9,8 @@ index. :func:`route` names that index and says why.
 
 from __future__ import annotations
 
+from packaging.specifiers import SpecifierSet
+
 from envforge.knowledge.companions import Row
 from envforge.knowledge.table import CompatTable
 
@@ -41,3 +43,12 @@ def route(
     note = f" ({row.note})" if row.note else ""
     return (f"{row.reason}; torch {row.torch} was published with no {own} build: the +{tag} "
             f"build of the same CUDA major{note}, installed from {url}", row.source, url)
+
+
+def python_gap(row: Row, python: str) -> str | None:
+    """Why ``row``'s wheels do not serve CPython ``python`` (its ``python`` specifier), or
+    None when they do or the row does not say."""
+    if row.python is None or SpecifierSet(row.python).contains(python, prereleases=True):
+        return None
+    return (f"{row.package} {row.version} has wheels for CPython {row.python} only, not "
+            f"{python}")

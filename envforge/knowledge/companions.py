@@ -62,6 +62,9 @@ class Row:
     confidence: Confidence
     accepts: str | None = None
     note: str = ""
+    #: The CPython versions its wheels are built for, a PEP 440 specifier (``>=3.10,<3.15``:
+    #: cp310 to cp314); None: those of the torch it pairs with.
+    python: str | None = None
 
     def admits(self, torch: str) -> bool:
         """The companion's metadata allows this torch release (local tags ignored)."""
@@ -143,7 +146,8 @@ def _base(version: str) -> str:
 _TOP_KEYS = ("schema", "checked", "packages", "rows")
 _PACKAGE_KEYS = ("families", "local_tag", "pinned_by_torch")
 _ROW_KEYS = (
-    "package", "version", "torch", "requires", "source", "accepts", "checked", "confidence", "note"
+    "package", "version", "torch", "requires", "source", "accepts", "checked", "confidence", "note",
+    "python",
 )
 
 
@@ -217,7 +221,7 @@ def _row(r: yamlcheck.Reader, i: int, item: object, names: set[str], checked: st
             Version(r.text(m[field], f"{key}.{field}"))
         except InvalidVersion:
             raise r.fail(f"{key}.{field}", f"{m[field]!r} is not a version") from None
-    for field in ("requires", "accepts"):
+    for field in ("requires", "accepts", "python"):
         if m.get(field) is not None:
             try:
                 SpecifierSet(r.text(m[field], f"{key}.{field}"))
@@ -241,6 +245,7 @@ def _row(r: yamlcheck.Reader, i: int, item: object, names: set[str], checked: st
         confidence=confidence,
         accepts=None if m.get("accepts") is None else str(m["accepts"]),
         note=str(m.get("note", "")),
+        python=None if m.get("python") is None else str(m["python"]),
     )
 
 

@@ -4,13 +4,13 @@ which hosts and archs, what passed)."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envforge.core.jsonlimits import loads
 from envforge.publish.attestation import (
     Subject,
     read_raw,
@@ -91,7 +91,7 @@ def check_envelope(
         problems.append(f"no signature verifies with the {len(trust.keys)} trusted key(s)"
                         f" (signed as {named})")
     try:
-        data = json.loads(envelope.payload)
+        data = loads(envelope.payload)
     except ValueError:
         return Checked(source, (*problems, "the payload is not JSON"))
     shape = statement_problems(data)

@@ -32,6 +32,7 @@ from typing import Any
 
 from envforge import __version__
 from envforge.core.fsutil import append_text, read_limited, read_reason, write_atomically
+from envforge.core.jsonlimits import loads
 from envforge.errors import InvalidInput
 from envforge.publish.dsse import INTOTO_PAYLOAD_TYPE, Envelope, sign
 from envforge.publish.signing import SigningKey
@@ -296,7 +297,7 @@ def keep_for_subject(path: Path, envelope: Envelope, subject: Subject) -> None:
     for raw in read_raw(path, missing_ok=True):
         try:
             env = Envelope.from_dict(raw)
-            data = json.loads(env.payload)
+            data = loads(env.payload)
             if subject.sha256 in (s.sha256 for s in subjects_of(data)):
                 kept.append(json.dumps(raw, separators=(",", ":"), sort_keys=True) + "\n")
         except (ValueError, KeyError, TypeError):
@@ -319,7 +320,7 @@ def read_raw(path: Path, *, missing_ok: bool = False) -> list[Any]:
         raise InvalidInput(f"{path}: cannot read: {reason}",
                            hint="name an .intoto.jsonl file or a venv folder") from None
     try:
-        whole = json.loads(text)
+        whole = loads(text, max_bytes=MAX_FILE_BYTES)
     except ValueError:
         whole = None
     if isinstance(whole, dict):
@@ -329,7 +330,7 @@ def read_raw(path: Path, *, missing_ok: bool = False) -> list[Any]:
         if not line.strip():
             continue
         try:
-            values.append(json.loads(line))
+            values.append(loads(line))
         except ValueError:
             raise InvalidInput(
                 f"{path}:{number}: not a JSON envelope",

@@ -28,6 +28,8 @@ from envforge.publish.signing import PublicKey, SigningKey
 
 #: The payload type of an in-toto Statement (in-toto attestation framework, envelope layer).
 INTOTO_PAYLOAD_TYPE = "application/vnd.in-toto+json"
+#: Signatures one envelope may carry (each is tried against the trust list).
+MAX_SIGNATURES = 64
 
 
 def pae(payload_type: str, payload: bytes) -> bytes:
@@ -83,6 +85,8 @@ class Envelope:
             raise ValueError("payloadType and payload must be strings")
         if not isinstance(sigs, list) or not sigs:
             raise ValueError("no signatures")
+        if len(sigs) > MAX_SIGNATURES:
+            raise ValueError(f"{len(sigs)} signatures; at most {MAX_SIGNATURES} are read")
         parsed: list[Signature] = []
         for item in sigs:
             if not isinstance(item, Mapping) or not isinstance(item.get("sig"), str):

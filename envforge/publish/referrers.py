@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from envforge.core.jsonlimits import BadJSON, loads
 from envforge.core.net import Deadline, NetError, Policy, Reply, deadline_seconds, fetch
 from envforge.errors import InvalidInput, Unavailable
 from envforge.publish.registry import MANIFEST_TYPES, MAX_BYTES, RemoteRef, parse_ref
@@ -38,6 +39,17 @@ EMPTY = b"{}"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 TIMEOUT = 30.0
+
+
+def _doc(data: bytes, what: str) -> dict[str, Any]:
+    """A registry document: JSON within limits, an object (else exit 4, naming it)."""
+    try:
+        value = loads(data, max_bytes=MAX_BYTES)
+    except BadJSON as exc:
+        raise Unavailable(f"{what} is not JSON within limits: {exc}") from None
+    if not isinstance(value, dict):
+        raise Unavailable(f"{what} is not a JSON object")
+    return value
 
 
 def sha256(data: bytes) -> str:
@@ -156,7 +168,7 @@ def _subject(registry: _Registry, digest: str) -> Descriptor:
                            "the registry", hint="publish the image first")
     if sha256(data) != digest:
         raise Unavailable(f"{registry.ref.host}: the manifest does not match {digest[:19]}")
-    media = json.loads(data).get("mediaType") or OCI_MANIFEST
+    media = _doc(data, f"the manifest {digest[:19]}").get("mediaType") or OCI_MANIFEST
     return Descriptor(str(media), digest, len(data))
 
 
@@ -164,8 +176,8 @@ def _index(registry: _Registry, tag: str) -> dict[str, Any]:
     data = registry.get_manifest(tag, OCI_INDEX)
     if data is None:
         return {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []}
-    index = json.loads(data)
-    if not isinstance(index, dict) or not isinstance(index.get("manifests"), list):
+    index = _doc(data, f"the referrers tag {tag[:26]}")
+    if not isinstance(index.get("manifests"), list):
         raise Unavailable(f"{registry.ref.host}: the referrers tag {tag[:26]} is not an index",
                           hint="delete that tag; it is not an OCI image index")
     return index
@@ -211,14 +223,28 @@ def attach(ref: str, envelopes: Sequence[bytes], *, created: str = "",
     return Attached(tuple(m["digest"] for m in added), "api" if api else "tag", tag)
 
 
+def pinned(ref: str, *, deadline: Deadline | None = None) -> str:
+    """``ref`` as ``HOST[:PORT]/REPO@sha256:…``: a tag resolved to the digest of the
+    manifest it names now (the bytes' sha256, as the registry serves them)."""
+    registry = _Registry.open(ref, deadline)
+    remote = registry.ref
+    if remote.reference.startswith("sha256:"):
+        return f"{remote.host}/{remote.repository}@{remote.reference}"
+    data = registry.get_manifest(remote.reference, ", ".join(MANIFEST_TYPES))
+    if data is None:
+        raise InvalidInput(f"{ref}: not in the registry (HTTP 404)",
+                           hint="check the reference (envforge publish prints it)")
+    return f"{remote.host}/{remote.repository}@{sha256(data)}"
+
+
 def referrers(ref: str, *, deadline: Deadline | None = None) -> list[dict[str, Any]]:
     """The descriptors of the in-toto referrers of ``ref`` (``…@sha256:…``): from the
     referrers API, else the tag schema's index (empty when neither has any)."""
     registry = _Registry.open(ref, deadline)
     digest = registry.ref.reference
     reply = registry.send("GET", f"referrers/{digest}", headers={"Accept": OCI_INDEX})
-    if reply.status == 200 and "manifests" in reply.body.decode("utf-8", "replace"):
-        listed = json.loads(reply.body).get("manifests") or []
+    if reply.status == 200 and b"manifests" in reply.body:
+        listed = _doc(reply.body, f"the referrers of {digest[:19]}").get("manifests") or []
     else:
         listed = _index(registry, referrers_tag(digest))["manifests"]
     return [m for m in listed if isinstance(m, dict) and m.get("artifactType") == ARTIFACT_TYPE]
@@ -232,11 +258,15 @@ def envelopes_of(ref: str, *, deadline: Deadline | None = None) -> list[Any]:
         data = registry.get_manifest(str(entry.get("digest")), OCI_MANIFEST)
         if data is None or sha256(data) != entry.get("digest"):
             continue
-        for layer in json.loads(data).get("layers") or ():
-            if layer.get("mediaType") != ENVELOPE_TYPE:
+        for layer in _doc(data, f"the referrer {str(entry.get('digest'))[:19]}").get(
+                "layers") or ():
+            if not isinstance(layer, dict) or layer.get("mediaType") != ENVELOPE_TYPE:
                 continue
-            blob = registry.expect(registry.send("GET", f"blobs/{layer['digest']}"), (200,),
-                                   "reading an attestation")
+            blob = registry.expect(registry.send("GET", f"blobs/{layer.get('digest')}"),
+                                   (200,), "reading an attestation")
             if sha256(blob.body) == layer.get("digest"):
-                out.append(json.loads(blob.body))
+                try:  # one that is not JSON is shown refused, not dropped
+                    out.append(loads(blob.body))
+                except BadJSON:
+                    out.append(None)
     return out

@@ -145,6 +145,12 @@ def test_attestations_attach_as_referrers_and_oras_lists_them(
     assert sorted(verdicts) == ["FAILED", "PASSED", "PASSED"]
     # and envforge reads the same back, every blob's digest checked
     assert len(rf.envelopes_of(ref)) == 3
+    # attest verify REF: the tag resolved, every attestation of the digest checked
+    from envforge.cli import main
+
+    assert main(["attest", "verify", f"{registry}/{repo}:v1", "--trust", str(pub)]) == 0
+    _other, other_pub = generate(tmp_path / "other", "other")
+    assert main(["attest", "verify", ref, "--trust", str(other_pub)]) == 1
 
 
 def test_publish_attaches_the_stored_attestations(

@@ -105,7 +105,8 @@ def signed(  # noqa: PLR0917 - pytest fixtures
     summary = folder / "summary.md"
     done = envforge(
         *build_args("cpu", standin, wheelhouse, ca_bundle, "--report", str(folder / "report"),
-                    "--summary", str(summary), "--json"),
+                    "--summary", str(summary), "--json",
+                    "--attest", str(folder / "build.intoto.jsonl")),
         timeout=BUILD_TIMEOUT,
         extra_env={"ENVFORGE_SIGNING_KEY": str(keys.key)},
     )
@@ -127,6 +128,19 @@ def test_signed_build_publish_require_signed_and_verify_trust(
     data = parse_json(pushed)
     assert data["signed_by"] == keys.fingerprint
     pinned = data["pinned"]
+
+    # The build's signed attestation went with the push, as a referrer of the digest
+    # (the tag schema: the CI's docker-registry has no referrers API).
+    assert data["attestations"]["attached"] >= 1
+    assert data["attestations"]["via"] == "tag"
+    attested = envforge("attest", "verify", pinned, "--trust", str(keys.pub))
+    assert attested.returncode == 0, attested.stderr
+    assert " 0 failed" in attested.stderr
+    refused = envforge("attest", "verify", pinned, "--trust", str(keys.other_pub))
+    assert refused.returncode == 1
+    local = envforge("attest", "verify", str(signed.report.parent / "build.intoto.jsonl"),
+                     "--trust", str(keys.pub), "--image", signed.data["tags"][0])
+    assert local.returncode == 0, local.stderr
 
     trusted = envforge("verify", pinned, "--trust", str(keys.pub))
     assert trusted.returncode == 0, trusted.stderr
@@ -157,8 +171,8 @@ def test_signed_build_publish_require_signed_and_verify_trust(
     assert mine
     assert all(r["signer_name"] == "CI runner" for r in mine)
 
-    leaks = _texts(signed, [pushed, trusted, wrong, by_env, untrusted, drawn], envforge.home,
-                   site, json.dumps(label))
+    leaks = _texts(signed, [pushed, attested, trusted, wrong, by_env, untrusted, drawn],
+                   envforge.home, site, json.dumps(label))
     for secret in keys.secrets():
         found = [where for where, text in leaks if secret in text]
         assert not found, f"the private key appears in {found}"

@@ -330,3 +330,69 @@ def test_a_venv_attestation_names_its_content_and_a_change_is_refused(
     _venv_envelope(venv, RECIPE, key)
     assert len(at.read_raw(venv / ".envforge" / at.ATTESTATIONS_NAME)) == 1
     assert main(["attest", "verify", str(venv), "--trust", str(pub)]) == 0
+
+
+def test_a_signed_venv_build_result_is_attested(tmp_path: Path) -> None:
+    from envforge.backends.venv.interpreter import Interpreter
+    from envforge.backends.venv.layout import VenvBuildResult
+
+    _key, key_path, pub = _keys(tmp_path / "keys")
+    venv = _fake_venv(tmp_path)
+    result = VenvBuildResult(RECIPE.name, venv, "up-to-date",
+                             Interpreter(path="python", executable="python", version="3.11"),
+                             None, 0.1)
+    out = tmp_path / "venv.intoto.jsonl"
+    attest_result(result, RECIPE, key_path, out)
+    assert main(["attest", "verify", str(venv), "--trust", str(pub)]) == 0
+    statement = json.loads(base64.b64decode(json.loads(out.read_text())["payload"]))
+    assert statement["subject"][0]["name"] == f"venv/{RECIPE.name}"
+    assert statement["predicate"]["backend"] == "venv"
+    assert "certificate" not in statement["predicate"]
+
+
+@pytest.mark.parametrize("raw", [
+    None, [], "text", {"payloadType": 1}, {"payloadType": "t", "payload": "e30=",
+                                           "signatures": "x"},
+    {"payloadType": INTOTO_PAYLOAD_TYPE, "payload": "***", "signatures": [{"sig": "AA=="}]},
+    {"payloadType": INTOTO_PAYLOAD_TYPE, "payload": "e30=", "signatures": [{"sig": 5}]},
+    {"payloadType": INTOTO_PAYLOAD_TYPE, "payload": "e30=",
+     "signatures": [{"sig": "AA=="}] * 65},
+    {"payloadType": INTOTO_PAYLOAD_TYPE,
+     "payload": base64.b64encode(b"[" * 100000 + b"]" * 100000).decode(),
+     "signatures": [{"sig": "AA=="}]},
+    {"payloadType": INTOTO_PAYLOAD_TYPE, "payload": base64.b64encode(b"\xff\xfe").decode(),
+     "signatures": [{"sig": "AA=="}]},
+])
+def test_hostile_envelopes_are_refused_in_one_line(raw: Any, tmp_path: Path) -> None:
+    _key, _, pub = _keys(tmp_path)
+    checked = check_envelope(raw, load_trust([pub]), IMAGE, source="x")
+    assert not checked.ok
+    assert all("\n" not in p for p in checked.problems)
+
+
+def test_a_file_that_is_not_envelopes_is_one_line(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    _key, _, pub = _keys(tmp_path)
+    bad = tmp_path / "bad.intoto.jsonl"
+    bad.write_text('{"a": 1}\nnot json\n')
+    assert main(["attest", "verify", str(bad), "--trust", str(pub), "--subject", IMAGE]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}:2: not a JSON envelope" in err
+    assert len(err.strip().splitlines()) == 1
+    assert main(["attest", "verify", str(tmp_path / "none.jsonl"), "--trust", str(pub),
+                 "--subject", IMAGE]) == 2
+    assert main(["attest", "verify", str(bad), "--trust", str(pub), "--subject", "md5:1"]) == 2
+
+
+def test_pae_agrees_with_securesystemslib_for_any_input() -> None:
+    dsse = pytest.importorskip("securesystemslib.dsse")
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.text(max_size=40), st.binary(max_size=200))
+    def agree(kind: str, body: bytes) -> None:
+        envelope = dsse.Envelope(body, kind, {})
+        assert envelope.pae() == pae(kind, body)
+
+    agree()

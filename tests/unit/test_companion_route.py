@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from envforge import lock
-from envforge.errors import InvalidInput
+from envforge.errors import ConstraintViolation, InvalidInput
 from envforge.knowledge.companion_route import sibling_index
 from envforge.project.model import Project
 from envforge.project.resolve import project_stack
@@ -102,3 +102,21 @@ def test_a_lock_refuses_it_naming_the_index(tmp_path: Path) -> None:
     assert "torchaudio comes from its own index" in line
     assert CU130 in line
     assert not (tmp_path / "x.lock.txt").exists()
+
+
+def test_torchaudio_2_11_has_no_cp315_wheel_recipe_and_project_refused() -> None:
+    """torchaudio 2.11.0 has cp310-cp314 wheels only (the package index's listing):
+    beside torch 2.15 on Python 3.15 it is refused, as a recipe package and as a
+    project requirement."""
+    with pytest.raises(ConstraintViolation) as err:
+        stack_of(replace(cu132("torchaudio"), python="3.15"))
+    assert err.value.rule == "companion-python"
+    assert "CPython >=3.10,<3.15 only, not 3.15" in err.value.one_line()
+    project = Project(root=Path("/p"), source=Path("/p/requirements.txt"), name="p",
+                      requirements=("torchaudio",))
+    with pytest.raises(ConstraintViolation) as err:
+        project_stack(project, replace(cu132(), python="3.15"))
+    assert err.value.rule == "companion-python"
+    assert "/p/requirements.txt" in err.value.one_line()
+    # torchvision has no such cap: it follows torch's CPythons
+    assert stack_of(replace(cu132("torchvision"), python="3.15")).companions
