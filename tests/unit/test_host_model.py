@@ -125,6 +125,15 @@ def test_drm_product_name_names_a_kfd_gpu(tmp_path: Path) -> None:
         ("NVIDIA A100-SXM4-80GB", "sm_80"),
         ("NVIDIA A10G", "sm_86"),
         ("NVIDIA L40S", "sm_89"),
+        # issue 30 (audit 2026-11-27 D11, D12): products that mapped to nothing
+        ("NVIDIA A2", "sm_86"),
+        ("NVIDIA L20", "sm_89"),
+        ("NVIDIA A800 80GB PCIe", "sm_80"),
+        ("NVIDIA T1000", "sm_75"),
+        ("NVIDIA T400 4GB", "sm_75"),
+        ("NVIDIA RTX PRO 2000 Blackwell", "sm_120"),
+        ("NVIDIA RTX PRO 500 Blackwell Generation Laptop GPU", "sm_120"),
+        ("NVIDIA RTX A2000 12GB", "sm_86"),
     ],
 )
 def test_model_names_longest_fragment_wins(model: str, arch: str) -> None:
