@@ -209,19 +209,6 @@ def test_the_runner_names_who_holds_the_gpu(
 # --------------------------------------------------------------------------- the commands
 
 
-def test_require_free_fails_a_real_probe_naming_the_step(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    summary = tmp_path / "summary.md"
-    code = main(["probe", "--level", "quick", "--require-free", "1048576",
-                 "--summary", str(summary)])
-    err = capsys.readouterr().err
-    assert code == 1
-    assert "probe failed at step memory: fail: cpu: " in err
-    assert "below --require-free 1048576 GiB" in err
-    assert "at step memory (fail)" in summary.read_text()
-
-
 @pytest.mark.parametrize("value", ["0", "-2", "nan", "inf", "2e6"])
 def test_a_bad_require_free_is_one_line_exit_2(
     value: str, capsys: pytest.CaptureFixture[str]

@@ -106,23 +106,6 @@ def test_probe_summary_is_appended_even_when_the_probe_cannot_start(
     assert "--summary" in capsys.readouterr().err
 
 
-def test_probe_summary_of_a_failing_check(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    check = tmp_path / "check.py"
-    check.write_text("raise RuntimeError('boom | <b>x</b>\\nsecond line')\n")
-    summary = tmp_path / "summary.md"
-    code = main(["probe", "--level", "quick", "--check", str(check), "--summary", str(summary),
-                 "--step-timeout", "120"])
-    assert code == 1
-    text = summary.read_text()
-    assert ": ❌ fail at step check" in text
-    row = next(r for r in _table_rows(text) if "boom" in r)
-    assert len(_cells(row)) == 4
-    assert "&lt;b&gt;" in row
-    capsys.readouterr()
-
-
 def test_venv_build_summary_shows_the_report_and_the_failure(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
