@@ -5,6 +5,7 @@ every ENVFORGE_* variable they name is one envforge or its scripts read."""
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,59 @@ def test_every_envforge_variable_named_is_read_somewhere() -> None:
                *(ROOT / "tests").rglob("*.py")]
     code = "\n".join(_text(p) for p in sources if p.is_file())
     assert sorted(name for name in named if name not in code) == []
+
+
+# --------------------------------------------------------------------------- Quick start
+
+#: A stand-in ``python3`` for the Quick start: ``-m venv DIR`` makes DIR/bin/pip (does
+#: nothing) and DIR/bin/envforge (says which file ran and with what), nothing else.
+_PYTHON3 = """#!/bin/sh
+[ "$1 $2" = "-m venv" ] || exit 97
+mkdir -p "$3/bin"
+printf '#!/bin/sh\\nexit 0\\n' > "$3/bin/pip"
+printf '#!/bin/sh\\necho "$(readlink -f "$0") $*" >> "$HOME/ran"\\n' > "$3/bin/envforge"
+chmod +x "$3/bin/pip" "$3/bin/envforge"
+"""
+
+
+def quick_start_commands() -> list[str]:
+    """The Quick start block's commands, continuation lines joined, comments dropped."""
+    text = _text(README).split("## Quick start", 1)[1]
+    block = text.split("```bash\n", 1)[1].split("```", 1)[0]
+    joined = re.sub(r"\\\n\s*", "", block)
+    return [line for line in joined.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def test_the_quick_start_is_two_commands_and_leaves_envforge_on_path(tmp_path: Path) -> None:
+    """Issue 29 §1: after the first command, the same shell types ``envforge``; run here
+    verbatim in a fresh home with a stand-in python3 (no install, no build)."""
+    first, second = quick_start_commands()
+    assert second == "bash scripts/test"
+    assert "envforge build cpu" in first
+    home, tools = tmp_path / "home", tmp_path / "tools"
+    home.mkdir()
+    tools.mkdir()
+    (tools / "python3").write_text(_PYTHON3)
+    (tools / "python3").chmod(0o755)
+    script = f"{first}\ncommand -v envforge > \"$HOME/found\""
+    done = subprocess.run(
+        ["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        env={"HOME": str(home), "PATH": f"{tools}:/usr/bin:/bin"}, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    installed = home / ".envforge" / "bin" / "envforge"
+    ran = (home / "ran").read_text().split()
+    assert ran[0] == str(installed)  # the venv's envforge, reached by name
+    assert ran[1:4] == ["build", "cpu", "--backend"]
+    found = Path((home / "found").read_text().strip())
+    assert found.resolve() == installed
+    assert not (found.parent / "python").exists()  # only envforge on PATH, not the venv's python
+
+
+@pytest.mark.parametrize("doc", [README, *DOCS], ids=lambda p: p.name)
+def test_commands_are_typed_envforge(doc: Path) -> None:
+    """Every command shown runs as typed after the Quick start: by name, not by a path
+    into the virtualenv."""
+    text = _text(doc)
+    assert "envforge/bin/envforge build" not in text
+    assert "envforge/bin/envforge " not in text.replace("ln -sf ~/.envforge/bin/envforge ", "")
