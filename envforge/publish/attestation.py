@@ -163,7 +163,7 @@ def predicate(
     }
     if stack is not None:
         data["stack"] = json.loads(canonical(dict(stack)))
-    if backend == "docker":
+    if certificate is not None:  # an image's certificate (a venv has none in this form)
         data["certificate"] = certificate
     return data
 
