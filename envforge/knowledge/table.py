@@ -21,6 +21,7 @@ Arch arithmetic (gfx ↔ ISA, SASS compatibility) is :mod:`envforge.host.arch`.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -48,8 +49,9 @@ ARCH_PLATFORMS: tuple[str, ...] = ("tegra", *PLATFORMS)
 # --------------------------------------------------------------------------- helpers
 
 
+@functools.lru_cache(maxsize=256)
 def py_tuple(version: str) -> tuple[int, ...]:
-    """``"3.10"`` → ``(3, 10)`` for ordering CPython versions."""
+    """``"3.10"`` → ``(3, 10)`` for ordering CPython versions (a solve compares thousands)."""
     return tuple(int(p) for p in version.split("."))
 
 
@@ -375,12 +377,9 @@ class NumpyRelease:
 
     def installable(self, python: str) -> tuple[str, ...]:
         """Versions of the series that have a wheel for ``python``."""
-        if not py_tuple(self.python_min) <= py_tuple(python) <= py_tuple(self.python_max):
-            return ()
-        first = dict(self.python_from).get(python)
-        if first is None:
-            return self.versions
-        return tuple(v for v in self.versions if Version(v) >= Version(first))
+        return _installable(
+            self.versions, self.python_min, self.python_max, self.python_from, python
+        )
 
 
 @dataclass(frozen=True)
@@ -441,10 +440,9 @@ class CompatTable:
 
     def cite(self, text: str) -> str:
         """Expand every short source key in ``text`` ("TI; PV" → the references)."""
-        keys = [re.escape(k) for k, _ in self.sources]
-        if not keys:
+        pattern = _source_keys(self.sources)
+        if pattern is None:
             return text
-        pattern = re.compile(r"\b(" + "|".join(keys) + r")\b")
         return pattern.sub(lambda m: self.source_text(m.group(1)), text)
 
     # ------------------------------------------------------------------ AMD
@@ -579,6 +577,27 @@ class CompatTable:
     def numpy_installable(self, python: str) -> tuple[str, ...]:
         """Every NumPy version the table knows with a Linux wheel for ``python``."""
         return tuple(v for n in self.numpy_releases for v in n.installable(python))
+
+
+@functools.lru_cache(maxsize=1024)
+def _installable(
+    versions: tuple[str, ...], low: str, high: str, python_from: tuple[tuple[str, str], ...],
+    python: str,
+) -> tuple[str, ...]:
+    """:meth:`NumpyRelease.installable`, once per release and Python (a solve asks often)."""
+    if not py_tuple(low) <= py_tuple(python) <= py_tuple(high):
+        return ()
+    first = dict(python_from).get(python)
+    if first is None:
+        return versions
+    return tuple(v for v in versions if Version(v) >= Version(first))
+
+
+@functools.lru_cache(maxsize=8)
+def _source_keys(sources: tuple[tuple[str, str], ...]) -> re.Pattern[str] | None:
+    """The pattern of every short source key (one per table: cite runs for every reason)."""
+    keys = [re.escape(k) for k, _ in sources]
+    return re.compile(r"\b(" + "|".join(keys) + r")\b") if keys else None
 
 
 def normalize_image(image: str) -> str:
