@@ -36,27 +36,46 @@ def attest_option(func: F) -> F:
     )(func)
 
 
-def check_attest(attest_file: Path | None, signing_key: Path | None) -> None:
-    """Before any work: ``--attest`` needs a key, and FILE must be a file one can write."""
-    if attest_file is None:
+def attach_option(func: F) -> F:
+    """``certify IMAGE --attach``: attach the attestation to the image's registry digest."""
+    return click.option(
+        "--attach",
+        is_flag=True,
+        help="Attach each certification's signed attestation to the image's digest in its "
+        "registry, as an OCI referrer (IMAGE refs of a registry; needs --signing-key).",
+    )(func)
+
+
+def check_attest(attest_file: Path | None, signing_key: Path | None,
+                 attach: bool = False) -> None:
+    """Before any work: ``--attest`` and ``--attach`` need a key, and FILE must be a file
+    one can write."""
+    if attest_file is None and not attach:
         return
     if signing_key is None or not str(signing_key):
+        what = f"--attest {attest_file}" if attest_file is not None else "--attach"
         raise InvalidInput(
-            f"--attest {attest_file}: an attestation is signed, and no signing key is given",
+            f"{what}: an attestation is signed, and no signing key is given",
             hint="add --signing-key KEY (or set ENVFORGE_SIGNING_KEY); "
             "envforge keys generate -o DIR makes one",
         )
-    check_file_target(attest_file, setting="--attest")
+    if attest_file is not None:
+        check_file_target(attest_file, setting="--attest")
 
 
-def _docker_envelope(certified: Any, key: SigningKey) -> tuple[Envelope, Path]:
-    """The attestation of a Docker certification, and the store file it goes to."""
+def _docker_envelope(certified: Any, key: SigningKey, *,
+                     probed: bool = False) -> tuple[Envelope, Path]:
+    """The attestation of a Docker certification, and the store file it goes to; its
+    subject is the certified image (the probed one with its certificate label), or with
+    ``probed`` the image the probe ran in as it was (a pulled image, its registry digest
+    unchanged)."""
     from envforge.core import paths  # noqa: PLC0415 - only when attesting
     from envforge.evidence.redact import Redactor  # noqa: PLC0415 - as above
     from envforge.publish import attestation as at  # noqa: PLC0415 - as above
 
     cert = certified.outcome.certificate
-    image = certified.outcome.certified_image or str(cert.data["image"]["candidate"])
+    candidate = str(cert.data["image"]["candidate"])
+    image = candidate if probed else certified.outcome.certified_image or candidate
     subject = at.image_subject(certified.certified_tag, image)
     pred = at.predicate(
         report=cert.report, backend="docker",
@@ -93,11 +112,13 @@ def _venv_envelope(venv: Path, recipe: Recipe, key: SigningKey) -> tuple[Envelop
 
 
 def attest_result(
-    result: Any, recipe: Recipe, signing_key: Path | None, attest_file: Path | None
+    result: Any, recipe: Recipe, signing_key: Path | None, attest_file: Path | None,
+    *, attach_to: str | None = None,
 ) -> None:
     """Sign the attestation of a build's or certify's result (a signing key configured);
     it goes to the store (Docker) or the venv's ``.envforge`` folder, and to
-    ``attest_file``. Nothing without a key or a certification."""
+    ``attest_file``; with ``attach_to`` (a registry image that was certified), to that
+    image's digest as a referrer. Nothing without a key or a certification."""
     if signing_key is None or not str(signing_key):
         return
     from envforge.cli.common import load_signer  # noqa: PLC0415 - loads cryptography
@@ -108,7 +129,9 @@ def attest_result(
         return
     certified = getattr(result, "certification", result)  # a DockerBuildResult holds one
     if certified is not None and hasattr(certified, "outcome"):
-        envelope, kept = _docker_envelope(certified, key)
+        envelope, kept = _docker_envelope(certified, key, probed=attach_to is not None)
+        if attach_to is not None:
+            attach_certified(attach_to, envelope)
     elif hasattr(result, "interpreter") and result.certified:
         envelope, kept = _venv_envelope(Path(result.path), recipe, key)
     else:
@@ -270,3 +293,26 @@ def attach_published(pinned_ref: str, image_id: str) -> dict[str, Any] | None:
     say(f"attached {len(done.digests)} attestation(s) to {pinned_ref} ({how})")
     return {"attached": len(done.digests), "via": done.via, "tag": done.tag,
             "manifests": list(done.digests)}
+
+
+def attach_certified(ref: str, envelope: Envelope) -> dict[str, Any]:
+    """``certify REF --attach``: ``envelope`` (about the image certified here) attached
+    to REF's digest in its registry, once the registry's image is known to be that one
+    (its config digest is the attestation's subject)."""
+    from envforge.publish import attestation as at  # noqa: PLC0415 - only when attaching
+    from envforge.publish.referrers import attach, pinned  # noqa: PLC0415 - as above
+    from envforge.publish.registry import remote_image  # noqa: PLC0415 - as above
+
+    where = pinned(ref)
+    there = remote_image(where).id
+    subjects = at.subjects_of(json.loads(envelope.payload))
+    if there.split(":", 1)[-1] not in (s.sha256 for s in subjects):
+        raise InvalidInput(
+            f"{ref}: the registry's image ({there[:19]}) is not the one certified here "
+            f"({subjects[0].digest[:19]}); nothing was attached",
+            hint="pull REF again and certify what it names now",
+        )
+    done = attach(where, [at.envelope_line(envelope).strip().encode()])
+    how = "the registry's referrers API" if done.via == "api" else f"the tag {done.tag[:19]}…"
+    say(f"attached the attestation to {where} ({how})")
+    return {"attached": len(done.digests), "via": done.via, "tag": done.tag}

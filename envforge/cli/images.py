@@ -13,7 +13,13 @@ import click
 
 from envforge.backends import BACKENDS, Options, default_backend, docker, pick
 from envforge.backends.base import refuse_foreign
-from envforge.cli.attest import attach_published, attest_option, attest_result, check_attest
+from envforge.cli.attest import (
+    attach_option,
+    attach_published,
+    attest_option,
+    attest_result,
+    check_attest,
+)
 from envforge.cli.common import (
     backend_extra,
     backend_flags,
@@ -72,6 +78,18 @@ def _recipe_for_image(info: ImageInfo, ref: str, overrides: Sequence[str]) -> Re
     return load_checked(name, overrides)
 
 
+def _check_attach(refs: Sequence[str]) -> None:
+    """``--attach`` attaches to a registry's digest: every ref must name a registry image."""
+    for ref in refs:
+        host = ref.split("/", 1)[0]
+        if not _looks_like_image(ref) or "/" not in ref or not (
+                ":" in host or "." in host or host == "localhost"):
+            raise InvalidInput(
+                f"--attach {ref}: not an image in a registry (HOST[:PORT]/REPO:TAG or @sha256:…)",
+                hint="name the pulled image by its registry reference",
+            )
+
+
 def _safe_name(ref: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in ref)
 
@@ -110,6 +128,7 @@ def _project_backend(refs: Sequence[str], project: Project | None) -> str | None
 @backend_flags("certify")
 @signing_key_option
 @attest_option
+@attach_option
 @summary_option
 @gpu_option
 @set_option
@@ -124,6 +143,7 @@ def certify(  # noqa: PLR0917 - click passes options positionally by name
     backend: str | None,
     signing_key: Path | None,
     attest_file: Path | None,
+    attach: bool,
     summary_file: Path | None,
     gpu: str | None,
     overrides: tuple[str, ...],
@@ -142,7 +162,9 @@ def certify(  # noqa: PLR0917 - click passes options positionally by name
 
     if report_dir is not None:  # before any work: a file in the way is exit 2, one line
         check_folder_target(report_dir, setting="--report", files=REPORT_FILES)
-    check_attest(attest_file, signing_key)
+    check_attest(attest_file, signing_key, attach)
+    if attach:
+        _check_attach(refs)
     project = load_project_option(project_dir, extras)
     backend = backend or _project_backend(refs, project) or default_backend()
     chosen = BACKENDS[backend]
@@ -180,7 +202,8 @@ def certify(  # noqa: PLR0917 - click passes options positionally by name
             )
             result = chosen.certify(recipe, options)
             notes.add(result.report, result.facts(), title=f"envforge certify {ref}")
-            attest_result(result, recipe, signing_key, attest_file)
+            attest_result(result, recipe, signing_key, attest_file,
+                          attach_to=ref if attach else None)
             row = {"ref": ref, "recipe": recipe.name, **result.to_dict()}
             results.append(row)
             failure = result.failure()

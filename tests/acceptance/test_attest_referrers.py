@@ -175,3 +175,49 @@ def test_publish_attaches_the_stored_attestations(
     assert (done["attached"], done["via"]) == (1, "tag")
     [envelope] = rf.envelopes_of(pinned)
     assert check_envelope(envelope, load_trust([pub]), image_id, source="r").passed
+
+
+def test_certify_attach_puts_a_pulled_images_attestation_on_its_digest(
+    registry: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``certify REF --attach``: the image this host probed (on a stand-in engine, whose
+    image has the registry image's ID) is attested by that ID and attached to REF's
+    digest, which does not change; a REF naming other content gets nothing."""
+    from envforge.backends import docker
+    from envforge.cli import main
+    from envforge.cli.attest import attest_result
+    from envforge.errors import InvalidInput
+    from tests.helpers.fake_engine import FakeEngine, image_attrs
+    from tests.helpers.recipes import make_recipe
+    from tests.unit.test_docker_pipeline import FakeProbe
+
+    monkeypatch.setenv("ENVFORGE_HOME", str(tmp_path / "home"))
+    repo = f"envforge-test/attach-{os.getpid()}-{int(time.time())}"
+    digest, image_id = _push_image(registry, repo)
+    engine = FakeEngine()
+    engine.images.add(image_attrs(image_id))
+    recipe = make_recipe()
+    key_path, pub = generate(tmp_path / "keys", "node-7")
+    key = load_signing_key(key_path)
+    for status in ("pass", "hang"):
+        result = docker.certify(recipe, docker.DockerOptions(signer=key), image=image_id,
+                                client=engine, prober=FakeProbe(status))
+        attest_result(result, recipe, key_path, None, attach_to=f"{registry}/{repo}:v1")
+    assert rf.pinned(f"{registry}/{repo}:v1") == f"{registry}/{repo}@{digest}"  # unchanged
+    assert main(["attest", "verify", f"{registry}/{repo}:v1", "--trust", str(pub)]) == 0
+    assert len(rf.referrers(f"{registry}/{repo}@{digest}")) == 2
+
+    # a tag that names another image in the registry: refused, nothing attached
+    other = f"envforge-test/other-{os.getpid()}-{int(time.time())}"
+    reg = rf._Registry.open(f"{registry}/{other}:x")
+    config = rf.canonical({"architecture": "amd64", "os": "linux",
+                           "rootfs": {"type": "layers", "diff_ids": []}})
+    reg.put_blob(config)
+    manifest = rf.canonical({
+        "schemaVersion": 2, "mediaType": rf.OCI_MANIFEST,
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                   "digest": rf.sha256(config), "size": len(config)}, "layers": []})
+    reg.put_manifest("v2", manifest, rf.OCI_MANIFEST)
+    with pytest.raises(InvalidInput, match="not the one certified here"):
+        attest_result(result, recipe, key_path, None, attach_to=f"{registry}/{other}:v2")
+    assert rf.referrers(f"{registry}/{other}@{rf.sha256(manifest)}") == []

@@ -396,3 +396,14 @@ def test_pae_agrees_with_securesystemslib_for_any_input() -> None:
         assert envelope.pae() == pae(kind, body)
 
     agree()
+
+
+def test_attach_needs_a_key_and_registry_images(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("ENVFORGE_SIGNING_KEY", raising=False)
+    assert main(["certify", "127.0.0.1:5000/team/cpu:v1", "--attach"]) == 2
+    assert "--attach: an attestation is signed" in capsys.readouterr().err
+    _key, key_path, _pub = _keys(tmp_path)
+    assert main(["certify", "cpu", "--attach", "--signing-key", str(key_path)]) == 2
+    assert "--attach cpu: not an image in a registry" in capsys.readouterr().err
