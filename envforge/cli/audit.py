@@ -18,9 +18,9 @@ if TYPE_CHECKING:
 @click.command()
 @click.argument("target", required=False, metavar="[VENV_DIR|IMAGE]")
 @python_option("Audit this interpreter's environment.")
-@click.option("--arch", "arch", metavar="ARCH", default=None,
-              help="GPU arch to check GPU code against (sm_90, gfx1030; default: this "
-              "host's GPU; none: GPU code is skipped).")
+@click.option("--arch", "arch", metavar="ARCH|GPU", default=None,
+              help="GPU arch (sm_90, gfx1030) or GPU by name (MI300X, 'RTX 4090') to check GPU "
+              "code against (default: this host's GPU; none: GPU code is skipped).")
 @json_option
 def audit(target: str | None, python: str | None, arch: str | None, as_json: bool) -> None:
     """Check an environment: GPU code, duplicate libraries, extensions, companions.
@@ -36,8 +36,13 @@ def audit(target: str | None, python: str | None, arch: str | None, as_json: boo
     if (target is None) == (python is None):
         raise InvalidInput("audit needs one of VENV_DIR, IMAGE or --python PATH",
                            hint="envforge audit .venv, envforge audit --python /usr/bin/python3")
-    if arch is not None and check_arch(arch):
-        raise InvalidInput(f"--arch: {check_arch(arch)}", hint="--arch sm_90")
+    if arch is not None and check_arch(arch):  # a GPU by name (--arch MI300X), else exit 2
+        from envforge.knowledge import load_table  # noqa: PLC0415 - only for a GPU name
+        from envforge.knowledge.gpu_names import arch_for_name  # noqa: PLC0415 - as above
+
+        named = arch_for_name(arch, load_table(), what="--arch")
+        click.echo(f"envforge: --arch {arch} -> {named}", err=True)
+        arch = named
     collected = _collect(target, python)
     chosen: str | None = arch
     source, reason = "--arch", ""

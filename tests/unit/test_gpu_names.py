@@ -144,3 +144,12 @@ def test_build_and_certify_resolve_the_name_before_any_work(
     assert recipe.name == "sm_89"
     assert said == ["RTX 4090 -> sm_89: recipe for sm_89 (RTX 4090)"]
     assert common.load_checked("gfx1012").name == "gfx1010"  # an arch no recipe is named
+
+
+def test_audit_takes_a_gpu_name_for_arch(run: Run) -> None:
+    code, _out, err = run("audit", "--python", "/nonexistent/python", "--arch", "Radeon 7900")
+    assert code == 2
+    assert "--arch 'Radeon 7900' is not exactly one GPU" in err
+    code, _out, err = run("audit", "--python", "/nonexistent/python", "--arch", "RTX 4090")
+    assert "--arch RTX 4090 -> sm_89" in err
+    assert code == 4  # then the missing interpreter, as for an arch
