@@ -564,7 +564,7 @@ class CompatTable:
         """The known distro of an image reference, or None (unknown images)."""
         ref = normalize_image(image)
         for entry in self.base_images:
-            if any(fnmatch.fnmatchcase(ref, pattern) for pattern in entry.match):
+            if any(_glob_match(ref, pattern) for pattern in entry.match):
                 return entry
         return None
 
@@ -576,7 +576,7 @@ class CompatTable:
 
     def numpy_installable(self, python: str) -> tuple[str, ...]:
         """Every NumPy version the table knows with a Linux wheel for ``python``."""
-        return tuple(v for n in self.numpy_releases for v in n.installable(python))
+        return _numpy_installable(self.numpy_releases, python)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -591,6 +591,33 @@ def _installable(
     if first is None:
         return versions
     return tuple(v for v in versions if Version(v) >= Version(first))
+
+
+@functools.lru_cache(maxsize=64)
+def _numpy_installable(releases: tuple[NumpyRelease, ...], python: str) -> tuple[str, ...]:
+    return tuple(v for n in releases for v in n.installable(python))
+
+
+def _glob_match(text: str, pattern: str) -> bool:
+    """``fnmatch.fnmatchcase`` without compiling a regular expression for the patterns of
+    ``base_images`` (``ubuntu:22.04*``, ``nvidia/cuda:*ubuntu22.04``): ``*`` only."""
+    if any(c in pattern for c in "?[]"):
+        return fnmatch.fnmatchcase(text, pattern)
+    first, *middle_last = pattern.split("*")
+    if not middle_last:
+        return text == pattern
+    *middle, last = middle_last
+    if len(text) < len(first) + len(last) or not text.startswith(first):
+        return False
+    if not text.endswith(last):
+        return False
+    at, end = len(first), len(text) - len(last)
+    for part in middle:
+        found = text.find(part, at, end)
+        if found < 0:
+            return False
+        at = found + len(part)
+    return True
 
 
 @functools.lru_cache(maxsize=8)
