@@ -407,3 +407,28 @@ def test_attach_needs_a_key_and_registry_images(
     _key, key_path, _pub = _keys(tmp_path)
     assert main(["certify", "cpu", "--attach", "--signing-key", str(key_path)]) == 2
     assert "--attach cpu: not an image in a registry" in capsys.readouterr().err
+
+
+def test_the_statement_is_valid_for_the_in_toto_attestation_library(tmp_path: Path) -> None:
+    """The in-toto project's own bindings (protobuf, strict about field names) read our
+    Statement and its subject and accept them; the predicate's configuration entries are
+    valid ResourceDescriptors."""
+    statement_mod = pytest.importorskip("in_toto_attestation.v1.statement")
+    # no type stubs for either (development-only packages)
+    from google.protobuf import json_format  # type: ignore[import-untyped,unused-ignore]
+    from in_toto_attestation.v1 import (  # type: ignore[import-untyped,unused-ignore]
+        resource_descriptor_pb2,
+        statement_pb2,
+    )
+    from in_toto_attestation.v1.resource_descriptor import (  # type: ignore[import-untyped,unused-ignore]
+        ResourceDescriptor,
+    )
+
+    key, _, _ = _keys(tmp_path)
+    payload = base64.b64decode(_signed(key)["payload"])
+    proto = json_format.Parse(payload, statement_pb2.Statement())
+    statement_mod.Statement.copy_from_pb(proto).validate()
+    assert proto.subject[0].digest["sha256"] == "cd" * 32
+    for entry in json.loads(payload)["predicate"]["configuration"]:
+        rd = json_format.Parse(json.dumps(entry), resource_descriptor_pb2.ResourceDescriptor())
+        ResourceDescriptor.copy_from_pb(rd).validate()
