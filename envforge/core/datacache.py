@@ -120,14 +120,20 @@ def decode(payload: bytes | str, classes: Iterable[type]) -> object:
             raise Unusable(f"unknown class {name!r}")
         if data.keys() != names[name]:
             raise Unusable(f"{name}: fields {sorted(data)} are not {sorted(names[name])}")
-        return by_name[name](**{k: _tuples(v) if type(v) is list else v for k, v in data.items()})
+        for key, value in data.items():
+            if type(value) is list:
+                data[key] = _tuples(value)
+        return by_name[name](**data)
 
     value = json.loads(payload, object_hook=hook)
     return _tuples(value) if type(value) is list else value
 
 
 def _tuples(items: list[Any]) -> tuple[Any, ...]:
-    return tuple(_tuples(v) if type(v) is list else v for v in items)
+    for item in items:
+        if type(item) is list:  # nested: (("sm_80", "TI"), ...)
+            return tuple(_tuples(v) if type(v) is list else v for v in items)
+    return tuple(items)
 
 
 def registry(classes: Iterable[type]) -> dict[str, type]:
