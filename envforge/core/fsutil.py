@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import stat
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -326,7 +325,7 @@ def _put_in_place(
     back, never replaced."""
     backup: Path | None = None
     if os.path.lexists(path):
-        backup = path.with_name(f"{TMP_PREFIX}{secrets.token_hex(6)}.old")
+        backup = path.with_name(f"{TMP_PREFIX}{os.urandom(6).hex()}.old")
         os.rename(path, backup)
     moved.append((path, backup))
     if backup is not None and not _replaceable(backup):
