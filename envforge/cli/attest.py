@@ -15,7 +15,10 @@ from envforge.core.fsutil import check_file_target
 from envforge.errors import CertificationFailed, InvalidInput
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from envforge.publish.attest_verify import Checked
+    from envforge.publish.attestation import Subject
     from envforge.publish.dsse import Envelope
     from envforge.publish.signing import SigningKey
     from envforge.recipe.model import Recipe
@@ -63,8 +66,8 @@ def check_attest(attest_file: Path | None, signing_key: Path | None,
         check_file_target(attest_file, setting="--attest")
 
 
-def _docker_envelope(certified: Any, key: SigningKey, *,
-                     probed: bool = False) -> tuple[Envelope, Path]:
+def _docker_envelope(certified: Any, key: SigningKey, *, probed: bool = False,
+                     also: Sequence[Subject] = ()) -> tuple[Envelope, Path]:
     """The attestation of a Docker certification, and the store file it goes to; its
     subject is the certified image (the probed one with its certificate label), or with
     ``probed`` the image the probe ran in as it was (a pulled image, its registry digest
@@ -82,7 +85,7 @@ def _docker_envelope(certified: Any, key: SigningKey, *,
         recipe={"name": cert.recipe_name, "hash": cert.recipe_hash, "stack_tag": cert.stack_tag},
         stack=cert.data.get("stack"), certificate=cert.digest, redact=Redactor.for_this_host(),
     )
-    envelope = at.attest(subject, pred, key)
+    envelope = at.attest(subject, pred, key, also)
     target = at.store_path(paths.state_dir() / "attestations", subject)
     at.append(target, envelope, setting="the attestation store")
     return envelope, target
@@ -129,7 +132,15 @@ def attest_result(
         return
     certified = getattr(result, "certification", result)  # a DockerBuildResult holds one
     if certified is not None and hasattr(certified, "outcome"):
-        envelope, kept = _docker_envelope(certified, key, probed=attach_to is not None)
+        registry_names: list[Subject] = []
+        if attach_to is not None:  # the registry's manifest digest is named too
+            from envforge.publish.attestation import manifest_subject  # noqa: PLC0415
+            from envforge.publish.referrers import pinned  # noqa: PLC0415 - only attaching
+
+            attach_to = pinned(attach_to)
+            registry_names.append(manifest_subject(attach_to))
+        envelope, kept = _docker_envelope(certified, key, probed=attach_to is not None,
+                                          also=registry_names)
         if attach_to is not None:
             attach_certified(attach_to, envelope)
     elif hasattr(result, "interpreter") and result.certified:
@@ -270,10 +281,13 @@ def verify_cmd(paths: tuple[Path, ...], trust: tuple[Path, ...], subject: str | 
         )
 
 
-def attach_published(pinned_ref: str, image_id: str) -> dict[str, Any] | None:
+def attach_published(pinned_ref: str, image_id: str,
+                     key: SigningKey | None = None) -> dict[str, Any] | None:
     """After ``publish``: the attestations this host made of the image (the store's
     file for its image ID) attached to the pushed digest as OCI referrers; None when
-    there are none."""
+    there are none. With ``key``, each statement names the pushed manifest digest too
+    and is signed again with it (what cosign-style verifiers compare); without, they go
+    as they were made (about the image ID)."""
     from envforge.core import paths  # noqa: PLC0415 - only after a push
     from envforge.publish import attestation as at  # noqa: PLC0415 - as above
     from envforge.publish.referrers import attach  # noqa: PLC0415 - as above
@@ -286,6 +300,10 @@ def attach_published(pinned_ref: str, image_id: str) -> dict[str, Any] | None:
                       missing_ok=True)
     if not raw:
         return None
+    if key is not None:
+        extra = at.manifest_subject(pinned_ref)
+        raw = [r if e is None else e.to_dict()
+               for r, e in ((r, at.resigned(r, extra, key)) for r in raw)]
     envelopes = [json.dumps(r, separators=(",", ":"), sort_keys=True).encode() for r in raw]
     done = attach(pinned_ref, envelopes)
     how = ("the registry's referrers API" if done.via == "api"

@@ -32,6 +32,7 @@ from envforge.cli.common import (
     load_checked,
     load_for_host,
     load_project_option,
+    load_signer,
     note,
     pick_for,
     project_option,
@@ -240,10 +241,11 @@ def certify(  # noqa: PLR0917 - click passes options positionally by name
     "Seconds the push may go without progress reported by the engine (a registry that "
     "stopped answering): then exit 4, naming it."
 )
+@signing_key_option
 @json_option
 def publish_cmd(
     recipe_ref: str, registry: str, *, require_signed: bool, overrides: tuple[str, ...],
-    deadline: float, as_json: bool,
+    deadline: float, signing_key: Path | None, as_json: bool,
 ) -> None:
     """Push the recipe's certified image (refused, exit 5, without a passing certificate).
 
@@ -254,6 +256,7 @@ def publish_cmd(
     from envforge.publish.push import publish  # noqa: PLC0415 - keeps --help light
 
     recipe, _choice = load_for_host(recipe_ref, None, overrides)
+    key = load_signer(signing_key)  # before the push: a bad key file is exit 2 at once
     client = connect()
     display = BuildDisplay()
     try:
@@ -268,7 +271,7 @@ def publish_cmd(
         )
     finally:
         display.close()
-    attached = attach_published(result.pinned_ref, result.image_id)
+    attached = attach_published(result.pinned_ref, result.image_id, key)
     if as_json:
         echo_json(
             {

@@ -168,18 +168,42 @@ def predicate(
     return data
 
 
-def statement(subject: Subject, pred: Mapping[str, Any]) -> dict[str, Any]:
+def statement(subject: Subject, pred: Mapping[str, Any],
+              also: Sequence[Subject] = ()) -> dict[str, Any]:
     return {
         "_type": STATEMENT_TYPE,
-        "subject": [subject.to_dict()],
+        "subject": [s.to_dict() for s in (subject, *also)],
         "predicateType": PREDICATE_TYPE,
         "predicate": dict(pred),
     }
 
 
-def attest(subject: Subject, pred: Mapping[str, Any], key: SigningKey) -> Envelope:
-    """The signed envelope of the statement about ``subject``."""
-    return sign(canonical(statement(subject, pred)), key, INTOTO_PAYLOAD_TYPE)
+def attest(subject: Subject, pred: Mapping[str, Any], key: SigningKey,
+           also: Sequence[Subject] = ()) -> Envelope:
+    """The signed envelope of the statement about ``subject`` (and ``also``: the same
+    image by its registry manifest digest, where one is known)."""
+    return sign(canonical(statement(subject, pred, also)), key, INTOTO_PAYLOAD_TYPE)
+
+
+def manifest_subject(pinned: str) -> Subject:
+    """``HOST/REPO@sha256:…`` as a subject: the repository, the manifest digest (what
+    cosign-style verifiers compare with the image they check)."""
+    name, _, digest = pinned.partition("@")
+    return Subject(name, _hex(digest))
+
+
+def resigned(raw: Any, extra: Subject, key: SigningKey) -> Envelope | None:
+    """The statement of the envelope ``raw`` with ``extra`` among its subjects, signed
+    by ``key`` (None when ``raw`` is not one of our statements)."""
+    try:
+        data = loads(Envelope.from_dict(raw).payload)
+    except ValueError:
+        return None
+    if statement_problems(data):
+        return None
+    if extra.sha256 not in (s.sha256 for s in subjects_of(data)):
+        data["subject"] = [*data["subject"], extra.to_dict()]
+    return sign(canonical(data), key, INTOTO_PAYLOAD_TYPE)
 
 
 # --------------------------------------------------------------------------- schema

@@ -175,6 +175,15 @@ def test_publish_attaches_the_stored_attestations(
     assert (done["attached"], done["via"]) == (1, "tag")
     [envelope] = rf.envelopes_of(pinned)
     assert check_envelope(envelope, load_trust([pub]), image_id, source="r").passed
+    # with a key, publish names the pushed manifest digest too (cosign-style verifiers
+    # compare that one) and signs the statement again
+    again = attach_published(pinned, image_id, key)
+    assert again is not None
+    resigned = [e for e in rf.envelopes_of(pinned) if e != envelope]
+    assert len(resigned) == 1
+    by_manifest = check_envelope(resigned[0], load_trust([pub]), digest, source="r")
+    assert by_manifest.passed, by_manifest.problems
+    assert {s.digest for s in by_manifest.subjects} == {image_id, digest}
 
 
 def test_certify_attach_puts_a_pulled_images_attestation_on_its_digest(
@@ -206,6 +215,8 @@ def test_certify_attach_puts_a_pulled_images_attestation_on_its_digest(
     assert rf.pinned(f"{registry}/{repo}:v1") == f"{registry}/{repo}@{digest}"  # unchanged
     assert main(["attest", "verify", f"{registry}/{repo}:v1", "--trust", str(pub)]) == 0
     assert len(rf.referrers(f"{registry}/{repo}@{digest}")) == 2
+    for envelope in rf.envelopes_of(f"{registry}/{repo}@{digest}"):  # both digests named
+        assert check_envelope(envelope, load_trust([pub]), digest, source="r").ok
 
     # a tag that names another image in the registry: refused, nothing attached
     other = f"envforge-test/other-{os.getpid()}-{int(time.time())}"
