@@ -21,7 +21,6 @@ traceback.
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -70,7 +69,9 @@ def source_text(value: object) -> str | None:
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
-    """The choice closest to ``word``, or None when none is close."""
+    """The choice closest to ``word``, or None when none is close (for an error's hint)."""
+    import difflib  # noqa: PLC0415 - only when refusing: no command that succeeds loads it
+
     found = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.5)
     return found[0] if found else None
 
