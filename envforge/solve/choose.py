@@ -410,10 +410,14 @@ def choose_named(ref: str, catalogue: Catalogue | None = None) -> Choice | None:
             f" names; it may mean: {found.listing()}",
             hint="name one of them exactly (quoted), its arch, or a recipe (envforge list)",
         )
+    info = table.arch_info(found.arch) if found.arch is not None else None
     vendor = vendor_of(found.arch) if found.arch is not None else None
-    if found.arch is None or vendor is None or table.arch_info(found.arch) is None:
+    if found.arch is None or vendor is None or info is None:
         return None
-    gpu = GpuInfo(vendor=vendor, product=ref.strip(), arch=found.arch, driver_version=None,
+    product = ref.strip()  # the name asked for; for an arch, the table's first product
+    if product.lower() == found.arch and info.products:
+        product = info.products[0]
+    gpu = GpuInfo(vendor=vendor, product=product, arch=found.arch, driver_version=None,
                   device_nodes=(), source="named")
     recipes, _problems = load_catalogue(cat)
     return _auto_for_gpu(gpu, recipes, where=cat.files())
