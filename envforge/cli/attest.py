@@ -143,9 +143,9 @@ def attest_result(
                                           also=registry_names)
         if attach_to is not None:
             attach_certified(attach_to, envelope)
-    elif hasattr(result, "interpreter") and result.certified:
+    elif hasattr(result, "interpreter") and result.certified and result.report is not None:
         envelope, kept = _venv_envelope(Path(result.path), recipe, key)
-    else:
+    else:  # nothing certified now (a venv up to date keeps the attestations it has)
         return
     if attest_file is not None:
         append(attest_file, envelope)

@@ -337,11 +337,17 @@ def test_a_signed_venv_build_result_is_attested(tmp_path: Path) -> None:
     from envforge.backends.venv.layout import VenvBuildResult
 
     _key, key_path, pub = _keys(tmp_path / "keys")
+    from envforge.probe.report import ProbeReport
+
     venv = _fake_venv(tmp_path)
-    result = VenvBuildResult(RECIPE.name, venv, "up-to-date",
-                             Interpreter(path="python", executable="python", version="3.11"),
-                             None, 0.1)
+    interpreter = Interpreter(path="python", executable="python", version="3.11")
     out = tmp_path / "venv.intoto.jsonl"
+    # up to date: nothing was certified now, nothing is signed
+    attest_result(VenvBuildResult(RECIPE.name, venv, "up-to-date", interpreter, None, 0.1),
+                  RECIPE, key_path, out)
+    assert not out.exists()
+    report = ProbeReport.from_dict({**_report(arch=None), "envforge_version": "t"})
+    result = VenvBuildResult(RECIPE.name, venv, "built", interpreter, report, 0.1)
     attest_result(result, RECIPE, key_path, out)
     assert main(["attest", "verify", str(venv), "--trust", str(pub)]) == 0
     statement = json.loads(base64.b64decode(json.loads(out.read_text())["payload"]))
