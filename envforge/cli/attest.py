@@ -17,7 +17,7 @@ from envforge.errors import CertificationFailed, InvalidInput
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from envforge.publish.attest_verify import Checked
+    from envforge.publish.attest_verify import Checked, Tally
     from envforge.publish.attestation import Subject
     from envforge.publish.dsse import Envelope
     from envforge.publish.signing import SigningKey
@@ -244,16 +244,22 @@ def _checks(path: Path, trust: Any, expected: str | None) -> list[Checked]:
               help="The image ID a FILE's attestations must name as their subject.")
 @click.option("--image", metavar="REF", default=None,
               help="As --subject, the ID of this image on the engine.")
+@click.option("--arch", metavar="ARCH", default=None,
+              help="Admission: exit 0 when one verified attestation passed on ARCH (cpu: "
+              "no GPU); refused ones are listed but do not count.")
 @json_option
-def verify_cmd(paths: tuple[Path, ...], trust: tuple[Path, ...], subject: str | None,
-               image: str | None, as_json: bool) -> None:
+def verify_cmd(  # noqa: PLR0917 - click passes options positionally by name
+    paths: tuple[Path, ...], trust: tuple[Path, ...], subject: str | None,
+    image: str | None, arch: str | None, as_json: bool,
+) -> None:
     """Check attestation files (or a venv's) against trusted keys, subject and schema.
 
     REF (HOST[:PORT]/REPO:TAG or @sha256:...): every attestation attached to the image's
     digest in its registry, about the image's ID there. Lists each attestation (pass/FAIL,
     recipe, arch, host, signer; REFUSED with why), then how many, from how many hosts and
     archs, and what passed. Exit 1 when one is refused (no trusted signature, another
-    subject, a predicate outside the schema) or none records a pass.
+    subject, a predicate outside the schema) or none records a pass; with --arch, when
+    none passed on that arch.
     """
     from envforge.publish.attest_verify import describe, tally  # noqa: PLC0415 - light --help
     from envforge.publish.signing import load_trust, trust_paths  # noqa: PLC0415 - as above
@@ -272,6 +278,21 @@ def verify_cmd(paths: tuple[Path, ...], trust: tuple[Path, ...], subject: str | 
         for check in checks:
             click.echo(describe(check))
         note(counts.line())
+    _verdict(checks, counts, arch)
+
+
+def _verdict(checks: Sequence[Checked], counts: Tally, arch: str | None) -> None:
+    """Exit 1 (:class:`CertificationFailed`) unless the attestations say yes: all verified
+    and one passed; with ``arch``, one verified pass on that arch."""
+    if arch is not None:
+        if any(c.passed and arch in c.archs for c in checks):
+            return
+        seen = sorted({a for c in checks if c.passed for a in c.archs})
+        raise CertificationFailed(
+            f"none of {counts.total} attestation(s) is a trusted pass on {arch}"
+            + (f" (passes on: {', '.join(seen)})" if seen else ""),
+            hint="certify the image on a host with that GPU (certify REF --attach)",
+        )
     refused = counts.total - counts.verified
     if refused or not counts.passed:
         raise CertificationFailed(

@@ -438,3 +438,17 @@ def test_the_statement_is_valid_for_the_in_toto_attestation_library(tmp_path: Pa
     for entry in json.loads(payload)["predicate"]["configuration"]:
         rd = json_format.Parse(json.dumps(entry), resource_descriptor_pb2.ResourceDescriptor())
         ResourceDescriptor.copy_from_pb(rd).validate()
+
+
+def test_arch_admission_needs_a_trusted_pass_on_that_arch(tmp_path: Path) -> None:
+    key, _, pub = _keys(tmp_path / "a")
+    other, _, _ = _keys(tmp_path / "b", "other")
+    path = tmp_path / "a.intoto.jsonl"
+    at.append(path, Envelope.from_dict(_signed(key, _pred())))  # gfx1031, trusted
+    at.append(path, Envelope.from_dict(_signed(key, _pred("hang", "gfx1100"))))
+    at.append(path, Envelope.from_dict(_signed(other, _pred(arch="gfx1100"))))  # untrusted
+    args = ["attest", "verify", str(path), "--trust", str(pub), "--subject", IMAGE]
+    assert main(args) == 1  # one refused
+    assert main([*args, "--arch", "gfx1031"]) == 0
+    assert main([*args, "--arch", "gfx1100"]) == 1  # a hang and an untrusted pass
+    assert main([*args, "--arch", "cpu"]) == 1
