@@ -338,13 +338,14 @@ def attach_certified(ref: str, envelope: Envelope) -> dict[str, Any]:
     """``certify REF --attach``: ``envelope`` (about the image certified here) attached
     to REF's digest in its registry, once the registry's image is known to be that one
     (its config digest is the attestation's subject)."""
-    from envforge.publish import attestation as at  # noqa: PLC0415 - only when attaching
+    from envforge.core.jsonlimits import loads  # noqa: PLC0415 - only when attaching
+    from envforge.publish import attestation as at  # noqa: PLC0415 - as above
     from envforge.publish.referrers import attach, pinned  # noqa: PLC0415 - as above
     from envforge.publish.registry import remote_image  # noqa: PLC0415 - as above
 
     where = pinned(ref)
     there = remote_image(where).id
-    subjects = at.subjects_of(json.loads(envelope.payload))
+    subjects = at.subjects_of(loads(envelope.payload))
     if there.split(":", 1)[-1] not in (s.sha256 for s in subjects):
         raise InvalidInput(
             f"{ref}: the registry's image ({there[:19]}) is not the one certified here "

@@ -162,7 +162,7 @@ def predicate(
         "envforgeVersion": __version__,
     }
     if stack is not None:
-        data["stack"] = json.loads(canonical(dict(stack)))
+        data["stack"] = loads(canonical(dict(stack)))  # exactly what JSON keeps
     if certificate is not None:  # an image's certificate (a venv has none in this form)
         data["certificate"] = certificate
     return data
@@ -211,7 +211,7 @@ def resigned(raw: Any, extra: Subject, key: SigningKey) -> Envelope | None:
 
 @lru_cache(maxsize=1)
 def predicate_schema() -> Mapping[str, Any]:
-    loaded: Mapping[str, Any] = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
+    loaded: Mapping[str, Any] = loads(SCHEMA_FILE.read_text(encoding="utf-8"))
     return loaded
 
 
