@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 from envforge import __version__
 from envforge.core.fsutil import write_atomically
+from envforge.core.jsonlimits import loads
 from envforge.core.paths import state_dir
 
 SCHEMA = "envforge.compiled/1"
@@ -125,7 +126,7 @@ def decode(payload: bytes | str, classes: Iterable[type]) -> object:
                 data[key] = _tuples(value)
         return by_name[name](**data)
 
-    value = json.loads(payload, object_hook=hook)
+    value = loads(payload, max_bytes=MAX_BYTES, object_hook=hook)
     return _tuples(value) if type(value) is list else value
 
 
@@ -161,7 +162,7 @@ def read(path: Path, key: dict[str, object], kind: type[T], classes: Iterable[ty
             raise Unusable("written by another user, or writable by others")
         raw = fh.read(MAX_BYTES + 1)
     head, sep, payload = raw.partition(b"\n")
-    header = json.loads(head)
+    header = loads(head)
     if not sep or not isinstance(header, dict) or header.get("key") != key:
         raise Unusable("another key")
     if header.get("sha256") != hashlib.sha256(payload).hexdigest():

@@ -22,6 +22,7 @@ never blocking on a FIFO): :func:`load_file` does both.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +69,17 @@ def _depth_ok(value: Any, max_depth: int) -> bool:
     return True
 
 
-def loads(data: str | bytes, *, max_bytes: int = MAX_BYTES, max_depth: int = MAX_DEPTH) -> Any:
-    """Decode one JSON document within the limits; :class:`BadJSON` otherwise."""
+def loads(
+    data: str | bytes,
+    *,
+    max_bytes: int = MAX_BYTES,
+    max_depth: int = MAX_DEPTH,
+    object_hook: Callable[[dict[str, Any]], Any] | None = None,
+) -> Any:
+    """Decode one JSON document within the limits; :class:`BadJSON` otherwise.
+
+    ``object_hook`` is ``json.loads``'s (what it raises propagates; the depth limit then
+    counts the mappings and lists left as such)."""
     if len(data) > max_bytes:
         raise BadJSON(f"larger than {max_bytes} bytes")
     if isinstance(data, bytes):
@@ -80,7 +90,8 @@ def loads(data: str | bytes, *, max_bytes: int = MAX_BYTES, max_depth: int = MAX
     else:
         text = data
     try:
-        value = json.loads(text, parse_int=_int, parse_float=_float, parse_constant=_constant)
+        value = json.loads(text, parse_int=_int, parse_float=_float, parse_constant=_constant,
+                           object_hook=object_hook)
     except BadJSON:
         raise
     except RecursionError:
