@@ -35,9 +35,17 @@ from pathlib import Path
 from typing import Union
 
 from envforge.core.paths import state_dir
+from envforge.core.reading import FileTooLarge, NotRegularFile, read_limited
 from envforge.errors import BadPath, EnvforgeError, StorageUnavailable
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+__all__ = [  # the reading half lives in envforge.core.reading (light to import)
+    "PATH_ERRNOS", "REPORT_FILES", "TMP_PREFIX", "FileTooLarge", "NotRegularFile", "PathLike",
+    "append_text", "check_file_target", "check_folder_target", "describe", "in_the_way",
+    "make_dirs", "make_temp_dir", "os_error", "read_limited", "read_reason",
+    "refuse_special_file", "write_atomically", "write_files", "writing",
+]
 
 #: errno values that mean "the path is wrong" (exit 2); every other one is exit 4.
 PATH_ERRNOS = frozenset(
@@ -416,53 +424,6 @@ def write_atomically(
 
 
 # --------------------------------------------------------------------------- reading
-
-
-class NotRegularFile(OSError):
-    """A path that is a FIFO, socket or device where a regular file was expected."""
-
-
-class FileTooLarge(OSError):
-    """A file larger than the caller's limit."""
-
-    def __init__(self, path: Path, size: int | None, limit: int) -> None:
-        super().__init__(f"{path}: more than {limit} bytes")
-        self.size = size
-        self.limit = limit
-
-
-def read_limited(path: Path, max_bytes: int) -> bytes:
-    """Read a regular file of at most ``max_bytes`` without ever blocking.
-
-    The file is opened with ``O_NONBLOCK`` (so a FIFO with no writer does not hang the
-    open) and checked with ``fstat`` before any read: a directory raises
-    :class:`IsADirectoryError`, a FIFO, socket or device :class:`NotRegularFile`, and a
-    file larger than ``max_bytes`` (by its size, or by what a pseudo-file that reports
-    size 0 yields) :class:`FileTooLarge`. Other errors are the usual :class:`OSError`.
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    try:
-        info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):
-            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
-        if not stat.S_ISREG(info.st_mode):
-            raise NotRegularFile(errno.EINVAL, "not a regular file", str(path))
-        if info.st_size > max_bytes:
-            raise FileTooLarge(path, info.st_size, max_bytes)
-        chunks: list[bytes] = []
-        left = max_bytes + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 16))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-    finally:
-        os.close(fd)
-    data = b"".join(chunks)
-    if len(data) > max_bytes:
-        raise FileTooLarge(path, None, max_bytes)
-    return data
 
 
 def read_reason(exc: OSError, path: PathLike | None = None) -> str:

@@ -15,7 +15,7 @@ work:
   quadratic in its length converting it), and so are ``NaN`` and ``Infinity``, which are
   not JSON, and numbers out of a float's range.
 
-Files are read with :func:`envforge.core.fsutil.read_limited` (regular files only, bounded,
+Files are read with :func:`envforge.core.reading.read_limited` (regular files only, bounded,
 never blocking on a FIFO): :func:`load_file` does both.
 """
 
@@ -25,6 +25,8 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from envforge.core.reading import read_limited
 
 #: Bytes one document may have (a whole evidence bundle is read line by line).
 MAX_BYTES = 16 * 1024 * 1024
@@ -104,12 +106,10 @@ def loads(
 
 
 def load_file(path: Path, *, max_bytes: int = MAX_BYTES, max_depth: int = MAX_DEPTH) -> Any:
-    """Read ``path`` with :func:`envforge.core.fsutil.read_limited` and decode it.
+    """Read ``path`` with :func:`envforge.core.reading.read_limited` and decode it.
 
     Raises what ``read_limited`` raises (an ``OSError``: :class:`~envforge.core.fsutil.
     NotRegularFile` for a FIFO or device, :class:`~envforge.core.fsutil.FileTooLarge`, …;
     :func:`envforge.core.fsutil.read_reason` words it) or :class:`BadJSON`.
     """
-    from envforge.core.fsutil import read_limited  # noqa: PLC0415 - fsutil imports paths
-
     return loads(read_limited(path, max_bytes), max_bytes=max_bytes, max_depth=max_depth)

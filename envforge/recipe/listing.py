@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from envforge import __version__
+from envforge.core.jsonlimits import loads
+from envforge.core.reading import read_limited
 from envforge.errors import EnvforgeError
 
 SCHEMA = "envforge.listing/1"
@@ -109,9 +111,6 @@ def load_row(name: str, path: Path) -> Row:
 
 
 def _read_cache(cache: Path, stamp: str) -> dict[str, Row]:
-    from envforge.core.fsutil import read_limited  # noqa: PLC0415 - light import
-    from envforge.core.jsonlimits import loads  # noqa: PLC0415 - as above
-
     try:  # regular files only, never blocking (a FIFO there), bounded
         data = loads(read_limited(cache, MAX_CACHE_BYTES), max_bytes=MAX_CACHE_BYTES)
     except (OSError, ValueError):

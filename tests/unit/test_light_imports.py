@@ -162,8 +162,8 @@ _TABLE_PARSER = ("envforge.knowledge.parse", "envforge.knowledge.rows",
 #: Each light command and what it prints nothing of, so must not load (warm caches).
 _NOT_PRINTED: list[tuple[list[str], tuple[str, ...]]] = [
     (["list"], ("envforge.knowledge", "envforge.stack", "envforge.recipe.load",
-                "envforge.recipe.model", "envforge.core.yamlcheck", "packaging", "yaml",
-                "jinja2")),
+                "envforge.recipe.model", "envforge.core.yamlcheck", "envforge.core.fsutil",
+                "packaging", "yaml", "jinja2", "tempfile", "shutil")),
     (["--help"], ("envforge.knowledge", "envforge.recipe", "envforge.core.fsutil",
                   "packaging", "yaml", "jinja2")),
     (["validate", "cpu"], (*_TABLE_PARSER, "envforge.solve", "envforge.evidence",
