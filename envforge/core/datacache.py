@@ -3,7 +3,8 @@
 The knowledge tables (``envforge/data/compat.yaml`` with its overlays, ``companions.yaml``,
 ``extensions.yaml``) are frozen dataclasses of plain values. Parsing and checking the YAML
 costs more than starting Python with click and PyYAML, so :func:`load` keeps the checked
-value in ``$ENVFORGE_HOME/cache/compiled/NAME.json`` and reads it back on the next call.
+value in ``$ENVFORGE_CACHE_DIR/compiled/NAME.json`` (default ``~/.cache/envforge``) and
+reads it back on the next call.
 
 The cache is a plain-data format (JSON: no code runs when it is read) made of one header
 line and the payload. The header holds the *key* and the payload's SHA-256. The key is the
@@ -13,7 +14,7 @@ time of the modules that parse the data (``code``), and each data file's path an
 equal, the payload's digest matches, the file is a regular file owned by this user that
 neither group nor others can write, and the payload decodes to the expected classes; any
 other case (absent, stale, corrupt, foreign, unreadable, any error at all) parses the YAML
-again and rewrites the cache atomically, best effort (a read-only ``ENVFORGE_HOME`` only
+again and rewrites the cache atomically, best effort (a read-only cache folder only
 means the YAML is parsed every time).
 """
 
@@ -33,7 +34,7 @@ from typing import Any, TypeVar
 from envforge import __version__
 from envforge.core.fsutil import write_atomically
 from envforge.core.jsonlimits import loads
-from envforge.core.paths import state_dir
+from envforge.core.paths import cache_dir
 
 SCHEMA = "envforge.compiled/1"
 #: Largest cache file read back, and largest data file hashed (bytes).
@@ -50,8 +51,9 @@ class Unusable(Exception):
 
 
 def cache_file(name: str, folder: Path | None = None) -> Path:
-    """Where the compiled form of ``name`` lives (``$ENVFORGE_HOME/cache/compiled``)."""
-    return (state_dir() / "cache" / "compiled" if folder is None else folder) / f"{name}.json"
+    """Where the compiled form of ``name`` lives (:func:`envforge.core.paths.cache_dir`
+    ``/compiled``)."""
+    return (cache_dir() / "compiled" if folder is None else folder) / f"{name}.json"
 
 
 def digest_file(path: Path) -> str:

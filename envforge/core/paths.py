@@ -19,6 +19,18 @@ def state_dir(environ: Mapping[str, str] | None = None) -> Path:
     return Path(os.path.abspath(Path(base).expanduser())) / "envforge"
 
 
+def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """Where envforge keeps what it can make again (the compiled knowledge tables):
+    ``$ENVFORGE_CACHE_DIR``, else ``$XDG_CACHE_HOME/envforge``, else ``~/.cache/envforge``;
+    never under ``ENVFORGE_HOME``, so a command that refuses its input leaves the state
+    folder as it was (it may not even exist)."""
+    env = os.environ if environ is None else environ
+    if env.get("ENVFORGE_CACHE_DIR"):
+        return Path(os.path.abspath(Path(env["ENVFORGE_CACHE_DIR"]).expanduser()))
+    base = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(os.path.abspath(Path(base).expanduser())) / "envforge"
+
+
 def certificates_dir(environ: Mapping[str, str] | None = None) -> Path:
     return state_dir(environ) / "certificates"
 

@@ -3,7 +3,7 @@ parsed from YAML once and then read from its compiled form.
 
 :func:`load_table` finds the overlays (:func:`overlay_files`), then asks
 :func:`envforge.core.datacache.load` for the table: the compiled form in
-``$ENVFORGE_HOME/cache/compiled/compat.json`` when its key (envforge and Python versions,
+``$ENVFORGE_CACHE_DIR/compiled/compat.json`` when its key (envforge and Python versions,
 the parser's modules, the SHA-256 of ``compat.yaml`` and of every overlay) is this one,
 else :mod:`envforge.knowledge.parse` reads and checks the YAML and the cache is rewritten.
 Only a cache miss imports the parser (PyYAML's reader, the row readers).

@@ -192,9 +192,9 @@ def test_cli_full_level_passes_for_the_cpu_recipe_and_writes_reports(tmp_path: P
     data = json.loads(done.stdout)
     assert data["status"] == "pass"
     names = [s["name"] for s in data["steps"]]
-    # the torch steps, then one import step per distribution the stack asks for
-    assert names[-5:] == ["conv2d", "autocast", "grad-checkpoint", "import:torch",
-                          "import:numpy"]
+    # the torch steps, one import step per distribution the stack asks for, the audit
+    assert names[-6:] == ["conv2d", "autocast", "grad-checkpoint", "import:torch",
+                          "import:numpy", "audit"]
     assert all(s["status"] == "pass" for s in data["steps"])
     assert data["recipe"]["name"] == "cpu"
     assert "44x44" in next(s["detail"] for s in data["steps"] if s["name"] == "conv2d")

@@ -41,6 +41,7 @@ def private_state(
 ) -> None:
     """Unit tests keep envforge's state (caches, certificates) out of the user's home."""
     monkeypatch.setenv("ENVFORGE_HOME", str(tmp_path_factory.mktemp("envforge-home")))
+    monkeypatch.setenv("ENVFORGE_CACHE_DIR", str(tmp_path_factory.mktemp("envforge-cache")))
 
 
 @pytest.fixture(autouse=True)
