@@ -2,9 +2,11 @@
 
 * **Same soname from two distributions** (``libnccl.so.2`` from nvidia-nccl-cu12 and from
   nvidia-nccl-cu13 in two folders): the dynamic loader keeps one library per soname, so
-  every user gets whichever is found or loaded first. An error when a library here links
-  that soname; a warning when none does (triton's own CUPTI beside nvidia-cuda-cupti's:
-  only a process that dlopens both mixes them). What the loader takes is worked
+  every user gets whichever is found or loaded first. An error when the libraries that
+  link that soname can end up with different copies (they find different ones, or one
+  finds none and takes whatever was loaded first); a warning when every one of them finds
+  the same copy, or none links it (triton's own CUPTI beside nvidia-cuda-cupti's: torch
+  finds nvidia's by its RPATH, triton loads its own by path). What the loader takes is worked
   out for each library that needs the soname from its ``DT_RPATH`` (searched before
   ``LD_LIBRARY_PATH``) or ``DT_RUNPATH`` (after it) with ``$ORIGIN`` expanded; where none
   names a folder holding a copy, the first one loaded in the process wins.
@@ -71,25 +73,33 @@ def _search_dirs(user: SharedObject, facts: ElfFacts, env: dict[str, str]) -> li
     return expand(facts.rpath, "its RPATH") + ld_path
 
 
-def _who_loads(collected: Collected, soname: str, copies: list[SharedObject]) -> str:
-    """What the loader takes for ``soname``, for each library that needs it."""
+def _who_loads(
+    collected: Collected, soname: str, copies: list[SharedObject]
+) -> tuple[str, bool]:
+    """(what the loader takes for ``soname``, for each library that needs it; whether that
+    is one copy for all of them). Users that each find the same copy by their own search
+    path make the other copies reachable only by a dlopen by path (triton's private
+    CUPTI beside nvidia-cuda-cupti's): no mix. Users finding different copies, or one
+    finding none (it gets whichever was loaded first), can mix them."""
     where = {os.path.dirname(so.path): so for so in copies}
     env = collected.inventory.env_map
     said: list[str] = []
+    chosen: set[str | None] = set()
     for user, facts in collected.libraries():
         if soname not in facts.needed:
             continue
-        for folder, why in _search_dirs(user, facts, env):
-            if folder in where:
-                chosen = where[folder]
-                said.append(f"{os.path.basename(user.path)} ({collected.owner(user)}) takes "
-                            f"{collected.name(chosen)} by {why}")
-                break
-        if len(said) >= 2:
-            break
-    if said:
-        return "; ".join(said)
-    return "no library names a folder holding a copy: the first one loaded wins"
+        found = next(((folder, why) for folder, why in _search_dirs(user, facts, env)
+                      if folder in where), None)
+        chosen.add(None if found is None else where[found[0]].path)
+        if found is not None and len(said) < 2:
+            said.append(f"{os.path.basename(user.path)} ({collected.owner(user)}) takes "
+                        f"{collected.name(where[found[0]])} by {found[1]}")
+    one = len(chosen) == 1 and None not in chosen
+    if not said:
+        return "no library names a folder holding a copy: the first one loaded wins", False
+    if one:
+        said.append("the other copies are loaded only by path (a dlopen)")
+    return "; ".join(said), one
 
 
 def _same_soname(
@@ -107,10 +117,11 @@ def _same_soname(
         copies = [so for so, _owner in items]
         listing = ", ".join(f"{collected.name(so)} ({owner})" for so, owner in items)
         linked = any(soname in facts.needed for _so, facts in collected.libraries())
-        how = (_who_loads(collected, soname, copies) if linked else
-               "no library here links it by that name (only a dlopen of both mixes them)")
+        how, one = (_who_loads(collected, soname, copies) if linked else
+                    ("no library here links it by that name (only a dlopen of both mixes "
+                     "them)", True))
         findings.append(Finding(
-            CHECK, "error" if linked else "warning", soname,
+            CHECK, "warning" if one else "error", soname,
             f"{soname} twice: {listing}; {how}", tuple(so.path for so in copies)))
     return findings
 

@@ -445,3 +445,29 @@ def test_facts_are_cached_until_the_file_changes(tmp_path: Path) -> None:
     assert changed[str(lib)].soname == "libc_changed.so.1"
     where.write_text("{not json")
     assert cached_scan([str(lib)], counting, where)[str(lib)].soname == "libc_changed.so.1"
+
+
+def test_two_copies_are_an_error_only_when_users_can_get_different_ones(
+    tmp_path: Path,
+) -> None:
+    """Every user finding the same copy (torch's RPATH to nvidia's CUPTI, triton's own
+    loaded by path, as in the real torch 2.14.1 environment): a warning. Two users
+    finding two copies: whichever loads first serves both, an error."""
+    root, site = make_venv(tmp_path / "venv")
+    one = build_so(site / "vendor_a" / "lib" / "libdup.so.1", soname="libdup.so.1")
+    two = build_so(site / "vendor_b" / "lib" / "libdup.so.1", soname="libdup.so.1")
+    add_dist(site, "vendor-a", "1.0", [one])
+    add_dist(site, "vendor-b", "1.0", [two])
+    user_a = build_so(site / "user_a" / "libua.so", soname="libua.so", links=[one],
+                      runpath="$ORIGIN/../vendor_a/lib")
+    add_dist(site, "user-a", "1.0", [user_a])
+    [same] = [f for f in judge(audit(root), None, arch_source="none").findings
+              if f.subject == "libdup.so.1"]
+    assert same.severity == "warning"
+    assert "loaded only by path" in same.message
+    user_b = build_so(site / "user_b" / "libub.so", soname="libub.so", links=[two],
+                      runpath="$ORIGIN/../vendor_b/lib")
+    add_dist(site, "user-b", "1.0", [user_b])
+    [mixed] = [f for f in judge(audit(root), None, arch_source="none").findings
+               if f.subject == "libdup.so.1"]
+    assert mixed.severity == "error"
