@@ -16,8 +16,8 @@ Bytecode is written to a private ``PYTHONPYCACHEPREFIX`` (as an installed wheel 
 Not a test: it prints figures (``--write`` appends them to bench/results-startup.md).
 Targets (issue 32): ``envforge list`` at most 1.25x the floor; ``solve sm_89``,
 ``validate cpu`` and ``show cpu`` at most 2.5x. The "cold caches" cases run with an
-``ENVFORGE_HOME`` that can be neither read nor written: every recipe and every table is
-parsed from YAML on each run.
+``ENVFORGE_HOME`` and ``ENVFORGE_CACHE_DIR`` that can be neither read nor written: every
+recipe and every table is parsed from YAML on each run.
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ COMMANDS: tuple[tuple[tuple[str, ...], float | None], ...] = (
 HOME = Path(tempfile.mkdtemp(prefix="envforge-startup-"))
 #: Bytecode of every tree measured (a wheel ships or writes its .pyc files).
 PYCACHE = Path(tempfile.mkdtemp(prefix="envforge-startup-pyc-"))
-#: A state folder that can be neither read nor written: every run parses every file.
+#: A state and cache folder that can be neither read nor written: every run parses every
+#: file (the listing cache is in ENVFORGE_HOME, the compiled tables in ENVFORGE_CACHE_DIR).
 NO_CACHE = "/dev/null/envforge"
 
 Case = tuple[list[str], dict[str, str]]
@@ -64,8 +65,10 @@ def _case(tree: Path | None, argv: Sequence[str], home: str | None = None) -> Ca
     env = dict(os.environ)
     for name in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "ENVFORGE_KNOWLEDGE_PATH"):
         env.pop(name, None)
-    # one state folder per tree: each tree's caches are bound to its own code
-    env["ENVFORGE_HOME"] = home or str(HOME / ("before" if tree not in (None, ROOT) else "after"))
+    # one state and cache folder per tree: each tree's caches are bound to its own code
+    mine = HOME / ("before" if tree not in (None, ROOT) else "after")
+    env["ENVFORGE_HOME"] = home or str(mine)
+    env["ENVFORGE_CACHE_DIR"] = home or str(mine / "cache")  # the compiled tables
     env["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
     env["XDG_CONFIG_HOME"] = str(HOME / "config")  # no user overlays
     if tree is not None:

@@ -185,8 +185,8 @@ def test_light_commands_load_only_what_they_print(
     args: list[str], unwanted: tuple[str, ...], tmp_path: Path
 ) -> None:
     """Issue 32 §1: with warm caches (the listing's rows, the compiled tables: a second run
-    in the same ENVFORGE_HOME), a light command loads neither the table's YAML parser nor
-    the packages of what it does not print."""
+    with the same ENVFORGE_HOME and ENVFORGE_CACHE_DIR), a light command loads neither
+    the table's YAML parser nor the packages of what it does not print."""
     script = (
         "import json, sys\n"
         "from envforge.cli import main\n"
@@ -195,6 +195,7 @@ def test_light_commands_load_only_what_they_print(
         "sys.stderr.write('\\nMODULES ' + json.dumps([code, sorted(sys.modules)]) + '\\n')\n"
     )
     env = {**_env(), "ENVFORGE_HOME": str(tmp_path / "home"),
+           "ENVFORGE_CACHE_DIR": str(tmp_path / "cache"),
            "XDG_CONFIG_HOME": str(tmp_path / "config")}
     for _ in range(2):  # the caches written by the first run, read by the second
         done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
