@@ -30,7 +30,7 @@ PARALLEL_FROM = 64
 
 
 def collector_source() -> str:
-    """The collector's text (stdlib only), run with ``python -I -c``."""
+    """The collector's text (stdlib only), run with ``python -I -B -c``."""
     return resources.files("envforge.audit").joinpath("inventory.py").read_text(
         encoding="utf-8")
 
@@ -79,7 +79,10 @@ def collect_local(
     exe = resolve_python(python)
     environ = None if not env else {**os.environ, **env}
     try:
-        done = proc.run([exe, "-I", "-c", collector_source()], timeout=timeout, env=environ)
+        # -B: the audit never writes into what it audits (bytecode of site-packages
+        # modules a .pth imports would change a certified venv)
+        done = proc.run([exe, "-I", "-B", "-c", collector_source()], timeout=timeout,
+                        env=environ)
     except OSError as exc:
         raise Unavailable(f"cannot run {printable(exe)}: {exc.strerror or exc}",
                           hint="pass --python PATH to a working interpreter") from None

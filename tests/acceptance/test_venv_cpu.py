@@ -21,6 +21,7 @@ import pytest
 
 from envforge import backends, lock
 from envforge.backends import venv, venvfs
+from envforge.backends.venv.certifying import CONTENT_FORMAT
 from envforge.evidence import evidence_db
 from envforge.recipe.catalogue import Catalogue
 from envforge.recipe.model import Gpu
@@ -262,6 +263,7 @@ def test_fallback_when_the_gpu_probe_finds_no_device(
         "recipe_hash": gpu.hash,
         "fingerprint": venv.fingerprint(state.path),
         "content": venvfs.content_digests(state.path),  # bound to the files as they are
+        "content_format": CONTENT_FORMAT,
         "level": "full",
         "report": {},
     }

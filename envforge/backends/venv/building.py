@@ -349,8 +349,10 @@ def _certify_aside(  # noqa: PLR0917 - one step of build, its inputs spelled out
                     bytecode=True)
     markers = aside / MARKER_DIR
     report.write(markers)
+    # also when it failed: an uncertified venv swapped in keeps the probe's bytecode, and
+    # build.json must say what is installed for the next build to certify it in place
+    content = _with_bytecode(aside, content)
     if report.passed:
-        content = _with_bytecode(aside, content)
         extends = (incremental_record(base, plan)
                    if base is not None and isinstance(plan, Incremental) else None)
         write_atomically(markers / CERT_MARKER, _cert_json(
