@@ -338,11 +338,13 @@ def content_digests(venv: Path, *, use_memo: bool = True) -> dict[str, str]:
     return found.digests()
 
 
-def certified_list(venv: Path) -> bytes:
+def certified_list(venv: Path, found: Scan | None = None) -> bytes:
     """The bytes of ``.envforge/files.certified``: every file and its value now (written
-    with a certificate; read to name what changed since)."""
-    found = scan(venv)
-    save_memo(venv, found)
+    with a certificate; read to name what changed since). ``found``: the caller's scan of
+    the venv as it is now (None: scanned here)."""
+    if found is None:
+        found = scan(venv)
+        save_memo(venv, found)
     return list_text({rel: ("-", value) for rel, value in found.files.items()})
 
 

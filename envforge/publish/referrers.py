@@ -30,7 +30,13 @@ from typing import Any
 from envforge.core.jsonlimits import BadJSON, loads
 from envforge.core.net import Deadline, NetError, Policy, Reply, deadline_seconds, fetch
 from envforge.errors import InvalidInput, Unavailable
-from envforge.publish.registry import MANIFEST_TYPES, MAX_BYTES, RemoteRef, parse_ref
+from envforge.publish.registry import (
+    MANIFEST_TYPES,
+    MAX_BYTES,
+    RemoteRef,
+    parse_ref,
+    registry_json,
+)
 
 ARTIFACT_TYPE = "application/vnd.in-toto+json"
 ENVELOPE_TYPE = "application/vnd.dsse.envelope.v1+json"
@@ -39,17 +45,6 @@ EMPTY = b"{}"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 TIMEOUT = 30.0
-
-
-def _doc(data: bytes, what: str) -> dict[str, Any]:
-    """A registry document: JSON within limits, an object (else exit 4, naming it)."""
-    try:
-        value = loads(data, max_bytes=MAX_BYTES)
-    except BadJSON as exc:
-        raise Unavailable(f"{what} is not JSON within limits: {exc}") from None
-    if not isinstance(value, dict):
-        raise Unavailable(f"{what} is not a JSON object")
-    return value
 
 
 def sha256(data: bytes) -> str:
@@ -168,7 +163,7 @@ def _subject(registry: _Registry, digest: str) -> Descriptor:
                            "the registry", hint="publish the image first")
     if sha256(data) != digest:
         raise Unavailable(f"{registry.ref.host}: the manifest does not match {digest[:19]}")
-    media = _doc(data, f"the manifest {digest[:19]}").get("mediaType") or OCI_MANIFEST
+    media = registry_json(data, f"the manifest {digest[:19]}").get("mediaType") or OCI_MANIFEST
     return Descriptor(str(media), digest, len(data))
 
 
@@ -176,7 +171,7 @@ def _index(registry: _Registry, tag: str) -> dict[str, Any]:
     data = registry.get_manifest(tag, OCI_INDEX)
     if data is None:
         return {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []}
-    index = _doc(data, f"the referrers tag {tag[:26]}")
+    index = registry_json(data, f"the referrers tag {tag[:26]}")
     if not isinstance(index.get("manifests"), list):
         raise Unavailable(f"{registry.ref.host}: the referrers tag {tag[:26]} is not an index",
                           hint="delete that tag; it is not an OCI image index")
@@ -244,7 +239,7 @@ def referrers(ref: str, *, deadline: Deadline | None = None) -> list[dict[str, A
     digest = registry.ref.reference
     reply = registry.send("GET", f"referrers/{digest}", headers={"Accept": OCI_INDEX})
     if reply.status == 200 and b"manifests" in reply.body:
-        listed = _doc(reply.body, f"the referrers of {digest[:19]}").get("manifests") or []
+        listed = registry_json(reply.body, f"the referrers of {digest[:19]}").get("manifests") or []
     else:
         listed = _index(registry, referrers_tag(digest))["manifests"]
     return [m for m in listed if isinstance(m, dict) and m.get("artifactType") == ARTIFACT_TYPE]
@@ -258,7 +253,7 @@ def envelopes_of(ref: str, *, deadline: Deadline | None = None) -> list[Any]:
         data = registry.get_manifest(str(entry.get("digest")), OCI_MANIFEST)
         if data is None or sha256(data) != entry.get("digest"):
             continue
-        for layer in _doc(data, f"the referrer {str(entry.get('digest'))[:19]}").get(
+        for layer in registry_json(data, f"the referrer {str(entry.get('digest'))[:19]}").get(
                 "layers") or ():
             if not isinstance(layer, dict) or layer.get("mediaType") != ENVELOPE_TYPE:
                 continue

@@ -177,7 +177,7 @@ def _token(challenge: str, session: _Session) -> str | None:
     if reply.status != 200:
         raise Unavailable(f"registry {session.ref.host}: its token service {realm} answered "
                           f"HTTP {reply.status}")
-    data = _json(reply.body, f"the token answer of {realm}")
+    data = registry_json(reply.body, f"the token answer of {realm}")
     token = data.get("token") or data.get("access_token")
     return token if isinstance(token, str) and token else None
 
@@ -204,7 +204,7 @@ def _get(url: str, session: _Session, accept: str, *, blob: bool = False) -> tup
     return reply.body, reply.headers
 
 
-def _json(data: bytes, what: str) -> dict[str, Any]:
+def registry_json(data: bytes, what: str) -> dict[str, Any]:
     """A registry document: decoded within :mod:`envforge.core.jsonlimits`' limits, an object."""
     try:
         value = decode_json(data, max_bytes=MAX_BYTES)
@@ -318,7 +318,7 @@ def _image_config(
             # registry must answer with exactly those bytes, as an engine's pull checks
             raise Unavailable(f"{ref}: the manifest does not match its digest {reference[:19]}",
                               hint="the registry serves other content than the digest names")
-        manifest = _json(data, f"the manifest of {ref}")
+        manifest = registry_json(data, f"the manifest of {ref}")
         media = manifest.get("mediaType") or headers.get("content-type", "")
         if media in _INDEX_TYPES or "manifests" in manifest:
             reference = _pick(manifest, ref)
@@ -333,7 +333,7 @@ def _image_config(
     blob, _headers = _get(f"{remote.base}/blobs/{digest}", session, "*/*", blob=True)
     if _sha256(blob) != digest:
         raise Unavailable(f"{ref}: the config blob does not match its digest {digest[:19]}")
-    return remote, _json(blob, f"the image config of {ref}"), digest
+    return remote, registry_json(blob, f"the image config of {ref}"), digest
 
 
 def _sha256(data: bytes) -> str:

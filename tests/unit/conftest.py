@@ -8,6 +8,9 @@ once it would reach an engine, fails the test instead. Unit tests use the fake e
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, NoReturn
 
 import docker
@@ -59,3 +62,16 @@ def no_real_engine(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(module, "DockerClient", _NoEngine)
         monkeypatch.setattr(module, "from_env", _refuse)
     monkeypatch.setattr(docker, "APIClient", _NoEngine)
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A site folder first on ``sys.path``; the modules imported from it are forgotten
+    afterwards (the probe worker's package steps import what a test puts there)."""
+    folder = tmp_path / "site"
+    folder.mkdir()
+    monkeypatch.syspath_prepend(str(folder))
+    before = set(sys.modules)
+    yield folder
+    for name in set(sys.modules) - before:
+        del sys.modules[name]

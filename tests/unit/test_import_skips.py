@@ -13,7 +13,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,17 +45,6 @@ def _dist(site: Path, name: str, metadata: str, files: dict[str, str]) -> None:
     for path, text in files.items():
         (site / path).parent.mkdir(parents=True, exist_ok=True)
         (site / path).write_text(text)
-
-
-@pytest.fixture
-def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    folder = tmp_path / "site"
-    folder.mkdir()
-    monkeypatch.syspath_prepend(str(folder))
-    before = set(sys.modules)
-    yield folder
-    for name in set(sys.modules) - before:
-        del sys.modules[name]
 
 
 def _ctx(**spec: Any) -> Any:

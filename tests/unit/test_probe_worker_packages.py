@@ -8,7 +8,6 @@ tests (tests/acceptance/test_probe_worker_torch.py): the unit tier needs no torc
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,17 +31,6 @@ def _dist(site: Path, name: str, version: str, files: dict[str, str],
         target = site / path
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
-
-
-@pytest.fixture
-def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    folder = tmp_path / "site"
-    folder.mkdir()
-    monkeypatch.syspath_prepend(str(folder))
-    before = set(sys.modules)
-    yield folder
-    for name in set(sys.modules) - before:
-        del sys.modules[name]
 
 
 def _ctx(**spec: Any) -> Any:

@@ -56,7 +56,6 @@ from envforge.backends.venvfs import (
     verify_records,
 )
 from envforge.backends.venvscan import CERTIFIED_LIST, certified_list, save_memo, scan
-from envforge.core import jsonlimits
 from envforge.core.fsutil import (
     check_folder_target,
     make_dirs,
@@ -257,8 +256,11 @@ def _build_aside(  # noqa: PLR0917 - one step of build, its inputs spelled out
         if not options.certify:
             _swap_in(aside, target)
             return None
-        report = _certify_aside(recipe, aside, fp, content, level, options, stack, base,
-                                target=target)
+        report, now = _certify_aside(recipe, aside, fp, content, level, options, stack, base,
+                                     target=target)
+        if now != content:  # the probe's bytecode: build.json says what is installed
+            build_data["content"] = now
+            write_atomically(aside_markers / BUILD_MARKER, _marker_json(build_data))
         old = (valid_certificate(recipe, target, None, options.project)
                if venv_python(target).exists() else None)
         if not report.passed and old is not None:
@@ -333,10 +335,13 @@ def _certify_aside(  # noqa: PLR0917 - one step of build, its inputs spelled out
     base: Base | None,
     *,
     target: Path,
-) -> ProbeReport:
+) -> tuple[ProbeReport, dict[str, str]]:
     """Probe the folder aside (incrementally when it was built from ``base`` and the stack
     is the certified one) and write its certificate there on a pass. The report names
-    ``target``, where the folder aside goes (or is removed), never the folder aside."""
+    ``target``, where the folder aside goes (or is removed), never the folder aside.
+    Also its content digests after the probe, which wrote the bytecode of what it
+    imported (certified with its source; kept in build.json also when it failed, for an
+    uncertified venv swapped in)."""
     plan: Incremental | str | None = None
     if base is not None:
         plan = plan_incremental(base, aside, content, level=level, project=options.project,
@@ -349,28 +354,16 @@ def _certify_aside(  # noqa: PLR0917 - one step of build, its inputs spelled out
                     bytecode=True)
     markers = aside / MARKER_DIR
     report.write(markers)
-    # also when it failed: an uncertified venv swapped in keeps the probe's bytecode, and
-    # build.json must say what is installed for the next build to certify it in place
-    content = _with_bytecode(aside, content)
+    found = scan(aside)  # one walk for the digests and the certified list
+    save_memo(aside, found)
+    now = found.digests()
     if report.passed:
         extends = (incremental_record(base, plan)
                    if base is not None and isinstance(plan, Incremental) else None)
         write_atomically(markers / CERT_MARKER, _cert_json(
-            recipe, report, fp, content, options.project, incremental=extends))
-        write_atomically(markers / CERTIFIED_LIST, certified_list(aside))
-    return report
-
-
-def _with_bytecode(aside: Path, content: Mapping[str, str]) -> Mapping[str, str]:
-    """The content digests once the probe wrote the bytecode of what it imported (that
-    bytecode is certified with its source); ``build.json`` is made to say the same."""
-    now = content_digests(aside)
-    if now != content:
-        path = aside / MARKER_DIR / BUILD_MARKER
-        data = jsonlimits.load_file(path)  # written above by _build_aside
-        data["content"] = now
-        write_atomically(path, _marker_json(data))
-    return now
+            recipe, report, fp, now, options.project, incremental=extends))
+        write_atomically(markers / CERTIFIED_LIST, certified_list(aside, found))
+    return report, now
 
 
 def _swap_in(aside: Path, target: Path) -> None:
