@@ -5,6 +5,8 @@ with the interpreter being audited (``python -I -c SOURCE``; inside an image thr
 :mod:`.inside`) and reads one JSON object from its stdout:
 
 ``python``        version, executable, prefix, base_prefix, implementation
+``markers``       the PEP 508 marker values (``python_version``, ``sys_platform``...) that
+                  decide which ``Requires-Dist`` lines apply
 ``site_dirs``     the folders on ``sys.path`` that hold distributions (stdlib left out),
                   in ``sys.path`` order
 ``env``           the variables that change which GPU code or library is used
@@ -23,6 +25,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import platform
 import re
 import site
 import sys
@@ -191,6 +194,28 @@ def shared_objects(
     return out
 
 
+def markers() -> dict[str, str]:
+    """PEP 508 marker values of this interpreter (as packaging's default_environment)."""
+    impl = sys.implementation
+    info = impl.version
+    version = f"{info.major}.{info.minor}.{info.micro}"
+    if info.releaselevel != "final":
+        version += info.releaselevel[0] + str(info.serial)
+    return {
+        "implementation_name": impl.name,
+        "implementation_version": version,
+        "os_name": os.name,
+        "platform_machine": platform.machine(),
+        "platform_release": platform.release(),
+        "platform_system": platform.system(),
+        "platform_version": platform.version(),
+        "python_full_version": platform.python_version(),
+        "platform_python_implementation": platform.python_implementation(),
+        "python_version": ".".join(platform.python_version_tuple()[:2]),
+        "sys_platform": sys.platform,
+    }
+
+
 def collect() -> dict[str, object]:
     dirs = site_dirs()
     dists = distributions(dirs)
@@ -203,6 +228,7 @@ def collect() -> dict[str, object]:
             "base_prefix": sys.base_prefix,
             "implementation": sys.implementation.name,
         },
+        "markers": markers(),
         "site_dirs": dirs,
         "env": {k: os.environ[k] for k in ENV_KEYS if k in os.environ},
         "distributions": dists,

@@ -18,7 +18,10 @@
   runtime (``libgomp``, ``libiomp5``, ``libomp``).
 
 Python extension modules (``*.cpython-*.so``, no soname) are never duplicates: a file
-name repeated in two packages is what every environment has.
+name repeated in two packages is what every environment has. Nor are copies of one build
+that auditwheel vendored into two wheels (``libgfortran-83c28eba.so.5.0.0`` in both
+opencv-python-headless and scipy): its soname carries the first 8 hex digits of the
+original file's SHA-256, so equal sonames of equal size are the same code whichever loads.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ CHECK = "duplicate-libraries"
 STEM_RE = re.compile(r"^(lib[A-Za-z0-9_+]+?)(?:[-.][0-9a-f]{8})?\.so(?:\.([0-9]+))?")
 OPENMP = {"libgomp": "GNU OpenMP", "libiomp5": "Intel OpenMP", "libomp": "LLVM OpenMP"}
 #: Stems of the CUDA libraries whose majors must not mix.
+#: A soname auditwheel gave a vendored copy: ``libgfortran-83c28eba.so.5.0.0``.
+HASHED_SONAME = re.compile(r"^lib[A-Za-z0-9_+]+?[-.][0-9a-f]{8}\.so(\.[0-9]+)*$")
 CUDA_STEMS = re.compile(r"^lib(cudart|cublas|cublasLt|cudnn|cufft|curand|cusolver|cusparse|"
                         r"nccl|nvrtc|nvJitLink|nvjpeg|cupti)$")
 
@@ -102,17 +107,29 @@ def _who_loads(
     return "; ".join(said), one
 
 
+def one_build(soname: str, sizes: set[int]) -> bool:
+    """Copies of one vendored build: auditwheel's content hash in the soname, one size."""
+    return bool(HASHED_SONAME.match(soname)) and len(sizes) == 1
+
+
 def _same_soname(
     collected: Collected, libs: list[tuple[SharedObject, ElfFacts, str]]
-) -> list[Finding]:
+) -> tuple[list[Finding], int]:
+    """The findings, and how many sonames were copies of one build (not findings)."""
     groups: dict[str, list[tuple[SharedObject, str]]] = defaultdict(list)
+    sizes: dict[str, set[int]] = defaultdict(set)
     for so, facts, owner in libs:
         if not private(so, facts):
             groups[str(facts.soname)].append((so, owner))
+            sizes[str(facts.soname)].add(facts.size)
     findings = []
+    same = 0
     for soname, items in sorted(groups.items()):
         owners = {owner for _so, owner in items}
         if len(owners) < 2:
+            continue
+        if one_build(soname, sizes[soname]):
+            same += 1
             continue
         copies = [so for so, _owner in items]
         listing = ", ".join(f"{collected.name(so)} ({owner})" for so, owner in items)
@@ -123,7 +140,7 @@ def _same_soname(
         findings.append(Finding(
             CHECK, "warning" if one else "error", soname,
             f"{soname} twice: {listing}; {how}", tuple(so.path for so in copies)))
-    return findings
+    return findings, same
 
 
 def _overwritten(collected: Collected) -> list[Finding]:
@@ -182,7 +199,11 @@ def _families(libs: list[tuple[SharedObject, ElfFacts, str]]) -> list[Finding]:
 
 def check_duplicates(collected: Collected) -> tuple[CheckResult, list[Finding]]:
     libs = _owned(collected)
-    findings = [*_same_soname(collected, libs), *_overwritten(collected), *_families(libs)]
+    twice, same = _same_soname(collected, libs)
+    findings = [*twice, *_overwritten(collected), *_families(libs)]
     detail = (f"{len(libs)} libraries with a soname compared across "
               f"{len(collected.inventory.distributions)} distributions")
+    if same:
+        detail += (f"; {same} vendored in several wheels as one build (auditwheel's hash in "
+                   "the soname, one size): not duplicates")
     return check_result(CHECK, findings, detail), findings

@@ -91,7 +91,7 @@ def _extension(collected: Collected, dist: Distribution, torch: Distribution) ->
 
     table: ExtensionTable = load_extensions()
     findings: list[Finding] = []
-    req = dist.requirement("torch")
+    req = dist.requirement("torch", collected.inventory.marker_env)
     said = []
     if req is not None and str(req.specifier) and not _admits(req.specifier, torch.version):
         said.append(f"requires torch{req.specifier} (its metadata)")
@@ -126,8 +126,9 @@ def check_extensions(collected: Collected) -> tuple[CheckResult, list[Finding]]:
         return check_result("torch-extensions", [], "", skipped="torch is not installed"), []
     findings: list[Finding] = []
     checked = 0
+    markers = inv.marker_env
     for dist in inv.distributions:
-        if dist.shadowed or dist.key == "torch" or dist.requirement("torch") is None:
+        if dist.shadowed or dist.key == "torch" or dist.requirement("torch", markers) is None:
             continue
         checked += 1
         findings.extend(_extension(collected, dist, torch))
@@ -160,7 +161,7 @@ def check_numpy(collected: Collected) -> tuple[CheckResult, list[Finding]]:
         dist = inv.dist(key)
         assert dist is not None
         old = [m.rsplit(":", 1)[0] for m in modules if m.endswith(":1")]
-        req = dist.requirement("numpy")
+        req = dist.requirement("numpy", inv.marker_env)
         pins = req is not None and str(req.specifier) and not _admits(req.specifier, numpy.version)
         if major >= 2 and old:
             findings.append(Finding("numpy-c-api", "error", dist.name,

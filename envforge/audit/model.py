@@ -43,8 +43,13 @@ class Distribution:
     def label(self) -> str:
         return f"{self.name} {self.version}"
 
-    def requirement(self, name: str) -> Requirement | None:
-        """Its unconditional ``Requires-Dist`` on ``name`` (extras' requirements left out)."""
+    def requirement(
+        self, name: str, environment: Mapping[str, str] | None = None
+    ) -> Requirement | None:
+        """Its ``Requires-Dist`` on ``name`` that apply in ``environment`` (PEP 508 marker
+        values of the audited interpreter; extras' requirements left out), their
+        specifiers joined: ``numpy<2.0; python_version < "3.9"`` does not apply on 3.12."""
+        found: list[Requirement] = []
         for line in self.requires:
             try:
                 req = Requirement(line)
@@ -52,10 +57,24 @@ class Distribution:
                 continue
             if canonicalize_name(req.name) != canonicalize_name(name):
                 continue
-            if req.marker is not None and "extra" in str(req.marker):
-                continue
-            return req
-        return None
+            if req.marker is not None:
+                if "extra" in str(req.marker):
+                    continue
+                if environment is not None and not _applies(req, environment):
+                    continue
+            found.append(req)
+        if len(found) < 2:
+            return found[0] if found else None
+        joined = ",".join(str(r.specifier) for r in found if str(r.specifier))
+        return Requirement(f"{found[0].name}{joined}") if joined else found[0]
+
+
+def _applies(req: Requirement, environment: Mapping[str, str]) -> bool:
+    assert req.marker is not None
+    try:
+        return bool(req.marker.evaluate({**environment, "extra": ""}))
+    except Exception:  # a marker packaging cannot evaluate counts as applying
+        return True
 
 
 @dataclass(frozen=True)
@@ -75,6 +94,22 @@ class Inventory:
     env: tuple[tuple[str, str], ...]
     distributions: tuple[Distribution, ...]
     shared_objects: tuple[SharedObject, ...]
+    #: PEP 508 marker values of the audited interpreter (the collector's ``markers``).
+    markers: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def marker_env(self) -> dict[str, str]:
+        """The audited interpreter's marker values; from an older collector, this host's
+        with the interpreter's Python version."""
+        if self.markers:
+            return dict(self.markers)
+        from packaging.markers import default_environment  # noqa: PLC0415 - old reports
+
+        env = {k: str(v) for k, v in default_environment().items()}
+        if self.python:
+            env["python_full_version"] = self.python
+            env["python_version"] = ".".join(self.python.split(".")[:2])
+        return env
 
     def dist(self, name: str) -> Distribution | None:
         """The distribution ``name`` as imports see it (the first on sys.path)."""
@@ -118,6 +153,7 @@ def inventory_from_dict(data: Mapping[str, Any]) -> Inventory:
         site_dirs=tuple(str(s) for s in data.get("site_dirs") or ()),
         env=tuple(sorted((str(k), str(v)) for k, v in (data.get("env") or {}).items())),
         distributions=dists, shared_objects=shared,
+        markers=tuple(sorted((str(k), str(v)) for k, v in (data.get("markers") or {}).items())),
     )
 
 

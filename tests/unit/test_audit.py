@@ -471,3 +471,51 @@ def test_two_copies_are_an_error_only_when_users_can_get_different_ones(
     [mixed] = [f for f in judge(audit(root), None, arch_source="none").findings
                if f.subject == "libdup.so.1"]
     assert mixed.severity == "error"
+
+
+def test_requires_dist_markers_are_evaluated_for_the_audited_interpreter(
+    tmp_path: Path,
+) -> None:
+    """opencv-python-headless 5.0.0.93 says ``numpy<2.0; python_version < "3.9"`` and
+    ``numpy>=2; python_version >= "3.9"``: on this interpreter only the second applies,
+    so numpy 2 beside it is no finding (seen on an H200's environment as a false error).
+    A pin whose marker applies is still named."""
+    root, site = make_venv(tmp_path / "venv")
+    source = ('const char *m = "numpy._core._multiarray_umath"; const char *a = '
+              '"_ARRAY_API";\n')
+    cv = build_so(site / "cvlike" / f"_cv.{PY_TAG}.so", source=source)
+    add_dist(site, "cvlike", "5.0", [cv], requires=[
+        'numpy<2.0; python_version < "3.9"', 'numpy>=2; python_version >= "3.9"'])
+    pinned = build_so(site / "pinned" / f"_p.{PY_TAG}.so", source=source)
+    add_dist(site, "pinned", "1.0", [pinned], requires=['numpy<2; python_version >= "3.9"'])
+    add_dist(site, "numpy", "2.4.6", [])
+    collected = audit(root)
+    assert collected.inventory.marker_env["python_version"] == \
+        f"{sys.version_info[0]}.{sys.version_info[1]}"
+    found = messages(collected, None, "numpy-c-api")
+    assert not any(m.startswith("cvlike") for m in found), found
+    assert any(m.startswith("pinned 1.0 uses the NumPy C-API and requires numpy<2")
+               for m in found), found
+
+
+def test_copies_of_one_vendored_build_are_not_duplicates(tmp_path: Path) -> None:
+    """auditwheel names a vendored library by its content hash (libgfortran-83c28eba.so.5.0.0
+    in opencv-python-headless and in scipy, as on the H200's environment): copies with that
+    soname and one size are one build, whichever loads. A different size is still named."""
+    root, site = make_venv(tmp_path / "venv")
+    soname = "libgfortran-83c28eba.so.5.0.0"
+    for pkg in ("opencv", "scipy"):
+        lib = build_so(site / f"{pkg}.libs" / soname, soname=soname)
+        user = build_so(site / pkg / f"_m.{PY_TAG}.so", links=[lib],
+                        runpath=f"$ORIGIN/../{pkg}.libs")
+        add_dist(site, pkg, "1.0", [lib, user])
+    report = judge(audit(root), None, arch_source="none")
+    assert not [f for f in report.findings if f.subject == soname]
+    [check] = [c for c in report.checks if c.name == "duplicate-libraries"]
+    assert "1 vendored in several wheels as one build" in check.detail
+    build_so(site / "scipy.libs" / soname, soname=soname,
+             source="int f(void) { return 1; }\nint g(void) { return 2; }\n"
+                    "static const char big[4096] = {1};\nconst char *h(void) { return big; }\n")
+    [twice] = [f for f in judge(audit(root), None, arch_source="none").findings
+               if f.subject == soname]
+    assert twice.severity == "error"
