@@ -37,20 +37,44 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-STEPS = ("python", "import-torch", "numpy", "device", "memory", "matmul", "conv2d",
-         "backward", "amp", "dataloader", "audit", "compile")
+STEPS = (
+    "python",
+    "import-torch",
+    "numpy",
+    "device",
+    "memory",
+    "matmul",
+    "conv2d",
+    "backward",
+    "amp",
+    "dataloader",
+    "audit",
+    "compile",
+)
 
 
 def _report(n: int) -> dict[str, object]:
     return {
         "status": "pass",
-        "steps": [{"name": s, "status": "pass", "seconds": 0.5 + i, "detail": "ok"}
-                  for i, s in enumerate(STEPS)],
+        "steps": [
+            {"name": s, "status": "pass", "seconds": 0.5 + i, "detail": "ok"}
+            for i, s in enumerate(STEPS)
+        ],
         "level": "full",
-        "host": {"kernel": "6.8.0-49-generic", "machine": "x86_64", "driver": "6.8.5",
-                 "id": f"{n:064x}", "gpus": [{"name": "AMD Radeon RX 6700 XT",
-                                              "arch": "gfx1031", "vendor": "amd",
-                                              "pci_id": "1002:73df"}]},
+        "host": {
+            "kernel": "6.8.0-49-generic",
+            "machine": "x86_64",
+            "driver": "6.8.5",
+            "id": f"{n:064x}",
+            "gpus": [
+                {
+                    "name": "AMD Radeon RX 6700 XT",
+                    "arch": "gfx1031",
+                    "vendor": "amd",
+                    "pci_id": "1002:73df",
+                }
+            ],
+        },
         "created": "2026-11-27T23:00:00Z",
     }
 
@@ -70,10 +94,16 @@ def run(count: int, folder: Path) -> tuple[float, float, float]:
     started = time.perf_counter()
     for n in range(count):
         pred = at.predicate(
-            report=_report(n), backend="docker",
-            recipe={"name": "gfx1031", "hash": "sha256:" + "ab" * 32,
-                    "stack_tag": "torch2.13.0-rocm7.1-py3.12"},
-            stack={"torch": "2.13.0"}, certificate="sha256:" + "01" * 32, redact=redact,
+            report=_report(n),
+            backend="docker",
+            recipe={
+                "name": "gfx1031",
+                "hash": "sha256:" + "ab" * 32,
+                "stack_tag": "torch2.13.0-rocm7.1-py3.12",
+            },
+            stack={"torch": "2.13.0"},
+            certificate="sha256:" + "01" * 32,
+            redact=redact,
         )
         at.append(target, at.attest(subject, pred, key))
     signed = time.perf_counter() - started
@@ -83,9 +113,24 @@ def run(count: int, folder: Path) -> tuple[float, float, float]:
     verified = time.perf_counter() - started
     assert counts.verified == count == counts.passed, counts
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "envforge", "attest", "verify", str(target),
-                    "--trust", str(pub), "--subject", image], check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "envforge",
+            "attest",
+            "verify",
+            str(target),
+            "--trust",
+            str(pub),
+            "--subject",
+            image,
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=ROOT,
+    )
     command = time.perf_counter() - started
     return signed, verified, command
 
@@ -104,9 +149,13 @@ def run_registry(count: int, folder: Path) -> tuple[float, float]:
         addr = f"127.0.0.1:{s.getsockname()[1]}"
     (folder / "config.yml").write_text(
         f"version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: "
-        f"{folder / 'storage'}\nhttp:\n  addr: {addr}\n")
-    proc = subprocess.Popen(["docker-registry", "serve", str(folder / "config.yml")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        f"{folder / 'storage'}\nhttp:\n  addr: {addr}\n"
+    )
+    proc = subprocess.Popen(
+        ["docker-registry", "serve", str(folder / "config.yml")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         for _ in range(100):
             try:
@@ -149,10 +198,14 @@ def main() -> None:
     sign_med = statistics.median(r[0] for r in rows)
     verify_med = statistics.median(r[1] for r in rows)
     command_med = statistics.median(r[2] for r in rows)
-    print(f"{platform.python_version()} on {platform.machine()}, {args.runs} runs, "
-          f"{args.count} attestations")
-    print(f"sign+append: median {sign_med:.3f} s total, {sign_med / args.count * 1000:.2f} ms "
-          f"each (min {min(r[0] for r in rows):.3f} s)")
+    print(
+        f"{platform.python_version()} on {platform.machine()}, {args.runs} runs, "
+        f"{args.count} attestations"
+    )
+    print(
+        f"sign+append: median {sign_med:.3f} s total, {sign_med / args.count * 1000:.2f} ms "
+        f"each (min {min(r[0] for r in rows):.3f} s)"
+    )
     print(f"verify all: median {verify_med:.3f} s (min {min(r[1] for r in rows):.3f} s)")
     print(f"envforge attest verify (fresh process): median {command_med:.3f} s")
     if not args.registry:
@@ -162,11 +215,15 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             regs.append(run_registry(args.count, Path(tmp)))
     attach_med = statistics.median(r[0] for r in regs)
-    print(f"registry attach, one at a time: median {attach_med:.3f} s total, "
-          f"{attach_med / args.count * 1000:.1f} ms each (max run "
-          f"{max(r[0] for r in regs) / args.count * 1000:.1f} ms each)")
-    print(f"registry read back + verify all: median {statistics.median(r[1] for r in regs):.3f}"
-          f" s (max {max(r[1] for r in regs):.3f} s)")
+    print(
+        f"registry attach, one at a time: median {attach_med:.3f} s total, "
+        f"{attach_med / args.count * 1000:.1f} ms each (max run "
+        f"{max(r[0] for r in regs) / args.count * 1000:.1f} ms each)"
+    )
+    print(
+        f"registry read back + verify all: median {statistics.median(r[1] for r in regs):.3f}"
+        f" s (max {max(r[1] for r in regs):.3f} s)"
+    )
 
 
 if __name__ == "__main__":

@@ -60,8 +60,9 @@ def main() -> int:
     parser.add_argument("--arch", default=None)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--drop-caches", action="store_true")
-    parser.add_argument("--fresh-cache", action="store_true",
-                        help="a new ENVFORGE_HOME each run: no facts cache")
+    parser.add_argument(
+        "--fresh-cache", action="store_true", help="a new ENVFORGE_HOME each run: no facts cache"
+    )
     args = parser.parse_args()
     argv = [sys.executable, "-m", "envforge", "audit", args.target]
     if args.arch:
@@ -73,8 +74,9 @@ def main() -> int:
         times.append(seconds)
         peaks.append(peak)
         print(f"run {i + 1}: {seconds:.2f} s, peak {peak:.0f} MiB, exit {code}")
-    print(f"median {statistics.median(times):.2f} s (min {min(times):.2f}), "
-          f"peak {max(peaks):.0f} MiB")
+    print(
+        f"median {statistics.median(times):.2f} s (min {min(times):.2f}), peak {max(peaks):.0f} MiB"
+    )
     return 0
 
 

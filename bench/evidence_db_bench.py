@@ -50,8 +50,13 @@ def run(home: Path, *args: str) -> tuple[float, str]:
     env = {**os.environ, "ENVFORGE_HOME": str(home), "PYTHONPATH": str(ROOT)}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "envforge", *args], env=env,
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "envforge", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return time.perf_counter() - started, done.stdout
 
 
@@ -66,8 +71,9 @@ def grow(db: Path, target: int) -> int:
     """Copy the imported rows (keys without ``-``) under new keys up to ``target`` rows."""
     conn = sqlite3.connect(db)
     try:
-        originals = int(conn.execute(
-            "SELECT COUNT(*) FROM reports WHERE key NOT LIKE '%-%'").fetchone()[0])
+        originals = int(
+            conn.execute("SELECT COUNT(*) FROM reports WHERE key NOT LIKE '%-%'").fetchone()[0]
+        )
         have = count(db)
         columns = [r[1] for r in conn.execute("PRAGMA table_info(reports)")]
         rest = ", ".join(columns[1:])
@@ -76,7 +82,8 @@ def grow(db: Path, target: int) -> int:
             take = min(originals, target - have)
             conn.execute(
                 f"INSERT INTO reports (key, {rest}) SELECT key || '-{copy}', {rest} "
-                f"FROM reports WHERE key NOT LIKE '%-%' LIMIT {take}")
+                f"FROM reports WHERE key NOT LIKE '%-%' LIMIT {take}"
+            )
             conn.commit()
             have += take
             copy += 1
@@ -89,8 +96,9 @@ def grow(db: Path, target: int) -> int:
 
 def load(home: Path, n: int) -> None:
     started = time.perf_counter()
-    docs = [(str(i), json.loads(make_report(s).to_json()))
-            for i, s in enumerate(corpus(n, seed=21))]
+    docs = [
+        (str(i), json.loads(make_report(s).to_json())) for i, s in enumerate(corpus(n, seed=21))
+    ]
     print(f"made {len(docs)} reports in {time.perf_counter() - started:.1f} s (not timed)")
     os.environ["ENVFORGE_HOME"] = str(home)
     started = time.perf_counter()
@@ -107,8 +115,11 @@ def matrix(home: Path, site: Path, runs: int) -> None:
         seconds, out = run(home, "matrix", "-o", str(site), "--json")
         times.append(seconds)
         reports = json.loads(out)["reports"]
-    print(f"matrix over {reports} reports: " + " / ".join(f"{t:.2f}" for t in times)
-          + f" s ({runs} runs)")
+    print(
+        f"matrix over {reports} reports: "
+        + " / ".join(f"{t:.2f}" for t in times)
+        + f" s ({runs} runs)"
+    )
 
 
 def main() -> None:
@@ -121,8 +132,9 @@ def main() -> None:
     args = parser.parse_args()
     print(f"load average at start: {os.getloadavg()[0]:.1f}")
     with ExitStack() as stack:
-        folder = args.keep or Path(stack.enter_context(
-            tempfile.TemporaryDirectory(prefix="envforge-db-bench-")))
+        folder = args.keep or Path(
+            stack.enter_context(tempfile.TemporaryDirectory(prefix="envforge-db-bench-"))
+        )
         home, empty = folder / "home", folder / "empty"
         empty.mkdir(parents=True, exist_ok=True)
         db = home / "evidence.sqlite"
@@ -137,8 +149,10 @@ def main() -> None:
         for name, where in (("empty store", empty), (f"{rows} reports", home)):
             run(where, "show", "gfx1031")  # untimed: bytecode written, store opened once
             times = [run(where, "show", "gfx1031")[0] for _ in range(args.runs)]
-            print(f"show gfx1031, {name}: median {statistics.median(times):.2f} s, "
-                  f"min {min(times):.2f} s ({args.runs} runs)")
+            print(
+                f"show gfx1031, {name}: median {statistics.median(times):.2f} s, "
+                f"min {min(times):.2f} s ({args.runs} runs)"
+            )
         print(f"load average at end: {os.getloadavg()[0]:.1f}")
 
 

@@ -48,8 +48,10 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))
     from tests.helpers.matrix_synth import corpus, make_report
 
-    docs = [(str(i), json.loads(make_report(s).to_json()))
-            for i, s in enumerate(corpus(args.n, seed=21))]
+    docs = [
+        (str(i), json.loads(make_report(s).to_json()))
+        for i, s in enumerate(corpus(args.n, seed=21))
+    ]
     sys.path.remove(str(ROOT))
     roots = [r.resolve() for r in (args.root or [ROOT])]
     print(f"{args.n} reports made; load average {os.getloadavg()[0]:.1f}")
@@ -61,8 +63,11 @@ def main() -> None:
                 cpu, wall = time.process_time(), time.perf_counter()
                 added = len(import_documents(docs, redact=redact).added)
                 cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-            print(f"run {run + 1} {root}: {added} added, CPU {cpu:.2f} s, wall {wall:.2f} s, "
-                  f"load {os.getloadavg()[0]:.1f}", flush=True)
+            print(
+                f"run {run + 1} {root}: {added} added, CPU {cpu:.2f} s, wall {wall:.2f} s, "
+                f"load {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

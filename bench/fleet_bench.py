@@ -29,8 +29,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def envforge(*args: str, env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess[str]]:
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "envforge", *args], env=env, cwd=ROOT,
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "envforge", *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     return time.perf_counter() - started, done
 
 
@@ -49,12 +55,36 @@ def cycle(work: Path, wheelhouse: str, level: str, env: dict[str, str]) -> dict[
     plan = work / "plan"
     times: dict[str, float] = {}
     for phase, args, want in (
-        ("plan", ["fleet", "plan", "--engine", "slurm", "--recipe", "cpu", "--recipe",
-                  str(failing_recipe(work)), "--arch", "gfx942", "--backend", "venv",
-                  "--wheelhouse", wheelhouse, "--level", level, "-o", str(plan)], 0),
+        (
+            "plan",
+            [
+                "fleet",
+                "plan",
+                "--engine",
+                "slurm",
+                "--recipe",
+                "cpu",
+                "--recipe",
+                str(failing_recipe(work)),
+                "--arch",
+                "gfx942",
+                "--backend",
+                "venv",
+                "--wheelhouse",
+                wheelhouse,
+                "--level",
+                level,
+                "-o",
+                str(plan),
+            ],
+            0,
+        ),
         ("submit", ["fleet", "submit", str(plan)], 0),
-        ("status --wait", ["fleet", "status", str(plan), "--wait", "--timeout", "900",
-                           "--json"], 1),
+        (
+            "status --wait",
+            ["fleet", "status", str(plan), "--wait", "--timeout", "900", "--json"],
+            1,
+        ),
         ("collect", ["fleet", "collect", str(plan), "-o", str(work / "site")], 1),
     ):
         seconds, done = envforge(*args, env=env)
@@ -70,11 +100,13 @@ def cycle(work: Path, wheelhouse: str, level: str, env: dict[str, str]) -> dict[
 
 
 def restart() -> float:
-    subprocess.run(["bash", str(ROOT / "scripts/ci-slurm.sh"), "down"], check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["bash", str(ROOT / "scripts/ci-slurm.sh"), "down"], check=True, capture_output=True
+    )
     started = time.perf_counter()
-    subprocess.run(["bash", str(ROOT / "scripts/ci-slurm.sh"), "up"], check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["bash", str(ROOT / "scripts/ci-slurm.sh"), "up"], check=True, capture_output=True
+    )
     return time.perf_counter() - started
 
 
@@ -95,12 +127,16 @@ def main() -> None:
             load = os.getloadavg()[0]
             times = cycle(Path(folder), args.wheelhouse, args.level, env)
             runs.append(times)
-            print(f"run {i + 1} (load {load:.1f}): " +
-                  ", ".join(f"{k} {v:.1f} s" for k, v in times.items()))
+            print(
+                f"run {i + 1} (load {load:.1f}): "
+                + ", ".join(f"{k} {v:.1f} s" for k, v in times.items())
+            )
     counted = runs[1:] or runs
-    print(f"\ncycle, median of {len(counted)} warm run(s): "
-          f"{statistics.median(r['cycle'] for r in counted):.1f} s "
-          f"(min {min(r['cycle'] for r in counted):.1f} s)")
+    print(
+        f"\ncycle, median of {len(counted)} warm run(s): "
+        f"{statistics.median(r['cycle'] for r in counted):.1f} s "
+        f"(min {min(r['cycle'] for r in counted):.1f} s)"
+    )
 
 
 if __name__ == "__main__":

@@ -39,8 +39,9 @@ def device_work(torch: object, ckpt: str) -> None:
     if ckpt != "none":
         import torch.utils.checkpoint as cp
 
-        block = nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.ReLU(),
-                              nn.Conv2d(8, 4, 3, padding=1)).to(dev)
+        block = nn.Sequential(
+            nn.Conv2d(4, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 4, 3, padding=1)
+        ).to(dev)
         x = t.randn(2, 4, 24, 24, device=dev, requires_grad=True)  # type: ignore[attr-defined]
         block(x).square().sum().backward()
         if ckpt == "real":

@@ -37,8 +37,9 @@ def probe_once(audit: bool) -> int:
     from envforge.probe.runner import LocalPythonTarget, run_probe
     from envforge.probe.spec import ProbeSpec
 
-    spec = ProbeSpec(level="full", vendor="nvidia", step_timeout=300.0,
-                     distributions=DISTS, audit=audit)
+    spec = ProbeSpec(
+        level="full", vendor="nvidia", step_timeout=300.0, distributions=DISTS, audit=audit
+    )
     report = run_probe(spec, LocalPythonTarget(python=sys.executable))
     print(report.to_json(indent=None))
     return 0
@@ -49,15 +50,17 @@ def timed(argv: list[str], cwd: Path = ROOT) -> tuple[float, str]:
     done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False)
     seconds = time.perf_counter() - began
     if done.returncode != 0:
-        print(f"FAILED {argv}: {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}",
-              file=sys.stderr)
+        print(
+            f"FAILED {argv}: {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}",
+            file=sys.stderr,
+        )
     return seconds, done.stdout
 
 
 IMPORTS = {
     "import torch": "import torch",
     "import torch + CUDA context": "import torch; torch.zeros(1, device='cuda'); "
-                                   "torch.cuda.synchronize()",
+    "torch.cuda.synchronize()",
     "import torch + torch._dynamo": "import torch, torch._dynamo",
     "import torch + torchvision": "import torch, torchvision",
     "import torch + torchaudio": "import torch, torchaudio",
@@ -95,34 +98,55 @@ def rounds(runs: int, trees: list[Path]) -> tuple[dict[str, list[float]], dict[s
             wall[name].append(seconds)
             if name in steps and out.strip():
                 report = json.loads(out)
-                steps[name].append({s["name"]: (s["seconds"], s["status"], s.get("detail", ""))
-                                    for s in report["steps"]})
-        print(f"round {i}: " + "  ".join(f"{k} {v[-1]:.2f}s" for k, v in wall.items() if v),
-              file=sys.stderr, flush=True)
+                steps[name].append(
+                    {
+                        s["name"]: (s["seconds"], s["status"], s.get("detail", ""))
+                        for s in report["steps"]
+                    }
+                )
+        print(
+            f"round {i}: " + "  ".join(f"{k} {v[-1]:.2f}s" for k, v in wall.items() if v),
+            file=sys.stderr,
+            flush=True,
+        )
     return wall, steps
 
 
-def write_results(out: Path, runs: int, imports: dict[str, float],
-                  wall: dict[str, list[float]], steps: dict[str, list[dict]]) -> None:
+def write_results(
+    out: Path,
+    runs: int,
+    imports: dict[str, float],
+    wall: dict[str, list[float]],
+    steps: dict[str, list[dict]],
+) -> None:
     med = {k: statistics.median(v) for k, v in wall.items() if v}
     lines = [f"# GPU probe bench ({runs} runs, medians, wall seconds)", ""]
     lines += ["| command | median | min | max | / floor |", "|---|---|---|---|---|"]
     for k, v in wall.items():
         if v:
-            lines.append(f"| {k} | {med[k]:.2f} | {min(v):.2f} | {max(v):.2f} "
-                         f"| {med[k] / med['floor']:.2f} |")
+            lines.append(
+                f"| {k} | {med[k]:.2f} | {min(v):.2f} | {max(v):.2f} "
+                f"| {med[k] / med['floor']:.2f} |"
+            )
     lines += ["", "| import alone (whole process) | median s |", "|---|---|"]
     lines += [f"| {k} | {v:.2f} |" for k, v in imports.items()]
     for label, runs_steps in steps.items():
         if not runs_steps:
             continue
-        lines += ["", f"## {label}: per-step medians (worker/host measured)", "",
-                  "| step | median s | status | detail (last run) |", "|---|---|---|---|"]
+        lines += [
+            "",
+            f"## {label}: per-step medians (worker/host measured)",
+            "",
+            "| step | median s | status | detail (last run) |",
+            "|---|---|---|---|",
+        ]
         for name in runs_steps[-1]:
             secs = statistics.median(r[name][0] for r in runs_steps if name in r)
             _, status, detail = runs_steps[-1][name]
-            lines.append(f"| {name} | {secs:.3f} | {status} | "
-                         f"{str(detail).splitlines()[0][:120] if detail else ''} |")
+            lines.append(
+                f"| {name} | {secs:.3f} | {status} | "
+                f"{str(detail).splitlines()[0][:120] if detail else ''} |"
+            )
     (out / "results.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
@@ -142,17 +166,37 @@ def main() -> int:
     py = sys.executable
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     began = time.perf_counter()
-    audit = subprocess.run([py, "-m", "envforge", "audit", "--python", py, "--json"], cwd=ROOT,
-                           env=env, capture_output=True, text=True, check=False, timeout=240)
+    audit = subprocess.run(
+        [py, "-m", "envforge", "audit", "--python", py, "--json"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=240,
+    )
     (out / "audit.json").write_text(audit.stdout + audit.stderr[-4000:])
-    print(f"audit: exit {audit.returncode} in {time.perf_counter() - began:.1f} s",
-          file=sys.stderr, flush=True)
+    print(
+        f"audit: exit {audit.returncode} in {time.perf_counter() - began:.1f} s",
+        file=sys.stderr,
+        flush=True,
+    )
     began = time.perf_counter()
-    audit = subprocess.run([py, "-m", "envforge", "audit", "--python", py], cwd=ROOT,
-                           env=env, capture_output=True, text=True, check=False, timeout=240)
+    audit = subprocess.run(
+        [py, "-m", "envforge", "audit", "--python", py],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=240,
+    )
     (out / "audit.txt").write_text(audit.stdout + audit.stderr[-4000:])
-    print(f"audit (again, warm): exit {audit.returncode} in {time.perf_counter() - began:.1f} s",
-          file=sys.stderr, flush=True)
+    print(
+        f"audit (again, warm): exit {audit.returncode} in {time.perf_counter() - began:.1f} s",
+        file=sys.stderr,
+        flush=True,
+    )
     _, probe = timed([py, str(ROOT / "bench" / "gpu_probe_bench.py"), "--probe-once"])
     (out / "probe.json").write_text(probe)
     imports = import_costs(3)

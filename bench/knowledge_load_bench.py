@@ -49,8 +49,9 @@ print(json.dumps({"import": t1 - t0, "cold": t2 - t1, "warm": (t3 - t2) / 1000,
 def measure(env: dict[str, str], runs: int) -> dict[str, float]:
     rows = []
     for _ in range(runs):
-        out = subprocess.run([sys.executable, "-c", PROBE], env=env, check=True,
-                             capture_output=True, text=True).stdout
+        out = subprocess.run(
+            [sys.executable, "-c", PROBE], env=env, check=True, capture_output=True, text=True
+        ).stdout
         rows.append(json.loads(out))
     return {k: statistics.median(r[k] for r in rows) for k in rows[0]}
 
@@ -76,8 +77,10 @@ def main() -> None:
         print(f"median of {args.runs} runs (seconds / milliseconds)")
         for name, env in cases.items():
             m = measure(env, args.runs)
-            print(f"{name:<22} layers {int(m['layers']):>2}  import {m['import']:.3f} s  "
-                  f"cold load {m['cold'] * 1000:.1f} ms  warm load {m['warm'] * 1e6:.1f} us")
+            print(
+                f"{name:<22} layers {int(m['layers']):>2}  import {m['import']:.3f} s  "
+                f"cold load {m['cold'] * 1000:.1f} ms  warm load {m['warm'] * 1e6:.1f} us"
+            )
 
 
 if __name__ == "__main__":

@@ -42,13 +42,21 @@ RESULTS = Path(__file__).resolve().parent / "results-knowledge.md"
 def _run(home: Path, extra: list[str]) -> tuple[float, dict[str, Any]]:
     env = dict(os.environ)
     env["ENVFORGE_HOME"] = str(home)
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH")
-                                     else "")
-    argv = [sys.executable, "-m", "envforge", "knowledge", "refresh", "--no-pytorch-index",
-            "--json", *extra]
+    env["PYTHONPATH"] = str(ROOT) + (
+        os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
+    )
+    argv = [
+        sys.executable,
+        "-m",
+        "envforge",
+        "knowledge",
+        "refresh",
+        "--no-pytorch-index",
+        "--json",
+        *extra,
+    ]
     started = time.monotonic()
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300,
-                          check=False)
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, check=False)
     wall = time.monotonic() - started
     if done.returncode != 0:
         raise SystemExit(f"refresh failed (rc {done.returncode}): {done.stderr.strip()}")
@@ -64,8 +72,7 @@ def main() -> int:
     args = parser.parse_args()
     extra = ["--index", args.index] if args.index else []
 
-    rows: dict[str, list[tuple[float, dict[str, Any]]]] = {"cold": [], "warm": [],
-                                                            "revalidate": []}
+    rows: dict[str, list[tuple[float, dict[str, Any]]]] = {"cold": [], "warm": [], "revalidate": []}
     for _ in range(args.runs):
         with tempfile.TemporaryDirectory(prefix="envforge-bench-") as tmp:
             home = Path(tmp)

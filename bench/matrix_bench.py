@@ -33,8 +33,16 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
 
 
 def write_corpus(folder: Path, n: int) -> None:
@@ -64,9 +72,23 @@ def time_command(folder: Path, out: Path) -> tuple[float, float, dict[str, objec
     cpu = _child_cpu()
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "envforge", "matrix", "--evidence", str(folder / "reports"),
-         "--evidence", str(folder / "store"), "-o", str(out), "--json"],
-        capture_output=True, text=True, env=env, check=False,
+        [
+            sys.executable,
+            "-m",
+            "envforge",
+            "matrix",
+            "--evidence",
+            str(folder / "reports"),
+            "--evidence",
+            str(folder / "store"),
+            "-o",
+            str(out),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
     )
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
@@ -97,7 +119,10 @@ def time_browser(index: Path) -> tuple[float, float, float] | None:
         started = time.perf_counter()
         done = subprocess.run(
             [chromium, *FLAGS, f"--user-data-dir={profile}", "--dump-dom", index.as_uri()],
-            capture_output=True, text=True, timeout=300, check=False,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
         )
         wall = time.perf_counter() - started
     render = re.search(r'data-render-ms="([0-9.]+)"', done.stdout)
@@ -122,8 +147,11 @@ def main() -> None:
         if not corpus.exists():
             started = time.perf_counter()
             write_corpus(corpus, args.reports)
-            print(f"wrote {args.reports} reports under {corpus} in "
-                  f"{time.perf_counter() - started:.1f} s", file=sys.stderr)
+            print(
+                f"wrote {args.reports} reports under {corpus} in "
+                f"{time.perf_counter() - started:.1f} s",
+                file=sys.stderr,
+            )
         site = work / "site"
         load = os.getloadavg()
         walls: list[float] = []
@@ -133,32 +161,45 @@ def main() -> None:
             wall, cpu, summary = time_command(corpus, site)
             walls.append(wall)
             cpus.append(cpu)
-            print(f"run {i + 1}: envforge matrix {wall:.2f} s wall, {cpu:.2f} s CPU",
-                  file=sys.stderr)
+            print(
+                f"run {i + 1}: envforge matrix {wall:.2f} s wall, {cpu:.2f} s CPU", file=sys.stderr
+            )
         phases = time_phases(corpus, site)
         sizes = {p.name: p.stat().st_size for p in (site / "index.html", site / "matrix.json")}
-        print(f"\nmachine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
-              f"{platform.python_version()}, {platform.platform()}")
+        print(
+            f"\nmachine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
+            f"{platform.python_version()}, {platform.platform()}"
+        )
         print(f"summary: {json.dumps(summary)}")
-        print(f"sizes: index.html {sizes['index.html'] / 1e6:.2f} MB, "
-              f"matrix.json {sizes['matrix.json'] / 1e6:.2f} MB")
+        print(
+            f"sizes: index.html {sizes['index.html'] / 1e6:.2f} MB, "
+            f"matrix.json {sizes['matrix.json'] / 1e6:.2f} MB"
+        )
         print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-        print("\n| reports | envforge matrix wall, median | wall, min | CPU (user+sys), median "
-              "| in-process: read | aggregate | render+write |")
+        print(
+            "\n| reports | envforge matrix wall, median | wall, min | CPU (user+sys), median "
+            "| in-process: read | aggregate | render+write |"
+        )
         print("|---|---|---|---|---|---|---|")
-        print(f"| {args.reports} | {statistics.median(walls):.2f} s ({args.runs} runs) | "
-              f"{min(walls):.2f} s | {statistics.median(cpus):.2f} s | {phases['read']:.2f} s | "
-              f"{phases['aggregate']:.2f} s | {phases['render+write']:.2f} s |")
+        print(
+            f"| {args.reports} | {statistics.median(walls):.2f} s ({args.runs} runs) | "
+            f"{min(walls):.2f} s | {statistics.median(cpus):.2f} s | {phases['read']:.2f} s | "
+            f"{phases['aggregate']:.2f} s | {phases['render+write']:.2f} s |"
+        )
         if not args.no_browser:
             figures = [time_browser(site / "index.html") for _ in range(args.runs)]
             got = [f for f in figures if f is not None]
             if got:
-                print("\n| page in headless Chromium | JSON.parse + draw (data-render-ms) | "
-                      "navigation start → drawn (data-ready-ms) | chromium --dump-dom wall |")
+                print(
+                    "\n| page in headless Chromium | JSON.parse + draw (data-render-ms) | "
+                    "navigation start → drawn (data-ready-ms) | chromium --dump-dom wall |"
+                )
                 print("|---|---|---|---|")
-                print(f"| median of {len(got)} | {statistics.median(g[0] for g in got):.0f} ms | "
-                      f"{statistics.median(g[1] for g in got):.0f} ms | "
-                      f"{statistics.median(g[2] for g in got):.2f} s |")
+                print(
+                    f"| median of {len(got)} | {statistics.median(g[0] for g in got):.0f} ms | "
+                    f"{statistics.median(g[1] for g in got):.0f} ms | "
+                    f"{statistics.median(g[2] for g in got):.2f} s |"
+                )
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)

@@ -61,15 +61,29 @@ yanked = listing.yanked_versions()
 print(f"{time.process_time() - start:.3f} {len(body)} {len(versions)} {len(yanked)}")
 """
 
-CASES = ("json-100k", "html-100k", "html-unclosed-a", "html-comment", "html-lt",
-         "html-quote", "html-amp")
+CASES = (
+    "json-100k",
+    "html-100k",
+    "html-unclosed-a",
+    "html-comment",
+    "html-lt",
+    "html-quote",
+    "html-amp",
+)
 
 
 def run(case: str, root: Path, cap: float) -> str:
     env = dict(os.environ, PYTHONPATH=str(root))
     try:
-        done = subprocess.run([sys.executable, "-c", CASE, case], env=env, cwd=root,
-                              capture_output=True, text=True, timeout=cap, check=False)
+        done = subprocess.run(
+            [sys.executable, "-c", CASE, case],
+            env=env,
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=cap,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         return f"| {case} | > {cap:g} s (stopped) | | |"
     if done.returncode != 0:
@@ -84,8 +98,12 @@ def main() -> int:
     parser.add_argument("--cap", type=float, default=120.0)
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
-    commit = subprocess.run(["git", "-C", str(args.root), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True, check=False).stdout.strip()
+    commit = subprocess.run(
+        ["git", "-C", str(args.root), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         f"### {now}: {commit or args.root}, {platform.machine()}, {os.cpu_count()} CPUs, "
@@ -98,9 +116,14 @@ def main() -> int:
         lines.append(run(case, args.root, args.cap))
         print(lines[-1], flush=True)
     if args.write:
-        head = "" if RESULTS.exists() else (
-            "# listing parser benchmark\n\nProduced by `python bench/net_parse.py --write`; "
-            "see the script's docstring.\n\n")
+        head = (
+            ""
+            if RESULTS.exists()
+            else (
+                "# listing parser benchmark\n\nProduced by `python bench/net_parse.py --write`; "
+                "see the script's docstring.\n\n"
+            )
+        )
         with RESULTS.open("a", encoding="utf-8") as f:
             f.write(head + "\n".join(lines) + "\n\n")
     return 0

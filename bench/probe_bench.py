@@ -66,10 +66,16 @@ def torchvision_added(python: str, runs: int, level: str) -> int:
     from envforge.probe.spec import ProbeSpec
 
     specs = {
-        name: ProbeSpec(level="quick" if level == "quick" else "full", vendor="none",
-                        step_timeout=300.0, distributions=dists)
-        for name, dists in (("torch", ("torch", "numpy")),
-                            ("torchvision", ("torch", "numpy", "torchvision")))
+        name: ProbeSpec(
+            level="quick" if level == "quick" else "full",
+            vendor="none",
+            step_timeout=300.0,
+            distributions=dists,
+        )
+        for name, dists in (
+            ("torch", ("torch", "numpy")),
+            ("torchvision", ("torch", "numpy", "torchvision")),
+        )
     }
     target = LocalPythonTarget(python=python)
     wall: dict[str, list[float]] = {name: [] for name in specs}
@@ -91,20 +97,26 @@ def torchvision_added(python: str, runs: int, level: str) -> int:
             if name == "torchvision":
                 steps.append({s.name: s.seconds for s in report.steps})
         if i:
-            print(f"run {i}: " + "  ".join(
-                f"{k} {wall[k][-1]:.2f}s wall/{cpu[k][-1]:.2f}s cpu" for k in specs),
-                file=sys.stderr)
+            print(
+                f"run {i}: "
+                + "  ".join(f"{k} {wall[k][-1]:.2f}s wall/{cpu[k][-1]:.2f}s cpu" for k in specs),
+                file=sys.stderr,
+            )
     host = f"{platform.node() or 'host'} ({os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f})"
     print("| host | level | runs | measure | torch only | with torchvision | added |")
     print("|---|---|---|---|---|---|---|")
     for label, data in (("wall", wall), ("cpu", cpu)):
         med = {name: statistics.median(v) for name, v in data.items()}
         added = med["torchvision"] / med["torch"] - 1.0
-        print(f"| {host} | {level} | {runs} | {label} median | {med['torch']:.2f} s "
-              f"| {med['torchvision']:.2f} s | {added * 100:+.1f} % |")
+        print(
+            f"| {host} | {level} | {runs} | {label} median | {med['torch']:.2f} s "
+            f"| {med['torchvision']:.2f} s | {added * 100:+.1f} % |"
+        )
     names = [n for n in steps[0] if "torchvision" in n] if steps else []
-    print("\nmedian seconds of torchvision's steps (worker-measured): " + ", ".join(
-        f"{n} {statistics.median(s[n] for s in steps):.3f}" for n in names))
+    print(
+        "\nmedian seconds of torchvision's steps (worker-measured): "
+        + ", ".join(f"{n} {statistics.median(s[n] for s in steps):.3f}" for n in names)
+    )
     return 0
 
 
@@ -114,8 +126,11 @@ def main() -> int:
     parser.add_argument("--recipe", default="cpu")
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--level", default="full", choices=["quick", "full"])
-    parser.add_argument("--torchvision", action="store_true",
-                        help="torch-only probe vs a stack with torchvision (--python has both)")
+    parser.add_argument(
+        "--torchvision",
+        action="store_true",
+        help="torch-only probe vs a stack with torchvision (--python has both)",
+    )
     args = parser.parse_args()
     if args.torchvision:
         return torchvision_added(args.python, args.runs, args.level)
@@ -123,8 +138,17 @@ def main() -> int:
     commands = {
         "floor": [args.python, "-c", FLOOR],
         "floor+ckpt": [args.python, "-c", FLOOR_CKPT],
-        "probe": [args.python, "-m", "envforge", "probe", "--recipe", args.recipe,
-                  "--level", args.level, "--json"],
+        "probe": [
+            args.python,
+            "-m",
+            "envforge",
+            "probe",
+            "--recipe",
+            args.recipe,
+            "--level",
+            args.level,
+            "--json",
+        ],
     }
     for argv in commands.values():  # warm the page cache for all
         timed(argv)
@@ -138,22 +162,31 @@ def main() -> int:
             cpu[name].append(c)
             if name == "probe":
                 steps.append(step_seconds(out))
-        print(f"run {i + 1}: " + "  ".join(
-            f"{k} {wall[k][-1]:.2f}s wall/{cpu[k][-1]:.2f}s cpu" for k in commands)
-            + f"  (probe steps: {json.dumps(steps[-1])})", file=sys.stderr)
+        print(
+            f"run {i + 1}: "
+            + "  ".join(f"{k} {wall[k][-1]:.2f}s wall/{cpu[k][-1]:.2f}s cpu" for k in commands)
+            + f"  (probe steps: {json.dumps(steps[-1])})",
+            file=sys.stderr,
+        )
     host = f"{platform.node() or 'host'} ({os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f})"
-    print("| host | level | runs | measure | floor | floor+ckpt | probe "
-          "| probe/floor | probe/floor+ckpt |")
+    print(
+        "| host | level | runs | measure | floor | floor+ckpt | probe "
+        "| probe/floor | probe/floor+ckpt |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for label, data in (("wall", wall), ("cpu", cpu)):
         med = {name: statistics.median(v) for name, v in data.items()}
-        print(f"| {host} | {args.level} | {args.runs} | {label} median "
-              f"| {med['floor']:.2f} s | {med['floor+ckpt']:.2f} s | {med['probe']:.2f} s "
-              f"| {med['probe'] / med['floor']:.2f} | {med['probe'] / med['floor+ckpt']:.2f} |")
+        print(
+            f"| {host} | {args.level} | {args.runs} | {label} median "
+            f"| {med['floor']:.2f} s | {med['floor+ckpt']:.2f} s | {med['probe']:.2f} s "
+            f"| {med['probe'] / med['floor']:.2f} | {med['probe'] / med['floor+ckpt']:.2f} |"
+        )
     names = list(steps[0]) if steps else []
     medians = {n: statistics.median(s.get(n, 0.0) for s in steps) for n in names}
-    print("\nmedian seconds per probe step (worker-measured): "
-          + ", ".join(f"{n} {v:.3f}" for n, v in medians.items()))
+    print(
+        "\nmedian seconds per probe step (worker-measured): "
+        + ", ".join(f"{n} {v:.3f}" for n, v in medians.items())
+    )
     return 0
 
 

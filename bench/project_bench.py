@@ -55,13 +55,39 @@ ADDED = "pyparsing"
 #: The venv mode adds these one after the other (a rebuild each).
 VENV_ADDED = ("pyparsing", "iniconfig", "sortedcontainers")
 #: Pins of ADDED the Docker mode draws from (each changes the project's layer).
-ADDED_VERSIONS = ("3.0.0", "3.0.1", "3.0.2", "3.0.3", "3.0.4", "3.0.5", "3.0.6", "3.0.7",
-                  "3.0.8", "3.0.9", "3.1.0", "3.1.1", "3.1.2", "3.1.3", "3.1.4", "3.2.0",
-                  "3.2.1", "3.2.2", "3.2.3", "3.2.4", "3.2.5", "3.3.0", "3.3.1", "3.3.2")
+ADDED_VERSIONS = (
+    "3.0.0",
+    "3.0.1",
+    "3.0.2",
+    "3.0.3",
+    "3.0.4",
+    "3.0.5",
+    "3.0.6",
+    "3.0.7",
+    "3.0.8",
+    "3.0.9",
+    "3.1.0",
+    "3.1.1",
+    "3.1.2",
+    "3.1.3",
+    "3.1.4",
+    "3.2.0",
+    "3.2.1",
+    "3.2.2",
+    "3.2.3",
+    "3.2.4",
+    "3.2.5",
+    "3.3.0",
+    "3.3.1",
+    "3.3.2",
+)
 
 
 def envforge(
-    home: Path, *args: str, backend: str = "venv", out: list[str] | None = None,
+    home: Path,
+    *args: str,
+    backend: str = "venv",
+    out: list[str] | None = None,
     err: list[str] | None = None,
 ) -> float:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENVFORGE_")}
@@ -134,8 +160,17 @@ def _layers(ref: str) -> list[str]:
 def docker_run(scratch: Path, base_image: str, ca_bundle: str, used: set[str]) -> dict[str, float]:
     home = scratch / "home"
     project = write_project(scratch / "trainer", DEPS)
-    build = ("build", "cpu", "--project", str(project), "--base-image", base_image,
-             "--ca-bundle", ca_bundle, "--json")
+    build = (
+        "build",
+        "cpu",
+        "--project",
+        str(project),
+        "--base-image",
+        base_image,
+        "--ca-bundle",
+        ca_bundle,
+        "--json",
+    )
     envforge(home, *build, backend="docker")  # warm-up: the build cache holds every layer
     sys.path.insert(0, str(ROOT))
     from envforge.backends.docker.projects import project_ref
@@ -162,9 +197,14 @@ def docker_run(scratch: Path, base_image: str, ca_bundle: str, used: set[str]) -
     after = _layers(ref)
     subprocess.run(["docker", "rmi", "-f", ref], capture_output=True, check=False)
     reused = bool(before) and before[:-1] == after[:-1] and before[-1] != after[-1]
-    return {"project": proj, "add one": added, "reused": float(reused),
-            "build": float(data["build_seconds"]), "cached": float(data["steps_cached"]),
-            "steps": float(data["steps"])}
+    return {
+        "project": proj,
+        "add one": added,
+        "reused": float(reused),
+        "build": float(data["build_seconds"]),
+        "cached": float(data["steps_cached"]),
+        "steps": float(data["steps"]),
+    }
 
 
 def docker_main(args: argparse.Namespace) -> None:
@@ -200,8 +240,9 @@ def main() -> None:
     parser.add_argument("--write", action="store_true")
     parser.add_argument("--docker", action="store_true")
     parser.add_argument("--base-image", default="envforge-standin/debian:bookworm-python3")
-    parser.add_argument("--ca-bundle", default=os.environ.get(
-        "PIP_CERT", "/etc/ssl/certs/ca-certificates.crt"))
+    parser.add_argument(
+        "--ca-bundle", default=os.environ.get("PIP_CERT", "/etc/ssl/certs/ca-certificates.crt")
+    )
     args = parser.parse_args()
     if args.docker:
         docker_main(args)
@@ -233,9 +274,13 @@ def main() -> None:
     print(table)
     if args.write:
         out = ROOT / "bench" / "results-project.md"
-        head = "" if out.exists() else (
-            "# Project builds (venv backend)\n\nProduced by `python bench/project_bench.py "
-            "--write`; see the script's docstring for what each column measures.\n"
+        head = (
+            ""
+            if out.exists()
+            else (
+                "# Project builds (venv backend)\n\nProduced by `python bench/project_bench.py "
+                "--write`; see the script's docstring for what each column measures.\n"
+            )
         )
         with out.open("a", encoding="utf-8") as f:
             f.write(head + table)

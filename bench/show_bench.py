@@ -43,8 +43,12 @@ def _time(home: Path, recipe: str, runs: int) -> list[float]:
     times = []
     for _ in range(runs):
         started = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "envforge", "show", recipe], env=env,
-                       check=True, capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "envforge", "show", recipe],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
         times.append(time.perf_counter() - started)
     return times
 
@@ -61,8 +65,10 @@ def main() -> None:
         empty.mkdir()
         for name, home in (("empty store", empty), (f"{args.reports} reports", full)):
             times = _time(home, args.recipe, args.runs)
-            print(f"{name:>15}: median {statistics.median(times):.2f} s, "
-                  f"min {min(times):.2f} s, max {max(times):.2f} s ({args.runs} runs)")
+            print(
+                f"{name:>15}: median {statistics.median(times):.2f} s, "
+                f"min {min(times):.2f} s, max {max(times):.2f} s ({args.runs} runs)"
+            )
 
 
 if __name__ == "__main__":

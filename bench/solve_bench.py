@@ -28,14 +28,10 @@ def main() -> int:
         for _ in range(args.runs):
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             start = time.perf_counter()
-            done = subprocess.run(
-                [str(envforge), "solve", arch], capture_output=True, check=False
-            )
+            done = subprocess.run([str(envforge), "solve", arch], capture_output=True, check=False)
             times.append(time.perf_counter() - start)
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
-            cpu.append(
-                after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
-            )
+            cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
             rc = done.returncode
         print(
             f"solve {arch:<8} exit {rc}  median {statistics.median(times):.3f} s  "

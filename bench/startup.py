@@ -167,8 +167,7 @@ def table(times: dict[str, list[tuple[float, float]]], before: Path | None) -> s
         f"Runs per case: {len(times[FLOOR])}, interleaved. Before: "
         f"{_describe(before) if before else 'not measured'}. After: {_describe(ROOT)}.",
         "",
-        "| command | median wall s | min wall s | x floor (wall) | median CPU s "
-        "| x floor (CPU) |",
+        "| command | median wall s | min wall s | x floor (wall) | median CPU s | x floor (CPU) |",
         "|---|---|---|---|---|---|",
     ]
     for name, values in times.items():

@@ -47,8 +47,9 @@ def timed(func: Callable[[], object], runs: int) -> list[float]:
 
 
 def summary(values: list[float], unit: float = 1.0, fmt: str = "{:.3f}") -> str:
-    med, low, high = (fmt.format(v * unit) for v in (statistics.median(values), min(values),
-                                                     max(values)))
+    med, low, high = (
+        fmt.format(v * unit) for v in (statistics.median(values), min(values), max(values))
+    )
     return f"{med} (min {low}, max {high})"
 
 
@@ -102,8 +103,7 @@ def main() -> None:
     recipe = Catalogue.default().load(args.recipe)
     path = venv.venv_location(recipe, env)
     files = sum(
-        len(venvfs.parse_record((d / "RECORD").read_text()))
-        for _, d in venvfs.distributions(path)
+        len(venvfs.parse_record((d / "RECORD").read_text())) for _, d in venvfs.distributions(path)
     )
     digests = timed(lambda: venvfs.content_digests(path), args.runs)
     fingerprint = timed(lambda: venv.fingerprint(path), args.runs)

@@ -201,8 +201,9 @@ def check_lock(
     try:
         data = read_lock(path)
     except OSError as exc:
-        raise InvalidInput(f"{path}: cannot read the lock: {read_reason(exc, path)}",
-                           hint=hint) from None
+        raise InvalidInput(
+            f"{path}: cannot read the lock: {read_reason(exc, path)}", hint=hint
+        ) from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -291,8 +292,9 @@ def split_lock(path: Path, roots: Sequence[str] = ("torch",)) -> LockedInstall:
         text = read_lock(path).decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         why = read_reason(exc, path) if isinstance(exc, OSError) else "not UTF-8 text"
-        raise InvalidInput(f"{path}: cannot read the lock: {why}",
-                           hint="regenerate it with `envforge lock RECIPE`") from None
+        raise InvalidInput(
+            f"{path}: cannot read the lock: {why}", hint="regenerate it with `envforge lock RECIPE`"
+        ) from None
     for raw in text.splitlines():
         if not raw.strip():
             continue
@@ -369,9 +371,7 @@ def uv_env(
     return env
 
 
-def source_args(
-    recipe: Recipe, wheelhouse: Path | None, stack: Stack | None = None
-) -> list[str]:
+def source_args(recipe: Recipe, wheelhouse: Path | None, stack: Stack | None = None) -> list[str]:
     """uv options naming where packages come from.
 
     With a wheelhouse, torch comes from there (``--find-links``) instead of the torch
@@ -451,13 +451,20 @@ def family_wheels(stack: Stack) -> str:
         return ""
     family = (stack.torch, *(c.requirement for c in stack.companions))
     quoted = " ".join(f"'{line}'" for line in family)
-    return (f"the torch family ({', '.join(family)}) comes only from {stack.index} or a "
-            f"--wheelhouse: `pip download --no-deps --index-url {stack.index} {quoted} "
-            "-d DIR`, then --wheelhouse DIR")
+    return (
+        f"the torch family ({', '.join(family)}) comes only from {stack.index} or a "
+        f"--wheelhouse: `pip download --no-deps --index-url {stack.index} {quoted} "
+        "-d DIR`, then --wheelhouse DIR"
+    )
 
 
 def uv_failure(
-    what: str, done: proc.Completed, recipe: Recipe, *, hint: str, stack: Stack | None = None,
+    what: str,
+    done: proc.Completed,
+    recipe: Recipe,
+    *,
+    hint: str,
+    stack: Stack | None = None,
 ) -> BuildFailed | Unavailable:
     """The right error for a failed uv run: network → Unavailable (4), else BuildFailed (3).
     ``stack``: a network failure names the torch family's wheels and how to provide them."""
@@ -482,7 +489,8 @@ def uv_failure(
         wheels = family_wheels(stack) if stack is not None else ""
         return Unavailable(
             f"{what} for {recipe.name}: a package index cannot be reached ({where})"
-            + (f"; {wheels}" if wheels else "") + f": {tail}",
+            + (f"; {wheels}" if wheels else "")
+            + f": {tail}",
             hint="check the network or proxy, pass --ca-bundle for a TLS-intercepting proxy, "
             "or --wheelhouse DIR with the wheels",
         )
@@ -523,8 +531,15 @@ def write_lock(
             f"recipe {recipe.name} has no file to put the lock next to", hint="pass -o FILE"
         )
     check_file_target(target, setting="-o" if output is not None else None)
-    body = _compile(recipe, stack, constraints, wheelhouse=wheelhouse, ca_bundle=ca_bundle,
-                    environ=environ, command=command)
+    body = _compile(
+        recipe,
+        stack,
+        constraints,
+        wheelhouse=wheelhouse,
+        ca_bundle=ca_bundle,
+        environ=environ,
+        command=command,
+    )
     header = (
         f"# envforge-lock: recipe={recipe.name}"
         f" inputs={inputs_digest(recipe, stack, constraints)}"
@@ -541,8 +556,14 @@ def write_lock(
 
 
 def _compile(
-    recipe: Recipe, stack: Stack, constraints: Sequence[str], *, wheelhouse: Path | None,
-    ca_bundle: Path | None, environ: Mapping[str, str] | None, command: str,
+    recipe: Recipe,
+    stack: Stack,
+    constraints: Sequence[str],
+    *,
+    wheelhouse: Path | None,
+    ca_bundle: Path | None,
+    environ: Mapping[str, str] | None,
+    command: str,
 ) -> str:
     """``uv pip compile --generate-hashes`` of the stack's requirement lines."""
     with tempfile.TemporaryDirectory(prefix="envforge-lock-") as tmp:
@@ -574,12 +595,19 @@ def _compile(
         # files where it builds an sdist's metadata with setuptools
         private = Path(tmp) / "tmp"
         private.mkdir()
-        env = {**uv_env(ca_bundle, environ), "TMPDIR": str(private), "TMP": str(private),
-               "TEMP": str(private)}
+        env = {
+            **uv_env(ca_bundle, environ),
+            "TMPDIR": str(private),
+            "TMP": str(private),
+            "TEMP": str(private),
+        }
         done = proc.run(argv, timeout=COMPILE_TIMEOUT, env=env, cwd=tmp)
         if not done.ok:
             raise uv_failure(
-                "resolving the lock", done, recipe, hint=f"{command} --wheelhouse DIR",
+                "resolving the lock",
+                done,
+                recipe,
+                hint=f"{command} --wheelhouse DIR",
                 stack=stack,
             )
         return out.read_text(encoding="utf-8")

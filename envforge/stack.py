@@ -275,11 +275,10 @@ def stack_of(
     refusals, _issues = extension_checks(recipe, base.torch_version)
     if refusals:
         first = refusals[0]
-        raise ConstraintViolation(recipe.origin, first.rule, first.message,
-                                  evidence=first.evidence, hint=first.hint)
-    return replace(
-        base, companions=pins, packages=rest, package_indexes=recipe.package_indexes
-    )
+        raise ConstraintViolation(
+            recipe.origin, first.rule, first.message, evidence=first.evidence, hint=first.hint
+        )
+    return replace(base, companions=pins, packages=rest, package_indexes=recipe.package_indexes)
 
 
 # --------------------------------------------------------------------------- packages
@@ -334,22 +333,36 @@ class PackageCheck:
     pairs with and the version that fits."""
 
     def __init__(
-        self, recipe: Recipe, stack: Stack, table: CompanionTable, compat: CompatTable,
-        *, origin: str | None = None,
+        self,
+        recipe: Recipe,
+        stack: Stack,
+        table: CompanionTable,
+        compat: CompatTable,
+        *,
+        origin: str | None = None,
     ) -> None:
         self.recipe = recipe
         self.stack = stack
         self.table = table
         self.compat = compat
         self.family = family_of(stack.accelerator)
-        self.build = recipe.torch.version if "+" in recipe.torch.version else (
-            f"{stack.torch_version}+{stack.local_tag}" if stack.local_tag else stack.torch_version
+        self.build = (
+            recipe.torch.version
+            if "+" in recipe.torch.version
+            else (
+                f"{stack.torch_version}+{stack.local_tag}"
+                if stack.local_tag
+                else stack.torch_version
+            )
         )
         #: The file a refusal names (a project's requirements file, else the recipe's),
         #: and how it names the stack's torch.
         self.origin = recipe.origin if origin is None else origin
-        self.torch_label = (f"torch.version {recipe.torch.version}" if origin is None
-                            else f"the {recipe.name} stack's torch {self.build}")
+        self.torch_label = (
+            f"torch.version {recipe.torch.version}"
+            if origin is None
+            else f"the {recipe.name} stack's torch {self.build}"
+        )
 
     def refuse(self, rule: str, message: str, *, source: str, hint: str) -> ConstraintViolation:
         return ConstraintViolation(self.origin, rule, message, evidence=source, hint=hint)
@@ -357,8 +370,10 @@ class PackageCheck:
     def torch(self, key: str, req: Requirement) -> None:
         version = _pinned(req)
         wanted = self.stack.torch.split("==", 1)[1]
-        if version is None or version.split("+", 1)[0] != self.stack.torch_version or (
-            "+" in version and version != wanted
+        if (
+            version is None
+            or version.split("+", 1)[0] != self.stack.torch_version
+            or ("+" in version and version != wanted)
         ):
             raise self.refuse(
                 "torch-in-packages",
@@ -428,8 +443,10 @@ class PackageCheck:
         assert package is not None
         if self.family not in package.families:
             others = [
-                p.name for p in self.table.packages
-                if self.family in p.families and p.pinned_by_torch == package.pinned_by_torch
+                p.name
+                for p in self.table.packages
+                if self.family in p.families
+                and p.pinned_by_torch == package.pinned_by_torch
                 and self.table.pairing(p.name, self.stack.torch_version) is not None
             ]
             fits = f"; {self.fitting(others[0])} pairs with it" if others else ""
@@ -469,11 +486,13 @@ class PackageCheck:
     def _route(self, row: Row, tag: str | None) -> tuple[str, str, str | None]:
         gap = python_gap(row, self.recipe.python)
         if gap is not None:
-            raise self.refuse("companion-python", f"{gap} (beside torch {self.build})",
-                              source=row.source,
-                              hint=f"remove {row.package}, or use a Python its wheels have")
-        return route(row, tag, own=self.stack.local_tag, index=self.stack.index,
-                     compat=self.compat)
+            raise self.refuse(
+                "companion-python",
+                f"{gap} (beside torch {self.build})",
+                source=row.source,
+                hint=f"remove {row.package}, or use a Python its wheels have",
+            )
+        return route(row, tag, own=self.stack.local_tag, index=self.stack.index, compat=self.compat)
 
     def _pin(self, key: str, req: Requirement, name: str, version: str) -> Pin | None:
         if not self.table.covers(name, version):
@@ -520,30 +539,38 @@ class PackageCheck:
         except InvalidRequirement:
             return None
         package = self.table.package(canonicalize_name(req.name))
-        if package is None or req.url or (
-            req.marker is not None and not req.marker.evaluate(dict(environment))
+        if (
+            package is None
+            or req.url
+            or (req.marker is not None and not req.marker.evaluate(dict(environment)))
         ):
             return None
         key = "project requirement"
         version = _pinned(req)
         if self._before_table(package.name):
             line = f"{package.name}{req.specifier}"
-            return Pin(package.name, line, f"the project requires {req}; the companion table "
-                       f"starts after torch {self.stack.torch_version}, so the stack's index "
-                       "picks the release (uncertain)", self._source(package.name))
+            return Pin(
+                package.name,
+                line,
+                f"the project requires {req}; the companion table "
+                f"starts after torch {self.stack.torch_version}, so the stack's index "
+                "picks the release (uncertain)",
+                self._source(package.name),
+            )
         if version is not None and not self.table.covers(package.name, version):
             fit = self.fitting(package.name)
             raise self.refuse(
                 "companion-pairing",
                 f"{key}: {package.name}=={version} is older than every release the companion "
-                f"table pairs with a torch" + (f"; {fit} pairs with torch {self.build}" if fit
-                                              else ""),
+                f"table pairs with a torch"
+                + (f"; {fit} pairs with torch {self.build}" if fit else ""),
                 source=self._source(package.name),
                 hint=f"write {fit or package.name}, or {package.name} alone: envforge pins "
                 "the pairing release",
             )
-        pin = self.companion(key, req if version is not None else Requirement(package.name),
-                             package.name)
+        pin = self.companion(
+            key, req if version is not None else Requirement(package.name), package.name
+        )
         if pin is None:
             return None
         if version is None and str(req.specifier):
@@ -554,7 +581,8 @@ class PackageCheck:
         """The stack's torch is older than every torch the table pairs ``name`` with."""
         rows = self.table.rows_of(name)
         return bool(rows) and Version(self.stack.torch_version) < min(
-            Version(r.torch) for r in rows)
+            Version(r.torch) for r in rows
+        )
 
     def _within(self, key: str, req: Requirement, pin: Pin) -> None:
         """A range (``torchvision>=0.20``) must admit the release that pairs with torch."""

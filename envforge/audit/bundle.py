@@ -21,7 +21,7 @@ from pathlib import Path
 INSIDE_MODULES = ("inventory.py", "fatbin.py", "elfscan.py", "inside.py")
 PACKAGE = "envforge_audit_inside"
 
-_BOOT = '''\
+_BOOT = """\
 import base64, os, sys, tempfile
 _DATA = {data!r}
 def _run():
@@ -36,7 +36,7 @@ def _run():
         os.unlink(path)
 if __name__ == "__main__":
     sys.exit(_run())
-'''
+"""
 
 
 def _elftools_dir() -> Path:

@@ -31,8 +31,7 @@ PARALLEL_FROM = 64
 
 def collector_source() -> str:
     """The collector's text (stdlib only), run with ``python -I -B -c``."""
-    return resources.files("envforge.audit").joinpath("inventory.py").read_text(
-        encoding="utf-8")
+    return resources.files("envforge.audit").joinpath("inventory.py").read_text(encoding="utf-8")
 
 
 def venv_python(folder: Path) -> Path:
@@ -43,7 +42,8 @@ def venv_python(folder: Path) -> Path:
             return candidate
     raise InvalidInput(
         f"{printable(str(folder))} is a folder but not a virtualenv (no bin/python)",
-        hint="pass a virtualenv folder, --python PATH, or an image reference")
+        hint="pass a virtualenv folder, --python PATH, or an image reference",
+    )
 
 
 def resolve_python(python: str) -> str:
@@ -54,7 +54,8 @@ def resolve_python(python: str) -> str:
     if not found or not os.path.isfile(found) or not os.access(found, os.X_OK):
         raise Unavailable(
             f"interpreter {printable(python)!r} not found or not executable",
-            hint="pass --python PATH to a Python interpreter (e.g. VENV/bin/python)")
+            hint="pass --python PATH to a Python interpreter (e.g. VENV/bin/python)",
+        )
     return found
 
 
@@ -64,8 +65,10 @@ def parse_inventory(text: str, where: str) -> Inventory:
     try:
         data = loads(line, max_bytes=MAX_INVENTORY_BYTES)
     except BadJSON as exc:
-        raise Unavailable(f"the audit's collector in {where} printed no inventory: {exc}",
-                          hint="run the interpreter by hand: is it Python 3.9 or newer?") from None
+        raise Unavailable(
+            f"the audit's collector in {where} printed no inventory: {exc}",
+            hint="run the interpreter by hand: is it Python 3.9 or newer?",
+        ) from None
     if not isinstance(data, dict) or data.get("schema") != 1:
         raise Unavailable(f"the audit's collector in {where} printed an unknown inventory")
     return inventory_from_dict(data)
@@ -81,18 +84,23 @@ def collect_local(
     try:
         # -B: the audit never writes into what it audits (bytecode of site-packages
         # modules a .pth imports would change a certified venv)
-        done = proc.run([exe, "-I", "-B", "-c", collector_source()], timeout=timeout,
-                        env=environ)
+        done = proc.run([exe, "-I", "-B", "-c", collector_source()], timeout=timeout, env=environ)
     except OSError as exc:
-        raise Unavailable(f"cannot run {printable(exe)}: {exc.strerror or exc}",
-                          hint="pass --python PATH to a working interpreter") from None
+        raise Unavailable(
+            f"cannot run {printable(exe)}: {exc.strerror or exc}",
+            hint="pass --python PATH to a working interpreter",
+        ) from None
     if done.timed_out:
-        raise Unavailable(f"the audit's collector in {printable(exe)} ran past {timeout:g} s",
-                          hint="is the interpreter's file system responding?")
+        raise Unavailable(
+            f"the audit's collector in {printable(exe)} ran past {timeout:g} s",
+            hint="is the interpreter's file system responding?",
+        )
     if done.returncode != 0:
         tail = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
-        raise Unavailable(f"the audit's collector failed in {printable(exe)}: {printable(tail)}",
-                          hint="the interpreter must be Python 3.9 or newer")
+        raise Unavailable(
+            f"the audit's collector failed in {printable(exe)}: {printable(tail)}",
+            hint="the interpreter must be Python 3.9 or newer",
+        )
     return parse_inventory(done.stdout, printable(exe))
 
 

@@ -54,12 +54,16 @@ class ElfFacts:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "path": self.path, "size": self.size, "soname": self.soname,
-            "needed": list(self.needed), "rpath": list(self.rpath),
+            "path": self.path,
+            "size": self.size,
+            "soname": self.soname,
+            "needed": list(self.needed),
+            "rpath": list(self.rpath),
             "runpath": list(self.runpath),
             "nvidia": None if self.nvidia is None else self.nvidia.to_dict(),
             "amd": None if self.amd is None else self.amd.to_dict(),
-            "numpy_api": self.numpy_api, "problem": self.problem,
+            "numpy_api": self.numpy_api,
+            "problem": self.problem,
         }
 
 
@@ -67,16 +71,29 @@ def facts_from_dict(data: dict[str, Any]) -> ElfFacts:
     """The inverse of :meth:`ElfFacts.to_dict` (facts read inside an image)."""
     nv, amd = data.get("nvidia"), data.get("amd")
     return ElfFacts(
-        path=str(data["path"]), size=int(data.get("size") or 0), soname=data.get("soname"),
-        needed=tuple(data.get("needed") or ()), rpath=tuple(data.get("rpath") or ()),
+        path=str(data["path"]),
+        size=int(data.get("size") or 0),
+        soname=data.get("soname"),
+        needed=tuple(data.get("needed") or ()),
+        rpath=tuple(data.get("rpath") or ()),
         runpath=tuple(data.get("runpath") or ()),
-        nvidia=None if not nv else NvidiaCode(
-            tuple(nv["sass"]), tuple(nv["ptx"]), int(nv["entries"]), int(nv["compressed"]),
-            nv.get("problem"), int(nv.get("size") or 0)),
-        amd=None if not amd else AmdCode(
-            tuple(amd["targets"]), int(amd["bundles"]), tuple(amd["unreadable"]),
-            amd.get("problem")),
-        numpy_api=data.get("numpy_api"), problem=data.get("problem"),
+        nvidia=None
+        if not nv
+        else NvidiaCode(
+            tuple(nv["sass"]),
+            tuple(nv["ptx"]),
+            int(nv["entries"]),
+            int(nv["compressed"]),
+            nv.get("problem"),
+            int(nv.get("size") or 0),
+        ),
+        amd=None
+        if not amd
+        else AmdCode(
+            tuple(amd["targets"]), int(amd["bundles"]), tuple(amd["unreadable"]), amd.get("problem")
+        ),
+        numpy_api=data.get("numpy_api"),
+        problem=data.get("problem"),
     )
 
 
@@ -126,9 +143,17 @@ def _scan(f: BinaryIO, path: str, size: int) -> ElfFacts:
     numpy_api = None
     if rodata is not None and EXTENSION_RE.search(os.path.basename(path)):
         numpy_api = _numpy_api(f, *rodata)
-    return ElfFacts(path=path, size=size, soname=soname, needed=tuple(needed),
-                    rpath=tuple(rpath), runpath=tuple(runpath), nvidia=nvidia, amd=amd,
-                    numpy_api=numpy_api)
+    return ElfFacts(
+        path=path,
+        size=size,
+        soname=soname,
+        needed=tuple(needed),
+        rpath=tuple(rpath),
+        runpath=tuple(runpath),
+        nvidia=nvidia,
+        amd=amd,
+        numpy_api=numpy_api,
+    )
 
 
 def _numpy_api(f: BinaryIO, offset: int, size: int) -> str | None:

@@ -47,7 +47,8 @@ def _load(where: Path) -> dict[str, dict[str, object]]:
 
 
 def cached_scan(
-    paths: Iterable[str], scan_many: Callable[[list[str]], dict[str, ElfFacts]],
+    paths: Iterable[str],
+    scan_many: Callable[[list[str]], dict[str, ElfFacts]],
     where: Path | None = None,
 ) -> dict[str, ElfFacts]:
     """The facts of ``paths``: from the cache where the file is unchanged, else from
@@ -66,7 +67,8 @@ def cached_scan(
         return out
     out.update(scan_many(missing))
     fresh: dict[str, dict[str, object]] = {
-        p: {"key": keys[p], "facts": out[p].to_dict()} for p in keys if keys[p]}
+        p: {"key": keys[p], "facts": out[p].to_dict()} for p in keys if keys[p]
+    }
     kept = {p: e for p, e in old.items() if p not in fresh}
     merged = dict(list(fresh.items()) + list(kept.items())[: max(0, MAX_ENTRIES - len(fresh))])
     try:

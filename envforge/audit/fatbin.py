@@ -53,8 +53,14 @@ class NvidiaCode:
     size: int = 0
 
     def to_dict(self) -> dict[str, object]:
-        return {"sass": list(self.sass), "ptx": list(self.ptx), "entries": self.entries,
-                "compressed": self.compressed, "problem": self.problem, "size": self.size}
+        return {
+            "sass": list(self.sass),
+            "ptx": list(self.ptx),
+            "entries": self.entries,
+            "compressed": self.compressed,
+            "problem": self.problem,
+            "size": self.size,
+        }
 
 
 @dataclass(frozen=True)
@@ -68,8 +74,12 @@ class AmdCode:
     problem: str | None = None
 
     def to_dict(self) -> dict[str, object]:
-        return {"targets": list(self.targets), "bundles": self.bundles,
-                "unreadable": list(self.unreadable), "problem": self.problem}
+        return {
+            "targets": list(self.targets),
+            "bundles": self.bundles,
+            "unreadable": list(self.unreadable),
+            "problem": self.problem,
+        }
 
 
 def _sm(arch: int) -> str:
@@ -107,13 +117,17 @@ def read_nv_fatbin(f: BinaryIO, offset: int, size: int) -> NvidiaCode:
         if entries > MAX_ENTRIES:
             problem = f"more than {MAX_ENTRIES} entries"
         pos = container_end
-    return NvidiaCode(tuple(_sm(a) for a in sorted(sass)), tuple(_sm(a) for a in sorted(ptx)),
-                      entries, compressed, problem, size)
+    return NvidiaCode(
+        tuple(_sm(a) for a in sorted(sass)),
+        tuple(_sm(a) for a in sorted(ptx)),
+        entries,
+        compressed,
+        problem,
+        size,
+    )
 
 
-def _nv_entries(
-    f: BinaryIO, pos: int, end: int
-) -> tuple[int, int, set[int], set[int], str | None]:
+def _nv_entries(f: BinaryIO, pos: int, end: int) -> tuple[int, int, set[int], set[int], str | None]:
     """(entries, compressed, SASS archs, PTX archs, problem) of one container."""
     count = compressed = 0
     sass: set[int] = set()
@@ -124,8 +138,13 @@ def _nv_entries(
         if len(raw) < _NV_ENTRY.size:
             return count, compressed, sass, ptx, "section ends early"
         fields = _NV_ENTRY.unpack(raw)
-        kind, header_size, size, arch, flags = (fields[0], fields[2], fields[3], fields[8],
-                                                fields[11])
+        kind, header_size, size, arch, flags = (
+            fields[0],
+            fields[2],
+            fields[3],
+            fields[8],
+            fields[11],
+        )
         if header_size < _NV_ENTRY.size or pos + header_size + size > end:
             return count, compressed, sass, ptx, f"a malformed entry (header size {header_size})"
         count += 1
@@ -208,7 +227,7 @@ def parse_bundle_table(data: bytes) -> tuple[list[str], int] | None:
         at += 24
         if len(data) < at + id_len:
             return None
-        ids.append(data[at:at + id_len].decode("ascii", errors="replace"))
+        ids.append(data[at : at + id_len].decode("ascii", errors="replace"))
         at += id_len
         length = max(length, at, off + size)
     return ids, length
@@ -231,8 +250,11 @@ def _bundle_ids(f: BinaryIO, pos: int, end: int) -> tuple[list[str], int, str | 
         want *= 4
 
 
-_CCOB_HEADERS = {1: struct.Struct("<4sHHIQ"), 2: struct.Struct("<4sHHIIQ"),
-                 3: struct.Struct("<4sHHQQQ")}
+_CCOB_HEADERS = {
+    1: struct.Struct("<4sHHIQ"),
+    2: struct.Struct("<4sHHIIQ"),
+    3: struct.Struct("<4sHHQQQ"),
+}
 _METHODS = {0: "zlib", 1: "zstd"}
 
 

@@ -44,16 +44,18 @@ def collect_target(
         if found is None:
             code, sig = handle.exit_status()
             tail = (handle.stderr_tail(5).strip().splitlines() or [f"exit {sig or code}"])[-1]
-            raise Unavailable(f"the audit in {target.description} printed nothing: "
-                              f"{printable(tail)}",
-                              hint="the image needs Python 3.9 or newer")
+            raise Unavailable(
+                f"the audit in {target.description} printed nothing: {printable(tail)}",
+                hint="the image needs Python 3.9 or newer",
+            )
     try:
         data = loads(found, max_bytes=MAX_INVENTORY_BYTES)
         inventory = inventory_from_dict(data["inventory"])
         facts = {str(f["path"]): facts_from_dict(f) for f in data["facts"]}
     except (BadJSON, KeyError, TypeError, ValueError) as exc:
-        raise Unavailable(f"the audit in {target.description} printed no inventory: "
-                          f"{printable(str(exc))}") from None
+        raise Unavailable(
+            f"the audit in {target.description} printed no inventory: {printable(str(exc))}"
+        ) from None
     return Collected(inventory, facts, target.description)
 
 

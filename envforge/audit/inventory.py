@@ -53,8 +53,13 @@ def site_dirs() -> list[str]:
         candidates.append(user)
     for entry in candidates:
         path = os.path.normpath(os.path.abspath(entry or "."))
-        if (path in found or path in stdlib or os.path.basename(path) == "lib-dynload"
-                or not os.path.isdir(path) or not entry):
+        if (
+            path in found
+            or path in stdlib
+            or os.path.basename(path) == "lib-dynload"
+            or not os.path.isdir(path)
+            or not entry
+        ):
             continue
         found.append(path)
     return found
@@ -167,15 +172,14 @@ def distributions(dirs: list[str]) -> list[dict[str, object]]:
 def _walk(root: str) -> list[str]:
     found: list[str] = []
     for folder, subdirs, files in os.walk(root):
-        subdirs[:] = [d for d in subdirs if not d.endswith((".dist-info", ".egg-info"))
-                      and d != "__pycache__"]
+        subdirs[:] = [
+            d for d in subdirs if not d.endswith((".dist-info", ".egg-info")) and d != "__pycache__"
+        ]
         found.extend(os.path.join(folder, name) for name in files if SO_RE.search(name))
     return found
 
 
-def shared_objects(
-    dirs: list[str], dists: list[dict[str, object]]
-) -> list[dict[str, object]]:
+def shared_objects(dirs: list[str], dists: list[dict[str, object]]) -> list[dict[str, object]]:
     owners: dict[str, list[str]] = {}
     for dist in dists:
         for path, _size in dist["shared"]:  # type: ignore[attr-defined]
@@ -189,8 +193,14 @@ def shared_objects(
         if norm in done or not os.path.isfile(norm):
             continue
         done.add(norm)
-        out.append({"path": norm, "real": os.path.realpath(norm), "link": os.path.islink(norm),
-                    "owners": owners.get(norm, [])})
+        out.append(
+            {
+                "path": norm,
+                "real": os.path.realpath(norm),
+                "link": os.path.islink(norm),
+                "owners": owners.get(norm, []),
+            }
+        )
     return out
 
 

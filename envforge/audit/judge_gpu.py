@@ -32,10 +32,12 @@ GENERIC_TARGETS: dict[str, frozenset[str]] = {
     "gfx9-generic": frozenset({"gfx900", "gfx902", "gfx904", "gfx906", "gfx909", "gfx90c"}),
     "gfx9-4-generic": frozenset({"gfx940", "gfx941", "gfx942", "gfx950"}),
     "gfx10-1-generic": frozenset({"gfx1010", "gfx1011", "gfx1012", "gfx1013"}),
-    "gfx10-3-generic": frozenset({"gfx1030", "gfx1031", "gfx1032", "gfx1033", "gfx1034",
-                                  "gfx1035", "gfx1036"}),
-    "gfx11-generic": frozenset({"gfx1100", "gfx1101", "gfx1102", "gfx1103", "gfx1150",
-                                "gfx1151", "gfx1152", "gfx1153"}),
+    "gfx10-3-generic": frozenset(
+        {"gfx1030", "gfx1031", "gfx1032", "gfx1033", "gfx1034", "gfx1035", "gfx1036"}
+    ),
+    "gfx11-generic": frozenset(
+        {"gfx1100", "gfx1101", "gfx1102", "gfx1103", "gfx1150", "gfx1151", "gfx1152", "gfx1153"}
+    ),
     "gfx12-generic": frozenset({"gfx1200", "gfx1201"}),
 }
 
@@ -89,12 +91,17 @@ def _has(items: tuple[str, ...]) -> str:
 def _nvidia_finding(name: str, owner: str, code: NvidiaCode, arch: str) -> Finding:
     if code.size and code.size < STUB_FATBIN:
         return Finding(
-            CHECK, "warning", name,
+            CHECK,
+            "warning",
+            name,
             f"{name} ({owner}): only a {code.size}-byte .nv_fatbin (SASS {_has(code.sass)}; "
             f"PTX {_has(code.ptx)}), none for {arch}: its kernels may be stored elsewhere "
-            "(cuFFT's are), so this cannot tell")
+            "(cuFFT's are), so this cannot tell",
+        )
     return Finding(
-        CHECK, "error", name,
+        CHECK,
+        "error",
+        name,
         f"{name} ({owner}): no code for {arch}: SASS {_has(code.sass)}; PTX {_has(code.ptx)} "
         f"(SASS runs on its own major at the same or a higher minor, PTX at or above its arch)",
     )
@@ -106,12 +113,19 @@ def _amd_finding(name: str, owner: str, code: AmdCode, arch: str, note: str) -> 
     if code.unreadable:
         methods = ", ".join(code.unreadable)
         seen = f"; readable targets {_has(code.targets)}" if code.targets else ""
-        return Finding(CHECK, "warning", name,
-                       f"{name} ({owner}): compressed code objects ({methods}), targets "
-                       f"unknown{seen}: cannot tell whether it has code for {arch}{note}")
-    return Finding(CHECK, "error", name,
-                   f"{name} ({owner}): no code object for {arch}{note}: has "
-                   f"{_has(code.targets)}")
+        return Finding(
+            CHECK,
+            "warning",
+            name,
+            f"{name} ({owner}): compressed code objects ({methods}), targets "
+            f"unknown{seen}: cannot tell whether it has code for {arch}{note}",
+        )
+    return Finding(
+        CHECK,
+        "error",
+        name,
+        f"{name} ({owner}): no code object for {arch}{note}: has {_has(code.targets)}",
+    )
 
 
 def _one(  # noqa: PLR0917 - one library's facts and the target, all needed
@@ -121,15 +135,23 @@ def _one(  # noqa: PLR0917 - one library's facts and the target, all needed
     if vendor == "nvidia" and facts.nvidia is not None:
         code = facts.nvidia
         if code.problem and not (code.sass or code.ptx):
-            return Finding(CHECK, "warning", name, f"{name} ({owner}): its .nv_fatbin "
-                           f"cannot be read: {code.problem}")
+            return Finding(
+                CHECK,
+                "warning",
+                name,
+                f"{name} ({owner}): its .nv_fatbin cannot be read: {code.problem}",
+            )
         if not (code.sass or code.ptx) or nvidia_runs(code, arch):
             return None
         return _nvidia_finding(name, owner, code, arch)
     if vendor == "amd" and facts.amd is not None:
         if facts.amd.problem and not (facts.amd.targets or facts.amd.unreadable):
-            return Finding(CHECK, "warning", name, f"{name} ({owner}): its .hip_fatbin "
-                           f"cannot be read: {facts.amd.problem}")
+            return Finding(
+                CHECK,
+                "warning",
+                name,
+                f"{name} ({owner}): its .hip_fatbin cannot be read: {facts.amd.problem}",
+            )
         return _amd_finding(name, owner, facts.amd, arch, note)
     return None
 
@@ -141,12 +163,13 @@ def _torch_without_gpu_code(
     build (or the other vendor's), which runs on the CPU without a word."""
     torch = collected.inventory.dist("torch")
     if torch is None or any(
-        "torch" in {o.lower() for o in (so.owners or collected.owners_of(so.real))}
-        for so in own
+        "torch" in {o.lower() for o in (so.owners or collected.owners_of(so.real))} for so in own
     ):
         return None
     return Finding(
-        CHECK, "error", "torch",
+        CHECK,
+        "error",
+        "torch",
         f"torch {torch.version}: none of its libraries has {vendor.upper()} GPU code, so it "
         f"cannot use {target} and runs on the CPU (install the build for the arch: "
         f"`envforge solve {target}` names it)",
@@ -157,18 +180,25 @@ def check_gpu_code(
     collected: Collected, arch: str | None, skip_reason: str
 ) -> tuple[CheckResult, list[Finding]]:
     """Every shared object with GPU code of the arch's vendor against ``arch``."""
-    carriers = [(so, f) for so, f in collected.libraries()
-                if f.nvidia is not None or f.amd is not None]
+    carriers = [
+        (so, f) for so, f in collected.libraries() if f.nvidia is not None or f.amd is not None
+    ]
     if arch is None:
         return check_result(CHECK, [], "", skipped=skip_reason), []
     target, override = effective_arch(arch, collected.inventory.env_map)
     vendor = vendor_of(strip_features(target))
     if vendor is None or (vendor == "amd" and parse_gfx(strip_features(target)) is None):
         return check_result(CHECK, [], "", skipped=f"{arch} is not a GPU arch"), []
-    note = f" (HSA_OVERRIDE_GFX_VERSION={override} makes the runtime look for {target})" \
-        if override else ""
-    findings = [f for so, facts in carriers
-                if (f := _one(collected, so, facts, target, vendor, note)) is not None]
+    note = (
+        f" (HSA_OVERRIDE_GFX_VERSION={override} makes the runtime look for {target})"
+        if override
+        else ""
+    )
+    findings = [
+        f
+        for so, facts in carriers
+        if (f := _one(collected, so, facts, target, vendor, note)) is not None
+    ]
     own = [so for so, f in carriers if (f.nvidia if vendor == "nvidia" else f.amd) is not None]
     cpu_only = _torch_without_gpu_code(collected, own, target, vendor)
     if cpu_only is not None:

@@ -41,8 +41,10 @@ OPENMP = {"libgomp": "GNU OpenMP", "libiomp5": "Intel OpenMP", "libomp": "LLVM O
 #: Stems of the CUDA libraries whose majors must not mix.
 #: A soname auditwheel gave a vendored copy: ``libgfortran-83c28eba.so.5.0.0``.
 HASHED_SONAME = re.compile(r"^lib[A-Za-z0-9_+]+?[-.][0-9a-f]{8}\.so(\.[0-9]+)*$")
-CUDA_STEMS = re.compile(r"^lib(cudart|cublas|cublasLt|cudnn|cufft|curand|cusolver|cusparse|"
-                        r"nccl|nvrtc|nvJitLink|nvjpeg|cupti)$")
+CUDA_STEMS = re.compile(
+    r"^lib(cudart|cublas|cublasLt|cudnn|cufft|curand|cusolver|cusparse|"
+    r"nccl|nvrtc|nvJitLink|nvjpeg|cupti)$"
+)
 
 
 def stem(name: str) -> tuple[str, str | None] | None:
@@ -70,17 +72,19 @@ def _search_dirs(user: SharedObject, facts: ElfFacts, env: dict[str, str]) -> li
     """(folder, why) in the loader's order for what ``user`` needs."""
     origin = os.path.dirname(user.path)
     ld_path = [(p, "LD_LIBRARY_PATH") for p in env.get("LD_LIBRARY_PATH", "").split(":") if p]
+
     def expand(items: tuple[str, ...], why: str) -> list[tuple[str, str]]:
-        return [(os.path.normpath(p.replace("$ORIGIN", origin).replace("${ORIGIN}", origin)), why)
-                for p in items]
+        return [
+            (os.path.normpath(p.replace("$ORIGIN", origin).replace("${ORIGIN}", origin)), why)
+            for p in items
+        ]
+
     if facts.runpath:
         return ld_path + expand(facts.runpath, "its RUNPATH")
     return expand(facts.rpath, "its RPATH") + ld_path
 
 
-def _who_loads(
-    collected: Collected, soname: str, copies: list[SharedObject]
-) -> tuple[str, bool]:
+def _who_loads(collected: Collected, soname: str, copies: list[SharedObject]) -> tuple[str, bool]:
     """(what the loader takes for ``soname``, for each library that needs it; whether that
     is one copy for all of them). Users that each find the same copy by their own search
     path make the other copies reachable only by a dlopen by path (triton's private
@@ -93,12 +97,16 @@ def _who_loads(
     for user, facts in collected.libraries():
         if soname not in facts.needed:
             continue
-        found = next(((folder, why) for folder, why in _search_dirs(user, facts, env)
-                      if folder in where), None)
+        found = next(
+            ((folder, why) for folder, why in _search_dirs(user, facts, env) if folder in where),
+            None,
+        )
         chosen.add(None if found is None else where[found[0]].path)
         if found is not None and len(said) < 2:
-            said.append(f"{os.path.basename(user.path)} ({collected.owner(user)}) takes "
-                        f"{collected.name(where[found[0]])} by {found[1]}")
+            said.append(
+                f"{os.path.basename(user.path)} ({collected.owner(user)}) takes "
+                f"{collected.name(where[found[0]])} by {found[1]}"
+            )
     one = len(chosen) == 1 and None not in chosen
     if not said:
         return "no library names a folder holding a copy: the first one loaded wins", False
@@ -134,12 +142,20 @@ def _same_soname(
         copies = [so for so, _owner in items]
         listing = ", ".join(f"{collected.name(so)} ({owner})" for so, owner in items)
         linked = any(soname in facts.needed for _so, facts in collected.libraries())
-        how, one = (_who_loads(collected, soname, copies) if linked else
-                    ("no library here links it by that name (only a dlopen of both mixes "
-                     "them)", True))
-        findings.append(Finding(
-            CHECK, "warning" if one else "error", soname,
-            f"{soname} twice: {listing}; {how}", tuple(so.path for so in copies)))
+        how, one = (
+            _who_loads(collected, soname, copies)
+            if linked
+            else ("no library here links it by that name (only a dlopen of both mixes them)", True)
+        )
+        findings.append(
+            Finding(
+                CHECK,
+                "warning" if one else "error",
+                soname,
+                f"{soname} twice: {listing}; {how}",
+                tuple(so.path for so in copies),
+            )
+        )
     return findings, same
 
 
@@ -157,13 +173,22 @@ def _overwritten(collected: Collected) -> list[Finding]:
             recorded = next((s for p, s in dist.shared if p == so.path), None) if dist else None
             sizes.append((dist.label if dist else name, recorded))
         whose = [label for label, recorded in sizes if recorded is not None and recorded == size]
-        there = (f"the file here ({size:,} bytes) is {' or '.join(whose)}'s" if whose and size
-                 else "the file here matches neither RECORD's size")
+        there = (
+            f"the file here ({size:,} bytes) is {' or '.join(whose)}'s"
+            if whose and size
+            else "the file here matches neither RECORD's size"
+        )
         labels = " and ".join(f"{label}'s" for label, _ in sizes)
-        findings.append(Finding(
-            CHECK, "error", collected.name(so),
-            f"{collected.name(so)} is in both {labels} RECORD: the later install overwrote "
-            f"the other; {there}", (so.path,)))
+        findings.append(
+            Finding(
+                CHECK,
+                "error",
+                collected.name(so),
+                f"{collected.name(so)} is in both {labels} RECORD: the later install overwrote "
+                f"the other; {there}",
+                (so.path,),
+            )
+        )
     return findings
 
 
@@ -183,17 +208,31 @@ def _families(libs: list[tuple[SharedObject, ElfFacts, str]]) -> list[Finding]:
     for name, majors in sorted(cuda.items()):
         owners = {o for v in majors.values() for o in v}
         if len(majors) > 1 and len(owners) > 1:
-            listing = ", ".join(f"{name}.so.{m} ({', '.join(sorted(o))})"
-                                for m, o in sorted(majors.items()))
-            findings.append(Finding(CHECK, "warning", name,
-                                    f"{name} in {len(majors)} majors side by side: {listing}; "
-                                    "what links each one decides which is used"))
+            listing = ", ".join(
+                f"{name}.so.{m} ({', '.join(sorted(o))})" for m, o in sorted(majors.items())
+            )
+            findings.append(
+                Finding(
+                    CHECK,
+                    "warning",
+                    name,
+                    f"{name} in {len(majors)} majors side by side: {listing}; "
+                    "what links each one decides which is used",
+                )
+            )
     if len(openmp) > 1:
-        listing = ", ".join(f"{OPENMP[k]} {k} ({', '.join(sorted(v))})"
-                            for k, v in sorted(openmp.items()))
-        findings.append(Finding(CHECK, "warning", "openmp",
-                                f"{len(openmp)} OpenMP runtimes: {listing}; two in one "
-                                "process can oversubscribe threads or abort (OMP: Error #15)"))
+        listing = ", ".join(
+            f"{OPENMP[k]} {k} ({', '.join(sorted(v))})" for k, v in sorted(openmp.items())
+        )
+        findings.append(
+            Finding(
+                CHECK,
+                "warning",
+                "openmp",
+                f"{len(openmp)} OpenMP runtimes: {listing}; two in one "
+                "process can oversubscribe threads or abort (OMP: Error #15)",
+            )
+        )
     return findings
 
 
@@ -201,9 +240,13 @@ def check_duplicates(collected: Collected) -> tuple[CheckResult, list[Finding]]:
     libs = _owned(collected)
     twice, same = _same_soname(collected, libs)
     findings = [*twice, *_overwritten(collected), *_families(libs)]
-    detail = (f"{len(libs)} libraries with a soname compared across "
-              f"{len(collected.inventory.distributions)} distributions")
+    detail = (
+        f"{len(libs)} libraries with a soname compared across "
+        f"{len(collected.inventory.distributions)} distributions"
+    )
     if same:
-        detail += (f"; {same} vendored in several wheels as one build (auditwheel's hash in "
-                   "the soname, one size): not duplicates")
+        detail += (
+            f"; {same} vendored in several wheels as one build (auditwheel's hash in "
+            "the soname, one size): not duplicates"
+        )
     return check_result(CHECK, findings, detail), findings

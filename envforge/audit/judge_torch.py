@@ -43,7 +43,8 @@ def _base(version: str) -> str:
 def _admits(spec: SpecifierSet, version: str) -> bool:
     try:
         return spec.contains(Version(version), prereleases=True) or spec.contains(
-            Version(_base(version)), prereleases=True)
+            Version(_base(version)), prereleases=True
+        )
     except InvalidVersion:
         return True
 
@@ -95,20 +96,39 @@ def _extension(collected: Collected, dist: Distribution, torch: Distribution) ->
     said = []
     if req is not None and str(req.specifier) and not _admits(req.specifier, torch.version):
         said.append(f"requires torch{req.specifier} (its metadata)")
-    release = next((r for r in table.releases if r.package == dist.key
-                    and _same_version(r.version, dist.version)), None)
+    release = next(
+        (
+            r
+            for r in table.releases
+            if r.package == dist.key and _same_version(r.version, dist.version)
+        ),
+        None,
+    )
     if release is not None and not _admits(SpecifierSet(release.requires), torch.version):
         said.append(f"its wheels require torch{release.requires} ({release.source})")
     if said:
-        findings.append(Finding("torch-extensions", "error", dist.name,
-                                f"{dist.label} {' and '.join(said)}; torch {torch.version} "
-                                "is installed: its compiled code was built for another torch"))
-    missing = sorted(n for n in needed if TORCH_LIB_RE.match(n)
-                     and n not in _torch_libs(collected, torch))
+        findings.append(
+            Finding(
+                "torch-extensions",
+                "error",
+                dist.name,
+                f"{dist.label} {' and '.join(said)}; torch {torch.version} "
+                "is installed: its compiled code was built for another torch",
+            )
+        )
+    missing = sorted(
+        n for n in needed if TORCH_LIB_RE.match(n) and n not in _torch_libs(collected, torch)
+    )
     if missing:
-        findings.append(Finding("torch-extensions", "error", dist.name,
-                                f"{dist.label} links {', '.join(missing)}, which torch "
-                                f"{torch.version} does not have: importing it fails"))
+        findings.append(
+            Finding(
+                "torch-extensions",
+                "error",
+                dist.name,
+                f"{dist.label} links {', '.join(missing)}, which torch "
+                f"{torch.version} does not have: importing it fails",
+            )
+        )
     return findings
 
 
@@ -164,16 +184,29 @@ def check_numpy(collected: Collected) -> tuple[CheckResult, list[Finding]]:
         req = dist.requirement("numpy", inv.marker_env)
         pins = req is not None and str(req.specifier) and not _admits(req.specifier, numpy.version)
         if major >= 2 and old:
-            findings.append(Finding("numpy-c-api", "error", dist.name,
-                                    f"{dist.label}: {', '.join(old[:3])} built against NumPy 1 "
-                                    f"(imports numpy.core._multiarray_umath only); numpy "
-                                    f"{numpy.version} is installed: importing it fails"))
+            findings.append(
+                Finding(
+                    "numpy-c-api",
+                    "error",
+                    dist.name,
+                    f"{dist.label}: {', '.join(old[:3])} built against NumPy 1 "
+                    f"(imports numpy.core._multiarray_umath only); numpy "
+                    f"{numpy.version} is installed: importing it fails",
+                )
+            )
         elif pins and req is not None:
-            findings.append(Finding("numpy-c-api", "error", dist.name,
-                                    f"{dist.label} uses the NumPy C-API and requires "
-                                    f"numpy{req.specifier}; numpy {numpy.version} is installed"))
-    detail = (f"{len(users)} distributions using the NumPy C-API checked against numpy "
-              f"{numpy.version}")
+            findings.append(
+                Finding(
+                    "numpy-c-api",
+                    "error",
+                    dist.name,
+                    f"{dist.label} uses the NumPy C-API and requires "
+                    f"numpy{req.specifier}; numpy {numpy.version} is installed",
+                )
+            )
+    detail = (
+        f"{len(users)} distributions using the NumPy C-API checked against numpy {numpy.version}"
+    )
     return check_result("numpy-c-api", findings, detail), findings
 
 
@@ -181,7 +214,10 @@ def check_numpy(collected: Collected) -> tuple[CheckResult, list[Finding]]:
 
 
 def _companion(
-    collected: Collected, dist: Distribution, torch: Distribution, family: tuple[str, str],
+    collected: Collected,
+    dist: Distribution,
+    torch: Distribution,
+    family: tuple[str, str],
     table: CompanionTable,
 ) -> list[Finding]:
     package = table.package(dist.key)
@@ -190,22 +226,35 @@ def _companion(
         return []  # triton beside a CPU torch: not torch's companion there
     findings: list[Finding] = []
     pair = table.pairing(dist.key, torch.version)
-    if table.covers(dist.key, dist.version) and not table.fits(dist.key, dist.version,
-                                                                torch.version):
+    if table.covers(dist.key, dist.version) and not table.fits(
+        dist.key, dist.version, torch.version
+    ):
         wants = f"; {pair.package} {pair.version} pairs with it ({pair.source})" if pair else ""
-        findings.append(Finding("companions", "error", dist.name,
-                                f"{dist.label} does not pair with torch {torch.version}{wants}"))
+        findings.append(
+            Finding(
+                "companions",
+                "error",
+                dist.name,
+                f"{dist.label} does not pair with torch {torch.version}{wants}",
+            )
+        )
     if package.local_tag:
         own = build_family(collected, dist)
-        if own[0] != family[0] or (own[1].startswith("+") and family[1].startswith("+")
-                                   and own[1] != family[1]):
+        if own[0] != family[0] or (
+            own[1].startswith("+") and family[1].startswith("+") and own[1] != family[1]
+        ):
             version = pair.version if pair else _base(dist.version)
             tag = torch.version.partition("+")[2]
             fix = f": install {dist.name}=={version}+{tag}" if tag else ""
-            findings.append(Finding(
-                "companions", "error", dist.name,
-                f"{dist.label} is a {own[0]} build ({own[1]}) beside torch {torch.version}, "
-                f"a {family[0]} build ({family[1]}){fix}"))
+            findings.append(
+                Finding(
+                    "companions",
+                    "error",
+                    dist.name,
+                    f"{dist.label} is a {own[0]} build ({own[1]}) beside torch {torch.version}, "
+                    f"a {family[0]} build ({family[1]}){fix}",
+                )
+            )
     return findings
 
 
@@ -217,8 +266,9 @@ def check_companions(collected: Collected) -> tuple[CheckResult, list[Finding]]:
     findings: list[Finding] = []
     seen: list[str] = []
     if not any(MAY_PAIR.match(d.key) for d in inv.distributions if not d.shadowed):
-        return check_result("companions", findings,
-                            f"no companion of torch {torch.version} installed"), findings
+        return check_result(
+            "companions", findings, f"no companion of torch {torch.version} installed"
+        ), findings
     from envforge.knowledge.companions import load_companions  # noqa: PLC0415 - see above
 
     table = load_companions()
@@ -229,6 +279,9 @@ def check_companions(collected: Collected) -> tuple[CheckResult, list[Finding]]:
             continue
         seen.append(dist.label)
         findings.extend(_companion(collected, dist, torch, family, table))
-    detail = (f"{', '.join(seen)} against torch {torch.version}" if seen
-              else f"no companion of torch {torch.version} installed")
+    detail = (
+        f"{', '.join(seen)} against torch {torch.version}"
+        if seen
+        else f"no companion of torch {torch.version} installed"
+    )
     return check_result("companions", findings, detail), findings

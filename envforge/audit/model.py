@@ -18,7 +18,11 @@ Severity = Literal["error", "warning", "info"]
 CheckStatus = Literal["pass", "fail", "warn", "skip"]
 #: The checks, in the order they are reported (docs/audit.md).
 CHECKS: tuple[str, ...] = (
-    "gpu-code", "duplicate-libraries", "torch-extensions", "numpy-c-api", "companions",
+    "gpu-code",
+    "duplicate-libraries",
+    "torch-extensions",
+    "numpy-c-api",
+    "companions",
 )
 SCHEMA = 1
 
@@ -124,7 +128,7 @@ class Inventory:
         """``path`` below its site folder (``torch/lib/libc10.so``), else as it is."""
         for site in self.site_dirs:
             if path.startswith(site.rstrip("/") + "/"):
-                return path[len(site.rstrip("/")) + 1:]
+                return path[len(site.rstrip("/")) + 1 :]
         return path
 
 
@@ -133,9 +137,11 @@ def inventory_from_dict(data: Mapping[str, Any]) -> Inventory:
     py = data.get("python") or {}
     dists = tuple(
         Distribution(
-            name=str(d["name"]), version=str(d.get("version") or ""),
+            name=str(d["name"]),
+            version=str(d.get("version") or ""),
             requires=tuple(str(r) for r in d.get("requires") or ()),
-            metadata_dir=str(d.get("metadata_dir") or ""), site_dir=str(d.get("site_dir") or ""),
+            metadata_dir=str(d.get("metadata_dir") or ""),
+            site_dir=str(d.get("site_dir") or ""),
             files=int(d.get("files") or 0),
             shared=tuple((str(p), None if s is None else int(s)) for p, s in d.get("shared") or ()),
             shadowed=bool(d.get("shadowed")),
@@ -143,16 +149,22 @@ def inventory_from_dict(data: Mapping[str, Any]) -> Inventory:
         for d in data.get("distributions") or ()
     )
     shared = tuple(
-        SharedObject(path=str(s["path"]), real=str(s.get("real") or s["path"]),
-                     link=bool(s.get("link")), owners=tuple(str(o) for o in s.get("owners") or ()))
+        SharedObject(
+            path=str(s["path"]),
+            real=str(s.get("real") or s["path"]),
+            link=bool(s.get("link")),
+            owners=tuple(str(o) for o in s.get("owners") or ()),
+        )
         for s in data.get("shared_objects") or ()
     )
     return Inventory(
-        python=str(py.get("version") or ""), executable=str(py.get("executable") or ""),
+        python=str(py.get("version") or ""),
+        executable=str(py.get("executable") or ""),
         prefix=str(py.get("prefix") or ""),
         site_dirs=tuple(str(s) for s in data.get("site_dirs") or ()),
         env=tuple(sorted((str(k), str(v)) for k, v in (data.get("env") or {}).items())),
-        distributions=dists, shared_objects=shared,
+        distributions=dists,
+        shared_objects=shared,
         markers=tuple(sorted((str(k), str(v)) for k, v in (data.get("markers") or {}).items())),
     )
 
@@ -224,8 +236,13 @@ class Finding:
     paths: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"check": self.check, "severity": self.severity, "subject": self.subject,
-                "message": self.message, "paths": list(self.paths)}
+        return {
+            "check": self.check,
+            "severity": self.severity,
+            "subject": self.subject,
+            "message": self.message,
+            "paths": list(self.paths),
+        }
 
 
 @dataclass(frozen=True)

@@ -59,9 +59,11 @@ def detail_of(report: AuditReport) -> str:
     if len(ordered) > DETAIL_FINDINGS:
         lines.append(f"... and {len(ordered) - DETAIL_FINDINGS} more (envforge audit)")
     if not lines:
-        lines.append(f"clean: {report.distributions} distributions, {report.shared_objects} "
-                     f"shared objects ({report.gpu_libraries} with GPU code), "
-                     f"arch {report.arch or 'none'}")
+        lines.append(
+            f"clean: {report.distributions} distributions, {report.shared_objects} "
+            f"shared objects ({report.gpu_libraries} with GPU code), "
+            f"arch {report.arch or 'none'}"
+        )
     return "\n".join(lines)
 
 
@@ -73,11 +75,14 @@ def audit_step(spec: ProbeSpec, target: ProbeTarget) -> StepResult:
     try:
         collected = _collect(spec, target)
     except Unavailable as exc:
-        return StepResult(STEP, "warn", time.monotonic() - began,
-                          f"not audited: {exc.one_line()}")
+        return StepResult(STEP, "warn", time.monotonic() - began, f"not audited: {exc.one_line()}")
     if collected is None:
-        return StepResult(STEP, "warn", time.monotonic() - began,
-                          f"not audited: {target.description} cannot run the audit")
+        return StepResult(
+            STEP,
+            "warn",
+            time.monotonic() - began,
+            f"not audited: {target.description} cannot run the audit",
+        )
     arch, reason = _arch(spec)
     report = judge(collected, arch, arch_source="probe", skip_reason=reason, started=began)
     status: Status = "fail" if not report.ok else "warn" if report.count("warning") else "pass"

@@ -39,8 +39,7 @@ def check_arch(arch: str) -> str | None:
 
 
 Check = Callable[[Collected], tuple[CheckResult, list[Finding]]]
-CHECKS: tuple[Check, ...] = (check_duplicates, check_extensions, check_numpy,
-                             check_companions)
+CHECKS: tuple[Check, ...] = (check_duplicates, check_extensions, check_numpy, check_companions)
 
 
 def judge(
@@ -77,6 +76,11 @@ def judge(
         shared_objects=len(libraries),
         gpu_libraries=sum(1 for _, f in libraries if f.nvidia is not None or f.amd is not None),
         seconds=time.monotonic() - began,
-        unreadable=tuple(sorted(collected.name(so) for so, f in libraries
-                                if f.problem and f.problem != "not an ELF file")),
+        unreadable=tuple(
+            sorted(
+                collected.name(so)
+                for so, f in libraries
+                if f.problem and f.problem != "not an ELF file"
+            )
+        ),
     )

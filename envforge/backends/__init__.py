@@ -77,7 +77,10 @@ def default_backend() -> str:
 
 
 def pick(
-    recipe: Recipe, requested: str | None, *, say: Callable[[str], None],
+    recipe: Recipe,
+    requested: str | None,
+    *,
+    say: Callable[[str], None],
     options: Options | None = None,
 ) -> str:
     """The backend to run ``recipe`` on: ``requested`` when given; else the first of

@@ -153,9 +153,7 @@ def owner_alive(pid: int, start: int) -> bool:
     return now in (0, start)
 
 
-def is_stale(
-    name: str, age: float, alive: Callable[[int, int], bool] = owner_alive
-) -> bool:
+def is_stale(name: str, age: float, alive: Callable[[int, int], bool] = owner_alive) -> bool:
     """Whether a folder called ``name`` (``.<venv>.tmp-…`` / ``.<venv>.old-…``) is a
     leftover of an envforge that is gone; one whose name names no owner (older envforge)
     is stale after :data:`UNOWNED_MAX_AGE`."""

@@ -82,7 +82,7 @@ def parse_record(text: str) -> list[RecordEntry]:
             continue
         digest = None
         if len(row) > 1 and row[1].startswith("sha256="):
-            digest = row[1][len("sha256="):]
+            digest = row[1][len("sha256=") :]
         size = None
         if len(row) > 2 and row[2].isascii() and row[2].isdigit():
             size = int(row[2])
@@ -220,8 +220,7 @@ def _walk(venv: Path) -> Iterator[tuple[str, os.stat_result, str]]:
 
 
 def _stat_key(info: os.stat_result) -> str:
-    return (f"{info.st_size}:{info.st_mtime_ns}:{info.st_ctime_ns}:{info.st_ino}"
-            f":{info.st_mode}")
+    return f"{info.st_size}:{info.st_mtime_ns}:{info.st_ctime_ns}:{info.st_ino}:{info.st_mode}"
 
 
 def file_sha256(path: str | Path) -> str:
@@ -305,8 +304,12 @@ def scan(venv: Path, *, use_memo: bool = True) -> Scan:
         else:
             value = _value(full, info)
         files[rel] = value
-        found_owner[rel] = (owners.get(rel) or _bytecode_owner(rel, owners)
-                            or _metadata_owner(rel, folders) or VENV_KEY)
+        found_owner[rel] = (
+            owners.get(rel)
+            or _bytecode_owner(rel, owners)
+            or _metadata_owner(rel, folders)
+            or VENV_KEY
+        )
     for rel, dist in owners.items():
         if rel not in files:
             files[rel], found_owner[rel] = MISSING, dist
@@ -348,8 +351,9 @@ def certified_list(venv: Path, found: Scan | None = None) -> bytes:
     return list_text({rel: ("-", value) for rel, value in found.files.items()})
 
 
-def _file_changes(found: Scan, certified: Mapping[str, tuple[str, str]],
-                  skip: set[str]) -> list[str]:
+def _file_changes(
+    found: Scan, certified: Mapping[str, tuple[str, str]], skip: set[str]
+) -> list[str]:
     """What differs file by file (owners in ``skip``, added distributions, left out)."""
     changes: list[str] = []
     for rel in sorted(found.files):
@@ -363,8 +367,11 @@ def _file_changes(found: Scan, certified: Mapping[str, tuple[str, str]],
             changes.append(f"{rel} missing")
         elif value != was[1]:
             changes.append(f"{rel} modified")
-    changes += [f"{rel} missing" for rel in sorted(certified)
-                if rel not in found.files and certified[rel][1] != MISSING]
+    changes += [
+        f"{rel} missing"
+        for rel in sorted(certified)
+        if rel not in found.files and certified[rel][1] != MISSING
+    ]
     return changes
 
 

@@ -58,44 +58,35 @@ COMMANDS: Mapping[str, str] = {
 #: that the overview imports no command module (tests/unit/test_light_imports.py checks
 #: that each one matches its command's help).
 SUMMARIES: Mapping[str, str] = {
-    'list': 'List the recipes in the catalogue (shipped and ENVFORGE_RECIPE_PATH).',
-    'show': "Show a recipe's stack, why each pin and env var is there, and how sure we are.",
-    'validate': 'Check recipes against the schema and the compatibility table (default: all).',
-    'render': "Render a recipe's Dockerfile (or venv plan); --all -o DIR renders the catalogue.",
-    'probe': (
-        'Probe an environment step by step, each step under a '
-        'deadline in an isolated process.'
+    "list": "List the recipes in the catalogue (shipped and ENVFORGE_RECIPE_PATH).",
+    "show": "Show a recipe's stack, why each pin and env var is there, and how sure we are.",
+    "validate": "Check recipes against the schema and the compatibility table (default: all).",
+    "render": "Render a recipe's Dockerfile (or venv plan); --all -o DIR renders the catalogue.",
+    "probe": (
+        "Probe an environment step by step, each step under a deadline in an isolated process."
     ),
-    'build': "Build a recipe's image, certify it in a container on this host's GPU, then tag it.",
-    'certify': (
-        'Re-certify existing images on this host (a recipe name '
-        'means envforge/RECIPE:STACK).'
+    "build": "Build a recipe's image, certify it in a container on this host's GPU, then tag it.",
+    "certify": (
+        "Re-certify existing images on this host (a recipe name means envforge/RECIPE:STACK)."
     ),
-    'publish': (
-        "Push the recipe's certified image (refused, exit 5, without "
-        "a passing certificate)."
+    "publish": (
+        "Push the recipe's certified image (refused, exit 5, without a passing certificate)."
     ),
-    'verify': "Check that REF's certificate passed and matches its content (exit 0/1).",
-    'pull': "Pull a certified image, verify it, and tag it as its recipe's certified image.",
-    'shell': "Run CMD (default: bash) in the recipe's certified image with GPUs, env and caches.",
-    'detect': "Report this host's GPUs (vendor, product, arch, driver, device nodes) and `auto`.",
-    'doctor': 'Check this host for a recipe (default: auto); print each finding with its fix.',
-    'lock': "Resolve a recipe's full requirement set, with hashes, into <recipe>.lock.txt.",
-    'knowledge': (
-        'The compatibility table: show it (with overlays), compare it with the '
-        'indexes.'
-    ),
-    'matrix': 'Write the certified-on matrix (GPU arch x recipe) as a static site.',
-    'solve': 'Derive the stack for a GPU arch (or the detected one) from the compatibility table.',
-    'keys': 'Signing keys for certificates (ed25519; formats: envforge.publish.signing).',
-    'init': 'Write [tool.envforge] (or envforge.toml) with recipe "auto" and a smoke check.',
-    'evidence': 'Certification evidence: import reports and registry images, export bundles.',
-    'fleet': "Certify recipes on a fleet's nodes: Slurm arrays, Kubernetes Jobs, Actions matrix.",
-    'audit': 'Check an environment: GPU code, duplicate libraries, extensions, companions.',
-    'attest': (
-        'Signed in-toto attestations of certifications: check them (signature, '
-        'subject).'
-    ),
+    "verify": "Check that REF's certificate passed and matches its content (exit 0/1).",
+    "pull": "Pull a certified image, verify it, and tag it as its recipe's certified image.",
+    "shell": "Run CMD (default: bash) in the recipe's certified image with GPUs, env and caches.",
+    "detect": "Report this host's GPUs (vendor, product, arch, driver, device nodes) and `auto`.",
+    "doctor": "Check this host for a recipe (default: auto); print each finding with its fix.",
+    "lock": "Resolve a recipe's full requirement set, with hashes, into <recipe>.lock.txt.",
+    "knowledge": ("The compatibility table: show it (with overlays), compare it with the indexes."),
+    "matrix": "Write the certified-on matrix (GPU arch x recipe) as a static site.",
+    "solve": "Derive the stack for a GPU arch (or the detected one) from the compatibility table.",
+    "keys": "Signing keys for certificates (ed25519; formats: envforge.publish.signing).",
+    "init": 'Write [tool.envforge] (or envforge.toml) with recipe "auto" and a smoke check.',
+    "evidence": "Certification evidence: import reports and registry images, export bundles.",
+    "fleet": "Certify recipes on a fleet's nodes: Slurm arrays, Kubernetes Jobs, Actions matrix.",
+    "audit": "Check an environment: GPU code, duplicate libraries, extensions, companions.",
+    "attest": ("Signed in-toto attestations of certifications: check them (signature, subject)."),
 }
 
 
@@ -155,7 +146,6 @@ class LazyGroup(click.Group):
 def cli(ctx: click.Context, debug: bool) -> None:
     """Known-good GPU PyTorch stacks: render, build, probe, certify, publish."""
     ctx.obj = {"debug": debug}
-
 
 
 def _print_traceback(debug: bool) -> None:

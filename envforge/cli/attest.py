@@ -49,8 +49,7 @@ def attach_option(func: F) -> F:
     )(func)
 
 
-def check_attest(attest_file: Path | None, signing_key: Path | None,
-                 attach: bool = False) -> None:
+def check_attest(attest_file: Path | None, signing_key: Path | None, attach: bool = False) -> None:
     """Before any work: ``--attest`` and ``--attach`` need a key, and FILE must be a file
     one can write."""
     if attest_file is None and not attach:
@@ -66,8 +65,9 @@ def check_attest(attest_file: Path | None, signing_key: Path | None,
         check_file_target(attest_file, setting="--attest")
 
 
-def _docker_envelope(certified: Any, key: SigningKey, *, probed: bool = False,
-                     also: Sequence[Subject] = ()) -> tuple[Envelope, Path]:
+def _docker_envelope(
+    certified: Any, key: SigningKey, *, probed: bool = False, also: Sequence[Subject] = ()
+) -> tuple[Envelope, Path]:
     """The attestation of a Docker certification, and the store file it goes to; its
     subject is the certified image (the probed one with its certificate label), or with
     ``probed`` the image the probe ran in as it was (a pulled image, its registry digest
@@ -81,9 +81,12 @@ def _docker_envelope(certified: Any, key: SigningKey, *, probed: bool = False,
     image = candidate if probed else certified.outcome.certified_image or candidate
     subject = at.image_subject(certified.certified_tag, image)
     pred = at.predicate(
-        report=cert.report, backend="docker",
+        report=cert.report,
+        backend="docker",
         recipe={"name": cert.recipe_name, "hash": cert.recipe_hash, "stack_tag": cert.stack_tag},
-        stack=cert.data.get("stack"), certificate=cert.digest, redact=Redactor.for_this_host(),
+        stack=cert.data.get("stack"),
+        certificate=cert.digest,
+        redact=Redactor.for_this_host(),
     )
     envelope = at.attest(subject, pred, key, also)
     target = at.store_path(paths.state_dir() / "attestations", subject)
@@ -103,10 +106,15 @@ def _venv_envelope(venv: Path, recipe: Recipe, key: SigningKey) -> tuple[Envelop
 
     subject, cert = certified(venv)
     pred = at.predicate(
-        report=cert.get("report") or {}, backend="venv",
-        recipe={"name": str(cert.get("recipe")), "hash": str(cert.get("recipe_hash")),
-                "stack_tag": recipe.stack_tag},
-        stack=stack_of(recipe).to_dict(), redact=Redactor.for_this_host(),
+        report=cert.get("report") or {},
+        backend="venv",
+        recipe={
+            "name": str(cert.get("recipe")),
+            "hash": str(cert.get("recipe_hash")),
+            "stack_tag": recipe.stack_tag,
+        },
+        stack=stack_of(recipe).to_dict(),
+        redact=Redactor.for_this_host(),
     )
     envelope = at.attest(subject, pred, key)
     target = attestations_file(venv)
@@ -115,8 +123,12 @@ def _venv_envelope(venv: Path, recipe: Recipe, key: SigningKey) -> tuple[Envelop
 
 
 def attest_result(
-    result: Any, recipe: Recipe, signing_key: Path | None, attest_file: Path | None,
-    *, attach_to: str | None = None,
+    result: Any,
+    recipe: Recipe,
+    signing_key: Path | None,
+    attest_file: Path | None,
+    *,
+    attach_to: str | None = None,
 ) -> None:
     """Sign the attestation of a build's or certify's result (a signing key configured);
     it goes to the store (Docker) or the venv's ``.envforge`` folder, and to
@@ -139,8 +151,9 @@ def attest_result(
 
             attach_to = pinned(attach_to)
             registry_names.append(manifest_subject(attach_to))
-        envelope, kept = _docker_envelope(certified, key, probed=attach_to is not None,
-                                          also=registry_names)
+        envelope, kept = _docker_envelope(
+            certified, key, probed=attach_to is not None, also=registry_names
+        )
         if attach_to is not None:
             attach_certified(attach_to, envelope)
     elif hasattr(result, "interpreter") and result.certified and result.report is not None:
@@ -171,8 +184,10 @@ def _image_id(ref: str) -> str:
     finally:
         client.close()
     if info is None:
-        raise InvalidInput(f"--image {ref}: no such image on this engine",
-                           hint="pull or build it first, or give --subject sha256:HEX")
+        raise InvalidInput(
+            f"--image {ref}: no such image on this engine",
+            hint="pull or build it first, or give --subject sha256:HEX",
+        )
     return str(info.id)
 
 
@@ -185,8 +200,10 @@ def _expected(subject: str | None, image: str | None) -> str | None:
         return None
     value = subject.split(":", 1)[-1]
     if len(value) != 64 or any(ch not in "0123456789abcdef" for ch in value):
-        raise InvalidInput(f"--subject {subject}: not a sha256 digest",
-                           hint="give sha256:<64 hex digits>, e.g. the image ID")
+        raise InvalidInput(
+            f"--subject {subject}: not a sha256 digest",
+            hint="give sha256:<64 hex digits>, e.g. the image ID",
+        )
     return "sha256:" + value
 
 
@@ -209,10 +226,14 @@ def _registry_checks(ref: str, trust: Any, expected: str | None) -> list[Checked
     subject = expected or remote_image(where).id
     found = envelopes_of(where)
     if not found:
-        raise CertificationFailed(f"{where}: no attestation is attached to this digest",
-                                  hint="publish from a host that attested it (--signing-key)")
-    return [check_envelope(raw, trust, subject, source=f"{where} #{number}")
-            for number, raw in enumerate(found, 1)]
+        raise CertificationFailed(
+            f"{where}: no attestation is attached to this digest",
+            hint="publish from a host that attested it (--signing-key)",
+        )
+    return [
+        check_envelope(raw, trust, subject, source=f"{where} #{number}")
+        for number, raw in enumerate(found, 1)
+    ]
 
 
 def _checks(path: Path, trust: Any, expected: str | None) -> list[Checked]:
@@ -237,20 +258,34 @@ def _checks(path: Path, trust: Any, expected: str | None) -> list[Checked]:
 
 
 @attest.command("verify")
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path),
-                metavar="FILE|VENV|REF...")
+@click.argument(
+    "paths", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="FILE|VENV|REF..."
+)
 @trust_option("Trust file of envforge.pub lines (repeatable; default: $ENVFORGE_TRUSTED_KEYS).")
-@click.option("--subject", metavar="sha256:HEX", default=None,
-              help="The image ID a FILE's attestations must name as their subject.")
-@click.option("--image", metavar="REF", default=None,
-              help="As --subject, the ID of this image on the engine.")
-@click.option("--arch", metavar="ARCH", default=None,
-              help="Admission: exit 0 when one verified attestation passed on ARCH (cpu: "
-              "no GPU); refused ones are listed but do not count.")
+@click.option(
+    "--subject",
+    metavar="sha256:HEX",
+    default=None,
+    help="The image ID a FILE's attestations must name as their subject.",
+)
+@click.option(
+    "--image", metavar="REF", default=None, help="As --subject, the ID of this image on the engine."
+)
+@click.option(
+    "--arch",
+    metavar="ARCH",
+    default=None,
+    help="Admission: exit 0 when one verified attestation passed on ARCH (cpu: "
+    "no GPU); refused ones are listed but do not count.",
+)
 @json_option
 def verify_cmd(  # noqa: PLR0917 - click passes options positionally by name
-    paths: tuple[Path, ...], trust: tuple[Path, ...], subject: str | None,
-    image: str | None, arch: str | None, as_json: bool,
+    paths: tuple[Path, ...],
+    trust: tuple[Path, ...],
+    subject: str | None,
+    image: str | None,
+    arch: str | None,
+    as_json: bool,
 ) -> None:
     """Check attestation files (or a venv's) against trusted keys, subject and schema.
 
@@ -266,8 +301,10 @@ def verify_cmd(  # noqa: PLR0917 - click passes options positionally by name
 
     files = trust_paths(list(trust))
     if not files:
-        raise InvalidInput("attest verify needs trusted keys to check signatures against",
-                           hint="add --trust envforge.pub (or set ENVFORGE_TRUSTED_KEYS)")
+        raise InvalidInput(
+            "attest verify needs trusted keys to check signatures against",
+            hint="add --trust envforge.pub (or set ENVFORGE_TRUSTED_KEYS)",
+        )
     trusted = load_trust(files, setting="--trust" if trust else "ENVFORGE_TRUSTED_KEYS")
     expected = _expected(subject, image)
     checks = [c for path in paths for c in _checks(path, trusted, expected)]
@@ -296,14 +333,16 @@ def _verdict(checks: Sequence[Checked], counts: Tally, arch: str | None) -> None
     refused = counts.total - counts.verified
     if refused or not counts.passed:
         raise CertificationFailed(
-            f"{refused} of {counts.total} attestation(s) refused" if refused
+            f"{refused} of {counts.total} attestation(s) refused"
+            if refused
             else f"none of {counts.total} attestation(s) records a pass",
             hint="see the lines above; only attestations signed by a --trust key count",
         )
 
 
-def attach_published(pinned_ref: str, image_id: str,
-                     key: SigningKey | None = None) -> dict[str, Any] | None:
+def attach_published(
+    pinned_ref: str, image_id: str, key: SigningKey | None = None
+) -> dict[str, Any] | None:
     """After ``publish``: the attestations this host made of the image (the store's
     file for its image ID) attached to the pushed digest as OCI referrers; None when
     there are none. With ``key``, each statement names the pushed manifest digest too
@@ -317,21 +356,29 @@ def attach_published(pinned_ref: str, image_id: str,
         subject = at.image_subject("", image_id)
     except ValueError:
         return None
-    raw = at.read_raw(at.store_path(paths.state_dir() / "attestations", subject),
-                      missing_ok=True)
+    raw = at.read_raw(at.store_path(paths.state_dir() / "attestations", subject), missing_ok=True)
     if not raw:
         return None
     if key is not None:
         extra = at.manifest_subject(pinned_ref)
-        raw = [r if e is None else e.to_dict()
-               for r, e in ((r, at.resigned(r, extra, key)) for r in raw)]
+        raw = [
+            r if e is None else e.to_dict()
+            for r, e in ((r, at.resigned(r, extra, key)) for r in raw)
+        ]
     envelopes = [json.dumps(r, separators=(",", ":"), sort_keys=True).encode() for r in raw]
     done = attach(pinned_ref, envelopes)
-    how = ("the registry's referrers API" if done.via == "api"
-           else f"the referrers tag {done.tag[:19]}…")
+    how = (
+        "the registry's referrers API"
+        if done.via == "api"
+        else f"the referrers tag {done.tag[:19]}…"
+    )
     say(f"attached {len(done.digests)} attestation(s) to {pinned_ref} ({how})")
-    return {"attached": len(done.digests), "via": done.via, "tag": done.tag,
-            "manifests": list(done.digests)}
+    return {
+        "attached": len(done.digests),
+        "via": done.via,
+        "tag": done.tag,
+        "manifests": list(done.digests),
+    }
 
 
 def attach_certified(ref: str, envelope: Envelope) -> dict[str, Any]:

@@ -18,9 +18,14 @@ if TYPE_CHECKING:
 @click.command()
 @click.argument("target", required=False, metavar="[VENV_DIR|IMAGE]")
 @python_option("Audit this interpreter's environment.")
-@click.option("--arch", "arch", metavar="ARCH|GPU", default=None,
-              help="GPU arch (sm_90, gfx1030) or GPU by name (MI300X, 'RTX 4090') to check GPU "
-              "code against (default: this host's GPU; none: GPU code is skipped).")
+@click.option(
+    "--arch",
+    "arch",
+    metavar="ARCH|GPU",
+    default=None,
+    help="GPU arch (sm_90, gfx1030) or GPU by name (MI300X, 'RTX 4090') to check GPU "
+    "code against (default: this host's GPU; none: GPU code is skipped).",
+)
 @json_option
 def audit(target: str | None, python: str | None, arch: str | None, as_json: bool) -> None:
     """Check an environment: GPU code, duplicate libraries, extensions, companions.
@@ -34,8 +39,10 @@ def audit(target: str | None, python: str | None, arch: str | None, as_json: boo
 
     started = time.monotonic()
     if (target is None) == (python is None):
-        raise InvalidInput("audit needs one of VENV_DIR, IMAGE or --python PATH",
-                           hint="envforge audit .venv, envforge audit --python /usr/bin/python3")
+        raise InvalidInput(
+            "audit needs one of VENV_DIR, IMAGE or --python PATH",
+            hint="envforge audit .venv, envforge audit --python /usr/bin/python3",
+        )
     if arch is not None and check_arch(arch):  # a GPU by name (--arch MI300X), else exit 2
         from envforge.knowledge import load_table  # noqa: PLC0415 - only for a GPU name
         from envforge.knowledge.gpu_names import arch_for_name  # noqa: PLC0415 - as above
@@ -57,8 +64,9 @@ def audit(target: str | None, python: str | None, arch: str | None, as_json: boo
             click.echo(line)
     if not report.ok:
         failed = ", ".join(c.name for c in report.checks if c.status == "fail")
-        raise CertificationFailed(f"audit found problems ({failed})",
-                                  hint="see the FAIL lines above")
+        raise CertificationFailed(
+            f"audit found problems ({failed})", hint="see the FAIL lines above"
+        )
 
 
 def _collect(target: str | None, python: str | None) -> Collected:
@@ -72,11 +80,15 @@ def _collect(target: str | None, python: str | None) -> Collected:
         exe = venv_python(path)
         return collect_python(str(exe), f"venv {printable(str(path))}")
     if path.exists():
-        raise InvalidInput(f"{printable(target)} is a file, not a virtualenv folder",
-                           hint=f"envforge audit --python {printable(target)}")
+        raise InvalidInput(
+            f"{printable(target)} is a file, not a virtualenv folder",
+            hint=f"envforge audit --python {printable(target)}",
+        )
     if target.startswith(("/", ".", "~")):
-        raise InvalidInput(f"{printable(target)} does not exist",
-                           hint="pass a virtualenv folder, --python PATH, or an image reference")
+        raise InvalidInput(
+            f"{printable(target)} does not exist",
+            hint="pass a virtualenv folder, --python PATH, or an image reference",
+        )
     from envforge.audit.image import collect_image  # noqa: PLC0415 - images only
     from envforge.backends.docker.audit_target import image_targets  # noqa: PLC0415 - SDK
 

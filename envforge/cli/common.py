@@ -133,16 +133,22 @@ def _check_require_free(_ctx: object, _param: object, value: float | None) -> fl
     from envforge.probe.spec import require_free_problem  # noqa: PLC0415 - when a probe runs
 
     if value is not None and require_free_problem(value):
-        raise InvalidInput(f"--require-free {require_free_problem(value)}",
-                           hint="--require-free 8 (GiB free on each GPU the probe uses)")
+        raise InvalidInput(
+            f"--require-free {require_free_problem(value)}",
+            hint="--require-free 8 (GiB free on each GPU the probe uses)",
+        )
     return value
 
 
 def require_free_option(func: F) -> F:
     """``--require-free GIB``: the probe's memory step fails below GIB free on a GPU."""
     return click.option(
-        "--require-free", type=float, default=None, callback=_check_require_free,
-        metavar="GIB", help="Fail the probe's memory step when a GPU has less than GIB free "
+        "--require-free",
+        type=float,
+        default=None,
+        callback=_check_require_free,
+        metavar="GIB",
+        help="Fail the probe's memory step when a GPU has less than GIB free "
         "(default: warn only, when other processes hold more than half of a GPU's memory).",
     )(func)
 
@@ -156,8 +162,7 @@ class OutputPath(click.Path):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(path_type=Path, **kwargs)
 
-    def convert(self, value: Any, param: click.Parameter | None,
-                ctx: click.Context | None) -> Any:
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, str) and not value.strip():
             self.fail("is empty: name a file or folder (. for the current folder)", param, ctx)
         return super().convert(value, param, ctx)
@@ -255,9 +260,9 @@ def backend_flags(command: Command) -> Callable[[F], F]:
                 is_flag=option.is_flag,
                 multiple=option.multiple,
                 metavar=option.metavar,
-                default=None if not (option.is_flag or option.multiple) else (
-                    False if option.is_flag else ()
-                ),
+                default=None
+                if not (option.is_flag or option.multiple)
+                else (False if option.is_flag else ()),
                 callback=_check_shm_size if option.kind == "size" else None,
                 help=option.help,
             )(func)
@@ -510,9 +515,7 @@ class SummaryNotes:
     ) -> None:
         from envforge.evidence.summary import report_facts  # noqa: PLC0415 - only with --summary
 
-        self.sections.append(
-            (title or self.title, report, [*facts, *report_facts(report)], error)
-        )
+        self.sections.append((title or self.title, report, [*facts, *report_facts(report)], error))
 
 
 @contextlib.contextmanager
@@ -568,11 +571,16 @@ def term_as_interrupt() -> Iterator[None]:
 def project_option(func: F) -> F:
     """``--project DIR`` and ``--extra NAME``: a project's requirements on the stack."""
     func = click.option(
-        "--extra", "extras", multiple=True, metavar="NAME",
+        "--extra",
+        "extras",
+        multiple=True,
+        metavar="NAME",
         help="With --project: also install the project's optional dependencies NAME.",
     )(func)
     return click.option(
-        "--project", "project_dir", metavar="DIR",
+        "--project",
+        "project_dir",
+        metavar="DIR",
         type=click.Path(path_type=Path, file_okay=False),
         help="A project folder (pyproject.toml or requirements.txt) to put on the stack.",
     )(func)
@@ -585,8 +593,9 @@ def recipe_ref_for(ref: str | None, project: Project | None) -> str:
         return ref
     if project is not None:
         return project.recipe or "auto"
-    raise InvalidInput("give a RECIPE (or auto), or --project DIR",
-                       hint="e.g. envforge lock cpu --project .")
+    raise InvalidInput(
+        "give a RECIPE (or auto), or --project DIR", hint="e.g. envforge lock cpu --project ."
+    )
 
 
 def load_project_option(project_dir: Path | None, extras: Sequence[str]) -> Project | None:

@@ -52,50 +52,118 @@ def _pairs(values: tuple[str, ...], setting: str) -> tuple[tuple[str, str], ...]
     for value in values:
         arch, sep, name = value.partition("=")
         if not sep or not arch or not name:
-            raise InvalidInput(f"{setting} {value!r}: expected ARCH=NAME",
-                               hint=f"{setting} gfx942=mi300x")
+            raise InvalidInput(
+                f"{setting} {value!r}: expected ARCH=NAME", hint=f"{setting} gfx942=mi300x"
+            )
         found.append((arch, name))
     return tuple(found)
 
 
 @fleet.command("plan")
-@click.option("--engine", type=click.Choice(["slurm", "k8s", "github"]), required=True,
-              help="Which scheduler's files to write.")
-@click.option("--recipe", "recipes", multiple=True, required=True, metavar="RECIPE",
-              help="A recipe name or file (repeatable).")
-@click.option("--arch", "archs", multiple=True, metavar="ARCH|GPU",
-              help="Certify on nodes of this GPU arch, or GPU by name (MI300X, 'RTX 4090'; "
-              "repeatable; default: each recipe's).")
+@click.option(
+    "--engine",
+    type=click.Choice(["slurm", "k8s", "github"]),
+    required=True,
+    help="Which scheduler's files to write.",
+)
+@click.option(
+    "--recipe",
+    "recipes",
+    multiple=True,
+    required=True,
+    metavar="RECIPE",
+    help="A recipe name or file (repeatable).",
+)
+@click.option(
+    "--arch",
+    "archs",
+    multiple=True,
+    metavar="ARCH|GPU",
+    help="Certify on nodes of this GPU arch, or GPU by name (MI300X, 'RTX 4090'; "
+    "repeatable; default: each recipe's).",
+)
 @backend_option("Certify an image (docker) or a virtualenv (venv)", default="docker")
 @wheelhouse_option("venv/docker: folder of wheels each task installs from.")
-@click.option("--nodes", type=int, default=1, show_default=True,
-              help="Nodes (tasks) per recipe and arch (at most 1000 tasks in a plan).")
-@click.option("--gpus", type=int, default=None,
-              help="GPUs per task (default: 1 on a GPU arch, 0 for a CPU recipe).")
-@click.option("--level", type=click.Choice(["quick", "full"]), default=None,
-              help="Probe level (default: the recipe's).")
+@click.option(
+    "--nodes",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Nodes (tasks) per recipe and arch (at most 1000 tasks in a plan).",
+)
+@click.option(
+    "--gpus",
+    type=int,
+    default=None,
+    help="GPUs per task (default: 1 on a GPU arch, 0 for a CPU recipe).",
+)
+@click.option(
+    "--level",
+    type=click.Choice(["quick", "full"]),
+    default=None,
+    help="Probe level (default: the recipe's).",
+)
 @click.option("--partition", default="", help="Slurm partition.")
 @click.option("--account", default="", help="Slurm account.")
-@click.option("--time", "time_limit", default="00:30:00", show_default=True,
-              help="Slurm time limit per task.")
-@click.option("--feature", "features", multiple=True, metavar="ARCH=FEATURE",
-              help="Slurm node feature for an arch when it is not the arch's name.")
+@click.option(
+    "--time", "time_limit", default="00:30:00", show_default=True, help="Slurm time limit per task."
+)
+@click.option(
+    "--feature",
+    "features",
+    multiple=True,
+    metavar="ARCH=FEATURE",
+    help="Slurm node feature for an arch when it is not the arch's name.",
+)
 @click.option("--namespace", default="default", show_default=True, help="Kubernetes namespace.")
-@click.option("--arch-label", default="", metavar="KEY",
-              help="Kubernetes node label holding the arch (instead of the vendors' labels).")
-@click.option("--registry", default="", metavar="HOST[:PORT]/NS",
-              help="Where the recipes' images are (Kubernetes, docker backend).")
-@click.option("--runner-label", "runner_labels", multiple=True, metavar="LABEL",
-              help="GitHub runner labels besides the arch (default: self-hosted, gpu).")
-@click.option("-o", "--output", "out", required=True, type=OutputPath(),
-              metavar="DIR", help="Folder for plan.json and the engine's files.")
+@click.option(
+    "--arch-label",
+    default="",
+    metavar="KEY",
+    help="Kubernetes node label holding the arch (instead of the vendors' labels).",
+)
+@click.option(
+    "--registry",
+    default="",
+    metavar="HOST[:PORT]/NS",
+    help="Where the recipes' images are (Kubernetes, docker backend).",
+)
+@click.option(
+    "--runner-label",
+    "runner_labels",
+    multiple=True,
+    metavar="LABEL",
+    help="GitHub runner labels besides the arch (default: self-hosted, gpu).",
+)
+@click.option(
+    "-o",
+    "--output",
+    "out",
+    required=True,
+    type=OutputPath(),
+    metavar="DIR",
+    help="Folder for plan.json and the engine's files.",
+)
 @json_option
 def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
-    engine: str, recipes: tuple[str, ...], archs: tuple[str, ...], backend: str,
-    wheelhouse: Path | None, nodes: int, gpus: int | None, level: str | None,
-    partition: str, account: str, time_limit: str, features: tuple[str, ...],
-    namespace: str, arch_label: str, registry: str, runner_labels: tuple[str, ...],
-    out: Path, as_json: bool,
+    engine: str,
+    recipes: tuple[str, ...],
+    archs: tuple[str, ...],
+    backend: str,
+    wheelhouse: Path | None,
+    nodes: int,
+    gpus: int | None,
+    level: str | None,
+    partition: str,
+    account: str,
+    time_limit: str,
+    features: tuple[str, ...],
+    namespace: str,
+    arch_label: str,
+    registry: str,
+    runner_labels: tuple[str, ...],
+    out: Path,
+    as_json: bool,
 ) -> None:
     """Write a fleet plan (plan.json) and the scheduler's files for it."""
     from envforge.core.fsutil import check_folder_target  # noqa: PLC0415 - when run
@@ -103,29 +171,43 @@ def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
     from envforge.fleet.write import write_plan  # noqa: PLC0415 - when run
 
     check_folder_target(out, setting="-o")
-    site = Site(partition=partition, account=account, time=time_limit,
-                features=_pairs(features, "--feature"), namespace=namespace,
-                arch_label=arch_label, registry=registry,
-                runner_labels=runner_labels or ("self-hosted", "gpu"))
+    site = Site(
+        partition=partition,
+        account=account,
+        time=time_limit,
+        features=_pairs(features, "--feature"),
+        namespace=namespace,
+        arch_label=arch_label,
+        registry=registry,
+        runner_labels=runner_labels or ("self-hosted", "gpu"),
+    )
     loaded = [(_ref(r), load_checked(r)) for r in recipes]
     archs = _named_archs(archs)
     from envforge.backends import BACKENDS  # noqa: PLC0415 - when run
 
     plan = make_plan(
-        engine, loaded, archs=archs, backend=backend, nodes=nodes, gpus=gpus,  # type: ignore[arg-type]
+        engine,  # type: ignore[arg-type]
+        loaded,
+        archs=archs,
+        backend=backend,
+        nodes=nodes,
+        gpus=gpus,
         images=BACKENDS[backend].runs_images(),
-        site=site, wheelhouse=str(wheelhouse.resolve()) if wheelhouse else "",
-        level=level or "", envforge=(sys.executable, "-m", "envforge"),
+        site=site,
+        wheelhouse=str(wheelhouse.resolve()) if wheelhouse else "",
+        level=level or "",
+        envforge=(sys.executable, "-m", "envforge"),
     )
     written = write_plan(plan, out.resolve())
     if as_json:
-        echo_json({"plan": plan.id, "tasks": len(plan.tasks),
-                   "files": [str(p) for p in written]})
+        echo_json({"plan": plan.id, "tasks": len(plan.tasks), "files": [str(p) for p in written]})
         return
     for path in written:
         click.echo(str(path))
-    note(f"plan {plan.id}: {len(plan.tasks)} task{'' if len(plan.tasks) == 1 else 's'} "
-         f"({engine}); next: envforge fleet submit {out}")
+    note(
+        f"plan {plan.id}: {len(plan.tasks)} task{'' if len(plan.tasks) == 1 else 's'} "
+        f"({engine}); next: envforge fleet submit {out}"
+    )
 
 
 def _named_archs(archs: tuple[str, ...]) -> tuple[str, ...]:
@@ -168,8 +250,9 @@ def _jobs(folder: Path) -> list[str]:
         data = load_file(path)  # regular, bounded, depth-limited (envforge.core.jsonlimits)
         return [str(j) for j in data["jobs"]]
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise InvalidInput(f"{path}: unreadable ({exc})",
-                           hint="remove it and submit again") from None
+        raise InvalidInput(
+            f"{path}: unreadable ({exc})", hint="remove it and submit again"
+        ) from None
 
 
 @fleet.command("submit")
@@ -212,8 +295,12 @@ def _print(found: tuple[TaskState, ...]) -> None:
         gpus = f" GPU {node['gpus']}" if node["gpus"] else ""
         detail = f": {item.detail}" if item.detail else ""
         # task.json is written on the node: its values reach the terminal escaped
-        click.echo(printable(f"{item.task.index:03d}  {item.task.recipe:<14} "
-                             f"{item.task.arch:<8} {item.state}{where}{gpus}{detail}"))
+        click.echo(
+            printable(
+                f"{item.task.index:03d}  {item.task.recipe:<14} "
+                f"{item.task.arch:<8} {item.state}{where}{gpus}{detail}"
+            )
+        )
 
 
 def _verdict(found: tuple[TaskState, ...], waited: str = "") -> None:
@@ -222,25 +309,34 @@ def _verdict(found: tuple[TaskState, ...], waited: str = "") -> None:
     n = counts(found)
     summary = ", ".join(f"{v} {k}" for k, v in n.items() if v)
     if n["failed"] or n["missing"] or n["refused"]:
-        raise CertificationFailed(f"fleet: {summary}",
-                                  hint="see each task's line above and its logs/ file")
+        raise CertificationFailed(
+            f"fleet: {summary}", hint="see each task's line above and its logs/ file"
+        )
     if n["queued"] or n["running"]:
-        raise CertificationFailed(f"fleet: {summary}{waited}",
-                                  hint="envforge fleet status DIR --wait [--timeout S]")
+        raise CertificationFailed(
+            f"fleet: {summary}{waited}", hint="envforge fleet status DIR --wait [--timeout S]"
+        )
     note(f"fleet: {summary}")
 
 
 @fleet.command("status")
 @click.argument("folder", type=click.Path(path_type=Path, file_okay=False), metavar="DIR")
 @click.option("--wait", is_flag=True, help="Wait until no task is queued or running.")
-@click.option("--timeout", type=float, default=None, metavar="S",
-              help="With --wait: give up after S seconds (exit 1, named).")
+@click.option(
+    "--timeout",
+    type=float,
+    default=None,
+    metavar="S",
+    help="With --wait: give up after S seconds (exit 1, named).",
+)
 @json_option
 def status_cmd(folder: Path, wait: bool, timeout: float | None, as_json: bool) -> None:
     """Each task's state (exit 0 all passed, 1 any failed/missing/unfinished, 4 unreachable)."""
     if timeout is not None and not (math.isfinite(timeout) and 0 <= timeout <= MAX_WAIT):
-        raise InvalidInput(f"--timeout {timeout:g}: must be a number of seconds from 0 to "
-                           f"{MAX_WAIT}", hint="--timeout 3600")
+        raise InvalidInput(
+            f"--timeout {timeout:g}: must be a number of seconds from 0 to {MAX_WAIT}",
+            hint="--timeout 3600",
+        )
     plan = _load(folder)
     start = time.monotonic()
     waited = ""
@@ -262,8 +358,15 @@ def status_cmd(folder: Path, wait: bool, timeout: float | None, as_json: bool) -
 
 @fleet.command("collect")
 @click.argument("folder", type=click.Path(path_type=Path, file_okay=False), metavar="DIR")
-@click.option("-o", "--output", "site", type=OutputPath(), default=None,
-              metavar="SITE", help="Also write the matrix site (index.html, matrix.json) here.")
+@click.option(
+    "-o",
+    "--output",
+    "site",
+    type=OutputPath(),
+    default=None,
+    metavar="SITE",
+    help="Also write the matrix site (index.html, matrix.json) here.",
+)
 @json_option
 def collect_cmd(folder: Path, site: Path | None, as_json: bool) -> None:
     """Import every task's report into the evidence store; check none is missing."""
@@ -273,9 +376,12 @@ def collect_cmd(folder: Path, site: Path | None, as_json: bool) -> None:
     found = _states(plan, folder, strict=False)
     docs = [(s.source, s.document) for s in found if s.document is not None and s.record]
     imported = import_documents(docs)
-    summary: dict[str, Any] = {"plan": plan.id, "added": len(imported.added),
-                               "known": imported.known,
-                               "tasks": [s.to_dict() for s in found]}
+    summary: dict[str, Any] = {
+        "plan": plan.id,
+        "added": len(imported.added),
+        "known": imported.known,
+        "tasks": [s.to_dict() for s in found],
+    }
     if site is not None:
         from envforge.evidence.matrix import aggregate, write_site  # noqa: PLC0415 - when run
 
@@ -285,8 +391,10 @@ def collect_cmd(folder: Path, site: Path | None, as_json: bool) -> None:
         echo_json(summary)
     else:
         _print(found)
-        note(f"{len(imported.added)} report(s) added to the evidence store, "
-             f"{imported.known} already there" + (f"; wrote {summary['site']}" if site else ""))
+        note(
+            f"{len(imported.added)} report(s) added to the evidence store, "
+            f"{imported.known} already there" + (f"; wrote {summary['site']}" if site else "")
+        )
     _verdict(found)
 
 

@@ -129,21 +129,40 @@ def _project_findings(project: Project, recipe: Recipe) -> list[Finding]:
     except EnvforgeError as exc:
         return [Finding("project", "block", exc.message, exc.hint)]
     where = f"--project {project.root}"
-    found = [Finding("project", "ok", f"{len(project.requirements)} requirement(s) of"
-                     f" {project.name} fit the {recipe.name} stack's pins")]
+    found = [
+        Finding(
+            "project",
+            "ok",
+            f"{len(project.requirements)} requirement(s) of"
+            f" {project.name} fit the {recipe.name} stack's pins",
+        )
+    ]
     if current_lock(project, recipe, stack) is None:
-        found.append(Finding("project-lock", "warn", "no current lock: a build resolves again",
-                             lock_command(project, recipe)))
+        found.append(
+            Finding(
+                "project-lock",
+                "warn",
+                "no current lock: a build resolves again",
+                lock_command(project, recipe),
+            )
+        )
     else:
         found.append(Finding("project-lock", "ok", "the project's lock is current"))
     for name, backend in BACKENDS.items():  # each backend says whether it serves it now
         serves, why = backend.serves(recipe, Options(project=project))
         if serves and not why:
-            found.append(Finding("project-env", "ok",
-                                 f"{name}: the project's environment is certified"))
+            found.append(
+                Finding("project-env", "ok", f"{name}: the project's environment is certified")
+            )
         elif serves:
-            found.append(Finding("project-env", "warn", f"{name}: {why}",
-                                 f"envforge build {recipe.name} {where} --backend {name}"))
+            found.append(
+                Finding(
+                    "project-env",
+                    "warn",
+                    f"{name}: {why}",
+                    f"envforge build {recipe.name} {where} --backend {name}",
+                )
+            )
     return found
 
 
@@ -155,8 +174,13 @@ def _project_findings(project: Project, recipe: Recipe) -> list[Finding]:
 @project_option
 @json_option
 def doctor_cmd(  # noqa: PLR0917 - click passes options positionally by name
-    recipe_ref: str | None, backend: str | None, root: Path, overrides: tuple[str, ...],
-    project_dir: Path | None, extras: tuple[str, ...], as_json: bool,
+    recipe_ref: str | None,
+    backend: str | None,
+    root: Path,
+    overrides: tuple[str, ...],
+    project_dir: Path | None,
+    extras: tuple[str, ...],
+    as_json: bool,
 ) -> None:
     """Check this host for a recipe (default: auto); print each finding with its fix.
 

@@ -83,8 +83,11 @@ def _check_attach(refs: Sequence[str]) -> None:
     """``--attach`` attaches to a registry's digest: every ref must name a registry image."""
     for ref in refs:
         host = ref.split("/", 1)[0]
-        if not _looks_like_image(ref) or "/" not in ref or not (
-                ":" in host or "." in host or host == "localhost"):
+        if (
+            not _looks_like_image(ref)
+            or "/" not in ref
+            or not (":" in host or "." in host or host == "localhost")
+        ):
             raise InvalidInput(
                 f"--attach {ref}: not an image in a registry (HOST[:PORT]/REPO:TAG or @sha256:…)",
                 hint="name the pulled image by its registry reference",
@@ -203,8 +206,9 @@ def certify(  # noqa: PLR0917 - click passes options positionally by name
             )
             result = chosen.certify(recipe, options)
             notes.add(result.report, result.facts(), title=f"envforge certify {ref}")
-            attest_result(result, recipe, signing_key, attest_file,
-                          attach_to=ref if attach else None)
+            attest_result(
+                result, recipe, signing_key, attest_file, attach_to=ref if attach else None
+            )
             row = {"ref": ref, "recipe": recipe.name, **result.to_dict()}
             results.append(row)
             failure = result.failure()
@@ -244,8 +248,14 @@ def certify(  # noqa: PLR0917 - click passes options positionally by name
 @signing_key_option
 @json_option
 def publish_cmd(
-    recipe_ref: str, registry: str, *, require_signed: bool, overrides: tuple[str, ...],
-    deadline: float, signing_key: Path | None, as_json: bool,
+    recipe_ref: str,
+    registry: str,
+    *,
+    require_signed: bool,
+    overrides: tuple[str, ...],
+    deadline: float,
+    signing_key: Path | None,
+    as_json: bool,
 ) -> None:
     """Push the recipe's certified image (refused, exit 5, without a passing certificate).
 

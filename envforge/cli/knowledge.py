@@ -53,13 +53,17 @@ def show_cmd(*, as_json: bool) -> None:
     for r in table.releases:
         checked = f", checked {r.checked}" if r.checked else ""
         out(f"torch {r.series}: {', '.join(r.versions)}  [{r.origin}]")
-        out(f"  CPython {r.python_min}-{r.python_max}{checked}"
-            + (f", NumPy breaks {r.numpy_breaks}" if r.numpy_breaks else ""))
+        out(
+            f"  CPython {r.python_min}-{r.python_max}{checked}"
+            + (f", NumPy breaks {r.numpy_breaks}" if r.numpy_breaks else "")
+        )
         for v in r.variants:
             default = ", default build" if v.pypi_default else ""
             archs = f", archs {' '.join(v.archs)}" if v.archs else ""
-            out(f"  {v.name:<10} py{v.python_min}-{v.python_max} {v.form} {v.index} "
-                f"[{v.confidence}{default}]{archs}  [{v.origin}]")
+            out(
+                f"  {v.name:<10} py{v.python_min}-{v.python_max} {v.form} {v.index} "
+                f"[{v.confidence}{default}]{archs}  [{v.origin}]"
+            )
     sections = (
         ("numpy series", [(n.series, n.origin) for n in table.numpy_releases]),
         ("HSA overrides", [(o.arch, o.origin) for o in table.overrides]),
@@ -101,8 +105,7 @@ def _client_options(func: Any) -> Any:
     )(func)
 
 
-def _client(urls: list[str], timeout: float, max_age: float, deadline: float | None
-            ) -> IndexClient:
+def _client(urls: list[str], timeout: float, max_age: float, deadline: float | None) -> IndexClient:
     """The index client for ``urls``: their hosts only (and ENVFORGE_INDEX_MIRROR's,
     ENVFORGE_ALLOW_HOSTS'), one overall deadline starting now."""
     try:
@@ -111,10 +114,17 @@ def _client(urls: list[str], timeout: float, max_age: float, deadline: float | N
         raise InvalidInput(str(exc), hint=f"unset {DEADLINE_ENV} or pass --deadline") from None
     for url in urls:
         if origin_of(url) is None:
-            raise InvalidInput(f"{url!r} is not an http(s) URL",
-                               hint="pass --index / --pytorch-index http(s)://HOST/PATH")
-    return IndexClient(cache_dir=default_cache_dir(), timeout=timeout, max_age=max_age,
-                       policy=Policy.for_urls(urls), deadline=Deadline.start(seconds))
+            raise InvalidInput(
+                f"{url!r} is not an http(s) URL",
+                hint="pass --index / --pytorch-index http(s)://HOST/PATH",
+            )
+    return IndexClient(
+        cache_dir=default_cache_dir(),
+        timeout=timeout,
+        max_age=max_age,
+        policy=Policy.for_urls(urls),
+        deadline=Deadline.start(seconds),
+    )
 
 
 def _default_index() -> str:
@@ -196,8 +206,9 @@ def refresh_cmd(
             click.echo(f"wrote {len(report.proposed)} proposed row(s) to {output}")
     if not report.complete and not allow_partial:
         sys.stdout.flush()
-        raise Unavailable(report.summary(),
-                          hint="check the network and --deadline, or pass --allow-partial")
+        raise Unavailable(
+            report.summary(), hint="check the network and --deadline, or pass --allow-partial"
+        )
 
 
 @knowledge.command("status")
@@ -217,8 +228,12 @@ def refresh_cmd(
 @json_option
 def status_cmd(
     *,
-    index: str | None, stale_days: int, timeout: float, max_age: float,
-    deadline: float | None, as_json: bool,
+    index: str | None,
+    stale_days: int,
+    timeout: float,
+    max_age: float,
+    deadline: float | None,
+    as_json: bool,
 ) -> None:
     """Is the table current? Exit 0 when it knows every release the index lists, 1 when
     the index lists a release the table lacks (4: the index did not answer in time,

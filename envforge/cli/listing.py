@@ -33,8 +33,10 @@ def list_cmd(as_json: bool) -> None:
     for r in rows:
         name = printable(r["name"])  # a file name may hold anything
         if r["error"] is not None:
-            click.echo(f"{name:<{width}}  {'-':<8} {'BROKEN':<32} (see stderr; envforge "
-                       f"validate {printable(r['path'])})")
+            click.echo(
+                f"{name:<{width}}  {'-':<8} {'BROKEN':<32} (see stderr; envforge "
+                f"validate {printable(r['path'])})"
+            )
             click.echo(f"envforge: {name}: {r['error']}", err=True)
             continue
         arch = r["arch"] or "-"

@@ -59,9 +59,7 @@ def register(group: click.Group) -> None:
     type=OutputPath(),
     help="Folder for index.html and matrix.json (created when missing).",
 )
-@trust_option(
-    "Public key file naming signers (repeatable; default: $ENVFORGE_TRUSTED_KEYS)."
-)
+@trust_option("Public key file naming signers (repeatable; default: $ENVFORGE_TRUSTED_KEYS).")
 @json_option
 def matrix(evidence: tuple[Path, ...], out: Path, trust: tuple[Path, ...], as_json: bool) -> None:
     """Write the certified-on matrix (GPU arch x recipe) as a static site."""

@@ -106,8 +106,9 @@ def probe(  # noqa: PLR0917 - click passes options positionally
     from envforge.probe.spec import ProbeSpec, step_timeout_problem  # noqa: PLC0415 - as above
 
     if step_timeout is not None and step_timeout_problem(step_timeout):
-        raise InvalidInput(f"--step-timeout {step_timeout_problem(step_timeout)}",
-                           hint="--step-timeout 60")
+        raise InvalidInput(
+            f"--step-timeout {step_timeout_problem(step_timeout)}", hint="--step-timeout 60"
+        )
     if report_dir is not None:  # before the probe runs: a file in the way is exit 2 now
         check_folder_target(report_dir, setting="--report", files=REPORT_FILES)
     title = "envforge probe" + (f" --recipe {recipe_ref}" if recipe_ref else "")
@@ -187,8 +188,10 @@ def _hint(problem: StepResult, spec: ProbeSpec) -> str | None:
         path = next((c.path for c in spec.checks if c.step == problem.name), "the check")
         return f"the check raised; run it with the probed interpreter to debug: python {path}"
     if problem.name == "memory" and problem.status == "fail" and spec.require_free:
-        return ("other processes hold the GPU's memory (named in the detail where the driver "
-                "shows them): stop them, or lower --require-free")
+        return (
+            "other processes hold the GPU's memory (named in the detail where the driver "
+            "shows them): stop them, or lower --require-free"
+        )
     if problem.status == "fail" and spec.recipe_name is None:
         return "see the step's detail"
     hint = _HINTS.get(problem.status)
@@ -221,4 +224,3 @@ def _say_grant() -> None:
     if grant is not None:
         where = f"{grant.variable}={grant.gpus} on {grant.node or 'this node'}"
         say(f"the scheduler granted GPU {grant.gpus} ({where}); probing the GPUs this job sees")
-

@@ -13,7 +13,10 @@ from envforge.project.init import init_project
 
 @click.command("init")
 @click.argument(
-    "folder", required=False, default=".", metavar="[DIR]",
+    "folder",
+    required=False,
+    default=".",
+    metavar="[DIR]",
     type=click.Path(path_type=Path, file_okay=False),
 )
 def init_cmd(folder: Path) -> None:

@@ -50,8 +50,11 @@ if TYPE_CHECKING:
 @strict_option
 @json_option
 def show(
-    recipe_ref: str | None, project_dir: Path | None, extras: tuple[str, ...],
-    overrides: tuple[str, ...], as_json: bool,
+    recipe_ref: str | None,
+    project_dir: Path | None,
+    extras: tuple[str, ...],
+    overrides: tuple[str, ...],
+    as_json: bool,
 ) -> None:
     """Show a recipe's stack, why each pin and env var is there, and how sure we are."""
     project = load_project_option(project_dir, extras)
@@ -71,9 +74,7 @@ def show(
         data["confidence"] = "uncertain" if unknown else "known"
         data["unknown"] = [v.one_line(recipe.origin) for v in unknown]
         data["certified_on"] = where
-        data["reasons"] = [
-            {"pin": r.pin, "why": r.why, "source": r.source} for r in reasons
-        ]
+        data["reasons"] = [{"pin": r.pin, "why": r.why, "source": r.source} for r in reasons]
         data["stack"] = stack.to_dict()
         data["solve"] = beside.to_dict() if beside is not None else None
         if project_view is not None:
@@ -151,17 +152,30 @@ def _project_view(project: Project, recipe: Recipe, stack: Stack) -> dict[str, o
     stack = project_stack(project, recipe, stack)
     current = current_lock(project, recipe, stack)
     path = current or found_lock(project, recipe) or lock_file(project, recipe)
-    state = "current" if current else (
-        "stale (run envforge lock again)" if path.is_file() else "none yet")
+    state = (
+        "current"
+        if current
+        else ("stale (run envforge lock again)" if path.is_file() else "none yet")
+    )
     family = {"torch": stack.torch, **{pin.name: pin.requirement for pin in stack.companions}}
-    routed = {line: family[name] for line in project.requirements
-              if (name := requirement_name(line)) is not None and name in family}
+    routed = {
+        line: family[name]
+        for line in project.requirements
+        if (name := requirement_name(line)) is not None and name in family
+    }
     return {
-        "name": project.name, "root": str(project.root), "source": str(project.source),
-        "requirements": list(project.requirements), "constraints": list(project.constraints),
-        "from_stack": routed, "stack_index": stack.index,
-        "extras": list(project.extras), "groups": list(project.groups),
-        "checks": list(project.checks), "lock": str(path), "lock_state": state,
+        "name": project.name,
+        "root": str(project.root),
+        "source": str(project.source),
+        "requirements": list(project.requirements),
+        "constraints": list(project.constraints),
+        "from_stack": routed,
+        "stack_index": stack.index,
+        "extras": list(project.extras),
+        "groups": list(project.groups),
+        "checks": list(project.checks),
+        "lock": str(path),
+        "lock_state": state,
     }
 
 
@@ -356,9 +370,11 @@ def render(
                 stack = stack_of(recipe)
                 _emit(render_dockerfile(recipe, _with_lock(recipe, options, stack), stack))
             elif fmt == "devcontainer":
-                _emit(dict(_devcontainer(recipe, options, devcontainer_from).files)[
-                    "devcontainer.json"
-                ])
+                _emit(
+                    dict(_devcontainer(recipe, options, devcontainer_from).files)[
+                        "devcontainer.json"
+                    ]
+                )
             else:
                 _emit(plan_venv(recipe, options).setup_script)
             return
@@ -406,17 +422,26 @@ def render(
     click.echo(f"wrote {len(recipes)} {what} under {output}", err=True)
 
 
-def _render_apptainer(recipe_ref: str | None, render_all: bool, output: Path | None,
-                      image: str | None, overrides: tuple[str, ...]) -> None:
+def _render_apptainer(
+    recipe_ref: str | None,
+    render_all: bool,
+    output: Path | None,
+    image: str | None,
+    overrides: tuple[str, ...],
+) -> None:
     """``--format apptainer``: one recipe's envforge.def, to stdout or DIR/<recipe>/."""
     from envforge.render.apptainer import render_apptainer  # noqa: PLC0415 - jinja2 when rendering
 
     if render_all or recipe_ref is None:
-        raise InvalidInput("--format apptainer renders one recipe (its certified image)",
-                           hint="envforge render RECIPE --format apptainer --image REF@sha256:...")
+        raise InvalidInput(
+            "--format apptainer renders one recipe (its certified image)",
+            hint="envforge render RECIPE --format apptainer --image REF@sha256:...",
+        )
     if image is None:
-        raise InvalidInput("--format apptainer needs --image REF@sha256:DIGEST",
-                           hint="the certified image's digest, as envforge publish prints it")
+        raise InvalidInput(
+            "--format apptainer needs --image REF@sha256:DIGEST",
+            hint="the certified image's digest, as envforge publish prints it",
+        )
     recipe, _choice = load_for_host(recipe_ref, None, overrides)
     text = render_apptainer(recipe, image)
     if output is None:

@@ -39,15 +39,23 @@ _TRUST_HELP = (
 
 @click.command("verify")
 @click.argument("ref", metavar="REF")
-@click.option("--pull", "pull", is_flag=True,
-              help="Pull REF into the engine and verify that copy.")
-@click.option("--no-pull", "local", is_flag=True,
-              help="Verify the engine's local image REF; read no registry.")
+@click.option("--pull", "pull", is_flag=True, help="Pull REF into the engine and verify that copy.")
+@click.option(
+    "--no-pull",
+    "local",
+    is_flag=True,
+    help="Verify the engine's local image REF; read no registry.",
+)
 @trust_option(_TRUST_HELP)
 @deadline_option(_DEADLINE_HELP)
 @json_option
 def verify_cmd(
-    ref: str, *, pull: bool, local: bool, trust: tuple[Path, ...], deadline: float,
+    ref: str,
+    *,
+    pull: bool,
+    local: bool,
+    trust: tuple[Path, ...],
+    deadline: float,
     as_json: bool,
 ) -> None:
     """Check that REF's certificate passed and matches its content (exit 0/1).
@@ -103,8 +111,15 @@ def pull_cmd(ref: str, trust: tuple[Path, ...], deadline: float, as_json: bool) 
     finally:
         client.close()
     if as_json:
-        echo_json({"ref": ref, "tag": tag, "image": result.image_id,
-                   "certificate": result.certificate.digest, "signature": signature})
+        echo_json(
+            {
+                "ref": ref,
+                "tag": tag,
+                "image": result.image_id,
+                "certificate": result.certificate.digest,
+                "signature": signature,
+            }
+        )
         return
     note(f"{ref} verified ({signature}); tagged {tag}")
     click.echo(tag)

@@ -28,8 +28,7 @@ from envforge.cli.common import (
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": True})
 @click.argument("recipe_ref", metavar="RECIPE|auto")
 @backend_option(
-    "Where to run. Default: docker when an engine answers and has the certified image, "
-    "else venv."
+    "Where to run. Default: docker when an engine answers and has the certified image, else venv."
 )
 @click.option(
     "--fallback",
@@ -71,7 +70,11 @@ def shell(  # noqa: PLR0917 - click passes options positionally by name
     chosen = backends.pick(recipe, requested, say=say, options=backends.Options(project=project))
     refuse_foreign(backends.BACKENDS, chosen, "shell", extra)
     options = backends.Options(
-        gpus=gpus, listener=ProbeProgress(table=False), say=say, note=note, extra=extra,
+        gpus=gpus,
+        listener=ProbeProgress(table=False),
+        say=say,
+        note=note,
+        extra=extra,
         project=project,
     )
     code = backends.shell(

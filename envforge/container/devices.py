@@ -292,8 +292,7 @@ def pick_gpus(text: str, gpus: Sequence[GpuInfo], vendor: str | None = None) -> 
         spans = ", ".join(f"{a} (GPU {','.join(map(str, ix))})" for a, ix in archs.items())
         per = "; ".join(f"--gpu {','.join(map(str, ix))} for {a}" for a, ix in archs.items())
         raise InvalidInput(
-            f"--gpu {text} spans GPUs of different archs: {spans}; one stack cannot serve "
-            "them all",
+            f"--gpu {text} spans GPUs of different archs: {spans}; one stack cannot serve them all",
             hint=f"select one arch per run: {per}",
         )
     ordinals: list[int] = []

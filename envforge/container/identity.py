@@ -114,8 +114,11 @@ def identify(
         elif spec_dirs:
             cdi, reason = True, f"Docker {text} has CDI enabled (spec dirs {', '.join(spec_dirs)})"
         else:
-            cdi, reason = False, (
-                f"Docker {text} reports no CDI spec dirs: CDI is not enabled "
-                '("features": {"cdi": true} in daemon.json)'
+            cdi, reason = (
+                False,
+                (
+                    f"Docker {text} reports no CDI spec dirs: CDI is not enabled "
+                    '("features": {"cdi": true} in daemon.json)'
+                ),
             )
     return EngineIdentity(kind=kind, version=text, rootless=rootless, cdi=cdi, cdi_reason=reason)

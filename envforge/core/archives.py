@@ -47,8 +47,10 @@ def archive_problem(url: str) -> str | None:
     if not hashed or not _SHA256_RE.fullmatch(digest):
         return "a URL without #sha256=<the file's 64 lowercase hex digits> at its end"
     if not _ADDRESS_RE.fullmatch(address):
-        return ("a URL that is not https:// (http:// only to 127.0.0.1), or that has a user,"
-                " a query or a space")
+        return (
+            "a URL that is not https:// (http:// only to 127.0.0.1), or that has a user,"
+            " a query or a space"
+        )
     if not address.lower().endswith(ARCHIVE_SUFFIXES):
         return "a URL that names no archive (.whl, .tar.gz or .zip)"
     return None

@@ -41,10 +41,26 @@ from envforge.errors import BadPath, EnvforgeError, StorageUnavailable
 PathLike = Union[str, "os.PathLike[str]"]
 
 __all__ = [  # the reading half lives in envforge.core.reading (light to import)
-    "PATH_ERRNOS", "REPORT_FILES", "TMP_PREFIX", "FileTooLarge", "NotRegularFile", "PathLike",
-    "append_text", "check_file_target", "check_folder_target", "describe", "in_the_way",
-    "make_dirs", "make_temp_dir", "os_error", "read_limited", "read_reason",
-    "refuse_special_file", "write_atomically", "write_files", "writing",
+    "PATH_ERRNOS",
+    "REPORT_FILES",
+    "TMP_PREFIX",
+    "FileTooLarge",
+    "NotRegularFile",
+    "PathLike",
+    "append_text",
+    "check_file_target",
+    "check_folder_target",
+    "describe",
+    "in_the_way",
+    "make_dirs",
+    "make_temp_dir",
+    "os_error",
+    "read_limited",
+    "read_reason",
+    "refuse_special_file",
+    "write_atomically",
+    "write_files",
+    "writing",
 ]
 
 #: errno values that mean "the path is wrong" (exit 2); every other one is exit 4.
@@ -213,8 +229,7 @@ def refuse_special_file(
     target = Path(shown if shown is not None else path)
     where = setting or _setting_for(target)
     raise BadPath(
-        f"cannot write {target}: it is {describe(path)}, not a regular file"
-        f"{_state_note(where)}",
+        f"cannot write {target}: it is {describe(path)}, not a regular file{_state_note(where)}",
         path=str(target),
         hint=f"write to a regular file: {_elsewhere(where)}",
     )
@@ -399,8 +414,9 @@ def append_text(path: Path, text: str, *, setting: str | None = None) -> None:
     (:func:`refuse_special_file`); errors as :func:`os_error`."""
     refuse_special_file(path, setting=setting)
     with writing(path, setting=setting):
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC,
-                     0o644)
+        fd = os.open(
+            path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o644
+        )
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):  # it changed since the check
                 refuse_special_file(path, setting=setting)

@@ -66,8 +66,9 @@ def _depth_ok(value: Any, max_depth: int) -> bool:
             if depth > max_depth:
                 return False
             children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children
-                         if isinstance(child, (dict, list)))
+            stack.extend(
+                (child, depth + 1) for child in children if isinstance(child, (dict, list))
+            )
     return True
 
 
@@ -92,8 +93,13 @@ def loads(
     else:
         text = data
     try:
-        value = json.loads(text, parse_int=_int, parse_float=_float, parse_constant=_constant,
-                           object_hook=object_hook)
+        value = json.loads(
+            text,
+            parse_int=_int,
+            parse_float=_float,
+            parse_constant=_constant,
+            object_hook=object_hook,
+        )
     except BadJSON:
         raise
     except RecursionError:

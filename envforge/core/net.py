@@ -111,7 +111,10 @@ class Policy:
 
     @classmethod
     def for_urls(
-        cls, urls: Iterable[str], environ: Mapping[str, str] | None = None, *,
+        cls,
+        urls: Iterable[str],
+        environ: Mapping[str, str] | None = None,
+        *,
         hops: bool = False,
     ) -> Policy:
         """The origins of ``urls``, of both sides of ``ENVFORGE_INDEX_MIRROR`` and of
@@ -134,8 +137,11 @@ class Policy:
         if origin in self.origins:
             return
         before = origin_of(came_from) if came_from else None
-        if before is not None and before[1] == origin[1] and origin[0] == "https" and (
-            origin[2] in (before[2], 443)
+        if (
+            before is not None
+            and before[1] == origin[1]
+            and origin[0] == "https"
+            and (origin[2] in (before[2], 443))
         ):
             return  # the same host, upgraded to https (on its port, or https's own)
         if self.hops and before is not None and before[0] == origin[0] == "https":
@@ -143,7 +149,8 @@ class Policy:
         allowed = ", ".join(sorted(_show(o) for o in self.origins)) or "none"
         what = f"a redirect from {came_from} to" if came_from else "a request to"
         raise NetError(
-            url, "refused",
+            url,
+            "refused",
             f"{what} {_show(origin)}, which is not a configured host (configured: {allowed}; "
             f"add one with {ALLOW_ENV})",
         )
@@ -167,8 +174,10 @@ class Deadline:
         return self.at - time.monotonic()
 
     def reason(self) -> str:
-        return (f"no answer within the overall deadline of {self.seconds:g} s "
-                f"(--deadline or {DEADLINE_ENV})")
+        return (
+            f"no answer within the overall deadline of {self.seconds:g} s "
+            f"(--deadline or {DEADLINE_ENV})"
+        )
 
 
 def deadline_seconds(given: float | None, environ: Mapping[str, str] | None = None) -> float:
@@ -255,7 +264,10 @@ def call(func: Callable[[], R], *, deadline: Deadline, what: str) -> R:
 
 
 def follow(
-    start: Callable[[], Iterable[T]], *, stall: float, what: str,
+    start: Callable[[], Iterable[T]],
+    *,
+    stall: float,
+    what: str,
     moved: Callable[[T], bool] = lambda _item: True,
 ) -> Iterator[T]:
     """The items ``start()`` yields, read on a daemon thread; NetError (timeout) naming
@@ -281,8 +293,9 @@ def follow(
         except queue.Empty:
             kind, value = -1, None
         if kind in (-1, 0) and time.monotonic() - last >= stall:
-            raise NetError(what, "timeout", f"no progress for {stall:g} s "
-                           f"(--deadline or {DEADLINE_ENV})")
+            raise NetError(
+                what, "timeout", f"no progress for {stall:g} s (--deadline or {DEADLINE_ENV})"
+            )
         if kind == -1:
             continue
         if kind == 1:
@@ -341,8 +354,16 @@ def fetch(
     try:
         for _ in range(MAX_REDIRECTS + 1):
             policy.check(url, came_from=came_from)
-            reply = _once(url, sent, deadline=deadline, limit=limit, timeout=timeout,
-                          context=context, method=method, body=body)
+            reply = _once(
+                url,
+                sent,
+                deadline=deadline,
+                limit=limit,
+                timeout=timeout,
+                context=context,
+                method=method,
+                body=body,
+            )
             location = reply.header("location")
             if reply.status not in _REDIRECTS or not location or method != "GET":
                 return reply
@@ -353,13 +374,15 @@ def fetch(
     except NetError as exc:
         if exc.url == first:
             raise
-        raise NetError(first, exc.kind, f"{exc.reason} (redirected to {exc.url})",
-                       lasting=exc.lasting) from None
+        raise NetError(
+            first, exc.kind, f"{exc.reason} (redirected to {exc.url})", lasting=exc.lasting
+        ) from None
     raise NetError(first, "malformed", f"more than {MAX_REDIRECTS} redirects")
 
 
-def _connection(url: str, timeout: float, context: ssl.SSLContext | None) -> tuple[
-        http.client.HTTPConnection, str]:
+def _connection(
+    url: str, timeout: float, context: ssl.SSLContext | None
+) -> tuple[http.client.HTTPConnection, str]:
     parts = urllib.parse.urlsplit(url)
     origin = origin_of(url)
     assert origin is not None  # checked by the policy
@@ -370,8 +393,9 @@ def _connection(url: str, timeout: float, context: ssl.SSLContext | None) -> tup
     if scheme == "https":
         ctx = context or ssl_context()
         if proxy_origin is not None:
-            tunnel = http.client.HTTPSConnection(proxy_origin[1], proxy_origin[2],
-                                                 timeout=timeout, context=ctx)
+            tunnel = http.client.HTTPSConnection(
+                proxy_origin[1], proxy_origin[2], timeout=timeout, context=ctx
+            )
             tunnel.set_tunnel(host, port)
             return tunnel, target
         return http.client.HTTPSConnection(host, port, timeout=timeout, context=ctx), target
@@ -382,16 +406,22 @@ def _connection(url: str, timeout: float, context: ssl.SSLContext | None) -> tup
 
 
 def _once(
-    url: str, headers: Mapping[str, str], *, deadline: Deadline, limit: int, timeout: float,
-    context: ssl.SSLContext | None, method: str = "GET", body: bytes | None = None,
+    url: str,
+    headers: Mapping[str, str],
+    *,
+    deadline: Deadline,
+    limit: int,
+    timeout: float,
+    context: ssl.SSLContext | None,
+    method: str = "GET",
+    body: bytes | None = None,
 ) -> Reply:
     left = deadline.left()
     if left <= 0:
         raise NetError(url, "timeout", deadline.reason())
     conn, target = _connection(url, min(timeout, left), context)
     try:
-        conn.request(method, target, body=body,
-                     headers={"Accept-Encoding": "gzip", **headers})
+        conn.request(method, target, body=body, headers={"Accept-Encoding": "gzip", **headers})
         resp = conn.getresponse()
         got = {k.lower(): v for k, v in resp.getheaders()}
         body = _read(resp, conn, url, got, deadline=deadline, limit=limit, timeout=timeout)
@@ -404,15 +434,22 @@ def _once(
         raise NetError(url, "malformed", f"not an HTTP answer ({type(exc).__name__})") from None
     except OSError as exc:
         lasting = isinstance(exc, (socket.gaierror, ConnectionRefusedError))
-        raise NetError(url, "unreachable", exc.strerror or str(exc) or type(exc).__name__,
-                       lasting=lasting) from None
+        raise NetError(
+            url, "unreachable", exc.strerror or str(exc) or type(exc).__name__, lasting=lasting
+        ) from None
     finally:
         conn.close()
 
 
 def _read(
-    resp: http.client.HTTPResponse, conn: http.client.HTTPConnection, url: str,
-    headers: Mapping[str, str], *, deadline: Deadline, limit: int, timeout: float,
+    resp: http.client.HTTPResponse,
+    conn: http.client.HTTPConnection,
+    url: str,
+    headers: Mapping[str, str],
+    *,
+    deadline: Deadline,
+    limit: int,
+    timeout: float,
 ) -> bytes:
     """The body, chunk by chunk: NetError (too-large) past ``limit`` decoded bytes,
     (timeout) past the deadline, however slowly the server sends."""

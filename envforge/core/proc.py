@@ -220,8 +220,12 @@ def parse_stat(text: str) -> ProcStat | None:
         return None
     try:
         return ProcStat(
-            pid=int(pid_text), state=fields[0], ppid=int(fields[1]), pgid=int(fields[2]),
-            sid=int(fields[3]), start=int(fields[19]),
+            pid=int(pid_text),
+            state=fields[0],
+            ppid=int(fields[1]),
+            pgid=int(fields[2]),
+            sid=int(fields[3]),
+            start=int(fields[19]),
         )
     except ValueError:
         return None
@@ -313,8 +317,9 @@ def kill_pids(found: Iterable[int], table: Mapping[int, ProcStat], root: Path = 
             frozen.append(pid)
             _kill(pid, signal.SIGSTOP)
         table = process_table(root)
-        todo = [p for pid in new for p in descendants(pid, table)
-                if p in table and not table[p].zombie]
+        todo = [
+            p for pid in new for p in descendants(pid, table) if p in table and not table[p].zombie
+        ]
     for pid in frozen:
         _kill(pid, signal.SIGKILL)
     return frozen
@@ -355,12 +360,16 @@ def kill_marked(key: str, value: str, root: Path = PROC) -> list[int]:
     killed: list[int] = []
     for _ in range(5):
         table = process_table(root)
-        found = [p for p, stat in table.items()
-                 if p != os.getpid() and not stat.zombie and p not in killed
-                 and environ_has(p, key, value, root)]
+        found = [
+            p
+            for p, stat in table.items()
+            if p != os.getpid()
+            and not stat.zombie
+            and p not in killed
+            and environ_has(p, key, value, root)
+        ]
         if not found:
             break
         killed.extend(kill_pids(found, table, root))
         time.sleep(0.01)
     return killed
-

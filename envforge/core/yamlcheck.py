@@ -98,7 +98,10 @@ def _kind(path: Path) -> str:
 
 
 def read_text(
-    path: Path, source: str | None = None, *, error: ErrorType = DataFileError,
+    path: Path,
+    source: str | None = None,
+    *,
+    error: ErrorType = DataFileError,
     max_bytes: int = MAX_BYTES,
 ) -> str:
     """Read a small UTF-8 text file without blocking on FIFOs or devices.
@@ -112,17 +115,20 @@ def read_text(
     except FileNotFoundError:
         raise error(where, "", "no such file") from None
     except IsADirectoryError:
-        raise error(where, "", "is a directory", hint=f"give the path of a {_kind(path)}") \
-            from None
+        raise error(where, "", "is a directory", hint=f"give the path of a {_kind(path)}") from None
     except NotRegularFile as exc:
         raise error(
-            where, "", read_reason(exc, path),
+            where,
+            "",
+            read_reason(exc, path),
             hint=f"put a regular file there, or give the path of another {_kind(path)}",
         ) from None
     except FileTooLarge as exc:
         size = f"is {exc.size} bytes, more than" if exc.size is not None else "is more than"
         raise error(
-            where, "", f"{size} the {max_bytes} bytes allowed",
+            where,
+            "",
+            f"{size} the {max_bytes} bytes allowed",
             hint="data files are small text files; check the path",
         ) from None
     except OSError as exc:
@@ -131,13 +137,18 @@ def read_text(
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise error(
-            where, "", f"cannot be read: not UTF-8 text (byte {exc.start})",
+            where,
+            "",
+            f"cannot be read: not UTF-8 text (byte {exc.start})",
             hint="save the file as UTF-8",
         ) from None
 
 
 def load_file(
-    path: Path, source: str | None = None, *, error: ErrorType = DataFileError,
+    path: Path,
+    source: str | None = None,
+    *,
+    error: ErrorType = DataFileError,
     max_bytes: int = MAX_BYTES,
 ) -> Any:
     """:func:`read_text` then :func:`parse`."""
@@ -237,46 +248,60 @@ class _Builder:
         self.nodes += 1
         if self.nodes > MAX_NODES:
             raise self.fail(
-                path, node, f"more than {MAX_NODES} values (aliases expanded)",
+                path,
+                node,
+                f"more than {MAX_NODES} values (aliases expanded)",
                 hint="data files are small; remove repeated aliases",
             )
         if depth > MAX_DEPTH:
-            raise self.fail(path, node, f"nested more than {MAX_DEPTH} levels deep",
-                            hint="flatten the structure")
+            raise self.fail(
+                path,
+                node,
+                f"nested more than {MAX_DEPTH} levels deep",
+                hint="flatten the structure",
+            )
         if isinstance(node, yaml.MappingNode):
             return self.mapping(node, path, depth)
         if isinstance(node, yaml.SequenceNode):
             if node.tag != "tag:yaml.org,2002:seq":
-                raise self.fail(path, node, f"unsupported YAML tag {node.tag!r}",
-                                hint="write a plain list")
+                raise self.fail(
+                    path, node, f"unsupported YAML tag {node.tag!r}", hint="write a plain list"
+                )
             return [self.build(item, join(path, i), depth + 1) for i, item in enumerate(node.value)]
         return self.scalar(node, path)
 
     def mapping(self, node: yaml.MappingNode, path: str, depth: int) -> dict[Any, Any]:
         if node.tag != "tag:yaml.org,2002:map":
-            raise self.fail(path, node, f"unsupported YAML tag {node.tag!r}",
-                            hint="write a plain mapping")
+            raise self.fail(
+                path, node, f"unsupported YAML tag {node.tag!r}", hint="write a plain mapping"
+            )
         result: dict[Any, Any] = {}
         for key_node, value_node in node.value:
             if not isinstance(key_node, yaml.ScalarNode):
                 raise self.fail(
-                    path, key_node, "a key is a list or a mapping (a complex '?' key)",
+                    path,
+                    key_node,
+                    "a key is a list or a mapping (a complex '?' key)",
                     hint="keys must be plain words",
                 )
             if key_node.tag == _MERGE_TAG:
-                raise self.fail(path, key_node, "merge keys (<<) are not supported",
-                                hint="write the keys out")
+                raise self.fail(
+                    path, key_node, "merge keys (<<) are not supported", hint="write the keys out"
+                )
             key = self.scalar(key_node, path)
             here = f"{path}.{key}" if path else str(key)
             try:
                 seen = key in result
             except TypeError:  # an unhashable scalar cannot be made; belt and braces
-                raise self.fail(path, key_node, "a key is not a plain value",
-                                hint="keys must be plain words") from None
+                raise self.fail(
+                    path, key_node, "a key is not a plain value", hint="keys must be plain words"
+                ) from None
             if seen:
                 line = key_node.start_mark.line + 1
                 raise self.error(
-                    self.source, here, f"key {str(key)!r} appears twice (second at line {line})",
+                    self.source,
+                    here,
+                    f"key {str(key)!r} appears twice (second at line {line})",
                     hint="keep one of them",
                 )
             result[key] = self.build(value_node, here, depth + 1)
@@ -285,12 +310,17 @@ class _Builder:
     def scalar(self, node: yaml.Node, path: str) -> Any:
         text = node.value if isinstance(node.value, str) else ""
         if has_surrogate(text):
-            raise self.fail(path, node, "contains a lone surrogate (an invalid character)",
-                            hint="write the character itself, as UTF-8")
+            raise self.fail(
+                path,
+                node,
+                "contains a lone surrogate (an invalid character)",
+                hint="write the character itself, as UTF-8",
+            )
         if node.tag in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float"):
             if len(text) > MAX_NUMBER_CHARS:
-                raise self.fail(path, node, f"a number of {len(text)} characters",
-                                hint="quote it if it is text")
+                raise self.fail(
+                    path, node, f"a number of {len(text)} characters", hint="quote it if it is text"
+                )
             value = self.loader.construct_object(node)
             number: SourceInt | SourceFloat
             if isinstance(value, bool):
@@ -314,20 +344,33 @@ def parse(text: str, source: str, *, error: ErrorType = DataFileError) -> Any:
         finally:
             loader.dispose()
     except _TooDeep as exc:
-        raise error(source, f"line {exc.line}", f"nested more than {MAX_DEPTH} levels deep",
-                    hint="flatten the structure") from None
+        raise error(
+            source,
+            f"line {exc.line}",
+            f"nested more than {MAX_DEPTH} levels deep",
+            hint="flatten the structure",
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise error(source, where, f"not valid YAML: {problem}",
-                    hint="fix the YAML syntax there (quote text with special characters)") from None
+        raise error(
+            source,
+            where,
+            f"not valid YAML: {problem}",
+            hint="fix the YAML syntax there (quote text with special characters)",
+        ) from None
     except (RecursionError, MemoryError):  # belt and braces: the limits above come first
-        raise error(source, "", "too large or too deeply nested to read",
-                    hint="data files are small and flat") from None
+        raise error(
+            source,
+            "",
+            "too large or too deeply nested to read",
+            hint="data files are small and flat",
+        ) from None
     except (ValueError, OverflowError, TypeError) as exc:  # a constructor's own refusal
-        raise error(source, "", f"not valid YAML: {exc}",
-                    hint="quote the value if it is meant as text") from None
+        raise error(
+            source, "", f"not valid YAML: {exc}", hint="quote the value if it is meant as text"
+        ) from None
 
 
 # --------------------------------------------------------------------------- typed access

@@ -38,9 +38,14 @@ def host_key(host: str, kernel: str, driver: str, product: str) -> str:
 
 
 def pass_row(r: Evidence) -> PassRow:
-    return PassRow(r.gpu.vendor, r.gpu.arch, r.gpu.product, r.driver,
-                   host_key(r.host, r.kernel, r.driver, r.gpu.product),
-                   r.created.strftime("%Y-%m-%dT%H:%M:%S"))
+    return PassRow(
+        r.gpu.vendor,
+        r.gpu.arch,
+        r.gpu.product,
+        r.driver,
+        host_key(r.host, r.kernel, r.driver, r.gpu.product),
+        r.created.strftime("%Y-%m-%dT%H:%M:%S"),
+    )
 
 
 def _driver_version(driver: str) -> str:
@@ -51,9 +56,9 @@ def _driver_version(driver: str) -> str:
 
 
 def _version_key(text: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in _VERSION.findall(text)[0].split(".")) if _VERSION.search(
-        text
-    ) else ()
+    return (
+        tuple(int(p) for p in _VERSION.findall(text)[0].split(".")) if _VERSION.search(text) else ()
+    )
 
 
 def _plural(n: int, word: str) -> str:
@@ -84,8 +89,9 @@ def certified_on(
     return describe(len(runs), passes, gpu=gpu, arch=arch)
 
 
-def describe(runs: int, passes: Sequence[PassRow], *, gpu: bool = True,
-             arch: str | None = None) -> str:
+def describe(
+    runs: int, passes: Sequence[PassRow], *, gpu: bool = True, arch: str | None = None
+) -> str:
     """:func:`certified_on` from the number of runs and the passing ones."""
     if not passes:
         return "not yet certified on any GPU" + (
@@ -94,9 +100,8 @@ def describe(runs: int, passes: Sequence[PassRow], *, gpu: bool = True,
     on_gpu = [r for r in passes if r.vendor != "none"] if gpu else []
     if not on_gpu:
         newest = max(r.created for r in passes)[:10]
-        return (
-            f"certified on CPU only, {_plural(_hosts(passes), 'host')}, newest {newest}"
-            + (" (not yet on any GPU)" if gpu else "")
+        return f"certified on CPU only, {_plural(_hosts(passes), 'host')}, newest {newest}" + (
+            " (not yet on any GPU)" if gpu else ""
         )
     groups: dict[tuple[str, str], list[PassRow]] = {}
     for r in on_gpu:

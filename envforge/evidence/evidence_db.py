@@ -43,13 +43,39 @@ NAME = "evidence.sqlite"
 SCHEMA_VERSION = "1"
 #: The columns of ``reports`` besides ``document``, in the order rows are read.
 COLUMNS = (
-    "key", "rank", "kind", "recipe", "recipe_hash", "stack", "outcome", "created", "level",
-    "vendor", "arch", "product", "pci_id", "gpu_count", "driver", "kernel", "torch", "runtime",
-    "python", "envforge_version", "seconds", "host", "host_key", "certificate", "signer",
+    "key",
+    "rank",
+    "kind",
+    "recipe",
+    "recipe_hash",
+    "stack",
+    "outcome",
+    "created",
+    "level",
+    "vendor",
+    "arch",
+    "product",
+    "pci_id",
+    "gpu_count",
+    "driver",
+    "kernel",
+    "torch",
+    "runtime",
+    "python",
+    "envforge_version",
+    "seconds",
+    "host",
+    "host_key",
+    "certificate",
+    "signer",
     "steps",
 )
-_TYPES = {"key": "TEXT PRIMARY KEY", "rank": "INTEGER NOT NULL",
-          "gpu_count": "INTEGER NOT NULL", "seconds": "REAL NOT NULL"}
+_TYPES = {
+    "key": "TEXT PRIMARY KEY",
+    "rank": "INTEGER NOT NULL",
+    "gpu_count": "INTEGER NOT NULL",
+    "seconds": "REAL NOT NULL",
+}
 _DDL = f"""
 CREATE TABLE IF NOT EXISTS reports (
     {", ".join(f"{c} {_TYPES.get(c, 'TEXT NOT NULL')}" for c in COLUMNS)},
@@ -110,12 +136,15 @@ def _database_error(exc: sqlite3.DatabaseError, path: Path) -> EnvforgeError:
     reason = " ".join(str(exc).split()) or type(exc).__name__
     note = f"the evidence store {path} cannot be used: {reason}"
     if "not a database" in reason or "malformed" in reason:
-        return BadPath(note, path=str(path),
-                       hint=f"move {path} away (the store starts empty; `evidence import` "
-                       "brings reports back), or set ENVFORGE_HOME to another folder")
-    return StorageUnavailable(note, path=str(path),
-                              hint="check the file system, or set ENVFORGE_HOME to another "
-                              "folder")
+        return BadPath(
+            note,
+            path=str(path),
+            hint=f"move {path} away (the store starts empty; `evidence import` "
+            "brings reports back), or set ENVFORGE_HOME to another folder",
+        )
+    return StorageUnavailable(
+        note, path=str(path), hint="check the file system, or set ENVFORGE_HOME to another folder"
+    )
 
 
 def _created(record: Evidence) -> str:
@@ -124,26 +153,45 @@ def _created(record: Evidence) -> str:
 
 def _row(record: Evidence, document: str, rank: Mapping[Any, int]) -> tuple[Any, ...]:
     return (
-        record.key, rank[record.kind], record.kind, record.recipe, record.recipe_hash,
-        record.stack, record.outcome, _created(record), record.level, record.gpu.vendor,
-        record.gpu.arch, record.gpu.product, record.pci_id, record.gpu_count, record.driver,
-        record.kernel, record.torch, record.runtime, record.python, record.envforge_version,
-        record.seconds, record.host,
+        record.key,
+        rank[record.kind],
+        record.kind,
+        record.recipe,
+        record.recipe_hash,
+        record.stack,
+        record.outcome,
+        _created(record),
+        record.level,
+        record.gpu.vendor,
+        record.gpu.arch,
+        record.gpu.product,
+        record.pci_id,
+        record.gpu_count,
+        record.driver,
+        record.kernel,
+        record.torch,
+        record.runtime,
+        record.python,
+        record.envforge_version,
+        record.seconds,
+        record.host,
         host_key(record.host, record.kernel, record.driver, record.gpu.product),
-        record.certificate, record.signer,
-        json.dumps([s.to_dict() for s in record.steps], separators=(",", ":")), document,
+        record.certificate,
+        record.signer,
+        json.dumps([s.to_dict() for s in record.steps], separators=(",", ":")),
+        document,
     )
 
 
-def _fresh(pending: Iterable[tuple[Evidence, str]], there: set[str],
-           rank: Mapping[Any, int]) -> dict[str, tuple[Evidence, str]]:
+def _fresh(
+    pending: Iterable[tuple[Evidence, str]], there: set[str], rank: Mapping[Any, int]
+) -> dict[str, tuple[Evidence, str]]:
     """The (record, document) each key not ``there`` ends up with, as :data:`_UPSERT`
     decides (the first copy, unless a later one ranks higher)."""
     chosen: dict[str, tuple[Evidence, str]] = {}
     for record, document in pending:
         first = chosen.get(record.key)
-        if record.key not in there and (first is None
-                                        or rank[record.kind] < rank[first[0].kind]):
+        if record.key not in there and (first is None or rank[record.kind] < rank[first[0].kind]):
             chosen[record.key] = (record, document)
     return chosen
 
@@ -154,8 +202,7 @@ def _steps(fresh: Iterable[tuple[Evidence, str]]) -> Iterator[tallies.StepKey]:
     for record, _ in fresh:
         vendor, arch, column = record.gpu.vendor, record.gpu.arch, record.column
         for step in record.steps:
-            yield (vendor, arch, column, step.name, step.status,
-                   repr(round(step.seconds, 3)))
+            yield (vendor, arch, column, step.name, step.status, repr(round(step.seconds, 3)))
 
 
 def add(conn: sqlite3.Connection, items: Iterable[tuple[Evidence, str]]) -> list[Evidence]:
@@ -177,10 +224,20 @@ def add(conn: sqlite3.Connection, items: Iterable[tuple[Evidence, str]]) -> list
     try:
         there = known(conn, list({record.key: None for record, _ in pending}))
         fresh = _fresh(pending, there, _KIND_RANK).values()
-        tallies.insert_counted(conn, _UPSERT, (_row(record, document, _KIND_RANK)
-                                               for record, document in fresh), _steps(fresh))
-        conn.executemany(_UPSERT, (_row(record, document, _KIND_RANK)
-                                   for record, document in pending if record.key in there))
+        tallies.insert_counted(
+            conn,
+            _UPSERT,
+            (_row(record, document, _KIND_RANK) for record, document in fresh),
+            _steps(fresh),
+        )
+        conn.executemany(
+            _UPSERT,
+            (
+                _row(record, document, _KIND_RANK)
+                for record, document in pending
+                if record.key in there
+            ),
+        )
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
@@ -196,9 +253,10 @@ def add(conn: sqlite3.Connection, items: Iterable[tuple[Evidence, str]]) -> list
 def known(conn: sqlite3.Connection, keys: Sequence[str]) -> set[str]:
     found: set[str] = set()
     for start in range(0, len(keys), 500):
-        chunk = keys[start:start + 500]
+        chunk = keys[start : start + 500]
         rows = conn.execute(
-            f"SELECT key FROM reports WHERE key IN ({', '.join('?' * len(chunk))})", chunk)
+            f"SELECT key FROM reports WHERE key IN ({', '.join('?' * len(chunk))})", chunk
+        )
         found.update(r[0] for r in rows)
     return found
 
@@ -210,13 +268,28 @@ def record_of(row: Sequence[Any]) -> Evidence:
 
     v = dict(zip(COLUMNS, row, strict=True))
     return Evidence(
-        key=v["key"], kind=v["kind"], recipe=v["recipe"], recipe_hash=v["recipe_hash"],
-        stack=v["stack"], outcome=v["outcome"], created=parse_time(v["created"]),
-        level=v["level"], gpu=Gpu(v["vendor"], v["arch"], v["product"]),
-        gpu_count=v["gpu_count"], driver=v["driver"], kernel=v["kernel"], torch=v["torch"],
-        runtime=v["runtime"], python=v["python"], envforge_version=v["envforge_version"],
-        seconds=v["seconds"], steps=tuple(StepResult.from_dict(s) for s in loads(v["steps"])),
-        certificate=v["certificate"], pci_id=v["pci_id"], host=v["host"], signer=v["signer"],
+        key=v["key"],
+        kind=v["kind"],
+        recipe=v["recipe"],
+        recipe_hash=v["recipe_hash"],
+        stack=v["stack"],
+        outcome=v["outcome"],
+        created=parse_time(v["created"]),
+        level=v["level"],
+        gpu=Gpu(v["vendor"], v["arch"], v["product"]),
+        gpu_count=v["gpu_count"],
+        driver=v["driver"],
+        kernel=v["kernel"],
+        torch=v["torch"],
+        runtime=v["runtime"],
+        python=v["python"],
+        envforge_version=v["envforge_version"],
+        seconds=v["seconds"],
+        steps=tuple(StepResult.from_dict(s) for s in loads(v["steps"])),
+        certificate=v["certificate"],
+        pci_id=v["pci_id"],
+        host=v["host"],
+        signer=v["signer"],
     )
 
 
@@ -236,10 +309,13 @@ def pass_rows(conn: sqlite3.Connection, recipe: str) -> tuple[int, list[PassRow]
     tally the triggers keep (:mod:`envforge.evidence.tallies`): a few rows, whatever the
     store's size; :func:`~envforge.evidence.certified_on.describe` reads no more than that."""
     (runs,) = conn.execute(
-        "SELECT COALESCE(SUM(n), 0) FROM show_tally WHERE recipe = ?", (recipe,)).fetchone()
+        "SELECT COALESCE(SUM(n), 0) FROM show_tally WHERE recipe = ?", (recipe,)
+    ).fetchone()
     rows = conn.execute(
         "SELECT vendor, arch, product, driver, host_key, newest FROM show_tally "
-        "WHERE recipe = ? AND passed = 1", (recipe,))
+        "WHERE recipe = ? AND passed = 1",
+        (recipe,),
+    )
     return int(runs), [PassRow(*r) for r in rows]
 
 
@@ -256,8 +332,13 @@ def _meta(conn: sqlite3.Connection, name: str) -> str | None:
     return None if row is None else str(row[0])
 
 
-def sync_folder(conn: sqlite3.Connection, folder: Path, redact: Callable[[str], str], *,
-                signatures: bool = False) -> tuple[Problem, ...]:
+def sync_folder(
+    conn: sqlite3.Connection,
+    folder: Path,
+    redact: Callable[[str], str],
+    *,
+    signatures: bool = False,
+) -> tuple[Problem, ...]:
     """Read the ``*.json`` report files of ``folder`` not read before into the database
     (nothing when the folder's mtime did not change since the last read); the files that
     were skipped, and why."""
@@ -271,15 +352,17 @@ def sync_folder(conn: sqlite3.Connection, folder: Path, redact: Callable[[str], 
     if _meta(conn, mark) == stamp:
         return ()
     seen = {r[0] for r in conn.execute("SELECT name FROM files")}
-    new = sorted(str(folder / e.name) for e in os.scandir(folder)
-                 if e.name.endswith(".json") and str(folder / e.name) not in seen)
+    new = sorted(
+        str(folder / e.name)
+        for e in os.scandir(folder)
+        if e.name.endswith(".json") and str(folder / e.name) not in seen
+    )
     problems: list[Problem] = []
     items: list[tuple[Evidence, str]] = []
     for name in new:
         try:
             text = read_limited(Path(name), rec.MAX_FILE_BYTES).decode("utf-8")
-            items.append((rec.parse_document(loads(text), redact, signatures=signatures),
-                          text))
+            items.append((rec.parse_document(loads(text), redact, signatures=signatures), text))
         except rec.EvidenceError as exc:
             problems.append(rec.Problem(name, exc.message))
         except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:

@@ -58,7 +58,15 @@ from envforge.knowledge.table import CompatTable
 
 #: Environment-snapshot keys a stored report keeps (versions only).
 SNAPSHOT_KEPT = (
-    "python", "implementation", "numpy", "torch", "hip", "cuda", "git", "arch_flags", "cudnn",
+    "python",
+    "implementation",
+    "numpy",
+    "torch",
+    "hip",
+    "cuda",
+    "git",
+    "arch_flags",
+    "cudnn",
 )
 
 
@@ -141,16 +149,18 @@ def _key_of(doc: Mapping[str, Any], redact: Redactor) -> str:
     return parse_document(doc, redact).key
 
 
-def record_probe(report: Mapping[str, Any], *, root: Path | None = None,
-                 redact: Redactor | None = None) -> Path:
+def record_probe(
+    report: Mapping[str, Any], *, root: Path | None = None, redact: Redactor | None = None
+) -> Path:
     """Keep a ``probe`` run (its ``ProbeReport.to_dict()``) in the store."""
     redactor = Redactor.for_this_host() if redact is None else redact
     doc = sanitized_report(report, redactor)
     return save_document(doc, _key_of(doc, redactor), root)
 
 
-def record_venv(marker: Mapping[str, Any], *, root: Path | None = None,
-                redact: Redactor | None = None) -> Path:
+def record_venv(
+    marker: Mapping[str, Any], *, root: Path | None = None, redact: Redactor | None = None
+) -> Path:
     """Keep a venv certification (the ``certified.json`` form: recipe, recipe_hash,
     fingerprint, level, report) in the store."""
     redactor = Redactor.for_this_host() if redact is None else redact
@@ -213,8 +223,13 @@ def import_documents(
         return _import(docs, problems, root, redactor, table)
 
 
-def _import(docs: Iterable[tuple[str, Any]], problems: Iterable[Problem], root: Path | None,
-            redactor: Redactor, table: CompatTable) -> Imported:
+def _import(
+    docs: Iterable[tuple[str, Any]],
+    problems: Iterable[Problem],
+    root: Path | None,
+    redactor: Redactor,
+    table: CompatTable,
+) -> Imported:
     skipped = list(problems)
     items: dict[str, tuple[Evidence, str]] = {}
     for source, raw in docs:

@@ -82,8 +82,9 @@ def _known(name: str) -> bool:
     return name in _EXTRA_STEPS
 
 
-def _order_problem(names: list[str], base: tuple[str, ...], level: str,
-                   partial: bool) -> str | None:
+def _order_problem(
+    names: list[str], base: tuple[str, ...], level: str, partial: bool
+) -> str | None:
     if len(set(names)) != len(names):
         return "a step is listed twice"
     torch = [n for n in names if n in FULL_STEPS]
@@ -92,8 +93,10 @@ def _order_problem(names: list[str], base: tuple[str, ...], level: str,
     else:
         wanted = list(base)
         if names[: len(base)] != wanted:
-            return (f"its steps are not those of a {level} probe run "
-                    f"({', '.join(base)} first, in order)")
+            return (
+                f"its steps are not those of a {level} probe run "
+                f"({', '.join(base)} first, in order)"
+            )
     if torch != wanted:
         return f"its steps are not those of a {level} probe run (step {torch[-1]!r} out of place)"
     unknown = next((n for n in names if n not in FULL_STEPS and not _known(n)), None)
@@ -140,9 +143,14 @@ def _gpu_problem(gpu: Any, number: int) -> str | None:
 def _map_problem(value: Any, key: str) -> str | None:
     if value is None:
         return None
-    if not isinstance(value, Mapping) or len(value) > 16 or not all(
+    if (
+        not isinstance(value, Mapping)
+        or len(value) > 16
+        or not all(
             isinstance(k, str) and isinstance(v, str) and len(v) <= _MAX_TEXT
-            for k, v in value.items()):
+            for k, v in value.items()
+        )
+    ):
         return f"{key} is not an object of strings"
     return None
 
@@ -156,7 +164,8 @@ def host_problem(host: Any) -> str | None:
         if why:
             return why
     why = _text_problem(host.get("driver"), "host.driver") or _text_problem(
-        host.get("node"), "host.node")
+        host.get("node"), "host.node"
+    )
     if why:
         return why
     gpus = host.get("gpus", [])
@@ -170,7 +179,8 @@ def host_problem(host: Any) -> str | None:
     if ident is not None and not (isinstance(ident, str) and _HOST_ID.fullmatch(ident)):
         return "host.id is not an anonymous host id (h- and 16 hex digits)"
     return _map_problem(host.get("granted"), "host.granted") or _map_problem(
-        host.get("fleet"), "host.fleet")
+        host.get("fleet"), "host.fleet"
+    )
 
 
 def _created_problem(value: Any) -> str | None:
@@ -190,10 +200,12 @@ def report_problem(report: Any, *, partial: bool = False) -> str | None:
     if not isinstance(report, Mapping):
         return "its report is not a JSON object"
     steps = report.get("steps")
-    why = (steps_problem(steps, report.get("level"), partial=partial)
-           or host_problem(report.get("host"))
-           or _created_problem(report.get("created"))
-           or _seconds_problem(report.get("seconds", 0.0), "the report"))
+    why = (
+        steps_problem(steps, report.get("level"), partial=partial)
+        or host_problem(report.get("host"))
+        or _created_problem(report.get("created"))
+        or _seconds_problem(report.get("seconds", 0.0), "the report")
+    )
     if why:
         return why
     version = report.get("envforge_version")
@@ -220,8 +232,9 @@ def document_problem(doc: Any) -> str | None:
     if isinstance(schema, str) and schema.startswith("envforge.certificate/"):
         return report_problem(doc.get("report"))
     if schema == "envforge.evidence/1":
-        return (steps_problem(doc.get("steps"), doc.get("level"), partial=True)
-                or _created_problem(doc.get("created")))
+        return steps_problem(doc.get("steps"), doc.get("level"), partial=True) or _created_problem(
+            doc.get("created")
+        )
     if schema is None and isinstance(doc.get("report"), Mapping):  # a venv's certification
         return report_problem(doc["report"], partial=doc.get("incremental") is True)
     return None

@@ -30,7 +30,9 @@ def sources(environ: Mapping[str, str] | None = None) -> list[Path]:
 
 @contextmanager
 def opened(
-    environ: Mapping[str, str] | None = None, *, redact: Redactor | None = None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    redact: Redactor | None = None,
 ) -> Iterator[tuple[sqlite3.Connection, tuple[Problem, ...]]]:
     """The store's database, with the folders' new files read in (a signed certificate's
     signature checked: one that does not match is skipped); the files skipped."""
@@ -44,8 +46,13 @@ def opened(
         yield conn, tuple(problems)
 
 
-def store_certified_on(recipe: str, *, gpu: bool = True, arch: str | None = None,
-                       environ: Mapping[str, str] | None = None) -> str:
+def store_certified_on(
+    recipe: str,
+    *,
+    gpu: bool = True,
+    arch: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> str:
     """:func:`envforge.evidence.certified_on.certified_on` for ``recipe`` over the store, read
     from the database's indexes (no report is decoded)."""
     with opened(environ) as (conn, _problems):

@@ -139,22 +139,24 @@ class Matrix:
             "duplicates": self.duplicates,
             "skipped": len(self.problems),
             "rows": [
-                {"key": r.key, "vendor": r.vendor, "arch": r.arch,
-                 "products": list(r.products), "reports": r.reports}
+                {
+                    "key": r.key,
+                    "vendor": r.vendor,
+                    "arch": r.arch,
+                    "products": list(r.products),
+                    "reports": r.reports,
+                }
                 for r in self.rows
             ],
             "columns": [
-                {"key": c.key, "stacks": list(c.stacks), "reports": c.reports}
-                for c in self.columns
+                {"key": c.key, "stacks": list(c.stacks), "reports": c.reports} for c in self.columns
             ],
             "cells": [_cell_dict(c, names) for c in self.cells],
         }
 
 
 def _iso(when: datetime) -> str:
-    return when.astimezone(timezone.utc).replace(microsecond=0).isoformat().replace(
-        "+00:00", "Z"
-    )
+    return when.astimezone(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 def _run_dict(run: Evidence, names: Mapping[str, str]) -> dict[str, Any]:
@@ -197,8 +199,13 @@ def _cell_dict(cell: Cell, names: Mapping[str, str]) -> dict[str, Any]:
         "products": list(cell.products),
         "stacks": list(cell.stacks),
         "steps": [
-            {"name": s.name, "runs": s.runs, "median": s.median, "max": s.max,
-             "outcomes": dict(s.outcomes)}
+            {
+                "name": s.name,
+                "runs": s.runs,
+                "median": s.median,
+                "max": s.max,
+                "outcomes": dict(s.outcomes),
+            }
             for s in cell.steps
         ],
         "runs": [_run_dict(r, names) for r in cell.runs],
@@ -294,8 +301,11 @@ def aggregate(evidence: EvidenceSet | Iterable[Evidence]) -> Matrix:
         for key in sorted(by_row, key=row_order)
     )
     columns = tuple(
-        Column(key=key, stacks=_by_frequency(r.stack for r in by_column[key]),
-               reports=len(by_column[key]))
+        Column(
+            key=key,
+            stacks=_by_frequency(r.stack for r in by_column[key]),
+            reports=len(by_column[key]),
+        )
         for key in sorted(by_column, key=natural_key)
     )
     row_index = {r.key: i for i, r in enumerate(rows)}

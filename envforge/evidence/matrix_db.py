@@ -83,10 +83,13 @@ class _Steps:
 
     def ordered(self, order: Sequence[str]) -> tuple[StepStat, ...]:
         return tuple(
-            StepStat(name=name, runs=self.stats[name][0], median=round(self.stats[name][1], 3),
-                     max=round(self.stats[name][2], 3),
-                     outcomes={k: self.outcomes[name][k] for k in STEP_ORDER
-                               if self.outcomes[name][k]})
+            StepStat(
+                name=name,
+                runs=self.stats[name][0],
+                median=round(self.stats[name][1], 3),
+                max=round(self.stats[name][2], 3),
+                outcomes={k: self.outcomes[name][k] for k in STEP_ORDER if self.outcomes[name][k]},
+            )
             for name in order
         )
 
@@ -106,8 +109,10 @@ def _step_tallies(conn: sqlite3.Connection) -> dict[tuple[str, str, str], _Steps
             steps.stats[group[3]] = _middle(times, counts)
             steps.outcomes[group[3]] = statuses
 
-    rows = conn.execute("SELECT vendor, arch, col, name, seconds, status, n FROM step_tally "
-                        "ORDER BY vendor, arch, col, name, seconds, status")
+    rows = conn.execute(
+        "SELECT vendor, arch, col, name, seconds, status, n FROM step_tally "
+        "ORDER BY vendor, arch, col, name, seconds, status"
+    )
     for vendor, arch, column, name, seconds, status, n in rows:
         if group != (vendor, arch, column, name):
             close()
@@ -127,8 +132,9 @@ def _records(conn: sqlite3.Connection, query: str, args: Sequence[str]) -> tuple
     return tuple(evidence_db.record_of(r) for r in rows)
 
 
-def _step_order(conn: sqlite3.Connection, cell: Sequence[str], runs: Iterable[Evidence],
-                names: Iterable[str]) -> list[str]:
+def _step_order(
+    conn: sqlite3.Connection, cell: Sequence[str], runs: Iterable[Evidence], names: Iterable[str]
+) -> list[str]:
     """The cell's step names as the newest run that has each orders them (the newest
     run's order first); older runs are read only while a name is still missing."""
     wanted = set(names)
@@ -150,11 +156,13 @@ def _step_order(conn: sqlite3.Connection, cell: Sequence[str], runs: Iterable[Ev
     return [*order, *sorted(wanted)]  # sorted: a name no row has (never, with the triggers)
 
 
-def _cell(conn: sqlite3.Connection, key: tuple[str, str, str], tally: _Tally,
-          steps: _Steps) -> Cell:
+def _cell(
+    conn: sqlite3.Connection, key: tuple[str, str, str], tally: _Tally, steps: _Steps
+) -> Cell:
     runs = _records(conn, f"WHERE {_CELL}{_ORDER} LIMIT {RUNS_PER_CELL}", key)
     failures = _records(
-        conn, f"WHERE {_CELL} AND outcome != 'pass'{_ORDER} LIMIT {FAILURES_PER_CELL}", key)
+        conn, f"WHERE {_CELL} AND outcome != 'pass'{_ORDER} LIMIT {FAILURES_PER_CELL}", key
+    )
     drivers = sorted(tally.drivers, key=natural_key)
     vendor, arch, column = key
     return Cell(
@@ -171,10 +179,12 @@ def _cell(conn: sqlite3.Connection, key: tuple[str, str, str], tally: _Tally,
     )
 
 
-def _tallies(conn: sqlite3.Connection) -> Iterator[tuple[tuple[str, str, str], tuple[str, ...],
-                                                         int]]:
+def _tallies(
+    conn: sqlite3.Connection,
+) -> Iterator[tuple[tuple[str, str, str], tuple[str, ...], int]]:
     rows = conn.execute(
-        "SELECT vendor, arch, col, outcome, product, stack, driver, n FROM cell_tally")
+        "SELECT vendor, arch, col, outcome, product, stack, driver, n FROM cell_tally"
+    )
     for vendor, arch, column, outcome, product, stack, driver, n in rows:
         yield (vendor, arch, column), (outcome, product, stack, driver), int(n)
 
@@ -188,19 +198,27 @@ def store_matrix(conn: sqlite3.Connection, problems: tuple[Problem, ...] = ()) -
         for tally in (cells[key], by_row[f"{key[0]}:{key[1]}"], by_column[key[2]]):
             tally.add(outcome, product, stack, driver, n)
     rows = tuple(
-        Row(key=key, vendor=key.partition(":")[0], arch=key.partition(":")[2],
+        Row(
+            key=key,
+            vendor=key.partition(":")[0],
+            arch=key.partition(":")[2],
             products=_by_frequency(by_row[key].products),
-            reports=sum(by_row[key].counts.values()))
+            reports=sum(by_row[key].counts.values()),
+        )
         for key in sorted(by_row, key=row_order)
     )
     columns = tuple(
-        Column(key=key, stacks=_by_frequency(by_column[key].stacks),
-               reports=sum(by_column[key].counts.values()))
+        Column(
+            key=key,
+            stacks=_by_frequency(by_column[key].stacks),
+            reports=sum(by_column[key].counts.values()),
+        )
         for key in sorted(by_column, key=natural_key)
     )
     row_index = {r.key: i for i, r in enumerate(rows)}
     column_index = {c.key: i for i, c in enumerate(columns)}
     steps = _step_tallies(conn)
     ordered = sorted(cells, key=lambda k: (row_index[f"{k[0]}:{k[1]}"], column_index[k[2]]))
-    return Matrix(rows, columns, tuple(_cell(conn, k, cells[k], steps[k]) for k in ordered),
-                  0, problems)
+    return Matrix(
+        rows, columns, tuple(_cell(conn, k, cells[k], steps[k]) for k in ordered), 0, problems
+    )

@@ -139,9 +139,7 @@ class Evidence:
             "recipe_hash": self.recipe_hash,
             "stack": self.stack,
             "outcome": self.outcome,
-            "created": self.created.astimezone(timezone.utc).isoformat().replace(
-                "+00:00", "Z"
-            ),
+            "created": self.created.astimezone(timezone.utc).isoformat().replace("+00:00", "Z"),
             "level": self.level,
             "gpu": {
                 "vendor": self.gpu.vendor,
@@ -275,8 +273,16 @@ def _run_key(report: ProbeReport) -> str:
     a certificate, so the parsed values are hashed, not the text)."""
     host = report.host
     identity = (
-        report.created, report.level, report.target, report.seconds, report.recipe_name,
-        report.recipe_hash, report.envforge_version, host.kernel, host.machine, host.driver,
+        report.created,
+        report.level,
+        report.target,
+        report.seconds,
+        report.recipe_name,
+        report.recipe_hash,
+        report.envforge_version,
+        host.kernel,
+        host.machine,
+        host.driver,
         tuple((g.name, g.arch, g.vendor) for g in host.gpus),
         tuple((s.name, s.status, s.seconds, s.detail) for s in report.steps),
     )
@@ -362,12 +368,11 @@ def _from_export(data: Mapping[str, Any], redact: Callable[[str], str]) -> Evide
         created = parse_time(_str(data["created"]))
     except ValueError:
         raise EvidenceError(f"key 'created' is not an ISO 8601 time: {data['created']!r}") from None
-    steps = tuple(
-        _redacted_step(StepResult.from_dict(s), redact) for s in data.get("steps") or ()
+    steps = tuple(_redacted_step(StepResult.from_dict(s), redact) for s in data.get("steps") or ())
+    key = (
+        _str(data.get("key"))
+        or hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
     )
-    key = _str(data.get("key")) or hashlib.sha256(
-        json.dumps(data, sort_keys=True).encode()
-    ).hexdigest()
     return Evidence(
         key=key,
         kind=kind,
@@ -398,8 +403,13 @@ def _from_export(data: Mapping[str, Any], redact: Callable[[str], str]) -> Evide
     )
 
 
-def parse_document(data: Any, redact: Callable[[str], str], *, signatures: bool = False,
-                   table: CompatTable | None = None) -> Evidence:
+def parse_document(
+    data: Any,
+    redact: Callable[[str], str],
+    *,
+    signatures: bool = False,
+    table: CompatTable | None = None,
+) -> Evidence:
     """One JSON document (already decoded) → :class:`Evidence`; :class:`EvidenceError`
     (never anything else) when it is not one of the recognised forms. ``signatures``: check
     a signed certificate's signature (loads ``cryptography``); ``table``: the compat table."""
@@ -413,8 +423,12 @@ def parse_document(data: Any, redact: Callable[[str], str], *, signatures: bool 
         raise EvidenceError(f"malformed report ({type(exc).__name__}: {exc})") from None
 
 
-def _parse(data: Any, redact: Callable[[str], str], signatures: bool = False,
-           table: CompatTable | None = None) -> Evidence:
+def _parse(
+    data: Any,
+    redact: Callable[[str], str],
+    signatures: bool = False,
+    table: CompatTable | None = None,
+) -> Evidence:
     if not isinstance(data, dict):
         raise EvidenceError("not an envforge report: expected a JSON object")
     schema = data.get("schema")
@@ -466,8 +480,9 @@ def _files(path: Path, problems: list[Problem]) -> Iterator[Path]:
     """The report files under ``path``; folders that cannot be listed become problems."""
 
     def unreadable(exc: OSError) -> None:
-        problems.append(Problem(str(exc.filename or path),
-                                f"cannot read folder: {exc.strerror or exc}"))
+        problems.append(
+            Problem(str(exc.filename or path), f"cannot read folder: {exc.strerror or exc}")
+        )
 
     if path.is_dir():
         for folder, dirs, names in os.walk(path, onerror=unreadable):
@@ -504,25 +519,28 @@ def _documents(path: Path, needle: str | None = None) -> Iterator[tuple[str, Any
             try:
                 yield source, loads(line)
             except BadJSON as exc:
-                yield source, EvidenceError(str(exc) if str(exc).startswith("not JSON")
-                                            else f"not JSON: {exc}")
+                yield (
+                    source,
+                    EvidenceError(
+                        str(exc) if str(exc).startswith("not JSON") else f"not JSON: {exc}"
+                    ),
+                )
         return
     if needle is not None and needle not in text:
         return
     try:
         yield str(path), loads(text)
     except BadJSON as exc:
-        raise EvidenceError(str(exc) if str(exc).startswith("not JSON")
-                            else f"not JSON: {exc}") from None
+        raise EvidenceError(
+            str(exc) if str(exc).startswith("not JSON") else f"not JSON: {exc}"
+        ) from None
 
 
 def missing_paths(paths: Sequence[Path]) -> list[Path]:
     return [p for p in paths if not p.exists()]
 
 
-def documents(
-    paths: Iterable[Path], problems: list[Problem]
-) -> Iterator[tuple[str, Any]]:
+def documents(paths: Iterable[Path], problems: list[Problem]) -> Iterator[tuple[str, Any]]:
     """(source, decoded JSON) for every document under ``paths`` (folders recursively,
     files, bundle lines); what cannot be read is added to ``problems``."""
     for root in paths:

@@ -61,5 +61,5 @@ class Redactor:
 
 
 #: Text that JSON writes unchanged (printable ASCII but ``"`` and ``\\``).
-_PLAIN = re.compile(r'[ !#-\[\]-~]*')
+_PLAIN = re.compile(r"[ !#-\[\]-~]*")
 _HOME = re.compile(r"((?:/home/|/Users/|[A-Za-z]:\\Users\\))[^/\\\s'\"]+")

@@ -36,8 +36,11 @@ from typing import Any
 #: name it in these very words to use them).
 COLUMN = "COALESCE(NULLIF(recipe, ''), NULLIF(stack, ''), '(unnamed)')"
 _CELL_KEY = ("vendor", "arch", "col", "outcome", "product", "stack", "driver")
-_STEP = ("json_extract(j.value, '$.name')", "json_extract(j.value, '$.status')",
-         "CAST(json_extract(j.value, '$.seconds') AS REAL)")
+_STEP = (
+    "json_extract(j.value, '$.name')",
+    "json_extract(j.value, '$.status')",
+    "CAST(json_extract(j.value, '$.seconds') AS REAL)",
+)
 MARK = "tallies"
 #: 1: cell and step tallies; 2: show_tally, step_tally keyed by time; 3: the triggers
 #: pause for :func:`insert_counted` (the same counts as 2)
@@ -51,13 +54,19 @@ def _column(r: str) -> str:
 
 
 def _cell_values(r: str) -> str:
-    return (f"{r}.vendor, {r}.arch, {_column(r)}, {r}.outcome, {r}.product, {r}.stack, "
-            f"{r}.driver")
+    return f"{r}.vendor, {r}.arch, {_column(r)}, {r}.outcome, {r}.product, {r}.stack, {r}.driver"
 
 
 def _cell_match(r: str) -> str:
-    values = (f"{r}.vendor", f"{r}.arch", _column(r), f"{r}.outcome", f"{r}.product",
-              f"{r}.stack", f"{r}.driver")
+    values = (
+        f"{r}.vendor",
+        f"{r}.arch",
+        _column(r),
+        f"{r}.outcome",
+        f"{r}.product",
+        f"{r}.stack",
+        f"{r}.driver",
+    )
     return " AND ".join(f"{k} = {v}" for k, v in zip(_CELL_KEY, values, strict=True))
 
 
@@ -68,8 +77,11 @@ def _show_values(r: str) -> tuple[str, ...]:
     """``show_tally``'s key of the row ``r``: a run that did not pass counts for its
     recipe only (its GPU and host are not what ``show`` reads)."""
     passed = f"({r}.outcome = 'pass')"
-    return (f"{r}.recipe", passed, *(f"CASE WHEN {passed} THEN {r}.{c} ELSE '' END"
-                                     for c in _SHOW_KEY[2:]))
+    return (
+        f"{r}.recipe",
+        passed,
+        *(f"CASE WHEN {passed} THEN {r}.{c} ELSE '' END" for c in _SHOW_KEY[2:]),
+    )
 
 
 def _show_match(r: str) -> str:
@@ -89,8 +101,9 @@ def _add(r: str) -> str:
 
 def _take(r: str) -> str:
     cell = f"vendor = {r}.vendor AND arch = {r}.arch AND col = {_column(r)}"
-    same = " AND ".join(f"{a} = step_tally.{b}" for a, b in
-                        zip(_STEP, ("name", "status", "seconds"), strict=True))
+    same = " AND ".join(
+        f"{a} = step_tally.{b}" for a, b in zip(_STEP, ("name", "status", "seconds"), strict=True)
+    )
     newest = " AND ".join(f"{c} = {r}.{c}" for c in _SHOW_KEY[2:])
     return f"""
     UPDATE show_tally SET n = n - 1 WHERE {_show_match(r)};
@@ -134,8 +147,7 @@ _UNPAUSED = "WHEN NOT EXISTS (SELECT 1 FROM tally_pause)"
 _TRIGGERS = {
     "tally_insert": f"AFTER INSERT ON reports {_UNPAUSED} BEGIN {_add('NEW')}\nEND",
     "tally_delete": f"AFTER DELETE ON reports BEGIN {_take('OLD')}\nEND",
-    "tally_update": f"AFTER UPDATE ON reports {_UNPAUSED} BEGIN {_take('OLD')}\n"
-                    f"{_add('NEW')}\nEND",
+    "tally_update": f"AFTER UPDATE ON reports {_UNPAUSED} BEGIN {_take('OLD')}\n{_add('NEW')}\nEND",
 }
 _CREATE = (
     *_TABLES,
@@ -148,6 +160,7 @@ _CREATE = (
 #: What :func:`envforge.evidence.evidence_db.connect` runs on every open (all ``IF NOT
 #: EXISTS``: nothing is done twice); :func:`migrate` makes a store from before current.
 DDL = "".join(f"{statement};\n" for statement in _CREATE)
+
 
 def _counts(where: str) -> tuple[str, ...]:
     """The statements that add the rows of ``reports`` matching ``where`` to the tallies
@@ -172,8 +185,10 @@ _COUNT = _counts("1")
 _COUNT_SINCE = _counts("reports.rowid > ?")[:2]
 #: A step's time as the triggers have it: its JSON text read by SQLite's JSON parser
 #: (the very conversion ``json_extract`` makes of the stored steps, to the last bit).
-_STEP_UPSERT = ("INSERT INTO step_tally VALUES (?, ?, ?, ?, ?, CAST(json_extract(?, '$') "
-                "AS REAL), ?) ON CONFLICT DO UPDATE SET n = n + excluded.n")
+_STEP_UPSERT = (
+    "INSERT INTO step_tally VALUES (?, ?, ?, ?, ?, CAST(json_extract(?, '$') "
+    "AS REAL), ?) ON CONFLICT DO UPDATE SET n = n + excluded.n"
+)
 #: Past this rowid SQLite may give new rows smaller ones (it picks at random once the
 #: largest is 2**63 - 1): :func:`insert_counted` then leaves the counting to the triggers.
 _ROWID_ROOM = 2**62
@@ -183,8 +198,12 @@ _ROWID_ROOM = 2**62
 StepKey = tuple[str, str, str, str, str, str]
 
 
-def insert_counted(conn: sqlite3.Connection, statement: str,
-                   rows: Iterable[Sequence[Any]], steps: Iterable[StepKey]) -> None:
+def insert_counted(
+    conn: sqlite3.Connection,
+    statement: str,
+    rows: Iterable[Sequence[Any]],
+    steps: Iterable[StepKey],
+) -> None:
     """Run ``statement`` (an insert into ``reports``) for each of ``rows``, whose keys are
     new to the store and distinct, and count them into the tallies once, after: the
     triggers do not fire for them. ``steps``: every step result of ``rows``, as stored.
@@ -211,8 +230,10 @@ ANNOUNCE_FROM = 20_000
 def _announce(conn: sqlite3.Connection) -> None:
     (rows,) = conn.execute("SELECT COUNT(*) FROM reports").fetchone()
     if rows >= ANNOUNCE_FROM:
-        sys.stderr.write(f"envforge: counting the evidence store's {rows:,} reports once "
-                         "(a store from an earlier version)...\n")
+        sys.stderr.write(
+            f"envforge: counting the evidence store's {rows:,} reports once "
+            "(a store from an earlier version)...\n"
+        )
         sys.stderr.flush()
 
 
@@ -249,8 +270,7 @@ def migrate(conn: sqlite3.Connection) -> None:
         mark = _mark(conn)
         if mark != VERSION:
             _remake(conn, count=mark not in SAME_COUNTS)
-            conn.execute("INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)",
-                         (MARK, VERSION))
+            conn.execute("INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)", (MARK, VERSION))
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")

@@ -32,8 +32,12 @@ def _certify_command(plan: Plan) -> str:
 
 #: The expressions the workflow holds, all envforge's own: any other ``${{`` in a value
 #: would be evaluated by Actions (an injection), so :func:`workflow` refuses it.
-_OWN_EXPRESSIONS = ("${{ matrix.arch }}", "${{ matrix.recipe }}", "${{ matrix.task }}",
-                    f"${{{{ vars.ENVFORGE_PIP_SPEC || '{DISTRIBUTION}' }}}}")
+_OWN_EXPRESSIONS = (
+    "${{ matrix.arch }}",
+    "${{ matrix.recipe }}",
+    "${{ matrix.task }}",
+    f"${{{{ vars.ENVFORGE_PIP_SPEC || '{DISTRIBUTION}' }}}}",
+)
 
 
 def _strings(value: Any) -> list[str]:
@@ -52,8 +56,10 @@ def _check_expressions(flow: dict[str, Any]) -> None:
         for own in _OWN_EXPRESSIONS:
             rest = rest.replace(own, "")
         if "${{" in rest:
-            raise InvalidInput(f"a workflow value holds an expression: {text[:80]!r}",
-                               hint="use recipe names, archs and runner labels without ${{")
+            raise InvalidInput(
+                f"a workflow value holds an expression: {text[:80]!r}",
+                hint="use recipe names, archs and runner labels without ${{",
+            )
 
 
 def workflow(plan: Plan) -> dict[str, Any]:
@@ -66,9 +72,11 @@ def workflow(plan: Plan) -> dict[str, Any]:
 
 def _workflow(plan: Plan) -> dict[str, Any]:
     include = [
-        {"task": f"{t.index:03d}",
-         "recipe": t.recipe if values.recipe_name_problem(t.ref) else t.ref,
-         "arch": t.arch}
+        {
+            "task": f"{t.index:03d}",
+            "recipe": t.recipe if values.recipe_name_problem(t.ref) else t.ref,
+            "arch": t.arch,
+        }
         for t in plan.tasks
     ]
     labels = [*plan.site.runner_labels]
@@ -78,24 +86,32 @@ def _workflow(plan: Plan) -> dict[str, Any]:
     install = {
         "name": "Install envforge",
         "run": 'python3 -m venv "$RUNNER_TEMP/envforge"\n'
-               '"$RUNNER_TEMP/envforge/bin/pip" install "$ENVFORGE_PIP_SPEC"\n'
-               'echo "$RUNNER_TEMP/envforge/bin" >> "$GITHUB_PATH"\n',
+        '"$RUNNER_TEMP/envforge/bin/pip" install "$ENVFORGE_PIP_SPEC"\n'
+        'echo "$RUNNER_TEMP/envforge/bin" >> "$GITHUB_PATH"\n',
     }
     certify = {
         "runs-on": runs_on,
         "timeout-minutes": 90,
         "strategy": {"fail-fast": False, "matrix": {"include": include}},
         # the plan's nonce, recorded by the probe in each report (fleet collect checks it)
-        "env": {"RECIPE": "${{ matrix.recipe }}",
-                "ENVFORGE_FLEET_TASK": f"{plan.id}:${{{{ matrix.task }}}}:{plan.nonce}"},
+        "env": {
+            "RECIPE": "${{ matrix.recipe }}",
+            "ENVFORGE_FLEET_TASK": f"{plan.id}:${{{{ matrix.task }}}}:{plan.nonce}",
+        },
         "steps": [
             {"uses": "actions/checkout@v5"},
             install,
             {"name": "Certify on this runner's GPU", "run": _certify_command(plan) + "\n"},
-            {"name": "Upload the report", "if": "always()",
-             "uses": "actions/upload-artifact@v6",
-             "with": {"name": "envforge-report-${{ matrix.task }}", "path": "report/",
-                      "if-no-files-found": "warn"}},
+            {
+                "name": "Upload the report",
+                "if": "always()",
+                "uses": "actions/upload-artifact@v6",
+                "with": {
+                    "name": "envforge-report-${{ matrix.task }}",
+                    "path": "report/",
+                    "if-no-files-found": "warn",
+                },
+            },
         ],
     }
     collect = {
@@ -106,12 +122,20 @@ def _workflow(plan: Plan) -> dict[str, Any]:
         "steps": [
             {"uses": "actions/setup-python@v6", "with": {"python-version": PYTHON}},
             {"name": "Install envforge", "run": 'python -m pip install "$ENVFORGE_PIP_SPEC"\n'},
-            {"name": "Download the reports", "uses": "actions/download-artifact@v7",
-             "with": {"pattern": "envforge-report-*", "path": "reports"}},
-            {"name": "The certified-on matrix",
-             "run": "envforge matrix --evidence reports -o site\n"},
-            {"name": "Upload the matrix site", "uses": "actions/upload-artifact@v6",
-             "with": {"name": "envforge-matrix", "path": "site/"}},
+            {
+                "name": "Download the reports",
+                "uses": "actions/download-artifact@v7",
+                "with": {"pattern": "envforge-report-*", "path": "reports"},
+            },
+            {
+                "name": "The certified-on matrix",
+                "run": "envforge matrix --evidence reports -o site\n",
+            },
+            {
+                "name": "Upload the matrix site",
+                "uses": "actions/upload-artifact@v6",
+                "with": {"name": "envforge-matrix", "path": "site/"},
+            },
         ],
     }
     return {

@@ -58,8 +58,13 @@ def selector(arch: str, plan: Plan, pci_ids: Callable[[str], Sequence[int]]) -> 
             f"envforge.io/gpu-arch={arch}; --arch-label envforge.io/gpu-arch)",
         )
     term = {"matchExpressions": [{"key": AMD_DEVICE_ID, "operator": "In", "values": ids}]}
-    return {"affinity": {"nodeAffinity": {
-        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}}
+    return {
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+            }
+        }
+    }
 
 
 def _limits(task: Task) -> dict[str, str]:
@@ -73,15 +78,16 @@ def config_map(plan: Plan, worker: str, specs: dict[int, str]) -> dict[str, Any]
     data = {"worker.py": worker}
     data.update({f"spec-{i:03d}.json": text for i, text in specs.items()})
     return {
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": dns_name("envforge-probe", plan.id),
-                     "namespace": plan.site.namespace},
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": dns_name("envforge-probe", plan.id), "namespace": plan.site.namespace},
         "data": data,
     }
 
 
-def job(plan: Plan, tasks: Sequence[Task],
-        pci_ids: Callable[[str], Sequence[int]]) -> dict[str, Any]:
+def job(
+    plan: Plan, tasks: Sequence[Task], pci_ids: Callable[[str], Sequence[int]]
+) -> dict[str, Any]:
     """One Job for the tasks of one (recipe, arch) pair."""
     first = tasks[0]
     name = dns_name("envforge", plan.id, first.recipe, first.arch)
@@ -98,19 +104,31 @@ def job(plan: Plan, tasks: Sequence[Task],
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
         "containers": [container],
-        "volumes": [{"name": "envforge",
-                     "configMap": {"name": dns_name("envforge-probe", plan.id)}}],
-        "topologySpreadConstraints": [{
-            "maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
-            "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": labels},
-        }],
+        "volumes": [
+            {"name": "envforge", "configMap": {"name": dns_name("envforge-probe", plan.id)}}
+        ],
+        "topologySpreadConstraints": [
+            {
+                "maxSkew": 1,
+                "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": labels},
+            }
+        ],
         **selector(first.arch, plan, pci_ids),
     }
     return {
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "namespace": plan.site.namespace,
-                     "labels": {**labels, "envforge.io/recipe": dns_name(first.recipe),
-                                "envforge.io/arch": dns_name(first.arch)}},
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": plan.site.namespace,
+            "labels": {
+                **labels,
+                "envforge.io/recipe": dns_name(first.recipe),
+                "envforge.io/arch": dns_name(first.arch),
+            },
+        },
         "spec": {
             "completionMode": "Indexed",
             "completions": len(tasks),
@@ -121,11 +139,14 @@ def job(plan: Plan, tasks: Sequence[Task],
     }
 
 
-def manifests(plan: Plan, worker: str, specs: dict[int, str],
-              pci_ids: Callable[[str], Sequence[int]]) -> list[dict[str, Any]]:
+def manifests(
+    plan: Plan, worker: str, specs: dict[int, str], pci_ids: Callable[[str], Sequence[int]]
+) -> list[dict[str, Any]]:
     """The ConfigMap, then one Job per (recipe, arch) pair in plan order."""
     pairs: dict[tuple[str, str], list[Task]] = {}
     for task in plan.tasks:
         pairs.setdefault((task.recipe, task.arch), []).append(task)
-    return [config_map(plan, worker, specs),
-            *(job(plan, tasks, pci_ids) for tasks in pairs.values())]
+    return [
+        config_map(plan, worker, specs),
+        *(job(plan, tasks, pci_ids) for tasks in pairs.values()),
+    ]

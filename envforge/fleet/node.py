@@ -17,8 +17,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 #: The variables read, first set wins.
-VARIABLES = ("SLURM_JOB_GPUS", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES",
-             "NVIDIA_VISIBLE_DEVICES")
+VARIABLES = (
+    "SLURM_JOB_GPUS",
+    "ROCR_VISIBLE_DEVICES",
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+)
 _INDEXES = re.compile(r"^\d+(,\d+)*$")
 
 
@@ -84,5 +88,4 @@ def fleet_facts(environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     found = _FLEET.match(environ.get(FLEET_VARIABLE, ""))
     if found is None:
         return ()
-    return (("plan", found.group(1)), ("task", str(int(found.group(2)))),
-            ("nonce", found.group(3)))
+    return (("plan", found.group(1)), ("task", str(int(found.group(2)))), ("nonce", found.group(3)))

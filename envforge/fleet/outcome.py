@@ -49,11 +49,15 @@ class TaskState:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "task": self.task.index, "recipe": self.task.recipe, "arch": self.task.arch,
-            "state": self.state, "detail": self.detail,
+            "task": self.task.index,
+            "recipe": self.task.recipe,
+            "arch": self.task.arch,
+            "state": self.state,
+            "detail": self.detail,
             "node": dict(self.node or {}).get("node", ""),
             "gpus": dict(self.node or {}).get("granted", {}).get("gpus", "")
-            if isinstance(dict(self.node or {}).get("granted"), Mapping) else "",
+            if isinstance(dict(self.node or {}).get("granted"), Mapping)
+            else "",
             "report": self.source,
         }
 
@@ -66,8 +70,10 @@ def _mismatch(task: Task, record: Evidence) -> str:
     if record.recipe and record.recipe != task.recipe:
         return f"its report is about recipe {record.recipe!r}, planned {task.recipe!r}"
     if record.recipe_hash and record.recipe_hash != task.recipe_hash:
-        return (f"its report is about recipe hash {record.recipe_hash[:12]}, planned "
-                f"{task.recipe_hash[:12]} (the recipe changed since planning)")
+        return (
+            f"its report is about recipe hash {record.recipe_hash[:12]}, planned "
+            f"{task.recipe_hash[:12]} (the recipe changed since planning)"
+        )
     if not record.recipe_hash:
         return "its report names no recipe hash: not evidence for the plan"
     return ""
@@ -93,22 +99,26 @@ def _fleet_problem(plan: Plan, task: Task, host: Mapping[str, Any]) -> str:
     return ""
 
 
-def _host_problem(task: Task, record: Evidence, host: Mapping[str, Any],
-                  node: Mapping[str, Any]) -> str:
+def _host_problem(
+    task: Task, record: Evidence, host: Mapping[str, Any], node: Mapping[str, Any]
+) -> str:
     ran_on, said = host.get("node"), node.get("node")
     if isinstance(ran_on, str) and isinstance(said, str) and said and ran_on != said:
         return f"its report ran on node {ran_on[:40]!r}, task.json says {said[:40]!r}"
     if record.outcome == "pass" and task.vendor != "none":
         listed = host.get("gpus")
         gpus: list[Any] = listed if isinstance(listed, list) else []
-        if not any(isinstance(g, Mapping) and g.get("vendor") == task.vendor
-                   and g.get("arch") in (None, task.arch) for g in gpus):
+        if not any(
+            isinstance(g, Mapping)
+            and g.get("vendor") == task.vendor
+            and g.get("arch") in (None, task.arch)
+            for g in gpus
+        ):
             return f"its report passed without a {task.vendor} GPU of arch {task.arch}"
     return ""
 
 
-def refusal(plan: Plan, task: Task, record: Evidence, doc: Any,
-            node: Mapping[str, Any]) -> str:
+def refusal(plan: Plan, task: Task, record: Evidence, doc: Any, node: Mapping[str, Any]) -> str:
     """Why a task's report is no evidence for the plan ("" when it is)."""
     why = _mismatch(task, record) or document_problem(doc) or ""
     if why:
@@ -135,8 +145,9 @@ def _report(folder: Path, redact: Callable[[str], str]) -> tuple[Evidence, Any, 
     return ""
 
 
-def _finished(plan: Plan, task: Task, folder: Path, node: Mapping[str, Any],
-              redact: Callable[[str], str]) -> TaskState:
+def _finished(
+    plan: Plan, task: Task, folder: Path, node: Mapping[str, Any], redact: Callable[[str], str]
+) -> TaskState:
     found = _report(folder, redact)
     code = node.get("exit", "?")
     if isinstance(found, str):
@@ -153,15 +164,17 @@ def _finished(plan: Plan, task: Task, folder: Path, node: Mapping[str, Any],
     return TaskState(task, "passed", "", record, doc, source, node)
 
 
-def task_state(plan: Plan, task: Task, folder: Path, queued: str | None,
-               redact: Callable[[str], str]) -> TaskState:
+def task_state(
+    plan: Plan, task: Task, folder: Path, queued: str | None, redact: Callable[[str], str]
+) -> TaskState:
     """One task's state: ``queued`` is its queue state (None: not in the queue)."""
     if queued is not None:
         return TaskState(task, "running" if queued == "RUNNING" else "queued", queued)
     task_file = folder / task.folder / TASK_FILE
     if not task_file.is_file():
-        return TaskState(task, "missing", "not in the queue and no task.json: it never ran "
-                         "or its node was lost")
+        return TaskState(
+            task, "missing", "not in the queue and no task.json: it never ran or its node was lost"
+        )
     try:
         node = _read_json(task_file)
     except (OSError, ValueError) as exc:
@@ -171,8 +184,9 @@ def task_state(plan: Plan, task: Task, folder: Path, queued: str | None,
     return _finished(plan, task, folder / task.folder, node, redact)
 
 
-def states(plan: Plan, folder: Path, queue: Mapping[int, str],
-           redact: Callable[[str], str]) -> tuple[TaskState, ...]:
+def states(
+    plan: Plan, folder: Path, queue: Mapping[int, str], redact: Callable[[str], str]
+) -> tuple[TaskState, ...]:
     return tuple(task_state(plan, t, folder, queue.get(t.index), redact) for t in plan.tasks)
 
 

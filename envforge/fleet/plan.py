@@ -196,8 +196,10 @@ def make_plan(
     take (:mod:`.values`), before any task is made."""
     _check_counts(recipes, nodes, gpus)
     if engine == "k8s" and not images:
-        raise InvalidInput(f"--engine k8s runs images: --backend {backend} is for Slurm and "
-                           "GitHub runners", hint="--backend docker")
+        raise InvalidInput(
+            f"--engine k8s runs images: --backend {backend} is for Slurm and GitHub runners",
+            hint="--backend docker",
+        )
     for arch in archs:
         why = values.arch_problem(arch)
         if why:
@@ -206,21 +208,37 @@ def make_plan(
     refs = {r.name: ref for ref, r in recipes}
     pairs = _pairs([r for _, r in recipes], archs)
     if len(pairs) * nodes > MAX_TASKS:  # counted before any task is made
-        raise InvalidInput(f"{len(pairs) * nodes} tasks: more than {MAX_TASKS} in one plan",
-                           hint="plan fewer recipes, archs or --nodes per plan")
+        raise InvalidInput(
+            f"{len(pairs) * nodes} tasks: more than {MAX_TASKS} in one plan",
+            hint="plan fewer recipes, archs or --nodes per plan",
+        )
     tasks: list[Task] = []
     for recipe, arch, given in pairs:
         wanted = gpus if gpus is not None else (1 if given or recipe.gpu.vendor != "none" else 0)
         for _ in range(nodes):
-            tasks.append(Task(
-                index=len(tasks), recipe=recipe.name, ref=refs[recipe.name],
-                recipe_hash=recipe.hash, stack=recipe.stack_tag,
-                vendor=recipe.gpu.vendor,
-                arch=arch, gpus=wanted,
-                image=image_for(recipe, site) if images else "",
-            ))
-    return Plan(engine, backend, tuple(tasks), site, wheelhouse, level, tuple(envforge),
-                nonce=secrets.token_hex(16))
+            tasks.append(
+                Task(
+                    index=len(tasks),
+                    recipe=recipe.name,
+                    ref=refs[recipe.name],
+                    recipe_hash=recipe.hash,
+                    stack=recipe.stack_tag,
+                    vendor=recipe.gpu.vendor,
+                    arch=arch,
+                    gpus=wanted,
+                    image=image_for(recipe, site) if images else "",
+                )
+            )
+    return Plan(
+        engine,
+        backend,
+        tuple(tasks),
+        site,
+        wheelhouse,
+        level,
+        tuple(envforge),
+        nonce=secrets.token_hex(16),
+    )
 
 
 def _check_counts(recipes: Sequence[tuple[str, Recipe]], nodes: int, gpus: int | None) -> None:
@@ -235,8 +253,12 @@ def _check_counts(recipes: Sequence[tuple[str, Recipe]], nodes: int, gpus: int |
     for _, recipe in recipes:
         arch = recipe.gpu.arch
         if arch and values.arch_problem(arch):
-            raise values.refuse(f"--recipe {recipe.name}: its GPU arch", arch,
-                                values.arch_problem(arch) or "", "fix the recipe's gpu.arch")
+            raise values.refuse(
+                f"--recipe {recipe.name}: its GPU arch",
+                arch,
+                values.arch_problem(arch) or "",
+                "fix the recipe's gpu.arch",
+            )
 
 
 # --------------------------------------------------------------------------- reading
@@ -253,10 +275,11 @@ def _pairs_of(value: Any, source: str) -> tuple[tuple[str, str], ...]:
     if value is None:
         return ()
     if not isinstance(value, list) or not all(
-            isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p)
-            for p in value):
-        raise InvalidInput(f"{source}: key 'site.features' is not a list of [arch, feature]",
-                           hint="plan again")
+        isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in value
+    ):
+        raise InvalidInput(
+            f"{source}: key 'site.features' is not a list of [arch, feature]", hint="plan again"
+        )
     return tuple((a, f) for a, f in value)
 
 
@@ -265,8 +288,9 @@ def _site(data: Any, source: str) -> Site:
         raise InvalidInput(f"{source}: key 'site' is not an object", hint="plan again")
     labels = data.get("runner_labels") or []
     if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
-        raise InvalidInput(f"{source}: key 'site.runner_labels' is not a list of strings",
-                           hint="plan again")
+        raise InvalidInput(
+            f"{source}: key 'site.runner_labels' is not a list of strings", hint="plan again"
+        )
     where = f"{source}: site"
     site = Site(
         partition=_text(data, "partition", "", where),
@@ -294,37 +318,47 @@ def _task(data: Any, number: int, source: str) -> Task:
         raise InvalidInput(f"{where} lacks key {missing[0]!r}", hint="plan again")
     index, gpus = data["index"], data["gpus"]
     if type(index) is not int or type(gpus) is not int:
-        raise InvalidInput(f"{where}: keys 'index' and 'gpus' must be whole numbers",
-                           hint="plan again")
+        raise InvalidInput(
+            f"{where}: keys 'index' and 'gpus' must be whole numbers", hint="plan again"
+        )
     text = {k: _text(data, k, "", where) for k in _TASK_TEXT}
     task = Task(index=index, gpus=gpus, image=_text(data, "image", "", where), **text)
     if task.index != number:
         raise InvalidInput(f"{where} has index {task.index}", hint="plan again")
-    for key, why in (("recipe", values.recipe_name_problem(task.recipe)),
-                     ("arch", values.arch_problem(task.arch)),
-                     ("gpus", values.count_problem(task.gpus, 0, values.MAX_GPUS))):
+    for key, why in (
+        ("recipe", values.recipe_name_problem(task.recipe)),
+        ("arch", values.arch_problem(task.arch)),
+        ("gpus", values.count_problem(task.gpus, 0, values.MAX_GPUS)),
+    ):
         if why:
-            raise values.refuse(f"{where}: key {key!r}", str(getattr(task, key)), why,
-                                "plan again (envforge fleet plan)")
+            raise values.refuse(
+                f"{where}: key {key!r}",
+                str(getattr(task, key)),
+                why,
+                "plan again (envforge fleet plan)",
+            )
     return task
 
 
 def plan_from_dict(data: Any, source: str) -> Plan:
     """A plan as :meth:`Plan.to_dict` wrote it; :class:`InvalidInput` naming the key."""
     if not isinstance(data, Mapping) or data.get("schema") != SCHEMA:
-        raise InvalidInput(f"{source}: not an envforge fleet plan (schema {SCHEMA})",
-                           hint="envforge fleet plan ... -o DIR writes DIR/plan.json")
+        raise InvalidInput(
+            f"{source}: not an envforge fleet plan (schema {SCHEMA})",
+            hint="envforge fleet plan ... -o DIR writes DIR/plan.json",
+        )
     engine, backend = data.get("engine"), data.get("backend")
     if engine not in ENGINES or not _BACKEND_NAME.fullmatch(str(backend)):
-        raise InvalidInput(f"{source}: key 'engine' or 'backend' has an unknown value",
-                           hint="plan again")
+        raise InvalidInput(
+            f"{source}: key 'engine' or 'backend' has an unknown value", hint="plan again"
+        )
     tasks = data.get("tasks")
     if not isinstance(tasks, list) or len(tasks) > MAX_TASKS:
-        raise InvalidInput(f"{source}: key 'tasks' is not a list of at most {MAX_TASKS}",
-                           hint="plan again")
+        raise InvalidInput(
+            f"{source}: key 'tasks' is not a list of at most {MAX_TASKS}", hint="plan again"
+        )
     command = data.get("envforge")
-    if not isinstance(command, list) or not command or not all(
-            isinstance(x, str) for x in command):
+    if not isinstance(command, list) or not command or not all(isinstance(x, str) for x in command):
         raise InvalidInput(f"{source}: key 'envforge' is not a command", hint="plan again")
     level = _text(data, "level", "", source)
     if level not in ("", "quick", "full"):
@@ -353,11 +387,14 @@ def load_plan(folder: Path) -> Plan:
     try:
         raw = read_limited(path, PLAN_MAX_BYTES)  # regular files only: a FIFO never blocks
     except FileNotFoundError:
-        raise InvalidInput(f"{path}: no such file",
-                           hint="envforge fleet plan ... -o DIR writes it") from None
+        raise InvalidInput(
+            f"{path}: no such file", hint="envforge fleet plan ... -o DIR writes it"
+        ) from None
     except OSError as exc:
-        raise InvalidInput(f"{path}: cannot read: {read_reason(exc, path)}",
-                           hint="plan again (envforge fleet plan ... -o DIR)") from None
+        raise InvalidInput(
+            f"{path}: cannot read: {read_reason(exc, path)}",
+            hint="plan again (envforge fleet plan ... -o DIR)",
+        ) from None
     try:
         data = loads(raw, max_bytes=PLAN_MAX_BYTES)
     except ValueError as exc:

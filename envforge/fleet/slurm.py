@@ -23,8 +23,17 @@ from envforge.render.templates import render_template
 #: Seconds sbatch/squeue may take before the scheduler counts as unreachable.
 TIMEOUT = 60.0
 #: Queue states that mean "not finished yet".
-WAITING = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED",
-           "RESIZING", "STAGE_OUT", "SIGNALING")
+WAITING = (
+    "PENDING",
+    "CONFIGURING",
+    "RUNNING",
+    "COMPLETING",
+    "SUSPENDED",
+    "REQUEUED",
+    "RESIZING",
+    "STAGE_OUT",
+    "SIGNALING",
+)
 
 
 def _ranges(indexes: Sequence[int]) -> str:
@@ -52,8 +61,12 @@ def check_folder(folder: Path) -> None:
     """Refuse a plan folder a batch script cannot name (a line break, ``%``)."""
     why = values.folder_problem(str(folder))
     if why:
-        raise values.refuse("-o", str(folder), why, "plan into a folder whose path has no "
-                            "control characters and no %")
+        raise values.refuse(
+            "-o",
+            str(folder),
+            why,
+            "plan into a folder whose path has no control characters and no %",
+        )
 
 
 def render(plan: Plan, folder: Path) -> dict[str, str]:
@@ -87,11 +100,15 @@ def _call(argv: Sequence[str], environ: Mapping[str, str] | None) -> proc.Comple
     try:
         done = proc.run(argv, timeout=TIMEOUT, env=environ)
     except FileNotFoundError:
-        raise Unavailable(f"{argv[0]}: not found: this machine is no Slurm submit host",
-                          hint="run it on a login node (where sbatch and squeue are)") from None
+        raise Unavailable(
+            f"{argv[0]}: not found: this machine is no Slurm submit host",
+            hint="run it on a login node (where sbatch and squeue are)",
+        ) from None
     if done.timed_out:
-        raise Unavailable(f"{shlex.join(argv)}: no answer within {TIMEOUT:.0f} s",
-                          hint="check the controller (scontrol ping)")
+        raise Unavailable(
+            f"{shlex.join(argv)}: no answer within {TIMEOUT:.0f} s",
+            hint="check the controller (scontrol ping)",
+        )
     return done
 
 
@@ -103,9 +120,10 @@ def submit(scripts: Sequence[Path], environ: Mapping[str, str] | None = None) ->
         done = _call(["sbatch", "--parsable", str(script)], environ)
         if not done.ok:
             reason = " ".join((done.stderr or done.stdout).split()) or f"exit {done.returncode}"
-            raise Unavailable(f"sbatch {script.name}: {reason}",
-                              hint="check the partition, account and the arch features "
-                              "(sinfo -o '%N %f %G')")
+            raise Unavailable(
+                f"sbatch {script.name}: {reason}",
+                hint="check the partition, account and the arch features (sinfo -o '%N %f %G')",
+            )
         jobs.append(done.stdout.strip().split(";", 1)[0])
     return jobs
 

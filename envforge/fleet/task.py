@@ -37,8 +37,7 @@ def command(plan: Plan, task: Task, folder: Path) -> list[str]:
     return argv
 
 
-def environment(plan: Plan, task: Task, folder: Path,
-                environ: Mapping[str, str]) -> dict[str, str]:
+def environment(plan: Plan, task: Task, folder: Path, environ: Mapping[str, str]) -> dict[str, str]:
     env = dict(environ)
     env[FLEET_VARIABLE] = f"{plan.id}:{task.index}:{plan.nonce}"  # the report records it
     if plan.task_homes:
@@ -50,19 +49,25 @@ def run_task(plan: Plan, folder: Path, index: int, environ: Mapping[str, str] | 
     """Run task ``index`` of ``plan`` (in ``folder``); its exit status."""
     env_in = dict(os.environ if environ is None else environ)
     if not 0 <= index < len(plan.tasks):
-        raise InvalidInput(f"task {index}: the plan has tasks 0-{len(plan.tasks) - 1}",
-                           hint="the sbatch script passes $SLURM_ARRAY_TASK_ID")
+        raise InvalidInput(
+            f"task {index}: the plan has tasks 0-{len(plan.tasks) - 1}",
+            hint="the sbatch script passes $SLURM_ARRAY_TASK_ID",
+        )
     task = plan.tasks[index]
     grant = granted(env_in)  # the child takes it as its default --gpu and says so
     argv = command(plan, task, folder)
     make_dirs(folder / task.folder)
     started = datetime.now(timezone.utc)
     clock = time.monotonic()
-    with proc.spawn(argv, env=environment(plan, task, folder, env_in),
-                    stdout=None, stderr=None) as child:
+    with proc.spawn(
+        argv, env=environment(plan, task, folder, env_in), stdout=None, stderr=None
+    ) as child:
         code = child.wait()
     record = {
-        "task": task.index, "recipe": task.recipe, "arch": task.arch, "exit": code,
+        "task": task.index,
+        "recipe": task.recipe,
+        "arch": task.arch,
+        "exit": code,
         "node": grant.node if grant else env_in.get("SLURMD_NODENAME", ""),
         "granted": grant.to_dict() if grant else {},
         "command": argv,
@@ -71,4 +76,3 @@ def run_task(plan: Plan, folder: Path, index: int, environ: Mapping[str, str] | 
     }
     write_atomically(folder / task.folder / TASK_FILE, json.dumps(record, indent=2) + "\n")
     return code
-

@@ -46,10 +46,12 @@ _FEATURE = re.compile(r"[A-Za-z0-9_.+-]{1,64}", re.ASCII)
 _FEATURE_EXPR = re.compile(r"[A-Za-z0-9_.+\-&|*()\[\]]{1,256}", re.ASCII)
 _K8S_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", re.ASCII)
 _K8S_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", re.ASCII)
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*",
-                            re.ASCII)
+_DNS_SUBDOMAIN = re.compile(
+    r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*", re.ASCII
+)
 _REGISTRY = re.compile(
-    r"[a-z0-9]([a-z0-9.-]{0,252}[a-z0-9])?(:\d{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*", re.ASCII)
+    r"[a-z0-9]([a-z0-9.-]{0,252}[a-z0-9])?(:\d{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*", re.ASCII
+)
 _RUNNER_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", re.ASCII)
 #: Character classes no file name or script line may hold: controls, format characters
 #: (bidi overrides), surrogates, private and unassigned, line and paragraph separators.
@@ -103,8 +105,9 @@ def label_key_problem(value: str) -> str | None:
     if not value:
         return None
     prefix, slash, name = value.rpartition("/")
-    if _K8S_NAME.fullmatch(name) and (not slash or (
-            len(prefix) <= 253 and _DNS_SUBDOMAIN.fullmatch(prefix))):
+    if _K8S_NAME.fullmatch(name) and (
+        not slash or (len(prefix) <= 253 and _DNS_SUBDOMAIN.fullmatch(prefix))
+    ):
         return None
     return "not a Kubernetes label key ([DNS-SUBDOMAIN/]NAME, NAME at most 63)"
 
@@ -183,16 +186,28 @@ def check_site(site: Site, *, source: str = "") -> None:
         value = getattr(site, key)
         why = check(value)
         if why:
-            raise refuse(name(option, key), value, why,
-                         f"{example}" if not source else "plan again (envforge fleet plan)")
+            raise refuse(
+                name(option, key),
+                value,
+                why,
+                f"{example}" if not source else "plan again (envforge fleet plan)",
+            )
     for arch, feature in site.features:
         for value, check in ((arch, arch_problem), (feature, feature_problem)):
             why = check(value)
             if why:
-                raise refuse(name("--feature", "features"), f"{arch}={feature}", why,
-                             "--feature gfx942=mi300x" if not source else "plan again")
+                raise refuse(
+                    name("--feature", "features"),
+                    f"{arch}={feature}",
+                    why,
+                    "--feature gfx942=mi300x" if not source else "plan again",
+                )
     for label in site.runner_labels:
         why = runner_label_problem(label)
         if why:
-            raise refuse(name("--runner-label", "runner_labels"), label, why,
-                         "--runner-label self-hosted" if not source else "plan again")
+            raise refuse(
+                name("--runner-label", "runner_labels"),
+                label,
+                why,
+                "--runner-label self-hosted" if not source else "plan again",
+            )

@@ -68,8 +68,7 @@ def write_plan(plan: Plan, folder: Path) -> list[Path]:
     check_folder_target(folder / "logs", setting="-o")
     created = make_dirs(folder / "logs", setting="-o")
     try:
-        write_files([(folder / name, text, 0o644) for name, text in files.items()],
-                    setting="-o")
+        write_files([(folder / name, text, 0o644) for name, text in files.items()], setting="-o")
     except BaseException:
         for made in reversed(created):
             with suppress(OSError):
@@ -97,7 +96,11 @@ def submit(plan: Plan, folder: Path, environ: Mapping[str, str] | None = None) -
     if missing:
         raise InvalidInput(f"{missing[0]}: no such file", hint="plan again (fleet plan -o DIR)")
     jobs = slurm.submit(scripts, environ)
-    record = {"engine": plan.engine, "plan": plan.id, "jobs": jobs,
-              "submitted": datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")}
+    record = {
+        "engine": plan.engine,
+        "plan": plan.id,
+        "jobs": jobs,
+        "submitted": datetime.now(timezone.utc).isoformat().replace("+00:00", "Z"),
+    }
     write_atomically(folder / "submitted.json", json.dumps(record, indent=2) + "\n")
     return jobs

@@ -38,9 +38,28 @@ Vendor = Literal["amd", "nvidia"]
 
 #: Compute capabilities of shipped NVIDIA GPUs (CUDA GPUs list, developer.nvidia.com).
 NVIDIA_COMPUTE_CAPABILITIES = (
-    "sm_35", "sm_37", "sm_50", "sm_52", "sm_53", "sm_60", "sm_61", "sm_62", "sm_70", "sm_72",
-    "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_100", "sm_101", "sm_103",
-    "sm_110", "sm_120", "sm_121",
+    "sm_35",
+    "sm_37",
+    "sm_50",
+    "sm_52",
+    "sm_53",
+    "sm_60",
+    "sm_61",
+    "sm_62",
+    "sm_70",
+    "sm_72",
+    "sm_75",
+    "sm_80",
+    "sm_86",
+    "sm_87",
+    "sm_89",
+    "sm_90",
+    "sm_100",
+    "sm_101",
+    "sm_103",
+    "sm_110",
+    "sm_120",
+    "sm_121",
 )
 
 #: The HSA ISA name prefix (``rocminfo``'s ISA ``Name:``, code-object targets).
@@ -61,8 +80,11 @@ class Gfx:
     stepping: int
 
     def __post_init__(self) -> None:
-        if not (0 < self.major <= _MAX_MAJOR and 0 <= self.minor <= _MAX_FIELD
-                and 0 <= self.stepping <= _MAX_FIELD):
+        if not (
+            0 < self.major <= _MAX_MAJOR
+            and 0 <= self.minor <= _MAX_FIELD
+            and 0 <= self.stepping <= _MAX_FIELD
+        ):
             raise ValueError(f"no gfx name for {self.major}.{self.minor}.{self.stepping}")
 
     @property
@@ -133,7 +155,7 @@ def gfx_from_hsa_isa(name: str) -> str | None:
     text = name.strip()
     if not text.startswith(HSA_ISA_PREFIX):
         return None
-    gfx = parse_gfx(strip_features(text[len(HSA_ISA_PREFIX):]))
+    gfx = parse_gfx(strip_features(text[len(HSA_ISA_PREFIX) :]))
     return None if gfx is None else gfx.name
 
 
@@ -202,8 +224,12 @@ def parse_sm(name: str) -> Sm | None:
 def sm_from_compute_cap(cap: str) -> str | None:
     """``9.0`` → ``sm_90``; ``12.0`` → ``sm_120``; anything else → None."""
     major, sep, minor = cap.strip().partition(".")
-    if not sep or not (major.isascii() and major.isdigit() and minor.isascii()
-                       and minor.isdigit()) or len(major) > 2 or len(minor) > 1:
+    if (
+        not sep
+        or not (major.isascii() and major.isdigit() and minor.isascii() and minor.isdigit())
+        or len(major) > 2
+        or len(minor) > 1
+    ):
         return None
     try:
         return Sm(int(major), int(minor)).name
@@ -260,8 +286,11 @@ def same_major_lower(arch: str) -> list[str]:
     gpu = parse_sm(arch)
     if gpu is None or gpu.suffix:
         return []
-    lower = [s for a in NVIDIA_COMPUTE_CAPABILITIES if (s := parse_sm(a)) is not None
-             and s.major == gpu.major and s.minor < gpu.minor]
+    lower = [
+        s
+        for a in NVIDIA_COMPUTE_CAPABILITIES
+        if (s := parse_sm(a)) is not None and s.major == gpu.major and s.minor < gpu.minor
+    ]
     return [s.name for s in sorted(lower, reverse=True)]
 
 

@@ -326,11 +326,7 @@ def _nvidia_from_drm(root: Path) -> list[GpuInfo]:
 def _merge_rocminfo(
     gpus: list[GpuInfo], agents: list[RocmAgent], kernel: str, root: Path
 ) -> list[GpuInfo]:
-    gpu_agents = [
-        a
-        for a in agents
-        if a.device_type == "GPU" or parse_gfx(a.name) is not None
-    ]
+    gpu_agents = [a for a in agents if a.device_type == "GPU" or parse_gfx(a.name) is not None]
     if not gpus:
         driver = _amd_driver(root, kernel)
         return [
@@ -394,7 +390,6 @@ def _merge_smi(gpus: list[GpuInfo], rows: list[SmiRow]) -> list[GpuInfo]:
             )
         )
     return merged
-
 
 
 def _kernel(root: Path) -> str:

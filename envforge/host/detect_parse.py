@@ -113,17 +113,12 @@ def parse_rocminfo(text: str) -> list[RocmAgent]:
 
 def parse_rocm_agent_enumerator(text: str) -> list[str]:
     """``rocm_agent_enumerator`` → GPU archs (``gfx000`` is the CPU agent and is dropped)."""
-    return [
-        line.strip()
-        for line in text.splitlines()
-        if parse_gfx(line.strip()) is not None
-    ]
+    return [line.strip() for line in text.splitlines() if parse_gfx(line.strip()) is not None]
 
 
 def nvidia_arch_for_product(product: str, table: CompatTable | None = None) -> str | None:
     """An NVIDIA model name → arch, from the table's ``nvidia_model_names``."""
     return (load_table() if table is None else table).arch_for_model(product)
-
 
 
 # --------------------------------------------------------------------------- override variables
@@ -185,8 +180,7 @@ def overridden(
             hint=f"e.g. ENVFORGE_GPU_COUNT=2 (at most {MAX_GPU_COUNT})",
         )
     product = (
-        printable(env, "ENVFORGE_GPU_PRODUCT")
-        or f"{vendor.upper()} GPU {arch} (override)".strip()
+        printable(env, "ENVFORGE_GPU_PRODUCT") or f"{vendor.upper()} GPU {arch} (override)".strip()
     )
     gpus: list[GpuInfo] = []
     for i in range(count):

@@ -183,8 +183,12 @@ def check_gpu_present(
     if chosen_for is not None and chosen_for in found:
         how = "" if recipe.gpu.arch == chosen_for else f" (recipe {recipe.name}, made to serve it)"
         return [
-            Finding("gpu", "ok", f"{len(gpus)} {vendor.upper()} GPU(s): {', '.join(found)}; "
-                    f"auto chose {recipe.name} for {chosen_for}{how}")
+            Finding(
+                "gpu",
+                "ok",
+                f"{len(gpus)} {vendor.upper()} GPU(s): {', '.join(found)}; "
+                f"auto chose {recipe.name} for {chosen_for}{how}",
+            )
         ]
     if recipe.gpu.arch and recipe.gpu.arch not in found:
         return [
@@ -399,11 +403,15 @@ def check_memory(
                 findings.append(Finding("gpu-memory", "ok", f"{gpu.text} ({gpu.source})"))
                 continue
             who = gpumem.describe(holders) or "processes the driver does not name here"
-            findings.append(Finding(
-                "gpu-memory", "warn", f"{gpu.text}, held by {who}",
-                "stop them (`kill PID`) or wait: the probe and training need the memory "
-                "(`--require-free GIB` makes the probe fail instead of warn)",
-            ))
+            findings.append(
+                Finding(
+                    "gpu-memory",
+                    "warn",
+                    f"{gpu.text}, held by {who}",
+                    "stop them (`kill PID`) or wait: the probe and training need the memory "
+                    "(`--require-free GIB` makes the probe fail instead of warn)",
+                )
+            )
     return findings
 
 
@@ -417,7 +425,9 @@ free_bytes = shutil_free
 
 
 def check_disk(
-    recipe: Recipe | None, space_dir: Path | None, need: tuple[int, Path],
+    recipe: Recipe | None,
+    space_dir: Path | None,
+    need: tuple[int, Path],
     host: HostInfo | None = None,
 ) -> list[Finding]:
     """``need``: the bytes a build takes and the folder they go to (the backend's

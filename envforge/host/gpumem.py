@@ -45,10 +45,16 @@ MAX_NAMED = 5
 #: The file name of the probe's worker (both targets): its own process is not "another".
 WORKER_FILE = "envforge_probe_worker.py"
 
-NVIDIA_GPUS = ("nvidia-smi", "--query-gpu=index,uuid,memory.used,memory.total",
-               "--format=csv,noheader,nounits")
-NVIDIA_APPS = ("nvidia-smi", "--query-compute-apps=gpu_uuid,pid,process_name,used_memory",
-               "--format=csv,noheader,nounits")
+NVIDIA_GPUS = (
+    "nvidia-smi",
+    "--query-gpu=index,uuid,memory.used,memory.total",
+    "--format=csv,noheader,nounits",
+)
+NVIDIA_APPS = (
+    "nvidia-smi",
+    "--query-compute-apps=gpu_uuid,pid,process_name,used_memory",
+    "--format=csv,noheader,nounits",
+)
 AMD_PROCESSES = ("amd-smi", "process", "--json")
 ROCM_PIDS = ("rocm-smi", "--showpids", "--json")
 ROCM_VRAM = ("rocm-smi", "--showmeminfo", "vram", "--json")
@@ -91,8 +97,10 @@ class GpuMemory:
     @property
     def text(self) -> str:
         free = max(self.total - self.used, 0)
-        return (f"GPU {self.index}: {self.used / GIB:.2f} of {self.total / GIB:.2f} GiB in use "
-                f"({free / GIB:.2f} GiB free)")
+        return (
+            f"GPU {self.index}: {self.used / GIB:.2f} of {self.total / GIB:.2f} GiB in use "
+            f"({free / GIB:.2f} GiB free)"
+        )
 
 
 def tool_runner(
@@ -150,8 +158,14 @@ def parse_nvidia_apps(text: str | None) -> list[Holder]:
         number = _number(pid)
         if number is not None:
             mib = _number(used)
-            out.append(Holder(number, os.path.basename(name) or name or "?",
-                              mib * MIB if mib is not None else None, uuid or None))
+            out.append(
+                Holder(
+                    number,
+                    os.path.basename(name) or name or "?",
+                    mib * MIB if mib is not None else None,
+                    uuid or None,
+                )
+            )
     return out
 
 
@@ -361,8 +375,11 @@ def _amd_named(root: Path, tools: ToolRunner) -> list[Holder]:
         return named
     nodes = {"/dev/kfd"}
     with contextlib.suppress(OSError):
-        nodes |= {f"/dev/dri/{p.name}" for p in (root / "dev/dri").iterdir()
-                  if p.name.startswith("renderD")}
+        nodes |= {
+            f"/dev/dri/{p.name}"
+            for p in (root / "dev/dri").iterdir()
+            if p.name.startswith("renderD")
+        }
     return by_pid(open_holders(root, nodes))
 
 
@@ -403,7 +420,8 @@ def _nvidia_probe(
     if named:
         return named
     indexes = {t.index for t in targets if t is not None} or {
-        d["index"] for d in devices if isinstance(d.get("index"), int) and not visible}
+        d["index"] for d in devices if isinstance(d.get("index"), int) and not visible
+    }
     return by_pid(open_holders(root, {f"/dev/nvidia{i}" for i in indexes}))
 
 
@@ -414,8 +432,11 @@ def probe_holders(
     devices, the worker's pid, vendor and ``*_VISIBLE_DEVICES``), and those short of
     ``--require-free`` that others hold some of, as one line; "" when there are none or no
     one can be named. The probe's own worker is never named."""
-    devices = [d for d in data.get("devices") or () if isinstance(d, Mapping)
-               and (d.get("busy") or (d.get("short") and d.get("others")))]
+    devices = [
+        d
+        for d in data.get("devices") or ()
+        if isinstance(d, Mapping) and (d.get("busy") or (d.get("short") and d.get("others")))
+    ]
     if not devices:
         return ""
     run = tools if tools is not None else tool_runner() if root == Path("/") else no_tools
@@ -426,5 +447,6 @@ def probe_holders(
     else:
         found = _nvidia_probe(devices, visible.get("CUDA_VISIBLE_DEVICES"), root, run)
     skip = {data.get("pid"), os.getpid()}
-    return describe([h for h in _unique(found)
-                     if h.pid not in skip and not _is_worker(root, h.pid)])
+    return describe(
+        [h for h in _unique(found) if h.pid not in skip and not _is_worker(root, h.pid)]
+    )

@@ -130,9 +130,7 @@ class HostInfo:
 
     def by_arch(self) -> tuple[tuple[str, tuple[GpuInfo, ...]], ...]:
         """(arch, its GPUs) for each distinct known arch, in device order."""
-        return tuple(
-            (arch, tuple(g for g in self.gpus if g.arch == arch)) for arch in self.archs
-        )
+        return tuple((arch, tuple(g for g in self.gpus if g.arch == arch)) for arch in self.archs)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -21,7 +21,8 @@ def missing_packages(
     try:
         done = proc.run(
             ["dpkg-query", "-W", "-f", "${Package}\\t${db:Status-Status}\\n", *names],
-            timeout=QUERY_TIMEOUT, env=environ,
+            timeout=QUERY_TIMEOUT,
+            env=environ,
         )
     except FileNotFoundError:
         return None

@@ -60,13 +60,20 @@ _EXPORTS = {
         "envforge.knowledge.lookups",
     ),
     **dict.fromkeys(
-        ("Reason", "Violation", "check", "effective_confidence", "enforce", "explain",
-         "split", "strict_from_env", "unknowns"),
+        (
+            "Reason",
+            "Violation",
+            "check",
+            "effective_confidence",
+            "enforce",
+            "explain",
+            "split",
+            "strict_from_env",
+            "unknowns",
+        ),
         "envforge.knowledge.rules",
     ),
-    **dict.fromkeys(
-        ("CompatTable", "Override", "Release", "Variant"), "envforge.knowledge.table"
-    ),
+    **dict.fromkeys(("CompatTable", "Override", "Release", "Variant"), "envforge.knowledge.table"),
 }
 
 

@@ -70,8 +70,7 @@ def amd_arch(recipe: Recipe, variant: Variant, t: CompatTable) -> Iterator[Viola
                 "hsa-override",
                 f"{HSA_OVERRIDE}={override!r} is not an ISA version like 10.3.0",
                 "ROCm HSA runtime (major.minor.stepping)",
-                f"set env.{HSA_OVERRIDE}="
-                + (known.value if known else "<major.minor.stepping>"),
+                f"set env.{HSA_OVERRIDE}=" + (known.value if known else "<major.minor.stepping>"),
             )
             return
         target = target_or_none
@@ -202,8 +201,8 @@ def tegra_arch(
         "tegra",
         f"{arch} is a Jetson (Tegra) GPU: torch {base_version(recipe.torch.version)}+"
         f"{variant.name} from the package index is built for x86_64 and server arm64 "
-        "(SBSA) CUDA and does not run on L4T/JetPack" + (
-            " before the JetPack lines named in the fix" if jetpack_rows(t, arch) else ""),
+        "(SBSA) CUDA and does not run on L4T/JetPack"
+        + (" before the JetPack lines named in the fix" if jetpack_rows(t, arch) else ""),
         cite(t, tegra_sources(t, arch), route.origin) if route else "",
         f"use {tegra_route(t, arch)}",
     )
@@ -234,8 +233,11 @@ def tegra_route(t: CompatTable, arch: str) -> str:
 
 def jetpack_runs(t: CompatTable, arch: str, platform: str | None) -> bool:
     """A JetPack line runs ``platform``'s wheels on the Jetson ``arch`` (7.2: Orin)."""
-    return bool(platform) and t.tegra is not None and (
-        t.tegra.running(arch, platform or "") is not None)
+    return (
+        bool(platform)
+        and t.tegra is not None
+        and (t.tegra.running(arch, platform or "") is not None)
+    )
 
 
 def jetson_info(arch: str, t: CompatTable) -> ArchInfo | None:
@@ -255,14 +257,14 @@ def jetpack_note(arch: str, t: CompatTable, platform: str) -> str | None:
     jetpack = route.running(arch, platform) if route is not None else None
     if jetpack is None or t.arch_platform(arch) != "tegra":
         return None
-    return (f"{arch} runs these {platform} wheels only on {jetpack.label} or later "
-            f"({jetpack.confidence}: {t.cite(jetpack.source)}); on an older JetPack use "
-            f"{tegra_route(t, arch)}")
+    return (
+        f"{arch} runs these {platform} wheels only on {jetpack.label} or later "
+        f"({jetpack.confidence}: {t.cite(jetpack.source)}); on an older JetPack use "
+        f"{tegra_route(t, arch)}"
+    )
 
 
-def platform_missing(
-    recipe: Recipe, variant: Variant, platform: str, t: CompatTable
-) -> Violation:
+def platform_missing(recipe: Recipe, variant: Variant, platform: str, t: CompatTable) -> Violation:
     """The table has no row for the variant's wheels on ``platform``: ROCm wheels are
     linux/amd64 only (impossible); other variants are unknown (certification decides)."""
     stack = f"torch {base_version(recipe.torch.version)}+{variant.name}"

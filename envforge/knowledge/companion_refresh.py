@@ -56,15 +56,19 @@ def new_releases(companions: CompanionTable, page: Listing) -> list[str]:
     :data:`NEW_RELEASES_CHECKED`), oldest first."""
     rows = companions.rows_of(page.project)
     newest = max((Version(r.version) for r in rows), default=None)
-    listed = [v for v in page.versions() if own_files(page, v)
-              and (newest is None or Version(v) > newest)]
+    listed = [
+        v for v in page.versions() if own_files(page, v) and (newest is None or Version(v) > newest)
+    ]
     return listed[-NEW_RELEASES_CHECKED:]
 
 
 def own_files(page: Listing, version: str) -> list[IndexFile]:
     """The files of a release whose name is the page's project (a page may list others)."""
-    return [f for f in page.files_of_version(version)
-            if canonicalize_name(f.filename.split("-", 1)[0]) == page.project]
+    return [
+        f
+        for f in page.files_of_version(version)
+        if canonicalize_name(f.filename.split("-", 1)[0]) == page.project
+    ]
 
 
 def first_uploads(pages: Sequence[Listing]) -> dict[str, str]:
@@ -90,8 +94,12 @@ def candidates(pages: Sequence[Listing], version: str) -> list[IndexFile]:
     """The wheels of a release that may have metadata, on every page that lists it (the
     package index first): Linux x86_64 first (the table's rows were read from those),
     then the others, the listings' order within each."""
-    wheels = [f for page in pages for f in own_files(page, version)
-              if f.is_wheel and f.has_metadata is not False and not f.yanked]
+    wheels = [
+        f
+        for page in pages
+        for f in own_files(page, version)
+        if f.is_wheel and f.has_metadata is not False and not f.yanked
+    ]
     return [f for f in wheels if f.linux_x86_64] + [f for f in wheels if not f.linux_x86_64]
 
 
@@ -124,8 +132,7 @@ def _read_one(client: IndexClient, pages: Sequence[Listing], version: str) -> _R
     return version, "", "", failed, hosts
 
 
-def json_api_metadata(client: IndexClient, page: Listing, version: str
-                      ) -> tuple[str, str] | None:
+def json_api_metadata(client: IndexClient, page: Listing, version: str) -> tuple[str, str] | None:
     """(metadata text, URL) of the page's newest release from the index's JSON API
     (``.../simple/<p>/`` -> ``.../pypi/<p>/json``: ``info`` describes the newest
     release), for uploads whose PEP 658 file the index does not serve; None otherwise."""
@@ -141,8 +148,11 @@ def json_api_metadata(client: IndexClient, page: Listing, version: str
     reqs = info.get("requires_dist") or []
     if not isinstance(reqs, list) or not all(isinstance(r, str) for r in reqs):
         return None
-    lines = [f"Name: {page.project}", f"Version: {version}",
-             *(f"Requires-Dist: {r}" for r in reqs if "\n" not in r)]
+    lines = [
+        f"Name: {page.project}",
+        f"Version: {version}",
+        *(f"Requires-Dist: {r}" for r in reqs if "\n" not in r),
+    ]
     return "\n".join(lines) + "\n\n", url
 
 
@@ -164,9 +174,15 @@ def check_companions(
         return CompanionCheck()
     jobs = list(by_release.items())
     results = client.map(
-        lambda job: _read_one(client, job[1], job[0][1]), jobs,
-        late=lambda job: (job[0][1], "", "", [client.late(f"{job[1][0].url} ({job[0][1]} "
-                                                           "metadata)")], []),
+        lambda job: _read_one(client, job[1], job[0][1]),
+        jobs,
+        late=lambda job: (
+            job[0][1],
+            "",
+            "",
+            [client.late(f"{job[1][0].url} ({job[0][1]} metadata)")],
+            [],
+        ),
     )
     torch_uploads = first_uploads(torch_pages)
     rows: list[Row] = []
@@ -175,14 +191,22 @@ def check_companions(
     problems: list[IndexProblem] = []
     for ((project, version), listed), (_, metadata, url, failed, hosts) in zip(jobs, results):
         subject = f"{project} {version}"
-        findings.append(Finding("companion-new", subject, "listed; not in the companion table",
-                                listed[0].url, new=True))
+        findings.append(
+            Finding(
+                "companion-new",
+                subject,
+                "listed; not in the companion table",
+                listed[0].url,
+                new=True,
+            )
+        )
         if not metadata:
             problems.extend(p for p in failed if p.status != 404)
             notes.append(f"{subject}: {_why_none(failed, hosts)}: no row proposed")
             continue
-        row, note = _row(listed, version, metadata=metadata, url=url,
-                         torch_uploads=torch_uploads, day=day)
+        row, note = _row(
+            listed, version, metadata=metadata, url=url, torch_uploads=torch_uploads, day=day
+        )
         if row is not None:
             rows.append(row)
         if note:
@@ -193,25 +217,32 @@ def check_companions(
 def _why_none(failed: Sequence[IndexProblem], hosts: Sequence[str]) -> str:
     if hosts and not failed:
         host = sorted(hosts)[0]
-        return (f"its wheels are on {host}, not a configured host (allow it with "
-                f"{ALLOW_ENV}={host})")
+        return f"its wheels are on {host}, not a configured host (allow it with {ALLOW_ENV}={host})"
     return "no wheel metadata answered (PEP 658)"
 
 
 def _row(
-    pages: Sequence[Listing], version: str, *, metadata: str, url: str,
-    torch_uploads: dict[str, str], day: str,
+    pages: Sequence[Listing],
+    version: str,
+    *,
+    metadata: str,
+    url: str,
+    torch_uploads: dict[str, str],
+    day: str,
 ) -> tuple[Row | None, str]:
-    uploaded = min((f.upload_time for page in pages for f in own_files(page, version)
-                    if f.upload_time), default="")
+    uploaded = min(
+        (f.upload_time for page in pages for f in own_files(page, version) if f.upload_time),
+        default="",
+    )
     torch = released_with(torch_uploads, uploaded)
     row = propose_row(metadata, torch=torch, source=url, checked=day)
     if row is None:
-        return None, ("its metadata names no release, or no torch requirement and no upload "
-                      "time tells which torch it was released with: no row proposed")
+        return None, (
+            "its metadata names no release, or no torch requirement and no upload "
+            "time tells which torch it was released with: no row proposed"
+        )
     if (row.package, Version(row.version)) != (pages[0].project, Version(version)):
-        return None, (f"its metadata ({url}) names {row.package} {row.version}: "
-                      "no row proposed")
+        return None, (f"its metadata ({url}) names {row.package} {row.version}: no row proposed")
     if row.confidence != "verified":
         return row, f"proposed {row.confidence}: {row.note}"
     return row, ""
@@ -231,8 +262,9 @@ def pinned_by_family(companions: CompanionTable) -> dict[Family, tuple[str, ...]
     return out
 
 
-def new_torch_releases(companions: CompanionTable, names: Sequence[str],
-                       page: Listing) -> list[str]:
+def new_torch_releases(
+    companions: CompanionTable, names: Sequence[str], page: Listing
+) -> list[str]:
     """Torch releases on ``page`` newer than every row of ``names`` (the newest
     :data:`NEW_RELEASES_CHECKED`), oldest first."""
     known = [Version(r.torch) for n in names for r in companions.rows_of(n)]
@@ -241,8 +273,9 @@ def new_torch_releases(companions: CompanionTable, names: Sequence[str],
     return listed[-NEW_RELEASES_CHECKED:]
 
 
-def pinned_rows(metadata: str, names: Sequence[str], torch: str, source: str,
-                day: str) -> list[Row]:
+def pinned_rows(
+    metadata: str, names: Sequence[str], torch: str, source: str, day: str
+) -> list[Row]:
     """The rows torch's metadata gives for the pinned companions ``names``
     (``Requires-Dist: triton==3.7.1; platform_system == "Linux"``; ``~=3.9.0`` becomes
     ``accepts``)."""
@@ -263,9 +296,18 @@ def pinned_rows(metadata: str, names: Sequence[str], torch: str, source: str,
         except InvalidVersion:
             continue
         exact = spec.operator in ("==", "===")
-        rows.append(Row(package=name, version=version, torch=torch, requires=f"=={torch}",
-                        source=source, checked=day, confidence="verified",
-                        accepts=None if exact else str(spec)))
+        rows.append(
+            Row(
+                package=name,
+                version=version,
+                torch=torch,
+                requires=f"=={torch}",
+                source=source,
+                checked=day,
+                confidence="verified",
+                accepts=None if exact else str(spec),
+            )
+        )
     return rows
 
 
@@ -290,9 +332,15 @@ def check_pinned(
         return CompanionCheck()
     jobs = list(by_release.items())
     results = client.map(
-        lambda job: _read_one(client, job[1], job[0][1]), jobs,
-        late=lambda job: (job[0][1], "", "", [client.late(f"{job[1][0].url} ({job[0][1]} "
-                                                           "metadata)")], []),
+        lambda job: _read_one(client, job[1], job[0][1]),
+        jobs,
+        late=lambda job: (
+            job[0][1],
+            "",
+            "",
+            [client.late(f"{job[1][0].url} ({job[0][1]} metadata)")],
+            [],
+        ),
     )
     rows: dict[tuple[str, str, str], Row] = {}
     notes: list[str] = []
@@ -308,5 +356,4 @@ def check_pinned(
             notes.append(f"{subject}: its metadata pins none of them: no row proposed")
         for row in found:
             rows.setdefault((row.package, row.version, row.torch), row)
-    return CompanionCheck(rows=tuple(rows.values()), notes=tuple(notes),
-                          problems=tuple(problems))
+    return CompanionCheck(rows=tuple(rows.values()), notes=tuple(notes), problems=tuple(problems))

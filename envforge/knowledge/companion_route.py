@@ -41,8 +41,12 @@ def route(
     if url is None:
         return row.reason, row.source, None
     note = f" ({row.note})" if row.note else ""
-    return (f"{row.reason}; torch {row.torch} was published with no {own} build: the +{tag} "
-            f"build of the same CUDA major{note}, installed from {url}", row.source, url)
+    return (
+        f"{row.reason}; torch {row.torch} was published with no {own} build: the +{tag} "
+        f"build of the same CUDA major{note}, installed from {url}",
+        row.source,
+        url,
+    )
 
 
 def python_gap(row: Row, python: str) -> str | None:
@@ -50,5 +54,4 @@ def python_gap(row: Row, python: str) -> str | None:
     None when they do or the row does not say."""
     if row.python is None or SpecifierSet(row.python).contains(python, prereleases=True):
         return None
-    return (f"{row.package} {row.version} has wheels for CPython {row.python} only, not "
-            f"{python}")
+    return f"{row.package} {row.version} has wheels for CPython {row.python} only, not {python}"

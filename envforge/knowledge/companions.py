@@ -103,16 +103,18 @@ class CompanionTable:
         torch 2.13); rows that are only ``uncertain`` come last. None when there is none."""
         base = Version(_base(torch))
         rows = [
-            r for r in self.rows_of(name) if Version(r.torch) == base or (
-                Version(r.torch) <= base and r.admits(torch)
-            )
+            r
+            for r in self.rows_of(name)
+            if Version(r.torch) == base or (Version(r.torch) <= base and r.admits(torch))
         ]
         if not rows:
             return None
         return max(
             rows,
             key=lambda r: (
-                r.confidence != "uncertain", Version(r.torch) == base, Version(r.version)
+                r.confidence != "uncertain",
+                Version(r.torch) == base,
+                Version(r.version),
             ),
         )
 
@@ -146,14 +148,25 @@ def _base(version: str) -> str:
 _TOP_KEYS = ("schema", "checked", "packages", "rows")
 _PACKAGE_KEYS = ("families", "local_tag", "pinned_by_torch")
 _ROW_KEYS = (
-    "package", "version", "torch", "requires", "source", "accepts", "checked", "confidence", "note",
+    "package",
+    "version",
+    "torch",
+    "requires",
+    "source",
+    "accepts",
+    "checked",
+    "confidence",
+    "note",
     "python",
 )
 
 
 #: The modules whose code decides what ``companions.yaml`` parses to.
 PARSER_MODULES = (
-    "knowledge/companions.py", "core/yamlcheck.py", "core/patterns.py", "core/datacache.py"
+    "knowledge/companions.py",
+    "core/yamlcheck.py",
+    "core/patterns.py",
+    "core/datacache.py",
 )
 
 
@@ -166,8 +179,12 @@ def load_companions(path: Path | None = None) -> CompanionTable:
         return _load_file(path)
     where = data_file(DATA_FILE)
     return datacache.load(
-        "companions", [where], lambda: _load_file(where), CompanionTable,
-        (CompanionTable, Package, Row), code=PARSER_MODULES,
+        "companions",
+        [where],
+        lambda: _load_file(where),
+        CompanionTable,
+        (CompanionTable, Package, Row),
+        code=PARSER_MODULES,
     )
 
 
@@ -278,9 +295,7 @@ def torch_requirement(metadata: str) -> tuple[str, str, str | None]:
     return name, version, None
 
 
-def propose_row(
-    metadata: str, *, torch: str | None, source: str, checked: str
-) -> Row | None:
+def propose_row(metadata: str, *, torch: str | None, source: str, checked: str) -> Row | None:
     """A row for a companion release from its wheel's METADATA text (PEP 658).
 
     ``torch`` is the torch release it was published with as far as ``knowledge refresh``
@@ -297,9 +312,15 @@ def propose_row(
         return None
     if not name:
         return None
-    base = Row(package=canonicalize_name(name), version=Version(version).public, torch="",
-               requires="",
-               source=source, checked=checked, confidence="verified")
+    base = Row(
+        package=canonicalize_name(name),
+        version=Version(version).public,
+        torch="",
+        requires="",
+        source=source,
+        checked=checked,
+        confidence="verified",
+    )
     if requires is not None:
         spec = SpecifierSet(requires)
         pins = [s.version for s in spec if s.operator in ("==", "===") and "*" not in s.version]
@@ -309,14 +330,26 @@ def propose_row(
         if torch is None:
             return None
         if spec.contains(_base(torch), prereleases=True):
-            return replace(base, torch=torch, requires=requires,
-                           note=f"released with torch {torch} (upload dates)")
-        return replace(base, torch=torch, requires=requires, confidence="uncertain",
-                       note=f"torch {torch} (upload dates) is outside its requirement: check")
+            return replace(
+                base,
+                torch=torch,
+                requires=requires,
+                note=f"released with torch {torch} (upload dates)",
+            )
+        return replace(
+            base,
+            torch=torch,
+            requires=requires,
+            confidence="uncertain",
+            note=f"torch {torch} (upload dates) is outside its requirement: check",
+        )
     if torch is None:
         return None
     return replace(
-        base, torch=torch, requires=f"=={torch}", confidence="uncertain",
+        base,
+        torch=torch,
+        requires=f"=={torch}",
+        confidence="uncertain",
         note=f"the wheel's METADATA names no torch requirement: paired with torch {torch} "
         "by upload date, assumed ==; check the release notes",
     )
@@ -326,8 +359,12 @@ def row_yaml(row: Row) -> str:
     """One ``rows:`` entry as the data file writes it (for refresh's proposals)."""
     q = json.dumps  # a JSON string is a YAML double-quoted scalar
     fields = [
-        f"package: {row.package}", f"version: {q(row.version)}", f"torch: {q(row.torch)}",
-        f"requires: {q(row.requires)}", f"source: {q(row.source)}", f"checked: {q(row.checked)}",
+        f"package: {row.package}",
+        f"version: {q(row.version)}",
+        f"torch: {q(row.torch)}",
+        f"requires: {q(row.requires)}",
+        f"source: {q(row.source)}",
+        f"checked: {q(row.checked)}",
     ]
     if row.confidence != "verified":
         fields.append(f"confidence: {row.confidence}")

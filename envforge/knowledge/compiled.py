@@ -47,9 +47,9 @@ OverlayKey = tuple[tuple[str, int, int], ...]
 def dataclasses_of(module: ModuleType) -> tuple[type, ...]:
     """The dataclasses a module defines (what its compiled values may hold)."""
     return tuple(
-        v for v in vars(module).values()
-        if isinstance(v, type) and dataclasses.is_dataclass(v)
-        and v.__module__ == module.__name__
+        v
+        for v in vars(module).values()
+        if isinstance(v, type) and dataclasses.is_dataclass(v) and v.__module__ == module.__name__
     )
 
 
@@ -80,7 +80,9 @@ def overlay_files(environ: Mapping[str, str] | None = None) -> tuple[Path, ...]:
             out.append(path)
         else:
             raise TableError(
-                str(path), "", f"no such file or folder (from {KNOWLEDGE_PATH_ENV})",
+                str(path),
+                "",
+                f"no such file or folder (from {KNOWLEDGE_PATH_ENV})",
                 hint=f"fix or remove the entry in {KNOWLEDGE_PATH_ENV}",
             )
     return tuple(out)

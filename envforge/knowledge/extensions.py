@@ -31,8 +31,19 @@ VENDORS = ("nvidia", "amd", "any")
 
 _TOP_KEYS = ("schema", "checked", "releases", "limits")
 _RELEASE_KEYS = ("package", "version", "requires", "source", "checked", "confidence")
-_LIMIT_KEYS = ("package", "versions", "vendor", "below", "refuse", "symptom", "workaround",
-               "evidence", "checked", "confidence", "from_index")
+_LIMIT_KEYS = (
+    "package",
+    "versions",
+    "vendor",
+    "below",
+    "refuse",
+    "symptom",
+    "workaround",
+    "evidence",
+    "checked",
+    "confidence",
+    "from_index",
+)
 
 
 @dataclass(frozen=True)
@@ -69,8 +80,10 @@ class Limit:
             return False
         if self.vendor not in ("any", recipe.gpu.vendor):
             return False
-        if self.versions and (version is None or not SpecifierSet(self.versions).contains(
-                Version(version).public, prereleases=True)):
+        if self.versions and (
+            version is None
+            or not SpecifierSet(self.versions).contains(Version(version).public, prereleases=True)
+        ):
             return False
         if self.below is None:
             return True
@@ -85,8 +98,11 @@ class ExtensionTable:
 
     def fits(self, package: str, torch: str) -> Release | None:
         """The newest release of ``package`` whose wheels accept ``torch``."""
-        fitting = [r for r in self.releases if r.package == package
-                   and SpecifierSet(r.requires).contains(torch, prereleases=True)]
+        fitting = [
+            r
+            for r in self.releases
+            if r.package == package and SpecifierSet(r.requires).contains(torch, prereleases=True)
+        ]
         return max(fitting, key=lambda r: Version(r.version), default=None)
 
 
@@ -106,7 +122,10 @@ def _sm(arch: str | None) -> int | None:
 
 #: The modules whose code decides what ``extensions.yaml`` parses to.
 PARSER_MODULES = (
-    "knowledge/extensions.py", "recipe/model.py", "core/yamlcheck.py", "core/patterns.py",
+    "knowledge/extensions.py",
+    "recipe/model.py",
+    "core/yamlcheck.py",
+    "core/patterns.py",
     "core/datacache.py",
 )
 
@@ -121,8 +140,12 @@ def load_extensions(path: Path | None = None) -> ExtensionTable:
         return _load_file(path)
     where = data_file(DATA_FILE)
     return datacache.load(
-        "extensions", [where], lambda: _load_file(where), ExtensionTable,
-        (ExtensionTable, Release, Limit, KnownIssue), code=PARSER_MODULES,
+        "extensions",
+        [where],
+        lambda: _load_file(where),
+        ExtensionTable,
+        (ExtensionTable, Release, Limit, KnownIssue),
+        code=PARSER_MODULES,
     )
 
 
@@ -149,14 +172,16 @@ def parse_extensions(data: Any, source: str = DATA_FILE) -> ExtensionTable:
 def _common(r: yamlcheck.Reader, key: str, m: dict[str, Any], link: str) -> Confidence:
     name = r.text(m["package"], f"{key}.package")
     if canonicalize_name(name) != name:
-        raise r.fail(f"{key}.package", "is not a canonical distribution name",
-                     canonicalize_name(name))
+        raise r.fail(
+            f"{key}.package", "is not a canonical distribution name", canonicalize_name(name)
+        )
     if not r.text(m[link], f"{key}.{link}").startswith("https://"):
         raise r.fail(f"{key}.{link}", "must be a URL a user can open", "https://...")
     confidence = m.get("confidence", "verified")
     if confidence not in CONFIDENCES:
-        raise r.fail(f"{key}.confidence", f"{confidence!r} is not a confidence",
-                     ", ".join(CONFIDENCES))
+        raise r.fail(
+            f"{key}.confidence", f"{confidence!r} is not a confidence", ", ".join(CONFIDENCES)
+        )
     return confidence  # type: ignore[no-any-return]
 
 
@@ -177,14 +202,24 @@ def _release(r: yamlcheck.Reader, i: int, item: object, checked: str) -> Release
         Version(r.text(m["version"], f"{key}.version"))
     except InvalidVersion:
         raise r.fail(f"{key}.version", f"{m['version']!r} is not a version") from None
-    return Release(m["package"], m["version"], _spec(r, m["requires"], f"{key}.requires"),
-                   m["source"], r.text(m.get("checked", checked), f"{key}.checked"), confidence)
+    return Release(
+        m["package"],
+        m["version"],
+        _spec(r, m["requires"], f"{key}.requires"),
+        m["source"],
+        r.text(m.get("checked", checked), f"{key}.checked"),
+        confidence,
+    )
 
 
 def _limit(r: yamlcheck.Reader, i: int, item: object, checked: str) -> Limit:
     key = f"limits[{i}]"
-    m = r.mapping(item, key, _LIMIT_KEYS, required=("package", "versions", "vendor", "refuse",
-                                                    "symptom", "workaround", "evidence"))
+    m = r.mapping(
+        item,
+        key,
+        _LIMIT_KEYS,
+        required=("package", "versions", "vendor", "refuse", "symptom", "workaround", "evidence"),
+    )
     confidence = _common(r, key, m, "evidence")
     vendor = r.choice(m["vendor"], f"{key}.vendor", VENDORS)
     below = None if m.get("below") is None else r.text(m["below"], f"{key}.below")
@@ -193,12 +228,22 @@ def _limit(r: yamlcheck.Reader, i: int, item: object, checked: str) -> Limit:
     for flag in ("refuse", "from_index"):
         if not isinstance(m.get(flag, False), bool):
             raise r.fail(f"{key}.{flag}", "must be true or false")
-    issue = KnownIssue(symptom=r.text(m["symptom"], f"{key}.symptom"),
-                       workaround=r.text(m["workaround"], f"{key}.workaround"),
-                       evidence=(m["evidence"],))
-    return Limit(m["package"], _spec(r, m["versions"], f"{key}.versions"), vendor, below,
-                 m["refuse"], issue, r.text(m.get("checked", checked), f"{key}.checked"),
-                 confidence, m.get("from_index", False))
+    issue = KnownIssue(
+        symptom=r.text(m["symptom"], f"{key}.symptom"),
+        workaround=r.text(m["workaround"], f"{key}.workaround"),
+        evidence=(m["evidence"],),
+    )
+    return Limit(
+        m["package"],
+        _spec(r, m["versions"], f"{key}.versions"),
+        vendor,
+        below,
+        m["refuse"],
+        issue,
+        r.text(m.get("checked", checked), f"{key}.checked"),
+        confidence,
+        m.get("from_index", False),
+    )
 
 
 # --------------------------------------------------------------------------- recipes
@@ -238,28 +283,47 @@ def extension_checks(
     for key, name, version, from_index in _entries(recipe):
         # the releases' facts are of the default index's wheels: not of a wheel named by
         # URL or a build from another index (which can pair with another torch)
-        release = next((r for r in table.releases if from_index and r.package == name
-                        and version is not None
-                        and Version(r.version) == Version(Version(version).public)), None)
+        release = next(
+            (
+                r
+                for r in table.releases
+                if from_index
+                and r.package == name
+                and version is not None
+                and Version(r.version) == Version(Version(version).public)
+            ),
+            None,
+        )
         if release is not None and not SpecifierSet(release.requires).contains(
-                torch, prereleases=True):
+            torch, prereleases=True
+        ):
             fit = table.fits(name, torch)
-            refusals.append(Refusal(
-                key, "extension-torch",
-                f"{key}: {name}=={version} requires torch{release.requires} (its wheels' "
-                f"metadata); the stack's torch is {torch}",
-                release.source,
-                f"pin {name}=={fit.version} (requires torch{fit.requires})" if fit else
-                f"no {name} release in the table fits torch {torch}: remove it, or name a "
-                "wheel built for this torch by its URL with #sha256=",
-            ))
+            refusals.append(
+                Refusal(
+                    key,
+                    "extension-torch",
+                    f"{key}: {name}=={version} requires torch{release.requires} (its wheels' "
+                    f"metadata); the stack's torch is {torch}",
+                    release.source,
+                    f"pin {name}=={fit.version} (requires torch{fit.requires})"
+                    if fit
+                    else f"no {name} release in the table fits torch {torch}: remove it, or name a "
+                    "wheel built for this torch by its URL with #sha256=",
+                )
+            )
         for limit in table.limits:
             if limit.package == name and limit.holds(recipe, version, from_index):
                 if limit.refuse:
                     arch = recipe.gpu.arch or recipe.gpu.vendor
-                    refusals.append(Refusal(
-                        key, "extension-arch", f"{key}: {name} on {arch}: {limit.issue.symptom}",
-                        limit.issue.evidence[0], limit.issue.workaround))
+                    refusals.append(
+                        Refusal(
+                            key,
+                            "extension-arch",
+                            f"{key}: {name} on {arch}: {limit.issue.symptom}",
+                            limit.issue.evidence[0],
+                            limit.issue.workaround,
+                        )
+                    )
                 else:
                     issues.append(limit.issue)
     return tuple(refusals), tuple(dict.fromkeys(issues))

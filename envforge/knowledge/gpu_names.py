@@ -36,8 +36,10 @@ BRAND_WORDS = frozenset({"amd", "nvidia", "radeon", "rx", "geforce", "instinct"}
 MAX_LISTED = 12
 
 _FAMILY = re.compile(r"^(?:RDNA|GCN|CDNA)[\d.]*\s+(?P<name>[^()]+?)(?:\s+(?:APU|iGPU))?$")
-_HINT = ('name the GPU as the table does (envforge show "RX 7900 XTX", envforge solve H200)'
-         " or its arch (gfx1100, sm_89); envforge detect shows this host's")
+_HINT = (
+    'name the GPU as the table does (envforge show "RX 7900 XTX", envforge solve H200)'
+    " or its arch (gfx1100, sm_89); envforge detect shows this host's"
+)
 
 
 @dataclass(frozen=True)

@@ -165,7 +165,11 @@ class IndexClient:
             setattr(self.stats, what, getattr(self.stats, what) + 1)
 
     def get(
-        self, url: str, accept: str = "*/*", *, immutable: bool = False,
+        self,
+        url: str,
+        accept: str = "*/*",
+        *,
+        immutable: bool = False,
         limit: int = LISTING_LIMIT,
     ) -> Response | IndexProblem:
         """GET ``url`` through the cache; never raises for network or HTTP errors."""
@@ -190,16 +194,25 @@ class IndexClient:
             self._count("failed")
             if reply.status == 404 and immutable and self.max_age > 0:
                 self._save(url, accept, {"url": url, "stored": now, "status": 404, "body": ""})
-            return IndexProblem(url, "http", f"HTTP {reply.status} {reply.reason}"[:200],
-                                reply.status)
+            return IndexProblem(
+                url, "http", f"HTTP {reply.status} {reply.reason}"[:200], reply.status
+            )
         self._count("network")
         ctype = reply.header("content-type")
         etag, modified = reply.header("etag"), reply.header("last-modified")
         if etag or modified or immutable or self.max_age > 0:
-            self._save(url, accept, {
-                "url": url, "stored": now, "etag": etag, "last_modified": modified,
-                "content_type": ctype, "body": reply.body.decode("utf-8", "surrogateescape"),
-            })
+            self._save(
+                url,
+                accept,
+                {
+                    "url": url,
+                    "stored": now,
+                    "etag": etag,
+                    "last_modified": modified,
+                    "content_type": ctype,
+                    "body": reply.body.decode("utf-8", "surrogateescape"),
+                },
+            )
         return Response(url, reply.body, ctype, "network")
 
     def _from_cache(
@@ -211,8 +224,7 @@ class IndexClient:
         fresh = now - float(cached["stored"]) < self.max_age
         if cached.get("status") == 404:
             # a remembered 404 (wheel metadata the index does not serve)
-            return IndexProblem(url, "http", "HTTP 404 Not Found (cached)", 404) if fresh \
-                else None
+            return IndexProblem(url, "http", "HTTP 404 Not Found (cached)", 404) if fresh else None
         if immutable or fresh:
             return Response(url, _body(cached), str(cached["content_type"]), "cache")
         return None
@@ -232,8 +244,15 @@ class IndexClient:
             if cached.get("last_modified"):
                 headers["If-Modified-Since"] = str(cached["last_modified"])
         try:
-            return fetch(url, self.policy, deadline=self.deadline, limit=limit,
-                         timeout=self.timeout, headers=headers, context=self._ssl)
+            return fetch(
+                url,
+                self.policy,
+                deadline=self.deadline,
+                limit=limit,
+                timeout=self.timeout,
+                headers=headers,
+                context=self._ssl,
+            )
         except NetError as exc:
             if exc.lasting:
                 with self._lock:
@@ -264,9 +283,7 @@ class IndexClient:
         except ValueError as exc:
             return IndexProblem(url, "malformed", f"invalid JSON ({exc})")
 
-    def map(
-        self, func: Callable[[T], R], items: Sequence[T], late: Callable[[T], R]
-    ) -> list[R]:
+    def map(self, func: Callable[[T], R], items: Sequence[T], late: Callable[[T], R]) -> list[R]:
         """``func`` over ``items`` on up to ``workers`` threads, results in order; an
         item not done by the deadline gets ``late(item)``."""
         return run_all(func, items, deadline=self.deadline, late=late, workers=self.workers)

@@ -156,8 +156,13 @@ def version_key(version: str) -> VersionKey:
         pre_key: tuple[int, int] = (-1, 0)
     else:
         pre_key = pre if pre is not None else (3, 0)
-    return (release, pre_key, -1 if post is None else post,
-            (0, dev) if dev is not None else (1, 0), pre is not None or dev is not None)
+    return (
+        release,
+        pre_key,
+        -1 if post is None else post,
+        (0, dev) if dev is not None else (1, 0),
+        pre is not None or dev is not None,
+    )
 
 
 # --------------------------------------------------------------------------- parsing
@@ -205,7 +210,8 @@ def _parse_json(text: str, url: str, project: str, origin: str) -> Listing | Ind
         rp = item.get("requires-python")
         uploaded = item.get("upload-time")
         parser.add(
-            name, href,
+            name,
+            href,
             yanked=bool(yanked),
             yanked_reason=yanked if isinstance(yanked, str) else "",
             requires_python=rp if isinstance(rp, str) else "",
@@ -232,7 +238,8 @@ def _parse_html(text: str, url: str, project: str, origin: str) -> Listing | Ind
                 has_meta = attrs[key] != "false"
                 break
         parser.add(
-            name, href,
+            name,
+            href,
             yanked="data-yanked" in attrs,
             yanked_reason=attrs.get("data-yanked") or "",
             requires_python=attrs.get("data-requires-python") or "",
@@ -241,9 +248,7 @@ def _parse_html(text: str, url: str, project: str, origin: str) -> Listing | Ind
     return Listing(url, project, "html", tuple(parser.files), origin, tuple(parser.skipped))
 
 
-_ATTR_RE = re.compile(
-    r"""([^\s"'<>/=]+)(?:\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'>]+)))?"""
-)
+_ATTR_RE = re.compile(r"""([^\s"'<>/=]+)(?:\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'>]+)))?""")
 _NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9]*")
 
 
@@ -323,27 +328,38 @@ class _Files:
             self._versions[text] = _split_version(text)
         return self._versions[text]
 
-    def add(self, name: str, href: str, *, yanked: bool, yanked_reason: str,
-            requires_python: str, has_metadata: bool | None, upload_time: str = "") -> None:
+    def add(
+        self,
+        name: str,
+        href: str,
+        *,
+        yanked: bool,
+        yanked_reason: str,
+        requires_python: str,
+        has_metadata: bool | None,
+        upload_time: str = "",
+    ) -> None:
         found = self._read_name(name) if len(name) <= MAX_NAME and _clean(href) else None
         if found is None:
             self.skipped.append(name[:MAX_NAME])
             return
         (public, local), pythons, pythons_t, linux = found
-        self.files.append(IndexFile(
-            filename=name,
-            url=self.resolve(href),
-            version=public,
-            local=local,
-            pythons=pythons,
-            pythons_t=pythons_t,
-            linux_x86_64=linux,
-            yanked=yanked,
-            yanked_reason=yanked_reason,
-            requires_python=requires_python,
-            has_metadata=has_metadata,
-            upload_time=upload_time,
-        ))
+        self.files.append(
+            IndexFile(
+                filename=name,
+                url=self.resolve(href),
+                version=public,
+                local=local,
+                pythons=pythons,
+                pythons_t=pythons_t,
+                linux_x86_64=linux,
+                yanked=yanked,
+                yanked_reason=yanked_reason,
+                requires_python=requires_python,
+                has_metadata=has_metadata,
+                upload_time=upload_time,
+            )
+        )
 
     def _read_name(
         self, name: str

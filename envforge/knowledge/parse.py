@@ -167,8 +167,9 @@ def _tegra(tops: _Tops) -> TegraRoute | None:
     for c, top in tops:
         if top.get("tegra") is None:
             continue
-        body = c.mapping(top["tegra"], "tegra", ("route", "source", "jetpacks"),
-                         ("route", "source"))
+        body = c.mapping(
+            top["tegra"], "tegra", ("route", "source", "jetpacks"), ("route", "source")
+        )
         found = TegraRoute(
             route=c.text(body["route"], "tegra.route"),
             source=c.text(body["source"], "tegra.source"),

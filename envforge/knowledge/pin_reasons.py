@@ -85,8 +85,10 @@ def _accelerator_reasons(recipe: Recipe, variant: Variant, t: CompatTable) -> li
             )
         if arch is not None and variant.covers(arch):
             exact = arch in variant.archs
-            how = "SASS compiled in" if exact else (
-                "runs the same-major SASS/PTX of the wheel (CUDA binary compatibility)"
+            how = (
+                "SASS compiled in"
+                if exact
+                else ("runs the same-major SASS/PTX of the wheel (CUDA binary compatibility)")
             )
             out.append(
                 Reason(

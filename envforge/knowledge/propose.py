@@ -218,9 +218,8 @@ def _new_variant_row(
         row["sm"] = list(tmpl.archs) if tmpl is not None and tmpl.archs else ["sm_75"]
         row["sm_confidence"] = "uncertain"
         row["sm_source"] = (
-            f"assumed like torch {tmpl.series} +{tmpl.name} [?]" if tmpl is not None
+            f"assumed like torch {tmpl.series} +{tmpl.name} [?]"
+            if tmpl is not None
             else "unknown [?]"
         )
     return row
-
-

@@ -123,11 +123,15 @@ def refresh(
     for root in indexes:
         jobs += [("index", root.rstrip("/"), "torch"), ("index", root.rstrip("/"), "numpy")]
     for proot in pytorch_indexes:
-        jobs += [("pytorch-index", f"{proot.rstrip('/')}/{v}", "torch")
-                 for v in _variant_names(table)]
+        jobs += [
+            ("pytorch-index", f"{proot.rstrip('/')}/{v}", "torch") for v in _variant_names(table)
+        ]
     pages = _Pages()
-    results = client.map(lambda job: client.listing(job[1], job[2]), jobs,
-                         late=lambda job: client.late(listing_url(job[1], job[2])))
+    results = client.map(
+        lambda job: client.listing(job[1], job[2]),
+        jobs,
+        late=lambda job: client.late(listing_url(job[1], job[2])),
+    )
     for job, got in zip(jobs, results):
         pages.add(job, got)
     notes: list[str] = []
@@ -152,15 +156,20 @@ def refresh(
     for variant, vpage in pages.variants:
         findings += _compare_variant(table, variant, vpage)
     found = check_companions(companion_table, client, pages.companions, pages.torch, day)
-    pinned = check_pinned(companion_table, client,
-                          [*((None, p) for p in pages.torch), *pages.variants], day)
+    pinned = check_pinned(
+        companion_table, client, [*((None, p) for p in pages.torch), *pages.variants], day
+    )
     findings += found.findings
     notes += found.notes + pinned.notes
     pages.problems += found.problems + pinned.problems
-    others = watched_packages(companion_table, load_extensions(),
-                              skip=listed_companions(companion_table))
-    watched = [w for page in pages.torch
-               for w in watch(client, page.url.rstrip("/").rsplit("/", 1)[0], others)]
+    others = watched_packages(
+        companion_table, load_extensions(), skip=listed_companions(companion_table)
+    )
+    watched = [
+        w
+        for page in pages.torch
+        for w in watch(client, page.url.rstrip("/").rsplit("/", 1)[0], others)
+    ]
     findings += watch_findings(watched)
     pages.problems += watch_problems(watched)
     stats = client.stats
@@ -184,7 +193,10 @@ def refresh(
 
 
 def _read_companion_pages(
-    client: IndexClient, pages: _Pages, companions: CompanionTable, table: CompatTable,
+    client: IndexClient,
+    pages: _Pages,
+    companions: CompanionTable,
+    table: CompatTable,
     notes: list[str],
 ) -> None:
     """The companions' project pages of each index root whose torch page answered, and
@@ -195,13 +207,17 @@ def _read_companion_pages(
     roots = [("index", p.url) for p in pages.torch]
     roots += [("pytorch-index", p.url) for v, p in pages.variants if v in newest]
     names = listed_companions(companions)
-    jobs: list[Job] = [(role, url.rstrip("/").rsplit("/", 1)[0], name)
-                       for role, url in roots for name in names]
+    jobs: list[Job] = [
+        (role, url.rstrip("/").rsplit("/", 1)[0], name) for role, url in roots for name in names
+    ]
     if jobs and client.deadline.left() <= 0 and pages.problems:
         notes.append(f"{', '.join(names)}: not read ({client.deadline.reason()})")
         return
-    results = client.map(lambda job: client.listing(job[1], job[2]), jobs,
-                         late=lambda job: client.late(listing_url(job[1], job[2])))
+    results = client.map(
+        lambda job: client.listing(job[1], job[2]),
+        jobs,
+        late=lambda job: client.late(listing_url(job[1], job[2])),
+    )
     for job, got in zip(jobs, results):
         pages.add(job, got)
 
@@ -262,8 +278,13 @@ def _compare_torch(table: CompatTable, page: Listing) -> list[Finding]:
             rng = range_of(linux_pythons(page.files_of(v)))
             extra = f", Linux x86_64 wheels for CPython {rng[0]}-{rng[1]}" if rng else ""
             out.append(
-                Finding("new-release", f"torch {v}", f"listed{extra}; not in the table",
-                        page.url, new=True)
+                Finding(
+                    "new-release",
+                    f"torch {v}",
+                    f"listed{extra}; not in the table",
+                    page.url,
+                    new=True,
+                )
             )
     for v in table.known_versions:
         if v not in listed:
@@ -272,16 +293,16 @@ def _compare_torch(table: CompatTable, page: Listing) -> list[Finding]:
             )
     for v in page.yanked_versions():
         if v in known:
-            out.append(Finding("yanked", f"torch {v}", "every file is yanked on the index",
-                               page.url))
+            out.append(
+                Finding("yanked", f"torch {v}", "every file is yanked on the index", page.url)
+            )
     for release in table.releases:
         default = default_variant(release)
         for v in release.versions:
             rng = range_of(linux_pythons(page.files_of(v)))
             if rng is None:
                 continue
-            want = default.python_range(v) if default else (release.python_min,
-                                                            release.python_max)
+            want = default.python_range(v) if default else (release.python_min, release.python_max)
             if rng != want:
                 which = f"+{default.name} (the default build)" if default else ""
                 out.append(
@@ -311,8 +332,11 @@ def _compare_numpy(table: CompatTable, page: Listing) -> list[Finding]:
         row = next((n for n in table.numpy_releases if n.series == series), None)
         for v in versions:
             if v not in known:
-                out.append(Finding("numpy-new", f"numpy {v}", "listed; not in the table",
-                                   page.url, new=True))
+                out.append(
+                    Finding(
+                        "numpy-new", f"numpy {v}", "listed; not in the table", page.url, new=True
+                    )
+                )
         if row is None:
             continue
         rng = range_of([py for v in versions for py in linux_pythons(page.files_of(v))])
@@ -328,12 +352,24 @@ def _compare_numpy(table: CompatTable, page: Listing) -> list[Finding]:
             )
         table_yanked = {v for v, _ in row.yanked}
         for v in sorted(set(versions) & yanked_listed - table_yanked, key=version_key):
-            out.append(Finding("numpy-yanked", f"numpy {v}",
-                               "yanked on the index; the table lists it as ordinary", page.url))
+            out.append(
+                Finding(
+                    "numpy-yanked",
+                    f"numpy {v}",
+                    "yanked on the index; the table lists it as ordinary",
+                    page.url,
+                )
+            )
         for v in sorted(table_yanked - yanked_listed, key=version_key):
             if v in versions:
-                out.append(Finding("numpy-yanked", f"numpy {v}",
-                                   "the table marks it yanked; the index does not", page.url))
+                out.append(
+                    Finding(
+                        "numpy-yanked",
+                        f"numpy {v}",
+                        "the table marks it yanked; the index does not",
+                        page.url,
+                    )
+                )
     return out
 
 
@@ -341,44 +377,61 @@ def _compare_variant(table: CompatTable, variant: str, page: Listing) -> list[Fi
     out: list[Finding] = []
     oldest = _oldest(table)
     versions = sorted(
-        {
-            f.version
-            for f in page.files
-            if f.local == variant and not version_key(f.version)[-1]
-        },
+        {f.version for f in page.files if f.local == variant and not version_key(f.version)[-1]},
         key=version_key,
     )
     for v in versions:
         release = table.release(v)
         if release is None:
             if version_key(v) >= oldest:
-                out.append(Finding("new-release", f"torch {v}",
-                                   f"{variant} wheels listed; not in the table", page.url,
-                                   new=True))
+                out.append(
+                    Finding(
+                        "new-release",
+                        f"torch {v}",
+                        f"{variant} wheels listed; not in the table",
+                        page.url,
+                        new=True,
+                    )
+                )
             continue
         row = release.variant(variant)
         if row is None:
             out.append(
-                Finding("new-variant", f"torch {release.series} {variant}",
-                        f"{v}+{variant} wheels listed; the table has no {variant} variant "
-                        f"for torch {release.series}", page.url, new=True)
+                Finding(
+                    "new-variant",
+                    f"torch {release.series} {variant}",
+                    f"{v}+{variant} wheels listed; the table has no {variant} variant "
+                    f"for torch {release.series}",
+                    page.url,
+                    new=True,
+                )
             )
             continue
         rng = range_of(linux_pythons(page.files_of(v, variant)))
         if rng is not None and rng != row.python_range(v):
             low, high = row.python_range(v)
             out.append(
-                Finding("python-range", f"torch {v}+{variant}",
-                        f"Linux x86_64 wheels for CPython {rng[0]}-{rng[1]}; the table says "
-                        f"{low}-{high}", page.url)
+                Finding(
+                    "python-range",
+                    f"torch {v}+{variant}",
+                    f"Linux x86_64 wheels for CPython {rng[0]}-{rng[1]}; the table says "
+                    f"{low}-{high}",
+                    page.url,
+                )
             )
     for release in table.releases:
         if release.variant(variant) is None:
             continue
         for v in release.versions:
             if v not in versions:
-                out.append(Finding("missing-variant", f"torch {v}+{variant}",
-                                   "in the table but not listed", page.url))
+                out.append(
+                    Finding(
+                        "missing-variant",
+                        f"torch {v}+{variant}",
+                        "in the table but not listed",
+                        page.url,
+                    )
+                )
     return out
 
 
@@ -407,18 +460,24 @@ def _candidates(page: Listing, versions: Sequence[str]) -> list[IndexFile]:
     """Linux x86_64 CPython wheels that may have metadata, one of each version first
     (newest first): missing metadata is per upload."""
     per_version = [
-        [f for f in page.files_of(v)
-         if f.is_wheel and f.linux_x86_64 and f.pythons and f.has_metadata is not False]
+        [
+            f
+            for f in page.files_of(v)
+            if f.is_wheel and f.linux_x86_64 and f.pythons and f.has_metadata is not False
+        ]
         for v in reversed(versions)
     ]
     return [
-        files[i] for i in range(max(map(len, per_version), default=0))
-        for files in per_version if i < len(files)
+        files[i]
+        for i in range(max(map(len, per_version), default=0))
+        for files in per_version
+        if i < len(files)
     ]
 
 
-def _one_default(client: IndexClient, page: Listing, series: str,
-                 versions: Sequence[str]) -> _Found:
+def _one_default(
+    client: IndexClient, page: Listing, series: str, versions: Sequence[str]
+) -> _Found:
     """(series, CUDA variant or None, metadata URL or "", problems, refused hosts)."""
     failed: list[IndexProblem] = []
     hosts: list[str] = []
@@ -452,7 +511,8 @@ def _default_builds(
     page = pages[0]
     series_versions = _series_to_check(table, page)
     results = client.map(
-        lambda s: _one_default(client, page, s, series_versions[s]), list(series_versions),
+        lambda s: _one_default(client, page, s, series_versions[s]),
+        list(series_versions),
         late=lambda s: (s, None, "", [client.late(f"{page.url} (torch {s} metadata)")], []),
     )
     out: dict[str, tuple[str | None, str]] = {}
@@ -468,8 +528,11 @@ def _default_builds(
                     "bundled in the wheel, or a CPU build): pypi_default not checked"
                 )
             continue
-        fallback = (_json_api_default(client, page.url, newest)
-                    if newest in series_versions[series] else None)
+        fallback = (
+            _json_api_default(client, page.url, newest)
+            if newest in series_versions[series]
+            else None
+        )
         if fallback is not None:
             out[series] = fallback
             continue
@@ -477,8 +540,9 @@ def _default_builds(
         if hosts and not failed:
             elsewhere.setdefault(sorted(hosts)[0], []).append(series)
         else:
-            notes.append(f"torch {series}: no wheel metadata answered (PEP 658): default "
-                         "build not checked")
+            notes.append(
+                f"torch {series}: no wheel metadata answered (PEP 658): default build not checked"
+            )
     notes.extend(
         f"torch {', '.join(series)}: the wheels are on {host}, not a configured host: "
         f"default build not checked (allow it with {ALLOW_ENV}={host})"
@@ -508,7 +572,6 @@ def _json_api_default(
     return cuda_variant(str(r) for r in reqs), url
 
 
-
 # --------------------------------------------------------------------------- status
 
 
@@ -529,8 +592,10 @@ def _fix(problem: IndexProblem | None) -> str:
     """The hint for an index that gave no usable answer (``problem``)."""
     if problem is not None and problem.kind == "refused":
         if "not a configured host" in problem.reason:
-            return (f"the index sent envforge to another host; allow one you trust with "
-                    f"{ALLOW_ENV}, or use another --index")
+            return (
+                f"the index sent envforge to another host; allow one you trust with "
+                f"{ALLOW_ENV}, or use another --index"
+            )
         return "the index sent envforge to a URL that is not http(s); use another --index"
     return "check the network, --index URL and --deadline"
 
@@ -549,13 +614,18 @@ def status(
     companions and extensions with their pages there (:mod:`envforge.knowledge.watch`);
     Unavailable (exit 4) when the torch page does not answer or is malformed."""
     day = today or datetime.datetime.now(datetime.timezone.utc).date()
-    got = client.map(lambda root: client.listing(root, "torch"), [index],
-                     late=lambda root: client.late(listing_url(root, "torch")))[0]
+    got = client.map(
+        lambda root: client.listing(root, "torch"),
+        [index],
+        late=lambda root: client.late(listing_url(root, "torch")),
+    )[0]
     if isinstance(got, IndexProblem):
-        said = "did not answer" if got.kind in ("timeout", "unreachable") else \
-            "gave no usable answer"
-        raise Unavailable(f"the index {said}, nothing was checked: {got.one_line()}",
-                          hint=_fix(got))
+        said = (
+            "did not answer" if got.kind in ("timeout", "unreachable") else "gave no usable answer"
+        )
+        raise Unavailable(
+            f"the index {said}, nothing was checked: {got.one_line()}", hint=_fix(got)
+        )
     listed = got.versions()
     known = set(table.known_versions)
     oldest = _oldest(table)
@@ -569,7 +639,12 @@ def status(
         missing=missing,
         stale=stale,
         stale_days=stale_days,
-        packages=watch(client, index, watched_packages(
-            load_companions() if companions is None else companions,
-            load_extensions() if extensions is None else extensions)),
+        packages=watch(
+            client,
+            index,
+            watched_packages(
+                load_companions() if companions is None else companions,
+                load_extensions() if extensions is None else extensions,
+            ),
+        ),
     )

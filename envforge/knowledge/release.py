@@ -327,9 +327,7 @@ def _cuda_archs(row: Row) -> _Archs:
     )
 
 
-def _platforms(
-    row: Row, kind: Kind, python: tuple[str, str, str]
-) -> tuple[PlatformBuild, ...]:
+def _platforms(row: Row, kind: Kind, python: tuple[str, str, str]) -> tuple[PlatformBuild, ...]:
     """``platforms: {linux/arm64: {sm, ptx, sm_source, python, python_source}}``: the
     variant's wheels for another platform (the row's own facts are linux/amd64's)."""
     c, vpath, v = row.c, row.path, row.raw

@@ -94,9 +94,11 @@ class RefreshReport:
         unanswered = asked - sum(r.answered for r in self.roots)
         lines = problem_lines(self.problems)
         shown = "; ".join(lines[:3]) + (f"; and {len(lines) - 3} more" if len(lines) > 3 else "")
-        return (f"the check is partial: {unanswered} of {asked} listing(s) and "
-                f"{len(self.problems) - unanswered} other request(s) could not be checked: "
-                f"{shown}")
+        return (
+            f"the check is partial: {unanswered} of {asked} listing(s) and "
+            f"{len(self.problems) - unanswered} other request(s) could not be checked: "
+            f"{shown}"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -132,9 +134,12 @@ class RefreshReport:
             out.append("different from the table:")
             out.extend(f"  {f.subject}: {f.message} ({f.url})" for f in other)
         if not self.findings:
-            out.append("the table matches every listing that answered" if self.complete else
-                       "the table matches every listing that answered; the others were "
-                       "NOT checked (problems below)")
+            out.append(
+                "the table matches every listing that answered"
+                if self.complete
+                else "the table matches every listing that answered; the others were "
+                "NOT checked (problems below)"
+            )
         out.extend(f"note: {n}" for n in self.notes)
         out.extend(f"problem: {line}" for line in problem_lines(self.problems))
         if self.companions:
@@ -156,8 +161,10 @@ class RefreshReport:
         body = {"schema": 1, "releases": list(self.proposed)}
         tail = ""
         if self.companions:
-            tail = (f"# proposed companion rows: review, then add them to {COMPANIONS_FILE}'s "
-                    "rows:\n" + "".join(f"# {row_yaml(r)}\n" for r in self.companions))
+            tail = (
+                f"# proposed companion rows: review, then add them to {COMPANIONS_FILE}'s "
+                "rows:\n" + "".join(f"# {row_yaml(r)}\n" for r in self.companions)
+            )
         return head + yaml.safe_dump(body, sort_keys=False, width=100) + tail
 
 
@@ -167,8 +174,12 @@ COMPANIONS_FILE = "envforge/data/companions.yaml"
 
 def _row_dict(row: Row) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "package": row.package, "version": row.version, "torch": row.torch,
-        "requires": row.requires, "source": row.source, "checked": row.checked,
+        "package": row.package,
+        "version": row.version,
+        "torch": row.torch,
+        "requires": row.requires,
+        "source": row.source,
+        "checked": row.checked,
         "confidence": row.confidence,
     }
     if row.note:
@@ -251,11 +262,13 @@ class StatusReport:
         else:
             out.append(f"rows not checked for more than {self.stale_days} days: none")
         if self.packages:
-            out.append("companions and extensions (newest row of the table, newest release "
-                       "on the index):")
+            out.append(
+                "companions and extensions (newest row of the table, newest release on the index):"
+            )
             out.extend(f"  {w.line()}" for w in self.packages)
-        out.append("current" if self.current else
-                   "NOT current: run `envforge knowledge refresh -o FILE` and review the rows")
+        out.append(
+            "current"
+            if self.current
+            else "NOT current: run `envforge knowledge refresh -o FILE` and review the rows"
+        )
         return out
-
-

@@ -58,7 +58,7 @@ class Check(yamlcheck.Reader):
     def python(self, value: object, path: str) -> tuple[str, str]:
         pair = self.texts(value, path)
         if len(pair) != 2 or not all(PYTHON_RE.match(p) for p in pair):
-            raise self.fail(path, f"expected [\"3.X\", \"3.Y\"], got {value!r}")
+            raise self.fail(path, f'expected ["3.X", "3.Y"], got {value!r}')
         if py_tuple(pair[0]) > py_tuple(pair[1]):
             raise self.fail(path, "minimum above maximum")
         return pair[0], pair[1]
@@ -76,7 +76,6 @@ class Check(yamlcheck.Reader):
             return Version(self.text(value, path))
         except InvalidVersion:
             raise self.fail(path, f"{value!r} is not a version") from None
-
 
 
 @dataclass(frozen=True)
@@ -107,7 +106,6 @@ class Row:
     c: Check
     path: str
     raw: Any
-
 
 
 def read_overrides(c: Check, raw: object, path: str) -> list[Override]:
@@ -191,7 +189,7 @@ def read_pci_ids(c: Check, raw: object, known: set[str]) -> dict[str, tuple[PciP
         items: list[PciProduct] = []
         for key, product in entries.items():
             if not _PCI_ID_RE.match(key):
-                raise c.fail(f"{path}.{key}", "not a PCI device id like \"0x73df\"")
+                raise c.fail(f"{path}.{key}", 'not a PCI device id like "0x73df"')
             device_id = int(key, 16)
             if device_id in seen:
                 raise c.fail(f"{path}.{key}", "listed twice")
@@ -209,8 +207,7 @@ def read_model_names(
     body = c.mapping(raw, "nvidia_model_names", sorted(known))
     return {
         str(arch): tuple(
-            (fragment, str(arch))
-            for fragment in c.texts(fragments, f"nvidia_model_names.{arch}")
+            (fragment, str(arch)) for fragment in c.texts(fragments, f"nvidia_model_names.{arch}")
         )
         for arch, fragments in body.items()
     }
@@ -240,9 +237,7 @@ def read_numpy_releases(c: Check, raw: object) -> tuple[tuple[NumpyRelease, ...]
         frm = c.mapping(
             frm_raw, f"{path}.python_from", list(frm_raw) if isinstance(frm_raw, dict) else []
         )
-        python_from = tuple(
-            (str(k), c.text(v, f"{path}.python_from.{k}")) for k, v in frm.items()
-        )
+        python_from = tuple((str(k), c.text(v, f"{path}.python_from.{k}")) for k, v in frm.items())
         for py, ver in python_from:
             if ver not in versions or not PYTHON_RE.match(py):
                 raise c.fail(f"{path}.python_from", f"{py}: {ver} is not a version of the series")
@@ -312,8 +307,6 @@ def read_broken_rule(c: Check, raw: object, i: int) -> BrokenRule:
         source=c.text(body["source"], f"{path}.source"),
         origin=c.source,
     )
-
-
 
 
 def read_checked(c: Check, raw: object, path: str) -> str:
@@ -400,7 +393,6 @@ def read_arch_infos(c: Check, raw: object, path: str, *, amd: bool) -> tuple[Arc
     return tuple(out)
 
 
-
 _JETPACK_KEYS = ("jetpack", "l4t", "cuda", "archs", "wheels", "route", "source", "confidence")
 #: Which wheels run on a JetPack line: NVIDIA's Jetson wheels only, or also the package
 #: index's server arm64 (SBSA) ones.
@@ -421,14 +413,16 @@ def read_jetpacks(c: Check, value: object) -> tuple[JetPack, ...]:
         for arch in archs:
             if not SM_RE.match(arch):
                 raise c.fail(f"{path}.archs", f"{arch!r} is not an sm arch")
-        out.append(JetPack(
-            jetpack=c.text(m["jetpack"], f"{path}.jetpack"),
-            l4t=c.text(m["l4t"], f"{path}.l4t"),
-            cuda=c.text(m["cuda"], f"{path}.cuda"),
-            archs=archs,
-            wheels=c.choice(m["wheels"], f"{path}.wheels", JETPACK_WHEELS),
-            route=c.text(m["route"], f"{path}.route"),
-            source=c.text(m["source"], f"{path}.source"),
-            confidence=c.confidence(m.get("confidence", "community"), f"{path}.confidence"),
-        ))
+        out.append(
+            JetPack(
+                jetpack=c.text(m["jetpack"], f"{path}.jetpack"),
+                l4t=c.text(m["l4t"], f"{path}.l4t"),
+                cuda=c.text(m["cuda"], f"{path}.cuda"),
+                archs=archs,
+                wheels=c.choice(m["wheels"], f"{path}.wheels", JETPACK_WHEELS),
+                route=c.text(m["route"], f"{path}.route"),
+                source=c.text(m["source"], f"{path}.source"),
+                confidence=c.confidence(m.get("confidence", "community"), f"{path}.confidence"),
+            )
+        )
     return tuple(out)

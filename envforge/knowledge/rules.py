@@ -273,8 +273,10 @@ def _unknown_release(recipe: Recipe, t: CompatTable) -> Violation:
         hint = f"torch {series.series} releases it lists: {', '.join(series.versions)}"
     else:
         what = "a torch release the compatibility table has no row for"
-        hint = f"add its row in an overlay (envforge knowledge refresh -o FILE), or use a " \
-               f"known release ({known[0]} ... {known[-1]})"
+        hint = (
+            f"add its row in an overlay (envforge knowledge refresh -o FILE), or use a "
+            f"known release ({known[0]} ... {known[-1]})"
+        )
     return Violation(
         "torch-release",
         f"torch {version} is {what}",
@@ -323,8 +325,10 @@ def _variant_hint(recipe: Recipe, release: Release, t: CompatTable) -> str:
     if same_kind and kind != "cpu":
         sure = [v for v in same_kind if v.confidence != "uncertain"] or same_kind
         latest = sure[-1]
-        parts.append(f'set {kind}: "{latest.version}" (torch {release.series} publishes '
-                     f"{', '.join(v.name for v in same_kind)})")
+        parts.append(
+            f'set {kind}: "{latest.version}" (torch {release.series} publishes '
+            f"{', '.join(v.name for v in same_kind)})"
+        )
     others = t.releases_with(recipe.accelerator)
     if others:
         series = ", ".join(r.series for r in others)
@@ -465,8 +469,7 @@ def _numpy_python(recipe: Recipe, t: CompatTable) -> Iterator[Violation]:
         hint = f"no NumPy release the table knows has wheels for Python {recipe.python}"
     yield Violation(
         "numpy-python",
-        f"numpy {recipe.numpy} admits no NumPy release with a wheel for CPython "
-        f"{recipe.python}",
+        f"numpy {recipe.numpy} admits no NumPy release with a wheel for CPython {recipe.python}",
         f"{t.numpy_source} [{_numpy_origin(t, recipe.python)}]",
         hint,
     )
@@ -475,5 +478,3 @@ def _numpy_python(recipe: Recipe, t: CompatTable) -> Iterator[Violation]:
 def _numpy_origin(t: CompatTable, python: str) -> str:
     files = dict.fromkeys(n.origin for n in t.numpy_releases if n.installable(python))
     return ", ".join(files) or t.layers[0]
-
-

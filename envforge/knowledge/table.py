@@ -581,7 +581,10 @@ class CompatTable:
 
 @functools.lru_cache(maxsize=1024)
 def _installable(
-    versions: tuple[str, ...], low: str, high: str, python_from: tuple[tuple[str, str], ...],
+    versions: tuple[str, ...],
+    low: str,
+    high: str,
+    python_from: tuple[tuple[str, str], ...],
     python: str,
 ) -> tuple[str, ...]:
     """:meth:`NumpyRelease.installable`, once per release and Python (a solve asks often)."""

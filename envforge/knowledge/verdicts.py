@@ -56,8 +56,6 @@ class Reason:
     source: str
 
 
-
-
 def cite(t: CompatTable, text: str, origin: str) -> str:
     """The expanded sources of a fact, and the table file it came from."""
     return f"{t.cite(text)} [{origin}]"

@@ -41,14 +41,21 @@ class Watched:
     problem: IndexProblem | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"package": self.package, "known": self.known, "listed": self.listed,
-                "newer": list(self.newer), "url": self.url,
-                "problem": None if self.problem is None else self.problem.one_line()}
+        return {
+            "package": self.package,
+            "known": self.known,
+            "listed": self.listed,
+            "newer": list(self.newer),
+            "url": self.url,
+            "problem": None if self.problem is None else self.problem.one_line(),
+        }
 
     def line(self) -> str:
         if self.problem is not None:
-            return (f"{self.package}: table {self.known}, index NOT checked "
-                    f"({self.problem.kind}: {self.problem.reason})")
+            return (
+                f"{self.package}: table {self.known}, index NOT checked "
+                f"({self.problem.kind}: {self.problem.reason})"
+            )
         listed = self.listed or "(not listed)"
         newer = f"; newer than the table: {', '.join(self.newer)}" if self.newer else ""
         return f"{self.package}: table {self.known}, index {listed}{newer}"
@@ -60,8 +67,7 @@ def watched_packages(
     """(package, the newest release the table has a row for) of each watched package,
     less ``skip`` (what the caller reads otherwise)."""
     newest: dict[str, Version] = {}
-    names = [p.name for p in companions.packages
-             if any(f in INDEX_FAMILIES for f in p.families)]
+    names = [p.name for p in companions.packages if any(f in INDEX_FAMILIES for f in p.families)]
     for name in names:
         for row in companions.rows_of(name):
             newest[name] = max(newest.get(name, Version(row.version)), Version(row.version))
@@ -76,10 +82,15 @@ def watch(
 ) -> tuple[Watched, ...]:
     """Read each package's page on ``root`` and compare it with the table's newest row."""
     base = root.rstrip("/")
-    pages = client.map(lambda item: client.listing(base, item[0]), packages,
-                       late=lambda item: client.late(listing_url(base, item[0])))
-    return tuple(_compare(name, known, listing_url(base, name), page)
-                 for (name, known), page in zip(packages, pages))
+    pages = client.map(
+        lambda item: client.listing(base, item[0]),
+        packages,
+        late=lambda item: client.late(listing_url(base, item[0])),
+    )
+    return tuple(
+        _compare(name, known, listing_url(base, name), page)
+        for (name, known), page in zip(packages, pages)
+    )
 
 
 def _compare(name: str, known: str, url: str, page: Listing | IndexProblem) -> Watched:
@@ -95,11 +106,16 @@ def _compare(name: str, known: str, url: str, page: Listing | IndexProblem) -> W
 def watch_findings(items: Sequence[Watched]) -> list[Finding]:
     """A ``package-new`` finding per release newer than the table's rows."""
     return [
-        Finding("package-new", f"{w.package} {v}",
-                f"{w.package} {v} is newer than the table's newest row ({w.known}): pair it "
-                "with torch (knowledge refresh proposes companion rows from its metadata)",
-                w.url, new=True)
-        for w in items for v in w.newer
+        Finding(
+            "package-new",
+            f"{w.package} {v}",
+            f"{w.package} {v} is newer than the table's newest row ({w.known}): pair it "
+            "with torch (knowledge refresh proposes companion rows from its metadata)",
+            w.url,
+            new=True,
+        )
+        for w in items
+        for v in w.newer
     ]
 
 

@@ -79,8 +79,10 @@ class _LocalHandle:
             daemon=True,
         )
         self._err = threading.Thread(
-            target=self._pump, args=(proc.stderr, self._stderr.append, STDERR_LINE_MAX, None),
-            name="probe-stderr", daemon=True,
+            target=self._pump,
+            args=(proc.stderr, self._stderr.append, STDERR_LINE_MAX, None),
+            name="probe-stderr",
+            daemon=True,
         )
         self._out.start()
         self._err.start()
@@ -182,9 +184,7 @@ def folder_prefix(pid: int, start: int | None) -> str:
     return f"{FOLDER_PREFIX}{pid}.{start or 0}-"
 
 
-def stale_folder(
-    name: str, age: float, running: Callable[[int, int | None], bool]
-) -> bool:
+def stale_folder(name: str, age: float, running: Callable[[int, int | None], bool]) -> bool:
     """Whether a probe folder called ``name`` was left behind by an envforge that is gone.
 
     ``running(pid, start)`` tells whether that process still runs (``start`` None: unknown).

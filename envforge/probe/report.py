@@ -26,9 +26,7 @@ from envforge.fleet.node import fleet_facts, node_facts
 from envforge.host.detect import detect, no_tools
 
 Status = Literal["pass", "warn", "fail", "hang", "crash", "oom", "no-device", "skip"]
-STATUSES: tuple[Status, ...] = (
-    "pass", "warn", "fail", "hang", "crash", "oom", "no-device", "skip"
-)
+STATUSES: tuple[Status, ...] = ("pass", "warn", "fail", "hang", "crash", "oom", "no-device", "skip")
 #: Statuses that pass: ``warn`` is a pass worth a look (the GPU's memory held by another
 #: process), recorded in every output and still certified.
 PASSING: tuple[Status, ...] = ("pass", "warn")
@@ -280,8 +278,10 @@ class ProbeReport:
 
     def to_junit(self) -> str:
         """JUnit XML: one testsuite, one testcase per step; every text through :func:`printable`."""
-        counts = {k: sum(1 for s in self.steps if s.status in k) for k in
-                  (_JUNIT_FAILURE, _JUNIT_ERROR, ("skip",))}
+        counts = {
+            k: sum(1 for s in self.steps if s.status in k)
+            for k in (_JUNIT_FAILURE, _JUNIT_ERROR, ("skip",))
+        }
         name = f"envforge probe {self.recipe_name}" if self.recipe_name else "envforge probe"
         name = printable(name)
         suites = ET.Element("testsuites")
@@ -310,8 +310,7 @@ class ProbeReport:
             ("envforge_version", self.envforge_version),
             *((("node", self.host.node),) if self.host.node else ()),
             *((("granted", self.host.grant_text),) if self.host.granted else ()),
-            *((("warnings", ", ".join(s.name for s in self.warnings)),) if self.warnings
-              else ()),
+            *((("warnings", ", ".join(s.name for s in self.warnings)),) if self.warnings else ()),
         ):
             ET.SubElement(props, "property", {"name": key, "value": printable(value)})
         classname = printable(f"envforge.probe.{self.recipe_name or 'installed'}")
@@ -320,8 +319,11 @@ class ProbeReport:
             case = ET.SubElement(
                 suite,
                 "testcase",
-                {"classname": classname, "name": printable(step.name),
-                 "time": f"{step.seconds:.3f}"},
+                {
+                    "classname": classname,
+                    "name": printable(step.name),
+                    "time": f"{step.seconds:.3f}",
+                },
             )
             if step.status in _JUNIT_FAILURE:
                 el = ET.SubElement(case, "failure", {"type": step.status, "message": detail})
@@ -393,9 +395,16 @@ def host_info(root: Path = Path("/"), environ: Mapping[str, str] | None = None) 
         if version is None or version.startswith("in-kernel"):
             version = f"(in-tree, kernel {uname.release})"
         parts.append(f"amdgpu {version}")
-    return ReportHost(kernel=f"{uname.sysname} {uname.release}", machine=uname.machine,
-                      gpus=gpus, driver="; ".join(parts) or None, id=host_id(root),
-                      node=node, granted=grant, fleet=fleet_facts(env))
+    return ReportHost(
+        kernel=f"{uname.sysname} {uname.release}",
+        machine=uname.machine,
+        gpus=gpus,
+        driver="; ".join(parts) or None,
+        id=host_id(root),
+        node=node,
+        granted=grant,
+        fleet=fleet_facts(env),
+    )
 
 
 #: Where the machine ID is (systemd, then D-Bus).

@@ -245,8 +245,9 @@ def _named_holders(result: StepResult, data: object) -> StepResult:
     from envforge.host.gpumem import probe_holders  # noqa: PLC0415 - only for a busy GPU
 
     named = probe_holders(data) if isinstance(data, dict) else ""
-    return dataclasses.replace(result, detail=f"{result.detail}; held by {named}") if named \
-        else result
+    return (
+        dataclasses.replace(result, detail=f"{result.detail}; held by {named}") if named else result
+    )
 
 
 def _skip_rest(run: _Run, why: str) -> None:
@@ -269,9 +270,7 @@ def _on_hang(run: _Run, handle: WorkerHandle, clock: Callable[[], float], waitin
             detail = f"no result within the {run.spec.deadline(step):g}s deadline; worker stopped"
         elif not run.hello:
             seconds = 0.0
-            detail = (
-                f"worker did not start within {run.spec.startup_deadline:g}s; worker stopped"
-            )
+            detail = f"worker did not start within {run.spec.startup_deadline:g}s; worker stopped"
         else:
             seconds = 0.0
             detail = "worker stopped responding between steps; worker stopped"
@@ -329,20 +328,21 @@ def _tail(handle: WorkerHandle, lines: int = 8, limit: int = 600) -> str:
     all_lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     marks = [i for i, ln in enumerate(all_lines) if ln.startswith(STDERR_MARK)]
     if marks:  # only what the last step wrote
-        all_lines = all_lines[marks[-1] + 1:]
-    fatal = max((i for i, ln in enumerate(all_lines) if ln.startswith("Fatal Python error")),
-                default=None)
+        all_lines = all_lines[marks[-1] + 1 :]
+    fatal = max(
+        (i for i, ln in enumerate(all_lines) if ln.startswith("Fatal Python error")), default=None
+    )
     if fatal is None:
         kept = all_lines[-lines:]
     else:
-        kept = all_lines[max(fatal - 3, 0):fatal + 1]
+        kept = all_lines[max(fatal - 3, 0) : fatal + 1]
         for i in range(fatal + 1, len(all_lines)):
             if all_lines[i].startswith("Current thread"):
-                frames = [ln for ln in all_lines[i + 1:] if ln.startswith("File ")]
+                frames = [ln for ln in all_lines[i + 1 :] if ln.startswith("File ")]
                 if frames:
                     kept.append("at " + frames[0])
                 break
     joined = " | ".join(kept)
     if len(joined) > limit:
-        joined = "..." + joined[-(limit - 3):]
+        joined = "..." + joined[-(limit - 3) :]
     return joined

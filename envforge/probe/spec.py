@@ -251,8 +251,10 @@ class ProbeSpec:
         if problem is not None:
             raise InvalidInput(f"step timeout {problem}", hint="--step-timeout 60")
         if self.require_free is not None and require_free_problem(self.require_free):
-            raise InvalidInput(f"--require-free {require_free_problem(self.require_free)}",
-                               hint="--require-free 8 (GiB)")
+            raise InvalidInput(
+                f"--require-free {require_free_problem(self.require_free)}",
+                hint="--require-free 8 (GiB)",
+            )
         if self.startup_timeout is not None and step_timeout_problem(self.startup_timeout):
             raise InvalidInput(f"startup timeout {step_timeout_problem(self.startup_timeout)}")
 

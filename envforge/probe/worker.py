@@ -40,8 +40,20 @@ import time
 import traceback
 
 PROTOCOL = 1
-ENV_PREFIXES = ("HSA_", "HIP_", "MIOPEN_", "ROCR_", "ROCM_", "CUDA_", "PYTORCH_", "NCCL_",
-                "TORCH_", "HCC_", "AMD_", "GPU_")
+ENV_PREFIXES = (
+    "HSA_",
+    "HIP_",
+    "MIOPEN_",
+    "ROCR_",
+    "ROCM_",
+    "CUDA_",
+    "PYTORCH_",
+    "NCCL_",
+    "TORCH_",
+    "HCC_",
+    "AMD_",
+    "GPU_",
+)
 DETAIL_MAX = 400
 #: Seconds past a step's deadline after which an orphaned worker ends itself (SIGALRM).
 BACKSTOP = 30
@@ -64,8 +76,11 @@ def printable(text):
     out = []
     for ch in text:
         code = ord(ch)
-        if ch.isprintable() or ch == " " or (code > 0x9f and not 0xd800 <= code <= 0xdfff
-                                              and code not in (0xfffe, 0xffff)):
+        if (
+            ch.isprintable()
+            or ch == " "
+            or (code > 0x9F and not 0xD800 <= code <= 0xDFFF and code not in (0xFFFE, 0xFFFF))
+        ):
             out.append(ch)
         elif code < 0x100:
             out.append("\\x%02x" % code)
@@ -112,8 +127,12 @@ def is_oom(exc):
     if name in ("OutOfMemoryError", "MemoryError"):
         return True
     text = str(exc).lower()
-    return ("out of memory" in text or "outofmemory" in text
-            or "hiperroroutofmemory" in text or "cuda_error_out_of_memory" in text)
+    return (
+        "out of memory" in text
+        or "outofmemory" in text
+        or "hiperroroutofmemory" in text
+        or "cuda_error_out_of_memory" in text
+    )
 
 
 def describe(exc, prefer_file=None, where=True):
@@ -179,6 +198,7 @@ class Context(object):
         if name in self.module_errors:
             raise Skip("%s is not importable: %s" % (name, self.module_errors[name]))
         import importlib
+
         try:
             return importlib.import_module(name)
         except BaseException as exc:
@@ -195,11 +215,11 @@ def step_env_snapshot(ctx):
         "implementation": platform.python_implementation(),
         "executable": sys.executable,
         "platform": platform.platform(),
-        "env": dict(sorted((k, v) for k, v in os.environ.items()
-                           if k.startswith(ENV_PREFIXES))),
+        "env": dict(sorted((k, v) for k, v in os.environ.items() if k.startswith(ENV_PREFIXES))),
     }
     try:
         import numpy
+
         data["numpy"] = numpy.__version__
     except BaseException as exc:
         data["numpy"] = None
@@ -226,7 +246,11 @@ def step_env_snapshot(ctx):
     elif data["cuda"]:
         build = "CUDA " + str(data["cuda"])
     detail = "Python %s, torch %s (%s), numpy %s" % (
-        data["python"], data["torch"], build, data["numpy"] or "missing")
+        data["python"],
+        data["torch"],
+        build,
+        data["numpy"] or "missing",
+    )
     if data["arch_flags"]:
         detail += ", archs " + " ".join(data["arch_flags"])
     return detail, data
@@ -282,6 +306,7 @@ def specifier_contains(spec, version):
     try:
         from packaging.specifiers import SpecifierSet
         from packaging.version import Version
+
         return SpecifierSet(spec).contains(Version(version), prereleases=True)
     except ImportError:
         pass
@@ -301,7 +326,7 @@ def fallback_contains(spec, version):
         for candidate in ("~=", "==", "!=", "<=", ">=", "<", ">", "==="):
             if clause.startswith(candidate) and len(candidate) > len(op):
                 op = candidate
-        want_text = clause[len(op):].strip()
+        want_text = clause[len(op) :].strip()
         if op in ("==", "!=") and want_text.endswith(".*"):
             prefix = release(want_text[:-2])
             same = _pad(have, len(prefix))[: len(prefix)] == prefix
@@ -366,8 +391,9 @@ def numpy_problems(exp, problems, seen):
     try:
         import numpy
     except ImportError as exc:
-        problems.append("numpy is not importable (%s), recipe wants %s"
-                        % (short(exc, 80), exp["numpy"]))
+        problems.append(
+            "numpy is not importable (%s), recipe wants %s" % (short(exc, 80), exp["numpy"])
+        )
         return
     have = numpy.__version__
     seen.append("numpy %s %s" % (have, exp["numpy"]))
@@ -384,8 +410,7 @@ def torch_version_problems(exp, have_torch, problems):
             problems.append("torch %s, recipe pins %s" % (have_torch, want_torch))
         return
     public, _, local = have_torch.partition("+")
-    if release(public) != release(want_torch) or \
-            public.split(".")[:3] != want_torch.split(".")[:3]:
+    if release(public) != release(want_torch) or public.split(".")[:3] != want_torch.split(".")[:3]:
         problems.append("torch %s, recipe pins %s" % (have_torch, want_torch))
     acc = exp.get("accelerator")
     if local and acc and local != acc:
@@ -397,19 +422,25 @@ def build_problems(exp, torch, problems):
     cuda = getattr(torch.version, "cuda", None)
     if exp.get("hip"):
         if not hip:
-            problems.append("torch has no HIP (ROCm) support, recipe wants ROCm %s (wrong wheel: "
-                            "it would run on the CPU)" % exp["hip"])
+            problems.append(
+                "torch has no HIP (ROCm) support, recipe wants ROCm %s (wrong wheel: "
+                "it would run on the CPU)" % exp["hip"]
+            )
         elif major_minor(hip) != major_minor(exp["hip"]):
             problems.append("torch built for HIP %s, recipe wants ROCm %s" % (hip, exp["hip"]))
     if exp.get("cuda"):
         if not cuda:
-            problems.append("torch has no CUDA support, recipe wants CUDA %s (wrong wheel: "
-                            "it would run on the CPU)" % exp["cuda"])
+            problems.append(
+                "torch has no CUDA support, recipe wants CUDA %s (wrong wheel: "
+                "it would run on the CPU)" % exp["cuda"]
+            )
         elif major_minor(cuda) != major_minor(exp["cuda"]):
             problems.append("torch built for CUDA %s, recipe wants %s" % (cuda, exp["cuda"]))
     if exp.get("accelerator") == "cpu" and (hip or cuda):
-        problems.append("torch is a %s build, recipe wants the CPU build"
-                        % ("HIP " + str(hip) if hip else "CUDA " + str(cuda)))
+        problems.append(
+            "torch is a %s build, recipe wants the CPU build"
+            % ("HIP " + str(hip) if hip else "CUDA " + str(cuda))
+        )
 
 
 def arch_problems(exp, torch, problems, seen):
@@ -433,28 +464,39 @@ def step_device(ctx):
     cuda = getattr(torch.version, "cuda", None)
     if (vendor == "amd" and not hip) or (vendor == "nvidia" and not cuda):
         ctx.device_error = "no GPU device"
-        raise NoDevice("this torch (%s) is not a %s build, so it cannot use the %s GPU"
-                       % (torch.__version__, "ROCm" if vendor == "amd" else "CUDA",
-                          "AMD" if vendor == "amd" else "NVIDIA"))
+        raise NoDevice(
+            "this torch (%s) is not a %s build, so it cannot use the %s GPU"
+            % (
+                torch.__version__,
+                "ROCm" if vendor == "amd" else "CUDA",
+                "AMD" if vendor == "amd" else "NVIDIA",
+            )
+        )
     available = False
     try:
         available = bool(torch.cuda.is_available())
     except BaseException as exc:
         if vendor == "auto":
             ctx.device = "cpu"
-            return "cpu (torch.cuda.is_available() raised %s)" % describe(exc), \
-                {"device": "cpu", "count": 0}
+            return "cpu (torch.cuda.is_available() raised %s)" % describe(exc), {
+                "device": "cpu",
+                "count": 0,
+            }
         raise
     count = torch.cuda.device_count() if available else 0
     if not available or count == 0:
         if vendor == "auto":
             ctx.device = "cpu"
             return "cpu (no GPU visible to torch)", {"device": "cpu", "count": 0}
-        build = "HIP" if getattr(torch.version, "hip", None) else (
-            "CUDA" if getattr(torch.version, "cuda", None) else "CPU-only")
+        build = (
+            "HIP"
+            if getattr(torch.version, "hip", None)
+            else ("CUDA" if getattr(torch.version, "cuda", None) else "CPU-only")
+        )
         ctx.device_error = "no GPU device"
-        raise NoDevice("torch.cuda.is_available() is False (%s torch build, %s GPU expected)"
-                       % (build, vendor))
+        raise NoDevice(
+            "torch.cuda.is_available() is False (%s torch build, %s GPU expected)" % (build, vendor)
+        )
     names = []
     for i in range(count):
         props = torch.cuda.get_device_properties(i)
@@ -464,8 +506,7 @@ def step_device(ctx):
             name = "%s (%s)" % (name, arch)
         names.append(name)
     ctx.device = "cuda"
-    return "%d x %s" % (count, ", ".join(names)), {"device": "cuda", "count": count,
-                                                    "names": names}
+    return "%d x %s" % (count, ", ".join(names)), {"device": "cuda", "count": count, "names": names}
 
 
 #: A device is busy (the memory step warns) when other processes hold more than this share.
@@ -488,19 +529,27 @@ def step_memory(ctx):
     status, parts = "pass", []
     devices = [gpu_memory(torch, i) for i in range(torch.cuda.device_count())]
     for d in devices:
-        text = "device %d: %.2f GiB free of %.2f GiB" % (d["index"], d["free"] / GIB,
-                                                         d["total"] / GIB)
+        text = "device %d: %.2f GiB free of %.2f GiB" % (
+            d["index"],
+            d["free"] / GIB,
+            d["total"] / GIB,
+        )
         if d["busy"]:
             text += ", %.2f GiB (%d%%) held by other processes" % (
-                d["others"] / GIB, 100 * d["others"] // max(d["total"], 1))
+                d["others"] / GIB,
+                100 * d["others"] // max(d["total"], 1),
+            )
             status = "warn" if status == "pass" else status
         if need and d["free"] < need * GIB:
             text, status = text + ", below --require-free %s GiB" % number(need), "fail"
             d["short"] = True  # the host names who holds it (if anyone else does)
         parts.append(text)
-    data = {"devices": devices, "pid": os.getpid(),
-            "vendor": "amd" if getattr(torch.version, "hip", None) else "nvidia",
-            "visible": dict((k, os.environ[k]) for k in VISIBLE_VARS if k in os.environ)}
+    data = {
+        "devices": devices,
+        "pid": os.getpid(),
+        "vendor": "amd" if getattr(torch.version, "hip", None) else "nvidia",
+        "visible": dict((k, os.environ[k]) for k in VISIBLE_VARS if k in os.environ),
+    }
     return "; ".join(parts), data, status
 
 
@@ -521,8 +570,15 @@ def gpu_memory(torch, i):
         free = total - own
     others = max(total - free - own, 0)
     uuid = getattr(props, "uuid", None)
-    return {"index": i, "free": free, "total": total, "own": own, "others": others,
-            "uuid": text_of(uuid) if uuid else None, "busy": others > BUSY_SHARE * total}
+    return {
+        "index": i,
+        "free": free,
+        "total": total,
+        "own": own,
+        "others": others,
+        "uuid": text_of(uuid) if uuid else None,
+        "busy": others > BUSY_SHARE * total,
+    }
 
 
 def cpu_memory():
@@ -547,8 +603,10 @@ def cpu_memory():
         return "cpu memory: unknown", {}
     if avail is None:
         return "cpu memory: %.2f GiB total" % (total / gib), {"total": total}
-    return "cpu: %.2f GiB available of %.2f GiB" % (avail / gib, total / gib), \
-        {"free": avail, "total": total}
+    return "cpu: %.2f GiB available of %.2f GiB" % (avail / gib, total / gib), {
+        "free": avail,
+        "total": total,
+    }
 
 
 def step_small_tensor(ctx):
@@ -587,7 +645,7 @@ def step_matmul(ctx):
     g = _gen(torch)
     a = torch.randn(128, 128, generator=g)
     b = torch.randn(128, 128, generator=g)
-    got = (a.to(dev) @ b.to(dev))
+    got = a.to(dev) @ b.to(dev)
     ctx.sync()
     err = _close(torch, got, a.double() @ b.double(), 1e-3, "matmul 128x128")
     return "128x128 on %s vs CPU float64: max rel error %.2g" % (dev, err)
@@ -630,6 +688,7 @@ def step_conv2d(ctx):
 
 def _conv_fwd_bwd(torch, conv, x, dev, dtype):
     import copy
+
     layer = copy.deepcopy(conv).to(device=dev, dtype=dtype)
     inp = x.to(device=dev, dtype=dtype).requires_grad_(True)
     out = layer(inp)
@@ -671,11 +730,13 @@ def step_autocast(ctx):
 def step_grad_checkpoint(ctx):
     torch, dev = ctx.need_device()
     import torch.utils.checkpoint as ckpt
+
     nn = torch.nn
     g = _gen(torch)
     torch.manual_seed(1234)
-    block = nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.ReLU(),
-                          nn.Conv2d(8, 4, 3, padding=1)).to(dev)
+    block = nn.Sequential(
+        nn.Conv2d(4, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 4, 3, padding=1)
+    ).to(dev)
     x = torch.randn(2, 4, 24, 24, generator=g).to(dev)
 
     def run(use_ckpt):
@@ -729,8 +790,11 @@ def find_distribution(name):
             continue
         for folder in names:
             stem, dot, kind = folder.rpartition(".")
-            if dot and kind in ("dist-info", "egg-info") and \
-                    canonical(stem.split("-", 1)[0]) == want:
+            if (
+                dot
+                and kind in ("dist-info", "egg-info")
+                and canonical(stem.split("-", 1)[0]) == want
+            ):
                 path = os.path.join(entry or ".", folder)
                 if os.path.isdir(path):
                     return path
@@ -776,6 +840,7 @@ def top_level_modules(folder):
         names = [line.strip().replace("\\", "/").split("/")[0] for line in text.splitlines()]
     else:
         import csv
+
         rows = csv.reader((read_meta(folder, "RECORD") or "").splitlines())
         names = [module_of(row[0]) for row in rows if row]
     return sorted(set(n for n in names if n and n.isidentifier() and not n.startswith("__")))
@@ -811,7 +876,7 @@ def clip(text, limit):
     if len(text) <= limit:
         return text
     tail = (limit - 5) * 2 // 3
-    return text[: limit - 5 - tail] + " ... " + text[len(text) - tail:]
+    return text[: limit - 5 - tail] + " ... " + text[len(text) - tail :]
 
 
 def first_line(exc, limit=300):
@@ -852,6 +917,7 @@ def make_import_step(name):
         if skipped:
             data["skipped"] = [{"module": m, "reason": r} for m, r in skipped]
         return detail, data
+
     return step_import
 
 
@@ -859,6 +925,7 @@ def import_or_fail(ctx, name, version, module, folder=None):
     """None when module imports; why it was skipped when it needs an extra that was not
     installed (:func:`missing_extra`); StepFailed otherwise."""
     import importlib
+
     try:
         importlib.import_module(module)
     except KeyboardInterrupt:
@@ -875,14 +942,14 @@ def import_or_fail(ctx, name, version, module, folder=None):
 
 
 #: A marker's ``extra == "d"`` (either way round).
-EXTRA_MARKER = (r"""\bextra\s*==\s*["']([^"']+)["']""",
-                r"""["']([^"']+)["']\s*==\s*extra\b""")
+EXTRA_MARKER = (r"""\bextra\s*==\s*["']([^"']+)["']""", r"""["']([^"']+)["']\s*==\s*extra\b""")
 
 
 def requires_by_extra(folder):
     """(names required without an extra, {extra: names required only under it}) from
     the distribution's METADATA Requires-Dist lines (canonical names)."""
     import re
+
     text = read_meta(folder, "METADATA") or read_meta(folder, "PKG-INFO") or ""
     base, extras = set(), {}
     for line in text.splitlines():
@@ -909,6 +976,7 @@ def missing_modules(exc):
     None" (blackd: "aiohttp dependency is not installed: No module named 'aiohttp'")
     still says which."""
     import re
+
     names, seen, current = [], [], exc
     while isinstance(current, ImportError) and current not in seen and len(seen) < 16:
         seen.append(current)
@@ -943,7 +1011,9 @@ def missing_extra(ctx, name, folder, exc):
             return None
         under += [extra for extra in these if extra not in under]
     return "needs %s, required only by %s, not installed" % (
-        ", ".join(missing), " or ".join("%s[%s]" % (name, extra) for extra in under))
+        ", ".join(missing),
+        " or ".join("%s[%s]" % (name, extra) for extra in under),
+    )
 
 
 # --------------------------------------------------------------------------- companions
@@ -995,11 +1065,16 @@ def step_torchvision_nms(ctx):
     got = got.to("cpu").tolist()
     want = nms_reference(torch, boxes.double(), scores.double(), threshold)
     if got != want:
-        raise StepFailed("torchvision.ops.nms on %s kept %d boxes, the float64 reference %d "
-                         "(first difference at rank %d)" % (dev, len(got), len(want),
-                                                            first_difference(got, want)))
+        raise StepFailed(
+            "torchvision.ops.nms on %s kept %d boxes, the float64 reference %d "
+            "(first difference at rank %d)"
+            % (dev, len(got), len(want), first_difference(got, want))
+        )
     return "torchvision.ops.nms on %s: %d of %d boxes kept, as the float64 reference" % (
-        dev, len(got), len(boxes))
+        dev,
+        len(got),
+        len(boxes),
+    )
 
 
 def first_difference(a, b):
@@ -1023,17 +1098,21 @@ def step_torchvision_convnet(ctx):
         ctx.sync()
         want = model.to("cpu").double()(x.double())
     err = _close(torch, got, want, 2e-2, "ResNet forward")  # TF32 convolutions on GPUs
-    return "ResNet (BasicBlock x4) forward, 2x3x32x32, on %s vs CPU float64: max rel " \
-        "error %.2g" % (dev, err)
+    return "ResNet (BasicBlock x4) forward, 2x3x32x32, on %s vs CPU float64: max rel error %.2g" % (
+        dev,
+        err,
+    )
 
 
 def step_torchaudio_melspectrogram(ctx):
     torch, dev = ctx.need_device()
     ta = ctx.need_module("torchaudio")
     t = torch.arange(16000, dtype=torch.float64) / 16000.0
-    wave = (torch.sin(2 * 3.141592653589793 * 440.0 * t)
-            + 0.5 * torch.sin(2 * 3.141592653589793 * 1500.0 * t)
-            + 0.1 * torch.randn(16000, generator=_gen(torch), dtype=torch.float64))[None, :]
+    wave = (
+        torch.sin(2 * 3.141592653589793 * 440.0 * t)
+        + 0.5 * torch.sin(2 * 3.141592653589793 * 1500.0 * t)
+        + 0.1 * torch.randn(16000, generator=_gen(torch), dtype=torch.float64)
+    )[None, :]
     mel = ta.transforms.MelSpectrogram(sample_rate=16000, n_fft=400, n_mels=40)
     with torch.no_grad():
         got = mel.to(dev)(wave.float().to(dev)).to("cpu")
@@ -1041,17 +1120,21 @@ def step_torchaudio_melspectrogram(ctx):
         want = mel.to("cpu").double()(wave)
     err = _close(torch, got, want, 1e-3, "MelSpectrogram")
     return "MelSpectrogram (1 s at 16 kHz, 40 mels) on %s vs CPU float64: max rel error %.2g" % (
-        dev, err)
+        dev,
+        err,
+    )
 
 
 def make_check_step(check):
     def step_check(ctx):
         import runpy
+
         path = materialize(check)
         if ctx.vendor != "none" and ctx.device is None and ctx.device_error:
             raise Skip(ctx.device_error)
         runpy.run_path(path, run_name="__main__")
         return "finished without raising"
+
     step_check.check_path = check.get("path")
     step_check.is_check = True
     return step_check
@@ -1075,8 +1158,9 @@ def materialize(check):
     folder = os.path.join(SCRATCH[0] or scratch_folder(), "checks")
     if not os.path.isdir(folder):
         os.makedirs(folder)
-    target = os.path.join(folder, "%d-%s" % (len(os.listdir(folder)),
-                                             os.path.basename(path or "check.py")))
+    target = os.path.join(
+        folder, "%d-%s" % (len(os.listdir(folder)), os.path.basename(path or "check.py"))
+    )
     with open(target, "w", encoding="utf-8", errors="surrogateescape") as fh:
         fh.write(source)
     return target
@@ -1089,6 +1173,7 @@ SCRATCH = [None]
 
 def scratch_folder():
     import tempfile
+
     SCRATCH[0] = tempfile.mkdtemp(prefix="envforge-check-")
     OWN_SCRATCH.append(SCRATCH[0])
     return SCRATCH[0]
@@ -1099,6 +1184,7 @@ OWN_SCRATCH = []
 
 def remove_own_scratch():
     import shutil
+
     for folder in OWN_SCRATCH:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -1141,8 +1227,13 @@ def run_step(ctx, name, func, deadline):
     seconds = round(time.monotonic() - start, 4)
     if getattr(func, "is_check", False):
         detail = note_stopped(detail, stop_descendants(os.getpid()))
-    event = {"event": "end", "step": name, "status": status,
-             "seconds": seconds, "detail": short(detail)}
+    event = {
+        "event": "end",
+        "step": name,
+        "status": status,
+        "seconds": seconds,
+        "detail": short(detail),
+    }
     if data is not None:
         event["data"] = data
     emit(event)
@@ -1179,8 +1270,11 @@ def call_step(ctx, name, func):
     except KeyboardInterrupt:
         raise
     except BaseException as exc:
-        return step_error(ctx, name, func, exc), describe(exc, getattr(func, "check_path", None)), \
-            None
+        return (
+            step_error(ctx, name, func, exc),
+            describe(exc, getattr(func, "check_path", None)),
+            None,
+        )
 
 
 def step_outcome(result):
@@ -1209,9 +1303,15 @@ def note_stopped(detail, stopped):
     """detail, plus what a check left running (now stopped)."""
     if not stopped:
         return detail
-    return short(detail, DETAIL_MAX - 120) + "; " + short(
-        "stopped %d process%s the check left running: %s" % (
-            len(stopped), "" if len(stopped) == 1 else "es", ", ".join(stopped)), 115)
+    return (
+        short(detail, DETAIL_MAX - 120)
+        + "; "
+        + short(
+            "stopped %d process%s the check left running: %s"
+            % (len(stopped), "" if len(stopped) == 1 else "es", ", ".join(stopped)),
+            115,
+        )
+    )
 
 
 def proc_table():
@@ -1292,8 +1392,11 @@ def stop_descendants(root):
     # it was found (a double fork's middle process) ends on its own and has no cmdline.
     time.sleep(0.01)
     table = proc_table() or {}
-    names = [command_of(pid) for pid in frozen
-             if pid in table and table[pid][1] not in ("Z", "X") and has_cmdline(pid)]
+    names = [
+        command_of(pid)
+        for pid in frozen
+        if pid in table and table[pid][1] not in ("Z", "X") and has_cmdline(pid)
+    ]
     for pid in frozen:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -1313,8 +1416,7 @@ def reap(root, pids, seconds=2.0):
             except OSError:
                 pass
         table = proc_table() or {}
-        if not [p for p in pids if p in table and table[p][0] == root] or \
-                time.monotonic() > end:
+        if not [p for p in pids if p in table and table[p][0] == root] or time.monotonic() > end:
             return
         time.sleep(0.01)
 
@@ -1325,6 +1427,7 @@ def become_subreaper():
         return False
     try:
         import ctypes
+
         libc = ctypes.CDLL(None, use_errno=True)
         return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
     except Exception:
@@ -1439,6 +1542,7 @@ def mirror_signal(sig):
     """Die of signal sig, as the worker did (no second core dump)."""
     try:
         import resource
+
         resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
     except Exception:
         pass
@@ -1480,13 +1584,20 @@ def main(argv):
     sys.stdout = sys.stderr
     try:
         import faulthandler
+
         faulthandler.enable(file=sys.stderr, all_threads=True)
     except Exception:
         pass
     spec = load_spec(argv)
     watch_parent(worker_orphaned)
-    emit({"event": "hello", "pid": os.getpid(), "python": platform.python_version(),
-          "protocol": PROTOCOL})
+    emit(
+        {
+            "event": "hello",
+            "pid": os.getpid(),
+            "python": platform.python_version(),
+            "protocol": PROTOCOL,
+        }
+    )
     ctx = Context(spec)
     deadlines = spec.get("deadlines") or {}
     default_deadline = spec.get("step_timeout")
@@ -1495,13 +1606,20 @@ def main(argv):
         if name in STEPS:
             func = STEPS[name]
         elif name.startswith(IMPORT_PREFIX):
-            func = make_import_step(name[len(IMPORT_PREFIX):])
+            func = make_import_step(name[len(IMPORT_PREFIX) :])
         elif name in checks:
             func = make_check_step(checks[name])
         else:
             emit({"event": "start", "step": name, "deadline": 0})
-            emit({"event": "end", "step": name, "status": "fail", "seconds": 0.0,
-                  "detail": "this worker has no step named %r" % name})
+            emit(
+                {
+                    "event": "end",
+                    "step": name,
+                    "status": "fail",
+                    "seconds": 0.0,
+                    "detail": "this worker has no step named %r" % name,
+                }
+            )
             continue
         run_step(ctx, name, func, deadlines.get(name, default_deadline))
     stop_descendants(os.getpid())

@@ -58,8 +58,11 @@ def project_checks(project: Project) -> tuple[CheckFile, ...]:
     out: list[CheckFile] = []
     name = import_name(project.root, project.name) if project.installable else None
     if name is not None:
-        out.append(CheckFile(step=f"{CHECK_PREFIX}import {name}", path="",
-                             source=_IMPORT.format(name=name)))
+        out.append(
+            CheckFile(
+                step=f"{CHECK_PREFIX}import {name}", path="", source=_IMPORT.format(name=name)
+            )
+        )
     used = {c.step for c in out}
     for i, text in enumerate(project.checks):
         check = _check(project, text, i)
@@ -77,20 +80,25 @@ def _check(project: Project, text: str, index: int) -> CheckFile:
     try:
         argv = shlex.split(text)
     except ValueError as exc:
-        raise ProjectError(source, key, str(exc),
-                           hint="quote the command as a shell would") from None
+        raise ProjectError(
+            source, key, str(exc), hint="quote the command as a shell would"
+        ) from None
     if not argv:
-        raise ProjectError(source, key, "is empty",
-                           hint="a Python file or a command, e.g. pytest -q")
+        raise ProjectError(
+            source, key, "is empty", hint="a Python file or a command, e.g. pytest -q"
+        )
     step = CHECK_PREFIX + text.strip()
     path = project.root / argv[0]
     if len(argv) == 1 and argv[0].endswith(".py"):
         if not path.is_file():
-            raise ProjectError(source, key, f"{argv[0]} is not a file of the project",
-                               hint=f"create {path} or fix the check")
+            raise ProjectError(
+                source,
+                key,
+                f"{argv[0]} is not a file of the project",
+                hint=f"create {path} or fix the check",
+            )
         return CheckFile.read(path, step)
-    code = _COMMAND.format(text=text.strip(), argv=argv, root=str(project.root),
-                           tail=TAIL_LINES)
+    code = _COMMAND.format(text=text.strip(), argv=argv, root=str(project.root), tail=TAIL_LINES)
     return CheckFile(step=step, path="", source=code)
 
 

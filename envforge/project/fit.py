@@ -25,7 +25,9 @@ from envforge.stack import Stack
 #: no version of this grid satisfies both): every X.Y.Z for majors 1-3.
 _NUMPY_GRID = tuple(
     Version(f"{major}.{minor}.{patch}")
-    for major in (1, 2, 3) for minor in range(40) for patch in range(6)
+    for major in (1, 2, 3)
+    for minor in range(40)
+    for patch in range(6)
 )
 
 
@@ -80,14 +82,18 @@ def _problem(req: Requirement, pins: Mapping[str, str], stack: Stack, label: str
 
 
 def check_fits(
-    project: Project, stack: Stack, *, label: str, python: str,
+    project: Project,
+    stack: Stack,
+    *,
+    label: str,
+    python: str,
     requirements: Iterable[str] | None = None,
 ) -> None:
     """Raise :class:`InvalidInput` for the first project requirement the stack's pins do
     not satisfy. ``label`` names the stack in the message (the recipe's name)."""
     pins = pinned_versions(stack)
     environment = marker_environment(python)
-    for line in (project.requirements if requirements is None else requirements):
+    for line in project.requirements if requirements is None else requirements:
         try:
             req = Requirement(line)
         except InvalidRequirement:  # checked when the project was read
@@ -107,6 +113,5 @@ def check_fits(
         raise InvalidInput(
             f"{project.source}: project requires Python {project.requires_python}; the "
             f"{label} stack uses Python {python}",
-            hint="choose a recipe with a Python the project supports, or widen "
-            "requires-python",
+            hint="choose a recipe with a Python the project supports, or widen requires-python",
         )

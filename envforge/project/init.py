@@ -38,7 +38,8 @@ def import_name(root: Path, name: str) -> str | None:
             return wanted
     for base in (root / "src", root):
         found = sorted(
-            init.parent.name for init in base.glob("*/__init__.py")
+            init.parent.name
+            for init in base.glob("*/__init__.py")
             if init.parent.name.isidentifier() and init.parent.name not in _SKIP
         )
         if len(found) == 1:
@@ -80,9 +81,14 @@ def _check_appended(path: Path, before: str, after: str) -> None:
             del new["tool"]  # type: ignore[union-attr]
         if new == old:
             return
-    raise ProjectError(str(path), "tool", "cannot take a [tool.envforge] section appended at "
-                       "its end (an inline tool = {...} table, or the section is there written"
-                       " another way)", hint="add recipe = \"auto\" to [tool.envforge] by hand")
+    raise ProjectError(
+        str(path),
+        "tool",
+        "cannot take a [tool.envforge] section appended at "
+        "its end (an inline tool = {...} table, or the section is there written"
+        " another way)",
+        hint='add recipe = "auto" to [tool.envforge] by hand',
+    )
 
 
 def init_project(folder: Path) -> Path:
@@ -96,8 +102,12 @@ def init_project(folder: Path) -> Path:
         path = project.source
         text = read_text(path, error=ProjectError, max_bytes=MAX_BYTES)
         if project.settings_file is not None or "[tool.envforge]" in text:
-            raise ProjectError(str(path), "tool.envforge", "exists already; init never "
-                               "overwrites", hint="edit the section by hand")
+            raise ProjectError(
+                str(path),
+                "tool.envforge",
+                "exists already; init never overwrites",
+                hint="edit the section by hand",
+            )
         gap = "" if text.endswith("\n\n") else ("\n" if text.endswith("\n") else "\n\n")
         result = text + gap + _section(check, "[tool.envforge]")
         _check_appended(path, text, result)
@@ -105,8 +115,9 @@ def init_project(folder: Path) -> Path:
         return path
     path = project.root / ENVFORGE_FILE
     if path.exists() or path.is_symlink():
-        raise ProjectError(str(path), "", "exists already; init never overwrites",
-                           hint="edit it by hand")
+        raise ProjectError(
+            str(path), "", "exists already; init never overwrites", hint="edit it by hand"
+        )
     header = f"# envforge settings for the {REQUIREMENTS} project in this folder"
     fsutil.write_atomically(path, _section(check, header))
     return path

@@ -18,12 +18,12 @@ ENVFORGE_FILE = "envforge.toml"
 
 #: Keys of ``[tool.envforge]`` (and of envforge.toml): what each one holds.
 TOOL_KEYS = {
-    "recipe": "a recipe name or \"auto\"",
-    "checks": "a list of Python files or commands, e.g. [\"pytest -x -q tests/gpu\"]",
+    "recipe": 'a recipe name or "auto"',
+    "checks": 'a list of Python files or commands, e.g. ["pytest -x -q tests/gpu"]',
     "extras": "a list of optional-dependency names to install",
     "groups": "a list of PEP 735 dependency groups to install",
-    "system_packages": "a list of Debian/Ubuntu package names, e.g. [\"ffmpeg\", \"libgl1\"]",
-    "skip_imports": "a list of {module = \"NAME\", reason = \"why\"}: top-level modules "
+    "system_packages": 'a list of Debian/Ubuntu package names, e.g. ["ffmpeg", "libgl1"]',
+    "skip_imports": 'a list of {module = "NAME", reason = "why"}: top-level modules '
     "certification does not import",
 }
 
@@ -67,8 +67,14 @@ class Project:
 
     def requirements_digest(self) -> str:
         """sha256 over what decides the environment's contents (not the checks)."""
-        parts = ["requirements", *self.requirements, "constraints", *self.constraints,
-                 "python", self.requires_python or ""]
+        parts = [
+            "requirements",
+            *self.requirements,
+            "constraints",
+            *self.constraints,
+            "python",
+            self.requires_python or "",
+        ]
         if self.system_packages:  # only when some: digests without them stay as they were
             parts += ["system_packages", *self.system_packages]
         text = "\n".join(parts)

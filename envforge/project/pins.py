@@ -37,15 +37,19 @@ def requirement(text: str, source: str, key: str) -> str:
         req = Requirement(text)
     except InvalidRequirement as exc:
         reason = (str(exc).splitlines() or ["invalid"])[0]
-        raise ProjectError(source, key, f"is not a PEP 508 requirement ({reason})",
-                           hint="write it like name>=1.0") from None
+        raise ProjectError(
+            source, key, f"is not a PEP 508 requirement ({reason})", hint="write it like name>=1.0"
+        ) from None
     if req.url:
         problem = archive_problem(req.url)
         if problem is not None:
             raise ProjectError(
-                source, key, f"requirement {req.name!r} is {problem}",
+                source,
+                key,
+                f"requirement {req.name!r} is {problem}",
                 hint=f"name a released version ({req.name}==VERSION) or an archive by its "
-                f"hash: {ARCHIVE_FORM.replace('NAME', req.name)}")
+                f"hash: {ARCHIVE_FORM.replace('NAME', req.name)}",
+            )
     return str(req)
 
 
@@ -55,13 +59,22 @@ def requirement(text: str, source: str, key: str) -> str:
 def _items(table: Mapping[str, Any], group: str, path: Path) -> list[Any]:
     if group not in table:
         near = did_you_mean(group, table)
-        raise ProjectError(str(path), "dependency-groups", f"has no group {group!r}",
-                           hint=f"did you mean {near!r}?" if near else
-                           f"known groups: {', '.join(sorted(table)) or 'none'}")
+        raise ProjectError(
+            str(path),
+            "dependency-groups",
+            f"has no group {group!r}",
+            hint=f"did you mean {near!r}?"
+            if near
+            else f"known groups: {', '.join(sorted(table)) or 'none'}",
+        )
     items = table[group]
     if not isinstance(items, list):
-        raise ProjectError(str(path), f"dependency-groups.{group}", "must be a list",
-                           hint='write it as group = ["..."]')
+        raise ProjectError(
+            str(path),
+            f"dependency-groups.{group}",
+            "must be a list",
+            hint='write it as group = ["..."]',
+        )
     return items
 
 
@@ -73,10 +86,18 @@ def _include(item: object, path: Path, key: str) -> str | None:
         target = item["include-group"]
         if isinstance(target, str):
             return target
-        raise ProjectError(str(path), f"{key}.include-group", "must be a group name",
-                           hint='write it as {include-group = "NAME"}')
-    raise ProjectError(str(path), key, "must be a requirement string or "
-                       "{include-group = \"NAME\"}", hint="see PEP 735")
+        raise ProjectError(
+            str(path),
+            f"{key}.include-group",
+            "must be a group name",
+            hint='write it as {include-group = "NAME"}',
+        )
+    raise ProjectError(
+        str(path),
+        key,
+        'must be a requirement string or {include-group = "NAME"}',
+        hint="see PEP 735",
+    )
 
 
 def expand_group(table: Mapping[str, Any], group: str, path: Path) -> list[str]:
@@ -90,9 +111,12 @@ def expand_group(table: Mapping[str, Any], group: str, path: Path) -> list[str]:
     def enter(name: str) -> None:
         if len(stack) >= MAX_GROUP_DEPTH:
             chain = " -> ".join([*(g for g, _ in stack[:3]), "...", name])
-            raise ProjectError(str(path), f"dependency-groups.{name}", f"include-group chain "
-                               f"is deeper than {MAX_GROUP_DEPTH} ({chain})",
-                               hint="list the requirements in fewer groups")
+            raise ProjectError(
+                str(path),
+                f"dependency-groups.{name}",
+                f"include-group chain is deeper than {MAX_GROUP_DEPTH} ({chain})",
+                hint="list the requirements in fewer groups",
+            )
         _items(table, name, path)
         stack.append((name, 0))
         found[name] = []
@@ -110,8 +134,12 @@ def expand_group(table: Mapping[str, Any], group: str, path: Path) -> list[str]:
         stack[-1] = (name, index + 1)
         entries += 1
         if entries > MAX_GROUP_ENTRIES:
-            raise ProjectError(str(path), f"dependency-groups.{group}", "expands to more than "
-                               f"{MAX_GROUP_ENTRIES} entries", hint="include each group once")
+            raise ProjectError(
+                str(path),
+                f"dependency-groups.{group}",
+                f"expands to more than {MAX_GROUP_ENTRIES} entries",
+                hint="include each group once",
+            )
         key = f"dependency-groups.{name}[{index}]"
         target = _include(items[index], path, key)
         if target is None:
@@ -119,9 +147,13 @@ def expand_group(table: Mapping[str, Any], group: str, path: Path) -> list[str]:
         elif target in done:
             found[name] += done[target]
         elif target in found:
-            chain = [g for g, _ in stack][[g for g, _ in stack].index(target):]
-            raise ProjectError(str(path), key, f"includes itself ({' -> '.join([*chain, target])})",
-                               hint="remove the include-group loop")
+            chain = [g for g, _ in stack][[g for g, _ in stack].index(target) :]
+            raise ProjectError(
+                str(path),
+                key,
+                f"includes itself ({' -> '.join([*chain, target])})",
+                hint="remove the include-group loop",
+            )
         else:
             enter(target)
     return done[group]
@@ -161,12 +193,19 @@ def check_contradictions(lines: Iterable[str], source: Path) -> None:
             continue
         name = canonicalize_name(req.name)
         for earlier in seen.get(name, []):
-            together = earlier.marker is None or req.marker is None or (
-                str(earlier.marker) == str(req.marker))
+            together = (
+                earlier.marker is None
+                or req.marker is None
+                or (str(earlier.marker) == str(req.marker))
+            )
             if together and _contradiction(earlier, req):
                 raise ProjectError(
-                    str(source), name, f"pins contradict each other ({name}"
+                    str(source),
+                    name,
+                    f"pins contradict each other ({name}"
                     f"{earlier.specifier} and {name}{req.specifier}): no release satisfies "
-                    "both", hint=f"keep one pin of {name} (for torch's family, the bare name "
-                    "takes the release that pairs with the stack's torch)")
+                    "both",
+                    hint=f"keep one pin of {name} (for torch's family, the bare name "
+                    "takes the release that pairs with the stack's torch)",
+                )
         seen.setdefault(name, []).append(req)

@@ -38,9 +38,20 @@ REQUIREMENTS = "requirements.txt"
 
 #: requirements.txt options that would route packages around the stack's indexes.
 _ROUTING_OPTIONS = (
-    "-i", "--index-url", "--extra-index-url", "-f", "--find-links", "--no-index",
-    "--trusted-host", "--pre", "--prefer-binary", "--only-binary", "--no-binary",
-    "--use-feature", "-e", "--editable",
+    "-i",
+    "--index-url",
+    "--extra-index-url",
+    "-f",
+    "--find-links",
+    "--no-index",
+    "--trusted-host",
+    "--pre",
+    "--prefer-binary",
+    "--only-binary",
+    "--no-binary",
+    "--use-feature",
+    "-e",
+    "--editable",
 )
 _INCLUDE_RE = re.compile(r"^(-r|--requirement|-c|--constraint)(?:\s*=\s*|\s+)(\S+)$")
 _HASH_RE = re.compile(r"\s+--hash[=\s]\S+")
@@ -57,15 +68,23 @@ def load_project(
     names; every one must exist in the project.
     """
     if not folder.is_dir():
-        raise ProjectError(str(folder), "", "is not a project folder",
-                           hint="give the folder holding pyproject.toml or requirements.txt")
+        raise ProjectError(
+            str(folder),
+            "",
+            "is not a project folder",
+            hint="give the folder holding pyproject.toml or requirements.txt",
+        )
     root = folder.resolve()
     if (root / PYPROJECT).exists():
         return _from_pyproject(root, tuple(extras), tuple(groups))
     if (root / REQUIREMENTS).exists():
         return _from_requirements(root, tuple(extras), tuple(groups))
-    raise ProjectError(str(root), "", f"has neither {PYPROJECT} nor {REQUIREMENTS}",
-                       hint=f"add one, or run `envforge init {root}` after writing it")
+    raise ProjectError(
+        str(root),
+        "",
+        f"has neither {PYPROJECT} nor {REQUIREMENTS}",
+        hint=f"add one, or run `envforge init {root}` after writing it",
+    )
 
 
 # --------------------------------------------------------------------------- pyproject.toml
@@ -76,8 +95,9 @@ def _read_toml(path: Path) -> dict[str, Any]:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ProjectError(str(path), "", f"is not valid TOML: {exc}",
-                           hint="fix the TOML syntax at that line") from None
+        raise ProjectError(
+            str(path), "", f"is not valid TOML: {exc}", hint="fix the TOML syntax at that line"
+        ) from None
     except RecursionError:
         raise ProjectError(str(path), "", "is nested too deeply", hint="flatten it") from None
     return data
@@ -86,15 +106,23 @@ def _read_toml(path: Path) -> dict[str, Any]:
 def _table(data: Mapping[str, Any], key: str, source: Path) -> Mapping[str, Any]:
     value = data.get(key, {})
     if not isinstance(value, Mapping):
-        raise ProjectError(str(source), key, f"must be a table, not {type(value).__name__}",
-                           hint=f"write it as [{key}]")
+        raise ProjectError(
+            str(source),
+            key,
+            f"must be a table, not {type(value).__name__}",
+            hint=f"write it as [{key}]",
+        )
     return value
 
 
 def _str_list(value: object, source: Path, key: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise ProjectError(str(source), key, "must be a list of strings",
-                           hint=f'write it as {key.rsplit(".", 1)[-1]} = ["..."]')
+        raise ProjectError(
+            str(source),
+            key,
+            "must be a list of strings",
+            hint=f'write it as {key.rsplit(".", 1)[-1]} = ["..."]',
+        )
     return tuple(value)
 
 
@@ -102,8 +130,9 @@ def _from_pyproject(root: Path, extras: tuple[str, ...], groups: tuple[str, ...]
     path = root / PYPROJECT
     data = _read_toml(path)
     project = _table(data, "project", path)
-    settings = _settings(_table(_table(data, "tool", path), "envforge", path), path,
-                         "tool.envforge")
+    settings = _settings(
+        _table(_table(data, "tool", path), "envforge", path), path, "tool.envforge"
+    )
     extras = _merge(settings.get("extras", ()), extras)
     groups = _merge(settings.get("groups", ()), groups)
     requirements = [
@@ -117,12 +146,22 @@ def _from_pyproject(root: Path, extras: tuple[str, ...], groups: tuple[str, ...]
         requires_python = _python_spec(requires_python, path)
     name = project.get("name")
     if name is not None and (not isinstance(name, str) or not _NAME_RE.match(name)):
-        raise ProjectError(str(path), "project.name", f"{name!r} is not a project name",
-                           hint="use letters, digits, '.', '_' and '-'")
+        raise ProjectError(
+            str(path),
+            "project.name",
+            f"{name!r} is not a project name",
+            hint="use letters, digits, '.', '_' and '-'",
+        )
     return Project(
-        root=root, source=path, name=canonicalize_name(name or root.name),
-        requirements=_unique(requirements), recipe=_recipe(settings), checks=settings.get(
-            "checks", ()), extras=extras, groups=groups, requires_python=requires_python,
+        root=root,
+        source=path,
+        name=canonicalize_name(name or root.name),
+        requirements=_unique(requirements),
+        recipe=_recipe(settings),
+        checks=settings.get("checks", ()),
+        extras=extras,
+        groups=groups,
+        requires_python=requires_python,
         installable=bool(project) or (root / "setup.py").exists(),
         settings_file=path if settings else None,
         system_packages=settings.get("system_packages", ()),
@@ -144,9 +183,12 @@ def _python_spec(value: object, path: Path) -> str:
             raise InvalidSpecifier(str(value))
         SpecifierSet(value)
     except InvalidSpecifier:
-        raise ProjectError(str(path), "project.requires-python",
-                           f"{value!r} is not a PEP 440 specifier",
-                           hint='write it like requires-python = ">=3.10"') from None
+        raise ProjectError(
+            str(path),
+            "project.requires-python",
+            f"{value!r} is not a PEP 440 specifier",
+            hint='write it like requires-python = ">=3.10"',
+        ) from None
     return value
 
 
@@ -166,9 +208,13 @@ def _optional(project: Mapping[str, Any], extras: tuple[str, ...], path: Path) -
         if extra not in table:
             near = did_you_mean(extra, table)
             raise ProjectError(
-                str(path), "project.optional-dependencies", f"has no extra {extra!r}",
-                hint=f"did you mean {near!r}?" if near else
-                f"known extras: {', '.join(sorted(table)) or 'none'}")
+                str(path),
+                "project.optional-dependencies",
+                f"has no extra {extra!r}",
+                hint=f"did you mean {near!r}?"
+                if near
+                else f"known extras: {', '.join(sorted(table)) or 'none'}",
+            )
         found += _requirements(table[extra], path, f"project.optional-dependencies.{extra}")
     return found
 
@@ -182,8 +228,6 @@ def _groups(data: Mapping[str, Any], groups: tuple[str, ...], path: Path) -> lis
     return found
 
 
-
-
 # --------------------------------------------------------------------------- [tool.envforge]
 
 
@@ -194,13 +238,20 @@ def _settings(table: Mapping[str, Any], path: Path, prefix: str) -> dict[str, An
         where = f"{prefix}.{key}" if prefix else key
         if key not in TOOL_KEYS:
             near = did_you_mean(key, TOOL_KEYS)
-            raise ProjectError(str(path), where, "is not a setting envforge knows",
-                               hint=f"did you mean {near!r}?" if near else
-                               f"known: {', '.join(TOOL_KEYS)}")
+            raise ProjectError(
+                str(path),
+                where,
+                "is not a setting envforge knows",
+                hint=f"did you mean {near!r}?" if near else f"known: {', '.join(TOOL_KEYS)}",
+            )
         if key == "recipe":
             if not isinstance(value, str) or not value.strip():
-                raise ProjectError(str(path), where, f"must be {TOOL_KEYS[key]}",
-                                   hint='write it as recipe = "auto"')
+                raise ProjectError(
+                    str(path),
+                    where,
+                    f"must be {TOOL_KEYS[key]}",
+                    hint='write it as recipe = "auto"',
+                )
             settings[key] = value
             continue
         if key == "skip_imports":
@@ -208,8 +259,12 @@ def _settings(table: Mapping[str, Any], path: Path, prefix: str) -> dict[str, An
             continue
         items = _str_list(value, path, where)
         if any(not item.strip() or "\n" in item or "\x00" in item for item in items):
-            raise ProjectError(str(path), where, "holds an empty or multi-line entry",
-                               hint="one check per string, on one line")
+            raise ProjectError(
+                str(path),
+                where,
+                "holds an empty or multi-line entry",
+                hint="one check per string, on one line",
+            )
         if key == "system_packages":
             _check_system_packages(items, path, where)
         settings[key] = items
@@ -228,20 +283,31 @@ def _skip_imports(value: object, path: Path, where: str) -> tuple[tuple[str, str
     for i, item in enumerate(value):
         key = f"{where}[{i}]"
         if not isinstance(item, Mapping):
-            raise ProjectError(str(path), key, "must be a table {module, reason}",
-                               hint=_SKIP_HINT)
+            raise ProjectError(str(path), key, "must be a table {module, reason}", hint=_SKIP_HINT)
         unknown = sorted(set(item) - {"module", "reason"})
         if unknown:
-            raise ProjectError(str(path), f"{key}.{unknown[0]}", "is not a key of skip_imports",
-                               hint="keep module and reason only")
+            raise ProjectError(
+                str(path),
+                f"{key}.{unknown[0]}",
+                "is not a key of skip_imports",
+                hint="keep module and reason only",
+            )
         module, reason = item.get("module"), item.get("reason")
         if not isinstance(module, str) or not module.isidentifier():
             what = "is missing" if module is None else f"{module!r} is not a top-level module name"
-            raise ProjectError(str(path), f"{key}.module", what,
-                               hint='name the module as imported, e.g. module = "blackd"')
+            raise ProjectError(
+                str(path),
+                f"{key}.module",
+                what,
+                hint='name the module as imported, e.g. module = "blackd"',
+            )
         if not isinstance(reason, str) or not reason.strip() or "\n" in reason:
-            raise ProjectError(str(path), f"{key}.reason", "must say why in one line",
-                               hint=f'add reason = "..." for {module}')
+            raise ProjectError(
+                str(path),
+                f"{key}.reason",
+                "must say why in one line",
+                hint=f'add reason = "..." for {module}',
+            )
         if module in found:
             raise ProjectError(str(path), key, f"skips {module} twice", hint="list each once")
         found[module] = " ".join(reason.split())
@@ -251,8 +317,12 @@ def _skip_imports(value: object, path: Path, where: str) -> tuple[tuple[str, str
 def _check_system_packages(names: tuple[str, ...], path: Path, where: str) -> None:
     for i, name in enumerate(names):
         if not DEB_NAME.fullmatch(name):
-            raise ProjectError(str(path), f"{where}[{i}]", f"{name!r} is not a Debian package"
-                               " name", hint="write the apt name, e.g. ffmpeg or libgl1")
+            raise ProjectError(
+                str(path),
+                f"{where}[{i}]",
+                f"{name!r} is not a Debian package name",
+                hint="write the apt name, e.g. ffmpeg or libgl1",
+            )
     if len(set(names)) != len(names):
         raise ProjectError(str(path), where, "lists a package twice", hint="list each once")
 
@@ -277,12 +347,20 @@ def _from_requirements(root: Path, extras: tuple[str, ...], groups: tuple[str, .
     if settings_path.exists():
         settings = _settings(_read_toml(settings_path), settings_path, "")
     if extras or groups:
-        raise ProjectError(str(path), "", "a requirements.txt project has no extras or "
-                           "dependency groups", hint="drop --extra, or use a pyproject.toml")
+        raise ProjectError(
+            str(path),
+            "",
+            "a requirements.txt project has no extras or dependency groups",
+            hint="drop --extra, or use a pyproject.toml",
+        )
     return Project(
-        root=root, source=path, name=canonicalize_name(root.name),
-        requirements=_unique(requirements), constraints=_unique(constraints),
-        recipe=_recipe(settings), checks=settings.get("checks", ()),
+        root=root,
+        source=path,
+        name=canonicalize_name(root.name),
+        requirements=_unique(requirements),
+        constraints=_unique(constraints),
+        recipe=_recipe(settings),
+        checks=settings.get("checks", ()),
         installable=(root / "setup.py").exists(),
         settings_file=settings_path if settings else None,
         system_packages=settings.get("system_packages", ()),
@@ -310,14 +388,23 @@ def _logical_lines(text: str) -> Iterable[tuple[int, str]]:
 
 
 def _read_requirements(
-    path: Path, requirements: list[str], constraints: list[str], seen: tuple[Path, ...],
-    *, constraint: bool, root: Path,
+    path: Path,
+    requirements: list[str],
+    constraints: list[str],
+    seen: tuple[Path, ...],
+    *,
+    constraint: bool,
+    root: Path,
 ) -> None:
     resolved = path.resolve()
     if resolved in seen or len(seen) >= MAX_INCLUDE_DEPTH:
         chain = " -> ".join(p.name for p in (*seen, resolved))
-        raise ProjectError(str(path), "", f"includes form a loop or are too deep ({chain})",
-                           hint="remove the -r/-c line that comes back to an earlier file")
+        raise ProjectError(
+            str(path),
+            "",
+            f"includes form a loop or are too deep ({chain})",
+            hint="remove the -r/-c line that comes back to an earlier file",
+        )
     text = read_text(path, error=ProjectError, max_bytes=MAX_BYTES)
     for number, line in _logical_lines(text):
         where = f"line {number}"
@@ -327,10 +414,20 @@ def _read_requirements(
             is_constraint = constraint or include.group(1) in ("-c", "--constraint")
             _inside(root, target, path, where)
             if not target.is_file():
-                raise ProjectError(str(path), where, f"includes {include.group(2)!r}, which "
-                                   "is not a file", hint="fix the path (relative to this file)")
-            _read_requirements(target, requirements, constraints, (*seen, resolved),
-                               constraint=is_constraint, root=root)
+                raise ProjectError(
+                    str(path),
+                    where,
+                    f"includes {include.group(2)!r}, which is not a file",
+                    hint="fix the path (relative to this file)",
+                )
+            _read_requirements(
+                target,
+                requirements,
+                constraints,
+                (*seen, resolved),
+                constraint=is_constraint,
+                root=root,
+            )
             continue
         if line.startswith("-"):
             _refuse_option(line, path, where)
@@ -348,8 +445,12 @@ def _inside(root: Path, target: Path, path: Path, where: str) -> None:
         real = None
     if real is None or not real.is_relative_to(root):
         what = "includes a file" if where else "is a link to a file"
-        raise ProjectError(str(path), where, f"{what} outside the project folder {root}",
-                           hint="keep -r/-c files inside the project (copy the file in)")
+        raise ProjectError(
+            str(path),
+            where,
+            f"{what} outside the project folder {root}",
+            hint="keep -r/-c files inside the project (copy the file in)",
+        )
 
 
 def _refuse_option(line: str, path: Path, where: str) -> None:
@@ -358,8 +459,15 @@ def _refuse_option(line: str, path: Path, where: str) -> None:
         option = "this option"
     if option in _ROUTING_OPTIONS:
         raise ProjectError(
-            str(path), where, f"{option} is not allowed: the stack decides where torch and "
+            str(path),
+            where,
+            f"{option} is not allowed: the stack decides where torch and "
             "its companions come from, and ENVFORGE_INDEX_MIRROR where the rest come from",
-            hint=f"remove the {option} line (install the project itself with --project)")
-    raise ProjectError(str(path), where, f"{option!r} is an option envforge does not read",
-                       hint="keep requirement lines, -r FILE and -c FILE")
+            hint=f"remove the {option} line (install the project itself with --project)",
+        )
+    raise ProjectError(
+        str(path),
+        where,
+        f"{option!r} is an option envforge does not read",
+        hint="keep requirement lines, -r FILE and -c FILE",
+    )

@@ -65,8 +65,13 @@ def project_stack(project: Project, recipe: Recipe, stack: Stack | None = None) 
     stack's index or the wheelhouse (:func:`envforge.stack.route_project`)."""
     base = stack_of(recipe) if stack is None else stack
     check_fits(project, base, label=recipe.name, python=recipe.python)
-    return route_project(recipe, base, project.requirements, origin=str(project.source),
-                         environment=marker_environment(recipe.python))
+    return route_project(
+        recipe,
+        base,
+        project.requirements,
+        origin=str(project.source),
+        environment=marker_environment(recipe.python),
+    )
 
 
 def lock_command(project: Project, recipe: Recipe) -> str:
@@ -74,15 +79,23 @@ def lock_command(project: Project, recipe: Recipe) -> str:
 
 
 def write_project_lock(
-    project: Project, recipe: Recipe, *, wheelhouse: Path | None = None,
-    ca_bundle: Path | None = None, output: Path | None = None,
+    project: Project,
+    recipe: Recipe,
+    *,
+    wheelhouse: Path | None = None,
+    ca_bundle: Path | None = None,
+    output: Path | None = None,
 ) -> lock.LockResult:
     """Resolve and write the project's lock for ``recipe``."""
     stack = project_stack(project, recipe)
     return lock.write_lock(
-        recipe, wheelhouse=wheelhouse, ca_bundle=ca_bundle,
-        output=output or lock_file(project, recipe), stack=stack,
-        constraints=project.constraints, command=lock_command(project, recipe),
+        recipe,
+        wheelhouse=wheelhouse,
+        ca_bundle=ca_bundle,
+        output=output or lock_file(project, recipe),
+        stack=stack,
+        constraints=project.constraints,
+        command=lock_command(project, recipe),
     )
 
 
@@ -99,8 +112,13 @@ def current_lock(project: Project, recipe: Recipe, stack: Stack) -> Path | None:
 
 
 def route_project(
-    recipe: Recipe, stack: Stack, lines: Sequence[str], *, origin: str,
-    environment: Mapping[str, str], companions: CompanionTable | None = None,
+    recipe: Recipe,
+    stack: Stack,
+    lines: Sequence[str],
+    *,
+    origin: str,
+    environment: Mapping[str, str],
+    companions: CompanionTable | None = None,
     table: CompatTable | None = None,
 ) -> Stack:
     """``stack`` with a project's requirement ``lines`` on top, its torch family resolved
@@ -111,8 +129,13 @@ def route_project(
     the table knows is checked against torch. A contradiction raises
     :class:`ConstraintViolation` (exit 2) naming ``origin`` and the version that pairs.
     Lines whose markers do not hold for ``environment`` stay as written."""
-    check = PackageCheck(recipe, stack, load_companions() if companions is None else companions,
-                          load_table() if table is None else table, origin=origin)
+    check = PackageCheck(
+        recipe,
+        stack,
+        load_companions() if companions is None else companions,
+        load_table() if table is None else table,
+        origin=origin,
+    )
     pins = {pin.name: pin for pin in stack.companions}
     rest: list[str] = []
     for line in lines:
@@ -122,10 +145,12 @@ def route_project(
         else:  # a companion the recipe pins already: check_fits compared the two
             pins.setdefault(pin.name, pin)
     refusals, _issues = extension_checks(
-        replace(recipe, packages=tuple(rest), package_indexes=()), stack.torch_version)
+        replace(recipe, packages=tuple(rest), package_indexes=()), stack.torch_version
+    )
     if refusals:
         first = refusals[0]
-        message = "project requirement" + first.message[len(first.key):]
-        raise ConstraintViolation(origin, first.rule, message, evidence=first.evidence,
-                                  hint=first.hint)
+        message = "project requirement" + first.message[len(first.key) :]
+        raise ConstraintViolation(
+            origin, first.rule, message, evidence=first.evidence, hint=first.hint
+        )
     return replace(stack, companions=tuple(pins.values()), project=tuple(rest))

@@ -48,11 +48,17 @@ class Checked:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "source": self.source, "ok": self.ok, "problems": list(self.problems),
+            "source": self.source,
+            "ok": self.ok,
+            "problems": list(self.problems),
             "signers": list(self.signers),
             "subjects": [s.to_dict() for s in self.subjects],
-            "result": self.result, "recipe": self.recipe, "level": self.level,
-            "host": self.host_id, "machine": self.machine, "archs": list(self.archs),
+            "result": self.result,
+            "recipe": self.recipe,
+            "level": self.level,
+            "host": self.host_id,
+            "machine": self.machine,
+            "archs": list(self.archs),
             "issued": self.issued,
         }
 
@@ -65,16 +71,17 @@ def _facts(pred: Mapping[str, Any]) -> dict[str, Any]:
     recipe = pred.get("recipe") if isinstance(pred.get("recipe"), Mapping) else {}
     assert isinstance(recipe, Mapping)
     return {
-        "result": str(pred.get("result", "")), "recipe": str(recipe.get("name", "")),
-        "level": str(pred.get("level", "")), "host_id": str(host.get("id") or ""),
-        "machine": str(host.get("machine", "")), "archs": archs,
+        "result": str(pred.get("result", "")),
+        "recipe": str(recipe.get("name", "")),
+        "level": str(pred.get("level", "")),
+        "host_id": str(host.get("id") or ""),
+        "machine": str(host.get("machine", "")),
+        "archs": archs,
         "issued": str(pred.get("issuedAt", "")),
     }
 
 
-def check_envelope(
-    raw: Any, trust: TrustList, expected: str | None, *, source: str
-) -> Checked:
+def check_envelope(raw: Any, trust: TrustList, expected: str | None, *, source: str) -> Checked:
     """Check one envelope (its parsed JSON) against ``trust`` and the ``expected``
     subject digest (``sha256:<hex>``; None: the subject is not checked)."""
     try:
@@ -82,14 +89,16 @@ def check_envelope(
     except ValueError as exc:
         return Checked(source, (f"not a DSSE envelope: {exc}",))
     if envelope.payload_type != INTOTO_PAYLOAD_TYPE:
-        return Checked(source, (f"payloadType {envelope.payload_type!r} is not "
-                                f"{INTOTO_PAYLOAD_TYPE}",))
+        return Checked(
+            source, (f"payloadType {envelope.payload_type!r} is not {INTOTO_PAYLOAD_TYPE}",)
+        )
     signers = verified_keys(envelope, trust.keys.values())
     problems: list[str] = []
     if not signers:
         named = ", ".join(s.keyid[:23] or "no keyid" for s in envelope.signatures)
-        problems.append(f"no signature verifies with the {len(trust.keys)} trusted key(s)"
-                        f" (signed as {named})")
+        problems.append(
+            f"no signature verifies with the {len(trust.keys)} trusted key(s) (signed as {named})"
+        )
     try:
         data = loads(envelope.payload)
     except ValueError:
@@ -100,8 +109,13 @@ def check_envelope(
     subjects = subjects_of(data)
     if expected is not None and expected.split(":", 1)[-1] not in (s.sha256 for s in subjects):
         problems.append(f"its subject ({subjects[0].digest[:19]}) is not {expected[:19]}")
-    return Checked(source, tuple(problems), tuple(k.label for k in signers), subjects,
-                   **_facts(data["predicate"]))
+    return Checked(
+        source,
+        tuple(problems),
+        tuple(k.label for k in signers),
+        subjects,
+        **_facts(data["predicate"]),
+    )
 
 
 def check_file(path: Path, trust: TrustList, expected: str | None) -> list[Checked]:
@@ -126,14 +140,23 @@ class Tally:
     signers: Mapping[str, int]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"total": self.total, "verified": self.verified, "passed": self.passed,
-                "failed": self.failed, "hosts": self.hosts, "archs": dict(self.archs),
-                "machines": dict(self.machines), "signers": dict(self.signers)}
+        return {
+            "total": self.total,
+            "verified": self.verified,
+            "passed": self.passed,
+            "failed": self.failed,
+            "hosts": self.hosts,
+            "archs": dict(self.archs),
+            "machines": dict(self.machines),
+            "signers": dict(self.signers),
+        }
 
     def line(self) -> str:
         refused = self.total - self.verified
-        parts = [f"{self.total} attestation(s): {self.verified} verified"
-                 + (f", {refused} REFUSED" if refused else "")]
+        parts = [
+            f"{self.total} attestation(s): {self.verified} verified"
+            + (f", {refused} REFUSED" if refused else "")
+        ]
         if self.verified:
             parts.append(f"{self.passed} passed, {self.failed} failed")
             parts.append(f"{self.hosts} host(s)")
@@ -164,6 +187,8 @@ def describe(check: Checked) -> str:
         return f"REFUSED  {check.source}: {'; '.join(check.problems)}"
     verdict = "pass" if check.passed else "FAIL"
     host = check.host_id[:12] if check.host_id else "unnamed host"
-    return (f"{verdict}  {check.source}: {check.recipe} ({check.level}) on "
-            f"{'/'.join(check.archs)} {check.machine}, host {host}, {check.issued}, "
-            f"signed by {', '.join(check.signers)}")
+    return (
+        f"{verdict}  {check.source}: {check.recipe} ({check.level}) on "
+        f"{'/'.join(check.archs)} {check.machine}, host {host}, {check.issued}, "
+        f"signed by {', '.join(check.signers)}"
+    )

@@ -108,7 +108,8 @@ def host_facts(host: Mapping[str, Any], redact: Any = None) -> dict[str, Any]:
     node's name, GPU grants and fleet task are left out."""
     gpus = [
         {k: _redacted(g.get(k), redact) for k in _GPU_KEYS if k == "name" or g.get(k)}
-        for g in host.get("gpus") or () if isinstance(g, Mapping)
+        for g in host.get("gpus") or ()
+        if isinstance(g, Mapping)
     ]
     return {
         "kernel": _redacted(str(host.get("kernel", "")), redact),
@@ -139,7 +140,8 @@ def predicate(
     ``name``, ``hash`` (``sha256:…``), ``stack_tag``."""
     rows = [
         (str(s["name"]), str(s["status"]), float(s["seconds"]))
-        for s in report.get("steps") or () if isinstance(s, Mapping)
+        for s in report.get("steps") or ()
+        if isinstance(s, Mapping)
     ]
     steps = [{"name": n, "status": st, "seconds": sec} for n, st, sec in rows]
 
@@ -148,8 +150,9 @@ def predicate(
 
     data: dict[str, Any] = {
         "result": _result(steps),
-        "configuration": [{"name": f"recipe:{recipe['name']}",
-                           "digest": {"sha256": _hex(recipe["hash"])}}],
+        "configuration": [
+            {"name": f"recipe:{recipe['name']}", "digest": {"sha256": _hex(recipe["hash"])}}
+        ],
         "passedTests": named("pass"),
         "warnedTests": named("warn"),
         "failedTests": named("fail", "hang", "crash", "oom", "no-device"),
@@ -168,8 +171,9 @@ def predicate(
     return data
 
 
-def statement(subject: Subject, pred: Mapping[str, Any],
-              also: Sequence[Subject] = ()) -> dict[str, Any]:
+def statement(
+    subject: Subject, pred: Mapping[str, Any], also: Sequence[Subject] = ()
+) -> dict[str, Any]:
     return {
         "_type": STATEMENT_TYPE,
         "subject": [s.to_dict() for s in (subject, *also)],
@@ -178,8 +182,9 @@ def statement(subject: Subject, pred: Mapping[str, Any],
     }
 
 
-def attest(subject: Subject, pred: Mapping[str, Any], key: SigningKey,
-           also: Sequence[Subject] = ()) -> Envelope:
+def attest(
+    subject: Subject, pred: Mapping[str, Any], key: SigningKey, also: Sequence[Subject] = ()
+) -> Envelope:
     """The signed envelope of the statement about ``subject`` (and ``also``: the same
     image by its registry manifest digest, where one is known)."""
     return sign(canonical(statement(subject, pred, also)), key, INTOTO_PAYLOAD_TYPE)
@@ -216,8 +221,13 @@ def predicate_schema() -> Mapping[str, Any]:
 
 
 _TYPES: Mapping[str, tuple[type, ...]] = {
-    "object": (dict,), "array": (list,), "string": (str,), "boolean": (bool,),
-    "number": (int, float), "integer": (int,), "null": (type(None),),
+    "object": (dict,),
+    "array": (list,),
+    "string": (str,),
+    "boolean": (bool,),
+    "number": (int, float),
+    "integer": (int,),
+    "null": (type(None),),
 }
 
 
@@ -246,8 +256,7 @@ def _scalar_problems(value: Any, schema: Mapping[str, Any], where: str) -> list[
     return []
 
 
-def _object_problems(value: Mapping[str, Any], schema: Mapping[str, Any],
-                     where: str) -> list[str]:
+def _object_problems(value: Mapping[str, Any], schema: Mapping[str, Any], where: str) -> list[str]:
     props: Mapping[str, Any] = schema.get("properties", {})
     problems = [f"{where}: lacks {k!r}" for k in schema.get("required", ()) if k not in value]
     if schema.get("additionalProperties") is False:
@@ -258,8 +267,9 @@ def _object_problems(value: Mapping[str, Any], schema: Mapping[str, Any],
     return problems
 
 
-def schema_problems(value: Any, schema: Mapping[str, Any] | None = None,
-                    where: str = "predicate") -> list[str]:
+def schema_problems(
+    value: Any, schema: Mapping[str, Any] | None = None, where: str = "predicate"
+) -> list[str]:
     """What in ``value`` the JSON schema ``schema`` (default: the predicate's) refuses;
     the keywords its file uses (type, enum, required, properties, additionalProperties,
     items, pattern, minLength, minimum)."""
@@ -286,9 +296,15 @@ def statement_problems(data: Any) -> list[str]:
     if data.get("predicateType") != PREDICATE_TYPE:
         return [f"predicateType is {data.get('predicateType')!r}, not {PREDICATE_TYPE}"]
     subjects = data.get("subject")
-    if not isinstance(subjects, list) or not subjects or not all(
-        isinstance(s, dict) and isinstance(s.get("digest"), dict)
-        and isinstance(s["digest"].get("sha256"), str) for s in subjects
+    if (
+        not isinstance(subjects, list)
+        or not subjects
+        or not all(
+            isinstance(s, dict)
+            and isinstance(s.get("digest"), dict)
+            and isinstance(s["digest"].get("sha256"), str)
+            for s in subjects
+        )
     ):
         return ["subject is not a list of descriptors with a sha256 digest"]
     return schema_problems(data.get("predicate"))
@@ -337,12 +353,14 @@ def read_raw(path: Path, *, missing_ok: bool = False) -> list[Any]:
     except FileNotFoundError:
         if missing_ok:
             return []
-        raise InvalidInput(f"{path}: no such file",
-                           hint="name an .intoto.jsonl file or a venv folder") from None
+        raise InvalidInput(
+            f"{path}: no such file", hint="name an .intoto.jsonl file or a venv folder"
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
         reason = read_reason(exc, path) if isinstance(exc, OSError) else "not UTF-8 text"
-        raise InvalidInput(f"{path}: cannot read: {reason}",
-                           hint="name an .intoto.jsonl file or a venv folder") from None
+        raise InvalidInput(
+            f"{path}: cannot read: {reason}", hint="name an .intoto.jsonl file or a venv folder"
+        ) from None
     try:
         whole = loads(text, max_bytes=MAX_FILE_BYTES)
     except ValueError:

@@ -103,8 +103,7 @@ def sign(payload: bytes, key: SigningKey, payload_type: str = INTOTO_PAYLOAD_TYP
 
 def add_signature(envelope: Envelope, key: SigningKey) -> Envelope:
     """``envelope`` with one more signature (several sites signing the same statement)."""
-    sig = Signature(key.public.fingerprint, key.sign(pae(envelope.payload_type,
-                                                          envelope.payload)))
+    sig = Signature(key.public.fingerprint, key.sign(pae(envelope.payload_type, envelope.payload)))
     return Envelope(envelope.payload_type, envelope.payload, (*envelope.signatures, sig))
 
 

@@ -97,16 +97,32 @@ class _Registry:
     @classmethod
     def open(cls, ref: str, deadline: Deadline | None = None) -> _Registry:
         remote = parse_ref(ref)
-        return cls(remote, Policy.for_urls([remote.base]),
-                   deadline or Deadline.start(deadline_seconds(None)))
+        return cls(
+            remote,
+            Policy.for_urls([remote.base]),
+            deadline or Deadline.start(deadline_seconds(None)),
+        )
 
-    def send(self, method: str, path: str, *, body: bytes | None = None,
-             headers: Mapping[str, str] | None = None) -> Reply:
+    def send(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Reply:
         url = path if "://" in path else f"{self.ref.base}/{path}"
         try:
-            reply = fetch(url, self.policy, deadline=self.deadline, limit=MAX_BYTES,
-                          timeout=min(TIMEOUT, self.deadline.seconds),
-                          headers=dict(headers or {}), method=method, body=body)
+            reply = fetch(
+                url,
+                self.policy,
+                deadline=self.deadline,
+                limit=MAX_BYTES,
+                timeout=min(TIMEOUT, self.deadline.seconds),
+                headers=dict(headers or {}),
+                method=method,
+                body=body,
+            )
         except NetError as exc:
             from envforge.publish.registry import _unavailable  # noqa: PLC0415 - one wording
 
@@ -123,9 +139,11 @@ class _Registry:
     def expect(self, reply: Reply, ok: Sequence[int], what: str) -> Reply:
         if reply.status not in ok:
             detail = reply.body[:200].decode("utf-8", "replace").strip()
-            raise Unavailable(f"registry {self.ref.host}: {what}: HTTP {reply.status}"
-                              + (f" ({' '.join(detail.split())})" if detail else ""),
-                              hint="check the registry and your access to it")
+            raise Unavailable(
+                f"registry {self.ref.host}: {what}: HTTP {reply.status}"
+                + (f" ({' '.join(detail.split())})" if detail else ""),
+                hint="check the registry and your access to it",
+            )
         return reply
 
     def put_blob(self, data: bytes, *, check: bool = False) -> None:
@@ -139,14 +157,20 @@ class _Registry:
             raise Unavailable(f"registry {self.ref.host}: an upload without a Location")
         url = urllib.parse.urljoin(self.ref.base + "/", location)
         url += ("&" if "?" in url else "?") + urllib.parse.urlencode({"digest": digest})
-        self.expect(self.send("PUT", url, body=data,
-                              headers={"Content-Type": "application/octet-stream"}),
-                    (201,), f"uploading blob {digest[:19]}")
+        self.expect(
+            self.send("PUT", url, body=data, headers={"Content-Type": "application/octet-stream"}),
+            (201,),
+            f"uploading blob {digest[:19]}",
+        )
 
     def put_manifest(self, reference: str, data: bytes, media_type: str) -> Reply:
-        return self.expect(self.send("PUT", f"manifests/{reference}", body=data,
-                                     headers={"Content-Type": media_type}),
-                           (201,), f"putting manifest {reference[:26]}")
+        return self.expect(
+            self.send(
+                "PUT", f"manifests/{reference}", body=data, headers={"Content-Type": media_type}
+            ),
+            (201,),
+            f"putting manifest {reference[:26]}",
+        )
 
     def get_manifest(self, reference: str, accept: str) -> bytes | None:
         """The manifest's bytes; None when the registry has none (404)."""
@@ -159,8 +183,10 @@ class _Registry:
 def _subject(registry: _Registry, digest: str) -> Descriptor:
     data = registry.get_manifest(digest, ", ".join(MANIFEST_TYPES))
     if data is None:
-        raise InvalidInput(f"{registry.ref.host}/{registry.ref.repository}@{digest}: not in "
-                           "the registry", hint="publish the image first")
+        raise InvalidInput(
+            f"{registry.ref.host}/{registry.ref.repository}@{digest}: not in the registry",
+            hint="publish the image first",
+        )
     if sha256(data) != digest:
         raise Unavailable(f"{registry.ref.host}: the manifest does not match {digest[:19]}")
     media = registry_json(data, f"the manifest {digest[:19]}").get("mediaType") or OCI_MANIFEST
@@ -173,8 +199,10 @@ def _index(registry: _Registry, tag: str) -> dict[str, Any]:
         return {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []}
     index = registry_json(data, f"the referrers tag {tag[:26]}")
     if not isinstance(index.get("manifests"), list):
-        raise Unavailable(f"{registry.ref.host}: the referrers tag {tag[:26]} is not an index",
-                          hint="delete that tag; it is not an OCI image index")
+        raise Unavailable(
+            f"{registry.ref.host}: the referrers tag {tag[:26]} is not an index",
+            hint="delete that tag; it is not an OCI image index",
+        )
     return index
 
 
@@ -188,16 +216,18 @@ class Attached:
     tag: str
 
 
-def attach(ref: str, envelopes: Sequence[bytes], *, created: str = "",
-           deadline: Deadline | None = None) -> Attached:
+def attach(
+    ref: str, envelopes: Sequence[bytes], *, created: str = "", deadline: Deadline | None = None
+) -> Attached:
     """Attach each envelope (its JSON bytes) to the manifest ``ref``
     (``HOST[:PORT]/REPO@sha256:…``) as a referrer; the tag schema's index is updated
     once for all of them when the registry has no referrers API."""
     registry = _Registry.open(ref, deadline)
     digest = registry.ref.reference
     if not digest.startswith("sha256:"):
-        raise InvalidInput(f"{ref}: attestations attach to a digest",
-                           hint="name the image as HOST/REPO@sha256:…")
+        raise InvalidInput(
+            f"{ref}: attestations attach to a digest", hint="name the image as HOST/REPO@sha256:…"
+        )
     subject = _subject(registry, digest)
     registry.put_blob(EMPTY, check=True)
     added: list[dict[str, Any]] = []
@@ -207,8 +237,12 @@ def attach(ref: str, envelopes: Sequence[bytes], *, created: str = "",
         manifest = artifact_manifest(envelope, subject, created)
         reply = registry.put_manifest(sha256(manifest), manifest, OCI_MANIFEST)
         api = api or bool(reply.header("oci-subject"))
-        added.append({**Descriptor(OCI_MANIFEST, sha256(manifest), len(manifest)).to_dict(),
-                      "artifactType": ARTIFACT_TYPE})
+        added.append(
+            {
+                **Descriptor(OCI_MANIFEST, sha256(manifest), len(manifest)).to_dict(),
+                "artifactType": ARTIFACT_TYPE,
+            }
+        )
     tag = referrers_tag(digest)
     if added and not api:
         index = _index(registry, tag)
@@ -227,8 +261,10 @@ def pinned(ref: str, *, deadline: Deadline | None = None) -> str:
         return f"{remote.host}/{remote.repository}@{remote.reference}"
     data = registry.get_manifest(remote.reference, ", ".join(MANIFEST_TYPES))
     if data is None:
-        raise InvalidInput(f"{ref}: not in the registry (HTTP 404)",
-                           hint="check the reference (envforge publish prints it)")
+        raise InvalidInput(
+            f"{ref}: not in the registry (HTTP 404)",
+            hint="check the reference (envforge publish prints it)",
+        )
     return f"{remote.host}/{remote.repository}@{sha256(data)}"
 
 
@@ -253,12 +289,16 @@ def envelopes_of(ref: str, *, deadline: Deadline | None = None) -> list[Any]:
         data = registry.get_manifest(str(entry.get("digest")), OCI_MANIFEST)
         if data is None or sha256(data) != entry.get("digest"):
             continue
-        for layer in registry_json(data, f"the referrer {str(entry.get('digest'))[:19]}").get(
-                "layers") or ():
+        for layer in (
+            registry_json(data, f"the referrer {str(entry.get('digest'))[:19]}").get("layers") or ()
+        ):
             if not isinstance(layer, dict) or layer.get("mediaType") != ENVELOPE_TYPE:
                 continue
-            blob = registry.expect(registry.send("GET", f"blobs/{layer.get('digest')}"),
-                                   (200,), "reading an attestation")
+            blob = registry.expect(
+                registry.send("GET", f"blobs/{layer.get('digest')}"),
+                (200,),
+                "reading an attestation",
+            )
             if sha256(blob.body) == layer.get("digest"):
                 try:  # one that is not JSON is shown refused, not dropped
                     out.append(loads(blob.body))

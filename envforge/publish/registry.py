@@ -122,8 +122,15 @@ class _Session:
     #: the URLs asked for, in order: the last is the one a timeout names
     asked: list[str] = field(default_factory=list)
 
-    def request(self, url: str, accept: str, *, limit: int = MAX_BYTES,
-                token: bool = True, blob: bool = False) -> Reply:
+    def request(
+        self,
+        url: str,
+        accept: str,
+        *,
+        limit: int = MAX_BYTES,
+        token: bool = True,
+        blob: bool = False,
+    ) -> Reply:
         """GET ``url`` under the policy; a ``blob`` download may be redirected from https
         to https storage on another host (the distribution API allows it), nothing else
         leaves the registry's host."""
@@ -139,25 +146,38 @@ class _Session:
 
         try:
             policy = replace(self.policy, hops=True) if blob else self.policy
-            return fetch(url, policy, deadline=self.deadline, limit=limit,
-                         timeout=min(TIMEOUT, self.deadline.seconds), headers=headers,
-                         on_redirect=hop)
+            return fetch(
+                url,
+                policy,
+                deadline=self.deadline,
+                limit=limit,
+                timeout=min(TIMEOUT, self.deadline.seconds),
+                headers=headers,
+                on_redirect=hop,
+            )
         except NetError as exc:
             raise _unavailable(self.ref, exc) from None
 
 
 def _unavailable(ref: RemoteRef, exc: NetError) -> Unavailable:
     if exc.kind == "refused":
-        hint = (f"a registry may only send envforge to its own host; add a host you trust "
-                f"with {ALLOW_ENV}" if "not a configured host" in exc.reason else
-                "a registry may only send envforge to http(s) URLs; check the registry")
+        hint = (
+            f"a registry may only send envforge to its own host; add a host you trust "
+            f"with {ALLOW_ENV}"
+            if "not a configured host" in exc.reason
+            else "a registry may only send envforge to http(s) URLs; check the registry"
+        )
         return Unavailable(f"registry {ref.host}: {exc.url}: refused: {exc.reason}", hint=hint)
     if exc.kind == "timeout":
-        return NotAnswered(f"registry {ref.host}: {exc.url}: {exc.reason}",
-                           hint="check that the registry answers, or raise --deadline")
+        return NotAnswered(
+            f"registry {ref.host}: {exc.url}: {exc.reason}",
+            hint="check that the registry answers, or raise --deadline",
+        )
     if exc.kind == "unreachable":
-        return NotAnswered(f"registry {ref.host} cannot be reached: {exc.reason}",
-                           hint="check the host and port, and that the registry runs")
+        return NotAnswered(
+            f"registry {ref.host} cannot be reached: {exc.reason}",
+            hint="check the host and port, and that the registry runs",
+        )
     return Unavailable(f"registry {ref.host}: {exc.url}: {exc.kind}: {exc.reason}")
 
 
@@ -170,20 +190,24 @@ def _token(challenge: str, session: _Session) -> str | None:
     realm = fields.get("realm")
     if not realm:
         return None
-    query = {"service": fields.get("service", ""),
-             "scope": f"repository:{session.ref.repository}:pull"}
+    query = {
+        "service": fields.get("service", ""),
+        "scope": f"repository:{session.ref.repository}:pull",
+    }
     url = realm + "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v})
     reply = session.request(url, "application/json", limit=TOKEN_LIMIT, token=False)
     if reply.status != 200:
-        raise Unavailable(f"registry {session.ref.host}: its token service {realm} answered "
-                          f"HTTP {reply.status}")
+        raise Unavailable(
+            f"registry {session.ref.host}: its token service {realm} answered HTTP {reply.status}"
+        )
     data = registry_json(reply.body, f"the token answer of {realm}")
     token = data.get("token") or data.get("access_token")
     return token if isinstance(token, str) and token else None
 
 
-def _get(url: str, session: _Session, accept: str, *, blob: bool = False) -> tuple[
-        bytes, Mapping[str, str]]:
+def _get(
+    url: str, session: _Session, accept: str, *, blob: bool = False
+) -> tuple[bytes, Mapping[str, str]]:
     reply = session.request(url, accept, blob=blob)
     ref = session.ref
     if reply.status == 401 and not session.auth:
@@ -249,9 +273,7 @@ def _pick(index: Mapping[str, Any], what: str) -> str:
     return _digest((images or manifests)[0].get("digest"), what, "digest")
 
 
-def image_config(
-    ref: str, *, deadline: Deadline | None = None
-) -> tuple[RemoteRef, dict[str, Any]]:
+def image_config(ref: str, *, deadline: Deadline | None = None) -> tuple[RemoteRef, dict[str, Any]]:
     """The image config JSON of ``ref`` (manifest + config blob only), read from the
     registry's host only (and ENVFORGE_ALLOW_HOSTS'), all before ``deadline`` (default:
     :func:`envforge.core.net.deadline_seconds` from now); Unavailable (exit 4) naming what
@@ -260,9 +282,7 @@ def image_config(
     return remote, config
 
 
-def _read_config(
-    ref: str, deadline: Deadline | None
-) -> tuple[RemoteRef, dict[str, Any], str]:
+def _read_config(ref: str, deadline: Deadline | None) -> tuple[RemoteRef, dict[str, Any], str]:
     remote = parse_ref(ref)
     if deadline is None:
         deadline = Deadline.start(deadline_seconds(None))
@@ -316,8 +336,10 @@ def _image_config(
         if DIGEST_RE.fullmatch(reference) and _sha256(data) != reference:
             # asked by digest (REF@sha256:..., or the one a manifest list names): the
             # registry must answer with exactly those bytes, as an engine's pull checks
-            raise Unavailable(f"{ref}: the manifest does not match its digest {reference[:19]}",
-                              hint="the registry serves other content than the digest names")
+            raise Unavailable(
+                f"{ref}: the manifest does not match its digest {reference[:19]}",
+                hint="the registry serves other content than the digest names",
+            )
         manifest = registry_json(data, f"the manifest of {ref}")
         media = manifest.get("mediaType") or headers.get("content-type", "")
         if media in _INDEX_TYPES or "manifests" in manifest:

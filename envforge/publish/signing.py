@@ -168,9 +168,7 @@ def generate(folder: Path, name: str = "") -> tuple[Path, Path]:
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
-    raw = key.public_key().public_bytes(
-        serialization.Encoding.Raw, serialization.PublicFormat.Raw
-    )
+    raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     public = PublicKey(raw, name)
     _write_new(key_path, pem, 0o600)
     try:
@@ -188,7 +186,7 @@ def _write_new(path: Path, data: bytes, mode: int) -> None:
         os.fchmod(fd, mode)  # the umask does not apply
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         os.fsync(fd)
     except BaseException:
         os.close(fd)
@@ -232,9 +230,7 @@ def load_signing_key(path: Path, *, setting: str = "--signing-key") -> SigningKe
             f"{setting} {path}: not an unencrypted ed25519 private key (PEM, PKCS#8)",
             hint="generate one with envforge keys generate -o DIR",
         )
-    raw = key.public_key().public_bytes(
-        serialization.Encoding.Raw, serialization.PublicFormat.Raw
-    )
+    raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     return SigningKey(PublicKey(bytes(raw)), key)
 
 

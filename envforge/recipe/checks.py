@@ -144,8 +144,10 @@ def pin_problem(text: str) -> tuple[str, str] | None:
     try:
         req = Requirement(text)
     except InvalidRequirement as exc:
-        return (f"{text!r} is not a PEP 508 requirement: {' '.join(str(exc).split())}",
-                "write it as name==VERSION")
+        return (
+            f"{text!r} is not a PEP 508 requirement: {' '.join(str(exc).split())}",
+            "write it as name==VERSION",
+        )
     if req.url:
         return url_problem(text, req)
     pins = [s for s in req.specifier if s.operator in ("==", "===")]
@@ -153,8 +155,11 @@ def pin_problem(text: str) -> tuple[str, str] | None:
     if not pins and companion and not str(req.specifier) and text.strip() == req.name:
         return None  # a bare companion name: the stack pins the release that pairs with torch
     if not pins and companion:
-        return (f"{text!r} is not pinned", f"write it as {req.name} alone (envforge pins the "
-                f"release that pairs with torch) or {req.name}==VERSION")
+        return (
+            f"{text!r} is not pinned",
+            f"write it as {req.name} alone (envforge pins the "
+            f"release that pairs with torch) or {req.name}==VERSION",
+        )
     if not pins:
         return (f"{text!r} is not pinned", f"write it as {req.name}==VERSION")
     for spec in pins:
@@ -188,29 +193,41 @@ def url_problem(text: str, req: Requirement) -> tuple[str, str] | None:
     name = canonicalize_name(req.name)
     wheel = f"{req.name} @ https://HOST/PATH/{req.name}-VERSION-TAGS.whl#sha256=<64 hex digits>"
     if name == "torch" or name in companion_names():
-        return (f"{text!r}: {req.name} is part of the torch family, which comes only from "
-                "the stack's index or a --wheelhouse, never from a URL",
-                f"write it as {req.name} (or {req.name}==VERSION) and pass --wheelhouse DIR "
-                "for a wheel of your own")
+        return (
+            f"{text!r}: {req.name} is part of the torch family, which comes only from "
+            "the stack's index or a --wheelhouse, never from a URL",
+            f"write it as {req.name} (or {req.name}==VERSION) and pass --wheelhouse DIR "
+            "for a wheel of your own",
+        )
     if req.extras or req.marker is not None:
-        return (f"{text!r}: extras and markers are not taken on a URL entry",
-                f"write it as {wheel}")
+        return (
+            f"{text!r}: extras and markers are not taken on a URL entry",
+            f"write it as {wheel}",
+        )
     address, hashed, digest = url.partition("#sha256=")
     if not hashed or not _SHA256_RE.fullmatch(digest):
-        return (f"{text!r} is not pinned (a URL without #sha256=<the file's 64 lowercase "
-                "hex digits>)", f"write it as {wheel} (sha256sum FILE prints them)")
+        return (
+            f"{text!r} is not pinned (a URL without #sha256=<the file's 64 lowercase hex digits>)",
+            f"write it as {wheel} (sha256sum FILE prints them)",
+        )
     if not _URL_RE.fullmatch(address):
-        return (f"{text!r}: only https:// URLs (http:// to 127.0.0.1) are installed",
-                f"write it as {wheel}")
+        return (
+            f"{text!r}: only https:// URLs (http:// to 127.0.0.1) are installed",
+            f"write it as {wheel}",
+        )
     filename = address.rsplit("/", 1)[-1]
     try:
         wheel_name = parse_wheel_filename(filename)[0]
     except InvalidWheelFilename:
-        return (f"{text!r}: {filename!r} is not a wheel file name (a URL entry names one "
-                ".whl file)", f"write it as {wheel}")
+        return (
+            f"{text!r}: {filename!r} is not a wheel file name (a URL entry names one .whl file)",
+            f"write it as {wheel}",
+        )
     if wheel_name != name:
-        return (f"{text!r}: the wheel {filename!r} is {wheel_name}, not {req.name}",
-                f"write it as {wheel_name} @ {url}")
+        return (
+            f"{text!r}: the wheel {filename!r} is {wheel_name}, not {req.name}",
+            f"write it as {wheel_name} @ {url}",
+        )
     return None
 
 
@@ -220,20 +237,27 @@ def index_entry_problem(text: str) -> tuple[str, str] | None:
     req = Requirement(text)
     name = canonicalize_name(req.name)
     if req.url:
-        return (f"{text!r} is a URL: a package from an index is written name==VERSION",
-                "drop index: for a wheel URL, or write the entry as name==VERSION")
+        return (
+            f"{text!r} is a URL: a package from an index is written name==VERSION",
+            "drop index: for a wheel URL, or write the entry as name==VERSION",
+        )
     if name == "torch" or name in companion_names():
-        return (f"{text!r}: {req.name} is part of the torch family, which comes only from "
-                "the stack's index (torch.index) or a --wheelhouse",
-                f"write it as a plain entry ({req.name}) without index:")
+        return (
+            f"{text!r}: {req.name} is part of the torch family, which comes only from "
+            "the stack's index (torch.index) or a --wheelhouse",
+            f"write it as a plain entry ({req.name}) without index:",
+        )
     return None
 
 
 def index_url_problem(url: str) -> tuple[str, str] | None:
     """A per-package index: a PEP 503 simple index over https (http only to 127.0.0.1)."""
     if not _INDEX_RE.fullmatch(url):
-        return (f"{url!r} is not an https:// index URL (http:// only to 127.0.0.1; no "
-                "user, query or fragment)", "write it like https://HOST/PATH/simple")
+        return (
+            f"{url!r} is not an https:// index URL (http:// only to 127.0.0.1; no "
+            "user, query or fragment)",
+            "write it like https://HOST/PATH/simple",
+        )
     return None
 
 
@@ -267,8 +291,10 @@ def step_timeout_problem(value: float) -> tuple[str, str] | None:
     if value <= 0:
         return ("must be greater than zero", "write a number like 30")
     if value > MAX_STEP_TIMEOUT:
-        return (f"{value:g} s is more than a day ({MAX_STEP_TIMEOUT:g} s)",
-                "write a number of seconds like 600")
+        return (
+            f"{value:g} s is more than a day ({MAX_STEP_TIMEOUT:g} s)",
+            "write a number of seconds like 600",
+        )
     return None
 
 
@@ -298,8 +324,12 @@ def check_renderable(recipe: Recipe) -> None:
     text :func:`text_problem` accepts, the unquoted ones (name, Python version, base
     image) must match their patterns, and env names must be valid and not reserved."""
     c = _Check(recipe)
-    c.pattern("name", recipe.name, NAME_RE, "gfx1030 (lowercase letters and digits, "
-              "separated by single '.', '_' or '-')")
+    c.pattern(
+        "name",
+        recipe.name,
+        NAME_RE,
+        "gfx1030 (lowercase letters and digits, separated by single '.', '_' or '-')",
+    )
     c.text("description", recipe.description)
     c.pattern("python", recipe.python, PYTHON_RE, '"3.10"')
     c.text("torch.version", recipe.torch.version)
@@ -343,8 +373,14 @@ def check_meaning(recipe: Recipe) -> None:
         ("cuda", recipe.cuda, MAX_ACCELERATOR_VERSION_CHARS),
     ):
         if value is not None and len(value) > most:
-            raise c.fail(key, (f"is {len(value)} characters long; at most {most} (it is part "
-                               "of the image tag)", "write the version itself"))
+            raise c.fail(
+                key,
+                (
+                    f"is {len(value)} characters long; at most {most} (it is part "
+                    "of the image tag)",
+                    "write the version itself",
+                ),
+            )
     problem = numpy_problem(recipe.numpy)
     if problem is not None:
         raise c.fail("numpy", problem)
@@ -354,15 +390,24 @@ def check_meaning(recipe: Recipe) -> None:
             raise c.fail(f"packages[{i}]", problem)
     joined = ", ".join(recipe.gpu.products)
     if len(joined) > MAX_VALUE_CHARS:
-        raise c.fail("gpu.products", (
-            f"together {len(joined)} characters; at most {MAX_VALUE_CHARS} fit in the image's "
-            "gpu-products label", "list fewer or shorter product names"))
+        raise c.fail(
+            "gpu.products",
+            (
+                f"together {len(joined)} characters; at most {MAX_VALUE_CHARS} fit in the image's "
+                "gpu-products label",
+                "list fewer or shorter product names",
+            ),
+        )
     tag = recipe.stack_tag
     if len(tag) > MAX_TAG_CHARS or not _TAG_RE.match(tag):
-        raise c.fail("torch.version", (
-            f"the stack tag {tag!r} is not a valid image tag (at most {MAX_TAG_CHARS} "
-            "characters: letters, digits, '_', '.', '-')",
-            "write torch.version like 2.5.1"))
+        raise c.fail(
+            "torch.version",
+            (
+                f"the stack tag {tag!r} is not a valid image tag (at most {MAX_TAG_CHARS} "
+                "characters: letters, digits, '_', '.', '-')",
+                "write torch.version like 2.5.1",
+            ),
+        )
     problem = step_timeout_problem(recipe.certify.step_timeout)
     if problem is not None:
         raise c.fail("certify.step_timeout", problem)

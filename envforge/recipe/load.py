@@ -79,13 +79,15 @@ ISSUE = ("symptom", "workaround", "evidence")
 PACKAGE_ENTRY = ("name", "index")
 
 
-
 def _parse_system_packages(r: yamlcheck.Reader, raw: object) -> tuple[str, ...]:
     names = r.texts(raw, "system_packages")
     for i, name in enumerate(names):
         if not DEB_NAME.fullmatch(name):
-            raise r.fail(f"system_packages[{i}]", f"{name!r} is not a Debian package name",
-                         "write the apt name, e.g. ffmpeg or libgl1")
+            raise r.fail(
+                f"system_packages[{i}]",
+                f"{name!r} is not a Debian package name",
+                "write the apt name, e.g. ffmpeg or libgl1",
+            )
     if len(set(names)) != len(names):
         raise r.fail("system_packages", "a package is listed twice", "list each once")
     return names
@@ -151,7 +153,9 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
             )
         if yamlcheck.has_surrogate(item):
             raise RecipeError(
-                "--set", key, "contains a lone surrogate (an invalid character)",
+                "--set",
+                key,
+                "contains a lone surrogate (an invalid character)",
                 hint="pass the value as UTF-8 text",
             )
         try:
@@ -162,7 +166,9 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
             # refuses (complex keys, deep nesting, huge numbers), stay errors.
             if raw.lstrip()[:1] in ("[", "{", '"', "'") or "not valid YAML" not in exc.message:
                 raise RecipeError(
-                    "--set", key, f"value refused: {exc.message.removeprefix('--set: ')}",
+                    "--set",
+                    key,
+                    f"value refused: {exc.message.removeprefix('--set: ')}",
                     hint="quote the value" if "not valid YAML" in exc.message else exc.hint,
                 ) from None
             value = raw
@@ -189,7 +195,9 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
             elif entry is not None:
                 # the file's entry is broken: say so rather than replace it
                 raise RecipeError(
-                    "--set", key, f"the recipe's env.{last} is {yamlcheck.kind(entry)}, "
+                    "--set",
+                    key,
+                    f"the recipe's env.{last} is {yamlcheck.kind(entry)}, "
                     "not a mapping with value, why and confidence",
                     hint="fix the recipe file first",
                 )
@@ -320,8 +328,11 @@ def _once(r: Reader, path: str, text: str, seen: set[tuple[str, str]]) -> None:
     req = Requirement(text)
     entry = (canonicalize_name(req.name), str(req.marker or ""))
     if entry in seen:
-        raise r.fail(path, f"{entry[0]} is listed twice: its pins contradict or repeat "
-                     "each other", "list each package once, with one pin")
+        raise r.fail(
+            path,
+            f"{entry[0]} is listed twice: its pins contradict or repeat each other",
+            "list each package once, with one pin",
+        )
     seen.add(entry)
 
 
@@ -412,7 +423,9 @@ def load_recipe_file(path: Path, overrides: Sequence[str] = ()) -> Recipe:
         if not isinstance(data, dict):
             # --set changes a recipe; it never replaces a file that is not one.
             raise RecipeError(
-                source, "(top level)", f"expected a mapping, got {yamlcheck.kind(data)}",
+                source,
+                "(top level)",
+                f"expected a mapping, got {yamlcheck.kind(data)}",
                 hint="--set overrides keys of a recipe file; fix the file first",
             )
         data = apply_overrides(data, overrides)

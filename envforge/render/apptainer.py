@@ -27,8 +27,10 @@ _VAR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 def _one_line(key: str, value: str) -> str:
     if "\n" in value or "\r" in value or "\0" in value:
-        raise InvalidInput(f"{key}: a value with a line break or NUL cannot be an Apptainer "
-                           "label or variable", hint="fix the recipe's value")
+        raise InvalidInput(
+            f"{key}: a value with a line break or NUL cannot be an Apptainer label or variable",
+            hint="fix the recipe's value",
+        )
     return value
 
 

@@ -90,7 +90,6 @@ class RenderOptions:
     #: time. The rendered output uses the mirror; the recipe (and its hash) do not change.
     mirrors: Mirrors | None = None
 
-
     #: ``buildkit``: wheelhouse and CA bundle are bind-mounted into the installing steps
     #: (never a layer) and uv's cache is a cache mount; ``classic``: COPY into the build stage.
     builder: Builder = "classic"
@@ -328,7 +327,11 @@ def either_installer(
 
 
 def added_files_lines(
-    listings: tuple[str, str], target: str, *, removed: str, strict_compile: bool = True,
+    listings: tuple[str, str],
+    target: str,
+    *,
+    removed: str,
+    strict_compile: bool = True,
     remove: tuple[str, ...] = (),
 ) -> list[str]:
     """After an install step whose venv listing was written to ``listings[0]``: fail the
@@ -443,7 +446,8 @@ def _installs(
             [*pip_lines, f"{pip} --no-compile -c {pins} {rest_words} -- {reqs}{pip_extra}"],
         )
     rest_lines += added_files_lines(
-        (before, after), REST_DIR,
+        (before, after),
+        REST_DIR,
         removed="installing NumPy and the recipe packages removed files of the torch layer"
         " (pin the packages to versions that agree with torch)",
     )
@@ -460,8 +464,10 @@ def _indexed_steps(
     if not sources:
         return [], [], ""
     folder = f"{STAGING_DIR}/indexes"
-    uv_extra = [f"mkdir -p {folder} && {_printf(sources, f'{folder}/{SOURCES_FILE}')}",
-                f" -r {folder}/{SOURCES_FILE}"]
+    uv_extra = [
+        f"mkdir -p {folder} && {_printf(sources, f'{folder}/{SOURCES_FILE}')}",
+        f" -r {folder}/{SOURCES_FILE}",
+    ]
     pip_lines: list[str] = []
     words = ""
     for i, entry in enumerate(pip_indexed(stack, options.mirrors)):

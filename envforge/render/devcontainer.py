@@ -92,9 +92,7 @@ def devcontainer_json(
     # A string the docker CLI reads as CSV once the folder is substituted: the source
     # field is quoted, so a comma or '=' in the folder's path stays in the path (unquoted,
     # a folder named "q,consistency=cached" mounted its sibling "q").
-    doc["workspaceMount"] = (
-        f'type=bind,"source=${{localWorkspaceFolder}}",target={SHELL_WORKDIR}'
-    )
+    doc["workspaceMount"] = f'type=bind,"source=${{localWorkspaceFolder}}",target={SHELL_WORKDIR}'
     doc["workspaceFolder"] = SHELL_WORKDIR
     doc["updateRemoteUserUID"] = True
     return doc
@@ -116,5 +114,3 @@ def render_devcontainer(
             raise ValueError("source='dockerfile' needs the rendered Dockerfile")
         files.append(("Dockerfile", dockerfile))
     return Devcontainer(tuple(files))
-
-

@@ -15,8 +15,11 @@ MAX_LINE_BYTES = 65535
 
 
 def render_dockerfile(
-    recipe: Recipe, options: RenderOptions = DEFAULT_OPTIONS, stack: Stack | None = None,
-    *, project: ProjectLayer | None = None,
+    recipe: Recipe,
+    options: RenderOptions = DEFAULT_OPTIONS,
+    stack: Stack | None = None,
+    *,
+    project: ProjectLayer | None = None,
 ) -> str:
     """The Dockerfile text for ``recipe`` and its ``stack`` (None: computed from the recipe):
     deterministic (no timestamps), same input -> same bytes. Raises

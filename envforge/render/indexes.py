@@ -46,8 +46,12 @@ def index_sources(stack: Stack, mirrors: Mirrors | None = None) -> tuple[str, ..
         index = f"envforge-{urls.index(rewrite(url, mirrors))}"
         lines.append(f"{_toml(name)} = {{ index = {_toml(index)} }}")
     for i, url in enumerate(urls):
-        lines += ["[[tool.uv.index]]", f'name = "envforge-{i}"', f"url = {_toml(url)}",
-                  "explicit = true"]
+        lines += [
+            "[[tool.uv.index]]",
+            f'name = "envforge-{i}"',
+            f"url = {_toml(url)}",
+            "explicit = true",
+        ]
     return tuple(lines)
 
 
@@ -66,7 +70,10 @@ class PipIndexed:
 def pip_indexed(stack: Stack, mirrors: Mirrors | None = None) -> tuple[PipIndexed, ...]:
     mirrors = mirrors_from_env() if mirrors is None else mirrors
     return tuple(
-        PipIndexed(shell_quote(line), shell_quote(rewrite(url, mirrors)),
-                   shell_quote(canonicalize_name(Requirement(line).name)))
+        PipIndexed(
+            shell_quote(line),
+            shell_quote(rewrite(url, mirrors)),
+            shell_quote(canonicalize_name(Requirement(line).name)),
+        )
         for line, url in stack.indexed_lines()
     )

@@ -115,8 +115,9 @@ def project_step(lines: tuple[str, ...], options: RenderOptions, stack: Stack) -
     lock_file = f"{staging}/project.lock.txt"
     uv_pip, pip = installer_commands(options)
     uv_cmd = f"{uv_pip} --require-hashes --no-deps {sources} -r {lock_file}".replace("  ", " ")
-    pip_cmd = (f"{pip} --no-compile --require-hashes --no-deps {sources}"
-               f" -r {lock_file}").replace("  ", " ")
+    pip_cmd = (f"{pip} --no-compile --require-hashes --no-deps {sources} -r {lock_file}").replace(
+        "  ", " "
+    )
     listings = (f"{staging}/project-before.txt", f"{staging}/project-after.txt")
     script = [
         "set -eu",
@@ -125,7 +126,10 @@ def project_step(lines: tuple[str, ...], options: RenderOptions, stack: Stack) -
         f"find {VENV_DIR} ! -type d | LC_ALL=C sort > {listings[0]}",
         *either_installer(options, uv_cmd, pip_cmd),
         *added_files_lines(
-            listings, PROJECT_DIR, strict_compile=False, remove=(lock_file,),
+            listings,
+            PROJECT_DIR,
+            strict_compile=False,
+            remove=(lock_file,),
             removed="installing the project lock removed files of the recipe layers"
             " (regenerate the lock: envforge lock RECIPE --project DIR)",
         ),

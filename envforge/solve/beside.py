@@ -99,14 +99,15 @@ class Beside:
         """What ``show`` prints when ``solve`` answers differently (none when it does not)."""
         if not self.differs:
             return []
-        auto = ("this recipe" if self.auto_uses == self.recipe else f"recipe {self.auto_uses}")
+        auto = "this recipe" if self.auto_uses == self.recipe else f"recipe {self.auto_uses}"
         if self.solved_stack is None:
             solved = f"envforge solve {self.arch} finds no stack ({self.solve_why})"
         else:
-            solved = (f"envforge solve {self.arch} picks {self.solved_stack} "
-                      f"({self.solve_why})")
-        head = (f"  solve      {solved}; this recipe keeps {self.recipe_stack} on purpose, and "
-                f"`build auto` on {self.arch} uses {auto}")
+            solved = f"envforge solve {self.arch} picks {self.solved_stack} ({self.solve_why})"
+        head = (
+            f"  solve      {solved}; this recipe keeps {self.recipe_stack} on purpose, and "
+            f"`build auto` on {self.arch} uses {auto}"
+        )
         return [head, *self._reasons()]
 
 
@@ -138,14 +139,28 @@ def compare(
         s = solution.stack
         solved = stack_label(s.torch, s.variant, s.python)
         differs = (s.torch.split("+", 1)[0], s.variant) != (
-            recipe.torch.version.split("+", 1)[0], recipe.accelerator)
+            recipe.torch.version.split("+", 1)[0],
+            recipe.accelerator,
+        )
         pick = next((p for p in solution.picks if p.key == "torch"), None)
-        solve_why = (f"{pick.reason}; {s.confidence}" if pick is not None
-                     else f"the table's choice; {s.confidence}")
+        solve_why = (
+            f"{pick.reason}; {s.confidence}"
+            if pick is not None
+            else f"the table's choice; {s.confidence}"
+        )
     why, avoids, evidence = recipe_reason(recipe)
-    return Beside(arch=arch, recipe=recipe.name, recipe_stack=mine, solved_stack=solved,
-                  differs=differs, why=why, avoids=avoids, evidence=evidence,
-                  solve_why=solve_why, auto_uses=auto_uses)
+    return Beside(
+        arch=arch,
+        recipe=recipe.name,
+        recipe_stack=mine,
+        solved_stack=solved,
+        differs=differs,
+        why=why,
+        avoids=avoids,
+        evidence=evidence,
+        solve_why=solve_why,
+        auto_uses=auto_uses,
+    )
 
 
 def covering_recipe(
@@ -186,8 +201,9 @@ def covering_recipe(
             recipes.append(cat.load(row.path))
         except EnvforgeError:
             continue
-    gpu = GpuInfo(vendor=vendor, product=arch, arch=arch, driver_version=None,
-                  device_nodes=(), source="solve")
+    gpu = GpuInfo(
+        vendor=vendor, product=arch, arch=arch, driver_version=None, device_nodes=(), source="solve"
+    )
     choice, _problem = curated_cover(gpu, recipes, where={r.name: files[r.name] for r in rows})
     if choice is None:
         return None

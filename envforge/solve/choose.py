@@ -294,8 +294,9 @@ def _choose_for_gpu(
     )
 
 
-def covers(recipe: Recipe, gpu: GpuInfo, *, override: Callable[[str], str | None] = override_for
-           ) -> bool:
+def covers(
+    recipe: Recipe, gpu: GpuInfo, *, override: Callable[[str], str | None] = override_for
+) -> bool:
     """The recipe is made for ``gpu``'s arch: its own arch, or (AMD) it sets the
     ``HSA_OVERRIDE_GFX_VERSION`` the table gives that arch."""
     if gpu.arch is None or recipe.gpu.vendor != gpu.vendor:
@@ -417,8 +418,14 @@ def choose_named(ref: str, catalogue: Catalogue | None = None) -> Choice | None:
     product = ref.strip()  # the name asked for; for an arch, the table's first product
     if product.lower() == found.arch and info.products:
         product = info.products[0]
-    gpu = GpuInfo(vendor=vendor, product=product, arch=found.arch, driver_version=None,
-                  device_nodes=(), source="named")
+    gpu = GpuInfo(
+        vendor=vendor,
+        product=product,
+        arch=found.arch,
+        driver_version=None,
+        device_nodes=(),
+        source="named",
+    )
     recipes, _problems = load_catalogue(cat)
     return _auto_for_gpu(gpu, recipes, where=cat.files())
 

@@ -33,7 +33,6 @@ def numpy_spec(release: Release, python: str, table: CompatTable) -> tuple[str, 
 # --------------------------------------------------------------------------- solve
 
 
-
 def picks(
     arch: str, s: Stack, c: Candidate, request: SolveRequest, table: CompatTable
 ) -> tuple[Pick, ...]:
@@ -149,8 +148,9 @@ def last_runnable(candidates: Sequence[Candidate]) -> str:
     """``torch X+variant`` of the newest candidate whose variant is verified, for an error
     saying which release could run the arch (an unconfirmed one only when no other is,
     and then marked so)."""
-    last = next((c for c in reversed(candidates) if c.variant.confidence == "verified"),
-                candidates[-1])
+    last = next(
+        (c for c in reversed(candidates) if c.variant.confidence == "verified"), candidates[-1]
+    )
     doubt = "" if last.variant.confidence == "verified" else f" ({last.variant.confidence})"
     return f"torch {last.version}+{last.variant.name}{doubt}"
 
@@ -165,8 +165,10 @@ def no_wheel_message(arch: str, table: CompatTable, platform: str = PLATFORMS[0]
             "x86_64 and server arm64 (SBSA) CUDA and do not run on L4T/JetPack"
         )
         if route is not None:
-            text += (f"; use {tegra_route(table, arch)} (source: "
-                     f"{table.cite(tegra_sources(table, arch))})")
+            text += (
+                f"; use {tegra_route(table, arch)} (source: "
+                f"{table.cite(tegra_sources(table, arch))})"
+            )
         return text
     text = f"no published torch wheel in the compatibility table runs {what}"
     if platform != PLATFORMS[0]:

@@ -103,6 +103,7 @@ _CONF_RANK: dict[str, int] = {"verified": 0, "community": 1, "uncertain": 2}
 #: How many runner-up stacks a solution lists.
 RUNNER_UPS = 4
 
+
 def _version_key(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", text))
 
@@ -200,7 +201,6 @@ def _images_by_python(table: CompatTable) -> dict[str, tuple[str, str, str]]:
     for b in ordered:
         out.setdefault(b.python, (_image_ref(b.match), b.distro, b.source))
     return out
-
 
 
 def _candidates(arch: str, table: CompatTable, platform: str) -> list[Candidate]:
@@ -382,8 +382,7 @@ def _platform(arch: str, request: SolveRequest, table: CompatTable) -> str:
         return request.platform or where if jetpack_runs(table, arch, request.platform) else where
     if where and request.platform not in (None, where):
         raise NoStack(
-            f"{arch} exists only on {where} hosts; --platform {request.platform} has no "
-            f"{arch} GPU",
+            f"{arch} exists only on {where} hosts; --platform {request.platform} has no {arch} GPU",
             hint=f"--platform {where}",
         )
     return where or request.platform or PLATFORMS[0]
@@ -594,5 +593,3 @@ def _evidence_key(s: Stack) -> tuple[Any, ...]:
         not s.pypi_default,
         _version_key(s.accelerator_version),
     )
-
-

@@ -163,13 +163,13 @@ def words(seq: Sequence[str]) -> str:
     return " ".join(shlex.quote(s) for s in seq)
 
 
-
 @functools.cache
 def short_deadline() -> float:
     """A step deadline short enough to test a hang quickly and long enough for the quick
     level's ``import torch`` on this machine, loaded as it is (CI runs two test runs side by
     side on two cores): 3 s, or three times a fresh ``import torch`` here, in whole seconds."""
     started = time.monotonic()
-    subprocess.run([sys.executable, "-c", "import torch"], check=True, capture_output=True,
-                   timeout=300)
+    subprocess.run(
+        [sys.executable, "-c", "import torch"], check=True, capture_output=True, timeout=300
+    )
     return float(max(3, math.ceil(3 * (time.monotonic() - started))))

@@ -48,11 +48,17 @@ COMPANIONS = ("torchvision", "torchaudio")
 #: the other pages knowledge status/refresh watch (recorded 2026-11-27)
 WATCHED = ("triton", "xformers")
 #: the /future root: torch 2.16.0, then its companions, uploaded minutes later
-FUTURE_UPLOADS = {"torch": "2026-12-02T10:00:00Z", "torchvision": "2026-12-02T10:04:00Z",
-                  "torchaudio": "2026-12-02T10:05:00Z"}
+FUTURE_UPLOADS = {
+    "torch": "2026-12-02T10:00:00Z",
+    "torchvision": "2026-12-02T10:04:00Z",
+    "torchaudio": "2026-12-02T10:05:00Z",
+}
 #: (project, old release renamed, new release)
-FUTURE_RELEASES = {"torch": ("2.15.0", "2.16.0"), "torchvision": ("0.29.2", "0.30.0"),
-                   "torchaudio": ("2.11.0", "2.12.0")}
+FUTURE_RELEASES = {
+    "torch": ("2.15.0", "2.16.0"),
+    "torchvision": ("0.29.2", "0.30.0"),
+    "torchaudio": ("2.11.0", "2.12.0"),
+}
 FUTURE_METADATA = {
     "torchvision-0.30.0": "Metadata-Version: 2.1\nName: torchvision\nVersion: 0.30.0\n"
     "Requires-Dist: numpy\nRequires-Dist: torch (==2.16.0)\n\n",
@@ -64,15 +70,20 @@ FUTURE_METADATA = {
 VARIANT_FILES: dict[str, list[str]] = {
     "cpu": [
         f"torch-{v}+cpu-cp{py}-cp{py}-manylinux_2_28_x86_64.whl"
-        for v, pys in (("2.13.0", range(310, 315)), ("2.14.1", range(310, 315)),
-                       ("2.15.0", range(311, 316)))
+        for v, pys in (
+            ("2.13.0", range(310, 315)),
+            ("2.14.1", range(310, 315)),
+            ("2.15.0", range(311, 316)),
+        )
         for py in pys
     ],
     # 2.15 published no cu126 wheels; a listing with one must be reported as new
-    "cpu/torchvision": [f"torchvision-{v}+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
-                        for v in ("0.28.0", "0.29.3")],
-    "cu126": [f"torch-2.15.0+cu126-cp{py}-cp{py}-manylinux_2_28_x86_64.whl"
-              for py in range(311, 316)],
+    "cpu/torchvision": [
+        f"torchvision-{v}+cpu-cp311-cp311-manylinux_2_28_x86_64.whl" for v in ("0.28.0", "0.29.3")
+    ],
+    "cu126": [
+        f"torch-2.15.0+cu126-cp{py}-cp{py}-manylinux_2_28_x86_64.whl" for py in range(311, 316)
+    ],
 }
 
 

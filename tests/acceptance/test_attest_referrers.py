@@ -49,15 +49,20 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         return
     binary = shutil.which("docker-registry")
     if binary is None:
-        pytest.skip("no ENVFORGE_TEST_REGISTRY and no docker-registry (apt-get install "
-                    "docker-registry)")
+        pytest.skip(
+            "no ENVFORGE_TEST_REGISTRY and no docker-registry (apt-get install docker-registry)"
+        )
     folder = tmp_path_factory.mktemp("registry")
     addr = f"127.0.0.1:{_free_port()}"
     (folder / "config.yml").write_text(
         f"version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: "
-        f"{folder / 'storage'}\nhttp:\n  addr: {addr}\n")
-    proc = subprocess.Popen([binary, "serve", str(folder / "config.yml")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        f"{folder / 'storage'}\nhttp:\n  addr: {addr}\n"
+    )
+    proc = subprocess.Popen(
+        [binary, "serve", str(folder / "config.yml")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         for _ in range(100):
             if _answers(addr):
@@ -75,30 +80,55 @@ def _push_image(addr: str, repo: str) -> tuple[str, str]:
     """A one-layer OCI image; returns its manifest digest and its config digest."""
     reg = rf._Registry.open(f"{addr}/{repo}:x")
     layer = b"not really a tarball, the registry does not look"
-    config = rf.canonical({"architecture": "amd64", "os": "linux",
-                           "rootfs": {"type": "layers", "diff_ids": [rf.sha256(layer)]},
-                           "config": {"Labels": {"io.envforge.test": "1"}}})
+    config = rf.canonical(
+        {
+            "architecture": "amd64",
+            "os": "linux",
+            "rootfs": {"type": "layers", "diff_ids": [rf.sha256(layer)]},
+            "config": {"Labels": {"io.envforge.test": "1"}},
+        }
+    )
     reg.put_blob(layer)
     reg.put_blob(config)
-    manifest = rf.canonical({
-        "schemaVersion": 2, "mediaType": rf.OCI_MANIFEST,
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
-                   "digest": rf.sha256(config), "size": len(config)},
-        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar",
-                    "digest": rf.sha256(layer), "size": len(layer)}],
-    })
+    manifest = rf.canonical(
+        {
+            "schemaVersion": 2,
+            "mediaType": rf.OCI_MANIFEST,
+            "config": {
+                "mediaType": "application/vnd.oci.image.config.v1+json",
+                "digest": rf.sha256(config),
+                "size": len(config),
+            },
+            "layers": [
+                {
+                    "mediaType": "application/vnd.oci.image.layer.v1.tar",
+                    "digest": rf.sha256(layer),
+                    "size": len(layer),
+                }
+            ],
+        }
+    )
     reg.put_manifest("v1", manifest, rf.OCI_MANIFEST)
     return rf.sha256(manifest), rf.sha256(config)
 
 
 def _envelope(key: object, image_id: str, status: str, host: str = "ab" * 16) -> bytes:
-    report = {"steps": [{"name": "import-torch", "status": status, "seconds": 1.0}],
-              "level": "quick", "created": "2026-11-27T23:00:00Z",
-              "host": {"kernel": "6.8.0", "machine": "x86_64", "gpus": [], "id": host}}
-    pred = at.predicate(report=report, backend="docker",
-                        recipe={"name": "cpu", "hash": "sha256:" + "ab" * 32,
-                                "stack_tag": "torch2.13.0-cpu-py3.11"},
-                        certificate="sha256:" + "01" * 32)
+    report = {
+        "steps": [{"name": "import-torch", "status": status, "seconds": 1.0}],
+        "level": "quick",
+        "created": "2026-11-27T23:00:00Z",
+        "host": {"kernel": "6.8.0", "machine": "x86_64", "gpus": [], "id": host},
+    }
+    pred = at.predicate(
+        report=report,
+        backend="docker",
+        recipe={
+            "name": "cpu",
+            "hash": "sha256:" + "ab" * 32,
+            "stack_tag": "torch2.13.0-cpu-py3.11",
+        },
+        certificate="sha256:" + "01" * 32,
+    )
     envelope = at.attest(at.image_subject("cpu", image_id), pred, key)  # type: ignore[arg-type]
     return at.envelope_line(envelope).strip().encode()
 
@@ -113,8 +143,11 @@ def test_attestations_attach_as_referrers_and_oras_lists_them(
     key = load_signing_key(key_path)
     ref = f"{registry}/{repo}@{digest}"
 
-    first = rf.attach(ref, [_envelope(key, image_id, "pass"), _envelope(key, image_id, "hang")],
-                      created="2026-11-27T23:00:00Z")
+    first = rf.attach(
+        ref,
+        [_envelope(key, image_id, "pass"), _envelope(key, image_id, "hang")],
+        created="2026-11-27T23:00:00Z",
+    )
     assert first.via == "tag"  # distribution 2.8: no referrers API
     assert first.tag == "sha256-" + digest.split(":")[1]
     rf.attach(ref, [_envelope(key, image_id, "pass")])  # a second site, later: added
@@ -123,8 +156,7 @@ def test_attestations_attach_as_referrers_and_oras_lists_them(
     # an independent client finds them through the tag schema
     client = oras_provider.Registry(hostname=registry, insecure=True)
     assert first.tag in client.get_tags(f"{registry}/{repo}")
-    index = client.get_manifest(f"{registry}/{repo}:{first.tag}",
-                                allowed_media_type=[rf.OCI_INDEX])
+    index = client.get_manifest(f"{registry}/{repo}:{first.tag}", allowed_media_type=[rf.OCI_INDEX])
     assert index["mediaType"] == rf.OCI_INDEX
     listed = index["manifests"]
     assert len(listed) == 3
@@ -132,8 +164,9 @@ def test_attestations_attach_as_referrers_and_oras_lists_them(
     trust = load_trust([pub])
     verdicts = []
     for entry in listed:
-        manifest = client.get_manifest(f"{registry}/{repo}@{entry['digest']}",
-                                       allowed_media_type=[rf.OCI_MANIFEST])
+        manifest = client.get_manifest(
+            f"{registry}/{repo}@{entry['digest']}", allowed_media_type=[rf.OCI_MANIFEST]
+        )
         assert manifest["subject"]["digest"] == digest
         assert manifest["artifactType"] == rf.ARTIFACT_TYPE
         layer = manifest["layers"][0]
@@ -209,8 +242,13 @@ def test_certify_attach_puts_a_pulled_images_attestation_on_its_digest(
     key_path, pub = generate(tmp_path / "keys", "node-7")
     key = load_signing_key(key_path)
     for status in ("pass", "hang"):
-        result = docker.certify(recipe, docker.DockerOptions(signer=key), image=image_id,
-                                client=engine, prober=FakeProbe(status))
+        result = docker.certify(
+            recipe,
+            docker.DockerOptions(signer=key),
+            image=image_id,
+            client=engine,
+            prober=FakeProbe(status),
+        )
         attest_result(result, recipe, key_path, None, attach_to=f"{registry}/{repo}:v1")
     assert rf.pinned(f"{registry}/{repo}:v1") == f"{registry}/{repo}@{digest}"  # unchanged
     assert main(["attest", "verify", f"{registry}/{repo}:v1", "--trust", str(pub)]) == 0
@@ -221,13 +259,22 @@ def test_certify_attach_puts_a_pulled_images_attestation_on_its_digest(
     # a tag that names another image in the registry: refused, nothing attached
     other = f"envforge-test/other-{os.getpid()}-{int(time.time())}"
     reg = rf._Registry.open(f"{registry}/{other}:x")
-    config = rf.canonical({"architecture": "amd64", "os": "linux",
-                           "rootfs": {"type": "layers", "diff_ids": []}})
+    config = rf.canonical(
+        {"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": []}}
+    )
     reg.put_blob(config)
-    manifest = rf.canonical({
-        "schemaVersion": 2, "mediaType": rf.OCI_MANIFEST,
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
-                   "digest": rf.sha256(config), "size": len(config)}, "layers": []})
+    manifest = rf.canonical(
+        {
+            "schemaVersion": 2,
+            "mediaType": rf.OCI_MANIFEST,
+            "config": {
+                "mediaType": "application/vnd.oci.image.config.v1+json",
+                "digest": rf.sha256(config),
+                "size": len(config),
+            },
+            "layers": [],
+        }
+    )
     reg.put_manifest("v2", manifest, rf.OCI_MANIFEST)
     with pytest.raises(InvalidInput, match="not the one certified here"):
         attest_result(result, recipe, key_path, None, attach_to=f"{registry}/{other}:v2")

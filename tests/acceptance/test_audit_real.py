@@ -50,8 +50,23 @@ def wheels(
         have = sorted(folder.glob(f"{stem}*.whl"))
         if not have:
             done = subprocess.run(
-                [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-                 "-d", str(folder), req], capture_output=True, text=True, timeout=600, check=False)
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--no-deps",
+                    "--only-binary",
+                    ":all:",
+                    "-d",
+                    str(folder),
+                    req,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=600,
+                check=False,
+            )
             have = sorted(folder.glob(f"{stem}*.whl"))
             if done.returncode != 0 or not have:
                 unavailable(f"pip download {req} failed: {done.stderr.strip()[-300:]}")
@@ -74,14 +89,22 @@ def _unpack(wheel: Path, site: Path, *, only: tuple[str, ...] = ()) -> None:
 
 
 def _audit(*args: str) -> tuple[int, dict[str, object]]:
-    done = subprocess.run([sys.executable, "-m", "envforge", "audit", *args, "--json"],
-                          capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "envforge", "audit", *args, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     return done.returncode, json.loads(done.stdout)
 
 
 def _messages(data: dict[str, object], check: str) -> list[str]:
-    return [str(f["message"]) for f in data["findings"]  # type: ignore[attr-defined]
-            if f["check"] == check]
+    return [
+        str(f["message"])
+        for f in data["findings"]  # type: ignore[attr-defined]
+        if f["check"] == check
+    ]
 
 
 def test_cuda_torchvision_beside_a_cpu_torch(wheels: dict[str, Path], tmp_path: Path) -> None:
@@ -91,16 +114,25 @@ def test_cuda_torchvision_beside_a_cpu_torch(wheels: dict[str, Path], tmp_path: 
     assert code == 1
     assert data["torch"] == "2.13.0+cpu"
     companions = _messages(data, "companions")
-    assert any(m.startswith("torchvision 0.28.0 is a cuda build") and
-               "install torchvision==0.28.0+cpu" in m for m in companions), companions
+    assert any(
+        m.startswith("torchvision 0.28.0 is a cuda build")
+        and "install torchvision==0.28.0+cpu" in m
+        for m in companions
+    ), companions
     links = _messages(data, "torch-extensions")
-    assert any("links libc10_cuda.so, libtorch_cuda.so, which torch 2.13.0+cpu does not have"
-               in m for m in links), links
+    assert any(
+        "links libc10_cuda.so, libtorch_cuda.so, which torch 2.13.0+cpu does not have" in m
+        for m in links
+    ), links
     gpu = _messages(data, "gpu-code")
     # the real fatbin of torchvision's _C.so (CUDA 13 build): SASS from Turing on, PTX 12.0
-    assert any(m.startswith("torchvision/_C.so (torchvision 0.28.0): no code for sm_61: "
-                            "SASS sm_75, sm_80, sm_86, sm_90, sm_100, sm_120; PTX sm_120")
-               for m in gpu), gpu
+    assert any(
+        m.startswith(
+            "torchvision/_C.so (torchvision 0.28.0): no code for sm_61: "
+            "SASS sm_75, sm_80, sm_86, sm_90, sm_100, sm_120; PTX sm_120"
+        )
+        for m in gpu
+    ), gpu
     code, data = _audit(str(tmp_path / "venv"), "--arch", "sm_90")
     # torchvision has sm_90 SASS; the +cpu torch itself has no GPU code: named
     assert [m.split(":", 1)[0] for m in _messages(data, "gpu-code")] == ["torch 2.13.0+cpu"]
@@ -116,11 +148,21 @@ def test_both_nccl_wheels_in_one_site_packages(wheels: dict[str, Path], tmp_path
     code, data = _audit(str(tmp_path / "venv"), "--arch", "sm_90")
     assert code == 1
     dups = _messages(data, "duplicate-libraries")
-    assert any(m.startswith("nvidia/nccl/lib/libnccl.so.2 is in both nvidia-nccl-cu12 "
-                            "2.32.3's and nvidia-nccl-cu13 2.32.3's RECORD") and
-               "is nvidia-nccl-cu13 2.32.3's" in m for m in dups), dups
-    assert any(m.startswith("libcudart in 2 majors side by side: libcudart.so.12 "
-                            "(nvidia-cuda-runtime-cu12 12.9.79), libcudart.so.13") for m in dups)
+    assert any(
+        m.startswith(
+            "nvidia/nccl/lib/libnccl.so.2 is in both nvidia-nccl-cu12 "
+            "2.32.3's and nvidia-nccl-cu13 2.32.3's RECORD"
+        )
+        and "is nvidia-nccl-cu13 2.32.3's" in m
+        for m in dups
+    ), dups
+    assert any(
+        m.startswith(
+            "libcudart in 2 majors side by side: libcudart.so.12 "
+            "(nvidia-cuda-runtime-cu12 12.9.79), libcudart.so.13"
+        )
+        for m in dups
+    )
     # a real NCCL's SASS list: no code for Maxwell
     code, data = _audit(str(tmp_path / "venv"), "--arch", "sm_52")
     nccl = [m for m in _messages(data, "gpu-code") if "libnccl.so.2" in m]

@@ -73,8 +73,12 @@ def server(tmp_path: Path) -> Iterator[Served]:
 def _recipe(url: str) -> Recipe:
     recipe = Catalogue(folders=(ROOT / "recipes",)).load("sm_89")
     return dataclasses.replace(
-        recipe, torch=Torch("2.15.0", f"{url}/whl/cu132"), cuda="13.2", python="3.11",
-        packages=("torchaudio",))
+        recipe,
+        torch=Torch("2.15.0", f"{url}/whl/cu132"),
+        cuda="13.2",
+        python="3.11",
+        packages=("torchaudio",),
+    )
 
 
 @pytest.mark.parametrize("installer", ["uv", "pip"])
@@ -99,17 +103,25 @@ def test_torchaudio_comes_from_the_cu130_index_only(
         "PIP_NO_CACHE_DIR": "1",
         "PIP_CONFIG_FILE": "/dev/null",
     }
-    done = subprocess.run([*argv, python, str(venv)], env=env, capture_output=True,
-                          check=False, timeout=300)
+    done = subprocess.run(
+        [*argv, python, str(venv)], env=env, capture_output=True, check=False, timeout=300
+    )
     assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
-    out = subprocess.run(
-        [str(venv / "bin" / "python"), "-c",
-         "import torch, torchaudio; print(torch.ORIGIN, torchaudio.ORIGIN, "
-         "torchaudio.__version__)"],
-        capture_output=True, check=True,
-    ).stdout.decode().split()
+    out = (
+        subprocess.run(
+            [
+                str(venv / "bin" / "python"),
+                "-c",
+                "import torch, torchaudio; print(torch.ORIGIN, torchaudio.ORIGIN, "
+                "torchaudio.__version__)",
+            ],
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .split()
+    )
     assert out == ["cu132", "cu130", "2.11.0+cu130"]
     asked = [p for p in server.seen if "/torchaudio/" in p]
     assert any(p.startswith("/whl/cu130/torchaudio/") for p in asked)
-    assert not any(p.startswith(("/default/torchaudio/", "/whl/cu132/torchaudio/"))
-                   for p in asked)
+    assert not any(p.startswith(("/default/torchaudio/", "/whl/cu132/torchaudio/")) for p in asked)

@@ -121,14 +121,22 @@ def test_setup_script_takes_the_family_from_the_stack_index(
     argv += ["--pip"] if installer == "pip" else ["--uv", str(uv)]
     venv = tmp_path / "venv"
     done = subprocess.run(
-        [*argv, python, str(venv)], env=_env(default, tmp_path), capture_output=True,
-        check=False, timeout=300,
+        [*argv, python, str(venv)],
+        env=_env(default, tmp_path),
+        capture_output=True,
+        check=False,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
-    out = subprocess.run(
-        [str(venv / "bin" / "python"), "-c", "import torchvision; print(torchvision.ORIGIN)"],
-        capture_output=True, check=True,
-    ).stdout.decode().strip()
+    out = (
+        subprocess.run(
+            [str(venv / "bin" / "python"), "-c", "import torchvision; print(torchvision.ORIGIN)"],
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .strip()
+    )
     assert out == "stack"
     assert not [p for p in default.seen if "/torchvision/" in p]
     assert [p for p in stack_index.seen if "/torchvision/" in p]

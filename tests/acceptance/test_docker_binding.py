@@ -128,7 +128,11 @@ def test_the_certified_image_verifies_publishes_and_runs(
     ok = ef("verify", setup.certified, "--no-pull", "--trust", str(setup.pub), extra_env=env)
     assert ok.returncode == 0, ok.stderr
     pushed = ef(
-        "publish", NAME, "--registry", f"{setup.registry}/envforge-harden", "--require-signed",
+        "publish",
+        NAME,
+        "--registry",
+        f"{setup.registry}/envforge-harden",
+        "--require-signed",
         extra_env=env,
     )
     assert pushed.returncode == 0, pushed.stderr
@@ -143,8 +147,9 @@ def test_a_derived_image_with_more_config_fails_verify_trust(
     line, key = DERIVED[instruction]
     ref = f"envforge-harden/derived:{instruction.lower()}"
     _build(sdk, f"FROM {setup.labelled}\n{line}\n", ref)
-    done = setup.envforge("verify", ref, "--no-pull", "--trust", str(setup.pub),
-                          extra_env=setup.env)
+    done = setup.envforge(
+        "verify", ref, "--no-pull", "--trust", str(setup.pub), extra_env=setup.env
+    )
     assert done.returncode == 1, done.stderr
     assert f"image config differs from certificate: {key}" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
@@ -160,13 +165,16 @@ def test_a_health_check_over_the_certified_tag_fails_publish_and_shell(
     try:
         ef, env = setup.envforge, setup.env
         pushed = ef(
-            "publish", NAME, "--registry", f"{setup.registry}/envforge-harden",
-            "--require-signed", extra_env=env,
+            "publish",
+            NAME,
+            "--registry",
+            f"{setup.registry}/envforge-harden",
+            "--require-signed",
+            extra_env=env,
         )
         assert pushed.returncode == 5, pushed.stderr
         assert "Healthcheck" in pushed.stderr
-        ran = ef("shell", NAME, "--", "sh", "-c", "echo ran > ran.txt", extra_env=env,
-                 cwd=tmp_path)
+        ran = ef("shell", NAME, "--", "sh", "-c", "echo ran > ran.txt", extra_env=env, cwd=tmp_path)
         assert ran.returncode == 1, ran.stderr
         assert "Healthcheck" in ran.stderr
         assert "(fix: envforge build hardenbind" in ran.stderr
@@ -174,8 +182,9 @@ def test_a_health_check_over_the_certified_tag_fails_publish_and_shell(
         assert not (tmp_path / "ran.txt").exists()
         assert _containers_of(derived) == []  # nothing was even created
         # Asked for by --image it runs (with a warning), but its health check never does.
-        asked = ef("shell", NAME, "--image", derived, "--", "sleep", "4", extra_env=env,
-                   cwd=tmp_path)
+        asked = ef(
+            "shell", NAME, "--image", derived, "--", "sleep", "4", extra_env=env, cwd=tmp_path
+        )
         assert asked.returncode == 0, asked.stderr
         assert "is not the image its certificate certifies" in asked.stderr
         assert not (tmp_path / "health-check-ran").exists()
@@ -187,8 +196,17 @@ def test_a_commit_retagged_over_the_certified_tag_is_refused_by_shell(
     client: EngineClient, setup: Setup, tmp_path: Path
 ) -> None:
     name = f"envforge-harden-commit-{secrets.token_hex(4)}"
-    made = docker_cli("run", "--name", name, "--network", "none", setup.labelled,
-                      "sh", "-c", "echo evil > /etc/evil")
+    made = docker_cli(
+        "run",
+        "--name",
+        name,
+        "--network",
+        "none",
+        setup.labelled,
+        "sh",
+        "-c",
+        "echo evil > /etc/evil",
+    )
     try:
         assert made.returncode == 0, made.stderr
         committed = docker_cli("commit", name, setup.certified)
@@ -220,14 +238,19 @@ def test_another_recipes_certified_image_over_the_tag_is_refused_by_shell(
     assert info is not None
     other = issue(
         report={"status": "pass", "level": "full", "steps": [{"name": "s", "status": "pass"}]},
-        recipe_name="cpu", recipe_hash="sha256:" + "0" * 64, stack_tag="torch2.5.1-cpu-py3.11",
-        layers=info.layers, config=bound_config(info.config), candidate_id=info.id,
+        recipe_name="cpu",
+        recipe_hash="sha256:" + "0" * 64,
+        stack_tag="torch2.5.1-cpu-py3.11",
+        layers=info.layers,
+        config=bound_config(info.config),
+        candidate_id=info.id,
     )
     image = label_image(client, info.id, {CERTIFICATE_LABEL: other.to_json()})
     _point_certified_tag_at(client, setup, image)
     try:
-        ran = setup.envforge("shell", NAME, "--", "sh", "-c", "echo ran > ran.txt",
-                             extra_env=setup.env, cwd=tmp_path)
+        ran = setup.envforge(
+            "shell", NAME, "--", "sh", "-c", "echo ran > ran.txt", extra_env=setup.env, cwd=tmp_path
+        )
         assert ran.returncode == 1, ran.stdout + ran.stderr
         assert f"{setup.certified} is certified for cpu torch2.5.1-cpu-py3.11, not" in ran.stderr
         assert len(ran.stderr.strip().splitlines()) == 1
@@ -242,8 +265,15 @@ def test_an_unpullable_base_image_is_exit_4_and_a_bad_image_reference_exit_2(
 ) -> None:
     """Issue 22 §9 on the real engine: a network problem is exit 4, the user's typo 2."""
     ef, env = setup.envforge, setup.env
-    built = ef("build", NAME, "--base-image", "127.0.0.1:1/envforge-nope:t", "--no-certify",
-               extra_env=env, cwd=tmp_path)
+    built = ef(
+        "build",
+        NAME,
+        "--base-image",
+        "127.0.0.1:1/envforge-nope:t",
+        "--no-certify",
+        extra_env=env,
+        cwd=tmp_path,
+    )
     assert built.returncode == 4, built.stderr
     assert "neither local nor pullable" in built.stderr
     assert "Traceback" not in built.stderr

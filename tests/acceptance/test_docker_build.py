@@ -111,7 +111,13 @@ def _forbidden(name: str) -> bool:
 def test_torch_imports_with_plain_docker_run(built_cpu: Built) -> None:
     ref = built_cpu.data["tags"][0]
     done = docker_cli(
-        "run", "--rm", "--network", "none", ref, "python", "-c",
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        ref,
+        "python",
+        "-c",
         "import torch, sys; print(torch.__version__, sys.executable)",
     )
     assert done.returncode == 0, done.stderr

@@ -48,14 +48,26 @@ def test_ctrl_c_during_certification_leaves_no_container(
     hang = FIXTURES / "hang_forever.py"
     before = all_containers()
     argv = [
-        sys.executable, "-m", "envforge", "certify", "cpu", "--level", "quick",
-        "--set", f"certify.extra_checks=[{json.dumps(str(hang))}]",
-        "--set", "certify.step_timeout=120",
+        sys.executable,
+        "-m",
+        "envforge",
+        "certify",
+        "cpu",
+        "--level",
+        "quick",
+        "--set",
+        f"certify.extra_checks=[{json.dumps(str(hang))}]",
+        "--set",
+        "certify.step_timeout=120",
     ]
     seen: list[str] = []
     with subprocess.Popen(
-        argv, cwd=tmp_path, env=envforge.env(), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True,
+        argv,
+        cwd=tmp_path,
+        env=envforge.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     ) as proc:
         try:
             assert proc.stderr is not None

@@ -71,12 +71,21 @@ def certify_hanging(envforge: Envforge, cwd: Path, procs: list[Popen]) -> Popen:
     """``envforge certify cpu`` whose extra check hangs; returns once the check runs."""
     hang = FIXTURES / "hang_forever.py"
     argv = [
-        sys.executable, "-m", "envforge", "certify", "cpu", "--level", "quick",
-        "--set", f"certify.extra_checks=[{json.dumps(str(hang))}]",
-        "--set", "certify.step_timeout=300",
+        sys.executable,
+        "-m",
+        "envforge",
+        "certify",
+        "cpu",
+        "--level",
+        "quick",
+        "--set",
+        f"certify.extra_checks=[{json.dumps(str(hang))}]",
+        "--set",
+        "certify.step_timeout=300",
     ]
-    p = subprocess.Popen(argv, cwd=cwd, env=envforge.env(), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        argv, cwd=cwd, env=envforge.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     procs.append(p)
     assert p.stderr is not None
     for line in p.stderr:
@@ -88,8 +97,12 @@ def certify_hanging(envforge: Envforge, cwd: Path, procs: list[Popen]) -> Popen:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_term_and_hup_during_certify_unwind_and_remove_the_probe_container(  # noqa: PLR0917
-    built_cpu: Built, envforge: Envforge, sdk: docker.DockerClient, tmp_path: Path,
-    started: list[Popen], sig: signal.Signals,
+    built_cpu: Built,
+    envforge: Envforge,
+    sdk: docker.DockerClient,
+    tmp_path: Path,
+    started: list[Popen],
+    sig: signal.Signals,
 ) -> None:
     p = certify_hanging(envforge, tmp_path, started)
     assert owned_by(sdk, p.pid) != []  # the probe container, labelled with its owner
@@ -99,7 +112,10 @@ def test_term_and_hup_during_certify_unwind_and_remove_the_probe_container(  # n
 
 
 def test_sigkill_during_certify_leaves_no_probe_container(
-    built_cpu: Built, envforge: Envforge, sdk: docker.DockerClient, tmp_path: Path,
+    built_cpu: Built,
+    envforge: Envforge,
+    sdk: docker.DockerClient,
+    tmp_path: Path,
     started: list[Popen],
 ) -> None:
     p = certify_hanging(envforge, tmp_path, started)
@@ -110,13 +126,28 @@ def test_sigkill_during_certify_leaves_no_probe_container(
 
 
 def test_sigkill_to_shell_stops_and_removes_its_container(
-    built_cpu: Built, envforge: Envforge, sdk: docker.DockerClient, tmp_path: Path,
+    built_cpu: Built,
+    envforge: Envforge,
+    sdk: docker.DockerClient,
+    tmp_path: Path,
     started: list[Popen],
 ) -> None:
     p = subprocess.Popen(
-        [sys.executable, "-m", "envforge", "shell", "cpu", "--", "sh", "-c",
-         "echo ready; exec sleep 300"],
-        cwd=tmp_path, env=envforge.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            "-m",
+            "envforge",
+            "shell",
+            "cpu",
+            "--",
+            "sh",
+            "-c",
+            "echo ready; exec sleep 300",
+        ],
+        cwd=tmp_path,
+        env=envforge.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
     )
     started.append(p)
@@ -134,17 +165,41 @@ def test_sigkill_to_shell_stops_and_removes_its_container(
 
 
 def test_sigkill_during_an_image_build_leaves_a_context_the_next_run_removes(  # noqa: PLR0917
-    envforge: Envforge, standin: str, wheelhouse: Path, ca_bundle: Path, built_cpu: Built,
-    tmp_path: Path, started: list[Popen],
+    envforge: Envforge,
+    standin: str,
+    wheelhouse: Path,
+    ca_bundle: Path,
+    built_cpu: Built,
+    tmp_path: Path,
+    started: list[Popen],
 ) -> None:
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     extra = {"TMPDIR": str(tmp)}
-    argv = [sys.executable, "-m", "envforge", *build_args(
-        "cpu", standin, wheelhouse, ca_bundle, "--builder", "classic", "--no-certify",
-        "--tag", "envforge-test/kills:context")]
-    p = subprocess.Popen(argv, cwd=tmp_path, env=envforge.env(extra), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+    argv = [
+        sys.executable,
+        "-m",
+        "envforge",
+        *build_args(
+            "cpu",
+            standin,
+            wheelhouse,
+            ca_bundle,
+            "--builder",
+            "classic",
+            "--no-certify",
+            "--tag",
+            "envforge-test/kills:context",
+        ),
+    ]
+    p = subprocess.Popen(
+        argv,
+        cwd=tmp_path,
+        env=envforge.env(extra),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     started.append(p)
 
     def contexts() -> list[Path]:
@@ -163,7 +218,10 @@ def test_sigkill_during_an_image_build_leaves_a_context_the_next_run_removes(  #
 
 
 def test_the_next_run_sweeps_containers_of_gone_owners_only(
-    envforge: Envforge, sdk: docker.DockerClient, standin: str, built_cpu: Built,
+    envforge: Envforge,
+    sdk: docker.DockerClient,
+    standin: str,
+    built_cpu: Built,
     tmp_path: Path,
 ) -> None:
     here = this_process()
@@ -178,8 +236,11 @@ def test_the_next_run_sweeps_containers_of_gone_owners_only(
     }
     made = {
         role: sdk.containers.create(
-            standin, ["sleep", "300"], labels={OWNER_LABEL: owner.label},
-            network_mode="none", name=f"envforge-test-kills-{role}-{os.getpid()}",
+            standin,
+            ["sleep", "300"],
+            labels={OWNER_LABEL: owner.label},
+            network_mode="none",
+            name=f"envforge-test-kills-{role}-{os.getpid()}",
         )
         for role, owner in owners.items()
     }

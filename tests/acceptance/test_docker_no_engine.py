@@ -39,8 +39,14 @@ def test_no_engine_exits_4_without_traceback(
 def test_no_certify_cannot_take_a_certified_name(envforge: Envforge, tmp_path: Path) -> None:
     """Refused before any engine is needed: the envforge/ namespace is for certified images."""
     done = envforge(
-        "build", "cpu", "--no-certify", "--tag", "envforge/cpu:mine",
-        extra_env=NO_ENGINE, cwd=tmp_path, timeout=60,
+        "build",
+        "cpu",
+        "--no-certify",
+        "--tag",
+        "envforge/cpu:mine",
+        extra_env=NO_ENGINE,
+        cwd=tmp_path,
+        timeout=60,
     )
     assert done.returncode == 2, done.stderr
     assert "--no-certify" in done.stderr

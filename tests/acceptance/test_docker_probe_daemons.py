@@ -66,8 +66,13 @@ def test_daemons_in_a_probe_container_leave_nothing(
     after.write_text("pass\n")
     token = os.urandom(8).hex()
     deadline = 8.0
-    spec = ProbeSpec(level="quick", vendor="none", step_timeout=deadline,
-                     checks=read_checks([check, after]), env=((MARK, token),))
+    spec = ProbeSpec(
+        level="quick",
+        vendor="none",
+        step_timeout=deadline,
+        checks=read_checks([check, after]),
+        env=((MARK, token),),
+    )
     before = all_containers()
     began = time.monotonic()
     report = run_probe(spec, DockerTarget(client, built_cpu.data["tags"][0]))

@@ -63,13 +63,28 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 def test_a_project_image_is_certified_runs_the_project_and_keeps_torchs_layer(  # noqa: PLR0917
-    project: Path, envforge: Envforge, client: EngineClient, standin: str, wheelhouse: Path,
+    project: Path,
+    envforge: Envforge,
+    client: EngineClient,
+    standin: str,
+    wheelhouse: Path,
     ca_bundle: Path,
 ) -> None:
     # the quick probe: the project's steps run at both levels, and the recipe's full probe
     # is test_docker_build's (CI's time is short)
-    args = build_args("cpu", standin, wheelhouse, ca_bundle, "--project", str(project),
-                      "--backend", "docker", "--level", "quick", "--json")
+    args = build_args(
+        "cpu",
+        standin,
+        wheelhouse,
+        ca_bundle,
+        "--project",
+        str(project),
+        "--backend",
+        "docker",
+        "--level",
+        "quick",
+        "--json",
+    )
     first = envforge(*args, timeout=900)
     assert first.returncode == 0, first.stderr[-4000:]
     built = parse_json(first)
@@ -92,8 +107,18 @@ def test_a_project_image_is_certified_runs_the_project_and_keeps_torchs_layer(  
 
     # the same `python train.py` a venv runs: the folder mounted, the project importable
     elsewhere = project.parent
-    shell = envforge("shell", "cpu", "--project", str(project), "--backend", "docker", "--",
-                     "python", "train.py", cwd=elsewhere)
+    shell = envforge(
+        "shell",
+        "cpu",
+        "--project",
+        str(project),
+        "--backend",
+        "docker",
+        "--",
+        "python",
+        "train.py",
+        cwd=elsewhere,
+    )
     assert shell.returncode == 0, shell.stderr[-3000:]
     made = project / "trained.txt"
     assert made.read_text() == "/workspace 41 2.13.0+cpu"
@@ -111,7 +136,7 @@ def test_a_project_image_is_certified_runs_the_project_and_keeps_torchs_layer(  
     assert "idna==" in home_lock.read_text()
 
     # a failing check fails certification naming it, and the tag stays where it was
-    write_project(project, '"six", "idna"', checks='"python -c \'raise SystemExit(3)\'"')
+    write_project(project, '"six", "idna"', checks="\"python -c 'raise SystemExit(3)'\"")
     third = envforge(*args, timeout=900)
     assert third.returncode == 1
     assert "at step check:python -c 'raise SystemExit(3)'" in third.stderr

@@ -66,8 +66,16 @@ def test_pull_makes_a_published_image_the_recipes_certified_image(
         again = inspect_image(client, certified)
         assert again is not None
         assert again.id == image.id
-        ran = envforge("shell", "cpu", "--backend", "docker", "--", "python", "-c",
-                       "import torch; print(torch.__version__)")
+        ran = envforge(
+            "shell",
+            "cpu",
+            "--backend",
+            "docker",
+            "--",
+            "python",
+            "-c",
+            "import torch; print(torch.__version__)",
+        )
         assert ran.returncode == 0, ran.stderr
         assert ran.stdout.strip() == "2.13.0+cpu"
     finally:
@@ -82,8 +90,15 @@ def test_verify_fails_on_a_retagged_modified_image(
     before = all_containers()
     name = "envforge-test-tamper"
     made = docker_cli(
-        "run", "--name", name, "--network", "none", certified,
-        "sh", "-c", "echo evil > /opt/evil",
+        "run",
+        "--name",
+        name,
+        "--network",
+        "none",
+        certified,
+        "sh",
+        "-c",
+        "echo evil > /opt/evil",
     )
     try:
         assert made.returncode == 0, made.stderr

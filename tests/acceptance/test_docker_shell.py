@@ -18,9 +18,7 @@ pytestmark = pytest.mark.engine
 
 def test_exit_code_is_passed_through(built_cpu: Built, envforge: Envforge, tmp_path: Path) -> None:
     before = all_containers()
-    done = envforge(
-        "shell", "cpu", "--", "python", "-c", "import sys; sys.exit(7)", cwd=tmp_path
-    )
+    done = envforge("shell", "cpu", "--", "python", "-c", "import sys; sys.exit(7)", cwd=tmp_path)
     assert done.returncode == 7, done.stderr
     assert "Traceback" not in done.stderr
     assert all_containers() == before

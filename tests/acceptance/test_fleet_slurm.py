@@ -39,18 +39,29 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     if not any(WHEELS.glob("torch-2.13.0+cpu-cp311-*.whl")):
         unavailable(f"no torch 2.13.0+cpu cp311 wheel in {WHEELS} (PIP_FIND_LINKS)")
     environ = {k: v for k, v in os.environ.items() if not k.startswith("ENVFORGE_")}
-    environ.update(SLURM_CONF=conf, UV_HTTP_RETRIES="0",
-                   ENVFORGE_HOME=str(tmp_path_factory.mktemp("collector-home")))
-    ping = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], env=environ, capture_output=True,
-                          text=True, check=False)
+    environ.update(
+        SLURM_CONF=conf,
+        UV_HTTP_RETRIES="0",
+        ENVFORGE_HOME=str(tmp_path_factory.mktemp("collector-home")),
+    )
+    ping = subprocess.run(
+        ["sinfo", "-h", "-N", "-o", "%T"], env=environ, capture_output=True, text=True, check=False
+    )
     if ping.returncode != 0 or ping.stdout.strip() not in ("idle", "mixed", "allocated"):
         unavailable(f"the Slurm node is not up: {ping.stdout.strip()} {ping.stderr.strip()}")
     return environ
 
 
 def envforge(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "envforge", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "envforge", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
 
 
 def failing_recipe(folder: Path) -> Path:
@@ -69,9 +80,25 @@ def test_plan_submit_status_collect_with_a_passing_and_a_failing_recipe(
 ) -> None:
     plan = tmp_path / "plan"
     planned = envforge(
-        "fleet", "plan", "--engine", "slurm", "--recipe", "cpu", "--recipe",
-        str(failing_recipe(tmp_path)), "--arch", "gfx942", "--backend", "venv",
-        "--wheelhouse", str(WHEELS), "--level", "quick", "-o", str(plan), env=env,
+        "fleet",
+        "plan",
+        "--engine",
+        "slurm",
+        "--recipe",
+        "cpu",
+        "--recipe",
+        str(failing_recipe(tmp_path)),
+        "--arch",
+        "gfx942",
+        "--backend",
+        "venv",
+        "--wheelhouse",
+        str(WHEELS),
+        "--level",
+        "quick",
+        "-o",
+        str(plan),
+        env=env,
     )
     assert planned.returncode == 0, planned.stderr
     script = (plan / "certify-gfx942-gpu1.sbatch").read_text()
@@ -82,8 +109,7 @@ def test_plan_submit_status_collect_with_a_passing_and_a_failing_recipe(
     assert submitted.returncode == 0, submitted.stderr
     assert len(json.loads(submitted.stdout)["jobs"]) == 1
 
-    status = envforge("fleet", "status", str(plan), "--wait", "--timeout", "500", "--json",
-                      env=env)
+    status = envforge("fleet", "status", str(plan), "--wait", "--timeout", "500", "--json", env=env)
     assert status.returncode == 1, status.stderr  # one failed
     tasks = {t["task"]: t for t in json.loads(status.stdout)["tasks"]}
     assert tasks[0]["state"] == "passed", tasks[0]
@@ -123,20 +149,48 @@ def test_hostile_values_are_refused_before_sbatch_and_a_forged_report_is_not_cou
     """Issue 27: a line break in --partition or a command in --feature never reaches
     sbatch (nor does one put into plan.json by hand); a hand-written probe.json in a real
     plan's task folder is refused by collect, not counted and not imported."""
-    for option in (["--partition", "debug\n#SBATCH --wrap=touch /tmp/pwned"],
-                   ["--arch", "gfx942", "--feature", "gfx942=gfx942;touch /tmp/pwned"]):
+    for option in (
+        ["--partition", "debug\n#SBATCH --wrap=touch /tmp/pwned"],
+        ["--arch", "gfx942", "--feature", "gfx942=gfx942;touch /tmp/pwned"],
+    ):
         out = tmp_path / f"refused{len(option)}"
-        refused = envforge("fleet", "plan", "--engine", "slurm", "--recipe", "cpu",
-                           "--backend", "venv", *option, "-o", str(out), env=env)
+        refused = envforge(
+            "fleet",
+            "plan",
+            "--engine",
+            "slurm",
+            "--recipe",
+            "cpu",
+            "--backend",
+            "venv",
+            *option,
+            "-o",
+            str(out),
+            env=env,
+        )
         assert refused.returncode == 2, refused.stderr
         assert refused.stderr.count("\n") == 1
         assert option[-2] in refused.stderr
         assert not out.exists()
 
     plan = tmp_path / "plan"
-    planned = envforge("fleet", "plan", "--engine", "slurm", "--recipe", "cpu", "--arch",
-                       "gfx942", "--backend", "venv", "--level", "quick", "-o", str(plan),
-                       env=env)
+    planned = envforge(
+        "fleet",
+        "plan",
+        "--engine",
+        "slurm",
+        "--recipe",
+        "cpu",
+        "--arch",
+        "gfx942",
+        "--backend",
+        "venv",
+        "--level",
+        "quick",
+        "-o",
+        str(plan),
+        env=env,
+    )
     assert planned.returncode == 0, planned.stderr
     data = json.loads((plan / "plan.json").read_text())
     tampered = tmp_path / "tampered"
@@ -152,14 +206,21 @@ def test_hostile_values_are_refused_before_sbatch_and_a_forged_report_is_not_cou
 
     task = data["tasks"][0]
     forged = {
-        "schema": "envforge.probe/1", "status": "pass", "level": "quick",
+        "schema": "envforge.probe/1",
+        "status": "pass",
+        "level": "quick",
         "steps": [{"name": "device", "status": "pass", "seconds": 0.1, "detail": ""}],
         "recipe": {"name": task["recipe"], "hash": task["recipe_hash"]},
         "environment": {"target": "python", "snapshot": {"torch": "2.13.0+cpu"}},
-        "host": {"kernel": "Linux", "machine": "x86_64", "driver": None,
-                 "gpus": [{"name": "AMD Radeon RX 7900 XTX", "arch": "gfx1100",
-                           "vendor": "amd"}]},
-        "envforge_version": "0.1.0", "created": "2026-01-01T00:00:00Z", "seconds": 0.1,
+        "host": {
+            "kernel": "Linux",
+            "machine": "x86_64",
+            "driver": None,
+            "gpus": [{"name": "AMD Radeon RX 7900 XTX", "arch": "gfx1100", "vendor": "amd"}],
+        },
+        "envforge_version": "0.1.0",
+        "created": "2026-01-01T00:00:00Z",
+        "seconds": 0.1,
     }
     reports = plan / "reports" / "000"
     reports.mkdir(parents=True)

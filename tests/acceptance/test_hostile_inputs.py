@@ -135,8 +135,14 @@ def test_an_index_with_a_5000_digit_version_and_an_esc_in_a_url(
     tmp_path: Path, hostile_index: str
 ) -> None:
     done = envforge(
-        "knowledge", "refresh", "--index", hostile_index, "--no-pytorch-index", "--json",
-        home=tmp_path, timeout=120,
+        "knowledge",
+        "refresh",
+        "--index",
+        hostile_index,
+        "--no-pytorch-index",
+        "--json",
+        home=tmp_path,
+        timeout=120,
     )
     assert "Traceback" not in done.stderr, done.stderr
     assert done.returncode in (0, 1), done.stderr  # an answer, not a crash
@@ -158,8 +164,19 @@ def test_an_index_with_a_5000_digit_version_and_an_esc_in_a_url(
 def test_fleet_plan_refuses_hostile_values_at_once(tmp_path: Path, args: tuple[str, ...]) -> None:
     """Issue 27 classes 2 and 7: one line, exit 2, nothing written, no hang."""
     started = time.monotonic()
-    done = envforge("fleet", "plan", "--engine", "slurm", "--recipe", "cpu", *args,
-                    "-o", str(tmp_path / "plan"), home=tmp_path / "home", timeout=60)
+    done = envforge(
+        "fleet",
+        "plan",
+        "--engine",
+        "slurm",
+        "--recipe",
+        "cpu",
+        *args,
+        "-o",
+        str(tmp_path / "plan"),
+        home=tmp_path / "home",
+        timeout=60,
+    )
     assert "Traceback" not in done.stderr, done.stderr
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1
@@ -172,8 +189,12 @@ def test_fleet_status_wait_refuses_a_nan_timeout_while_a_task_runs(tmp_path: Pat
     """Issue 27 class 7: ``--timeout nan`` waited forever on a running task."""
     home = tmp_path / "home"
     plan = tmp_path / "plan"
-    assert envforge("fleet", "plan", "--engine", "slurm", "--recipe", "cpu", "-o", str(plan),
-                    home=home).returncode == 0
+    assert (
+        envforge(
+            "fleet", "plan", "--engine", "slurm", "--recipe", "cpu", "-o", str(plan), home=home
+        ).returncode
+        == 0
+    )
     (plan / "submitted.json").write_text('{"jobs": ["7"]}')
     fake = tmp_path / "bin"
     fake.mkdir()
@@ -181,9 +202,24 @@ def test_fleet_status_wait_refuses_a_nan_timeout_while_a_task_runs(tmp_path: Pat
     (fake / "squeue").chmod(0o755)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENVFORGE_")}
     env.update(ENVFORGE_HOME=str(home), PYTHONPATH=str(ROOT), PATH=f"{fake}:{env['PATH']}")
-    done = subprocess.run([sys.executable, "-m", "envforge", "fleet", "status", str(plan),
-                           "--wait", "--timeout", "nan"], env=env, capture_output=True,
-                          text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "envforge",
+            "fleet",
+            "status",
+            str(plan),
+            "--wait",
+            "--timeout",
+            "nan",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 2, done.stderr
     assert "--timeout nan" in done.stderr
 
@@ -211,16 +247,24 @@ def test_a_vcs_or_path_requirement_with_a_fake_sha256_never_runs(
     repo = tmp_path / "x"
     repo.mkdir()
     marker = tmp_path / "setup-py-ran"
-    (repo / "setup.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n"
-                                   "from setuptools import setup\nsetup(name='x', version='1')\n")
-    for git in (["init", "-q"], ["add", "setup.py"],
-                ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
+    (repo / "setup.py").write_text(
+        f"open({str(marker)!r}, 'w').write('ran')\n"
+        "from setuptools import setup\nsetup(name='x', version='1')\n"
+    )
+    for git in (
+        ["init", "-q"],
+        ["add", "setup.py"],
+        ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"],
+    ):
         subprocess.run(["git", "-C", str(repo), *git], check=False, capture_output=True)
     proj = tmp_path / "proj"
     proj.mkdir()
     (proj / "requirements.txt").write_text(f"x @ {scheme}{repo}#sha256={ZEROS}\n")
-    args = {"show": ("show", "cpu"), "lock": ("lock", "cpu"),
-            "build": ("build", "cpu", "--backend", "venv")}[command]
+    args = {
+        "show": ("show", "cpu"),
+        "lock": ("lock", "cpu"),
+        "build": ("build", "cpu", "--backend", "venv"),
+    }[command]
     done = envforge(*args, "--project", str(proj), home=tmp_path / "home", timeout=60)
     err = _one_line_exit_2(done)
     assert "requirements.txt: line 1: requirement 'x' is" in err
@@ -232,8 +276,9 @@ def test_a_5000_group_chain_is_one_line(tmp_path: Path) -> None:
     lines += [f'g{i} = [{{include-group = "g{i + 1}"}}]' for i in range(4999)]
     lines += ['g4999 = ["six"]', "[tool.envforge]", 'groups = ["g0"]']
     (tmp_path / "pyproject.toml").write_text("\n".join(lines) + "\n")
-    err = _one_line_exit_2(envforge("show", "cpu", "--project", str(tmp_path),
-                                    home=tmp_path / "home"))
+    err = _one_line_exit_2(
+        envforge("show", "cpu", "--project", str(tmp_path), home=tmp_path / "home")
+    )
     assert "deeper than 64" in err
 
 
@@ -260,11 +305,17 @@ def test_an_include_outside_the_project_is_never_read_or_echoed(
     include = "link.txt" if target == "LINK" else target
     (proj / "requirements.txt").write_text(f"numpy\n-r {include}\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENVFORGE_")}
-    env.update(ENVFORGE_HOME=str(tmp_path / "home"), PYTHONPATH=str(ROOT),
-               ENVFORGE_TEST_SECRET="hunter2")
-    done = subprocess.run([sys.executable, "-m", "envforge", "show", "cpu", "--project",
-                           str(proj)], env=env, capture_output=True, text=True, timeout=60,
-                          check=False)
+    env.update(
+        ENVFORGE_HOME=str(tmp_path / "home"), PYTHONPATH=str(ROOT), ENVFORGE_TEST_SECRET="hunter2"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "envforge", "show", "cpu", "--project", str(proj)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     err = _one_line_exit_2(done)
     assert "outside the project folder" in err
     assert "hunter2" not in err
@@ -273,20 +324,26 @@ def test_an_include_outside_the_project_is_never_read_or_echoed(
 
 def test_contradictory_companion_pins_are_one_line(tmp_path: Path) -> None:
     (tmp_path / "requirements.txt").write_text("torchvision==0.28.0\ntorchvision==0.29.0\n")
-    err = _one_line_exit_2(envforge("show", "cpu", "--project", str(tmp_path),
-                                    home=tmp_path / "home"))
+    err = _one_line_exit_2(
+        envforge("show", "cpu", "--project", str(tmp_path), home=tmp_path / "home")
+    )
     assert "torchvision" in err
 
 
 def test_fleet_status_shows_task_json_escapes_escaped(tmp_path: Path) -> None:
     home = tmp_path / "home"
     plan = tmp_path / "plan"
-    assert envforge("fleet", "plan", "--engine", "github", "--recipe", "cpu", "-o", str(plan),
-                    home=home).returncode == 0
+    assert (
+        envforge(
+            "fleet", "plan", "--engine", "github", "--recipe", "cpu", "-o", str(plan), home=home
+        ).returncode
+        == 0
+    )
     task = plan / "reports" / "000"
     task.mkdir(parents=True, exist_ok=True)
-    (task / "task.json").write_text(json.dumps({"exit": "\x1b[2J", "node": "\x1b]0;x\x07",
-                                                "granted": {"gpus": "\x9b31m"}}))
+    (task / "task.json").write_text(
+        json.dumps({"exit": "\x1b[2J", "node": "\x1b]0;x\x07", "granted": {"gpus": "\x9b31m"}})
+    )
     for command in ("status", "collect"):
         done = envforge("fleet", command, str(plan), home=home)
         assert done.returncode == 1, done.stderr

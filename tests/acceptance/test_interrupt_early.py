@@ -109,8 +109,14 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Whole]:
     home = tmp_path_factory.mktemp("home")
     found: dict[str, Whole] = {}
     for args in COMMANDS:
-        subprocess.run([sys.executable, "-m", "envforge", *args.split()], cwd=ROOT,
-                       env=child_env(home), capture_output=True, check=False, timeout=120)
+        subprocess.run(
+            [sys.executable, "-m", "envforge", *args.split()],
+            cwd=ROOT,
+            env=child_env(home),
+            capture_output=True,
+            check=False,
+            timeout=120,
+        )
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         done = subprocess.run(
             [sys.executable, "-m", "envforge", *args.split()],
@@ -183,9 +189,7 @@ def installed_script() -> Path | None:
 
 
 @pytest.mark.parametrize("moment", MOMENTS)
-def test_the_console_script_too(
-    moment: float, reference: dict[str, Whole], tmp_path: Path
-) -> None:
+def test_the_console_script_too(moment: float, reference: dict[str, Whole], tmp_path: Path) -> None:
     script = installed_script()
     if script is None:
         pytest.skip(

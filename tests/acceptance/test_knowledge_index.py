@@ -101,13 +101,18 @@ def test_fresh_cache_asks_nothing(server: IndexServer, cli: Envforge) -> None:
 
 
 def test_404_is_reported_and_skipped(server: IndexServer, cli: Envforge) -> None:
-    _, data = _refresh(cli, "--index", f"{server.url}/gone", "--index", f"{server.url}/simple",
-                       "--allow-partial")
+    _, data = _refresh(
+        cli, "--index", f"{server.url}/gone", "--index", f"{server.url}/simple", "--allow-partial"
+    )
     assert data["torch_versions"] == FIXTURE_VERSIONS
     gone = [p for p in data["problems"] if p["url"] == f"{server.url}/gone/torch/"]
     assert gone == [
-        {"url": f"{server.url}/gone/torch/", "kind": "http", "reason": "HTTP 404 Not Found",
-         "status": 404}
+        {
+            "url": f"{server.url}/gone/torch/",
+            "kind": "http",
+            "reason": "HTTP 404 Not Found",
+            "status": 404,
+        }
     ]
 
 
@@ -121,8 +126,14 @@ def test_no_index_answers_is_exit_4(server: IndexServer, cli: Envforge) -> None:
 
 def test_timeout_is_reported_and_skipped(server: IndexServer, cli: Envforge) -> None:
     _done, data = _refresh(
-        cli, "--index", f"{server.url}/slow", "--index", f"{server.url}/simple",
-        "--timeout", "0.5", "--allow-partial",
+        cli,
+        "--index",
+        f"{server.url}/slow",
+        "--index",
+        f"{server.url}/simple",
+        "--timeout",
+        "0.5",
+        "--allow-partial",
     )
     slow = [p for p in data["problems"] if p["url"].startswith(f"{server.url}/slow/")]
     assert {p["kind"] for p in slow} == {"timeout"}
@@ -132,14 +143,22 @@ def test_timeout_is_reported_and_skipped(server: IndexServer, cli: Envforge) -> 
 
 
 def test_malformed_page_names_the_url(server: IndexServer, cli: Envforge) -> None:
-    _, data = _refresh(cli, "--index", f"{server.url}/bad", "--index", f"{server.url}/simple",
-                       "--allow-partial")
+    _, data = _refresh(
+        cli, "--index", f"{server.url}/bad", "--index", f"{server.url}/simple", "--allow-partial"
+    )
     bad = [p for p in data["problems"] if p["url"] == f"{server.url}/bad/torch/"]
     assert len(bad) == 1
     assert bad[0]["kind"] == "malformed"
     assert "invalid JSON" in bad[0]["reason"]
-    text = cli("knowledge", "refresh", "--no-pytorch-index", "--index", f"{server.url}/bad",
-               "--index", f"{server.url}/simple")
+    text = cli(
+        "knowledge",
+        "refresh",
+        "--no-pytorch-index",
+        "--index",
+        f"{server.url}/bad",
+        "--index",
+        f"{server.url}/simple",
+    )
     assert text.returncode == 4  # a partial check is not a success without --allow-partial
     assert f"problem: {server.url}/bad/torch/: malformed: invalid JSON" in text.stdout
     assert "Traceback" not in text.stdout + text.stderr
@@ -184,14 +203,23 @@ def test_new_companion_releases_are_proposed(
     rows = {r["package"]: r for r in data["proposed_companions"]}
     vision, audio = rows["torchvision"], rows["torchaudio"]
     assert (vision["version"], vision["torch"], vision["requires"], vision["confidence"]) == (
-        "0.30.0", "2.16.0", "==2.16.0", "verified")
+        "0.30.0",
+        "2.16.0",
+        "==2.16.0",
+        "verified",
+    )
     assert vision["source"].startswith(f"{server.url}/packages/")
-    assert vision["source"].endswith("torchvision-0.30.0-py3-none-manylinux_2_28_x86_64"
-                                     ".whl.metadata")
+    assert vision["source"].endswith(
+        "torchvision-0.30.0-py3-none-manylinux_2_28_x86_64.whl.metadata"
+    )
     assert vision["checked"] == today
     # paired with torch 2.16.0, uploaded last before it
     assert (audio["version"], audio["torch"], audio["requires"], audio["confidence"]) == (
-        "2.12.0", "2.16.0", "==2.16.0", "uncertain")
+        "2.12.0",
+        "2.16.0",
+        "==2.16.0",
+        "uncertain",
+    )
     assert "names no torch requirement" in audio["note"]
     metadata = [r.path for r in server.requests if r.path.endswith(".metadata")]
     assert all(path.startswith("/packages/") for path in metadata)
@@ -199,10 +227,14 @@ def test_new_companion_releases_are_proposed(
     human = cli("knowledge", "refresh", "--no-pytorch-index", "--index", f"{server.url}/future")
     assert human.returncode == 0, human.stderr
     assert "  torchvision 0.30.0: listed; not in the companion table" in human.stdout
-    assert '  - {package: torchvision, version: "0.30.0", torch: "2.16.0", ' \
+    assert (
+        '  - {package: torchvision, version: "0.30.0", torch: "2.16.0", '
         'requires: "==2.16.0", source: ' in human.stdout
-    assert "torchaudio 2.12.0: proposed uncertain: the wheel's METADATA names no torch " \
+    )
+    assert (
+        "torchaudio 2.12.0: proposed uncertain: the wheel's METADATA names no torch "
         "requirement" in human.stdout
+    )
     # -o: the overlay still loads as compat rows; the companion rows are comments in it
     text = out.read_text(encoding="utf-8")
     assert [r["series"] for r in yaml.safe_load(text)["releases"]] == ["2.16"]
@@ -232,8 +264,15 @@ def test_status_current_and_behind(server: IndexServer, cli: Envforge) -> None:
 
 def test_pytorch_variant_indexes(server: IndexServer, cli: Envforge) -> None:
     done = cli(
-        "knowledge", "refresh", "--json", "--index", f"{server.url}/simple",
-        "--pytorch-index", f"{server.url}/whl", "--allow-partial", timeout=120,
+        "knowledge",
+        "refresh",
+        "--json",
+        "--index",
+        f"{server.url}/simple",
+        "--pytorch-index",
+        f"{server.url}/whl",
+        "--allow-partial",
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     data = parse_json(done)
@@ -251,16 +290,28 @@ def test_pytorch_variant_indexes(server: IndexServer, cli: Envforge) -> None:
     assert "torchvision 0.29.3" in _kinds(data, "companion-new")
     [row] = [r for r in data["proposed_companions"] if r["version"] == "0.29.3"]
     assert (row["package"], row["torch"], row["requires"], row["confidence"]) == (
-        "torchvision", "2.15.0", "==2.15.0", "verified")
-    assert row["source"] == (f"{server.url}/whl/cpu/torchvision-0.29.3%2Bcpu-cp311-cp311-"
-                             "manylinux_2_28_x86_64.whl.metadata")
+        "torchvision",
+        "2.15.0",
+        "==2.15.0",
+        "verified",
+    )
+    assert row["source"] == (
+        f"{server.url}/whl/cpu/torchvision-0.29.3%2Bcpu-cp311-cp311-"
+        "manylinux_2_28_x86_64.whl.metadata"
+    )
 
 
 def test_unreachable_pytorch_root_is_one_problem(server: IndexServer, cli: Envforge) -> None:
     # nothing listens on port 1: every variant listing is refused, reported as one line
     done = cli(
-        "knowledge", "refresh", "--index", f"{server.url}/simple",
-        "--pytorch-index", "http://127.0.0.1:1/whl", "--allow-partial", timeout=120,
+        "knowledge",
+        "refresh",
+        "--index",
+        f"{server.url}/simple",
+        "--pytorch-index",
+        "http://127.0.0.1:1/whl",
+        "--allow-partial",
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     lines = [line for line in done.stdout.splitlines() if line.startswith("problem: ")]

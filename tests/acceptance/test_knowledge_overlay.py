@@ -24,17 +24,35 @@ def server() -> Iterator[IndexServer]:
 
 def test_refresh_overlay_makes_the_new_release_known(server: IndexServer, tmp_path: Path) -> None:
     cli = Envforge(tmp_path / "home")
-    quiet = {"XDG_CONFIG_HOME": str(tmp_path / "config"), "ENVFORGE_KNOWLEDGE_PATH": "",
-             "ENVFORGE_STRICT": ""}
+    quiet = {
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "ENVFORGE_KNOWLEDGE_PATH": "",
+        "ENVFORGE_STRICT": "",
+    }
     overlay = tmp_path / "proposed.yaml"
-    done = cli("knowledge", "refresh", "--no-pytorch-index", "--index", f"{server.url}/future",
-               "-o", str(overlay), timeout=120, extra_env=quiet)
+    done = cli(
+        "knowledge",
+        "refresh",
+        "--no-pytorch-index",
+        "--index",
+        f"{server.url}/future",
+        "-o",
+        str(overlay),
+        timeout=120,
+        extra_env=quiet,
+    )
     assert done.returncode == 0, done.stderr
     assert overlay.is_file()
 
     root = load_table().index_root
-    pin = ["--set", "torch.version=2.16.0", "--set", "cuda=13.2",
-           "--set", f"torch.index={root}/cu132"]
+    pin = [
+        "--set",
+        "torch.version=2.16.0",
+        "--set",
+        "cuda=13.2",
+        "--set",
+        f"torch.index={root}/cu132",
+    ]
 
     # without the overlay: unknown, a warning; --strict refuses it
     loose = cli("validate", "sm_90", *pin, extra_env=quiet)
@@ -64,8 +82,9 @@ def test_refresh_overlay_makes_the_new_release_known(server: IndexServer, tmp_pa
     assert [r["origin"] for r in merged["releases"] if r["series"] == "2.16"] == [str(overlay)]
 
     # the overlay file broken: exit 2, one line naming the file, line and key
-    overlay.write_text(overlay.read_text(encoding="utf-8").replace("sm_source:", "sm_sauce:"),
-                       encoding="utf-8")
+    overlay.write_text(
+        overlay.read_text(encoding="utf-8").replace("sm_source:", "sm_sauce:"), encoding="utf-8"
+    )
     bad = cli("validate", "sm_90", extra_env=with_overlay)
     assert bad.returncode == 2
     lines = bad.stderr.strip().splitlines()

@@ -66,14 +66,23 @@ def test_companion_metadata_proposes_the_tables_rows() -> None:
     torch = probe.listing(root, "torch")
     assert isinstance(torch, Listing), torch
     # the metadata files live beside the wheels, wherever the index puts them
-    hosts = {f.url.split("/", 3)[2]
-             for f in (*page.files_of_version("0.28.0"), *torch.files_of_version("2.13.0"))}
-    client = IndexClient(policy=Policy.for_urls([root, *(f"https://{h}" for h in hosts)]),
-                         deadline=Deadline.start(120))
+    hosts = {
+        f.url.split("/", 3)[2]
+        for f in (*page.files_of_version("0.28.0"), *torch.files_of_version("2.13.0"))
+    }
+    client = IndexClient(
+        policy=Policy.for_urls([root, *(f"https://{h}" for h in hosts)]),
+        deadline=Deadline.start(120),
+    )
     shipped = load_companions()
-    earlier = dataclasses.replace(shipped, rows=tuple(
-        r for r in shipped.rows
-        if r.package != "torchvision" or Version(r.version) < Version("0.28.0")))
+    earlier = dataclasses.replace(
+        shipped,
+        rows=tuple(
+            r
+            for r in shipped.rows
+            if r.package != "torchvision" or Version(r.version) < Version("0.28.0")
+        ),
+    )
     found = check_companions(earlier, client, [page], [torch], "2026-11-25")
     assert "torchvision 0.28.0" in {f.subject for f in found.findings}
     assert found.rows, found.notes
@@ -81,17 +90,26 @@ def test_companion_metadata_proposes_the_tables_rows() -> None:
         want = shipped.row("torchvision", row.version)
         assert want is not None, row
         assert (row.torch, row.requires, row.confidence) == (
-            want.torch, want.requires, want.confidence), row
+            want.torch,
+            want.requires,
+            want.confidence,
+        ), row
         # PEP 658, or the JSON API for the newest release (its metadata is a 404 here)
         assert row.source.endswith((".whl.metadata", "/torchvision/json"))
     # triton: torch's own metadata pins it (torch 2.13.0's answers here)
-    earlier = dataclasses.replace(shipped, rows=tuple(
-        r for r in shipped.rows
-        if r.package != "triton" or Version(r.torch) < Version("2.13.0")))
+    earlier = dataclasses.replace(
+        shipped,
+        rows=tuple(
+            r for r in shipped.rows if r.package != "triton" or Version(r.torch) < Version("2.13.0")
+        ),
+    )
     pinned = check_pinned(earlier, client, [(None, torch)], "2026-11-25")
     assert pinned.rows, pinned.notes
     for row in pinned.rows:
         want = next((r for r in shipped.rows_of("triton") if r.torch == row.torch), None)
         assert want is not None, row
         assert (row.version, row.accepts, row.requires) == (
-            want.version, want.accepts, want.requires), row
+            want.version,
+            want.accepts,
+            want.requires,
+        ), row

@@ -47,25 +47,51 @@ FLAGS = (
     "--disable-component-update",
     "--disable-sync",
 )
-XSS = ('</script><script>document.body.setAttribute("data-pwned","1")</script>'
-       "<img src=x onerror=\"document.body.setAttribute('data-pwned','2')\">")
+XSS = (
+    '</script><script>document.body.setAttribute("data-pwned","1")</script>'
+    "<img src=x onerror=\"document.body.setAttribute('data-pwned','2')\">"
+)
 T0 = datetime(2026, 11, 1, 9, 0, tzinfo=timezone.utc)
 #: (vendor, arch, product, driver, recipe, outcomes)
 FLEET = (
-    ("amd", "gfx1031", "AMD Radeon RX 6700 XT", "amdgpu 6.8.0", "gfx1031",
-     ("pass", "pass", "pass", "hang")),
+    (
+        "amd",
+        "gfx1031",
+        "AMD Radeon RX 6700 XT",
+        "amdgpu 6.8.0",
+        "gfx1031",
+        ("pass", "pass", "pass", "hang"),
+    ),
     ("amd", "gfx1031", "AMD Radeon RX 6700 XT", "amdgpu 6.10.5", "gfx1030", ("pass", "crash")),
-    ("amd", "gfx1010", "AMD Radeon RX 5700 XT", "amdgpu 6.2.4", "gfx1010",
-     ("pass", "fail", "no-device")),
+    (
+        "amd",
+        "gfx1010",
+        "AMD Radeon RX 5700 XT",
+        "amdgpu 6.2.4",
+        "gfx1010",
+        ("pass", "fail", "no-device"),
+    ),
     ("nvidia", None, "NVIDIA GeForce RTX 4090", "nvidia 580.65.06", "sm_90", ("pass", "pass")),
     ("nvidia", None, "NVIDIA GeForce GTX 1080 Ti", "nvidia 535.183.01", "sm_61", ("fail",)),
 )
-DETAILS = {"fail": "max abs difference vs CPU 0.37 > 1e-3", "hang": "no result within 180 s",
-           "crash": XSS, "no-device": "torch sees no GPU"}
+DETAILS = {
+    "fail": "max abs difference vs CPU 0.37 > 1e-3",
+    "hang": "no result within 180 s",
+    "crash": XSS,
+    "no-device": "torch sees no GPU",
+}
 
 
-def _report(vendor: str, arch: str | None, product: str, driver: str, recipe: str, *,
-            outcome: str, when: datetime) -> ProbeReport:
+def _report(
+    vendor: str,
+    arch: str | None,
+    product: str,
+    driver: str,
+    recipe: str,
+    *,
+    outcome: str,
+    when: datetime,
+) -> ProbeReport:
     steps: list[StepResult] = []
     for i, name in enumerate(FULL_STEPS):
         if any(s.status != "pass" for s in steps):
@@ -75,11 +101,16 @@ def _report(vendor: str, arch: str | None, product: str, driver: str, recipe: st
         else:
             steps.append(StepResult(name, "pass", 0.1 * (i + 1), "ok"))
     return ProbeReport(
-        steps=tuple(steps), level="full", target="/home/alice/venv/bin/python",
-        host=ReportHost("Linux 6.8.0-45-generic", "x86_64", (ReportGpu(product, arch, vendor),),
-                      driver),
-        envforge_version="0.1.0", created=when.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        seconds=sum(s.seconds for s in steps), recipe_name=recipe,
+        steps=tuple(steps),
+        level="full",
+        target="/home/alice/venv/bin/python",
+        host=ReportHost(
+            "Linux 6.8.0-45-generic", "x86_64", (ReportGpu(product, arch, vendor),), driver
+        ),
+        envforge_version="0.1.0",
+        created=when.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        seconds=sum(s.seconds for s in steps),
+        recipe_name=recipe,
         recipe_hash="sha256:" + "ab" * 32,
         snapshot={"torch": "2.13.0+rocm7.1", "hip": "7.1.1", "python": "3.12.4"},
     )
@@ -96,8 +127,7 @@ class Site:
 def site(envforge: Envforge, tmp_path_factory: pytest.TempPathFactory) -> Site:
     evidence = tmp_path_factory.mktemp("matrix-evidence")
     # A real probe of this machine's interpreter (CPU, or the GPU torch sees).
-    probed = envforge("probe", "--level", "quick", "--report", str(evidence / "real"),
-                      timeout=600)
+    probed = envforge("probe", "--level", "quick", "--report", str(evidence / "real"), timeout=600)
     assert (evidence / "real" / "probe.json").is_file(), probed.stderr[-3000:]
     n = 0
     for vendor, arch, product, driver, recipe, outcomes in FLEET:
@@ -107,10 +137,16 @@ def site(envforge: Envforge, tmp_path_factory: pytest.TempPathFactory) -> Site:
             folder = evidence / f"run-{n}"
             report.write(folder)
             if n % 2 == 0:  # half of them certified as well: the same run twice
-                cert = issue(report=report.to_dict(), recipe_name=recipe,
-                             recipe_hash="sha256:" + "ab" * 32, stack_tag="torch2.13.0-x",
-                             layers=["sha256:" + "01" * 32], config={}, candidate_id="c",
-                             now=when.timestamp())
+                cert = issue(
+                    report=report.to_dict(),
+                    recipe_name=recipe,
+                    recipe_hash="sha256:" + "ab" * 32,
+                    stack_tag="torch2.13.0-x",
+                    layers=["sha256:" + "01" * 32],
+                    config={},
+                    candidate_id="c",
+                    now=when.timestamp(),
+                )
                 (folder / "certificate.json").write_text(cert.to_json(), encoding="utf-8")
             n += 1
     (evidence / "broken.json").write_text('{"schema": "envforge.probe/1", "steps": [', "utf-8")
@@ -139,18 +175,23 @@ def chromium() -> str:
 
 @pytest.fixture(scope="module")
 def shots() -> Path:
-    folder = Path(os.environ.get("ENVFORGE_MATRIX_SHOTS")
-                  or Path(tempfile.gettempdir()) / "envforge-matrix")
+    folder = Path(
+        os.environ.get("ENVFORGE_MATRIX_SHOTS") or Path(tempfile.gettempdir()) / "envforge-matrix"
+    )
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 
 
-def _run_chromium(chromium: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[
-        str]:
+def _run_chromium(
+    chromium: str, *args: str, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     with tempfile.TemporaryDirectory(prefix="envforge-chromium-") as profile:
         return subprocess.run(
             [chromium, *FLAGS, f"--user-data-dir={profile}", *args],
-            capture_output=True, text=True, timeout=timeout, check=False,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
         )
 
 
@@ -206,8 +247,9 @@ def _cell_key(site: Site, arch: str, column: str) -> str:
     return f"{row}|{column}"
 
 
-def test_cells_and_counts_are_drawn(chromium: str, site: Site, shots: Path,
-                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_cells_and_counts_are_drawn(
+    chromium: str, site: Site, shots: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     page = dom(chromium, site)
     rows = [n.attrs["data-row"] for n in page.all("tr", "data-row")]
     assert rows == [r["key"] for r in site.data["rows"]]
@@ -227,8 +269,12 @@ def test_cells_and_counts_are_drawn(chromium: str, site: Site, shots: Path,
 
     shot = shots / "matrix.png"
     fragment = "cell=" + _cell_key(site, "gfx1031", "gfx1031").replace("|", "%7C")
-    done = _run_chromium(chromium, f"--screenshot={shot}", "--window-size=1280,900",
-                         site.index.as_uri() + "#" + fragment)
+    done = _run_chromium(
+        chromium,
+        f"--screenshot={shot}",
+        "--window-size=1280,900",
+        site.index.as_uri() + "#" + fragment,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert shot.stat().st_size > 10_000
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -240,11 +286,13 @@ def test_filters_change_the_visible_rows(chromium: str, site: Site) -> None:
     every = [n.attrs["data-row"] for n in dom(chromium, site).all("tr", "data-row")]
     nvidia = dom(chromium, site, "vendor=nvidia")
     assert [n.attrs["data-row"] for n in nvidia.all("tr", "data-row")] == [
-        r for r in every if r.startswith("nvidia:")]
+        r for r in every if r.startswith("nvidia:")
+    ]
     hang = dom(chromium, site, "status=hang")
     assert [n.attrs["data-row"] for n in hang.all("tr", "data-row")] == ["amd:gfx1031"]
     assert [n.attrs["data-cell"] for n in hang.all("button", "data-cell")] == [
-        _cell_key(site, "gfx1031", "gfx1031")]
+        _cell_key(site, "gfx1031", "gfx1031")
+    ]
     recipe = dom(chromium, site, "recipe=gfx1030")
     assert [n.attrs["data-column"] for n in recipe.all("th", "data-column")] == ["gfx1030"]
 
@@ -281,8 +329,9 @@ class WebDriver:
     def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
         prefix = f"{self.base}/session/{self.session}" if self.session else self.base
-        request = urllib.request.Request(prefix + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            prefix + path, data=data, method=method, headers={"Content-Type": "application/json"}
+        )
         try:
             with urllib.request.urlopen(request, timeout=60) as response:
                 return json.loads(response.read())["value"]
@@ -313,8 +362,9 @@ def driver(chromium: str) -> Iterator[WebDriver]:
         unavailable("no chromedriver on PATH (apt-get install chromium-driver)")
     assert binary is not None
     port = _free_port()
-    process = subprocess.Popen([binary, f"--port={port}"], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [binary, f"--port={port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     base = f"http://127.0.0.1:{port}"
     profile = tempfile.mkdtemp(prefix="envforge-chromium-")
     try:
@@ -327,11 +377,25 @@ def driver(chromium: str) -> Iterator[WebDriver]:
                 pass
             assert time.monotonic() < deadline, "chromedriver did not start"
             time.sleep(0.2)
-        created = WebDriver(base).call("POST", "/session", {"capabilities": {"alwaysMatch": {
-            "browserName": "chrome",
-            "goog:chromeOptions": {"binary": chromium, "args": [
-                *FLAGS, f"--user-data-dir={profile}", "--window-size=1280,900"]},
-        }}})
+        created = WebDriver(base).call(
+            "POST",
+            "/session",
+            {
+                "capabilities": {
+                    "alwaysMatch": {
+                        "browserName": "chrome",
+                        "goog:chromeOptions": {
+                            "binary": chromium,
+                            "args": [
+                                *FLAGS,
+                                f"--user-data-dir={profile}",
+                                "--window-size=1280,900",
+                            ],
+                        },
+                    }
+                }
+            },
+        )
         session = WebDriver(base, str(created["sessionId"]))
         try:
             yield session
@@ -347,11 +411,18 @@ def driver(chromium: str) -> Iterator[WebDriver]:
         shutil.rmtree(profile, ignore_errors=True)
 
 
-def test_clicking_a_cell_and_choosing_a_filter(driver: WebDriver, site: Site, shots: Path,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_clicking_a_cell_and_choosing_a_filter(
+    driver: WebDriver, site: Site, shots: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     driver.call("POST", "/url", {"url": site.index.as_uri()})
-    assert driver.call("POST", "/execute/sync", {
-        "script": "return document.body.getAttribute('data-ready')", "args": []}) == "1"
+    assert (
+        driver.call(
+            "POST",
+            "/execute/sync",
+            {"script": "return document.body.getAttribute('data-ready')", "args": []},
+        )
+        == "1"
+    )
     rows_before = len(driver.find_all("#matrix tbody tr"))
     assert rows_before == len(site.data["rows"])
     assert not driver.displayed(driver.find("#detail"))
@@ -371,8 +442,10 @@ def test_clicking_a_cell_and_choosing_a_filter(driver: WebDriver, site: Site, sh
 
     driver.click(driver.find("#f-vendor"))
     driver.click(driver.find('#f-vendor option[value="amd"]'))
-    rows = [driver.call("GET", f"/element/{e}/attribute/data-row")
-            for e in driver.find_all("#matrix tbody tr")]
+    rows = [
+        driver.call("GET", f"/element/{e}/attribute/data-row")
+        for e in driver.find_all("#matrix tbody tr")
+    ]
     assert rows
     assert all(r.startswith("amd:") for r in rows)
     assert len(rows) < rows_before

@@ -44,8 +44,18 @@ def cli(tmp_path: Path) -> Envforge:
 
 
 def _refresh(cli: Envforge, server: HostileServer, route: str, *extra: str) -> Completed:
-    return cli("knowledge", "refresh", "--no-pytorch-index", "--json", "--deadline", "4",
-               "--index", f"{server.url}/{route}", *extra, timeout=GUARD)
+    return cli(
+        "knowledge",
+        "refresh",
+        "--no-pytorch-index",
+        "--json",
+        "--deadline",
+        "4",
+        "--index",
+        f"{server.url}/{route}",
+        *extra,
+        timeout=GUARD,
+    )
 
 
 def _problems(data: dict[str, object]) -> dict[str, tuple[str, str]]:
@@ -85,10 +95,27 @@ def test_a_hostile_index_is_exit_4_naming_the_listing(
 ) -> None:
     rss = cli.home.parent / "rss"
     done = run(
-        [sys.executable, "-c", _MEASURED, str(rss), sys.executable, "-m", "envforge",
-         "knowledge", "refresh", "--no-pytorch-index", "--json", "--deadline", "4",
-         "--index", f"{server.url}/{route}", "--timeout", "30"],
-        timeout=GUARD, env=cli.env(),
+        [
+            sys.executable,
+            "-c",
+            _MEASURED,
+            str(rss),
+            sys.executable,
+            "-m",
+            "envforge",
+            "knowledge",
+            "refresh",
+            "--no-pytorch-index",
+            "--json",
+            "--deadline",
+            "4",
+            "--index",
+            f"{server.url}/{route}",
+            "--timeout",
+            "30",
+        ],
+        timeout=GUARD,
+        env=cli.env(),
     )
     assert done.returncode == 4, done.stderr
     assert "Traceback" not in done.stderr
@@ -109,8 +136,18 @@ def test_partial_check_is_accepted_only_when_asked(server: HostileServer, cli: E
     assert data["complete"] is False
     assert _problems(data)[f"{server.url}/drip/torch/"][0] == "timeout"
     assert "2.15.0" in data["torch_versions"]  # the root that answered was checked
-    text = cli("knowledge", "refresh", "--no-pytorch-index", "--deadline", "4", "--index",
-               f"{server.url}/drip", "--index", f"{server.url}/simple", timeout=GUARD)
+    text = cli(
+        "knowledge",
+        "refresh",
+        "--no-pytorch-index",
+        "--deadline",
+        "4",
+        "--index",
+        f"{server.url}/drip",
+        "--index",
+        f"{server.url}/simple",
+        timeout=GUARD,
+    )
     assert text.returncode == 4
     # the index that did not answer is named (its own line; the problem lines that follow
     # are capped, and the watched companions' listings add problems of their own)
@@ -123,20 +160,33 @@ def test_partial_check_is_accepted_only_when_asked(server: HostileServer, cli: E
 def test_status_of_a_stalled_index_is_exit_4_naming_it(
     server: HostileServer, cli: Envforge
 ) -> None:
-    done = cli("knowledge", "status", "--deadline", "3", "--index", f"{server.url}/stall",
-               timeout=GUARD)
+    done = cli(
+        "knowledge", "status", "--deadline", "3", "--index", f"{server.url}/stall", timeout=GUARD
+    )
     assert done.returncode == 4
     assert f"{server.url}/stall/torch/" in done.stderr
     assert "overall deadline of 3 s" in done.stderr
 
 
 def test_the_deadline_comes_from_the_environment(server: HostileServer, cli: Envforge) -> None:
-    done = cli("knowledge", "status", "--index", f"{server.url}/drip", timeout=GUARD,
-               extra_env={"ENVFORGE_NET_DEADLINE": "2"})
+    done = cli(
+        "knowledge",
+        "status",
+        "--index",
+        f"{server.url}/drip",
+        timeout=GUARD,
+        extra_env={"ENVFORGE_NET_DEADLINE": "2"},
+    )
     assert done.returncode == 4
     assert "overall deadline of 2 s" in done.stderr
-    bad = cli("knowledge", "status", "--index", f"{server.url}/drip", timeout=GUARD,
-              extra_env={"ENVFORGE_NET_DEADLINE": "soon"})
+    bad = cli(
+        "knowledge",
+        "status",
+        "--index",
+        f"{server.url}/drip",
+        timeout=GUARD,
+        extra_env={"ENVFORGE_NET_DEADLINE": "soon"},
+    )
     assert bad.returncode == 2
     assert "ENVFORGE_NET_DEADLINE" in bad.stderr
 
@@ -169,14 +219,22 @@ def test_a_listed_file_on_another_host_is_not_requested(
     done = _refresh(cli, server, "corpus/other-host-url.json", "--allow-partial")
     data = parse_json(done)
     assert not [u for u in _problems(data) if "10.255.255.1" in u]  # never asked
-    assert any("10.255.255.1, not a configured host" in n and "ENVFORGE_ALLOW_HOSTS" in n
-               for n in data["notes"])
+    assert any(
+        "10.255.255.1, not a configured host" in n and "ENVFORGE_ALLOW_HOSTS" in n
+        for n in data["notes"]
+    )
 
 
 @pytest.mark.parametrize(
     "page",
-    ["wrong-api.json", "files-not-objects.json", "files-not-a-list.json", "not-an-object.json",
-     "not-utf8.json", "no-tags.html"],
+    [
+        "wrong-api.json",
+        "files-not-objects.json",
+        "files-not-a-list.json",
+        "not-an-object.json",
+        "not-utf8.json",
+        "no-tags.html",
+    ],
 )
 def test_a_malformed_listing_is_named(server: HostileServer, cli: Envforge, page: str) -> None:
     done = _refresh(cli, server, f"corpus/{page}")
@@ -185,11 +243,18 @@ def test_a_malformed_listing_is_named(server: HostileServer, cli: Envforge, page
     assert f"{server.url}/corpus/{page}/torch/: malformed:" in done.stderr
 
 
-def test_an_escape_in_a_listed_url_is_printed_escaped(
-    server: HostileServer, cli: Envforge
-) -> None:
-    done = cli("knowledge", "refresh", "--no-pytorch-index", "--deadline", "4", "--allow-partial",
-               "--index", f"{server.url}/corpus/esc-in-url.json", timeout=GUARD)
+def test_an_escape_in_a_listed_url_is_printed_escaped(server: HostileServer, cli: Envforge) -> None:
+    done = cli(
+        "knowledge",
+        "refresh",
+        "--no-pytorch-index",
+        "--deadline",
+        "4",
+        "--allow-partial",
+        "--index",
+        f"{server.url}/corpus/esc-in-url.json",
+        timeout=GUARD,
+    )
     assert "\x1b" not in done.stdout + done.stderr
     assert "Traceback" not in done.stderr
 
@@ -197,9 +262,21 @@ def test_an_escape_in_a_listed_url_is_printed_escaped(
 def _stalled_refresh(cli: Envforge, server: HostileServer) -> subprocess.Popen[bytes]:
     since = len(server.requests)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "envforge", "knowledge", "refresh", "--no-pytorch-index",
-         "--deadline", "600", "--index", f"{server.url}/drip"],
-        env=cli.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            "-m",
+            "envforge",
+            "knowledge",
+            "refresh",
+            "--no-pytorch-index",
+            "--deadline",
+            "600",
+            "--index",
+            f"{server.url}/drip",
+        ],
+        env=cli.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     server.wait_for("/drip/", since)
     time.sleep(0.5)  # the request is in flight, its answer dripping
@@ -250,8 +327,14 @@ def test_a_hostile_registry_is_named_and_bounded(
     asked = len(server.decoy_requests)
     server.registry = mode
     try:
-        done = cli("evidence", "import", "--deadline", "3",
-                   f"127.0.0.1:{server.port}/team/cpu:v1", timeout=GUARD)
+        done = cli(
+            "evidence",
+            "import",
+            "--deadline",
+            "3",
+            f"127.0.0.1:{server.port}/team/cpu:v1",
+            timeout=GUARD,
+        )
     finally:
         server.registry = ""
     assert done.returncode == code, done.stderr
@@ -269,8 +352,9 @@ def test_a_dripping_blob_is_named_not_the_manifest(
     and that is the URL the error names (it named the manifest before)."""
     server.registry = "drip"
     try:
-        done = cli(*command, "--deadline", "3", f"127.0.0.1:{server.port}/team/cpu:v1",
-                   timeout=GUARD)
+        done = cli(
+            *command, "--deadline", "3", f"127.0.0.1:{server.port}/team/cpu:v1", timeout=GUARD
+        )
     finally:
         server.registry = ""
     assert done.returncode == 4, done.stderr
@@ -287,9 +371,17 @@ def test_sigterm_during_a_stalled_pull_exits_130(
     server.registry = "drip"
     since = len(server.requests)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "envforge", "verify", "--pull",
-         f"127.0.0.1:{server.port}/team/cpu:v1"],
-        env=cli.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            "-m",
+            "envforge",
+            "verify",
+            "--pull",
+            f"127.0.0.1:{server.port}/team/cpu:v1",
+        ],
+        env=cli.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     try:
         server.wait_for("/v2/", since)
@@ -315,8 +407,9 @@ def test_a_pull_from_a_dripping_registry_is_exit_4_at_the_deadline(
     server.registry = "drip"
     try:
         started = time.monotonic()
-        done = cli(*command, "--deadline", "3", f"127.0.0.1:{server.port}/team/cpu:v1",
-                   timeout=GUARD)
+        done = cli(
+            *command, "--deadline", "3", f"127.0.0.1:{server.port}/team/cpu:v1", timeout=GUARD
+        )
         took = time.monotonic() - started
     finally:
         server.registry = ""

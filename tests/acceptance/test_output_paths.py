@@ -69,9 +69,7 @@ def envforge(
     )
 
 
-def assert_one_line_error(
-    status: int, stderr: bytes | str, code: int, *names: object
-) -> str:
+def assert_one_line_error(status: int, stderr: bytes | str, code: int, *names: object) -> str:
     """Exit ``code``, one ``envforge: error:`` line (the last one) naming each of ``names``."""
     text = stderr.decode(errors="replace") if isinstance(stderr, bytes) else stderr
     assert "Traceback" not in text, text
@@ -367,9 +365,7 @@ def test_render_to_a_pipe_is_byte_for_byte_what_o_writes(
     env = child_env(tmp_path / "home", {"PYTHONIOENCODING": encoding})
     piped = envforge("render", str(recipe), "--format", fmt, cwd=tmp_path, env=env)
     assert piped.returncode == 0, piped.stderr
-    written = envforge(
-        "render", str(recipe), "--format", fmt, "-o", "out", cwd=tmp_path, env=env
-    )
+    written = envforge("render", str(recipe), "--format", fmt, "-o", "out", cwd=tmp_path, env=env)
     assert written.returncode == 0, written.stderr
     name = "Dockerfile" if fmt == "dockerfile" else "venv/setup.sh"
     expected = (tmp_path / "out" / "words" / name).read_bytes()
@@ -403,12 +399,19 @@ def bare_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return venv / "bin" / "python"
 
 
-def probe(report: Path | str, bare_python: Path, cwd: Path, prefix: Sequence[str] = ()) -> (
-    subprocess.CompletedProcess[bytes]
-):
+def probe(
+    report: Path | str, bare_python: Path, cwd: Path, prefix: Sequence[str] = ()
+) -> subprocess.CompletedProcess[bytes]:
     return envforge(
-        "probe", "--level", "quick", "--python", str(bare_python), "--report", str(report),
-        cwd=cwd, prefix=prefix,
+        "probe",
+        "--level",
+        "quick",
+        "--python",
+        str(bare_python),
+        "--report",
+        str(report),
+        cwd=cwd,
+        prefix=prefix,
     )
 
 
@@ -449,9 +452,7 @@ def test_probe_report_onto_read_only_and_full_file_systems_is_exit_4(
     assert_one_line_error(done.returncode, done.stderr, 4, ro_fs / "rep", "read-only")
 
 
-def test_probe_report_onto_a_full_file_system_is_exit_4(
-    bare_python: Path, full_fs: Path
-) -> None:
+def test_probe_report_onto_a_full_file_system_is_exit_4(bare_python: Path, full_fs: Path) -> None:
     before = snapshot(full_fs)
     done = probe(full_fs / "rep", bare_python, full_fs.parent)
     assert_one_line_error(done.returncode, done.stderr, 4, full_fs / "rep", "no space left")
@@ -475,6 +476,7 @@ def test_probe_report_into_a_folder_without_permission_is_exit_4(
 
 # --------------------------------------------------------------------------- ENVFORGE_HOME
 
+
 @pytest.fixture
 def venv_ok() -> None:
     """What ``build cpu --backend venv`` needs before it writes anything: python3.11, the wheel."""
@@ -484,12 +486,20 @@ def venv_ok() -> None:
         pytest.skip("no python3.11 on PATH")
 
 
-def venv_build(home: Path, cwd: Path, prefix: Sequence[str] = ()) -> (
-    subprocess.CompletedProcess[bytes]
-):
+def venv_build(
+    home: Path, cwd: Path, prefix: Sequence[str] = ()
+) -> subprocess.CompletedProcess[bytes]:
     return envforge(
-        "build", "cpu", "--backend", "venv", "--wheelhouse", str(WHEELS),
-        cwd=cwd, env=child_env(home, {"UV_HTTP_RETRIES": "0"}), prefix=prefix, timeout=900,
+        "build",
+        "cpu",
+        "--backend",
+        "venv",
+        "--wheelhouse",
+        str(WHEELS),
+        cwd=cwd,
+        env=child_env(home, {"UV_HTTP_RETRIES": "0"}),
+        prefix=prefix,
+        timeout=900,
     )
 
 
@@ -600,8 +610,14 @@ def test_a_lock_with_an_index_option_is_refused_before_any_install(
         f"torch==2.13.0+cpu \\\n{hashes}\n{line}\n"
     )
     done = envforge(
-        "build", str(recipes / "cpu.yaml"), "--backend", "venv", "--wheelhouse", str(WHEELS),
-        cwd=tmp_path, timeout=300,
+        "build",
+        str(recipes / "cpu.yaml"),
+        "--backend",
+        "venv",
+        "--wheelhouse",
+        str(WHEELS),
+        cwd=tmp_path,
+        timeout=300,
     )
     option = line.split(maxsplit=1)[0].split("=", maxsplit=1)[0]
     assert_one_line_error(

@@ -15,9 +15,7 @@ pytestmark = pytest.mark.engine
 
 
 def certify(envforge: Envforge, home: Path) -> tuple[int, str]:
-    done = envforge(
-        "certify", "cpu", "--level", "quick", extra_env={"ENVFORGE_HOME": str(home)}
-    )
+    done = envforge("certify", "cpu", "--level", "quick", extra_env={"ENVFORGE_HOME": str(home)})
     return done.returncode, done.stderr
 
 

@@ -58,6 +58,7 @@ def podman_setting(name: str) -> str | None:
             return words[1].split("=", 1)[1]
     return None
 
+
 pytestmark = pytest.mark.engine
 
 
@@ -171,15 +172,29 @@ def test_shell_exit_code_passes_through_on_podman(podman: Podman, workdir: Path)
     image = ("--image", standin)
     before = podman.containers()
     done = podman.envforge(
-        "shell", "cpu", *image, "--", "sh", "-c", "exit 7", cwd=workdir, extra_env=podman.env,
+        "shell",
+        "cpu",
+        *image,
+        "--",
+        "sh",
+        "-c",
+        "exit 7",
+        cwd=workdir,
+        extra_env=podman.env,
     )
     assert done.returncode == 7, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
     assert podman.containers() == before
     ok = podman.envforge(
-        "shell", "cpu", *image, "--", "sh", "-c",
+        "shell",
+        "cpu",
+        *image,
+        "--",
+        "sh",
+        "-c",
         'touch "$TRITON_CACHE_DIR/w" "$MIOPEN_USER_DB_PATH/w" && echo made > made.txt',
-        cwd=workdir, extra_env=podman.env,
+        cwd=workdir,
+        extra_env=podman.env,
     )
     assert ok.returncode == 0, ok.stderr[-3000:]
     assert (workdir / "made.txt").read_text().strip() == "made"

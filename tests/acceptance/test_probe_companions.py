@@ -64,13 +64,32 @@ def beside_cpu_torch(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip(f"the running torch is {torch.__version__}, not 2.13.0+cpu")
     venv = tmp_path_factory.mktemp("tv028") / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    site = Path(subprocess.run(
-        [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()"
-         "['purelib'])"], check=True, capture_output=True, text=True).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [
+                str(venv / "bin" / "python"),
+                "-c",
+                "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
     (site / "envforge_test_base.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
-         "-q", "--no-deps", "--no-index", str(TV_028)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(venv / "bin" / "python"),
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            str(TV_028),
+        ],
         check=True,
     )
     return venv / "bin" / "python"
@@ -81,10 +100,30 @@ def test_a_cuda_torchvision_beside_the_cpu_torch_does_not_certify(
 ) -> None:
     report_dir, summary = tmp_path / "report", tmp_path / "summary.md"
     done = subprocess.run(
-        [sys.executable, "-m", "envforge", "probe", "--recipe", "cpu", "--level", "quick",
-         "--set", "packages=[torchvision]", "--python", str(beside_cpu_torch),
-         "--json", "--report", str(report_dir), "--summary", str(summary)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+        [
+            sys.executable,
+            "-m",
+            "envforge",
+            "probe",
+            "--recipe",
+            "cpu",
+            "--level",
+            "quick",
+            "--set",
+            "packages=[torchvision]",
+            "--python",
+            str(beside_cpu_torch),
+            "--json",
+            "--report",
+            str(report_dir),
+            "--summary",
+            str(summary),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
     assert done.returncode == 1, done.stderr
     steps = {s["name"]: s for s in json.loads(done.stdout)["steps"]}
@@ -119,9 +158,21 @@ def cuda_torch_venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     started = time.monotonic()
     subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(venv)], check=True)
     subprocess.run(
-        [uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"),
-         "--find-links", str(MORE), "torch==2.14.1", "torchvision==0.29.1"],
-        check=True, timeout=1500, env={**os.environ, "UV_CACHE_DIR": str(folder / "uv-cache")},
+        [
+            uv,
+            "pip",
+            "install",
+            "-q",
+            "--python",
+            str(venv / "bin" / "python"),
+            "--find-links",
+            str(MORE),
+            "torch==2.14.1",
+            "torchvision==0.29.1",
+        ],
+        check=True,
+        timeout=1500,
+        env={**os.environ, "UV_CACHE_DIR": str(folder / "uv-cache")},
     )
     print(f"torch 2.14.1 venv built in {time.monotonic() - started:.0f}s")
     yield venv / "bin" / "python"

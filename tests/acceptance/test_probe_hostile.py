@@ -114,8 +114,9 @@ class Started:
 
 def _probe(checks: list[Path], step_timeout: float) -> tuple[ProbeReport, Started, str, float]:
     token = os.urandom(8).hex()
-    spec = ProbeSpec(level="quick", vendor="none", step_timeout=step_timeout,
-                     checks=read_checks(checks))
+    spec = ProbeSpec(
+        level="quick", vendor="none", step_timeout=step_timeout, checks=read_checks(checks)
+    )
     started = Started()
     target = LocalPythonTarget(env={**os.environ, MARK: token})
     report = run_probe(spec, target, listener=started)
@@ -130,9 +131,11 @@ def _steps(report: ProbeReport) -> dict[str, StepResult]:
 @needs_proc
 def test_daemons_a_check_leaves_are_stopped_and_the_check_passes(tmp_path: Path) -> None:
     pids = tmp_path / "pids"
-    checks = [_check(tmp_path, "setsid.py", SETSID_DAEMON, pids),
-              _check(tmp_path, "doublefork.py", DOUBLE_FORK, pids),
-              _check(tmp_path, "after.py", "pass\n", pids)]
+    checks = [
+        _check(tmp_path, "setsid.py", SETSID_DAEMON, pids),
+        _check(tmp_path, "doublefork.py", DOUBLE_FORK, pids),
+        _check(tmp_path, "after.py", "pass\n", pids),
+    ]
     report, started, token, returned = _probe(checks, step_timeout=20.0)
     steps = _steps(report)
     assert steps["check:setsid.py"].status == "pass", steps["check:setsid.py"]
@@ -149,8 +152,10 @@ def test_daemons_a_check_leaves_are_stopped_and_the_check_passes(tmp_path: Path)
 
 @needs_torch
 @needs_proc
-@pytest.mark.parametrize(("end", "status"), [("import time\ntime.sleep(600)\n", "hang"),
-                                             ("import os\nos.abort()\n", "crash")])
+@pytest.mark.parametrize(
+    ("end", "status"),
+    [("import time\ntime.sleep(600)\n", "hang"), ("import os\nos.abort()\n", "crash")],
+)
 def test_a_check_that_hangs_or_dies_after_starting_daemons_leaves_nothing(
     tmp_path: Path, end: str, status: str
 ) -> None:
@@ -184,9 +189,14 @@ def test_cli_returns_with_a_daemon_check_and_leaves_nothing(tmp_path: Path) -> N
     check = _check(tmp_path, "daemon.py", SETSID_DAEMON + DOUBLE_FORK, pids)
     token = os.urandom(8).hex()
     done = subprocess.run(
-        _envforge("probe", "--level", "quick", "--step-timeout", "20", "--check", str(check),
-                  "--json"),
-        cwd=tmp_path, env=_env(token), capture_output=True, text=True, timeout=120,
+        _envforge(
+            "probe", "--level", "quick", "--step-timeout", "20", "--check", str(check), "--json"
+        ),
+        cwd=tmp_path,
+        env=_env(token),
+        capture_output=True,
+        text=True,
+        timeout=120,
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
@@ -204,7 +214,11 @@ def test_cli_a_message_with_surrogates_and_escapes_is_a_clean_fail(tmp_path: Pat
     out = tmp_path / "report"
     done = subprocess.run(
         _envforge("probe", "--level", "quick", "--check", str(check), "--report", str(out)),
-        cwd=tmp_path, env=_env(), capture_output=True, timeout=120, check=False,
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        timeout=120,
+        check=False,
     )
     err = done.stderr.decode("utf-8")  # strict: what envforge wrote is valid UTF-8
     assert done.returncode == 1, err
@@ -221,8 +235,15 @@ def test_cli_a_message_with_surrogates_and_escapes_is_a_clean_fail(tmp_path: Pat
 
 
 def _one_line_exit_2(args: list[str], cwd: Path) -> str:
-    done = subprocess.run(_envforge(*args), cwd=cwd, env=_env(), capture_output=True, text=True,
-                          timeout=60, check=False)
+    done = subprocess.run(
+        _envforge(*args),
+        cwd=cwd,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 2, done.stdout + done.stderr
     assert "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
@@ -233,15 +254,18 @@ def test_cli_a_fifo_or_device_as_check_is_exit_2_at_once(tmp_path: Path) -> None
     fifo = tmp_path / "check.py"
     os.mkfifo(fifo)
     assert "not a regular file (a FIFO)" in _one_line_exit_2(
-        ["probe", "--check", str(fifo)], tmp_path)
+        ["probe", "--check", str(fifo)], tmp_path
+    )
     assert "not a regular file (a character device)" in _one_line_exit_2(
-        ["probe", "--check", "/dev/zero"], tmp_path)
+        ["probe", "--check", "/dev/zero"], tmp_path
+    )
 
 
 @pytest.mark.parametrize("value", ["inf", "nan", "-1", "1e999"])
 def test_cli_step_timeouts_no_timer_holds_are_exit_2(tmp_path: Path, value: str) -> None:
     assert "--step-timeout must be positive and at most" in _one_line_exit_2(
-        ["probe", "--step-timeout", value], tmp_path)
+        ["probe", "--step-timeout", value], tmp_path
+    )
 
 
 def _folders(pid: int) -> list[Path]:
@@ -254,7 +278,10 @@ def _start_hanging(tmp_path: Path, token: str) -> tuple[subprocess.Popen[bytes],
     check.write_text(f"open({str(started)!r}, 'w').write('x')\nimport time\ntime.sleep(600)\n")
     proc = subprocess.Popen(
         _envforge("probe", "--level", "quick", "--step-timeout", "120", "--check", str(check)),
-        cwd=tmp_path, env=_env(token), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        cwd=tmp_path,
+        env=_env(token),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 120
     while not started.exists():
@@ -302,7 +329,12 @@ def test_the_next_run_sweeps_the_folder_a_killed_envforge_left(tmp_path: Path) -
     assert _marked(token) == []
     done = subprocess.run(
         _envforge("probe", "--level", "quick", "--json"),
-        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120, check=False,
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert "Traceback" not in done.stderr
     assert [p for p in left if p.exists()] == []

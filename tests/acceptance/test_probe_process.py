@@ -58,8 +58,9 @@ def _check(folder: Path, name: str, body: str) -> Path:
 
 
 def _probe(checks: list[Path], step_timeout: float = 60.0) -> tuple[ProbeReport, Clock]:
-    spec = ProbeSpec(level="quick", vendor="none", step_timeout=step_timeout,
-                     checks=read_checks(checks))
+    spec = ProbeSpec(
+        level="quick", vendor="none", step_timeout=step_timeout, checks=read_checks(checks)
+    )
     clock = Clock()
     report = run_probe(spec, LocalPythonTarget(), listener=clock)
     return report, clock
@@ -96,21 +97,29 @@ def _wait_gone(pgid: int, seconds: float = 3.0) -> list[int]:
 
 def _hang_check(folder: Path) -> tuple[Path, Path]:
     marker = folder / "hang.pids"
-    check = _check(folder, "hang.py", f"""
+    check = _check(
+        folder,
+        "hang.py",
+        f"""
 import os, subprocess, sys, time
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
 with open({str(marker)!r}, "w") as fh:
     fh.write("%d %d %d" % (os.getpid(), os.getpgid(0), child.pid))
 while True:
     time.sleep(1000)
-""")
+""",
+    )
     return check, marker
 
 
 def test_checks_pass_fail_crash_and_later_steps_skip(tmp_path: Path) -> None:
     checks = [
-        _check(tmp_path, "noisy.py", "import os, sys\nprint('to stdout')\n"
-               "os.write(1, b'raw fd 1\\n')\nsys.stdout.write('{\"event\": \"done\"}\\n')\n"),
+        _check(
+            tmp_path,
+            "noisy.py",
+            "import os, sys\nprint('to stdout')\n"
+            "os.write(1, b'raw fd 1\\n')\nsys.stdout.write('{\"event\": \"done\"}\\n')\n",
+        ),
         _check(tmp_path, "exit0.py", "import sys\nsys.exit(0)\n"),
         _check(tmp_path, "raises.py", "def f():\n    raise ValueError('the check says no')\nf()\n"),
         _check(tmp_path, "exit3.py", "import sys\nsys.exit(3)\n"),
@@ -184,17 +193,37 @@ def _python_override() -> list[str]:
 def test_cli_full_level_passes_for_the_cpu_recipe_and_writes_reports(tmp_path: Path) -> None:
     out = tmp_path / "report"
     done = subprocess.run(
-        _envforge("probe", "--recipe", "cpu", *_python_override(), "--level", "full",
-                  "--json", "--report", str(out)),
-        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300, check=False,
+        _envforge(
+            "probe",
+            "--recipe",
+            "cpu",
+            *_python_override(),
+            "--level",
+            "full",
+            "--json",
+            "--report",
+            str(out),
+        ),
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     data = json.loads(done.stdout)
     assert data["status"] == "pass"
     names = [s["name"] for s in data["steps"]]
     # the torch steps, one import step per distribution the stack asks for, the audit
-    assert names[-6:] == ["conv2d", "autocast", "grad-checkpoint", "import:torch",
-                          "import:numpy", "audit"]
+    assert names[-6:] == [
+        "conv2d",
+        "autocast",
+        "grad-checkpoint",
+        "import:torch",
+        "import:numpy",
+        "audit",
+    ]
     assert all(s["status"] == "pass" for s in data["steps"])
     assert data["recipe"]["name"] == "cpu"
     assert "44x44" in next(s["detail"] for s in data["steps"] if s["name"] == "conv2d")
@@ -209,7 +238,12 @@ def test_cli_full_level_passes_for_the_cpu_recipe_and_writes_reports(tmp_path: P
 def test_cli_gpu_recipe_without_a_gpu_reports_no_device(tmp_path: Path) -> None:
     done = subprocess.run(
         _envforge("probe", "--recipe", "gfx1030", "--level", "quick", "--json"),
-        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300, check=False,
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert done.returncode == 1, done.stdout + done.stderr
     steps = {s["name"]: s for s in json.loads(done.stdout)["steps"]}
@@ -230,9 +264,22 @@ def test_cli_version_mismatch_fails_naming_the_step(tmp_path: Path) -> None:
         installed = None
     bound = "<2" if installed is None or int(installed.split(".")[0]) >= 2 else ">=2"
     done = subprocess.run(
-        _envforge("probe", "--recipe", "cpu", *_python_override(), "--set", f"numpy={bound}",
-                  "--level", "quick"),
-        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300, check=False,
+        _envforge(
+            "probe",
+            "--recipe",
+            "cpu",
+            *_python_override(),
+            "--set",
+            f"numpy={bound}",
+            "--level",
+            "quick",
+        ),
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "probe failed at step expected-versions" in done.stderr
@@ -245,7 +292,11 @@ def test_ctrl_c_stops_the_worker_and_exits_130(tmp_path: Path) -> None:
     hang, marker = _hang_check(tmp_path)
     proc = subprocess.Popen(
         _envforge("probe", "--level", "quick", "--step-timeout", "120", "--check", str(hang)),
-        cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=tmp_path,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 120
@@ -294,8 +345,13 @@ def _pid1_python(folder: Path) -> Path | None:
     wrapper.write_text(f'#!/bin/sh\nexec unshare -p -f --mount-proc {sys.executable} "$@"\n')
     wrapper.chmod(0o755)
     try:
-        done = subprocess.run([str(wrapper), "-c", "import os; print(os.getpid())"],
-                              capture_output=True, text=True, timeout=30, check=False)
+        done = subprocess.run(
+            [str(wrapper), "-c", "import os; print(os.getpid())"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
     except OSError:
         return None
     return wrapper if done.stdout.strip() == "1" else None
@@ -306,8 +362,12 @@ def test_as_pid1_like_in_a_container_abort_is_still_sigabrt(tmp_path: Path) -> N
     wrapper = _pid1_python(tmp_path)
     if wrapper is None:
         pytest.skip("cannot create a PID namespace here (unshare -p needs privileges)")
-    checks = read_checks([_check(tmp_path, "abort.py", "import os\nos.abort()\n"),
-                          _check(tmp_path, "after.py", "pass\n")])
+    checks = read_checks(
+        [
+            _check(tmp_path, "abort.py", "import os\nos.abort()\n"),
+            _check(tmp_path, "after.py", "pass\n"),
+        ]
+    )
     spec = ProbeSpec(level="quick", vendor="none", step_timeout=60.0, checks=checks)
     report = run_probe(spec, LocalPythonTarget(python=str(wrapper)))
     steps = _by_name(report)
@@ -320,12 +380,18 @@ def test_as_pid1_like_in_a_container_abort_is_still_sigabrt(tmp_path: Path) -> N
 def test_cli_python_option_probes_another_interpreter(tmp_path: Path) -> None:
     # A fresh virtualenv without torch: the snapshot fails, device steps skip, exit 1.
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
-                   timeout=120)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120
+    )
     python = venv / "bin" / "python"
     done = subprocess.run(
         _envforge("probe", "--python", str(python), "--level", "quick", "--json"),
-        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300, check=False,
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert done.returncode == 1, done.stdout + done.stderr
     data = json.loads(done.stdout)
@@ -349,8 +415,12 @@ def test_the_worker_runs_on_python_37(tmp_path: Path) -> None:
     python = _python37()
     if python is None:
         pytest.skip("no Python 3.7 interpreter on this machine")
-    checks = read_checks([_check(tmp_path, "raises.py", "raise KeyError('k')\n"),
-                          _check(tmp_path, "segv.py", "import ctypes\nctypes.string_at(0)\n")])
+    checks = read_checks(
+        [
+            _check(tmp_path, "raises.py", "raise KeyError('k')\n"),
+            _check(tmp_path, "segv.py", "import ctypes\nctypes.string_at(0)\n"),
+        ]
+    )
     spec = ProbeSpec(level="full", vendor="none", step_timeout=60.0, checks=checks)
     report = run_probe(spec, LocalPythonTarget(python=python))
     steps = _by_name(report)
@@ -367,7 +437,10 @@ def test_a_killed_envforge_leaves_no_worker_behind(tmp_path: Path) -> None:
     hang, marker = _hang_check(tmp_path)
     proc = subprocess.Popen(
         _envforge("probe", "--level", "quick", "--step-timeout", "120", "--check", str(hang)),
-        cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        cwd=tmp_path,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         deadline = time.monotonic() + 120

@@ -25,8 +25,9 @@ def test_require_free_fails_a_real_probe_naming_the_step(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     summary = tmp_path / "summary.md"
-    code = main(["probe", "--level", "quick", "--require-free", "1048576",
-                 "--summary", str(summary)])
+    code = main(
+        ["probe", "--level", "quick", "--require-free", "1048576", "--summary", str(summary)]
+    )
     err = capsys.readouterr().err
     assert code == 1
     assert "probe failed at step memory: fail: cpu: " in err
@@ -40,8 +41,19 @@ def test_probe_summary_of_a_failing_check(
     check = tmp_path / "check.py"
     check.write_text("raise RuntimeError('boom | <b>x</b>\\nsecond line')\n")
     summary = tmp_path / "summary.md"
-    code = main(["probe", "--level", "quick", "--check", str(check), "--summary", str(summary),
-                 "--step-timeout", "120"])
+    code = main(
+        [
+            "probe",
+            "--level",
+            "quick",
+            "--check",
+            str(check),
+            "--summary",
+            str(summary),
+            "--step-timeout",
+            "120",
+        ]
+    )
     assert code == 1
     text = summary.read_text()
     assert ": ❌ fail at step check" in text

@@ -69,8 +69,9 @@ class _Mel(torch.nn.Module):  # type: ignore[misc,unused-ignore]  # torch: Any w
         self.n_fft = n_fft
         self.skew = skew
         self.window = torch.nn.Buffer(torch.hann_window(n_fft))
-        self.fb = torch.nn.Buffer(torch.rand(n_fft // 2 + 1, n_mels,
-                                             generator=torch.Generator().manual_seed(1)))
+        self.fb = torch.nn.Buffer(
+            torch.rand(n_fft // 2 + 1, n_mels, generator=torch.Generator().manual_seed(1))
+        )
 
     def forward(self, wave: torch.Tensor) -> torch.Tensor:
         spec = torch.stft(wave, self.n_fft, window=self.window, return_complex=True).abs() ** 2
@@ -87,7 +88,6 @@ def test_the_melspectrogram_step_compares_the_device_against_float64(
     def skewed(**kw: Any) -> _Mel:
         return _Mel(skew=0.01, **kw)
 
-    _fake_module("torchaudio", monkeypatch,
-                 transforms=types.SimpleNamespace(MelSpectrogram=skewed))
+    _fake_module("torchaudio", monkeypatch, transforms=types.SimpleNamespace(MelSpectrogram=skewed))
     with pytest.raises(W.StepFailed, match="MelSpectrogram: max error"):
         W.step_torchaudio_melspectrogram(_device_ctx())

@@ -71,9 +71,22 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list[
     base = tmp_path_factory.mktemp("family-index")
     wheels = base / "wheels"
     got = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "-q", "--only-binary", ":all:", "-d",
-         str(wheels), *FAMILY],
-        capture_output=True, text=True, timeout=1800, check=False,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--only-binary",
+            ":all:",
+            "-d",
+            str(wheels),
+            *FAMILY,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
     )
     assert got.returncode == 0, got.stderr[-3000:]
     simple_index(base / "root" / "simple", wheels)
@@ -126,11 +139,13 @@ def test_mnist_gets_the_stacks_torchvision_and_runs_nms(
     assert locked.returncode == 0, locked.stderr[-3000:]
     lines = (proj / "envforge-mnistlocal.lock.txt").read_text(encoding="utf-8")
     assert "\ntorchvision==0.29.1 \\" in lines
-    built = envforge("build", str(recipe), "--backend", "venv", "--project", str(proj),
-                     env=env, timeout=1500)
+    built = envforge(
+        "build", str(recipe), "--backend", "venv", "--project", str(proj), env=env, timeout=1500
+    )
     assert any(p.startswith("/simple/torchvision/") for p in seen)
     steps = dict(
-        line.split()[:2] for line in built.stderr.splitlines()
+        line.split()[:2]
+        for line in built.stderr.splitlines()
         if line.startswith("  ") and len(line.split()) >= 2
     )
     assert built.returncode == 1, built.stderr[-4000:]
@@ -145,27 +160,55 @@ def test_mnist_gets_the_stacks_torchvision_and_runs_nms(
 def test_an_unreachable_stack_index_is_exit_4_naming_the_wheels(tmp_path: Path) -> None:
     proj = mnist(tmp_path / "mnist", "torch", "torchvision")
     dead = f"http://127.0.0.1:{closed_port()}/whl/cpu"
-    done = envforge("build", "cpu", "--backend", "venv", "--project", str(proj),
-                    "--set", f"torch.index={dead}", env=base_env(tmp_path / "home"))
+    done = envforge(
+        "build",
+        "cpu",
+        "--backend",
+        "venv",
+        "--project",
+        str(proj),
+        "--set",
+        f"torch.index={dead}",
+        env=base_env(tmp_path / "home"),
+    )
     assert done.returncode == 4, done.stderr[-3000:]
     assert "torchvision==0.28.0+cpu" in done.stderr
     assert f"--index-url {dead}" in done.stderr
     assert not (tmp_path / "home" / "venvs").exists() or not any(
-        (tmp_path / "home" / "venvs").rglob("bin"))
+        (tmp_path / "home" / "venvs").rglob("bin")
+    )
 
 
 def test_a_wheelhouse_without_torchvision_is_exit_4_naming_it(tmp_path: Path) -> None:
     proj = mnist(tmp_path / "mnist", "torch", "torchvision")
-    done = envforge("build", "cpu", "--backend", "venv", "--project", str(proj),
-                    "--wheelhouse", str(WHEELS), env=base_env(tmp_path / "home"))
+    done = envforge(
+        "build",
+        "cpu",
+        "--backend",
+        "venv",
+        "--project",
+        str(proj),
+        "--wheelhouse",
+        str(WHEELS),
+        env=base_env(tmp_path / "home"),
+    )
     assert done.returncode == 4, done.stderr[-3000:]
     assert "no wheel for torchvision==0.28.0+cpu" in done.stderr
 
 
 def test_hogwilds_pin_is_exit_2_naming_the_pairing(tmp_path: Path) -> None:
     proj = mnist(tmp_path / "hogwild", "torch", "torchvision==0.20.0")
-    done = envforge("build", "cpu", "--backend", "venv", "--project", str(proj),
-                    "--wheelhouse", str(WHEELS), env=base_env(tmp_path / "home"))
+    done = envforge(
+        "build",
+        "cpu",
+        "--backend",
+        "venv",
+        "--project",
+        str(proj),
+        "--wheelhouse",
+        str(WHEELS),
+        env=base_env(tmp_path / "home"),
+    )
     assert done.returncode == 2, done.stderr[-3000:]
     assert "torchvision==0.28.0+cpu fits" in done.stderr
     assert str(proj / "requirements.txt") in done.stderr

@@ -23,8 +23,13 @@ pytestmark = pytest.mark.skipif(
 
 def envforge(*args: str, env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "envforge", *args], cwd=ROOT, env=dict(env),
-        capture_output=True, text=True, timeout=900, check=False,
+        [sys.executable, "-m", "envforge", *args],
+        cwd=ROOT,
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
     )
 
 

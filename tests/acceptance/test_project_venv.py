@@ -70,8 +70,9 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def built(proj: Path, home: Path) -> dict[str, object]:
-    done = envforge("build", "--project", str(proj), "--wheelhouse", str(WHEELS), "--json",
-                    env=base_env(home))
+    done = envforge(
+        "build", "--project", str(proj), "--wheelhouse", str(WHEELS), "--json", env=base_env(home)
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     data: dict[str, object] = json.loads(done.stdout)
     data["stderr"] = done.stderr
@@ -100,15 +101,37 @@ def test_shell_runs_the_project_editable_and_sees_source_edits(
 ) -> None:
     del built
     code = "import demo_trainer, torch; print(demo_trainer.VALUE, torch.__version__)"
-    done = envforge("shell", "cpu", "--project", str(proj), "--backend", "venv", "--",
-                    "python", "-c", code, env=base_env(home))
+    done = envforge(
+        "shell",
+        "cpu",
+        "--project",
+        str(proj),
+        "--backend",
+        "venv",
+        "--",
+        "python",
+        "-c",
+        code,
+        env=base_env(home),
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["41", "2.13.0+cpu"]
     init = proj / "src" / "demo_trainer" / "__init__.py"
     init.write_text("import six\n\nVALUE = 42\n", encoding="utf-8")
     try:
-        again = envforge("shell", "cpu", "--project", str(proj), "--backend", "venv", "--",
-                         "python", "-c", code, env=base_env(home))
+        again = envforge(
+            "shell",
+            "cpu",
+            "--project",
+            str(proj),
+            "--backend",
+            "venv",
+            "--",
+            "python",
+            "-c",
+            code,
+            env=base_env(home),
+        )
     finally:
         init.write_text("import six\n\nVALUE = 41\n", encoding="utf-8")
     assert again.returncode == 0, again.stderr[-2000:]
@@ -136,8 +159,13 @@ def test_pip_in_the_shell_installs_into_the_venv_and_marks_it_stale_once(
 ) -> None:
     venv_bin = Path(str(built["path"])) / "bin"
     shell = ("shell", "cpu", "--project", str(proj), "--backend", "venv", "--")
-    done = envforge(*shell, "sh", "-c", "command -v pip && pip install -q --no-deps iniconfig",
-                    env=base_env(home))
+    done = envforge(
+        *shell,
+        "sh",
+        "-c",
+        "command -v pip && pip install -q --no-deps iniconfig",
+        env=base_env(home),
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.splitlines()[0] == str(venv_bin / "pip")
     code = "import iniconfig, demo_trainer; print('ok')"
@@ -155,14 +183,13 @@ def test_pip_in_the_shell_installs_into_the_venv_and_marks_it_stale_once(
     assert "stale" not in third.stderr
 
 
-def test_a_clashing_requirement_stops_before_anything_is_built(
-    tmp_path: Path, home: Path
-) -> None:
+def test_a_clashing_requirement_stops_before_anything_is_built(tmp_path: Path, home: Path) -> None:
     (tmp_path / "requirements.txt").write_text("six\ntorch<2.0\n", encoding="utf-8")
     venvs = home / "venvs" / "cpu"
     before = sorted(p.name for p in venvs.iterdir()) if venvs.is_dir() else []
-    done = envforge("build", "cpu", "--project", str(tmp_path), "--backend", "venv",
-                    env=base_env(home))
+    done = envforge(
+        "build", "cpu", "--project", str(tmp_path), "--backend", "venv", env=base_env(home)
+    )
     assert done.returncode == 2, done.stderr
     assert len(done.stderr.strip().splitlines()) <= 2
     assert "torch<2.0" in done.stderr
@@ -174,10 +201,26 @@ def _build_killed_when(proj: Path, home: Path, reached: Callable[[str], bool]) -
     """Start a build of the project and SIGKILL it (and uv) as soon as ``reached`` says so
     of its stderr so far; whether it got there before it ended."""
     child = subprocess.Popen(
-        [sys.executable, "-m", "envforge", "build", "cpu", "--project", str(proj),
-         "--backend", "venv", "--wheelhouse", str(WHEELS)],
-        cwd=ROOT, env=base_env(home), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        text=True, start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "envforge",
+            "build",
+            "cpu",
+            "--project",
+            str(proj),
+            "--backend",
+            "venv",
+            "--wheelhouse",
+            str(WHEELS),
+        ],
+        cwd=ROOT,
+        env=base_env(home),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     assert child.stderr is not None
     said = ""
     try:
@@ -206,7 +249,8 @@ def test_a_kill_mid_rebuild_leaves_the_certified_venv_as_it_was(
     path = Path(str(built["path"]))
     text = (proj / "pyproject.toml").read_text(encoding="utf-8")
     (proj / "pyproject.toml").write_text(
-        text.replace('"six>=1.16"]', '"six>=1.16", "idna"]'), encoding="utf-8")
+        text.replace('"six>=1.16"]', '"six>=1.16", "idna"]'), encoding="utf-8"
+    )
     try:
         got_there = _build_killed_when(proj, home, lambda said: moment in said)
     finally:
@@ -215,9 +259,19 @@ def test_a_kill_mid_rebuild_leaves_the_certified_venv_as_it_was(
     assert list(path.parent.glob(f".{path.name}.tmp-*/{SP}/torch"))  # it was under way
     cert = json.loads((path / ".envforge" / "certified.json").read_text(encoding="utf-8"))
     assert cert["content"] == venvfs.content_digests(path)  # no file written through a link
-    done = envforge("shell", "cpu", "--project", str(proj), "--backend", "venv", "--",
-                    "python", "-c", "import torch, demo_trainer; print(torch.ones(2).sum())",
-                    env=base_env(home))
+    done = envforge(
+        "shell",
+        "cpu",
+        "--project",
+        str(proj),
+        "--backend",
+        "venv",
+        "--",
+        "python",
+        "-c",
+        "import torch, demo_trainer; print(torch.ones(2).sum())",
+        env=base_env(home),
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "tensor(2.)" in done.stdout
     assert "installing" not in done.stderr  # used as it was: certified, no rebuild
@@ -236,10 +290,21 @@ def test_shell_rebuilds_when_the_requirements_change_keeping_torchs_files(
         text.replace('"six>=1.16"]', '"six>=1.16", "idna"]'), encoding="utf-8"
     )
     try:
-        done = envforge("shell", "cpu", "--project", str(proj), "--backend", "venv",
-                        "--wheelhouse", str(WHEELS), "--",
-                        "python", "-c", "import idna, demo_trainer; print('ok')",
-                        env=base_env(home))
+        done = envforge(
+            "shell",
+            "cpu",
+            "--project",
+            str(proj),
+            "--backend",
+            "venv",
+            "--wheelhouse",
+            str(WHEELS),
+            "--",
+            "python",
+            "-c",
+            "import idna, demo_trainer; print('ok')",
+            env=base_env(home),
+        )
         cert = json.loads((path / ".envforge" / "certified.json").read_text(encoding="utf-8"))
         full = envforge("certify", "cpu", "--project", str(proj), env=base_env(home))
         again = json.loads((path / ".envforge" / "certified.json").read_text(encoding="utf-8"))
@@ -267,29 +332,59 @@ def test_an_optional_extra_is_installed_certified_and_used_by_the_shell(
     """``--extra NAME`` (issue 19 §1, §10): the extra's requirements are resolved on the stack,
     installed, imported by the probe; the shell with the same extra uses that venv as it is."""
     path = Path(str(built["path"]))
-    done = envforge("build", "cpu", "--project", str(proj), "--extra", "fast", "--backend",
-                    "venv", "--wheelhouse", str(WHEELS), env=base_env(home))
+    done = envforge(
+        "build",
+        "cpu",
+        "--project",
+        str(proj),
+        "--extra",
+        "fast",
+        "--backend",
+        "venv",
+        "--wheelhouse",
+        str(WHEELS),
+        env=base_env(home),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "cpu: certified incrementally (reinstalled in" in done.stderr
     probe = json.loads((path / ".envforge" / "probe.json").read_text(encoding="utf-8"))
     steps = {s["name"]: s["status"] for s in probe["steps"]}
     assert steps["import:sortedcontainers"] == "pass"
     assert steps["check:import demo_trainer"] == "pass"
-    shell = envforge("shell", "cpu", "--project", str(proj), "--extra", "fast", "--backend",
-                     "venv", "--", "python", "-c",
-                     "import sortedcontainers, demo_trainer; print('ok')", env=base_env(home))
+    shell = envforge(
+        "shell",
+        "cpu",
+        "--project",
+        str(proj),
+        "--extra",
+        "fast",
+        "--backend",
+        "venv",
+        "--",
+        "python",
+        "-c",
+        "import sortedcontainers, demo_trainer; print('ok')",
+        env=base_env(home),
+    )
     assert (shell.returncode, shell.stdout.strip()) == (0, "ok"), shell.stderr[-2000:]
     assert "installing" not in shell.stderr  # certified with the extra: no rebuild
-    wrong = envforge("build", "cpu", "--project", str(proj), "--extra", "fsat", "--backend",
-                     "venv", env=base_env(home))
+    wrong = envforge(
+        "build",
+        "cpu",
+        "--project",
+        str(proj),
+        "--extra",
+        "fsat",
+        "--backend",
+        "venv",
+        env=base_env(home),
+    )
     assert wrong.returncode == 2, wrong.stderr
     assert "'fsat'" in wrong.stderr
     assert "'fast'" in wrong.stderr  # the extra it has
 
 
-def test_a_flat_requirements_project_builds_exactly_its_lock(
-    tmp_path: Path, home: Path
-) -> None:
+def test_a_flat_requirements_project_builds_exactly_its_lock(tmp_path: Path, home: Path) -> None:
     """A requirements.txt project with a ``-r`` include and an envforge.toml check: locked
     around the stack, then built from that lock (uv pip sync --require-hashes), the
     included file's packages installed and imported, its check certified."""
@@ -299,13 +394,25 @@ def test_a_flat_requirements_project_builds_exactly_its_lock(
     (root / "more.txt").write_text("six\nnumpy<3\n", encoding="utf-8")
     (root / "envforge.toml").write_text('checks = ["smoke.py"]\n', encoding="utf-8")
     (root / "smoke.py").write_text(
-        "import six, torch\nassert torch.ones(3).sum().item() == 3.0\n", encoding="utf-8")
+        "import six, torch\nassert torch.ones(3).sum().item() == 3.0\n", encoding="utf-8"
+    )
     env = base_env(home)
-    locked = envforge("lock", "cpu", "--project", str(root), "--wheelhouse", str(WHEELS),
-                      env=env)
+    locked = envforge("lock", "cpu", "--project", str(root), "--wheelhouse", str(WHEELS), env=env)
     assert locked.returncode == 0, locked.stderr[-3000:]
-    done = envforge("build", "cpu", "--project", str(root), "--backend", "venv",
-                    "--wheelhouse", str(WHEELS), "--level", "quick", "--json", env=env)
+    done = envforge(
+        "build",
+        "cpu",
+        "--project",
+        str(root),
+        "--backend",
+        "venv",
+        "--wheelhouse",
+        str(WHEELS),
+        "--level",
+        "quick",
+        "--json",
+        env=env,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     data = json.loads(done.stdout)
     lock = root / "envforge-cpu.lock.txt"
@@ -313,11 +420,14 @@ def test_a_flat_requirements_project_builds_exactly_its_lock(
     assert data["incremental"] is False  # a new venv: the full probe
     path = Path(str(data["path"]))
     assert "-flat-trainer-" in path.name
-    pinned = {line.split("==")[0].strip().lower().replace("_", "-")
-              for line in lock.read_text(encoding="utf-8").splitlines()
-              if "==" in line and not line.startswith((" ", "#"))}
-    installed = {d.name.split("-")[0].lower().replace("_", "-")
-                 for d in (path / SP).glob("*.dist-info")}
+    pinned = {
+        line.split("==")[0].strip().lower().replace("_", "-")
+        for line in lock.read_text(encoding="utf-8").splitlines()
+        if "==" in line and not line.startswith((" ", "#"))
+    }
+    installed = {
+        d.name.split("-")[0].lower().replace("_", "-") for d in (path / SP).glob("*.dist-info")
+    }
     assert {"torch", "six", "numpy"} <= pinned
     assert installed - {"pip"} == pinned  # exactly the lock (and the venv's own pip)
     probe = json.loads((path / ".envforge" / "probe.json").read_text(encoding="utf-8"))
@@ -330,11 +440,21 @@ def test_a_flat_requirements_project_builds_exactly_its_lock(
     # lock, torch's files kept, certified incrementally
     torch_inode = os.stat(path / SP / "torch" / "__init__.py").st_ino
     (root / "more.txt").write_text("six\nnumpy<3\nidna\n", encoding="utf-8")
-    relocked = envforge("lock", "cpu", "--project", str(root), "--wheelhouse", str(WHEELS),
-                        env=env)
+    relocked = envforge("lock", "cpu", "--project", str(root), "--wheelhouse", str(WHEELS), env=env)
     assert relocked.returncode == 0, relocked.stderr[-3000:]
-    again = envforge("build", "cpu", "--project", str(root), "--backend", "venv",
-                     "--wheelhouse", str(WHEELS), "--level", "quick", env=env)
+    again = envforge(
+        "build",
+        "cpu",
+        "--project",
+        str(root),
+        "--backend",
+        "venv",
+        "--wheelhouse",
+        str(WHEELS),
+        "--level",
+        "quick",
+        env=env,
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     assert "incrementally" in again.stderr
     assert os.stat(path / SP / "torch" / "__init__.py").st_ino == torch_inode

@@ -27,8 +27,11 @@ BUILD = " && envforge build cpu "
 def _path_without_venvs() -> str:
     """PATH without this run's virtualenv: ``python3`` is the machine's, as on a fresh one."""
     active = Path(sys.prefix).resolve()
-    keep = [p for p in os.environ.get("PATH", "").split(os.pathsep)
-            if p and not Path(p).resolve().is_relative_to(active)]
+    keep = [
+        p
+        for p in os.environ.get("PATH", "").split(os.pathsep)
+        if p and not Path(p).resolve().is_relative_to(active)
+    ]
     return os.pathsep.join(keep or ["/usr/local/bin", "/usr/bin", "/bin"])
 
 
@@ -42,9 +45,18 @@ def test_the_quick_start_installs_envforge_by_name(tmp_path: Path) -> None:
     env.update({k: v for k, v in os.environ.items() if k.startswith("PIP_")})
     started = time.monotonic()
     done = subprocess.run(
-        ["bash", "-c", f'{install}\necho "FOUND $(command -v envforge)"\n'
-                       'envforge list --json > "$HOME/list.json"'],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
+        [
+            "bash",
+            "-c",
+            f'{install}\necho "FOUND $(command -v envforge)"\n'
+            'envforge list --json > "$HOME/list.json"',
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     seconds = time.monotonic() - started
     assert done.returncode == 0, done.stderr[-3000:]

@@ -41,7 +41,7 @@ HOSTILE = [
     "$$",
     '" \\ RUN touch /pwned #',
     '"; touch /pwned; echo "',
-    "x\\\" LABEL evil=1 \\",
+    'x\\" LABEL evil=1 \\',
     "\t#tab",
     "&& rm -rf / ;",
     "\u00a0\u2003\u3000 unicode spaces",
@@ -55,9 +55,7 @@ HOSTILE = [
 ]
 
 
-def test_builder_reads_hostile_values_back(
-    client: EngineClient, sdk: docker.DockerClient
-) -> None:
+def test_builder_reads_hostile_values_back(client: EngineClient, sdk: docker.DockerClient) -> None:
     base = load_recipe_file(FIXTURE)
     env = tuple(
         EnvVar(f"HOSTILE_{i}", value, "test", (), "uncertain") for i, value in enumerate(HOSTILE)

@@ -53,21 +53,28 @@ class Keys:
         """The private key as it could leak: PEM body lines, the seed in hex and base64."""
         lines = [ln for ln in self.key.read_text().splitlines() if not ln.startswith("-----")]
         seed = base64.b64decode("".join(lines))[-32:]
-        return [*lines, seed.hex(), base64.b64encode(seed).decode().rstrip("="),
-                base64.urlsafe_b64encode(seed).decode().rstrip("=")]
+        return [
+            *lines,
+            seed.hex(),
+            base64.b64encode(seed).decode().rstrip("="),
+            base64.urlsafe_b64encode(seed).decode().rstrip("="),
+        ]
 
 
 @pytest.fixture(scope="module")
 def keys(envforge: Envforge, tmp_path_factory: pytest.TempPathFactory) -> Keys:
     folder = tmp_path_factory.mktemp("keys")
-    made = envforge("keys", "generate", "-o", str(folder / "mine"), "--name", "CI runner",
-                    "--json")
+    made = envforge("keys", "generate", "-o", str(folder / "mine"), "--name", "CI runner", "--json")
     assert made.returncode == 0, made.stderr
     other = envforge("keys", "generate", "-o", str(folder / "other"))
     assert other.returncode == 0, other.stderr
     data = parse_json(made)
-    return Keys(Path(data["private"]), Path(data["public"]), folder / "other" / "envforge.pub",
-                data["fingerprint"])
+    return Keys(
+        Path(data["private"]),
+        Path(data["public"]),
+        folder / "other" / "envforge.pub",
+        data["fingerprint"],
+    )
 
 
 def test_publish_require_signed_refuses_the_unsigned_certificate(
@@ -75,8 +82,7 @@ def test_publish_require_signed_refuses_the_unsigned_certificate(
 ) -> None:
     if cert_label(client, built_cpu.data["tags"][0]).get("signature"):
         pytest.skip("the certified cpu image is signed already (another module signed it)")
-    done = envforge("publish", "cpu", "--registry", f"{registry}/{NAMESPACE}",
-                    "--require-signed")
+    done = envforge("publish", "cpu", "--registry", f"{registry}/{NAMESPACE}", "--require-signed")
     assert done.returncode == 5, done.stderr
     assert "not signed" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
@@ -104,9 +110,19 @@ def signed(  # noqa: PLR0917 - pytest fixtures
     folder = tmp_path_factory.mktemp("signed-build")
     summary = folder / "summary.md"
     done = envforge(
-        *build_args("cpu", standin, wheelhouse, ca_bundle, "--report", str(folder / "report"),
-                    "--summary", str(summary), "--json",
-                    "--attest", str(folder / "build.intoto.jsonl")),
+        *build_args(
+            "cpu",
+            standin,
+            wheelhouse,
+            ca_bundle,
+            "--report",
+            str(folder / "report"),
+            "--summary",
+            str(summary),
+            "--json",
+            "--attest",
+            str(folder / "build.intoto.jsonl"),
+        ),
         timeout=BUILD_TIMEOUT,
         extra_env={"ENVFORGE_SIGNING_KEY": str(keys.key)},
     )
@@ -122,8 +138,9 @@ def test_signed_build_publish_require_signed_and_verify_trust(
     assert "signed by" in signed.summary.read_text()
     assert signed.summary.read_text().startswith("### envforge build cpu: ✅ pass")
 
-    pushed = envforge("publish", "cpu", "--registry", f"{registry}/{NAMESPACE}",
-                      "--require-signed", "--json")
+    pushed = envforge(
+        "publish", "cpu", "--registry", f"{registry}/{NAMESPACE}", "--require-signed", "--json"
+    )
     assert pushed.returncode == 0, pushed.stderr[-3000:]
     data = parse_json(pushed)
     assert data["signed_by"] == keys.fingerprint
@@ -138,8 +155,15 @@ def test_signed_build_publish_require_signed_and_verify_trust(
     assert " 0 failed" in attested.stderr
     refused = envforge("attest", "verify", pinned, "--trust", str(keys.other_pub))
     assert refused.returncode == 1
-    local = envforge("attest", "verify", str(signed.report.parent / "build.intoto.jsonl"),
-                     "--trust", str(keys.pub), "--image", signed.data["tags"][0])
+    local = envforge(
+        "attest",
+        "verify",
+        str(signed.report.parent / "build.intoto.jsonl"),
+        "--trust",
+        str(keys.pub),
+        "--image",
+        signed.data["tags"][0],
+    )
     assert local.returncode == 0, local.stderr
 
     trusted = envforge("verify", pinned, "--trust", str(keys.pub))
@@ -152,8 +176,9 @@ def test_signed_build_publish_require_signed_and_verify_trust(
     assert "not among the 1 trusted key(s)" in wrong.stderr
     assert len(wrong.stderr.strip().splitlines()) == 1
 
-    by_env = envforge("verify", pinned, "--no-pull",
-                      extra_env={"ENVFORGE_TRUSTED_KEYS": str(keys.other_pub)})
+    by_env = envforge(
+        "verify", pinned, "--no-pull", extra_env={"ENVFORGE_TRUSTED_KEYS": str(keys.other_pub)}
+    )
     assert by_env.returncode == 1
     assert "not among" in by_env.stderr
 
@@ -171,8 +196,13 @@ def test_signed_build_publish_require_signed_and_verify_trust(
     assert mine
     assert all(r["signer_name"] == "CI runner" for r in mine)
 
-    leaks = _texts(signed, [pushed, attested, trusted, wrong, by_env, untrusted, drawn],
-                   envforge.home, site, json.dumps(label))
+    leaks = _texts(
+        signed,
+        [pushed, attested, trusted, wrong, by_env, untrusted, drawn],
+        envforge.home,
+        site,
+        json.dumps(label),
+    )
     for secret in keys.secrets():
         found = [where for where, text in leaks if secret in text]
         assert not found, f"the private key appears in {found}"
@@ -181,8 +211,11 @@ def test_signed_build_publish_require_signed_and_verify_trust(
 def _texts(
     signed: Signed, runs: list[Completed], home: Path, site: Path, label: str
 ) -> list[tuple[str, str]]:
-    texts = [("build stdout", signed.build.stdout), ("build stderr", signed.build.stderr),
-             ("label", label)]
+    texts = [
+        ("build stdout", signed.build.stdout),
+        ("build stderr", signed.build.stderr),
+        ("label", label),
+    ]
     for i, run in enumerate(runs):
         texts += [(f"run {i} stdout", run.stdout), (f"run {i} stderr", run.stderr)]
     for folder in (signed.report, signed.summary.parent, home, site):
@@ -200,14 +233,23 @@ def test_the_private_key_is_not_in_the_image(signed: Signed, keys: Keys) -> None
     with subprocess.Popen(
         ["docker", "save", signed.data["tags"][0]], stdout=subprocess.PIPE
     ) as saved:
-        grep = subprocess.run(["grep", "-a", "-c", "-F", "-f", str(patterns)],
-                              stdin=saved.stdout, capture_output=True, text=True, timeout=900,
-                              check=False)
+        grep = subprocess.run(
+            ["grep", "-a", "-c", "-F", "-f", str(patterns)],
+            stdin=saved.stdout,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
     assert saved.returncode == 0
     assert grep.stdout.strip() == "0", "the private key is in the image"
     # The check can fail: the same grep finds the key in the key file itself.
-    found = subprocess.run(["grep", "-a", "-c", "-F", "-f", str(patterns), str(keys.key)],
-                           capture_output=True, text=True, check=False)
+    found = subprocess.run(
+        ["grep", "-a", "-c", "-F", "-f", str(patterns), str(keys.key)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert int(found.stdout.strip()) > 0
 
 
@@ -228,8 +270,11 @@ def forwarder(registry: str) -> Iterator[tuple[str, _Forwarder]]:
             state.paths.append(self.path)
             request = urllib.request.Request(
                 f"http://{state.upstream}{self.path}",
-                headers={k: v for k, v in self.headers.items() if k.lower() in ("accept",
-                                                                               "authorization")},
+                headers={
+                    k: v
+                    for k, v in self.headers.items()
+                    if k.lower() in ("accept", "authorization")
+                },
             )
             try:
                 with urllib.request.urlopen(request, timeout=60) as response:
@@ -282,8 +327,9 @@ def test_evidence_import_reads_the_label_from_the_registry_without_layers(  # no
     assert record["signer"] == keys.fingerprint
     assert record["certificate"] == data["certificate"]
     # Only manifests and the config blob were asked for.
-    inspect = docker_cli("image", "inspect", "--format", "{{json .RootFS.Layers}}",
-                         signed.data["tags"][0])
+    inspect = docker_cli(
+        "image", "inspect", "--format", "{{json .RootFS.Layers}}", signed.data["tags"][0]
+    )
     assert inspect.returncode == 0, inspect.stderr
     assert state.paths, "nothing went through the forwarder"
     blobs = [p for p in state.paths if "/blobs/" in p]
@@ -291,7 +337,9 @@ def test_evidence_import_reads_the_label_from_the_registry_without_layers(  # no
     assert all("/manifests/" in p for p in state.paths if p not in blobs)
     config = subprocess.run(
         ["docker", "image", "inspect", "--format", "{{.Id}}", signed.data["tags"][0]],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.strip()
     assert blobs[0].endswith(config)  # the image ID is its config digest
 
@@ -307,8 +355,16 @@ def test_certify_writes_a_signed_summary_and_junit(
 ) -> None:
     summary = tmp_path / "summary.md"
     summary.write_text("## earlier step\n")
-    done = envforge("certify", "cpu", "--signing-key", str(keys.key), "--report",
-                    str(tmp_path / "report"), "--summary", str(summary))
+    done = envforge(
+        "certify",
+        "cpu",
+        "--signing-key",
+        str(keys.key),
+        "--report",
+        str(tmp_path / "report"),
+        "--summary",
+        str(summary),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     text = summary.read_text()
     assert text.startswith("## earlier step\n### envforge certify cpu: ✅ pass")

@@ -86,8 +86,15 @@ OUTPUTS: dict[str, Output] = {
     "render -o": Output("site/cpu/Dockerfile", ("render", "cpu", "-o", "{W}/site")),
     "knowledge refresh -o": Output(
         "overlay.yaml",
-        ("knowledge", "refresh", "--index", "http://127.0.0.1:9/", "--no-pytorch-index",
-         "-o", "{T}"),
+        (
+            "knowledge",
+            "refresh",
+            "--index",
+            "http://127.0.0.1:9/",
+            "--no-pytorch-index",
+            "-o",
+            "{T}",
+        ),
     ),
     "lock -o": Output("cpu.lock", ("lock", "cpu", "-o", "{T}")),
     "probe --report": Output("rep/probe.json", ("probe", "--report", "{W}/rep")),
@@ -96,8 +103,18 @@ OUTPUTS: dict[str, Output] = {
     "matrix -o": Output("site/index.html", ("matrix", "--evidence", "{W}/ev", "-o", "{W}/site")),
     "fleet plan -o": Output(
         "plan/plan.json",
-        ("fleet", "plan", "--engine", "slurm", "--recipe", "cpu", "--backend", "venv",
-         "-o", "{W}/plan"),
+        (
+            "fleet",
+            "plan",
+            "--engine",
+            "slurm",
+            "--recipe",
+            "cpu",
+            "--backend",
+            "venv",
+            "-o",
+            "{W}/plan",
+        ),
     ),
 }
 

@@ -369,8 +369,9 @@ def test_a_login_node_builds_without_certifying_and_a_gpu_node_certifies_without
     (records how it was built), `shell` refuses the uncertified venv naming `certify`
     instead of reinstalling it, and `certify` needs none of the build's flags."""
     env = base_env(tmp_path / "home")
-    done = envforge("build", "cpu", "--backend", "venv", "--no-certify",
-                    "--wheelhouse", str(WHEELS), env=env)
+    done = envforge(
+        "build", "cpu", "--backend", "venv", "--no-certify", "--wheelhouse", str(WHEELS), env=env
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "built without certification" in done.stderr
     path = Path(done.stdout.strip().splitlines()[-1])
@@ -385,6 +386,15 @@ def test_a_login_node_builds_without_certifying_and_a_gpu_node_certifies_without
     assert "installing" not in shell.stderr  # nothing reinstalled
     certified = envforge("certify", "cpu", "--backend", "venv", "--level", "quick", env=env)
     assert certified.returncode == 0, certified.stderr[-3000:]
-    ran = envforge("shell", "cpu", "--backend", "venv", "--", "python", "-c",
-                   "import torch; print(torch.__version__)", env=env)
+    ran = envforge(
+        "shell",
+        "cpu",
+        "--backend",
+        "venv",
+        "--",
+        "python",
+        "-c",
+        "import torch; print(torch.__version__)",
+        env=env,
+    )
     assert (ran.returncode, ran.stdout.strip()) == (0, "2.13.0+cpu"), ran.stderr[-2000:]

@@ -217,16 +217,12 @@ def test_an_edited_torch_is_refused_by_shell_and_reinstalled_by_build(
     assert not marker.exists()
     done = build(env, "--level", "quick")
     assert done.returncode == 0, done.stderr
-    assert f"reinstalling (files changed since the install: {TORCH_INIT} modified" in (
-        done.stderr
-    )
+    assert f"reinstalling (files changed since the install: {TORCH_INIT} modified" in (done.stderr)
     assert init.read_bytes() == original
     assert_certified_and_used(path, env)
 
 
-def test_a_touched_file_is_read_again_and_stays_certified(
-    path: Path, env: dict[str, str]
-) -> None:
+def test_a_touched_file_is_read_again_and_stays_certified(path: Path, env: dict[str, str]) -> None:
     init = path / TORCH_INIT
     inode = path.stat().st_ino
     os.utime(init)  # same bytes, newer mtime and ctime: hashed again, the same content
@@ -329,9 +325,10 @@ def test_sigkill_mid_build_leaves_folders_the_next_build_sweeps(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     ) as proc:
-        wait_for("uv filling the folder aside", lambda: any(
-            (path.parent / name / "lib").exists() for name in leftovers(path)
-        ))
+        wait_for(
+            "uv filling the folder aside",
+            lambda: any((path.parent / name / "lib").exists() for name in leftovers(path)),
+        )
         proc.kill()
         proc.wait()
     left = leftovers(path)
@@ -345,9 +342,7 @@ def test_sigkill_mid_build_leaves_folders_the_next_build_sweeps(
     assert_certified_and_used(path, env)  # the certified venv was never touched
     done = build(env, "--level", "quick")
     assert done.returncode == 0, done.stderr
-    assert f"removed {path.parent / left[0]}, left by an envforge that was stopped" in (
-        done.stderr
-    )
+    assert f"removed {path.parent / left[0]}, left by an envforge that was stopped" in (done.stderr)
     assert leftovers(path) == []
     assert_certified_and_used(path, env)
 

@@ -29,8 +29,13 @@ CPYTHON = "cpython-311"
 
 def envforge(*args: str, env: Mapping[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "envforge", *args], cwd=cwd, env=dict(env),
-        capture_output=True, text=True, timeout=900, check=False,
+        [sys.executable, "-m", "envforge", *args],
+        cwd=cwd,
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
     )
 
 
@@ -50,8 +55,18 @@ def env(where: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def venv_path(where: Path, env: dict[str, str]) -> Path:
-    done = envforge("build", "cpu", "--backend", "venv", "--wheelhouse", str(WHEELS),
-                    "--level", "quick", env=env, cwd=where)
+    done = envforge(
+        "build",
+        "cpu",
+        "--backend",
+        "venv",
+        "--wheelhouse",
+        str(WHEELS),
+        "--level",
+        "quick",
+        env=env,
+        cwd=where,
+    )
     assert done.returncode == 0, done.stderr
     path = Path(done.stdout.strip().splitlines()[-1])
     assert path.is_absolute()
@@ -65,8 +80,18 @@ def test_the_build_leaves_nothing_in_tmpdir(where: Path, venv_path: Path) -> Non
 
 def shell_refuses(where: Path, env: dict[str, str], venv_path: Path, named: str) -> None:
     marker = where / "ran"
-    ran = envforge("shell", "cpu", "--backend", "venv", "--", "python", "-c",
-                   f"open({str(marker)!r}, 'w')", env=env, cwd=where)
+    ran = envforge(
+        "shell",
+        "cpu",
+        "--backend",
+        "venv",
+        "--",
+        "python",
+        "-c",
+        f"open({str(marker)!r}, 'w')",
+        env=env,
+        cwd=where,
+    )
     assert ran.returncode == 1, ran.stderr
     lines = [ln for ln in ran.stderr.splitlines() if ln.startswith("envforge: error:")]
     assert len(lines) == 1, ran.stderr
@@ -118,10 +143,15 @@ def _so(sp: Path) -> tuple[str, Callable[[], None]]:
     return name, (sp / name).unlink
 
 
-@pytest.mark.parametrize("tamper", [_shadow, _forged_pyc, _torch_edit, _pth, _so],
-                         ids=["shadow-folder", "forged-pyc", "same-size-edit", "pth", "so"])
+@pytest.mark.parametrize(
+    "tamper",
+    [_shadow, _forged_pyc, _torch_edit, _pth, _so],
+    ids=["shadow-folder", "forged-pyc", "same-size-edit", "pth", "so"],
+)
 def test_shell_refuses_uncertified_content_naming_it(
-    where: Path, env: dict[str, str], venv_path: Path,
+    where: Path,
+    env: dict[str, str],
+    venv_path: Path,
     tamper: Callable[[Path], tuple[str, Callable[[], None]]],
 ) -> None:
     named, undo = tamper(venv_path / SP)
@@ -140,15 +170,34 @@ def test_a_rebuild_after_tampering_certifies_none_of_it(
     original = (sp / "torch/version.py").read_bytes()
     _same_size_same_mtime(sp / "torch/version.py", "torch/version.py")
     _shadow(sp)
-    done = envforge("build", "cpu", "--backend", "venv", "--wheelhouse", str(WHEELS),
-                    "--level", "quick", env=env, cwd=where)
+    done = envforge(
+        "build",
+        "cpu",
+        "--backend",
+        "venv",
+        "--wheelhouse",
+        str(WHEELS),
+        "--level",
+        "quick",
+        env=env,
+        cwd=where,
+    )
     assert done.returncode == 0, done.stderr
     assert "reinstalling (files changed since the install" in done.stderr
     assert "up to date" not in done.stderr + done.stdout
     assert (sp / "torch/version.py").read_bytes() == original
     assert not (sp / "typing_extensions").exists()
-    ok = envforge("shell", "cpu", "--backend", "venv", "--", "python", "-c",
-                  "import typing_extensions, torch",
-                  env=env, cwd=where)
+    ok = envforge(
+        "shell",
+        "cpu",
+        "--backend",
+        "venv",
+        "--",
+        "python",
+        "-c",
+        "import typing_extensions, torch",
+        env=env,
+        cwd=where,
+    )
     assert ok.returncode == 0, ok.stderr
     assert sorted(p.name for p in (where / "tmp").iterdir()) == []

@@ -27,11 +27,17 @@ DIST = "envforge-stacks"
 pytestmark = pytest.mark.slow
 
 
-def run(args: list[str | Path], cwd: Path, env: dict[str, str] | None = None,
-        timeout: float = 900) -> subprocess.CompletedProcess[str]:
+def run(
+    args: list[str | Path], cwd: Path, env: dict[str, str] | None = None, timeout: float = 900
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True,
-        timeout=timeout, check=False,
+        [str(a) for a in args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
 
 
@@ -65,8 +71,11 @@ def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def user_env(tmp_path: Path) -> dict[str, str]:
     """The caller's environment without envforge settings or the checkout on sys.path."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("ENVFORGE_") and k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("ENVFORGE_") and k not in ("PYTHONPATH", "VIRTUAL_ENV")
+    }
     env["ENVFORGE_HOME"] = str(tmp_path / "home")
     env["UV_HTTP_RETRIES"] = "0"
     return env
@@ -124,8 +133,11 @@ def test_the_installed_command_builds_and_certifies_the_cpu_venv(
     wheels = os.environ.get("PIP_FIND_LINKS", "")
     if not wheels or not list(Path(wheels).glob("torch-2.13.0*.whl")):
         unavailable("PIP_FIND_LINKS does not name a folder with the torch 2.13.0 wheel")
-    done = run([venv / "bin" / "envforge", "build", "cpu", "--backend", "venv",
-                "--wheelhouse", wheels], cwd=tmp_path, env=user_env)
+    done = run(
+        [venv / "bin" / "envforge", "build", "cpu", "--backend", "venv", "--wheelhouse", wheels],
+        cwd=tmp_path,
+        env=user_env,
+    )
     assert done.returncode == 0, done.stderr
     built = Path(done.stdout.strip().splitlines()[-1])
     assert built.parent == Path(user_env["ENVFORGE_HOME"]) / "venvs" / "cpu"

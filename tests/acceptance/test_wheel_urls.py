@@ -117,7 +117,8 @@ def test_venv_build_installs_the_hashed_wheel_and_refuses_other_bytes(
     def build(folder: str) -> subprocess.CompletedProcess[str]:
         recipe.write_text(
             text + f"packages:\n  - {_entry(served, folder)!r}\n"
-            f"  - {{name: idna==3.10, index: '{served[0]}/simple/'}}\n", "utf-8"
+            f"  - {{name: idna==3.10, index: '{served[0]}/simple/'}}\n",
+            "utf-8",
         )
         return subprocess.run(
             [sys.executable, "-m", "envforge", "build", str(recipe), "--backend", "venv",

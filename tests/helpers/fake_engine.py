@@ -189,4 +189,3 @@ class FakeEngine:
 
     def close(self) -> None:
         self.closed = True
-

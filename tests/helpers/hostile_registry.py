@@ -33,12 +33,14 @@ def case_of(name: str) -> str:
 
 def _manifest_for(config: bytes) -> bytes:
     digest = "sha256:" + hashlib.sha256(config).hexdigest()
-    return json.dumps({
-        "schemaVersion": 2,
-        "mediaType": MANIFEST,
-        "config": {"digest": digest, "size": len(config)},
-        "layers": [],
-    }).encode()
+    return json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": MANIFEST,
+            "config": {"digest": digest, "size": len(config)},
+            "layers": [],
+        }
+    ).encode()
 
 
 def _good_config(label: str | None = None) -> bytes:
@@ -65,8 +67,10 @@ class HostileRegistry:
         if kind in ("manifest", "index"):
             self.paths[f"{base}/manifests/t"] = body
             return
-        config = body if kind == "config" else _good_config(
-            body.decode("utf-8") if kind == "label" else None
+        config = (
+            body
+            if kind == "config"
+            else _good_config(body.decode("utf-8") if kind == "label" else None)
         )
         self.paths[f"{base}/manifests/t"] = _manifest_for(config)
         self.paths[f"{base}/blobs/sha256:{hashlib.sha256(config).hexdigest()}"] = config

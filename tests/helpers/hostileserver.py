@@ -110,10 +110,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.flush()
 
-    def _send(self, status: int, body: bytes, ctype: str = PEP691,
-              headers: dict[str, str] | None = None) -> None:
-        self._head(status, {"Content-Type": ctype, "Content-Length": str(len(body)),
-                            **(headers or {})})
+    def _send(
+        self, status: int, body: bytes, ctype: str = PEP691, headers: dict[str, str] | None = None
+    ) -> None:
+        self._head(
+            status, {"Content-Type": ctype, "Content-Length": str(len(body)), **(headers or {})}
+        )
         self.wfile.write(body)
 
     def _stream(self, first: bytes, unit: bytes, total: int, pause: float = 0.0) -> None:
@@ -176,8 +178,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _route_huge(self, parts: list[str]) -> None:
         self._head(200, {"Content-Type": PEP691})
-        self._stream(b'{"meta": {"api-version": "1.1"}, "files": [], "x": "', b"x" * 65536,
-                     2 << 30)
+        self._stream(b'{"meta": {"api-version": "1.1"}, "files": [], "x": "', b"x" * 65536, 2 << 30)
 
     def _route_announced(self, parts: list[str]) -> None:
         self._head(200, {"Content-Type": PEP691, "Content-Length": "3000000000"})
@@ -229,11 +230,18 @@ class _Handler(BaseHTTPRequestHandler):
     def _registry(self, path: str) -> None:
         mode = self.state.registry
         port = self.state.port
-        realms = {"realm-file": "file:///etc/passwd", "realm-other": "http://10.255.255.1/token",
-                  "realm-port": f"{self.state.decoy}/token"}
+        realms = {
+            "realm-file": "file:///etc/passwd",
+            "realm-other": "http://10.255.255.1/token",
+            "realm-port": f"{self.state.decoy}/token",
+        }
         if mode in realms:
-            self._send(401, b"{}", "application/json",
-                       {"WWW-Authenticate": f'Bearer realm="{realms[mode]}",service="x"'})
+            self._send(
+                401,
+                b"{}",
+                "application/json",
+                {"WWW-Authenticate": f'Bearer realm="{realms[mode]}",service="x"'},
+            )
         elif mode == "loop":
             self._send(307, b"", "text/plain", {"Location": path})
         elif mode == "huge":
@@ -242,12 +250,16 @@ class _Handler(BaseHTTPRequestHandler):
         elif mode == "deep":
             self._send(200, deep_json(), "application/json")
         elif "/manifests/" in path:
-            manifest = (b'{"schemaVersion": 2, "config": {"digest": "sha256:'
-                        + b"a" * 64 + b'"}, "layers": []}')
+            manifest = (
+                b'{"schemaVersion": 2, "config": {"digest": "sha256:'
+                + b"a" * 64
+                + b'"}, "layers": []}'
+            )
             self._send(200, manifest, "application/vnd.oci.image.manifest.v1+json")
         elif mode == "redirect-other":
-            self._send(307, b"", "text/plain",
-                       {"Location": f"http://10.255.255.1:{port}/storage/blob"})
+            self._send(
+                307, b"", "text/plain", {"Location": f"http://10.255.255.1:{port}/storage/blob"}
+            )
         elif mode == "redirect-port":
             self._send(307, b"", "text/plain", {"Location": f"{self.state.decoy}/storage/blob"})
         else:  # drip: the config blob never finishes
@@ -265,8 +277,11 @@ class _Decoy(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self.state.decoy_requests.append(self.path)
-        body = (b'{"token": "decoy"}' if self.path.startswith("/token")
-                else (RECORDED / "torch.json").read_bytes())
+        body = (
+            b'{"token": "decoy"}'
+            if self.path.startswith("/token")
+            else (RECORDED / "torch.json").read_bytes()
+        )
         self.send_response(200)
         self.send_header("Content-Type", PEP691)
         self.send_header("Content-Length", str(len(body)))
@@ -287,8 +302,10 @@ def serve() -> Iterator[HostileServer]:
     generator closes."""
     bomb()
     state = HostileServer("", 0)
-    servers = [_start(type("Handler", (_Handler,), {"state": state})),
-               _start(type("Decoy", (_Decoy,), {"state": state}))]
+    servers = [
+        _start(type("Handler", (_Handler,), {"state": state})),
+        _start(type("Decoy", (_Decoy,), {"state": state})),
+    ]
     state.port = servers[0][0].server_address[1]
     state.url = f"http://127.0.0.1:{state.port}"
     state.decoy_port = servers[1][0].server_address[1]

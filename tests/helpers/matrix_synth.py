@@ -20,22 +20,70 @@ from envforge.publish.certificate import issue
 
 #: (vendor, arch, products, drivers, recipe, stack)
 FLEET: tuple[tuple[str, str | None, tuple[str, ...], tuple[str, ...], str, str], ...] = (
-    ("amd", "gfx1010", ("AMD Radeon RX 5700 XT", "AMD Radeon RX 5700"),
-     ("amdgpu 6.2.4", "amdgpu 6.8.5", "amdgpu 6.10.5"), "gfx1010", "torch1.13.1-rocm5.2-py3.10"),
-    ("amd", "gfx1030", ("AMD Radeon RX 6800 XT", "AMD Radeon RX 6900 XT"),
-     ("amdgpu 6.8.5", "amdgpu 6.12.12"), "gfx1030", "torch2.13.0-rocm7.1-py3.12"),
-    ("amd", "gfx1031", ("AMD Radeon RX 6700 XT",),
-     ("amdgpu 6.8.0", "amdgpu 6.10.5"), "gfx1031", "torch2.13.0-rocm7.1-py3.12"),
-    ("amd", "gfx1100", ("AMD Radeon RX 7900 XTX",),
-     ("amdgpu 6.10.5", "amdgpu 6.12.12"), "gfx1100", "torch2.13.0-rocm7.1-py3.12"),
-    ("amd", "gfx90a", ("AMD Instinct MI210",), ("amdgpu 6.8.5",), "gfx90a",
-     "torch2.13.0-rocm7.1-py3.12"),
-    ("nvidia", None, ("NVIDIA GeForce RTX 4090",),
-     ("nvidia 570.86.16", "nvidia 580.65.06"), "sm_90", "torch2.13.0-cu130-py3.12"),
-    ("nvidia", None, ("NVIDIA H100 80GB HBM3",), ("nvidia 580.65.06",), "sm_90",
-     "torch2.13.0-cu130-py3.12"),
-    ("nvidia", None, ("NVIDIA GeForce GTX 1080 Ti",), ("nvidia 535.183.01",), "sm_61",
-     "torch2.5.1-cu118-py3.11"),
+    (
+        "amd",
+        "gfx1010",
+        ("AMD Radeon RX 5700 XT", "AMD Radeon RX 5700"),
+        ("amdgpu 6.2.4", "amdgpu 6.8.5", "amdgpu 6.10.5"),
+        "gfx1010",
+        "torch1.13.1-rocm5.2-py3.10",
+    ),
+    (
+        "amd",
+        "gfx1030",
+        ("AMD Radeon RX 6800 XT", "AMD Radeon RX 6900 XT"),
+        ("amdgpu 6.8.5", "amdgpu 6.12.12"),
+        "gfx1030",
+        "torch2.13.0-rocm7.1-py3.12",
+    ),
+    (
+        "amd",
+        "gfx1031",
+        ("AMD Radeon RX 6700 XT",),
+        ("amdgpu 6.8.0", "amdgpu 6.10.5"),
+        "gfx1031",
+        "torch2.13.0-rocm7.1-py3.12",
+    ),
+    (
+        "amd",
+        "gfx1100",
+        ("AMD Radeon RX 7900 XTX",),
+        ("amdgpu 6.10.5", "amdgpu 6.12.12"),
+        "gfx1100",
+        "torch2.13.0-rocm7.1-py3.12",
+    ),
+    (
+        "amd",
+        "gfx90a",
+        ("AMD Instinct MI210",),
+        ("amdgpu 6.8.5",),
+        "gfx90a",
+        "torch2.13.0-rocm7.1-py3.12",
+    ),
+    (
+        "nvidia",
+        None,
+        ("NVIDIA GeForce RTX 4090",),
+        ("nvidia 570.86.16", "nvidia 580.65.06"),
+        "sm_90",
+        "torch2.13.0-cu130-py3.12",
+    ),
+    (
+        "nvidia",
+        None,
+        ("NVIDIA H100 80GB HBM3",),
+        ("nvidia 580.65.06",),
+        "sm_90",
+        "torch2.13.0-cu130-py3.12",
+    ),
+    (
+        "nvidia",
+        None,
+        ("NVIDIA GeForce GTX 1080 Ti",),
+        ("nvidia 535.183.01",),
+        "sm_61",
+        "torch2.5.1-cu118-py3.11",
+    ),
     ("none", None, (), ("",), "cpu", "torch2.13.0-cpu-py3.11"),
 )
 BAD = {
@@ -64,9 +112,14 @@ class Spec:
 
 def snapshot_for(stack: str) -> dict[str, Any]:
     torch_part, variant, py = stack.split("-")
-    snap: dict[str, Any] = {"python": py[2:] + ".4", "torch": torch_part[5:], "hip": None,
-                            "cuda": None, "executable": "/home/alice/venv/bin/python",
-                            "platform": "Linux-6.8.0-x86_64-with-glibc2.36 on alice-ws"}
+    snap: dict[str, Any] = {
+        "python": py[2:] + ".4",
+        "torch": torch_part[5:],
+        "hip": None,
+        "cuda": None,
+        "executable": "/home/alice/venv/bin/python",
+        "platform": "Linux-6.8.0-x86_64-with-glibc2.36 on alice-ws",
+    }
     if variant.startswith("rocm"):
         snap["hip"] = variant[4:] + ".32830"
         snap["torch"] += "+" + variant
@@ -94,15 +147,18 @@ def make_report(spec: Spec) -> ProbeReport:
             failed = True
         else:
             steps.append(StepResult(name, "pass", seconds, f"{name} ok"))
-    gpus = () if spec.vendor == "none" else (
-        ReportGpu(name=spec.product, arch=spec.arch, vendor=spec.vendor),
+    gpus = (
+        ()
+        if spec.vendor == "none"
+        else (ReportGpu(name=spec.product, arch=spec.arch, vendor=spec.vendor),)
     )
     return ProbeReport(
         steps=tuple(steps),
         level=spec.level,
         target="/home/alice/.local/share/envforge/venvs/x/bin/python",
-        host=ReportHost(kernel=spec.kernel, machine="x86_64", gpus=gpus,
-                      driver=spec.driver or None),
+        host=ReportHost(
+            kernel=spec.kernel, machine="x86_64", gpus=gpus, driver=spec.driver or None
+        ),
         envforge_version="0.1.0",
         created=spec.created.strftime("%Y-%m-%dT%H:%M:%SZ"),
         seconds=sum(s.seconds for s in steps),
@@ -144,12 +200,18 @@ def corpus(n: int, seed: int = 12) -> list[Spec]:
         elif roll < 0.15:  # someone tries another arch's recipe
             recipe = rng.choice(sorted(stacks))
         stack = stacks[recipe]
-        specs.append(Spec(
-            vendor=vendor, arch=arch, product=rng.choice(products) if products else "",
-            driver=rng.choice(drivers), recipe=recipe, stack=stack,
-            outcome=rng.choice(outcomes),
-            created=start + timedelta(seconds=offset),
-        ))
+        specs.append(
+            Spec(
+                vendor=vendor,
+                arch=arch,
+                product=rng.choice(products) if products else "",
+                driver=rng.choice(drivers),
+                recipe=recipe,
+                stack=stack,
+                outcome=rng.choice(outcomes),
+                created=start + timedelta(seconds=offset),
+            )
+        )
     return specs
 
 

@@ -72,9 +72,19 @@ def test_ptx_runs_on_every_newer_arch(ptx: Sm, gpu: Sm) -> None:
 
 @pytest.mark.parametrize(
     ("value", "name"),
-    [(100100, "gfx1010"), (90010, "gfx90a"), (90402, "gfx942"), (110501, "gfx1151"),
-     (120001, "gfx1201"), (90012, "gfx90c"), (0, None), (-1, None), (91600, None),
-     (90016, None), (50_000_000, None)],
+    [
+        (100100, "gfx1010"),
+        (90010, "gfx90a"),
+        (90402, "gfx942"),
+        (110501, "gfx1151"),
+        (120001, "gfx1201"),
+        (90012, "gfx90c"),
+        (0, None),
+        (-1, None),
+        (91600, None),
+        (90016, None),
+        (50_000_000, None),
+    ],
 )
 def test_kfd_target_versions(value: int, name: str | None) -> None:
     # probe/report.py's old copy gave gfx9160 for 91600 and wrote the minor in decimal.
@@ -82,8 +92,17 @@ def test_kfd_target_versions(value: int, name: str | None) -> None:
 
 
 @pytest.mark.parametrize(
-    "bad", ["gfx000", "gfx", "gfx10300", "gfxabc", "gfx1030\n", "gfx\u0661030", "GFX1030",
-            "gfx1030:xnack-"],
+    "bad",
+    [
+        "gfx000",
+        "gfx",
+        "gfx10300",
+        "gfxabc",
+        "gfx1030\n",
+        "gfx\u0661030",
+        "GFX1030",
+        "gfx1030:xnack-",
+    ],
 )
 def test_not_gfx_names(bad: str) -> None:
     assert arch.parse_gfx(bad) is None
@@ -109,5 +128,9 @@ def test_families_and_device_archs() -> None:
     assert not arch.is_device_arch("sm_90a")
     assert arch.same_major_lower("sm_89") == ["sm_87", "sm_86", "sm_80"]
     assert sorted(["gfx1100", "gfx90a", "gfx906", "sm_90", "gfx1030"], key=arch.sort_key) == [
-        "gfx906", "gfx90a", "gfx1030", "gfx1100", "sm_90"
+        "gfx906",
+        "gfx90a",
+        "gfx1030",
+        "gfx1100",
+        "sm_90",
     ]

@@ -50,17 +50,26 @@ def _report(status: str = "pass", arch: str | None = "gfx1031") -> dict[str, Any
             {"name": "matmul", "status": status, "seconds": 0.25, "detail": ""},
         ],
         "level": "quick",
-        "host": {"kernel": "6.8.0", "machine": "x86_64", "gpus": gpus, "driver": "6.8.0",
-                 "id": "f00d" * 8, "node": "node-17", "granted": {"SLURM_JOB_GPUS": "1"}},
+        "host": {
+            "kernel": "6.8.0",
+            "machine": "x86_64",
+            "gpus": gpus,
+            "driver": "6.8.0",
+            "id": "f00d" * 8,
+            "node": "node-17",
+            "granted": {"SLURM_JOB_GPUS": "1"},
+        },
         "created": "2026-11-27T23:00:00Z",
     }
 
 
 def _pred(status: str = "pass", arch: str | None = "gfx1031") -> dict[str, Any]:
     return at.predicate(
-        report=_report(status, arch), backend="docker",
+        report=_report(status, arch),
+        backend="docker",
         recipe={"name": "cpu", "hash": HASH, "stack_tag": "torch2.13.0-cpu-py3.11"},
-        stack={"torch": "2.13.0"}, certificate="sha256:" + "01" * 32,
+        stack={"torch": "2.13.0"},
+        certificate="sha256:" + "01" * 32,
     )
 
 
@@ -79,11 +88,18 @@ def test_pae_is_the_specs_test_vector_and_its_signature_verifies() -> None:
     x = 46950820868899156662930047687818585632848591499744589407958293238635476079160
     y = 5640078356564379163099075877009565129882514886557779369047442380624545832820
     public = ec.EllipticCurvePublicNumbers(x, y, ec.SECP256R1()).public_key()
-    envelope = Envelope.from_dict({
-        "payload": "aGVsbG8gd29ybGQ=", "payloadType": "http://example.com/HelloWorld",
-        "signatures": [{"sig": "A3JqsQGtVsJ2O2xqrI5IcnXip5GToJ3F+FnZ+O88SjtR6rDAajabZKciJTfUiHqJ"
-                               "PcIAriEGAHTVeCUjW2JIZA=="}],
-    })
+    envelope = Envelope.from_dict(
+        {
+            "payload": "aGVsbG8gd29ybGQ=",
+            "payloadType": "http://example.com/HelloWorld",
+            "signatures": [
+                {
+                    "sig": "A3JqsQGtVsJ2O2xqrI5IcnXip5GToJ3F+FnZ+O88SjtR6rDAajabZKciJTfUiHqJ"
+                    "PcIAriEGAHTVeCUjW2JIZA=="
+                }
+            ],
+        }
+    )
     raw = envelope.signatures[0].sig
     der = encode_dss_signature(int.from_bytes(raw[:32], "big"), int.from_bytes(raw[32:], "big"))
     public.verify(der, pae(envelope.payload_type, envelope.payload), ec.ECDSA(hashes.SHA256()))
@@ -103,8 +119,9 @@ def test_envelopes_verify_with_securesystemslib(tmp_path: Path) -> None:
     envelope = sign(b'{"a": 1}', key)
     theirs = dsse.Envelope.from_dict(envelope.to_dict())
     assert theirs.pae() == pae(INTOTO_PAYLOAD_TYPE, b'{"a": 1}')
-    public = SSlibKey(key.public.fingerprint, "ed25519", "ed25519",
-                      {"public": key.public.raw.hex()})
+    public = SSlibKey(
+        key.public.fingerprint, "ed25519", "ed25519", {"public": key.public.raw.hex()}
+    )
     accepted = theirs.verify([public], 1)
     assert list(accepted) == [key.public.fingerprint]
 
@@ -122,8 +139,11 @@ def test_sign_and_verify_with_real_keys_and_refuse_others(tmp_path: Path) -> Non
     retyped = Envelope("text/plain", envelope.payload, envelope.signatures)
     assert verified_keys(retyped, [key.public]) == ()
     # a keyid naming the trusted key on another key's signature grants nothing
-    forged = Envelope(envelope.payload_type, envelope.payload,
-                      (Signature(key.public.fingerprint, other.sign(b"x")),))
+    forged = Envelope(
+        envelope.payload_type,
+        envelope.payload,
+        (Signature(key.public.fingerprint, other.sign(b"x")),),
+    )
     assert verified_keys(forged, [key.public, other.public]) == ()
     both = add_signature(envelope, other)
     assert set(verified_keys(both, [key.public, other.public])) == {key.public, other.public}
@@ -171,9 +191,16 @@ def _schema_cases() -> list[tuple[str, Any]]:
     bad_hash = {**good, "recipe": {**good["recipe"], "hash": "md5:00"}}
     negative = {**good, "steps": [{"name": "a", "status": "pass", "seconds": -1}]}
     wrong_type = {**good, "passedTests": "all"}
-    return [("good", good), ("extra", extra), ("status", bad_status), ("missing", missing),
-            ("hash", bad_hash), ("negative", negative), ("type", wrong_type),
-            ("venv", {**_pred(arch=None), "backend": "venv", "certificate": None})]
+    return [
+        ("good", good),
+        ("extra", extra),
+        ("status", bad_status),
+        ("missing", missing),
+        ("hash", bad_hash),
+        ("negative", negative),
+        ("type", wrong_type),
+        ("venv", {**_pred(arch=None), "backend": "venv", "certificate": None}),
+    ]
 
 
 @pytest.mark.parametrize(("name", "value"), _schema_cases())
@@ -192,8 +219,9 @@ def test_the_builtin_check_agrees_with_jsonschema(name: str, value: Any) -> None
 # --------------------------------------------------------------------------- verification
 
 
-def _signed(key: SigningKey, pred: dict[str, Any] | None = None,
-            image: str = IMAGE) -> dict[str, Any]:
+def _signed(
+    key: SigningKey, pred: dict[str, Any] | None = None, image: str = IMAGE
+) -> dict[str, Any]:
     subject = at.image_subject("envforge/cpu:torch2.13.0-cpu-py3.11", image)
     return at.attest(subject, pred or _pred(), key).to_dict()
 
@@ -228,8 +256,7 @@ def test_tampering_is_refused(tmp_path: Path) -> None:
     wrong = check_envelope(_signed(key, image="sha256:" + "ee" * 32), trust, IMAGE, source="x")
     assert any("subject" in p for p in wrong.problems)
     # validly signed but outside the schema
-    odd = check_envelope(_signed(key, {**_pred(), "level": "thorough"}), trust, IMAGE,
-                         source="x")
+    odd = check_envelope(_signed(key, {**_pred(), "level": "thorough"}), trust, IMAGE, source="x")
     assert any("level" in p for p in odd.problems)
     # not an in-toto payload type
     text = sign(b"{}", key, "text/plain").to_dict()
@@ -259,8 +286,9 @@ def test_a_signed_docker_build_attests_its_certified_image(
     monkeypatch.setenv("ENVFORGE_HOME", str(tmp_path / "home"))
     key, key_path, pub = _keys(tmp_path / "keys")
     engine = _engine()
-    result = docker.build(RECIPE, docker.DockerOptions(signer=key), client=engine,
-                          prober=FakeProbe("pass"))
+    result = docker.build(
+        RECIPE, docker.DockerOptions(signer=key), client=engine, prober=FakeProbe("pass")
+    )
     out = tmp_path / "out.intoto.jsonl"
     attest_result(result, RECIPE, key_path, out)
     image = engine.images.get(certified_ref(RECIPE.name, RECIPE.stack_tag)).attrs["Id"]
@@ -271,15 +299,18 @@ def test_a_signed_docker_build_attests_its_certified_image(
     assert [c.ok for c in checks] == [True]
     assert checks[0].recipe == RECIPE.name
     assert main(["attest", "verify", str(out), "--trust", str(pub), "--subject", image]) == 0
-    assert main(["attest", "verify", str(out), "--trust", str(pub),
-                 "--subject", "sha256:" + "0" * 64]) == 1
+    assert (
+        main(["attest", "verify", str(out), "--trust", str(pub), "--subject", "sha256:" + "0" * 64])
+        == 1
+    )
     assert "REFUSED" in capsys.readouterr().out
     assert main(["attest", "verify", str(out), "--trust", str(pub)]) == 2  # which subject?
     assert main(["attest", "verify", str(out)]) == 2  # no trusted keys
 
 
-def test_attest_needs_a_signing_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_attest_needs_a_signing_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.delenv("ENVFORGE_SIGNING_KEY", raising=False)
     assert main(["certify", "cpu", "--attest", str(tmp_path / "a.jsonl")]) == 2
     assert "--signing-key" in capsys.readouterr().err
@@ -295,18 +326,27 @@ def _fake_venv(root: Path) -> Path:
     module = venv / "lib" / "python3.11" / "site-packages" / "demo.py"
     module.write_text("x = 1\n")
     (dist / "METADATA").write_text("Name: demo\nVersion: 1.0\n")
-    (dist / "RECORD").write_text("demo.py,,\ndemo-1.0.dist-info/METADATA,,\n"
-                                 "demo-1.0.dist-info/RECORD,,\n")
+    (dist / "RECORD").write_text(
+        "demo.py,,\ndemo-1.0.dist-info/METADATA,,\ndemo-1.0.dist-info/RECORD,,\n"
+    )
     (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
     markers = venv / ".envforge"
     markers.mkdir()
-    (markers / "build.json").write_text(json.dumps(
-        {"python": "3.11", "interpreter": "/usr/bin/python3.11"}))
+    (markers / "build.json").write_text(
+        json.dumps({"python": "3.11", "interpreter": "/usr/bin/python3.11"})
+    )
     report = {**_report(arch=None), "level": "full"}
-    (markers / "certified.json").write_text(json.dumps({
-        "recipe": RECIPE.name, "recipe_hash": RECIPE.hash, "level": "full", "report": report,
-        "content": content_digests(venv),
-    }))
+    (markers / "certified.json").write_text(
+        json.dumps(
+            {
+                "recipe": RECIPE.name,
+                "recipe_hash": RECIPE.hash,
+                "level": "full",
+                "report": report,
+                "content": content_digests(venv),
+            }
+        )
+    )
     return venv
 
 
@@ -343,8 +383,12 @@ def test_a_signed_venv_build_result_is_attested(tmp_path: Path) -> None:
     interpreter = Interpreter(path="python", executable="python", version="3.11")
     out = tmp_path / "venv.intoto.jsonl"
     # up to date: nothing was certified now, nothing is signed
-    attest_result(VenvBuildResult(RECIPE.name, venv, "up-to-date", interpreter, None, 0.1),
-                  RECIPE, key_path, out)
+    attest_result(
+        VenvBuildResult(RECIPE.name, venv, "up-to-date", interpreter, None, 0.1),
+        RECIPE,
+        key_path,
+        out,
+    )
     assert not out.exists()
     report = ProbeReport.from_dict({**_report(arch=None), "envforge_version": "t"})
     result = VenvBuildResult(RECIPE.name, venv, "built", interpreter, report, 0.1)
@@ -356,19 +400,33 @@ def test_a_signed_venv_build_result_is_attested(tmp_path: Path) -> None:
     assert "certificate" not in statement["predicate"]
 
 
-@pytest.mark.parametrize("raw", [
-    None, [], "text", {"payloadType": 1}, {"payloadType": "t", "payload": "e30=",
-                                           "signatures": "x"},
-    {"payloadType": INTOTO_PAYLOAD_TYPE, "payload": "***", "signatures": [{"sig": "AA=="}]},
-    {"payloadType": INTOTO_PAYLOAD_TYPE, "payload": "e30=", "signatures": [{"sig": 5}]},
-    {"payloadType": INTOTO_PAYLOAD_TYPE, "payload": "e30=",
-     "signatures": [{"sig": "AA=="}] * 65},
-    {"payloadType": INTOTO_PAYLOAD_TYPE,
-     "payload": base64.b64encode(b"[" * 100000 + b"]" * 100000).decode(),
-     "signatures": [{"sig": "AA=="}]},
-    {"payloadType": INTOTO_PAYLOAD_TYPE, "payload": base64.b64encode(b"\xff\xfe").decode(),
-     "signatures": [{"sig": "AA=="}]},
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        None,
+        [],
+        "text",
+        {"payloadType": 1},
+        {"payloadType": "t", "payload": "e30=", "signatures": "x"},
+        {"payloadType": INTOTO_PAYLOAD_TYPE, "payload": "***", "signatures": [{"sig": "AA=="}]},
+        {"payloadType": INTOTO_PAYLOAD_TYPE, "payload": "e30=", "signatures": [{"sig": 5}]},
+        {
+            "payloadType": INTOTO_PAYLOAD_TYPE,
+            "payload": "e30=",
+            "signatures": [{"sig": "AA=="}] * 65,
+        },
+        {
+            "payloadType": INTOTO_PAYLOAD_TYPE,
+            "payload": base64.b64encode(b"[" * 100000 + b"]" * 100000).decode(),
+            "signatures": [{"sig": "AA=="}],
+        },
+        {
+            "payloadType": INTOTO_PAYLOAD_TYPE,
+            "payload": base64.b64encode(b"\xff\xfe").decode(),
+            "signatures": [{"sig": "AA=="}],
+        },
+    ],
+)
 def test_hostile_envelopes_are_refused_in_one_line(raw: Any, tmp_path: Path) -> None:
     _key, _, pub = _keys(tmp_path)
     checked = check_envelope(raw, load_trust([pub]), IMAGE, source="x")
@@ -376,8 +434,9 @@ def test_hostile_envelopes_are_refused_in_one_line(raw: Any, tmp_path: Path) -> 
     assert all("\n" not in p for p in checked.problems)
 
 
-def test_a_file_that_is_not_envelopes_is_one_line(tmp_path: Path,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_file_that_is_not_envelopes_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     _key, _, pub = _keys(tmp_path)
     bad = tmp_path / "bad.intoto.jsonl"
     bad.write_text('{"a": 1}\nnot json\n')
@@ -385,8 +444,20 @@ def test_a_file_that_is_not_envelopes_is_one_line(tmp_path: Path,
     err = capsys.readouterr().err
     assert f"{bad}:2: not a JSON envelope" in err
     assert len(err.strip().splitlines()) == 1
-    assert main(["attest", "verify", str(tmp_path / "none.jsonl"), "--trust", str(pub),
-                 "--subject", IMAGE]) == 2
+    assert (
+        main(
+            [
+                "attest",
+                "verify",
+                str(tmp_path / "none.jsonl"),
+                "--trust",
+                str(pub),
+                "--subject",
+                IMAGE,
+            ]
+        )
+        == 2
+    )
     assert main(["attest", "verify", str(bad), "--trust", str(pub), "--subject", "md5:1"]) == 2
 
 

@@ -31,7 +31,8 @@ from envforge.cli import main
 from envforge.probe.local import LocalPythonTarget
 
 pytestmark = pytest.mark.skipif(
-    shutil.which("gcc") is None or shutil.which("objcopy") is None, reason="needs gcc, objcopy")
+    shutil.which("gcc") is None or shutil.which("objcopy") is None, reason="needs gcc, objcopy"
+)
 
 PY_TAG = f"cpython-{sys.version_info.major}{sys.version_info.minor}-x86_64-linux-gnu"
 
@@ -39,13 +40,15 @@ PY_TAG = f"cpython-{sys.version_info.major}{sys.version_info.minor}-x86_64-linux
 # --------------------------------------------------------------------------- formats
 
 
-def nv_entry(kind: int, arch: int, payload: bytes = b"\x7fELF" + b"\0" * 12,
-             flags: int = 0x11) -> bytes:
+def nv_entry(
+    kind: int, arch: int, payload: bytes = b"\x7fELF" + b"\0" * 12, flags: int = 0x11
+) -> bytes:
     """One fatbin entry: a 64-byte header (kind, version, header size, payload size,
     compressed size, ?, minor, major, arch, name offset/len, flags, 0, 0) and payload."""
     size = (len(payload) + 7) // 8 * 8
-    head = struct.pack("<HHIQIIHHIIIQQQ", kind, 0x0101, 64, size, 0, 0, 0, 1, arch, 0, 0,
-                       flags, 0, 0)
+    head = struct.pack(
+        "<HHIQIIHHIIIQQQ", kind, 0x0101, 64, size, 0, 0, 0, 1, arch, 0, 0, flags, 0, 0
+    )
     return head + payload.ljust(size, b"\0")
 
 
@@ -79,8 +82,12 @@ def ccob(bundle: bytes, method: int) -> bytes:
 
 
 def build_so(
-    out: Path, *, soname: str | None = None, source: str = "int f(void) { return 1; }\n",
-    links: Sequence[Path] = (), runpath: str | None = None,
+    out: Path,
+    *,
+    soname: str | None = None,
+    source: str = "int f(void) { return 1; }\n",
+    links: Sequence[Path] = (),
+    runpath: str | None = None,
     sections: dict[str, bytes] | None = None,
 ) -> Path:
     """A shared object at ``out`` (gcc), with ``sections`` added (objcopy)."""
@@ -98,15 +105,31 @@ def build_so(
     for name, data in (sections or {}).items():
         blob = out.parent / f"{out.name}.{name.strip('.')}.bin"
         blob.write_bytes(data)
-        subprocess.run(["objcopy", "--add-section", f"{name}={blob}",
-                        "--set-section-flags", f"{name}=alloc,readonly", str(out)],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [
+                "objcopy",
+                "--add-section",
+                f"{name}={blob}",
+                "--set-section-flags",
+                f"{name}=alloc,readonly",
+                str(out),
+            ],
+            check=True,
+            capture_output=True,
+        )
         blob.unlink()
     return out
 
 
-def add_dist(site: Path, name: str, version: str, files: Sequence[Path], *,
-             requires: Sequence[str] = (), sizes: dict[str, int] | None = None) -> None:
+def add_dist(
+    site: Path,
+    name: str,
+    version: str,
+    files: Sequence[Path],
+    *,
+    requires: Sequence[str] = (),
+    sizes: dict[str, int] | None = None,
+) -> None:
     """A ``*.dist-info`` folder whose RECORD lists ``files`` (paths in ``site``)."""
     meta = site / f"{name.replace('-', '_')}-{version}.dist-info"
     meta.mkdir(parents=True, exist_ok=True)
@@ -133,8 +156,7 @@ def audit(venv: Path, arch: str | None = None) -> Collected:
     return collect_python(str(venv / "bin" / "python"), f"venv {venv}")
 
 
-def messages(collected: Collected, arch: str | None = None, check: str | None = None
-             ) -> list[str]:
+def messages(collected: Collected, arch: str | None = None, check: str | None = None) -> list[str]:
     report = judge(collected, arch, arch_source="--arch")
     return [f.message for f in report.findings if check is None or f.check == check]
 
@@ -143,8 +165,11 @@ def messages(collected: Collected, arch: str | None = None, check: str | None = 
 
 
 def test_fatbin_walk_lists_sass_and_ptx_across_containers_and_padding() -> None:
-    blob = (nv_container(nv_entry(2, 80), nv_entry(2, 90), nv_entry(1, 90, b".version 8"))
-            + b"\0" * 8 + nv_container(nv_entry(2, 75, flags=0x2011)))
+    blob = (
+        nv_container(nv_entry(2, 80), nv_entry(2, 90), nv_entry(1, 90, b".version 8"))
+        + b"\0" * 8
+        + nv_container(nv_entry(2, 75, flags=0x2011))
+    )
     code = read_nv_fatbin(io.BytesIO(b"junk" + blob), 4, len(blob))
     assert code.sass == ("sm_75", "sm_80", "sm_90")
     assert code.ptx == ("sm_90",)
@@ -169,21 +194,29 @@ def test_offload_bundles_plain_and_zlib_compressed_are_read_zstd_is_unknown() ->
     assert code.bundles == 3
 
 
-@pytest.mark.parametrize(("code", "gpu", "runs"), [
-    ("gfx90a:xnack-", "gfx90a", True),
-    ("gfx90a:xnack-", "gfx90a:xnack+", False),
-    ("gfx90a", "gfx90a:xnack+", True),
-    ("gfx10-3-generic", "gfx1031", True),
-    ("gfx1030", "gfx1031", False),
-])
+@pytest.mark.parametrize(
+    ("code", "gpu", "runs"),
+    [
+        ("gfx90a:xnack-", "gfx90a", True),
+        ("gfx90a:xnack-", "gfx90a:xnack+", False),
+        ("gfx90a", "gfx90a:xnack+", True),
+        ("gfx10-3-generic", "gfx1031", True),
+        ("gfx1030", "gfx1031", False),
+    ],
+)
 def test_amd_code_object_matching(code: str, gpu: str, runs: bool) -> None:
     assert amd_runs(code, gpu) is runs
 
 
 def test_a_real_shared_object_with_a_fatbin_section(tmp_path: Path) -> None:
     dep = build_so(tmp_path / "libdep.so", soname="libdep.so")
-    lib = build_so(tmp_path / "libk.so.1", soname="libk.so.1", links=[dep], runpath="$ORIGIN",
-                   sections={".nv_fatbin": nv_container(nv_entry(2, 86), nv_entry(1, 80))})
+    lib = build_so(
+        tmp_path / "libk.so.1",
+        soname="libk.so.1",
+        links=[dep],
+        runpath="$ORIGIN",
+        sections={".nv_fatbin": nv_container(nv_entry(2, 86), nv_entry(1, 80))},
+    )
     facts = scan(str(lib))
     assert facts.soname == "libk.so.1"
     assert "libdep.so" in facts.needed
@@ -204,28 +237,48 @@ def gpu_venv(tmp_path_factory: pytest.TempPathFactory) -> Collected:
     """NVIDIA and AMD GPU code carriers in one venv."""
     root, site = make_venv(tmp_path_factory.mktemp("gpu") / "venv")
     big = b"\x7fELF" + bytes(20 * 1024)  # above the stub size: a verdict
-    nv = build_so(site / "kern" / "libnv.so", soname="libnv.so", sections={
-        ".nv_fatbin": nv_container(nv_entry(2, 80, big), nv_entry(2, 90, big),
-                                   nv_entry(1, 90))})
-    stub = build_so(site / "kern" / "libstub.so", soname="libstub.so", sections={
-        ".nv_fatbin": nv_container(nv_entry(2, 75))})
-    amd = build_so(site / "kern" / "libamd.so", soname="libamd.so", sections={
-        ".hip_fatbin": offload_bundle("host-x86_64-unknown-linux-gnu-",
-                                      "hipv4-amdgcn-amd-amdhsa--gfx1030",
-                                      "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-")})
-    zstd = build_so(site / "kern" / "libz.so", soname="libz_kern.so", sections={
-        ".hip_fatbin": ccob(offload_bundle("hipv4-amdgcn-amd-amdhsa--gfx1100"), 1)})
+    nv = build_so(
+        site / "kern" / "libnv.so",
+        soname="libnv.so",
+        sections={
+            ".nv_fatbin": nv_container(nv_entry(2, 80, big), nv_entry(2, 90, big), nv_entry(1, 90))
+        },
+    )
+    stub = build_so(
+        site / "kern" / "libstub.so",
+        soname="libstub.so",
+        sections={".nv_fatbin": nv_container(nv_entry(2, 75))},
+    )
+    amd = build_so(
+        site / "kern" / "libamd.so",
+        soname="libamd.so",
+        sections={
+            ".hip_fatbin": offload_bundle(
+                "host-x86_64-unknown-linux-gnu-",
+                "hipv4-amdgcn-amd-amdhsa--gfx1030",
+                "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-",
+            )
+        },
+    )
+    zstd = build_so(
+        site / "kern" / "libz.so",
+        soname="libz_kern.so",
+        sections={".hip_fatbin": ccob(offload_bundle("hipv4-amdgcn-amd-amdhsa--gfx1100"), 1)},
+    )
     add_dist(site, "kern", "1.0", [nv, stub, amd, zstd])
     return audit(root)
 
 
-@pytest.mark.parametrize(("arch", "named"), [
-    ("sm_86", None),  # SASS sm_80 runs on sm_86 (same major, higher minor)
-    ("sm_75", "libnv.so"),  # neither SASS for 7.x nor PTX at or below 7.5
-    ("sm_120", None),  # PTX sm_90 is JIT-compiled for sm_120
-    ("gfx1030", "libz"),  # a zstd bundle: a warning, not a guess
-    ("gfx1010", "libamd.so"),
-])
+@pytest.mark.parametrize(
+    ("arch", "named"),
+    [
+        ("sm_86", None),  # SASS sm_80 runs on sm_86 (same major, higher minor)
+        ("sm_75", "libnv.so"),  # neither SASS for 7.x nor PTX at or below 7.5
+        ("sm_120", None),  # PTX sm_90 is JIT-compiled for sm_120
+        ("gfx1030", "libz"),  # a zstd bundle: a warning, not a guess
+        ("gfx1010", "libamd.so"),
+    ],
+)
 def test_gpu_code_against_the_arch(gpu_venv: Collected, arch: str, named: str | None) -> None:
     found = [m for m in messages(gpu_venv, arch, "gpu-code") if "libstub" not in m]
     if named is None:
@@ -264,8 +317,8 @@ def test_hsa_override_from_the_environment_chooses_the_target(
     import dataclasses
 
     with_override = dataclasses.replace(
-        gpu_venv, inventory=dataclasses.replace(
-            inv, env=(("HSA_OVERRIDE_GFX_VERSION", "10.3.0"),)))
+        gpu_venv, inventory=dataclasses.replace(inv, env=(("HSA_OVERRIDE_GFX_VERSION", "10.3.0"),))
+    )
     found = messages(with_override, "gfx1010", "gpu-code")
     assert not any("libamd.so" in m for m in found)
 
@@ -278,8 +331,7 @@ def torch_venv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Collecte
     root, site = make_venv(base / "venv")
     lib = site / "torch" / "lib"
     c10 = build_so(lib / "libc10.so", soname="libc10.so")
-    torch_lib = build_so(lib / "libtorch.so", soname="libtorch.so", links=[c10],
-                         runpath="$ORIGIN")
+    torch_lib = build_so(lib / "libtorch.so", soname="libtorch.so", links=[c10], runpath="$ORIGIN")
     omp = build_so(lib / "libgomp.so.1", soname="libgomp.so.1")
     add_dist(site, "torch", "2.13.0+cpu", [c10, torch_lib, omp])
     stubs = base / "stubs"
@@ -294,8 +346,12 @@ def torch_venv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Collecte
     two = build_so(site / "nvidia" / "nccl13" / "libnccl.so.2", soname="libnccl.so.2")
     add_dist(site, "nvidia-nccl-cu12", "2.32.3", [one])
     add_dist(site, "nvidia-nccl-cu13", "2.32.3", [two])
-    build_so(lib / "libtorch_cuda_stub.so", soname="libtorch_cuda_stub.so", links=[one],
-             runpath="$ORIGIN/../../nvidia/nccl13")
+    build_so(
+        lib / "libtorch_cuda_stub.so",
+        soname="libtorch_cuda_stub.so",
+        links=[one],
+        runpath="$ORIGIN/../../nvidia/nccl13",
+    )
     # one file in two RECORDs
     shared = build_so(site / "shared" / "libshared.so.1", soname="libshared.so.1")
     add_dist(site, "pkg-a", "1.0", [shared], sizes={"shared/libshared.so.1": 1})
@@ -308,12 +364,18 @@ def torch_venv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Collecte
         mod = build_so(site / pkg / f"_speedups.{PY_TAG}.so")
         add_dist(site, pkg, "1.0", [mod])
     # NumPy C-API users: one built against NumPy 1, one against NumPy 2
-    np1 = build_so(site / "oldnp" / f"_m.{PY_TAG}.so", source=(
-        'const char *m = "numpy.core._multiarray_umath"; const char *a = "_ARRAY_API";\n'))
+    np1 = build_so(
+        site / "oldnp" / f"_m.{PY_TAG}.so",
+        source=('const char *m = "numpy.core._multiarray_umath"; const char *a = "_ARRAY_API";\n'),
+    )
     add_dist(site, "oldnp", "1.0", [np1], requires=["numpy<2"])
-    np2 = build_so(site / "newnp" / f"_m.{PY_TAG}.so", source=(
-        'const char *m = "numpy._core._multiarray_umath"; const char *b = '
-        '"numpy.core._multiarray_umath"; const char *a = "_ARRAY_API";\n'))
+    np2 = build_so(
+        site / "newnp" / f"_m.{PY_TAG}.so",
+        source=(
+            'const char *m = "numpy._core._multiarray_umath"; const char *b = '
+            '"numpy.core._multiarray_umath"; const char *a = "_ARRAY_API";\n'
+        ),
+    )
     add_dist(site, "newnp", "1.0", [np2], requires=["numpy>=1.25"])
     add_dist(site, "numpy", "2.4.6", [])
     return root, audit(root)
@@ -326,8 +388,10 @@ def test_a_cpu_torch_against_a_gpu_arch_is_named(
     audit says so; a venv without torch is not named."""
     for arch in ("sm_90", "gfx1100"):
         found = messages(torch_venv[1], arch, "gpu-code")
-        assert any(m.startswith("torch 2.13.0+cpu: none of its libraries has") and
-                   "runs on the CPU" in m for m in found), found
+        assert any(
+            m.startswith("torch 2.13.0+cpu: none of its libraries has") and "runs on the CPU" in m
+            for m in found
+        ), found
         assert not judge(torch_venv[1], arch, arch_source="--arch").ok
     assert not any(m.startswith("torch ") for m in messages(gpu_venv, "sm_90", "gpu-code"))
 
@@ -335,17 +399,22 @@ def test_a_cpu_torch_against_a_gpu_arch_is_named(
 def test_compiled_extension_for_another_torch_is_named(torch_venv: tuple[Path, Collected]) -> None:
     found = messages(torch_venv[1], None, "torch-extensions")
     xf = [m for m in found if m.startswith("xformers")]
-    assert any("requires torch==2.5.1 (its metadata)" in m and "pypi.org/project/xformers"
-               in m for m in xf), xf
+    assert any(
+        "requires torch==2.5.1 (its metadata)" in m and "pypi.org/project/xformers" in m for m in xf
+    ), xf
     assert any("links libc10_cuda.so, which torch 2.13.0+cpu does not have" in m for m in xf)
 
 
 def test_companion_that_does_not_pair_is_named(torch_venv: tuple[Path, Collected]) -> None:
     found = messages(torch_venv[1], None, "companions")
-    assert any("torchvision 0.20.0 does not pair with torch 2.13.0+cpu; torchvision 0.28.0"
-               in m for m in found), found
-    assert any("is a cuda build (has libc10_cuda.so)" in m
-               and "install torchvision==0.28.0+cpu" in m for m in found), found
+    assert any(
+        "torchvision 0.20.0 does not pair with torch 2.13.0+cpu; torchvision 0.28.0" in m
+        for m in found
+    ), found
+    assert any(
+        "is a cuda build (has libc10_cuda.so)" in m and "install torchvision==0.28.0+cpu" in m
+        for m in found
+    ), found
 
 
 def test_duplicates_by_soname_overwritten_files_and_runtimes(
@@ -355,8 +424,10 @@ def test_duplicates_by_soname_overwritten_files_and_runtimes(
     nccl = next(m for m in found if m.startswith("libnccl.so.2 twice"))
     assert "nvidia-nccl-cu12 2.32.3" in nccl
     assert "nvidia-nccl-cu13 2.32.3" in nccl
-    assert "libtorch_cuda_stub.so (no distribution) takes nvidia/nccl13/libnccl.so.2 by its " \
+    assert (
+        "libtorch_cuda_stub.so (no distribution) takes nvidia/nccl13/libnccl.so.2 by its "
         "RUNPATH" in nccl
+    )
     over = next(m for m in found if "libshared.so.1 is in both" in m)
     assert "pkg-b 2.0's" in over.split("the file here")[1]
     assert any("2 OpenMP runtimes" in m for m in found)
@@ -379,8 +450,9 @@ def test_the_bundled_runner_sees_what_the_local_collector_sees(
     assert messages(inside) == messages(local)
 
 
-def test_cli_exit_codes_and_json(torch_venv: tuple[Path, Collected], tmp_path: Path,
-                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_exit_codes_and_json(
+    torch_venv: tuple[Path, Collected], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root, _ = torch_venv
     assert main(["audit", str(root), "--arch", "sm_90", "--json"]) == 1
     data = json.loads(capsys.readouterr().out)
@@ -388,7 +460,12 @@ def test_cli_exit_codes_and_json(torch_venv: tuple[Path, Collected], tmp_path: P
     assert data["ok"] is False
     assert data["arch"] == "sm_90"
     assert [c["name"] for c in data["checks"]] == [
-        "gpu-code", "duplicate-libraries", "torch-extensions", "numpy-c-api", "companions"]
+        "gpu-code",
+        "duplicate-libraries",
+        "torch-extensions",
+        "numpy-c-api",
+        "companions",
+    ]
     clean, _site = make_venv(tmp_path / "clean")
     assert main(["audit", "--python", str(clean / "bin" / "python"), "--arch", "sm_90"]) == 0
     out = capsys.readouterr().out
@@ -403,7 +480,8 @@ def test_cli_exit_codes_and_json(torch_venv: tuple[Path, Collected], tmp_path: P
 
 
 def test_the_probe_runs_the_audit_after_the_worker_and_refuses_what_it_finds(
-    torch_venv: tuple[Path, Collected], tmp_path: Path,
+    torch_venv: tuple[Path, Collected],
+    tmp_path: Path,
 ) -> None:
     from envforge.probe.runner import run_probe
     from envforge.probe.spec import AUDIT_STEP, ProbeSpec
@@ -458,18 +536,32 @@ def test_two_copies_are_an_error_only_when_users_can_get_different_ones(
     two = build_so(site / "vendor_b" / "lib" / "libdup.so.1", soname="libdup.so.1")
     add_dist(site, "vendor-a", "1.0", [one])
     add_dist(site, "vendor-b", "1.0", [two])
-    user_a = build_so(site / "user_a" / "libua.so", soname="libua.so", links=[one],
-                      runpath="$ORIGIN/../vendor_a/lib")
+    user_a = build_so(
+        site / "user_a" / "libua.so",
+        soname="libua.so",
+        links=[one],
+        runpath="$ORIGIN/../vendor_a/lib",
+    )
     add_dist(site, "user-a", "1.0", [user_a])
-    [same] = [f for f in judge(audit(root), None, arch_source="none").findings
-              if f.subject == "libdup.so.1"]
+    [same] = [
+        f
+        for f in judge(audit(root), None, arch_source="none").findings
+        if f.subject == "libdup.so.1"
+    ]
     assert same.severity == "warning"
     assert "loaded only by path" in same.message
-    user_b = build_so(site / "user_b" / "libub.so", soname="libub.so", links=[two],
-                      runpath="$ORIGIN/../vendor_b/lib")
+    user_b = build_so(
+        site / "user_b" / "libub.so",
+        soname="libub.so",
+        links=[two],
+        runpath="$ORIGIN/../vendor_b/lib",
+    )
     add_dist(site, "user-b", "1.0", [user_b])
-    [mixed] = [f for f in judge(audit(root), None, arch_source="none").findings
-               if f.subject == "libdup.so.1"]
+    [mixed] = [
+        f
+        for f in judge(audit(root), None, arch_source="none").findings
+        if f.subject == "libdup.so.1"
+    ]
     assert mixed.severity == "error"
 
 
@@ -481,21 +573,28 @@ def test_requires_dist_markers_are_evaluated_for_the_audited_interpreter(
     so numpy 2 beside it is no finding (seen on an H200's environment as a false error).
     A pin whose marker applies is still named."""
     root, site = make_venv(tmp_path / "venv")
-    source = ('const char *m = "numpy._core._multiarray_umath"; const char *a = '
-              '"_ARRAY_API";\n')
+    source = 'const char *m = "numpy._core._multiarray_umath"; const char *a = "_ARRAY_API";\n'
     cv = build_so(site / "cvlike" / f"_cv.{PY_TAG}.so", source=source)
-    add_dist(site, "cvlike", "5.0", [cv], requires=[
-        'numpy<2.0; python_version < "3.9"', 'numpy>=2; python_version >= "3.9"'])
+    add_dist(
+        site,
+        "cvlike",
+        "5.0",
+        [cv],
+        requires=['numpy<2.0; python_version < "3.9"', 'numpy>=2; python_version >= "3.9"'],
+    )
     pinned = build_so(site / "pinned" / f"_p.{PY_TAG}.so", source=source)
     add_dist(site, "pinned", "1.0", [pinned], requires=['numpy<2; python_version >= "3.9"'])
     add_dist(site, "numpy", "2.4.6", [])
     collected = audit(root)
-    assert collected.inventory.marker_env["python_version"] == \
-        f"{sys.version_info[0]}.{sys.version_info[1]}"
+    assert (
+        collected.inventory.marker_env["python_version"]
+        == f"{sys.version_info[0]}.{sys.version_info[1]}"
+    )
     found = messages(collected, None, "numpy-c-api")
     assert not any(m.startswith("cvlike") for m in found), found
-    assert any(m.startswith("pinned 1.0 uses the NumPy C-API and requires numpy<2")
-               for m in found), found
+    assert any(
+        m.startswith("pinned 1.0 uses the NumPy C-API and requires numpy<2") for m in found
+    ), found
 
 
 def test_copies_of_one_vendored_build_are_not_duplicates(tmp_path: Path) -> None:
@@ -506,16 +605,21 @@ def test_copies_of_one_vendored_build_are_not_duplicates(tmp_path: Path) -> None
     soname = "libgfortran-83c28eba.so.5.0.0"
     for pkg in ("opencv", "scipy"):
         lib = build_so(site / f"{pkg}.libs" / soname, soname=soname)
-        user = build_so(site / pkg / f"_m.{PY_TAG}.so", links=[lib],
-                        runpath=f"$ORIGIN/../{pkg}.libs")
+        user = build_so(
+            site / pkg / f"_m.{PY_TAG}.so", links=[lib], runpath=f"$ORIGIN/../{pkg}.libs"
+        )
         add_dist(site, pkg, "1.0", [lib, user])
     report = judge(audit(root), None, arch_source="none")
     assert not [f for f in report.findings if f.subject == soname]
     [check] = [c for c in report.checks if c.name == "duplicate-libraries"]
     assert "1 vendored in several wheels as one build" in check.detail
-    build_so(site / "scipy.libs" / soname, soname=soname,
-             source="int f(void) { return 1; }\nint g(void) { return 2; }\n"
-                    "static const char big[4096] = {1};\nconst char *h(void) { return big; }\n")
-    [twice] = [f for f in judge(audit(root), None, arch_source="none").findings
-               if f.subject == soname]
+    build_so(
+        site / "scipy.libs" / soname,
+        soname=soname,
+        source="int f(void) { return 1; }\nint g(void) { return 2; }\n"
+        "static const char big[4096] = {1};\nconst char *h(void) { return big; }\n",
+    )
+    [twice] = [
+        f for f in judge(audit(root), None, arch_source="none").findings if f.subject == soname
+    ]
     assert twice.severity == "error"

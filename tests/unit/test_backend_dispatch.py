@@ -32,8 +32,18 @@ def test_build_routes_to_a_registered_backend_with_one_options_value(
     fake: FakeBackend, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code = main(
-        ["build", "cpu", "--backend", "fake", "--level", "quick", "--step-timeout", "7",
-         "--wheelhouse", str(tmp_path)]
+        [
+            "build",
+            "cpu",
+            "--backend",
+            "fake",
+            "--level",
+            "quick",
+            "--step-timeout",
+            "7",
+            "--wheelhouse",
+            str(tmp_path),
+        ]
     )
     assert code == 0
     ((command, recipe, options),) = fake.calls
@@ -118,8 +128,25 @@ def test_a_fleet_plan_runs_a_registered_backend_by_name(
     fake: FakeBackend, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "plan"
-    assert main(["fleet", "plan", "--engine", "slurm", "--recipe", "cpu", "--backend", "fake",
-                 "--wheelhouse", str(tmp_path), "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "fleet",
+                "plan",
+                "--engine",
+                "slurm",
+                "--recipe",
+                "cpu",
+                "--backend",
+                "fake",
+                "--wheelhouse",
+                str(tmp_path),
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     plan = load_plan(out)
     (task,) = plan.tasks
     assert task.image == ""  # the fake backend makes no image
@@ -128,8 +155,23 @@ def test_a_fleet_plan_runs_a_registered_backend_by_name(
     assert argv[argv.index("--wheelhouse") + 1] == str(tmp_path)
     # Kubernetes runs images: a backend without them is refused, naming it
     capsys.readouterr()
-    assert main(["fleet", "plan", "--engine", "k8s", "--recipe", "cpu", "--backend", "fake",
-                 "-o", str(tmp_path / "k8s")]) == 2
+    assert (
+        main(
+            [
+                "fleet",
+                "plan",
+                "--engine",
+                "k8s",
+                "--recipe",
+                "cpu",
+                "--backend",
+                "fake",
+                "-o",
+                str(tmp_path / "k8s"),
+            ]
+        )
+        == 2
+    )
     assert "--backend fake is for Slurm" in capsys.readouterr().err
 
 

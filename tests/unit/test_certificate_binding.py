@@ -51,7 +51,10 @@ ADDED: dict[str, tuple[str, Any]] = {
 
 
 def _cert(
-    config: dict[str, Any] = CONFIG, *, fmt: int = 2, recipe: Recipe = RECIPE,
+    config: dict[str, Any] = CONFIG,
+    *,
+    fmt: int = 2,
+    recipe: Recipe = RECIPE,
     recipe_hash: str | None = None,
 ) -> Certificate:
     cert = issue(
@@ -226,8 +229,10 @@ def test_shell_runs_an_image_asked_for_with_a_warning_and_an_old_one_with_a_note
     ]
     said.clear()
     old = _cert(fmt=1)
-    assert docker.run(RECIPE, [], docker.DockerOptions(say=said.append),
-                      client=_engine(CONFIG, old)) == 0
+    assert (
+        docker.run(RECIPE, [], docker.DockerOptions(say=said.append), client=_engine(CONFIG, old))
+        == 0
+    )
     assert len(said) == 1
     assert said[0].startswith(f"note: {CERTIFIED}: certificate format 1")
 
@@ -248,8 +253,12 @@ def test_shell_refuses_another_recipes_certified_image_over_the_tag(ran: _Ran) -
     # a certificate of a failed probe over the tag is refused the same way
     failed = issue(
         report={"status": "fail", "steps": [{"name": "import", "status": "fail"}]},
-        recipe_name=RECIPE.name, recipe_hash=RECIPE.hash, stack_tag=RECIPE.stack_tag,
-        layers=LAYERS, config=bound_config(CONFIG), candidate_id=CANDIDATE,
+        recipe_name=RECIPE.name,
+        recipe_hash=RECIPE.hash,
+        stack_tag=RECIPE.stack_tag,
+        layers=LAYERS,
+        config=bound_config(CONFIG),
+        candidate_id=CANDIDATE,
     )
     with pytest.raises(CertificationFailed, match="records a failed probe: import"):
         docker.run(RECIPE, ["true"], docker.DockerOptions(), client=_engine(CONFIG, failed))
@@ -292,15 +301,18 @@ def test_certify_by_recipe_says_when_the_tag_is_not_the_certified_image() -> Non
     cert = _cert()
     said: list[str] = []
     engine = _engine({**CONFIG, "Labels": {"org.evil": "1"}}, cert)
-    docker.certify(RECIPE, docker.DockerOptions(say=said.append), client=engine,
-                   prober=FakeProbe())
+    docker.certify(RECIPE, docker.DockerOptions(say=said.append), client=engine, prober=FakeProbe())
     assert said[0] == (
         f"note: {CERTIFIED} is not the image its certificate certifies: image config "
         "differs from certificate: Labels; certifying the image it names now"
     )
     said.clear()
-    docker.certify(RECIPE, docker.DockerOptions(say=said.append),
-                   client=_engine(CONFIG, cert), prober=FakeProbe())
+    docker.certify(
+        RECIPE,
+        docker.DockerOptions(say=said.append),
+        client=_engine(CONFIG, cert),
+        prober=FakeProbe(),
+    )
     assert not any(line.startswith("note:") for line in said)
 
 

@@ -14,7 +14,11 @@ def _ci_apt(listing: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "ENVFORGE_CI_PACKAGES": str(listing)}
     return subprocess.run(
         ["bash", str(ROOT / "scripts" / "ci-apt.sh")],
-        env=env, capture_output=True, text=True, timeout=60, check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
 
 

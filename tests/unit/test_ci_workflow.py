@@ -53,8 +53,9 @@ def test_the_jobs_build_certify_publish_and_check_the_knowledge() -> None:
     publish = next(s for s in certify if "envforge publish" in str(s.get("run", "")))
     assert "--require-signed" in publish["run"]
     assert "success()" in publish["if"]
-    upload = next(s for s in certify if str(s.get("uses", "")).startswith(
-        "actions/upload-artifact"))
+    upload = next(
+        s for s in certify if str(s.get("uses", "")).startswith("actions/upload-artifact")
+    )
     assert upload["if"] == "always()"
     assert "report/" in upload["with"]["path"]
     assert "summary.md" in upload["with"]["path"]

@@ -36,7 +36,8 @@ def test_sibling_index_swaps_the_variant_folder() -> None:
     assert sibling_index(CU132, "cu132", "cu130") == CU130
     assert sibling_index(CU132 + "/", "cu132", "cu130") == CU130
     assert sibling_index("https://mirror.example/whl/cu132", "cu132", "cu130") == (
-        "https://mirror.example/whl/cu130")
+        "https://mirror.example/whl/cu130"
+    )
     assert sibling_index("https://mirror.example/simple", "cu132", "cu130") is None
     assert sibling_index(None, "cu132", "cu130") is None
 
@@ -53,8 +54,7 @@ def test_recipe_torchaudio_on_cu132_comes_from_the_cu130_index(entry: str) -> No
     assert "stable ABI" in audio.reason
     assert "pytorch/pytorch/issues/193651" in audio.source
     # torch's index alone serves the first layer: torchaudio is not asked for there
-    assert stack.first_layer() == ("torch==2.15.0+cu132", "torchvision==0.29.2+cu132",
-                                   stack.numpy)
+    assert stack.first_layer() == ("torch==2.15.0+cu132", "torchvision==0.29.2+cu132", stack.numpy)
     assert stack.indexed_lines() == (("torchaudio==2.11.0+cu130", CU130),)
     assert "torchaudio==2.11.0+cu130" not in stack.install_lines()
     assert "torchaudio" in stack.family()
@@ -83,8 +83,12 @@ def test_dockerfile_and_venv_script_install_it_from_the_cu130_index_only() -> No
 
 
 def test_a_projects_torchaudio_on_cu132_is_routed_too() -> None:
-    project = Project(root=Path("/p"), source=Path("/p/requirements.txt"), name="p",
-                      requirements=("torch", "torchaudio>=2.9"))
+    project = Project(
+        root=Path("/p"),
+        source=Path("/p/requirements.txt"),
+        name="p",
+        requirements=("torch", "torchaudio>=2.9"),
+    )
     stack = project_stack(project, cu132())
     (audio,) = stack.companions
     assert audio.requirement == "torchaudio==2.11.0+cu130"
@@ -112,8 +116,9 @@ def test_torchaudio_2_11_has_no_cp315_wheel_recipe_and_project_refused() -> None
         stack_of(replace(cu132("torchaudio"), python="3.15"))
     assert err.value.rule == "companion-python"
     assert "CPython >=3.10,<3.15 only, not 3.15" in err.value.one_line()
-    project = Project(root=Path("/p"), source=Path("/p/requirements.txt"), name="p",
-                      requirements=("torchaudio",))
+    project = Project(
+        root=Path("/p"), source=Path("/p/requirements.txt"), name="p", requirements=("torchaudio",)
+    )
     with pytest.raises(ConstraintViolation) as err:
         project_stack(project, replace(cu132(), python="3.15"))
     assert err.value.rule == "companion-python"

@@ -113,12 +113,15 @@ def test_propose_row_reads_requires_dist() -> None:
         "Requires-Dist: numpy\nRequires-Dist: torch (==2.16.0)\n\n"
     )
     # the exact pin wins over the upload-date guess
-    row = propose_row(
-        metadata, torch="2.15.0", source="https://127.0.0.1/p/", checked="2026-12-01"
-    )
+    row = propose_row(metadata, torch="2.15.0", source="https://127.0.0.1/p/", checked="2026-12-01")
     assert row is not None
     assert (row.package, row.version, row.torch, row.requires, row.confidence) == (
-        "torchvision", "0.30.0", "2.16.0", "==2.16.0", "verified")
+        "torchvision",
+        "0.30.0",
+        "2.16.0",
+        "==2.16.0",
+        "verified",
+    )
     assert 'requires: "==2.16.0"' in row_yaml(row)
     later = metadata.replace("torch (==2.16.0)", "torch>=2.14.0")
     row = propose_row(later, torch="2.14.1", source="https://x/", checked="d")

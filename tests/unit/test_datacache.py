@@ -237,9 +237,7 @@ def test_the_compat_table_round_trips_and_is_read_without_the_parser(
 
 def test_an_overlay_is_part_of_the_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     overlay = tmp_path / "local.yaml"
-    overlay.write_text(
-        'schema: 1\nsources: {mine: "our notes"}\n', encoding="utf-8"
-    )
+    overlay.write_text('schema: 1\nsources: {mine: "our notes"}\n', encoding="utf-8")
     env = {"XDG_CONFIG_HOME": "/nonexistent", "ENVFORGE_KNOWLEDGE_PATH": str(overlay)}
     compiled._load_layers.cache_clear()
     first = compiled.load_table(env)

@@ -53,9 +53,12 @@ def test_podman_is_told_from_docker_by_the_version_response() -> None:
 
 
 def test_identity_of_recorded_engines() -> None:
-    assert EngineIdentity(
-        kind="podman", version="4.3.1", rootless=False, cdi=False, cdi_reason=PODMAN.cdi_reason
-    ) == PODMAN
+    assert (
+        EngineIdentity(
+            kind="podman", version="4.3.1", rootless=False, cdi=False, cdi_reason=PODMAN.cdi_reason
+        )
+        == PODMAN
+    )
     # Measured: Podman 4.3's Docker API stats a CDI name as a path.
     assert "does not resolve CDI" in PODMAN.cdi_reason
     assert PODMAN5.cdi
@@ -233,15 +236,21 @@ def test_nvidia_on_podman_is_cdi_or_nothing() -> None:
 def test_amd_by_cdi_name_or_raw_nodes() -> None:
     dev = SYSFS / "mi300x" / "dev"
     raw = device_flags(
-        "amd", dev_root=dev, proc_root=SYSFS / "mi300x" / "proc",
-        engine=DOCKER_OLD, cdi_roots=_cdi_roots("mi300x"),
+        "amd",
+        dev_root=dev,
+        proc_root=SYSFS / "mi300x" / "proc",
+        engine=DOCKER_OLD,
+        cdi_roots=_cdi_roots("mi300x"),
     )
     assert raw.path == "raw"
     assert raw.devices == (str(dev / "kfd"), str(dev / "dri"))
     assert "predates" in raw.reason
     cdi = device_flags(
-        "amd", dev_root=dev, proc_root=SYSFS / "mi300x" / "proc",
-        engine=PODMAN5, cdi_roots=_cdi_roots("mi300x"),
+        "amd",
+        dev_root=dev,
+        proc_root=SYSFS / "mi300x" / "proc",
+        engine=PODMAN5,
+        cdi_roots=_cdi_roots("mi300x"),
     )
     assert cdi.path == "cdi"
     assert cdi.devices == ()
@@ -256,8 +265,11 @@ def test_amd_by_cdi_name_or_raw_nodes() -> None:
 
 def test_rootless_podman_amd_keeps_the_users_groups() -> None:
     flags = device_flags(
-        "amd", dev_root=SYSFS / "mi300x" / "dev", proc_root=SYSFS / "mi300x" / "proc",
-        engine=PODMAN_ROOTLESS, cdi_roots=_cdi_roots("none"),
+        "amd",
+        dev_root=SYSFS / "mi300x" / "dev",
+        proc_root=SYSFS / "mi300x" / "proc",
+        engine=PODMAN_ROOTLESS,
+        cdi_roots=_cdi_roots("none"),
     )
     assert flags.path == "raw"
     assert flags.group_add == ("keep-groups",)
@@ -267,8 +279,12 @@ def test_rootless_podman_amd_keeps_the_users_groups() -> None:
 @pytest.mark.parametrize(("tree", "vendor"), [("h100", "nvidia"), ("mi300x", "amd")])
 def test_sized_shm_instead_of_host_ipc(tree: str, vendor: str) -> None:
     flags = device_flags(
-        vendor, dev_root=SYSFS / tree / "dev", proc_root=SYSFS / tree / "proc",
-        engine=DOCKER_OLD, cdi_roots=_cdi_roots("none"), shm=SharedMemory.sized("16g"),
+        vendor,
+        dev_root=SYSFS / tree / "dev",
+        proc_root=SYSFS / tree / "proc",
+        engine=DOCKER_OLD,
+        cdi_roots=_cdi_roots("none"),
+        shm=SharedMemory.sized("16g"),
     )
     assert flags.ipc_mode is None
     assert flags.shm_size == "16g"
@@ -278,8 +294,11 @@ def test_sized_shm_instead_of_host_ipc(tree: str, vendor: str) -> None:
     assert cli[cli.index("--shm-size") + 1] == "16g"
     assert not any(a.startswith("--ipc") for a in cli)
     default = device_flags(
-        vendor, dev_root=SYSFS / tree / "dev", proc_root=SYSFS / tree / "proc",
-        engine=DOCKER_OLD, cdi_roots=_cdi_roots("none"),
+        vendor,
+        dev_root=SYSFS / tree / "dev",
+        proc_root=SYSFS / tree / "proc",
+        engine=DOCKER_OLD,
+        cdi_roots=_cdi_roots("none"),
     )
     assert default.ipc_mode == "host"
     assert default.shm_size is None
@@ -287,7 +306,9 @@ def test_sized_shm_instead_of_host_ipc(tree: str, vendor: str) -> None:
 
 def test_cpu_recipes_get_no_host_ipc_but_the_shm_size_asked_for() -> None:
     flags = device_flags(
-        "none", dev_root=SYSFS / "h100" / "dev", proc_root=SYSFS / "h100" / "proc",
+        "none",
+        dev_root=SYSFS / "h100" / "dev",
+        proc_root=SYSFS / "h100" / "proc",
         shm=SharedMemory.sized("1g"),
     )
     assert flags == DeviceFlags(shm_size="1g")

@@ -127,7 +127,9 @@ WATCHED = textwrap.dedent(
 def run_watched(marker: Path, mode: str) -> subprocess.Popen[str]:
     owner = subprocess.Popen(
         [sys.executable, "-c", WATCHED, str(marker), mode],
-        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()},
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
     )
     assert owner.stdout is not None
     assert owner.stdout.readline().strip() == "ready"

@@ -46,13 +46,15 @@ def _lock_body(extra: str = "") -> str:
         f"six==1.17.0 \\\n    {H}\n    # via -r requirements.in\n"
         f"torch==2.13.0 \\\n    {H}\n    # via -r requirements.in\n"
         f"tqdm==4.67.1 \\\n    {H}\n    # via -r requirements.in\n"
-        f"typing-extensions==4.15.0 \\\n    {H}\n    # via\n    #   torch\n    #   tqdm\n"
-        + extra
+        f"typing-extensions==4.15.0 \\\n    {H}\n    # via\n    #   torch\n    #   tqdm\n" + extra
     )
 
 
 def make_project(
-    folder: Path, *, deps: str = '["six"]', checks: str = '["python -c pass"]',
+    folder: Path,
+    *,
+    deps: str = '["six"]',
+    checks: str = '["python -c pass"]',
     tool: str = "",
 ) -> Project:
     folder.mkdir(parents=True, exist_ok=True)
@@ -71,16 +73,20 @@ def write_current_lock(project: Project, extra: str = "") -> Path:
     """The project's lock for RECIPE, current (its header digest matches the project)."""
     digest = lock.inputs_digest(RECIPE, project_stack(project, RECIPE), project.constraints)
     path = lock_file(project, RECIPE)
-    path.write_text(f"# envforge-lock: recipe=cpu inputs={digest} python=3.11\n"
-                    + _lock_body(extra), encoding="utf-8")
+    path.write_text(
+        f"# envforge-lock: recipe=cpu inputs={digest} python=3.11\n" + _lock_body(extra),
+        encoding="utf-8",
+    )
     return path
 
 
 def test_the_project_lock_splits_into_torch_recipe_and_project_layers(tmp_path: Path) -> None:
     project = make_project(tmp_path / "p")
     locked, project_lines = split_project_lock(write_current_lock(project), stack_of(RECIPE))
-    names = [[line.split("==")[0] for line in part]
-             for part in (locked.torch, locked.rest, project_lines)]
+    names = [
+        [line.split("==")[0] for line in part]
+        for part in (locked.torch, locked.rest, project_lines)
+    ]
     # typing-extensions is torch's (and tqdm's): in torch's layer; six only the project's
     assert names == [["filelock", "torch", "typing-extensions"], ["numpy", "tqdm"], ["six"]]
     assert all(H in line for line in (*locked.torch, *locked.rest, *project_lines))
@@ -98,28 +104,30 @@ def test_a_requirement_change_leaves_the_recipe_layers_and_adds_a_project_stage(
     before = render_dockerfile(RECIPE, options, first.stack, project=first.layer)
     recipe_only = render_dockerfile(RECIPE, options, first.stack)
 
-    changed = make_project(tmp_path / "p", deps='["six", "idna"]',
-                           tool='system_packages = ["ffmpeg"]\n')
+    changed = make_project(
+        tmp_path / "p", deps='["six", "idna"]', tool='system_packages = ["ffmpeg"]\n'
+    )
     write_current_lock(changed, extra=f"idna==3.11 \\\n    {H}\n    # via -r requirements.in\n")
     second = prepare(RECIPE, changed, **kw)  # type: ignore[arg-type]
     after = render_dockerfile(RECIPE, options, second.stack, project=second.layer)
     assert said == []  # the lock was current: nothing resolved
 
     # everything up to the project stage is the recipe's Dockerfile, byte for byte
-    cut = before.index("# Stage \"project\"")
-    assert before[:cut] == after[:after.index("# Stage \"project\"")]
+    cut = before.index('# Stage "project"')
+    assert before[:cut] == after[: after.index('# Stage "project"')]
     assert recipe_only.startswith(before[:cut].rstrip("\n"))
-    stage = after[after.index("FROM build AS project"):after.rindex("FROM ")]
+    stage = after[after.index("FROM build AS project") : after.rindex("FROM ")]
     # the project's system packages come before its Python packages there too
     assert stage.index("--no-install-recommends ffmpeg") < stage.index("project.lock.txt")
     assert "'idna==3.11 " in stage
     assert "'six==1.17.0 " in stage
     assert "--require-hashes --no-deps" in stage
     assert "'torch==" not in stage  # torch is never installed twice
-    final = after[after.rindex("FROM "):]
+    final = after[after.rindex("FROM ") :]
     # apt before the project's Python packages, both after the recipe's venv layers
-    assert final.index("COPY --from=build") < final.index("apt-get install -y "
-                                                           "--no-install-recommends ffmpeg")
+    assert final.index("COPY --from=build") < final.index(
+        "apt-get install -y --no-install-recommends ffmpeg"
+    )
     assert final.index("ffmpeg") < final.index("COPY --from=project /opt/envforge-project")
     assert 'io.envforge.project-key="demo-proj-' in final
 
@@ -127,12 +135,18 @@ def test_a_requirement_change_leaves_the_recipe_layers_and_adds_a_project_stage(
 def test_a_project_needing_nothing_more_has_no_project_stage(tmp_path: Path) -> None:
     project = make_project(tmp_path / "p", deps="[]")
     path = write_current_lock(project)
-    path.write_text(path.read_text(encoding="utf-8").replace(
-        f"six==1.17.0 \\\n    {H}\n    # via -r requirements.in\n", ""), encoding="utf-8")
-    built = prepare(RECIPE, project, wheelhouse=None, ca_bundle=None, platform=None,
-                    say=lambda _: None)
-    text = render_dockerfile(RECIPE, RenderOptions(lock=built.locked), built.stack,
-                             project=built.layer)
+    path.write_text(
+        path.read_text(encoding="utf-8").replace(
+            f"six==1.17.0 \\\n    {H}\n    # via -r requirements.in\n", ""
+        ),
+        encoding="utf-8",
+    )
+    built = prepare(
+        RECIPE, project, wheelhouse=None, ca_bundle=None, platform=None, say=lambda _: None
+    )
+    text = render_dockerfile(
+        RECIPE, RenderOptions(lock=built.locked), built.stack, project=built.layer
+    )
     assert "AS project" not in text
     assert "COPY --from=project" not in text
     assert 'LABEL io.envforge.project="demo-proj"' in text
@@ -167,13 +181,18 @@ def test_the_project_is_importable_from_its_src_folder_or_its_root(tmp_path: Pat
 def test_a_bad_check_or_system_package_stops_before_anything_is_resolved(tmp_path: Path) -> None:
     project = make_project(tmp_path / "p", checks='["missing.py"]')
     with pytest.raises(ProjectError, match=r"checks\[0\]: missing.py is not a file"):
-        prepare(RECIPE, project, wheelhouse=None, ca_bundle=None, platform=None,
-                say=lambda _: None)
+        prepare(RECIPE, project, wheelhouse=None, ca_bundle=None, platform=None, say=lambda _: None)
     with pytest.raises(ProjectError, match=r"system_packages\[0\]: 'Bad Name' is not a Debian"):
         make_project(tmp_path / "q", tool='system_packages = ["Bad Name"]\n')
     with pytest.raises(InvalidInput, match="a project lock is resolved for linux/amd64"):
-        prepare(RECIPE, make_project(tmp_path / "r"), wheelhouse=None, ca_bundle=None,
-                platform="linux/arm64", say=lambda _: None)
+        prepare(
+            RECIPE,
+            make_project(tmp_path / "r"),
+            wheelhouse=None,
+            ca_bundle=None,
+            platform="linux/arm64",
+            say=lambda _: None,
+        )
 
 
 class StepProbe:
@@ -188,17 +207,22 @@ class StepProbe:
     ) -> ProbeReport:
         self.specs.append(spec)
         steps = [
-            StepResult(s, "fail" if self.failing and s.startswith(self.failing) else "pass",
-                       0.1, "").to_dict()
+            StepResult(
+                s, "fail" if self.failing and s.startswith(self.failing) else "pass", 0.1, ""
+            ).to_dict()
             for s in spec.steps
         ]
-        return ProbeReport.from_dict({
-            "steps": steps, "level": spec.level,
-            "recipe": {"name": spec.recipe_name, "hash": spec.recipe_hash},
-            "environment": {"target": target.description},
-            "host": {"kernel": "test", "machine": "x86_64"},
-            "envforge_version": "test", "created": "2026-01-01T00:00:00Z",
-        })
+        return ProbeReport.from_dict(
+            {
+                "steps": steps,
+                "level": spec.level,
+                "recipe": {"name": spec.recipe_name, "hash": spec.recipe_hash},
+                "environment": {"target": target.description},
+                "host": {"kernel": "test", "machine": "x86_64"},
+                "envforge_version": "test",
+                "created": "2026-01-01T00:00:00Z",
+            }
+        )
 
 
 def _engine() -> FakeEngine:
@@ -220,8 +244,9 @@ def test_the_project_image_is_certified_with_its_checks_and_tagged_for_the_proje
     project = make_project(tmp_path / "p")
     write_current_lock(project)
     engine, probe = _engine(), StepProbe()
-    result = docker.build(RECIPE, docker.DockerOptions(project=project), client=engine,
-                          prober=probe)
+    result = docker.build(
+        RECIPE, docker.DockerOptions(project=project), client=engine, prober=probe
+    )
     assert result.certified
     steps = probe.specs[0].steps
     assert "check:import demo_proj" in steps
@@ -237,8 +262,12 @@ def test_a_failing_check_fails_certification_naming_it_and_tags_nothing(tmp_path
     project = make_project(tmp_path / "p", checks='["python -c pass", "pytest -q"]')
     write_current_lock(project)
     engine = _engine()
-    result = docker.build(RECIPE, docker.DockerOptions(project=project), client=engine,
-                          prober=StepProbe(failing="check:pytest"))
+    result = docker.build(
+        RECIPE,
+        docker.DockerOptions(project=project),
+        client=engine,
+        prober=StepProbe(failing="check:pytest"),
+    )
     assert not result.certified
     assert engine.api.tags == []
     error = result.failure()
@@ -253,11 +282,14 @@ def test_a_shell_refuses_another_projects_image_or_one_built_before_a_change(
 ) -> None:
     project = make_project(tmp_path / "p")
     write_current_lock(project)
-    built = prepare(RECIPE, project, wheelhouse=None, ca_bundle=None, platform=None,
-                    say=lambda _: None)
-    labels = {"io.envforge.project-key": built.layer.key,
-              "io.envforge.project-requirements": built.layer.requirements_digest,
-              "io.envforge.project-checks": str(built.layer.checks_digest)}
+    built = prepare(
+        RECIPE, project, wheelhouse=None, ca_bundle=None, platform=None, say=lambda _: None
+    )
+    labels = {
+        "io.envforge.project-key": built.layer.key,
+        "io.envforge.project-requirements": built.layer.requirements_digest,
+        "io.envforge.project-checks": str(built.layer.checks_digest),
+    }
     info = ImageInfo.from_attrs(image_attrs(CANDIDATE, labels=labels))
     ref = project_ref(RECIPE, project)
     assert image_problem(info, ref, project, RECIPE) is None
@@ -283,12 +315,14 @@ def test_a_project_shell_without_the_projects_image_names_the_build_that_makes_i
     # the recipe's own certified image is there: it does not serve the project
     engine.images.add(image_attrs(CANDIDATE), certified_ref(RECIPE.name, RECIPE.stack_tag))
     with pytest.raises(Unavailable) as caught:
-        docker.run(RECIPE, ["python", "train.py"], docker.DockerOptions(project=project),
-                   client=engine)
+        docker.run(
+            RECIPE, ["python", "train.py"], docker.DockerOptions(project=project), client=engine
+        )
     ref = project_ref(RECIPE, project)
     assert caught.value.message == f"no certified image {ref} on this engine"
-    assert caught.value.hint == (f"envforge build cpu --project {project.root} --backend docker"
-                                 " (or pass --image REF)")
+    assert caught.value.hint == (
+        f"envforge build cpu --project {project.root} --backend docker (or pass --image REF)"
+    )
 
 
 def test_a_lock_line_with_many_hashes_renders(tmp_path: Path) -> None:
@@ -296,14 +330,17 @@ def test_a_lock_line_with_many_hashes_renders(tmp_path: Path) -> None:
     5 kB); the project stage carries it as the recipe's lock steps do."""
     project = make_project(tmp_path / "p")
     many = " \\\n    ".join(f"--hash=sha256:{i:064x}" for i in range(80))
-    write_current_lock(project,
-                       extra=f"tomli==2.3.0 \\\n    {many}\n    # via -r requirements.in\n")
-    built = prepare(RECIPE, project, wheelhouse=None, ca_bundle=None, platform=None,
-                    say=lambda _: None)
+    write_current_lock(
+        project, extra=f"tomli==2.3.0 \\\n    {many}\n    # via -r requirements.in\n"
+    )
+    built = prepare(
+        RECIPE, project, wheelhouse=None, ca_bundle=None, platform=None, say=lambda _: None
+    )
     (line,) = [x for x in built.layer.lines if x.startswith("tomli")]
     assert len(line) > 5000
-    text = render_dockerfile(RECIPE, RenderOptions(lock=built.locked), built.stack,
-                             project=built.layer)
+    text = render_dockerfile(
+        RECIPE, RenderOptions(lock=built.locked), built.stack, project=built.layer
+    )
     assert f"'{line}'" in text
 
 
@@ -315,9 +352,11 @@ def test_the_quick_probe_before_a_fallback_looks_at_the_projects_image(
     engine.images.add(image_attrs(CANDIDATE), certified_ref(RECIPE.name, RECIPE.stack_tag))
     monkeypatch.setattr(docker, "_connect", lambda _options: engine)
     problem = docker.check(RECIPE, docker.DockerOptions(project=project))
-    assert problem == (f"no certified image {project_ref(RECIPE, project)} on this engine"
-                       f" (fix: envforge build cpu --project {project.root} --backend docker"
-                       " (or pass --image REF))")
+    assert problem == (
+        f"no certified image {project_ref(RECIPE, project)} on this engine"
+        f" (fix: envforge build cpu --project {project.root} --backend docker"
+        " (or pass --image REF))"
+    )
 
 
 def test_the_projects_torchvision_goes_into_torchs_layer(tmp_path: Path) -> None:
@@ -326,10 +365,14 @@ def test_the_projects_torchvision_goes_into_torchs_layer(tmp_path: Path) -> None
     project = make_project(tmp_path / "p", deps='["torch", "torchvision", "six"]')
     vision = project_stack(project, RECIPE).companions[0].requirement
     assert vision.startswith("torchvision==0.28.0")
-    write_current_lock(project, f"{vision} \\\n    {H}\n    # via -r requirements.in\n"
-                       f"pillow==12.0.0 \\\n    {H}\n    # via torchvision\n")
-    built = prepare(RECIPE, project, wheelhouse=None, ca_bundle=None, platform=None,
-                    say=lambda _line: None)
+    write_current_lock(
+        project,
+        f"{vision} \\\n    {H}\n    # via -r requirements.in\n"
+        f"pillow==12.0.0 \\\n    {H}\n    # via torchvision\n",
+    )
+    built = prepare(
+        RECIPE, project, wheelhouse=None, ca_bundle=None, platform=None, say=lambda _line: None
+    )
     torch_layer = [line.split("==")[0] for line in built.locked.torch]
     assert "torchvision" in torch_layer
     assert "pillow" in torch_layer
@@ -345,8 +388,14 @@ def test_a_wheelhouse_without_the_projects_torchvision_stops_before_the_lock(
     wheels.mkdir()
     (wheels / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"")
     with pytest.raises(Unavailable, match=r"no wheel for torchvision==0\.28\.0\+cpu"):
-        prepare(recipe, project, wheelhouse=wheels, ca_bundle=None, platform=None,
-                say=lambda _line: None)
+        prepare(
+            recipe,
+            project,
+            wheelhouse=wheels,
+            ca_bundle=None,
+            platform=None,
+            say=lambda _line: None,
+        )
     assert not lock_file(project, recipe).exists()
 
 
@@ -355,15 +404,19 @@ def test_an_image_certified_with_other_checks_is_not_the_projects_image(tmp_path
     it; after a check is added, `shell` refuses the image and names the build."""
     project = make_project(tmp_path / "p")
     write_current_lock(project)
-    built = prepare(RECIPE, project, wheelhouse=None, ca_bundle=None, platform=None,
-                    say=lambda _: None)
+    built = prepare(
+        RECIPE, project, wheelhouse=None, ca_bundle=None, platform=None, say=lambda _: None
+    )
     assert built.layer.checks_digest is not None
     context = project_context(built.layer, RenderOptions(), stack_of(RECIPE))
     assert ("io.envforge.project-checks", f'"{built.layer.checks_digest}"') in {
-        (label.key, label.value) for label in context.labels}
-    labels = {"io.envforge.project-key": built.layer.key,
-              "io.envforge.project-requirements": built.layer.requirements_digest,
-              "io.envforge.project-checks": built.layer.checks_digest}
+        (label.key, label.value) for label in context.labels
+    }
+    labels = {
+        "io.envforge.project-key": built.layer.key,
+        "io.envforge.project-requirements": built.layer.requirements_digest,
+        "io.envforge.project-checks": built.layer.checks_digest,
+    }
     info = ImageInfo.from_attrs(image_attrs(CANDIDATE, labels=labels))
     ref = project_ref(RECIPE, project)
     assert image_problem(info, ref, project, RECIPE) is None
@@ -395,8 +448,9 @@ def test_a_lock_resolved_unasked_goes_under_envforge_home(
 
     monkeypatch.setattr(projects, "write_project_lock", fake_write)
     said: list[str] = []
-    built = prepare(RECIPE, project, wheelhouse=None, ca_bundle=None, platform=None,
-                    say=said.append)
+    built = prepare(
+        RECIPE, project, wheelhouse=None, ca_bundle=None, platform=None, say=said.append
+    )
     kept = home_lock_file(project, RECIPE)
     assert written == [kept]
     assert built.lock_path == kept
@@ -404,8 +458,12 @@ def test_a_lock_resolved_unasked_goes_under_envforge_home(
     assert sorted(p.name for p in project.root.iterdir()) == ["pyproject.toml", "src"]
     assert any(line.startswith(f"wrote {kept} (kept outside the project;") for line in said)
     said.clear()
-    assert prepare(RECIPE, project, wheelhouse=None, ca_bundle=None, platform=None,
-                   say=said.append).lock_path == kept  # current: found, nothing written
+    assert (
+        prepare(
+            RECIPE, project, wheelhouse=None, ca_bundle=None, platform=None, say=said.append
+        ).lock_path
+        == kept
+    )  # current: found, nothing written
     assert written == [kept]
     assert not any("wrote" in line for line in said)
 

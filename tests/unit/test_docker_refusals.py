@@ -124,7 +124,10 @@ def test_refused_when_recipe_changed(store: CertificateStore) -> None:
 def test_verify_local_passes_and_fails() -> None:
     cert = _cert()
     ok = ImageInfo(
-        id="x", layers=tuple(LAYERS), tags=(), labels={CERTIFICATE_LABEL: cert.to_json()},
+        id="x",
+        layers=tuple(LAYERS),
+        tags=(),
+        labels={CERTIFICATE_LABEL: cert.to_json()},
         config=CONFIG,
     )
     assert pub.verify_local(ok, "r").certificate.digest == cert.digest

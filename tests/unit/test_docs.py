@@ -87,8 +87,11 @@ def test_every_envforge_variable_named_is_read_somewhere() -> None:
     named: set[str] = set()
     for doc in (README, *DOCS):
         named |= set(re.findall(r"\bENVFORGE_[A-Z0-9_]*[A-Z0-9]\b", _text(doc)))
-    sources = [*(ROOT / "envforge").rglob("*.py"), *(ROOT / "scripts").iterdir(),
-               *(ROOT / "tests").rglob("*.py")]
+    sources = [
+        *(ROOT / "envforge").rglob("*.py"),
+        *(ROOT / "scripts").iterdir(),
+        *(ROOT / "tests").rglob("*.py"),
+    ]
     code = "\n".join(_text(p) for p in sources if p.is_file())
     assert sorted(name for name in named if name not in code) == []
 
@@ -125,10 +128,15 @@ def test_the_quick_start_is_two_commands_and_leaves_envforge_on_path(tmp_path: P
     tools.mkdir()
     (tools / "python3").write_text(_PYTHON3)
     (tools / "python3").chmod(0o755)
-    script = f"{first}\ncommand -v envforge > \"$HOME/found\""
+    script = f'{first}\ncommand -v envforge > "$HOME/found"'
     done = subprocess.run(
-        ["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60,
-        env={"HOME": str(home), "PATH": f"{tools}:/usr/bin:/bin"}, check=False,
+        ["bash", "-c", script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"HOME": str(home), "PATH": f"{tools}:/usr/bin:/bin"},
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     installed = home / ".envforge" / "bin" / "envforge"

@@ -23,8 +23,14 @@ from tests.helpers.recipes import make_recipe
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 AMD = make_recipe(
-    name="gfx942", vendor="amd", arch="gfx942", base_image="ubuntu:22.04", python="3.10",
-    torch="2.5.1", numpy="<2", rocm="6.2",
+    name="gfx942",
+    vendor="amd",
+    arch="gfx942",
+    base_image="ubuntu:22.04",
+    python="3.10",
+    torch="2.5.1",
+    numpy="<2",
+    rocm="6.2",
 )
 NVIDIA = make_recipe(AMD, name="sm_90", vendor="nvidia", arch="sm_90", rocm=None, cuda="12.4")
 
@@ -118,7 +124,12 @@ def test_cpu_recipes_and_the_venv_backend_have_no_device_path(tmp_path: Path) ->
     host = detect(root, tools=no_tools)
     who = Identity(uid=1000, user="alice", gids=frozenset([1000]))
     report = diagnose(
-        NVIDIA, host, root=root, identity=who, space_dir=tmp_path, backend="venv",
+        NVIDIA,
+        host,
+        root=root,
+        identity=who,
+        space_dir=tmp_path,
+        backend="venv",
         stand_ins={"ping": lambda: None, "engine": lambda: PODMAN4},
     )
     assert [f for f in report.findings if f.check in ("device-path", "docker")] == []

@@ -22,8 +22,9 @@ from tests.helpers.fake_engine import FakeEngine
 REF = "127.0.0.1:5000/team/cpu:v1"
 
 
-def _stalled(first: list[dict[str, Any]], *, every: float = 0.0,
-             then: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
+def _stalled(
+    first: list[dict[str, Any]], *, every: float = 0.0, then: dict[str, Any] | None = None
+) -> Iterator[dict[str, Any]]:
     """``first``, then ``then`` every ``every`` seconds (or nothing) until the test ends."""
     yield from first
     end = time.monotonic() + 30
@@ -61,8 +62,12 @@ def test_a_stalled_stream_is_a_timeout_naming_it_at_the_deadline() -> None:
 
 def test_items_that_are_no_progress_do_not_hold_the_deadline() -> None:
     retry = {"status": "Retrying in 5 seconds"}
-    stream = follow(lambda: _stalled([], every=0.05, then=retry), stall=0.5, what="x",
-                    moved=lambda item: item is not retry)
+    stream = follow(
+        lambda: _stalled([], every=0.05, then=retry),
+        stall=0.5,
+        what="x",
+        moved=lambda item: item is not retry,
+    )
     with pytest.raises(NetError, match=r"no progress for 0\.5 s"):
         list(stream)
 
@@ -83,8 +88,8 @@ def test_a_push_that_stops_moving_is_exit_4_naming_the_image() -> None:
     engine = FakeEngine()
     retry = {"status": "Retrying in 3 seconds", "id": "a880"}
     engine.api.push = (  # type: ignore[method-assign]
-        lambda *_a, **_k: _stalled([{"status": "Preparing", "id": "a880"}], every=0.05,
-                                   then=retry))
+        lambda *_a, **_k: _stalled([{"status": "Preparing", "id": "a880"}], every=0.05, then=retry)
+    )
     with pytest.raises(NotAnswered) as info:
         push(engine, REF, stall=0.5)
     assert info.value.exit_code is ExitCode.UNAVAILABLE
@@ -94,7 +99,8 @@ def test_a_push_that_stops_moving_is_exit_4_naming_the_image() -> None:
 def test_a_pull_that_stops_moving_is_exit_4_naming_the_image() -> None:
     engine = FakeEngine()
     engine.api.pull = (  # type: ignore[method-assign]
-        lambda *_a, **_k: _stalled([{"status": "Pulling from team/cpu"}]))
+        lambda *_a, **_k: _stalled([{"status": "Pulling from team/cpu"}])
+    )
     with pytest.raises(NotAnswered) as info:
         pull(engine, REF, stall=0.5)
     assert info.value.exit_code is ExitCode.UNAVAILABLE
@@ -104,14 +110,22 @@ def test_a_pull_that_stops_moving_is_exit_4_naming_the_image() -> None:
 def test_an_error_line_of_the_pull_is_exit_4_naming_it() -> None:
     engine = FakeEngine()
     engine.api.pull = (  # type: ignore[method-assign]
-        lambda *_a, **_k: iter([{"status": "Pulling"}, {"error": "manifest unknown"}]))
+        lambda *_a, **_k: iter([{"status": "Pulling"}, {"error": "manifest unknown"}])
+    )
     with pytest.raises(NotAnswered.__mro__[1]) as info:
         pull(engine, REF, stall=5)
     assert "cannot pull 127.0.0.1:5000/team/cpu:v1: manifest unknown" in str(info.value)
 
 
-@pytest.mark.parametrize("argv", [["pull", REF], ["verify", "--pull", REF], ["verify", REF],
-                                  ["publish", "cpu", "--registry", "127.0.0.1:5000"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["pull", REF],
+        ["verify", "--pull", REF],
+        ["verify", REF],
+        ["publish", "cpu", "--registry", "127.0.0.1:5000"],
+    ],
+)
 def test_a_bad_deadline_variable_is_exit_2_before_anything_is_asked(
     argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -19,9 +19,16 @@ from envforge.probe.report import ProbeReport, ReportGpu, ReportHost, StepResult
 from tests.helpers.matrix_synth import Spec, make_certificate, make_report
 
 WHEN = datetime(2026, 11, 20, 12, 0, tzinfo=timezone.utc)
-SPEC = Spec(vendor="amd", arch="gfx1031", product="AMD Radeon RX 6700 XT",
-            driver="amdgpu 6.8.0", recipe="gfx1031", stack="torch2.13.0-rocm7.1-py3.12",
-            outcome="pass", created=WHEN)
+SPEC = Spec(
+    vendor="amd",
+    arch="gfx1031",
+    product="AMD Radeon RX 6700 XT",
+    driver="amdgpu 6.8.0",
+    recipe="gfx1031",
+    stack="torch2.13.0-rocm7.1-py3.12",
+    outcome="pass",
+    created=WHEN,
+)
 QUIET = Redactor(("alice-ws", "alice"))
 
 
@@ -77,10 +84,24 @@ def test_different_runs_are_not_merged(tmp_path: Path) -> None:
 
 
 def test_a_venv_certification_marker_is_read(tmp_path: Path) -> None:
-    report = make_report(replace(SPEC, recipe="cpu", vendor="none", arch=None, product="",
-                                 driver="", stack="torch2.13.0-cpu-py3.11"))
-    marker = {"recipe": "cpu", "recipe_hash": "sha256:" + "11" * 32, "fingerprint": "f",
-              "level": "full", "report": report.to_dict()}
+    report = make_report(
+        replace(
+            SPEC,
+            recipe="cpu",
+            vendor="none",
+            arch=None,
+            product="",
+            driver="",
+            stack="torch2.13.0-cpu-py3.11",
+        )
+    )
+    marker = {
+        "recipe": "cpu",
+        "recipe_hash": "sha256:" + "11" * 32,
+        "fingerprint": "f",
+        "level": "full",
+        "report": report.to_dict(),
+    }
     _write(tmp_path / ".envforge" / "certified.json", marker)
     (record,) = read_evidence([tmp_path], QUIET).records
     assert record.kind == "venv"
@@ -93,7 +114,7 @@ def test_a_bundle_is_read_line_by_line_and_bad_lines_are_named(tmp_path: Path) -
     a = make_report(SPEC).to_json(indent=None)
     b = json.dumps(make_certificate(replace(SPEC, created=WHEN.replace(day=21))))
     bundle = tmp_path / "evidence.jsonl"
-    bundle.write_text(f"{a}\n\n{b}\nnot json\n{{\"schema\": \"other/1\"}}\n", encoding="utf-8")
+    bundle.write_text(f'{a}\n\n{b}\nnot json\n{{"schema": "other/1"}}\n', encoding="utf-8")
     found = read_evidence([bundle], QUIET)
     assert len(found.records) == 2
     assert [p.source for p in found.problems] == [f"{bundle}:4", f"{bundle}:5"]
@@ -119,8 +140,10 @@ def _altered_certificate() -> dict[str, Any]:
         ("[1, 2]", "expected a JSON object"),
         ('{"name": "package"}', "no 'schema'"),
         ('{"schema": "envforge.lock/9"}', "schema 'envforge.lock/9'"),
-        (json.dumps({**_valid(), "steps": [{"name": "x", "status": "bogus", "seconds": 1}]}),
-         "unknown step status 'bogus'"),
+        (
+            json.dumps({**_valid(), "steps": [{"name": "x", "status": "bogus", "seconds": 1}]}),
+            "unknown step status 'bogus'",
+        ),
         (json.dumps({**_valid(), "steps": "none"}), "not a probe report"),
         (json.dumps({**_valid(), "host": "alice-ws"}), "key 'host' is not a JSON object"),
         (json.dumps({**_valid(), "host": {"gpus": [7]}}), "not a probe report"),
@@ -158,12 +181,23 @@ def test_unreadable_and_binary_files_are_problems(tmp_path: Path) -> None:
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
-                                                                 max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
     max_leaves=20,
 )
-KEYS = ("schema", "status", "steps", "level", "recipe", "environment", "host",
-        "envforge_version", "created", "seconds")
+KEYS = (
+    "schema",
+    "status",
+    "steps",
+    "level",
+    "recipe",
+    "environment",
+    "host",
+    "envforge_version",
+    "created",
+    "seconds",
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -183,26 +217,46 @@ def test_any_json_is_evidence_or_an_evidence_error(value: Any) -> None:
 
 
 def test_a_damaged_step_or_gpu_is_an_evidence_error() -> None:
-    for key, value in (("steps", [{"name": "a", "status": "pass", "seconds": "slow"}]),
-                       ("steps", [["a"]]), ("host", {"gpus": [{"arch": "gfx1031"}]})):
+    for key, value in (
+        ("steps", [{"name": "a", "status": "pass", "seconds": "slow"}]),
+        ("steps", [["a"]]),
+        ("host", {"gpus": [{"arch": "gfx1031"}]}),
+    ):
         with pytest.raises(EvidenceError):
             parse_document({**_valid(), key: value}, QUIET)
 
 
 def test_nothing_names_the_host_or_the_user() -> None:
     report = ProbeReport(
-        steps=(StepResult("env-snapshot", "pass", 0.1, "python /home/alice/venv/bin/python"),
-               StepResult("check:mine", "crash", 0.2,
-                          'File "/Users/alice/checks/mine.py" on alice-ws.lab: '
-                          "C:\\Users\\alice\\x; alice-wsx stays; alice@alice-ws")),
-        level="full", target="/home/alice/.local/share/envforge/venvs/cpu/bin/python",
-        host=ReportHost(kernel="Linux 6.8.0", machine="x86_64",
-                      gpus=(ReportGpu("AMD Radeon RX 6700 XT", "gfx1031", "amd"),),
-                      driver="amdgpu 6.8.0"),
-        envforge_version="0.1.0", created="2026-11-20T12:00:00Z", recipe_name="gfx1031",
-        snapshot={"executable": "/home/alice/venv/bin/python", "platform": "on alice-ws",
-                  "env": {"HOME": "/home/alice"}, "torch": "2.13.0+rocm7.1", "hip": "7.1.1",
-                  "python": "3.12.4"},
+        steps=(
+            StepResult("env-snapshot", "pass", 0.1, "python /home/alice/venv/bin/python"),
+            StepResult(
+                "check:mine",
+                "crash",
+                0.2,
+                'File "/Users/alice/checks/mine.py" on alice-ws.lab: '
+                "C:\\Users\\alice\\x; alice-wsx stays; alice@alice-ws",
+            ),
+        ),
+        level="full",
+        target="/home/alice/.local/share/envforge/venvs/cpu/bin/python",
+        host=ReportHost(
+            kernel="Linux 6.8.0",
+            machine="x86_64",
+            gpus=(ReportGpu("AMD Radeon RX 6700 XT", "gfx1031", "amd"),),
+            driver="amdgpu 6.8.0",
+        ),
+        envforge_version="0.1.0",
+        created="2026-11-20T12:00:00Z",
+        recipe_name="gfx1031",
+        snapshot={
+            "executable": "/home/alice/venv/bin/python",
+            "platform": "on alice-ws",
+            "env": {"HOME": "/home/alice"},
+            "torch": "2.13.0+rocm7.1",
+            "hip": "7.1.1",
+            "python": "3.12.4",
+        },
     )
     record = parse_document(report.to_dict(), Redactor(("alice-ws", "alice-ws.lab", "alice")))
     text = repr(record)
@@ -220,8 +274,15 @@ def test_this_hosts_redactor_never_replaces_root() -> None:
 
 
 def test_nvidia_arch_comes_from_the_product_name() -> None:
-    spec = replace(SPEC, vendor="nvidia", arch=None, product="NVIDIA GeForce RTX 4090",
-                   driver="nvidia 580.65.06", recipe="sm_90", stack="torch2.13.0-cu130-py3.12")
+    spec = replace(
+        SPEC,
+        vendor="nvidia",
+        arch=None,
+        product="NVIDIA GeForce RTX 4090",
+        driver="nvidia 580.65.06",
+        recipe="sm_90",
+        stack="torch2.13.0-cu130-py3.12",
+    )
     record = parse_document(make_report(spec).to_dict(), QUIET)
     assert record.gpu.row_key == "nvidia:sm_89"
     assert record.runtime == "CUDA 13.0"
@@ -265,4 +326,5 @@ def test_a_folder_that_cannot_be_listed_is_a_problem(tmp_path: Path) -> None:
         locked.chmod(0o755)
     assert len(found.records) == 1
     assert [(p.source, p.message) for p in found.problems] == [
-        (str(locked), "cannot read folder: Permission denied")]
+        (str(locked), "cannot read folder: Permission denied")
+    ]

@@ -28,8 +28,9 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _docs(n: int, seed: int = 3) -> list[tuple[str, object]]:
-    return [(f"r{i}", json.loads(make_report(s).to_json())) for i, s in
-            enumerate(corpus(n, seed=seed))]
+    return [
+        (f"r{i}", json.loads(make_report(s).to_json())) for i, s in enumerate(corpus(n, seed=seed))
+    ]
 
 
 def test_an_import_is_idempotent_and_the_records_read_back_equal(home: Path) -> None:
@@ -102,7 +103,8 @@ def test_show_from_the_columns_says_what_certified_on_says_from_the_records(home
     for recipe in sorted({r.recipe for r in records}):
         for gpu in (True, False):
             assert store_certified_on(recipe, gpu=gpu, arch=recipe) == certified_on(
-                records, recipe, gpu=gpu, arch=recipe)
+                records, recipe, gpu=gpu, arch=recipe
+            )
     assert store_certified_on("nothing") == "not yet certified on any GPU"
 
 
@@ -110,10 +112,12 @@ def test_show_reads_one_row_per_host_and_driver_with_its_newest_time(home: Path)
     """Nightly passes of one host are one row for ``show`` (its newest), and the line is
     the one the records give."""
     spec = corpus(1, seed=9)[0]
-    nights = [replace(spec, outcome="pass", created=spec.created + timedelta(days=d))
-              for d in range(30)]
-    import_documents([(str(i), json.loads(make_report(s).to_json()))
-                      for i, s in enumerate(nights)], redact=QUIET)
+    nights = [
+        replace(spec, outcome="pass", created=spec.created + timedelta(days=d)) for d in range(30)
+    ]
+    import_documents(
+        [(str(i), json.loads(make_report(s).to_json())) for i, s in enumerate(nights)], redact=QUIET
+    )
     with evidence_db.connect(home / "evidence.sqlite") as conn:
         runs, rows = evidence_db.pass_rows(conn, spec.recipe)
     assert runs == 30

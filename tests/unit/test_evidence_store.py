@@ -36,9 +36,16 @@ from envforge.publish.registry import image_labels, parse_ref
 from tests.helpers.matrix_synth import Spec, make_certificate, make_report
 
 WHEN = datetime(2026, 11, 20, 12, 0, tzinfo=timezone.utc)
-GPU = Spec(vendor="amd", arch="gfx1031", product="AMD Radeon RX 6700 XT",
-           driver="amdgpu (in-tree, kernel 6.8.0-45-generic)", recipe="gfx1031",
-           stack="torch2.13.0-rocm7.1-py3.12", outcome="pass", created=WHEN)
+GPU = Spec(
+    vendor="amd",
+    arch="gfx1031",
+    product="AMD Radeon RX 6700 XT",
+    driver="amdgpu (in-tree, kernel 6.8.0-45-generic)",
+    recipe="gfx1031",
+    stack="torch2.13.0-rocm7.1-py3.12",
+    outcome="pass",
+    created=WHEN,
+)
 NAMES = Redactor(("alice", "alice-ws"))
 
 
@@ -52,9 +59,11 @@ def _named_report(spec: Spec = GPU, host_id: str | None = "h-0123456789abcdef") 
     """A report that mentions the user (alice) and the host (alice-ws) everywhere it can."""
     report = make_report(replace(spec, detail="failed in /home/alice/x.py on alice-ws"))
     host = ReportHost(
-        kernel=report.host.kernel, machine="x86_64",
+        kernel=report.host.kernel,
+        machine="x86_64",
         gpus=tuple(replace(g, pci_id="1002:73df") for g in report.host.gpus),
-        driver=report.host.driver, id=host_id,
+        driver=report.host.driver,
+        id=host_id,
     )
     data = replace(report, host=host).to_dict()
     data["environment"]["snapshot"]["env"] = {"HSA_PATH": "/home/alice/rocm", "HOST": "alice-ws"}
@@ -112,8 +121,15 @@ def test_this_hosts_names_are_never_stored(
     data["environment"]["target"] = f"/srv/{names[0]}/venv/bin/python"
     data["steps"][1]["detail"] = " ".join(f"seen {n} here" for n in names)
     data["environment"]["snapshot"]["platform"] = f"Linux on {names[0]}"
-    record_venv({"recipe": "gfx1031", "recipe_hash": "sha256:x", "fingerprint": "f",
-                 "level": "full", "report": data})
+    record_venv(
+        {
+            "recipe": "gfx1031",
+            "recipe_hash": "sha256:x",
+            "fingerprint": "f",
+            "level": "full",
+            "report": data,
+        }
+    )
     record_probe(dict(data, created="2026-11-21T12:00:00Z"))  # another run
     texts = stored_texts(home)
     assert len(texts) == 2
@@ -210,8 +226,12 @@ def test_certified_on_names_the_recipes_arch_first_and_counts_the_rest(tmp_path:
         for i in range(1, 5)
     ]
     mine = _spec(created=WHEN - timedelta(days=20))
-    docs = _records(*others, replace(others[0], created=WHEN - timedelta(days=7)), mine,
-                    host_ids=("h-1", "h-2", "h-3", "h-4", "h-5", "h-6"))
+    docs = _records(
+        *others,
+        replace(others[0], created=WHEN - timedelta(days=7)),
+        mine,
+        host_ids=("h-1", "h-2", "h-3", "h-4", "h-5", "h-6"),
+    )
     for i, doc in enumerate(docs):
         (tmp_path / f"{i}.json").write_text(json.dumps(doc))
     records = read_evidence([tmp_path], NAMES).records
@@ -222,8 +242,14 @@ def test_certified_on_names_the_recipes_arch_first_and_counts_the_rest(tmp_path:
 
 
 def test_certified_on_cpu_only_and_never_passed(tmp_path: Path) -> None:
-    cpu = _spec(vendor="none", arch=None, product="", driver="", recipe="cpu",
-                stack="torch2.13.0-cpu-py3.11")
+    cpu = _spec(
+        vendor="none",
+        arch=None,
+        product="",
+        driver="",
+        recipe="cpu",
+        stack="torch2.13.0-cpu-py3.11",
+    )
     fail = _spec(outcome="fail", recipe="gfx1010")
     for i, doc in enumerate(_records(cpu, fail)):
         (tmp_path / f"{i}.json").write_text(json.dumps(doc))
@@ -232,8 +258,7 @@ def test_certified_on_cpu_only_and_never_passed(tmp_path: Path) -> None:
         "certified on CPU only, 1 host, newest 2026-11-20 (not yet on any GPU)"
     )
     # A CPU recipe: passes count as CPU passes whatever GPU the host had.
-    gpu_host = _spec(recipe="cpu", stack="torch2.13.0-cpu-py3.11",
-                     created=WHEN + timedelta(days=2))
+    gpu_host = _spec(recipe="cpu", stack="torch2.13.0-cpu-py3.11", created=WHEN + timedelta(days=2))
     (tmp_path / "gpu-host.json").write_text(json.dumps(_records(gpu_host)[0]))
     records = read_evidence([tmp_path], NAMES).records
     assert certified_on(records, "cpu", gpu=False) == (
@@ -250,8 +275,14 @@ def test_show_says_where_the_recipe_was_certified(
 ) -> None:
     assert main(["show", "cpu"]) == 0
     assert "Evidence: not yet certified on any GPU" in capsys.readouterr().out
-    cpu = _spec(vendor="none", arch=None, product="", driver="", recipe="cpu",
-                stack="torch2.13.0-cpu-py3.11")
+    cpu = _spec(
+        vendor="none",
+        arch=None,
+        product="",
+        driver="",
+        recipe="cpu",
+        stack="torch2.13.0-cpu-py3.11",
+    )
     record_probe(make_report(cpu).to_dict())
     assert main(["show", "cpu", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -276,23 +307,31 @@ class _Registry:
         self.config_digest = "sha256:" + hashlib.sha256(config).hexdigest()
         if corrupt:
             config = config.replace(b"}", b" }", 1)
-        manifest = json.dumps({
-            "schemaVersion": 2,
-            "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "config": {"digest": self.config_digest, "size": len(config)},
-            "layers": [{"digest": "sha256:" + "9" * 64, "size": 10**9}],
-        }).encode()
+        manifest = json.dumps(
+            {
+                "schemaVersion": 2,
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "config": {"digest": self.config_digest, "size": len(config)},
+                "layers": [{"digest": "sha256:" + "9" * 64, "size": 10**9}],
+            }
+        ).encode()
         manifest_digest = "sha256:" + hashlib.sha256(manifest).hexdigest()
-        index = json.dumps({
-            "schemaVersion": 2,
-            "mediaType": "application/vnd.oci.image.index.v1+json",
-            "manifests": [
-                {"digest": "sha256:" + "8" * 64, "platform": {"os": "linux",
-                                                               "architecture": "arm64"}},
-                {"digest": manifest_digest, "platform": {"os": "linux",
-                                                         "architecture": "amd64"}},
-            ],
-        }).encode()
+        index = json.dumps(
+            {
+                "schemaVersion": 2,
+                "mediaType": "application/vnd.oci.image.index.v1+json",
+                "manifests": [
+                    {
+                        "digest": "sha256:" + "8" * 64,
+                        "platform": {"os": "linux", "architecture": "arm64"},
+                    },
+                    {
+                        "digest": manifest_digest,
+                        "platform": {"os": "linux", "architecture": "amd64"},
+                    },
+                ],
+            }
+        ).encode()
         self.paths = {
             "/v2/team/cpu/manifests/v1": index,
             f"/v2/team/cpu/manifests/{manifest_digest}": manifest,
@@ -323,9 +362,14 @@ def registry() -> Iterator[tuple[str, _Registry]]:
                 self._send(200 if body else 404, body or b"{}")
                 return
             if current.bearer and self.headers.get("Authorization") != "Bearer tok":
-                self._send(401, b"{}", {"WWW-Authenticate":
-                                        f'Bearer realm="http://127.0.0.1:{port}/token",'
-                                        'service="test"'})
+                self._send(
+                    401,
+                    b"{}",
+                    {
+                        "WWW-Authenticate": f'Bearer realm="http://127.0.0.1:{port}/token",'
+                        'service="test"'
+                    },
+                )
                 return
             if current.redirect_blobs and "/blobs/" in self.path:
                 location = f"http://localhost:{port}/storage/{self.path.split('/')[-1]}"
@@ -402,7 +446,9 @@ def test_parse_ref_splits_host_repository_and_reference() -> None:
     assert parse_ref("127.0.0.1:5000/team/cpu:tag") == parse_ref("127.0.0.1:5000/team/cpu:tag")
     ref = parse_ref("127.0.0.1:5000/team/cpu@sha256:" + "a" * 64)
     assert (ref.host, ref.repository, ref.reference) == (
-        "127.0.0.1:5000", "team/cpu", "sha256:" + "a" * 64
+        "127.0.0.1:5000",
+        "team/cpu",
+        "sha256:" + "a" * 64,
     )
     assert ref.base.startswith("http://127.0.0.1:5000/v2/")
     hub = parse_ref("ubuntu")
@@ -417,8 +463,9 @@ def test_probe_report_keeps_the_run_in_the_store(
 ) -> None:
     """A real ``probe --report`` (this interpreter, quick level): the run is kept in the
     store with its host facts; the interpreter's path and the environment are not."""
-    code = main(["probe", "--level", "quick", "--report", str(tmp_path / "r"),
-                 "--step-timeout", "120"])
+    code = main(
+        ["probe", "--level", "quick", "--report", str(tmp_path / "r"), "--step-timeout", "120"]
+    )
     capsys.readouterr()
     assert code in (0, 1)
     (stored,) = stored_texts(home)
@@ -426,7 +473,14 @@ def test_probe_report_keeps_the_run_in_the_store(
     assert data["schema"] == "envforge.probe/1"
     assert "/" not in data["environment"]["target"]
     assert set(data["environment"]["snapshot"]) <= {
-        "python", "implementation", "numpy", "torch", "hip", "cuda", "git", "arch_flags",
+        "python",
+        "implementation",
+        "numpy",
+        "torch",
+        "hip",
+        "cuda",
+        "git",
+        "arch_flags",
         "cudnn",
     }
     assert data["host"]["kernel"].startswith("Linux")

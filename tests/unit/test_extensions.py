@@ -38,8 +38,12 @@ def test_the_table_loads_sourced_and_dated() -> None:
 
 def test_an_xformers_release_for_another_torch_is_refused_naming_the_fit() -> None:
     with pytest.raises(ConstraintViolation) as err:
-        stack_of(replace(recipe("sm_80", "xformers==0.0.30"),
-                         torch=replace(recipe("sm_80").torch, version="2.8.0")))
+        stack_of(
+            replace(
+                recipe("sm_80", "xformers==0.0.30"),
+                torch=replace(recipe("sm_80").torch, version="2.8.0"),
+            )
+        )
     line = err.value.one_line()
     assert "packages[0]: xformers==0.0.30 requires torch==2.7.0" in line
     assert "the stack's torch is 2.8.0" in line
@@ -51,8 +55,10 @@ def test_an_xformers_release_for_another_torch_is_refused_naming_the_fit() -> No
 def test_a_fitting_or_unknown_release_passes() -> None:
     stack_of(recipe("sm_80", "xformers==0.0.35"))  # torch>=2.10 beside 2.14.1
     stack_of(recipe("sm_80", "xformers==0.0.99"))  # not in the table: not checked
-    own = replace(recipe("sm_80", "xformers==0.0.30"),  # another index's build: not checked
-                  package_indexes=(PackageIndex("xformers", "https://127.0.0.1/simple"),))
+    own = replace(
+        recipe("sm_80", "xformers==0.0.30"),  # another index's build: not checked
+        package_indexes=(PackageIndex("xformers", "https://127.0.0.1/simple"),),
+    )
     stack_of(own)
 
 
@@ -71,16 +77,19 @@ def test_known_issues_that_hold_are_listed_not_refused() -> None:
     assert [i.evidence[0] for i in issues] == ["https://pypi.org/project/flash-attn/#files"]
     by_url = recipe("sm_80", f"flash-attn @ {WHEEL}{'0' * 64}")
     assert extension_checks(by_url, "2.14.1") == ((), ())
-    indexed = replace(recipe("sm_80", "flash-attn==2.8.3"),
-                      package_indexes=(PackageIndex("flash-attn", "https://127.0.0.1/simple"),))
+    indexed = replace(
+        recipe("sm_80", "flash-attn==2.8.3"),
+        package_indexes=(PackageIndex("flash-attn", "https://127.0.0.1/simple"),),
+    )
     assert extension_checks(indexed, "2.14.1") == ((), ())
     _, issues = extension_checks(recipe("sm_70", "bitsandbytes==0.47.0"), "2.14.1")
     assert ["LLM.int8()" in i.symptom for i in issues] == [True]
 
 
 def test_bitsandbytes_without_kernels_for_the_arch_is_refused() -> None:
-    maxwell = replace(recipe("sm_61", "bitsandbytes==0.48.0"),
-                      gpu=replace(recipe("sm_61").gpu, arch="sm_52"))
+    maxwell = replace(
+        recipe("sm_61", "bitsandbytes==0.48.0"), gpu=replace(recipe("sm_61").gpu, arch="sm_52")
+    )
     with pytest.raises(ConstraintViolation, match=r"no Maxwell"):
         stack_of(maxwell)
     stack_of(replace(maxwell, packages=("bitsandbytes==0.47.0",)))

@@ -35,9 +35,15 @@ def plan_of(*names: str, **kw: object) -> Plan:
 
 @pytest.fixture(autouse=True)
 def no_job(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("SLURM_JOB_ID", "SLURM_JOB_GPUS", "KUBERNETES_SERVICE_HOST",
-                 "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",
-                 "ENVFORGE_RECIPE_PATH"):
+    for name in (
+        "SLURM_JOB_ID",
+        "SLURM_JOB_GPUS",
+        "KUBERNETES_SERVICE_HOST",
+        "ROCR_VISIBLE_DEVICES",
+        "CUDA_VISIBLE_DEVICES",
+        "NVIDIA_VISIBLE_DEVICES",
+        "ENVFORGE_RECIPE_PATH",
+    ):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -47,9 +53,12 @@ def no_job(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_each_recipe_on_its_own_arch_and_nodes_tasks_each() -> None:
     plan = plan_of("gfx942", "sm_90", "cpu", nodes=2)
     assert [(t.index, t.recipe, t.arch, t.gpus) for t in plan.tasks] == [
-        (0, "gfx942", "gfx942", 1), (1, "gfx942", "gfx942", 1),
-        (2, "sm_90", "sm_90", 1), (3, "sm_90", "sm_90", 1),
-        (4, "cpu", "cpu", 0), (5, "cpu", "cpu", 0),
+        (0, "gfx942", "gfx942", 1),
+        (1, "gfx942", "gfx942", 1),
+        (2, "sm_90", "sm_90", 1),
+        (3, "sm_90", "sm_90", 1),
+        (4, "cpu", "cpu", 0),
+        (5, "cpu", "cpu", 0),
     ]
     assert plan.tasks[0].image.startswith("envforge/gfx942:torch")
     assert plan.tasks[0].recipe_hash == CAT.load("gfx942").hash
@@ -58,7 +67,9 @@ def test_each_recipe_on_its_own_arch_and_nodes_tasks_each() -> None:
 def test_given_archs_pair_a_cpu_recipe_with_each_and_refuse_a_gpu_recipe_off_its_arch() -> None:
     plan = plan_of("cpu", "gfx942", archs=("gfx942", "sm_90"), backend="venv")
     assert [(t.recipe, t.arch, t.gpus, t.image) for t in plan.tasks] == [
-        ("cpu", "gfx942", 1, ""), ("cpu", "sm_90", 1, ""), ("gfx942", "gfx942", 1, ""),
+        ("cpu", "gfx942", 1, ""),
+        ("cpu", "sm_90", 1, ""),
+        ("gfx942", "gfx942", 1, ""),
     ]
     with pytest.raises(InvalidInput, match="--recipe sm_90: its GPU arch sm_90 is not among"):
         plan_of("sm_90", archs=("gfx942",))
@@ -86,11 +97,15 @@ def test_plan_json_round_trips_and_its_id_follows_its_content(tmp_path: Path) ->
 
 def test_one_sbatch_array_per_arch_with_gres_constraint_and_site_options(tmp_path: Path) -> None:
     site = Site(partition="gpu", account="lab", time="01:00:00", features=(("gfx942", "mi300x"),))
-    plan = plan_of("gfx942", "sm_90", "cpu", nodes=2, site=site, envforge=("/x/python", "-m",
-                                                                            "envforge"))
+    plan = plan_of(
+        "gfx942", "sm_90", "cpu", nodes=2, site=site, envforge=("/x/python", "-m", "envforge")
+    )
     files = slurm.render(plan, tmp_path / "my plan")
-    assert sorted(files) == ["certify-cpu-gpu0.sbatch", "certify-gfx942-gpu1.sbatch",
-                             "certify-sm_90-gpu1.sbatch"]
+    assert sorted(files) == [
+        "certify-cpu-gpu0.sbatch",
+        "certify-gfx942-gpu1.sbatch",
+        "certify-sm_90-gpu1.sbatch",
+    ]
     amd = files["certify-gfx942-gpu1.sbatch"].splitlines()
     assert "#SBATCH --array=0-1" in amd
     assert "#SBATCH --gres=gpu:1" in amd
@@ -98,8 +113,9 @@ def test_one_sbatch_array_per_arch_with_gres_constraint_and_site_options(tmp_pat
     assert "#SBATCH --partition=gpu" in amd
     assert "#SBATCH --account=lab" in amd
     assert "#SBATCH --time=01:00:00" in amd
-    assert amd[-1] == (f"exec /x/python -m envforge fleet task '{tmp_path}/my plan' "
-                       '"$SLURM_ARRAY_TASK_ID"')
+    assert amd[-1] == (
+        f"exec /x/python -m envforge fleet task '{tmp_path}/my plan' \"$SLURM_ARRAY_TASK_ID\""
+    )
     assert "#SBATCH --constraint=sm_90" in files["certify-sm_90-gpu1.sbatch"]
     cpu = files["certify-cpu-gpu0.sbatch"]
     assert "#SBATCH --array=4-5" in cpu
@@ -131,10 +147,13 @@ def test_jobs_ask_for_gpus_in_limits_and_select_nodes_by_the_vendor_labels() -> 
     assert pod["containers"][0]["image"].startswith("127.0.0.1:5000/lab/envforge/gfx942:")
     term = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert term["nodeSelectorTerms"][0]["matchExpressions"] == [
-        {"key": "amd.com/gpu.device-id", "operator": "In", "values": ["74a1", "74a0"]}]
+        {"key": "amd.com/gpu.device-id", "operator": "In", "values": ["74a1", "74a0"]}
+    ]
     npod = nvidia["spec"]["template"]["spec"]
-    assert npod["nodeSelector"] == {"nvidia.com/gpu.compute.major": "9",
-                                    "nvidia.com/gpu.compute.minor": "0"}
+    assert npod["nodeSelector"] == {
+        "nvidia.com/gpu.compute.major": "9",
+        "nvidia.com/gpu.compute.minor": "0",
+    }
     assert npod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
     assert docs[0]["data"]["worker.py"] == "print('worker')"
 
@@ -148,8 +167,9 @@ def test_an_amd_arch_without_pci_ids_needs_a_site_label() -> None:
     labelled = plan_of("gfx1100", site=Site(arch_label="envforge.io/gpu-arch"))
     job = k8s.manifests(labelled, "", {0: "{}"}, lambda _a: [])[1]
     assert job["spec"]["template"]["spec"]["nodeSelector"] == {"envforge.io/gpu-arch": "gfx1100"}
-    assert k8s.selector("sm_120", plan, _pci) == {"nodeSelector": {
-        "nvidia.com/gpu.compute.major": "12", "nvidia.com/gpu.compute.minor": "0"}}
+    assert k8s.selector("sm_120", plan, _pci) == {
+        "nodeSelector": {"nvidia.com/gpu.compute.major": "12", "nvidia.com/gpu.compute.minor": "0"}
+    }
 
 
 # --------------------------------------------------------------------------- github
@@ -163,7 +183,8 @@ def test_workflow_matrix_runs_each_task_on_its_arch_label() -> None:
     assert certify["strategy"]["fail-fast"] is False
     assert certify["strategy"]["matrix"]["include"] == [
         {"task": "000", "recipe": "gfx942", "arch": "gfx942"},
-        {"task": "001", "recipe": "cpu", "arch": "gfx942"}]
+        {"task": "001", "recipe": "cpu", "arch": "gfx942"},
+    ]
     assert "--backend venv" in certify["steps"][2]["run"]
     assert github.actionlint_config(plan) == {"self-hosted-runner": {"labels": ["gfx942", "gpu"]}}
 
@@ -176,8 +197,9 @@ def _write_task(folder: Path, index: int, report: dict[str, object] | None, code
     out.mkdir(parents=True)
     if report is not None:
         (out / "probe.json").write_text(json.dumps(report))
-    (out / "task.json").write_text(json.dumps({"exit": code, "node": "n1",
-                                               "granted": {"gpus": "1"}}))
+    (out / "task.json").write_text(
+        json.dumps({"exit": code, "node": "n1", "granted": {"gpus": "1"}})
+    )
 
 
 def test_task_states_passed_failed_missing_queued_and_a_foreign_report(tmp_path: Path) -> None:
@@ -205,8 +227,14 @@ def test_task_states_passed_failed_missing_queued_and_a_foreign_report(tmp_path:
     assert got[4] == ("queued", "PENDING")
     assert found[0].to_dict()["node"] == "n1"
     assert found[0].to_dict()["gpus"] == "1"
-    assert outcome.counts(found) == {"passed": 1, "failed": 1, "refused": 1, "missing": 1,
-                                     "queued": 1, "running": 0}
+    assert outcome.counts(found) == {
+        "passed": 1,
+        "failed": 1,
+        "refused": 1,
+        "missing": 1,
+        "queued": 1,
+        "running": 0,
+    }
 
 
 # --------------------------------------------------------------------------- node
@@ -214,13 +242,29 @@ def test_task_states_passed_failed_missing_queued_and_a_foreign_report(tmp_path:
 
 def test_granted_reads_the_scheduler_variables_only_inside_a_job() -> None:
     assert granted({"CUDA_VISIBLE_DEVICES": "0"}) is None  # not a job: the user's own
-    grant = granted({"SLURM_JOB_ID": "7", "SLURM_ARRAY_JOB_ID": "7", "SLURM_ARRAY_TASK_ID": "2",
-                     "SLURM_JOB_GPUS": "1,3", "SLURMD_NODENAME": "n4"})
+    grant = granted(
+        {
+            "SLURM_JOB_ID": "7",
+            "SLURM_ARRAY_JOB_ID": "7",
+            "SLURM_ARRAY_TASK_ID": "2",
+            "SLURM_JOB_GPUS": "1,3",
+            "SLURMD_NODENAME": "n4",
+        }
+    )
     assert grant is not None
-    assert (grant.variable, grant.gpus, grant.node, grant.job) == ("SLURM_JOB_GPUS", "1,3",
-                                                                    "n4", "7_2")
-    pod = granted({"KUBERNETES_SERVICE_HOST": "10.0.0.1", "NVIDIA_VISIBLE_DEVICES": "all",
-                   "CUDA_VISIBLE_DEVICES": "0"})
+    assert (grant.variable, grant.gpus, grant.node, grant.job) == (
+        "SLURM_JOB_GPUS",
+        "1,3",
+        "n4",
+        "7_2",
+    )
+    pod = granted(
+        {
+            "KUBERNETES_SERVICE_HOST": "10.0.0.1",
+            "NVIDIA_VISIBLE_DEVICES": "all",
+            "CUDA_VISIBLE_DEVICES": "0",
+        }
+    )
     assert pod is not None
     assert (pod.variable, pod.gpus) == ("CUDA_VISIBLE_DEVICES", "0")
 
@@ -250,17 +294,51 @@ def test_cli_plan_writes_the_files_and_refuses_bad_input_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "plan"
-    assert main(["fleet", "plan", "--engine", "github", "--recipe", "cpu", "--arch", "gfx942",
-                 "-o", str(out)]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["actionlint.yaml", "logs", "plan.json",
-                                                     "workflow.yml"]
+    assert (
+        main(
+            [
+                "fleet",
+                "plan",
+                "--engine",
+                "github",
+                "--recipe",
+                "cpu",
+                "--arch",
+                "gfx942",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    assert sorted(p.name for p in out.iterdir()) == [
+        "actionlint.yaml",
+        "logs",
+        "plan.json",
+        "workflow.yml",
+    ]
     text = (out / "workflow.yml").read_text()
     assert "\non:\n  workflow_dispatch: null\n" in text  # a bare key, as Actions reads it
     assert yaml.safe_load(text)["jobs"]["certify"]["strategy"]["matrix"]["include"]
     capsys.readouterr()
     bad = tmp_path / "bad"
-    assert main(["fleet", "plan", "--engine", "slurm", "--recipe", "cpu", "--feature", "gfx942",
-                 "-o", str(bad)]) == 2
+    assert (
+        main(
+            [
+                "fleet",
+                "plan",
+                "--engine",
+                "slurm",
+                "--recipe",
+                "cpu",
+                "--feature",
+                "gfx942",
+                "-o",
+                str(bad),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.count("error") == 1
     assert "--feature 'gfx942': expected ARCH=NAME" in err

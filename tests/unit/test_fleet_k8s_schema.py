@@ -21,9 +21,30 @@ VERSION = "1.30.0"
 @pytest.fixture(scope="module")
 def docs(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     out = tmp_path_factory.mktemp("k8s") / "plan"
-    code = main(["fleet", "plan", "--engine", "k8s", "--recipe", "gfx942", "--recipe", "sm_90",
-                 "--recipe", "cpu", "--recipe", "gfx1100", "--arch-label", "envforge.io/gpu-arch",
-                 "--nodes", "2", "--registry", "127.0.0.1:5000/lab", "-o", str(out)])
+    code = main(
+        [
+            "fleet",
+            "plan",
+            "--engine",
+            "k8s",
+            "--recipe",
+            "gfx942",
+            "--recipe",
+            "sm_90",
+            "--recipe",
+            "cpu",
+            "--recipe",
+            "gfx1100",
+            "--arch-label",
+            "envforge.io/gpu-arch",
+            "--nodes",
+            "2",
+            "--registry",
+            "127.0.0.1:5000/lab",
+            "-o",
+            str(out),
+        ]
+    )
     assert code == 0
     found = list(yaml.safe_load_all((Path(out) / "jobs.yaml").read_text()))
     assert [d["kind"] for d in found] == ["ConfigMap", "Job", "Job", "Job", "Job"]

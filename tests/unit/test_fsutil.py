@@ -265,8 +265,11 @@ def test_every_writer_refuses_a_special_file_and_leaves_it(tmp_path: Path, kind:
         assert info.value.exit_code is ExitCode.INVALID_INPUT
         assert str(path) in info.value.one_line()
     after = os.stat(path)
-    assert (after.st_mode, after.st_rdev, after.st_ino) == (before.st_mode, before.st_rdev,
-                                                            before.st_ino)
+    assert (after.st_mode, after.st_rdev, after.st_ino) == (
+        before.st_mode,
+        before.st_rdev,
+        before.st_ino,
+    )
     assert not (tmp_path / "fine").exists()  # all or none
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(fsutil.TMP_PREFIX)]
 

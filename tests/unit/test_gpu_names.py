@@ -99,9 +99,7 @@ Run = Callable[..., tuple[int, str, str]]
     ],
     ids=lambda v: " ".join(v) if isinstance(v, tuple) else None,
 )
-def test_commands_take_gpus_by_name(
-    run: Run, args: tuple[str, ...], said: str, first: str
-) -> None:
+def test_commands_take_gpus_by_name(run: Run, args: tuple[str, ...], said: str, first: str) -> None:
     code, out, err = run(*args)
     assert code == 0, err
     assert said in err
@@ -123,13 +121,34 @@ def test_solve_of_an_unknown_name_says_so_without_unrelated_archs(run: Run) -> N
 
 
 def test_fleet_plan_takes_a_gpu_name_for_arch(run: Run, tmp_path: Path) -> None:
-    code, _out, err = run("fleet", "plan", "--engine", "slurm", "--recipe", "gfx1100",
-                           "--arch", "RX 7900 XTX", "-o", str(tmp_path / "plan"), "--json")
+    code, _out, err = run(
+        "fleet",
+        "plan",
+        "--engine",
+        "slurm",
+        "--recipe",
+        "gfx1100",
+        "--arch",
+        "RX 7900 XTX",
+        "-o",
+        str(tmp_path / "plan"),
+        "--json",
+    )
     assert code == 0, err
     assert "--arch RX 7900 XTX -> gfx1100" in err
     assert (tmp_path / "plan" / "certify-gfx1100-gpu1.sbatch").is_file()
-    code, _out, err = run("fleet", "plan", "--engine", "slurm", "--recipe", "gfx1100",
-                           "--arch", "Radeon 7900", "-o", str(tmp_path / "other"))
+    code, _out, err = run(
+        "fleet",
+        "plan",
+        "--engine",
+        "slurm",
+        "--recipe",
+        "gfx1100",
+        "--arch",
+        "Radeon 7900",
+        "-o",
+        str(tmp_path / "other"),
+    )
     assert code == 2
     assert "--arch 'Radeon 7900'" in err
 

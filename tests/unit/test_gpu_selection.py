@@ -108,8 +108,9 @@ def test_nvidia_selection_requests_device_ids() -> None:
         "CUDA_VISIBLE_DEVICES": "1",
         "NPROC_PER_NODE": "1",
     }
-    both = select_devices(device_flags("nvidia", dev_root=H100X2 / "dev"),
-                          pick_gpus("all", host.gpus, "nvidia"))
+    both = select_devices(
+        device_flags("nvidia", dev_root=H100X2 / "dev"), pick_gpus("all", host.gpus, "nvidia")
+    )
     assert both.device_ids == ("0", "1")
     assert both.cli_args() == ["--ipc=host", "--gpus", '"device=0,1"']
     assert dict(both.env)["NPROC_PER_NODE"] == "2"

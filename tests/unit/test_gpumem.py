@@ -34,8 +34,10 @@ AMD_PROCESSES = (
     '{"gpu": 1, "process_list": [{"process_info": "No running processes detected"}]}]'
 )
 ROCM_PIDS = '{"system": {"PID28389": "llama-server, 1, 2353860608, 11011, 0"}}'
-ROCM_VRAM = ('{"card0": {"VRAM Total Memory (B)": "205822885888", '
-             '"VRAM Total Used Memory (B)": "154654650368"}}')
+ROCM_VRAM = (
+    '{"card0": {"VRAM Total Memory (B)": "205822885888", '
+    '"VRAM Total Used Memory (B)": "154654650368"}}'
+)
 
 
 def fake_tool(folder: Path, name: str, outputs: dict[str, str], *, sleep: float = 0) -> None:
@@ -45,8 +47,10 @@ def fake_tool(folder: Path, name: str, outputs: dict[str, str], *, sleep: float 
         f"  {arg!r}) printf '%s\\n' '{text.rstrip()}' ;;\n" for arg, text in outputs.items()
     )
     script = folder / name
-    script.write_text(f"#!/bin/sh\n{f'/bin/sleep {sleep}' if sleep else ''}\n"
-                      f"case \"$1\" in\n{cases}  *) exit 2 ;;\nesac\n")
+    script.write_text(
+        f"#!/bin/sh\n{f'/bin/sleep {sleep}' if sleep else ''}\n"
+        f'case "$1" in\n{cases}  *) exit 2 ;;\nesac\n'
+    )
     script.chmod(0o755)
 
 
@@ -58,10 +62,14 @@ def tools_dir(tmp_path: Path) -> Path:
 
 
 def nvidia_tools(folder: Path) -> ToolRunner:
-    fake_tool(folder, "nvidia-smi", {
-        "--query-gpu=index,uuid,memory.used,memory.total": NVIDIA_GPUS,
-        "--query-compute-apps=gpu_uuid,pid,process_name,used_memory": NVIDIA_APPS,
-    })
+    fake_tool(
+        folder,
+        "nvidia-smi",
+        {
+            "--query-gpu=index,uuid,memory.used,memory.total": NVIDIA_GPUS,
+            "--query-compute-apps=gpu_uuid,pid,process_name,used_memory": NVIDIA_APPS,
+        },
+    )
     return gpumem.tool_runner(environ={"PATH": str(folder)})
 
 
@@ -89,11 +97,11 @@ def test_nvidia_smi_csv_in_mib() -> None:
 
 
 def test_amd_smi_and_rocm_smi_json() -> None:
-    assert gpumem.parse_amd_smi(AMD_PROCESSES) == [
-        Holder(28389, "llama-server", 2353860608, "0")
-    ]
-    older = '[{"gpu": 2, "process_list": [{"process_info": {"name": "p", "pid": 9, ' \
+    assert gpumem.parse_amd_smi(AMD_PROCESSES) == [Holder(28389, "llama-server", 2353860608, "0")]
+    older = (
+        '[{"gpu": 2, "process_list": [{"process_info": {"name": "p", "pid": 9, '
         '"mem_usage": {"value": 2531, "unit": "MB"}}}]}]'
+    )
     assert gpumem.parse_amd_smi(older) == [Holder(9, "p", 2531 * MIB, "2")]
     assert gpumem.parse_rocm_pids(ROCM_PIDS) == [Holder(28389, "llama-server", 2353860608)]
     vram = gpumem.parse_rocm_vram(ROCM_VRAM)
@@ -123,8 +131,12 @@ def test_fake_tools_on_path_are_run_and_absent_ones_give_nothing(tools_dir: Path
 
 
 def test_a_hung_tool_is_stopped_at_its_deadline(tools_dir: Path) -> None:
-    fake_tool(tools_dir, "nvidia-smi", {"--query-gpu=index,uuid,memory.used,memory.total":
-                                        NVIDIA_GPUS}, sleep=30)
+    fake_tool(
+        tools_dir,
+        "nvidia-smi",
+        {"--query-gpu=index,uuid,memory.used,memory.total": NVIDIA_GPUS},
+        sleep=30,
+    )
     run = gpumem.tool_runner(timeout=0.5, environ={"PATH": str(tools_dir)})
     began = time.monotonic()
     assert gpumem.nvidia_memory(run) == []
@@ -183,9 +195,7 @@ def test_the_worker_device_maps_to_nvidia_smi_numbering(
     assert (found.index if found else None) == want
 
 
-def test_probe_holders_names_other_processes_not_the_probe(
-    tmp_path: Path, tools_dir: Path
-) -> None:
+def test_probe_holders_names_other_processes_not_the_probe(tmp_path: Path, tools_dir: Path) -> None:
     run = nvidia_tools(tools_dir)
     busy = {"index": 0, "uuid": UUID0, "busy": True}
     data = {"devices": [busy], "pid": 5151, "vendor": "nvidia", "visible": {}}
@@ -193,8 +203,13 @@ def test_probe_holders_names_other_processes_not_the_probe(
         "python3 (pid 4242, 137.72 GiB)"
     )
     # the worker in a container: another pid on the host, known by its file name
-    fake_proc(tmp_path, 4242, "python3", "/dev/nvidia0",
-              f"python3 /tmp/{gpumem.WORKER_FILE} /tmp/spec.json")
+    fake_proc(
+        tmp_path,
+        4242,
+        "python3",
+        "/dev/nvidia0",
+        f"python3 /tmp/{gpumem.WORKER_FILE} /tmp/spec.json",
+    )
     data["pid"] = 1
     assert gpumem.probe_holders(data, tools=run, root=tmp_path) == "vllm (pid 5151)"
     assert gpumem.probe_holders({"devices": [{**busy, "busy": False}]}, tools=run) == ""
@@ -206,8 +221,11 @@ def test_probe_holders_names_other_processes_not_the_probe(
 def test_probe_holders_fall_back_to_open_device_files(tmp_path: Path) -> None:
     fake_proc(tmp_path, 31, "train.py", "/dev/nvidia1")
     fake_proc(tmp_path, 32, "Xorg", "/dev/nvidia0")
-    data = {"devices": [{"index": 0, "busy": True}], "vendor": "nvidia",
-            "visible": {"CUDA_VISIBLE_DEVICES": "1"}}
+    data = {
+        "devices": [{"index": 0, "busy": True}],
+        "vendor": "nvidia",
+        "visible": {"CUDA_VISIBLE_DEVICES": "1"},
+    }
     # no nvidia-smi: CUDA_VISIBLE_DEVICES=1 does not say the minor number, so any GPU's
     assert gpumem.probe_holders(data, tools=gpumem.no_tools, root=tmp_path) == ""
     data["visible"] = {}
@@ -227,8 +245,15 @@ def _who() -> Identity:
 def test_doctor_warns_about_memory_other_processes_hold(tmp_path: Path, tools_dir: Path) -> None:
     host = detect(root=SYSFS / "h100", environ={}, tools=no_tools)
     recipe = make_recipe(name="sm_90", vendor="nvidia", arch="sm_90", cuda="13.0")
-    report = diagnose(recipe, host, root=tmp_path, identity=_who(), space_dir=tmp_path,
-                      stand_ins={"ping": lambda: None}, tools=nvidia_tools(tools_dir))
+    report = diagnose(
+        recipe,
+        host,
+        root=tmp_path,
+        identity=_who(),
+        space_dir=tmp_path,
+        stand_ins={"ping": lambda: None},
+        tools=nvidia_tools(tools_dir),
+    )
     found = [f for f in report.findings if f.check == "gpu-memory"]
     assert [f.severity for f in found] == ["warn", "ok"]
     assert "GPU 0: 138.31 of 140.40 GiB in use" in found[0].message
@@ -251,9 +276,15 @@ def test_doctor_on_amd_reads_sysfs_and_names_amd_smi_processes(
     fake_tool(tools_dir, "amd-smi", {"process": AMD_PROCESSES})
     host = detect(root=SYSFS / "rx6700xt", environ={}, tools=no_tools)
     recipe = make_recipe(name="gfx1031", vendor="amd", arch="gfx1031", rocm="6.2")
-    report = diagnose(recipe, host, root=root, identity=_who(), space_dir=tmp_path,
-                      stand_ins={"ping": lambda: None},
-                      tools=gpumem.tool_runner(environ={"PATH": str(tools_dir)}))
+    report = diagnose(
+        recipe,
+        host,
+        root=root,
+        identity=_who(),
+        space_dir=tmp_path,
+        stand_ins={"ping": lambda: None},
+        tools=gpumem.tool_runner(environ={"PATH": str(tools_dir)}),
+    )
     found = [f for f in report.findings if f.check == "gpu-memory"]
     assert found[0].severity == "warn"
     assert "GPU 0: 150.00 of 192.00 GiB in use (42.00 GiB free)" in found[0].message
@@ -262,6 +293,12 @@ def test_doctor_on_amd_reads_sysfs_and_names_amd_smi_processes(
 
 def test_doctor_without_tools_or_sysfs_says_nothing_about_memory(tmp_path: Path) -> None:
     host = detect(root=SYSFS / "h100", environ={}, tools=no_tools)
-    report = diagnose(None, host, root=tmp_path, identity=_who(), space_dir=tmp_path,
-                      stand_ins={"ping": lambda: None})
+    report = diagnose(
+        None,
+        host,
+        root=tmp_path,
+        identity=_who(),
+        space_dir=tmp_path,
+        stand_ins={"ping": lambda: None},
+    )
     assert not [f for f in report.findings if f.check == "gpu-memory"]

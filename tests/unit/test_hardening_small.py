@@ -93,7 +93,8 @@ def test_an_invalid_image_reference_is_exit_2() -> None:
     def get(name: str) -> Any:
         response = type("R", (), {"status_code": 400, "reason": "Bad Request", "url": ""})()
         raise docker.errors.APIError(
-            "400 Client Error", response=response,
+            "400 Client Error",
+            response=response,
             explanation=f"no such image: {name}: invalid reference format",
         )
 
@@ -105,8 +106,12 @@ def test_an_invalid_image_reference_is_exit_2() -> None:
 
 @pytest.mark.parametrize(
     "ref",
-    ["127.0.0.1:5000/team/cpu@sha256:zz", "127.0.0.1:5000/team/cpu@md5:" + "a" * 32,
-     "127.0.0.1:5000/team/cpu@sha256:" + "A" * 64, "127.0.0.1:5000/team/cpu@"],
+    [
+        "127.0.0.1:5000/team/cpu@sha256:zz",
+        "127.0.0.1:5000/team/cpu@md5:" + "a" * 32,
+        "127.0.0.1:5000/team/cpu@sha256:" + "A" * 64,
+        "127.0.0.1:5000/team/cpu@",
+    ],
 )
 def test_a_malformed_digest_is_exit_2_before_the_engine_is_asked(
     ref: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
@@ -130,8 +135,9 @@ def test_a_reference_the_engine_cannot_parse_is_exit_2_on_pull() -> None:
 
     def pull(repository: str, tag: str | None = None, **_kw: object) -> object:
         response = type("R", (), {"status_code": 400, "reason": "Bad Request", "url": ""})()
-        raise docker.errors.APIError("400 Client Error", response=response,
-                                     explanation="invalid reference format")
+        raise docker.errors.APIError(
+            "400 Client Error", response=response, explanation="invalid reference format"
+        )
 
     engine.api.pull = pull  # type: ignore[method-assign,assignment]
     with pytest.raises(InvalidInput, match="is not an image reference"):

@@ -23,9 +23,7 @@ def test_report_host_is_detect_seen_through_sysfs(case: str) -> None:
     assert [g.name for g in report.gpus] == [g.product for g in found.gpus]
     assert [g.vendor for g in report.gpus] == [g.vendor for g in found.gpus]
     # Only archs the host states are facts; product-name guesses stay out of the report.
-    assert [g.arch for g in report.gpus] == [
-        None if g.arch_guessed else g.arch for g in found.gpus
-    ]
+    assert [g.arch for g in report.gpus] == [None if g.arch_guessed else g.arch for g in found.gpus]
 
 
 def test_report_json_shape_is_unchanged() -> None:

@@ -26,8 +26,17 @@ from envforge.recipe.catalogue import Catalogue
 from envforge.render.devcontainer import devcontainer_json
 from tests.helpers.fake_engine import FakeEngine
 
-HOSTILE = ["q,consistency=cached", "a=b", "line\nfeed", "co:lon", "two  spaces ",
-           'quo"te', "src=/etc,target=/workspace", " lead", "readonly"]
+HOSTILE = [
+    "q,consistency=cached",
+    "a=b",
+    "line\nfeed",
+    "co:lon",
+    "two  spaces ",
+    'quo"te',
+    "src=/etc,target=/workspace",
+    " lead",
+    "readonly",
+]
 
 
 def go_csv_record(value: str) -> list[str]:
@@ -100,15 +109,25 @@ def test_run_shell_passes_the_folder_as_one_field(
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     cli = bin_dir / "docker"
-    cli.write_text(f"#!{sys.executable}\nimport json, sys\n"
-                   f"open({str(record)!r}, 'w').write(json.dumps(sys.argv[1:]))\n")
+    cli.write_text(
+        f"#!{sys.executable}\nimport json, sys\n"
+        f"open({str(record)!r}, 'w').write(json.dumps(sys.argv[1:]))\n"
+    )
     cli.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
     monkeypatch.setattr(docker_shell, "bound", lambda _name: contextlib.nullcontext())
     engine = FakeEngine()
     engine.volumes.names += [v.name for v in cache_volumes("cpu", "s", os.getuid())]
-    code = docker_shell.run_shell(engine, image="img", command=["true"], recipe_name="cpu",
-                                  stack_tag="s", env={}, flags=DeviceFlags(), cwd=folder)
+    code = docker_shell.run_shell(
+        engine,
+        image="img",
+        command=["true"],
+        recipe_name="cpu",
+        stack_tag="s",
+        env={},
+        flags=DeviceFlags(),
+        cwd=folder,
+    )
     assert code == 0
     argv = json.loads(record.read_text())
     mounts = [read_mount(argv[i + 1]) for i, a in enumerate(argv) if a == "--mount"]
@@ -130,7 +149,8 @@ def test_the_cache_volumes_are_structured_too() -> None:
     vols = cache_volumes("cpu", "s", 1000)
     mounts = docker_shell.shell_mounts(Path("/w"), vols)[1:]
     assert [(m["Type"], m["Source"], m["Target"]) for m in mounts] == [
-        ("volume", v.name, v.mount) for v in vols]
+        ("volume", v.name, v.mount) for v in vols
+    ]
 
 
 @pytest.mark.parametrize("name", HOSTILE[:5])

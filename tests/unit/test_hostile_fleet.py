@@ -42,9 +42,24 @@ from envforge.recipe.catalogue import Catalogue
 
 CAT = Catalogue.default({})
 HOSTILE = [
-    "a\nb", "x\n#SBATCH --wrap=id", "$(touch /tmp/pwn)", "`id`", "a;b", "a'b", 'a"b',
-    "${{ secrets.GITHUB_TOKEN }}", "../../../x", "a/b", "a\x00b", "x" * 5000, "gpü",
-    "a b", "a#b", "a\u2028b", "a\rb", "",
+    "a\nb",
+    "x\n#SBATCH --wrap=id",
+    "$(touch /tmp/pwn)",
+    "`id`",
+    "a;b",
+    "a'b",
+    'a"b',
+    "${{ secrets.GITHUB_TOKEN }}",
+    "../../../x",
+    "a/b",
+    "a\x00b",
+    "x" * 5000,
+    "gpü",
+    "a b",
+    "a#b",
+    "a\u2028b",
+    "a\rb",
+    "",
 ]
 #: (engine, option as named in the error, the arguments for a value)
 OPTIONS: list[tuple[str, str, Any]] = [
@@ -61,14 +76,25 @@ OPTIONS: list[tuple[str, str, Any]] = [
     ("k8s", "--registry", lambda v: ["--registry", v]),
 ]
 #: Values an option may take (not hostile there): "" means "none" for these options.
-ALLOWED = {("--partition", ""), ("--account", ""), ("--arch-label", ""), ("--registry", ""),
-           ("--arch-label", "a/b"), ("--registry", "a/b")}
+ALLOWED = {
+    ("--partition", ""),
+    ("--account", ""),
+    ("--arch-label", ""),
+    ("--registry", ""),
+    ("--arch-label", "a/b"),
+    ("--registry", "a/b"),
+}
 
 
 @pytest.fixture(autouse=True)
 def no_job(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in ("SLURM_JOB_ID", "SLURM_JOB_GPUS", "KUBERNETES_SERVICE_HOST", FLEET_VARIABLE,
-                 "ENVFORGE_RECIPE_PATH"):
+    for name in (
+        "SLURM_JOB_ID",
+        "SLURM_JOB_GPUS",
+        "KUBERNETES_SERVICE_HOST",
+        FLEET_VARIABLE,
+        "ENVFORGE_RECIPE_PATH",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("ENVFORGE_HOME", str(tmp_path / "home"))
 
@@ -82,15 +108,21 @@ def plan_of(*names: str, engine: str = "slurm", **kw: Any) -> Plan:
 
 
 @pytest.mark.parametrize("value", HOSTILE, ids=lambda v: ascii(v)[:24])
-@pytest.mark.parametrize(("engine", "option", "make"), OPTIONS,
-                         ids=[f"{e}{o}{i}" for i, (e, o, _) in enumerate(OPTIONS)])
+@pytest.mark.parametrize(
+    ("engine", "option", "make"), OPTIONS, ids=[f"{e}{o}{i}" for i, (e, o, _) in enumerate(OPTIONS)]
+)
 def test_plan_refuses_each_hostile_value_in_one_line_and_writes_nothing(  # noqa: PLR0917
-    engine: str, option: str, make: Any, value: str, tmp_path: Path,
+    engine: str,
+    option: str,
+    make: Any,
+    value: str,
+    tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     out = tmp_path / "plan"
-    code = main(["fleet", "plan", "--engine", engine, "--recipe", "cpu", *make(value),
-                 "-o", str(out)])
+    code = main(
+        ["fleet", "plan", "--engine", engine, "--recipe", "cpu", *make(value), "-o", str(out)]
+    )
     err = capsys.readouterr().err
     if (option, value) in ALLOWED:
         assert code == 0, err
@@ -131,7 +163,8 @@ def sbatch_argument(line: str) -> tuple[str, str]:
 
 
 FOLDER_CHARS = st.text(
-    alphabet=st.characters(codec="utf-8", exclude_characters="/\x00"), min_size=1, max_size=40)
+    alphabet=st.characters(codec="utf-8", exclude_characters="/\x00"), min_size=1, max_size=40
+)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -148,36 +181,55 @@ def test_any_plan_folder_is_refused_or_keeps_one_command_line(name: str) -> None
     lines = text.split("\n")
     assert [ln for ln in lines if ln and not ln.startswith("#")] == [
         f"exec {shlex.join(plan.envforge)} fleet task {shlex.quote(str(folder))} "
-        '"$SLURM_ARRAY_TASK_ID"']
+        '"$SLURM_ARRAY_TASK_ID"'
+    ]
     output = next(ln for ln in lines if ln.startswith("#SBATCH --output"))
-    arg, rest = sbatch_argument(output[len("#SBATCH "):])
+    arg, rest = sbatch_argument(output[len("#SBATCH ") :])
     assert arg == f"--output={folder}/logs/%A_%a.out"
     assert not rest.strip()
 
 
 def test_a_quoted_plan_folder_is_one_word_for_bash_too(tmp_path: Path) -> None:
-    folder = tmp_path / "we'ird $(id) `x` ; \"q\" #h ü"
+    folder = tmp_path / 'we\'ird $(id) `x` ; "q" #h ü'
     files = slurm.render(plan_of("cpu", backend="venv"), folder)
     script = tmp_path / "s.sh"
     script.write_text(files["certify-cpu-gpu0.sbatch"].replace("exec ", "printf '%s\\n' ", 1))
-    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=True,
-                          env={"SLURM_ARRAY_TASK_ID": "0", "PATH": "/usr/bin:/bin"})
+    done = subprocess.run(
+        ["bash", str(script)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"SLURM_ARRAY_TASK_ID": "0", "PATH": "/usr/bin:/bin"},
+    )
     assert done.stdout.splitlines()[-3:] == ["task", str(folder), "0"]
 
 
-@pytest.mark.parametrize(("check", "good", "bad"), [
-    (values.time_problem, ["30", "30:00", "01:00:00", "2-12", "2-12:30", "2-12:30:00",
-                           "UNLIMITED", "infinite"], ["1h", "01:00:00\n", "-1", "1:2:3:4", ""]),
-    (values.partition_problem, ["gpu", "gpu,debug", "gpu_a.1-x"], ["gpu debug", "a,", "-x"]),
-    (values.feature_problem, ["gfx942", "mi300x&rocm", "a|b", "[rack1*2&rack2*4]"],
-     ["", "a b", "a$b", "a;b"]),
-    (values.namespace_problem, ["default", "ml-team"], ["Default", "a_b", "-a", "a" * 64]),
-    (values.label_key_problem, ["envforge.io/gpu-arch", "arch"], ["a/b/c", "A_/x", "/x"]),
-    (values.arch_problem, ["gfx942", "gfx90a", "gfx1100", "sm_90", "sm_100a", "cpu"],
-     ["gfx", "sm90", "../x", "GFX942", "gfx942/"]),
-])
-def test_the_value_checks_take_what_the_scheduler_takes(check: Any, good: list[str],
-                                                        bad: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("check", "good", "bad"),
+    [
+        (
+            values.time_problem,
+            ["30", "30:00", "01:00:00", "2-12", "2-12:30", "2-12:30:00", "UNLIMITED", "infinite"],
+            ["1h", "01:00:00\n", "-1", "1:2:3:4", ""],
+        ),
+        (values.partition_problem, ["gpu", "gpu,debug", "gpu_a.1-x"], ["gpu debug", "a,", "-x"]),
+        (
+            values.feature_problem,
+            ["gfx942", "mi300x&rocm", "a|b", "[rack1*2&rack2*4]"],
+            ["", "a b", "a$b", "a;b"],
+        ),
+        (values.namespace_problem, ["default", "ml-team"], ["Default", "a_b", "-a", "a" * 64]),
+        (values.label_key_problem, ["envforge.io/gpu-arch", "arch"], ["a/b/c", "A_/x", "/x"]),
+        (
+            values.arch_problem,
+            ["gfx942", "gfx90a", "gfx1100", "sm_90", "sm_100a", "cpu"],
+            ["gfx", "sm90", "../x", "GFX942", "gfx942/"],
+        ),
+    ],
+)
+def test_the_value_checks_take_what_the_scheduler_takes(
+    check: Any, good: list[str], bad: list[str]
+) -> None:
     assert [v for v in good if check(v)] == []
     assert [v for v in bad if not check(v)] == []
 
@@ -187,8 +239,13 @@ def test_the_workflow_holds_no_expression_but_envforges_own() -> None:
     flow = github.workflow(plan)
     env = flow["jobs"]["certify"]["env"]
     assert env[FLEET_VARIABLE] == f"{plan.id}:${{{{ matrix.task }}}}:{plan.nonce}"
-    forged = Plan(plan.engine, plan.backend, plan.tasks,
-                  Site(runner_labels=("${{ secrets.TOKEN }}",)), nonce=plan.nonce)
+    forged = Plan(
+        plan.engine,
+        plan.backend,
+        plan.tasks,
+        Site(runner_labels=("${{ secrets.TOKEN }}",)),
+        nonce=plan.nonce,
+    )
     with pytest.raises(InvalidInput, match="holds an expression"):
         github.workflow(forged)
 
@@ -217,17 +274,37 @@ def _plan_dir(tmp_path: Path, **change: Any) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("change", [
-    {"site_features": 5}, {"site_features": [[1]]}, {"site_features": [["a"]]},
-    {"site_features": "ab"}, {"site_features": [[1, 2, 3]]}, {"site_runner_labels": 3},
-    {"site_time": 7}, {"site_partition": None}, {"site_partition": ["x"]},
-    {"site_namespace": {}}, {"site_partition": "gpu\n#SBATCH --wrap=id"},
-    {"site_features": [["gfx942", "$(id)"]]}, {"site_time": "1 day"},
-    {"site_runner_labels": ["${{ secrets.X }}"]}, {"site": []},
-    {"task_arch": "../../x"}, {"task_gpus": 1.5}, {"task_gpus": 10**9},
-    {"task_recipe": "a\nb"}, {"task_index": "0"}, {"level": 5}, {"level": "all"},
-    {"envforge": [1, 2]}, {"nonce": "$(id)"}, {"tasks": [{}] * 1001},
-], ids=lambda c: ascii(c)[:40])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"site_features": 5},
+        {"site_features": [[1]]},
+        {"site_features": [["a"]]},
+        {"site_features": "ab"},
+        {"site_features": [[1, 2, 3]]},
+        {"site_runner_labels": 3},
+        {"site_time": 7},
+        {"site_partition": None},
+        {"site_partition": ["x"]},
+        {"site_namespace": {}},
+        {"site_partition": "gpu\n#SBATCH --wrap=id"},
+        {"site_features": [["gfx942", "$(id)"]]},
+        {"site_time": "1 day"},
+        {"site_runner_labels": ["${{ secrets.X }}"]},
+        {"site": []},
+        {"task_arch": "../../x"},
+        {"task_gpus": 1.5},
+        {"task_gpus": 10**9},
+        {"task_recipe": "a\nb"},
+        {"task_index": "0"},
+        {"level": 5},
+        {"level": "all"},
+        {"envforge": [1, 2]},
+        {"nonce": "$(id)"},
+        {"tasks": [{}] * 1001},
+    ],
+    ids=lambda c: ascii(c)[:40],
+)
 def test_a_malformed_plan_json_is_one_line_exit_2(
     change: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -241,19 +318,36 @@ def test_a_malformed_plan_json_is_one_line_exit_2(
         load_plan(folder)
 
 
-@pytest.mark.parametrize(("args", "named"), [
-    (["--nodes", "100000000"], "--nodes 100000000: must be from 1 to 1000"),
-    (["--nodes", "0"], "--nodes 0"),
-    (["--gpus", "1000000000"], "--gpus 1000000000: must be from 0 to 64"),
-    (["--gpus", "-1"], "--gpus -1"),
-    (["--nodes", "600", "--arch", "gfx942", "--arch", "sm_90"], "1200 tasks: more than 1000"),
-])
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--nodes", "100000000"], "--nodes 100000000: must be from 1 to 1000"),
+        (["--nodes", "0"], "--nodes 0"),
+        (["--gpus", "1000000000"], "--gpus 1000000000: must be from 0 to 64"),
+        (["--gpus", "-1"], "--gpus -1"),
+        (["--nodes", "600", "--arch", "gfx942", "--arch", "sm_90"], "1200 tasks: more than 1000"),
+    ],
+)
 def test_counts_are_bounded_before_any_task_is_made(
     args: list[str], named: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     start = time.monotonic()
-    assert main(["fleet", "plan", "--engine", "slurm", "--recipe", "cpu", *args,
-                 "-o", str(tmp_path / "p")]) == 2
+    assert (
+        main(
+            [
+                "fleet",
+                "plan",
+                "--engine",
+                "slurm",
+                "--recipe",
+                "cpu",
+                *args,
+                "-o",
+                str(tmp_path / "p"),
+            ]
+        )
+        == 2
+    )
     assert time.monotonic() - start < 10
     assert named in capsys.readouterr().err
 
@@ -274,16 +368,29 @@ def report(plan: Plan, index: int, **over: Any) -> dict[str, Any]:
     """A report as the probe run of task ``index`` writes it (cpu recipe, quick)."""
     task = plan.tasks[index]
     doc: dict[str, Any] = {
-        "schema": "envforge.probe/1", "status": "pass",
-        "steps": [{"name": s, "status": "pass", "seconds": 0.1, "detail": ""}
-                  for s in (*QUICK_STEPS, "import:torch", "import:numpy")],
-        "level": "quick", "recipe": {"name": task.recipe, "hash": task.recipe_hash},
-        "environment": {"target": "python", "snapshot": {"torch": "2.13.0+cpu",
-                                                          "python": "3.11.4"}},
-        "host": {"kernel": "Linux 6.8", "machine": "x86_64", "gpus": [], "driver": None,
-                 "node": "n1", "fleet": {"plan": plan.id, "task": str(index),
-                                         "nonce": plan.nonce}},
-        "envforge_version": "0.1.0", "created": "2026-01-01T00:00:00Z", "seconds": 1.0,
+        "schema": "envforge.probe/1",
+        "status": "pass",
+        "steps": [
+            {"name": s, "status": "pass", "seconds": 0.1, "detail": ""}
+            for s in (*QUICK_STEPS, "import:torch", "import:numpy")
+        ],
+        "level": "quick",
+        "recipe": {"name": task.recipe, "hash": task.recipe_hash},
+        "environment": {
+            "target": "python",
+            "snapshot": {"torch": "2.13.0+cpu", "python": "3.11.4"},
+        },
+        "host": {
+            "kernel": "Linux 6.8",
+            "machine": "x86_64",
+            "gpus": [],
+            "driver": None,
+            "node": "n1",
+            "fleet": {"plan": plan.id, "task": str(index), "nonce": plan.nonce},
+        },
+        "envforge_version": "0.1.0",
+        "created": "2026-01-01T00:00:00Z",
+        "seconds": 1.0,
     }
     doc.update(over)
     return doc
@@ -296,27 +403,53 @@ def _host(plan: Plan, index: int, **over: Any) -> dict[str, Any]:
 
 
 FORGERIES: dict[str, Any] = {
-    "one step": lambda p, i: report(p, i, steps=[{"name": "device", "status": "pass",
-                                                  "seconds": 0.1}]),
+    "one step": lambda p, i: report(
+        p, i, steps=[{"name": "device", "status": "pass", "seconds": 0.1}]
+    ),
     "no nonce": lambda p, i: report(p, i, host=_host(p, i, fleet=None)),
-    "another plan's nonce": lambda p, i: report(p, i, host=_host(
-        p, i, fleet={"plan": p.id, "task": str(i), "nonce": "0" * 32})),
+    "another plan's nonce": lambda p, i: report(
+        p, i, host=_host(p, i, fleet={"plan": p.id, "task": str(i), "nonce": "0" * 32})
+    ),
     "another task's report": lambda p, i: report(p, i + 1 if i + 1 < len(p.tasks) else 0),
-    "full level, quick plan": lambda p, i: report(p, i, level="full", steps=[
-        {"name": s, "status": "pass", "seconds": 0.1} for s in FULL_STEPS]),
-    "status lies": lambda p, i: report(p, i, steps=[
-        *report(p, i)["steps"][:-1], {"name": "import:numpy", "status": "fail",
-                                      "seconds": 0.1}]),
+    "full level, quick plan": lambda p, i: report(
+        p,
+        i,
+        level="full",
+        steps=[{"name": s, "status": "pass", "seconds": 0.1} for s in FULL_STEPS],
+    ),
+    "status lies": lambda p, i: report(
+        p,
+        i,
+        steps=[
+            *report(p, i)["steps"][:-1],
+            {"name": "import:numpy", "status": "fail", "seconds": 0.1},
+        ],
+    ),
     "negative time": lambda p, i: report(p, i, seconds=-5),
-    "unknown step": lambda p, i: report(p, i, steps=[*report(p, i)["steps"], {
-        "name": "trust-me", "status": "pass", "seconds": 0.1}]),
-    "step twice": lambda p, i: report(p, i, steps=[*report(p, i)["steps"],
-                                                   report(p, i)["steps"][0]]),
+    "unknown step": lambda p, i: report(
+        p, i, steps=[*report(p, i)["steps"], {"name": "trust-me", "status": "pass", "seconds": 0.1}]
+    ),
+    "step twice": lambda p, i: report(
+        p, i, steps=[*report(p, i)["steps"], report(p, i)["steps"][0]]
+    ),
     "from the future": lambda p, i: report(p, i, created="2999-01-01T00:00:00Z"),
     "gpu name a number": lambda p, i: report(p, i, host=_host(p, i, gpus=[{"name": 5}])),
-    "pci id a command": lambda p, i: report(p, i, host=_host(p, i, gpus=[
-        {"name": "AMD Radeon RX 7900 XTX", "vendor": "amd", "arch": "gfx1100",
-         "pci_id": "$(id)"}])),
+    "pci id a command": lambda p, i: report(
+        p,
+        i,
+        host=_host(
+            p,
+            i,
+            gpus=[
+                {
+                    "name": "AMD Radeon RX 7900 XTX",
+                    "vendor": "amd",
+                    "arch": "gfx1100",
+                    "pci_id": "$(id)",
+                }
+            ],
+        ),
+    ),
     "no steps": lambda p, i: report(p, i, steps=[]),
     "another node": lambda p, i: report(p, i, host=_host(p, i, node="elsewhere")),
 }
@@ -333,8 +466,25 @@ def test_forged_reports_are_refused_and_never_imported(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     folder = tmp_path / "plan"
-    assert main(["fleet", "plan", "--engine", "slurm", "--recipe", "cpu", "--level", "quick",
-                 "--nodes", str(len(FORGERIES) + 1), "-o", str(folder)]) == 0
+    assert (
+        main(
+            [
+                "fleet",
+                "plan",
+                "--engine",
+                "slurm",
+                "--recipe",
+                "cpu",
+                "--level",
+                "quick",
+                "--nodes",
+                str(len(FORGERIES) + 1),
+                "-o",
+                str(folder),
+            ]
+        )
+        == 0
+    )
     plan = load_plan(folder)
     for index, make in enumerate(FORGERIES.values()):
         _write(folder, index, make(plan, index))
@@ -370,9 +520,21 @@ def test_a_gpu_recipe_pass_without_its_gpu_is_refused(tmp_path: Path) -> None:
     assert outcome.states(plan, folder, {}, Redactor(()))[0].state == "passed"
 
 
-@pytest.mark.parametrize("name", [n for n in FORGERIES if n not in (
-    "no nonce", "another plan's nonce", "another task's report", "full level, quick plan",
-    "another node")])
+@pytest.mark.parametrize(
+    "name",
+    [
+        n
+        for n in FORGERIES
+        if n
+        not in (
+            "no nonce",
+            "another plan's nonce",
+            "another task's report",
+            "full level, quick plan",
+            "another node",
+        )
+    ],
+)
 def test_evidence_import_refuses_what_no_probe_run_writes(
     name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -394,15 +556,41 @@ def test_a_real_report_imports_and_the_nonce_comes_from_the_task(tmp_path: Path)
     path.write_text(json.dumps(report(plan, 0)))
     assert main(["evidence", "import", str(path)]) == 0
     assert steps_problem(report(plan, 0)["steps"], "quick") is None
-    assert document_problem({"report": report(plan, 0, steps=[
-        {"name": "import:torch", "status": "pass", "seconds": 0.1}]), "incremental": True,
-        "fingerprint": "x"}) is None  # an incremental venv certification: a part
+    assert (
+        document_problem(
+            {
+                "report": report(
+                    plan, 0, steps=[{"name": "import:torch", "status": "pass", "seconds": 0.1}]
+                ),
+                "incremental": True,
+                "fingerprint": "x",
+            }
+        )
+        is None
+    )  # an incremental venv certification: a part
 
 
 def test_the_hostile_subprocess_plan_hangs_no_more(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "envforge", "fleet", "plan", "--engine",
-                           "slurm", "--recipe", "cpu", "--nodes", "100000000", "-o",
-                           str(tmp_path / "p")], capture_output=True, text=True, timeout=60,
-                          check=False)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "envforge",
+            "fleet",
+            "plan",
+            "--engine",
+            "slurm",
+            "--recipe",
+            "cpu",
+            "--nodes",
+            "100000000",
+            "-o",
+            str(tmp_path / "p"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 2
     assert "--nodes 100000000" in done.stderr

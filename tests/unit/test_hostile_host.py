@@ -41,8 +41,13 @@ def _hang(signum: int, frame: FrameType | None) -> None:
 
 @pytest.fixture(autouse=True)
 def _no_hang(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in ("ENVFORGE_GPU_ARCH", "ENVFORGE_GPU_VENDOR", "ENVFORGE_GPU_COUNT",
-                 "ENVFORGE_GPU_PRODUCT", "ENVFORGE_DRIVER_VERSION"):
+    for name in (
+        "ENVFORGE_GPU_ARCH",
+        "ENVFORGE_GPU_VENDOR",
+        "ENVFORGE_GPU_COUNT",
+        "ENVFORGE_GPU_PRODUCT",
+        "ENVFORGE_DRIVER_VERSION",
+    ):
         monkeypatch.delenv(name, raising=False)
     old = signal.signal(signal.SIGALRM, _hang)
     signal.alarm(HANG_LIMIT_S)
@@ -123,15 +128,19 @@ def test_gpu_count_is_bounded(
 
 
 def test_gpu_count_limit_itself_is_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
-    host = detect(HOSTILE, environ={"ENVFORGE_GPU_ARCH": "sm_90", "ENVFORGE_GPU_COUNT": "256"},
-                  tools=no_tools)
+    host = detect(
+        HOSTILE, environ={"ENVFORGE_GPU_ARCH": "sm_90", "ENVFORGE_GPU_COUNT": "256"}, tools=no_tools
+    )
     assert host.count == 256
 
 
 @pytest.mark.parametrize(
     ("name", "value"),
-    [("ENVFORGE_GPU_PRODUCT", "a\udcffb"), ("ENVFORGE_GPU_PRODUCT", "\x1b[31mred"),
-     ("ENVFORGE_DRIVER_VERSION", "550\n.1")],
+    [
+        ("ENVFORGE_GPU_PRODUCT", "a\udcffb"),
+        ("ENVFORGE_GPU_PRODUCT", "\x1b[31mred"),
+        ("ENVFORGE_DRIVER_VERSION", "550\n.1"),
+    ],
 )
 def test_override_text_is_plain(
     name: str, value: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]

@@ -137,7 +137,9 @@ def test_a_digest_reference_must_be_a_digest() -> None:
 
 @pytest.mark.parametrize("name", EVIDENCE_CASES)
 def test_evidence_import_skips_every_hostile_file_in_one_line(
-    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv("ENVFORGE_HOME", str(tmp_path / "home"))
@@ -164,7 +166,9 @@ def test_matrix_reads_the_whole_evidence_corpus_without_a_traceback(
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero", "fifo-in-folder"])
 def test_special_files_as_evidence_keys_and_trust_are_exit_2_at_once(
-    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    kind: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv("ENVFORGE_HOME", str(tmp_path / "home"))

@@ -87,17 +87,27 @@ def test_a_requirement_that_is_not_a_hashed_archive_is_refused(
         write(tmp_path, "requirements.txt", f"numpy\n{line}\n")
         key = "line 2"
     elif where == "dependencies":
-        write(tmp_path, "pyproject.toml",
-              f'[project]\nname = "p"\ndependencies = [{json.dumps(line)}]\n')
+        write(
+            tmp_path,
+            "pyproject.toml",
+            f'[project]\nname = "p"\ndependencies = [{json.dumps(line)}]\n',
+        )
         key = "project.dependencies[0]"
     elif where == "extra":
-        write(tmp_path, "pyproject.toml", '[project]\nname = "p"\n'
-              f'[project.optional-dependencies]\ne = [{json.dumps(line)}]\n'
-              '[tool.envforge]\nextras = ["e"]\n')
+        write(
+            tmp_path,
+            "pyproject.toml",
+            '[project]\nname = "p"\n'
+            f"[project.optional-dependencies]\ne = [{json.dumps(line)}]\n"
+            '[tool.envforge]\nextras = ["e"]\n',
+        )
         key = "project.optional-dependencies.e[0]"
     else:
-        write(tmp_path, "pyproject.toml", f'[dependency-groups]\ng = [{json.dumps(line)}]\n'
-              '[tool.envforge]\ngroups = ["g"]\n')
+        write(
+            tmp_path,
+            "pyproject.toml",
+            f'[dependency-groups]\ng = [{json.dumps(line)}]\n[tool.envforge]\ngroups = ["g"]\n',
+        )
         key = "dependency-groups.g[0]"
     text = refused(tmp_path, key=key)
     assert "'x'" in text or " x " in text  # the requirement is named
@@ -110,11 +120,18 @@ def test_an_archive_with_a_real_sha256_is_accepted(tmp_path: Path, line: str) ->
     assert load_project(tmp_path).requirements == (line,)
 
 
-@pytest.mark.parametrize("line", ["./localpkg", "/abs/pkg", "../x-1.0.tar.gz", "-e .",
-                                  "git+https://example.com/x.git#egg=x", "file:x.tar.gz"])
-def test_a_bare_path_or_vcs_line_in_requirements_txt_is_refused(
-    tmp_path: Path, line: str
-) -> None:
+@pytest.mark.parametrize(
+    "line",
+    [
+        "./localpkg",
+        "/abs/pkg",
+        "../x-1.0.tar.gz",
+        "-e .",
+        "git+https://example.com/x.git#egg=x",
+        "file:x.tar.gz",
+    ],
+)
+def test_a_bare_path_or_vcs_line_in_requirements_txt_is_refused(tmp_path: Path, line: str) -> None:
     write(tmp_path, "requirements.txt", f"{line}\n")
     refused(tmp_path, key="line 1")
 
@@ -156,23 +173,31 @@ def test_a_chain_within_the_bound_is_read_in_order(tmp_path: Path) -> None:
     assert load_project(tmp_path).requirements == (*[f"p{i}" for i in range(49)], "last")
 
 
-@pytest.mark.parametrize("groups", [
-    'a = [{include-group = "b"}]\nb = [{include-group = "a"}]\n',
-    'a = ["x", {include-group = "a"}]\n',
-    'a = [{include-group = "b"}]\nb = [{include-group = "c"}]\nc = [{include-group = "b"}]\n',
-    'a = [{include-group = 3}]\n',
-    'a = [{include-group = "nope"}]\n',
-])
+@pytest.mark.parametrize(
+    "groups",
+    [
+        'a = [{include-group = "b"}]\nb = [{include-group = "a"}]\n',
+        'a = ["x", {include-group = "a"}]\n',
+        'a = [{include-group = "b"}]\nb = [{include-group = "c"}]\nc = [{include-group = "b"}]\n',
+        "a = [{include-group = 3}]\n",
+        'a = [{include-group = "nope"}]\n',
+    ],
+)
 def test_group_loops_and_bad_includes_are_one_line(tmp_path: Path, groups: str) -> None:
-    write(tmp_path, "pyproject.toml",
-          f'[dependency-groups]\n{groups}[tool.envforge]\ngroups = ["a"]\n')
+    write(
+        tmp_path,
+        "pyproject.toml",
+        f'[dependency-groups]\n{groups}[tool.envforge]\ngroups = ["a"]\n',
+    )
     refused(tmp_path, key="dependency-groups")
 
 
 def test_a_doubling_fan_out_is_read_at_once(tmp_path: Path) -> None:
     lines = ["[dependency-groups]"]
-    lines += [f'g{i} = [{{include-group = "g{i + 1}"}}, {{include-group = "g{i + 1}"}}]'
-              for i in range(40)]
+    lines += [
+        f'g{i} = [{{include-group = "g{i + 1}"}}, {{include-group = "g{i + 1}"}}]'
+        for i in range(40)
+    ]
     lines += ['g40 = ["leaf"]', "[tool.envforge]", 'groups = ["g0"]']
     write(tmp_path, "pyproject.toml", "\n".join(lines) + "\n")
     start = time.monotonic()  # 2**40 entries if each include were read again
@@ -181,9 +206,13 @@ def test_a_doubling_fan_out_is_read_at_once(tmp_path: Path) -> None:
 
 
 def test_a_diamond_is_read_once_per_include(tmp_path: Path) -> None:
-    write(tmp_path, "pyproject.toml", '[dependency-groups]\n'
-          'a = [{include-group = "b"}, {include-group = "c"}]\nb = ["x", {include-group = "d"}]\n'
-          'c = ["y", {include-group = "d"}]\nd = ["z"]\n[tool.envforge]\ngroups = ["a"]\n')
+    write(
+        tmp_path,
+        "pyproject.toml",
+        "[dependency-groups]\n"
+        'a = [{include-group = "b"}, {include-group = "c"}]\nb = ["x", {include-group = "d"}]\n'
+        'c = ["y", {include-group = "d"}]\nd = ["z"]\n[tool.envforge]\ngroups = ["a"]\n',
+    )
     assert load_project(tmp_path).requirements == ("x", "z", "y")
 
 
@@ -244,17 +273,29 @@ def outside(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("option", ["-r", "-c", "--requirement", "--constraint="])
-@pytest.mark.parametrize("target", ["/etc/passwd", "/proc/self/environ", "ABS", "../outside/"
-                                    "secret.txt", "sub/../../outside/secret.txt", "LINK",
-                                    "DIRLINK/secret.txt"])
+@pytest.mark.parametrize(
+    "target",
+    [
+        "/etc/passwd",
+        "/proc/self/environ",
+        "ABS",
+        "../outside/secret.txt",
+        "sub/../../outside/secret.txt",
+        "LINK",
+        "DIRLINK/secret.txt",
+    ],
+)
 def test_includes_stay_inside_the_project(
     tmp_path: Path, outside: Path, option: str, target: str
 ) -> None:
     proj = tmp_path / "proj"
     (proj / "link.txt").symlink_to(outside)
     (proj / "dirlink").symlink_to(outside.parent)
-    target = {"ABS": str(outside), "LINK": "link.txt", "DIRLINK/secret.txt":
-              "dirlink/secret.txt"}.get(target, target)
+    target = {
+        "ABS": str(outside),
+        "LINK": "link.txt",
+        "DIRLINK/secret.txt": "dirlink/secret.txt",
+    }.get(target, target)
     sep = "" if option.endswith("=") else " "
     write(proj, "requirements.txt", f"numpy\n{option}{sep}{target}\n")
     text = refused(proj, key="line 2")
@@ -279,9 +320,16 @@ def test_an_include_inside_the_project_through_a_link_is_followed(tmp_path: Path
     assert project.constraints == ("numpy",)
 
 
-@pytest.mark.parametrize("line", [SECRET, f"{SECRET} --hash=x", f"pkg; {SECRET}",
-                                  f"x @ git+https://{SECRET}@h/x.git",
-                                  f"--{SECRET}"])
+@pytest.mark.parametrize(
+    "line",
+    [
+        SECRET,
+        f"{SECRET} --hash=x",
+        f"pkg; {SECRET}",
+        f"x @ git+https://{SECRET}@h/x.git",
+        f"--{SECRET}",
+    ],
+)
 def test_errors_never_echo_a_line_of_the_file(tmp_path: Path, line: str) -> None:
     write(tmp_path, "requirements.txt", f"{line}\n")
     text = refused(tmp_path, key="line 1")
@@ -295,18 +343,24 @@ CONTRADICTIONS = [
     ("requirements.txt", "torchvision==0.28.0\nTorchVision==0.29.0\n"),
     ("requirements.txt", "numpy==1.26.4\nnumpy==2.0.0\n"),
     ("requirements.txt", "torchvision==0.28.0\n-c c.txt\n"),
-    ("pyproject.toml", '[project]\nname = "p"\ndependencies = ["torchvision==0.28.0"]\n'
-     '[dependency-groups]\ng = ["torchvision==0.29.0"]\n[tool.envforge]\ngroups = ["g"]\n'),
-    ("pyproject.toml", '[project]\nname = "p"\n'
-     'dependencies = ["torchvision==0.28.0", "torchvision==0.29.0"]\n'),
-    ("pyproject.toml", '[project]\nname = "p"\n'
-     'dependencies = ["torchaudio==2.13.0", "torchaudio>2.13.0"]\n'),
+    (
+        "pyproject.toml",
+        '[project]\nname = "p"\ndependencies = ["torchvision==0.28.0"]\n'
+        '[dependency-groups]\ng = ["torchvision==0.29.0"]\n[tool.envforge]\ngroups = ["g"]\n',
+    ),
+    (
+        "pyproject.toml",
+        '[project]\nname = "p"\ndependencies = ["torchvision==0.28.0", "torchvision==0.29.0"]\n',
+    ),
+    (
+        "pyproject.toml",
+        '[project]\nname = "p"\ndependencies = ["torchaudio==2.13.0", "torchaudio>2.13.0"]\n',
+    ),
 ]
 
 
 @pytest.mark.parametrize(("name", "text"), CONTRADICTIONS)
-def test_contradictory_pins_in_a_project_are_refused(tmp_path: Path, name: str,
-                                                     text: str) -> None:
+def test_contradictory_pins_in_a_project_are_refused(tmp_path: Path, name: str, text: str) -> None:
     write(tmp_path, name, text)
     write(tmp_path, "c.txt", "torchvision==0.29.0\n")
     text = refused(tmp_path)
@@ -314,17 +368,24 @@ def test_contradictory_pins_in_a_project_are_refused(tmp_path: Path, name: str,
 
 
 def test_pins_under_exclusive_markers_are_not_a_contradiction(tmp_path: Path) -> None:
-    write(tmp_path, "requirements.txt", 'numpy==1.26.4; python_version < "3.12"\n'
-          'numpy==2.1.0; python_version >= "3.12"\ntorchvision==0.28.0\ntorchvision\n')
+    write(
+        tmp_path,
+        "requirements.txt",
+        'numpy==1.26.4; python_version < "3.12"\n'
+        'numpy==2.1.0; python_version >= "3.12"\ntorchvision==0.28.0\ntorchvision\n',
+    )
     assert len(load_project(tmp_path).requirements) == 4
 
 
-@pytest.mark.parametrize("packages", [
-    ["torchvision==0.28.0", "torchvision==0.29.0"],
-    ["torchvision", "torchvision==0.29.0"],
-    ["pandas==2.2.3", "Pandas==2.2.2"],
-    ["pandas==2.2.3", "pandas==2.2.3"],
-])
+@pytest.mark.parametrize(
+    "packages",
+    [
+        ["torchvision==0.28.0", "torchvision==0.29.0"],
+        ["torchvision", "torchvision==0.29.0"],
+        ["pandas==2.2.3", "Pandas==2.2.2"],
+        ["pandas==2.2.3", "pandas==2.2.3"],
+    ],
+)
 def test_a_recipe_pinning_a_package_twice_is_refused(tmp_path: Path, packages: list[str]) -> None:
     data = yaml.safe_load(GOLDEN.read_text())
     data["packages"] = packages
@@ -340,7 +401,9 @@ ESCAPES = "\x1b]0;owned\x07\x1b[2J\x9b31m"
 
 @pytest.mark.parametrize("field", ["node", "exit", "granted"])
 def test_fleet_status_and_collect_show_task_json_escaped(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
     field: str,
 ) -> None:
     monkeypatch.setenv("ENVFORGE_HOME", str(tmp_path / "home"))
@@ -352,11 +415,14 @@ def test_fleet_status_and_collect_show_task_json_escaped(
     report.mkdir(parents=True, exist_ok=True)
     (report / "task.json").write_text(json.dumps(task))
     capsys.readouterr()
-    for command, *json_flag in (("status",), ("collect",), ("status", "--json"),
-                                ("collect", "--json")):
+    for command, *json_flag in (
+        ("status",),
+        ("collect",),
+        ("status", "--json"),
+        ("collect", "--json"),
+    ):
         assert main(["fleet", command, str(out), *json_flag]) == 1
         printed = capsys.readouterr()
         assert "\x1b" not in printed.out + printed.err
         assert "\x9b" not in printed.out + printed.err
         assert "\x07" not in printed.out + printed.err
-

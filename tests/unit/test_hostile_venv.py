@@ -36,9 +36,13 @@ def certify(target: Path, recipe_hash: str, project: Project | None = None) -> N
     fp, content = fingerprint(target), venvscan.content_digests(target)
     built = {"fingerprint": fp, "content": content, "content_format": CONTENT_FORMAT}
     (markers / "build.json").write_text(json.dumps(built))
-    cert = {**built, "recipe_hash": recipe_hash, "level": "full",
-            "project": project_binding(project),
-            "checks": checks_digest(project)}
+    cert = {
+        **built,
+        "recipe_hash": recipe_hash,
+        "level": "full",
+        "project": project_binding(project),
+        "checks": checks_digest(project),
+    }
     (markers / "certified.json").write_text(json.dumps(cert))
     (markers / venvscan.CERTIFIED_LIST).write_bytes(venvscan.certified_list(target))
 

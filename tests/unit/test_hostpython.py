@@ -112,9 +112,7 @@ def test_an_explicit_interpreter_decides_within_the_range(cpu: Recipe, tmp_path:
     assert hostpython.on_host(cpu, explicit=str(same), environ={"PATH": ""}) == (cpu, None)
 
 
-def test_an_explicit_interpreter_outside_the_range_is_refused(
-    cpu: Recipe, tmp_path: Path
-) -> None:
+def test_an_explicit_interpreter_outside_the_range_is_refused(cpu: Recipe, tmp_path: Path) -> None:
     exe = fake_python(tmp_path / "old", "python", "3.8.18")
     with pytest.raises(Unavailable) as caught:
         hostpython.on_host(cpu, explicit=str(exe), environ={"PATH": ""})

@@ -23,7 +23,7 @@ ALLOWED: dict[str, str] = {
     "cli/registry.py": "verify --pull/--no-pull and pull: images on an engine",
     "cli/audit.py": "audit IMAGE: an image on an engine",
     "cli/attest.py": "an attestation's subject is the backend's own: a venv folder's content,"
-                     " an image on an engine (attest verify VENV, --image REF)",
+    " an image on an engine (attest verify VENV, --image REF)",
 }
 
 
@@ -69,8 +69,7 @@ def test_the_graph_reader_sees_lazy_and_relative_imports(tmp_path: Path) -> None
     pkg.mkdir(parents=True)
     source = pkg / "x.py"
     source.write_text(
-        "def f():\n    from envforge.backends.docker import engine\n"
-        "from ..container import refs\n",
+        "def f():\n    from envforge.backends.docker import engine\nfrom ..container import refs\n",
         encoding="utf-8",
     )
     found = _imports(source, tmp_path / "envforge")

@@ -60,18 +60,28 @@ _SERVER = (
 
 
 def _blackish(site: Path, server: str = _SERVER) -> None:
-    _dist(site, "blackish", BLACKISH, {"blackish/__init__.py": "X = 1\n",
-                                       "blackishd/__init__.py": server})
+    _dist(
+        site,
+        "blackish",
+        BLACKISH,
+        {"blackish/__init__.py": "X = 1\n", "blackishd/__init__.py": server},
+    )
 
 
 def test_a_module_needing_an_extra_not_installed_is_skipped_naming_the_extra(site: Path) -> None:
     _blackish(site)
     detail, data = W.make_import_step("blackish")(_ctx())
-    assert detail == ("blackish 1.0: imported blackish; skipped blackishd (needs absent_http, "
-                      "required only by blackish[d], not installed)")
+    assert detail == (
+        "blackish 1.0: imported blackish; skipped blackishd (needs absent_http, "
+        "required only by blackish[d], not installed)"
+    )
     assert data["modules"] == ["blackish"]
-    assert data["skipped"] == [{"module": "blackishd", "reason": (
-        "needs absent_http, required only by blackish[d], not installed")}]
+    assert data["skipped"] == [
+        {
+            "module": "blackishd",
+            "reason": ("needs absent_http, required only by blackish[d], not installed"),
+        }
+    ]
 
 
 def test_a_plain_module_not_found_under_an_extra_is_skipped_too(site: Path) -> None:
@@ -86,12 +96,15 @@ def test_the_extra_asked_for_must_import(site: Path) -> None:
         W.make_import_step("blackish")(_ctx(extras={"blackish": ["d"]}))
 
 
-@pytest.mark.parametrize("server", [
-    "import absent_base_dep\n",  # required without an extra: the environment is broken
-    "import not_required_anywhere\n",  # no extra names it
-    "raise ImportError('cannot import name x from y')\n",  # names no missing module
-    "import json\nraise RuntimeError('boom')\n",
-])
+@pytest.mark.parametrize(
+    "server",
+    [
+        "import absent_base_dep\n",  # required without an extra: the environment is broken
+        "import not_required_anywhere\n",  # no extra names it
+        "raise ImportError('cannot import name x from y')\n",  # names no missing module
+        "import json\nraise RuntimeError('boom')\n",
+    ],
+)
 def test_other_failures_stay_failures(site: Path, server: str) -> None:
     _blackish(site, server)
     with pytest.raises(W.StepFailed, match="import blackishd"):
@@ -101,7 +114,8 @@ def test_other_failures_stay_failures(site: Path, server: str) -> None:
 def test_skip_imports_leaves_the_module_out_and_says_why(site: Path) -> None:
     _blackish(site, "raise SystemExit('imported although skipped')\n")
     detail, _data = W.make_import_step("blackish")(
-        _ctx(skip_imports={"blackishd": "we never run the server"}))
+        _ctx(skip_imports={"blackishd": "we never run the server"})
+    )
     assert detail.endswith("skipped blackishd (skip_imports: we never run the server)")
     assert "blackishd" not in sys.modules
 
@@ -125,14 +139,19 @@ _LOADER = (
 
 def test_an_import_failure_keeps_the_first_line_of_its_cause(site: Path) -> None:
     path = "/home/u/.envforge/venvs/cpu/" + "x" * 150 + "/site-packages/ta/lib/libta.so"
-    _dist(site, "ta", "Metadata-Version: 2.1\nName: ta\nVersion: 1.0\n\n",
-          {"ta/__init__.py": _LOADER.format(path=path)})
+    _dist(
+        site,
+        "ta",
+        "Metadata-Version: 2.1\nName: ta\nVersion: 1.0\n\n",
+        {"ta/__init__.py": _LOADER.format(path=path)},
+    )
     with pytest.raises(W.StepFailed) as failed:
         W.make_import_step("ta")(_ctx())
     message = W.short(str(failed.value))  # what run_step reports
     assert message.startswith("ta 1.0: import ta: OSError: Could not load this library")
-    assert message.endswith("libtorch_cuda.so: cannot open shared object file: No such file "
-                            "or directory)")
+    assert message.endswith(
+        "libtorch_cuda.so: cannot open shared object file: No such file or directory)"
+    )
     assert len(message) <= W.DETAIL_MAX
 
 
@@ -160,10 +179,19 @@ def test_a_report_of_a_venv_built_aside_names_where_it_goes() -> None:
 
     aside, final = Path("/h/venvs/cpu/.p.tmp-u-ab12"), Path("/h/venvs/cpu/p-1234")
     report = ProbeReport(
-        steps=(StepResult("import:ta", "fail", 0.1,
-                          f"import ta: OSError: {aside}/lib/libta.so: libtorch_cuda.so"),),
-        level="full", target=f"{aside}/bin/python", host=ReportHost("6.1", "x86_64"),
-        envforge_version="0", created="2026-01-01T00:00:00Z",
+        steps=(
+            StepResult(
+                "import:ta",
+                "fail",
+                0.1,
+                f"import ta: OSError: {aside}/lib/libta.so: libtorch_cuda.so",
+            ),
+        ),
+        level="full",
+        target=f"{aside}/bin/python",
+        host=ReportHost("6.1", "x86_64"),
+        envforge_version="0",
+        created="2026-01-01T00:00:00Z",
         snapshot={"executable": f"{aside}/bin/python", "n": 1},
     )
     moved = moved_report(report, aside, final)
@@ -201,31 +229,48 @@ def _project(tmp_path: Path, table: str, *, toml: bool = False) -> Path:
         (tmp_path / "envforge.toml").write_text(table)
     else:
         (tmp_path / "pyproject.toml").write_text(
-            '[project]\nname = "fmt"\ndependencies = ["black"]\n\n[tool.envforge]\n' + table)
+            '[project]\nname = "fmt"\ndependencies = ["black"]\n\n[tool.envforge]\n' + table
+        )
     return tmp_path
 
 
 @pytest.mark.parametrize("toml", [False, True])
 def test_skip_imports_are_read(tmp_path: Path, toml: bool) -> None:
-    folder = _project(tmp_path, 'skip_imports = [{module = "blackd", reason = "no '
-                      'server  here"}]\n', toml=toml)
+    folder = _project(
+        tmp_path, 'skip_imports = [{module = "blackd", reason = "no server  here"}]\n', toml=toml
+    )
     assert load_project(folder).skip_imports == (("blackd", "no server here"),)
 
 
-@pytest.mark.parametrize(("table", "key", "says"), [
-    ('skip_imports = "blackd"\n', "skip_imports", "must be a list of tables"),
-    ('skip_imports = ["blackd"]\n', "skip_imports[0]", "must be a table"),
-    ('skip_imports = [{module = "blackd", reason = "x", why = "y"}]\n',
-     "skip_imports[0].why", "is not a key of skip_imports"),
-    ('skip_imports = [{module = "black.d", reason = "x"}]\n',
-     "skip_imports[0].module", "'black.d' is not a top-level module name"),
-    ('skip_imports = [{reason = "x"}]\n', "skip_imports[0].module", "is missing"),
-    ('skip_imports = [{module = "blackd"}]\n', "skip_imports[0].reason", "must say why"),
-    ('skip_imports = [{module = "blackd", reason = " "}]\n', "skip_imports[0].reason",
-     "must say why"),
-    ('skip_imports = [{module = "a", reason = "x"}, {module = "a", reason = "y"}]\n',
-     "skip_imports[1]", "skips a twice"),
-])
+@pytest.mark.parametrize(
+    ("table", "key", "says"),
+    [
+        ('skip_imports = "blackd"\n', "skip_imports", "must be a list of tables"),
+        ('skip_imports = ["blackd"]\n', "skip_imports[0]", "must be a table"),
+        (
+            'skip_imports = [{module = "blackd", reason = "x", why = "y"}]\n',
+            "skip_imports[0].why",
+            "is not a key of skip_imports",
+        ),
+        (
+            'skip_imports = [{module = "black.d", reason = "x"}]\n',
+            "skip_imports[0].module",
+            "'black.d' is not a top-level module name",
+        ),
+        ('skip_imports = [{reason = "x"}]\n', "skip_imports[0].module", "is missing"),
+        ('skip_imports = [{module = "blackd"}]\n', "skip_imports[0].reason", "must say why"),
+        (
+            'skip_imports = [{module = "blackd", reason = " "}]\n',
+            "skip_imports[0].reason",
+            "must say why",
+        ),
+        (
+            'skip_imports = [{module = "a", reason = "x"}, {module = "a", reason = "y"}]\n',
+            "skip_imports[1]",
+            "skips a twice",
+        ),
+    ],
+)
 def test_bad_skip_imports_are_one_line_naming_file_key_and_fix(
     tmp_path: Path, table: str, key: str, says: str
 ) -> None:
@@ -239,12 +284,26 @@ def test_bad_skip_imports_are_one_line_naming_file_key_and_fix(
 
 
 def test_the_certificates_record_the_skips() -> None:
-    cert = issue(report={"status": "pass", "steps": []}, recipe_name="cpu", recipe_hash="h",
-                 stack_tag="t", layers=[], config={}, candidate_id="c",
-                 skip_imports=(("blackd", "no server"),))
+    cert = issue(
+        report={"status": "pass", "steps": []},
+        recipe_name="cpu",
+        recipe_hash="h",
+        stack_tag="t",
+        layers=[],
+        config={},
+        candidate_id="c",
+        skip_imports=(("blackd", "no server"),),
+    )
     assert cert.data["skip_imports"] == [{"module": "blackd", "reason": "no server"}]
-    plain = issue(report={"status": "pass", "steps": []}, recipe_name="cpu", recipe_hash="h",
-                  stack_tag="t", layers=[], config={}, candidate_id="c")
+    plain = issue(
+        report={"status": "pass", "steps": []},
+        recipe_name="cpu",
+        recipe_hash="h",
+        stack_tag="t",
+        layers=[],
+        config={},
+        candidate_id="c",
+    )
     assert "skip_imports" not in plain.data
 
 
@@ -257,9 +316,21 @@ def _real_black_venv(tmp_path: Path) -> Path | None:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
-         "--disable-pip-version-check", "black"],
-        capture_output=True, text=True, timeout=180, check=False,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            "black",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
     )
     return python if done.returncode == 0 else None
 
@@ -274,18 +345,27 @@ def test_the_real_blackd_is_skipped_for_black_d_and_fails_when_d_was_asked_for(
 
     def run(spec: dict[str, Any]) -> dict[str, Any]:
         done = subprocess.run(
-            [str(python), "-c", WORKER.read_text(), json.dumps(
-                {"vendor": "none", "steps": ["import:black"], **spec})],
-            capture_output=True, text=True, timeout=120, check=True, cwd=tmp_path,
+            [
+                str(python),
+                "-c",
+                WORKER.read_text(),
+                json.dumps({"vendor": "none", "steps": ["import:black"], **spec}),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+            cwd=tmp_path,
             env={**os.environ, "PYTHONPATH": ""},
         )
-        return next(json.loads(line) for line in done.stdout.splitlines()
-                    if '"end"' in line)
+        return next(json.loads(line) for line in done.stdout.splitlines() if '"end"' in line)
 
     skipped = run({})
     assert skipped["status"] == "pass"
-    assert "skipped blackd (needs aiohttp, required only by black[d], not installed)" in (
-        skipped["detail"])
+    assert (
+        "skipped blackd (needs aiohttp, required only by black[d], not installed)"
+        in (skipped["detail"])
+    )
     assert "black" in skipped["data"]["modules"]
     asked = run({"extras": {"black": ["d"]}})
     assert asked["status"] == "fail"

@@ -245,9 +245,7 @@ def test_numpy_bound_for_torch_below_2_3(spec: str, bad: bool) -> None:
 
 @pytest.mark.parametrize("torch", ["2.3.0", "2.4.1", "2.13.0"])
 def test_numpy_2_allowed_from_torch_2_3(torch: str) -> None:
-    r = Catalogue.default().load(
-        "cpu", [f"torch.version={torch}", "numpy=>=1.24", "python=3.11"]
-    )
+    r = Catalogue.default().load("cpu", [f"torch.version={torch}", "numpy=>=1.24", "python=3.11"])
     assert "numpy-abi" not in [v.rule for v in check(r)]
 
 
@@ -613,11 +611,24 @@ def test_every_release_row_was_checked_against_the_index() -> None:
 @pytest.mark.parametrize(
     ("series", "default"),
     [
-        ("1.12", "cu102"), ("1.13", "cu117"), ("2.0", "cu117"), ("2.1", "cu121"),
-        ("2.2", "cu121"), ("2.3", "cu121"), ("2.4", "cu121"), ("2.5", "cu124"),
-        ("2.6", "cu124"), ("2.7", "cu126"), ("2.8", "cu128"), ("2.9", "cu128"),
-        ("2.10", "cu128"), ("2.11", "cu130"), ("2.12", "cu130"), ("2.13", "cu130"),
-        ("2.14", "cu130"), ("2.15", "cu132"),
+        ("1.12", "cu102"),
+        ("1.13", "cu117"),
+        ("2.0", "cu117"),
+        ("2.1", "cu121"),
+        ("2.2", "cu121"),
+        ("2.3", "cu121"),
+        ("2.4", "cu121"),
+        ("2.5", "cu124"),
+        ("2.6", "cu124"),
+        ("2.7", "cu126"),
+        ("2.8", "cu128"),
+        ("2.9", "cu128"),
+        ("2.10", "cu128"),
+        ("2.11", "cu130"),
+        ("2.12", "cu130"),
+        ("2.13", "cu130"),
+        ("2.14", "cu130"),
+        ("2.15", "cu132"),
     ],
 )
 def test_every_release_names_its_package_index_build(series: str, default: str) -> None:

@@ -95,8 +95,10 @@ def test_no_listing_content_crashes_the_parser(body: bytes, ctype: str) -> None:
     st.lists(
         st.fixed_dictionaries(
             {"filename": st.text(max_size=60), "url": st.text(max_size=30)},
-            optional={"yanked": st.one_of(st.booleans(), st.text(max_size=5)),
-                      "requires-python": st.text(max_size=8)},
+            optional={
+                "yanked": st.one_of(st.booleans(), st.text(max_size=5)),
+                "requires-python": st.text(max_size=8),
+            },
         ),
         max_size=5,
     )
@@ -110,9 +112,9 @@ def test_no_json_file_entry_crashes_the_parser(files: list[dict[str, object]]) -
 @pytest.mark.parametrize(
     ("reqs", "variant"),
     [
-        (["cuda-toolkit[cublas,cudart]==13.0.3; platform_system == \"Linux\""], "cu130"),
-        (["nvidia-cuda-runtime-cu12==12.4.127; platform_system == \"Linux\""], "cu124"),
-        (["nvidia-cuda-runtime-cu11 (==11.7.99) ; platform_system == \"Linux\""], "cu117"),
+        (['cuda-toolkit[cublas,cudart]==13.0.3; platform_system == "Linux"'], "cu130"),
+        (['nvidia-cuda-runtime-cu12==12.4.127; platform_system == "Linux"'], "cu124"),
+        (['nvidia-cuda-runtime-cu11 (==11.7.99) ; platform_system == "Linux"'], "cu117"),
         (["nvidia-cuda-nvrtc-cu12 (==12.1.105)"], "cu121"),
         (["filelock", "sympy"], None),
     ],
@@ -133,10 +135,14 @@ def test_compare_torch_on_the_recorded_page() -> None:
     assert ("missing-release", "torch 2.12.0") in kinds  # trimmed page
     assert not [f for f in found if f.kind in ("new-release", "python-range", "yanked")]
     # a table that still ends at 2.13 sees 2.14.0, 2.14.1 and 2.15.0 as new
-    old = replace(table, releases=tuple(r for r in table.releases if r.series not in
-                                        ("2.14", "2.15")))
-    new = [f.subject for f in _compare_torch(old, _listing("torch.json", PEP691_JSON))
-           if f.kind == "new-release"]
+    old = replace(
+        table, releases=tuple(r for r in table.releases if r.series not in ("2.14", "2.15"))
+    )
+    new = [
+        f.subject
+        for f in _compare_torch(old, _listing("torch.json", PEP691_JSON))
+        if f.kind == "new-release"
+    ]
     assert new == ["torch 2.14.0", "torch 2.14.1", "torch 2.15.0"]
 
 
@@ -153,8 +159,9 @@ def test_compare_numpy_sees_a_yank_the_table_lacks() -> None:
 
 
 def test_problem_lines_merge_one_root() -> None:
-    problems = [IndexProblem(f"http://h/whl/cu{n}/torch/", "unreachable", "no DNS")
-                for n in (118, 121)]
+    problems = [
+        IndexProblem(f"http://h/whl/cu{n}/torch/", "unreachable", "no DNS") for n in (118, 121)
+    ]
     problems.append(IndexProblem("http://o/simple/torch/", "timeout", "no answer"))
     assert problem_lines(problems) == [
         "http://h/whl/... (2 listings): unreachable: no DNS",

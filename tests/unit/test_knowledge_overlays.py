@@ -189,19 +189,28 @@ def test_other_sections_merge_by_identity(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "where"),
     [
-        (NEW_RELEASE.replace("confidence: uncertain", "confidnce: uncertain"),
-         "releases[0].variants[0].confidnce (line 10)"),
-        (NEW_RELEASE.replace('python: ["3.11", "3.15"]', 'python: ["3.15", "3.11"]'),
-         "releases[0].python (line 6)"),
-        ("schema: 1\nreleases:\n  - series: \"2.17\"\n    versions: [\"2.17.0\"]\n",
-         "releases[0].python (line 3)"),
+        (
+            NEW_RELEASE.replace("confidence: uncertain", "confidnce: uncertain"),
+            "releases[0].variants[0].confidnce (line 10)",
+        ),
+        (
+            NEW_RELEASE.replace('python: ["3.11", "3.15"]', 'python: ["3.15", "3.11"]'),
+            "releases[0].python (line 6)",
+        ),
+        (
+            'schema: 1\nreleases:\n  - series: "2.17"\n    versions: ["2.17.0"]\n',
+            "releases[0].python (line 3)",
+        ),
         ("schema: 2\n", "schema (line 1)"),
         ("schema: 1\nreleases: [\n", "line 3"),
         ("schema: 1\nschema: 1\n", "line 2"),
     ],
 )
 def test_malformed_overlay_names_file_line_and_key(
-    tmp_path: Path, text: str, where: str, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    text: str,
+    where: str,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     overlay = _write(tmp_path / "bad.yaml", text)
@@ -266,8 +275,12 @@ def test_rocm_arch_facts_name_the_file_of_their_rocm_archs_row(tmp_path: Path) -
     assert variant.arch_origin("gfx1100") == "compat.yaml"
     recipe = Catalogue.default().load(
         "gfx1100",
-        ["torch.version=2.15.0", "rocm=7.3", "gpu.arch=gfx1010",
-         f"torch.index={table.index_root}/rocm7.3"],
+        [
+            "torch.version=2.15.0",
+            "rocm=7.3",
+            "gpu.arch=gfx1010",
+            f"torch.index={table.index_root}/rocm7.3",
+        ],
     )
     found = check(recipe, table)
     assert found[0].rule == "arch-in-wheel"
@@ -277,24 +290,75 @@ def test_rocm_arch_facts_name_the_file_of_their_rocm_archs_row(tmp_path: Path) -
 # --------------------------------------------------------------------------- fuzz
 
 _SCALARS = st.one_of(
-    st.none(), st.booleans(), st.integers(-5, 5), st.floats(allow_nan=True),
-    st.sampled_from(["2.16", "2.16.0", "3.11", "cpu", "rocm7.3", "cu132", "sm_90", "gfx1030",
-                     "uncertain", "index-url", "", "x" * 3]),
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 5),
+    st.floats(allow_nan=True),
+    st.sampled_from(
+        [
+            "2.16",
+            "2.16.0",
+            "3.11",
+            "cpu",
+            "rocm7.3",
+            "cu132",
+            "sm_90",
+            "gfx1030",
+            "uncertain",
+            "index-url",
+            "",
+            "x" * 3,
+        ]
+    ),
     st.text(max_size=8),
 )
-_KEYS = st.sampled_from([
-    "schema", "releases", "series", "versions", "python", "python_source", "source",
-    "variants", "name", "confidence", "sm", "sm_source", "index", "form", "pypi_default",
-    "numpy_breaks", "numpy_source", "checked", "sources", "index_root", "base_images",
-    "hsa_overrides", "archs", "value", "status", "rocm_archs", "rocm_min", "numpy_releases",
-    "amd_archs", "nvidia_archs", "amd_pci_ids", "nvidia_model_names", "nvidia_driver_floor",
-    "cuda_major", "min", "match", "distro", "family", "products", "other",
-])
+_KEYS = st.sampled_from(
+    [
+        "schema",
+        "releases",
+        "series",
+        "versions",
+        "python",
+        "python_source",
+        "source",
+        "variants",
+        "name",
+        "confidence",
+        "sm",
+        "sm_source",
+        "index",
+        "form",
+        "pypi_default",
+        "numpy_breaks",
+        "numpy_source",
+        "checked",
+        "sources",
+        "index_root",
+        "base_images",
+        "hsa_overrides",
+        "archs",
+        "value",
+        "status",
+        "rocm_archs",
+        "rocm_min",
+        "numpy_releases",
+        "amd_archs",
+        "nvidia_archs",
+        "amd_pci_ids",
+        "nvidia_model_names",
+        "nvidia_driver_floor",
+        "cuda_major",
+        "min",
+        "match",
+        "distro",
+        "family",
+        "products",
+        "other",
+    ]
+)
 _VALUES = st.recursive(
     _SCALARS,
-    lambda inner: st.one_of(
-        st.lists(inner, max_size=4), st.dictionaries(_KEYS, inner, max_size=5)
-    ),
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(_KEYS, inner, max_size=5)),
     max_leaves=25,
 )
 _OVERLAYS = st.one_of(
@@ -329,11 +393,13 @@ def test_no_overlay_data_crashes_the_merge(data: object) -> None:
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(text=st.one_of(
-    _OVERLAYS.map(lambda d: yaml.safe_dump(d, allow_unicode=True)),
-    st.text(max_size=200),
-    st.binary(max_size=100).map(lambda b: b.decode("latin-1")),
-))
+@given(
+    text=st.one_of(
+        _OVERLAYS.map(lambda d: yaml.safe_dump(d, allow_unicode=True)),
+        st.text(max_size=200),
+        st.binary(max_size=100).map(lambda b: b.decode("latin-1")),
+    )
+)
 def test_no_overlay_file_crashes_the_cli(
     text: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -65,8 +65,12 @@ UNKNOWN: list[tuple[str, str, list[str], str, str]] = [
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in ("ENVFORGE_RECIPE_PATH", "ENVFORGE_STRICT", "ENVFORGE_KNOWLEDGE_PATH",
-                 "ENVFORGE_INDEX_MIRROR"):
+    for name in (
+        "ENVFORGE_RECIPE_PATH",
+        "ENVFORGE_STRICT",
+        "ENVFORGE_KNOWLEDGE_PATH",
+        "ENVFORGE_INDEX_MIRROR",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "no-config"))
 
@@ -83,7 +87,10 @@ CASES = [pytest.param(r, o, rule, what, id=i) for i, r, o, rule, what in UNKNOWN
 
 @pytest.mark.parametrize(("recipe", "overrides", "rule", "what"), CASES)
 def test_unknown_passes_with_one_warning(
-    recipe: str, overrides: list[str], rule: str, what: str,
+    recipe: str,
+    overrides: list[str],
+    rule: str,
+    what: str,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     loaded = Catalogue.default().load(recipe, overrides)
@@ -111,8 +118,12 @@ def test_unknown_passes_with_one_warning(
 
 @pytest.mark.parametrize(("recipe", "overrides", "rule", "what"), CASES)
 def test_unknown_fails_with_strict(  # noqa: PLR0917 - parametrize + fixtures
-    recipe: str, overrides: list[str], rule: str, what: str,
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    recipe: str,
+    overrides: list[str],
+    rule: str,
+    what: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     for argv in (
         ["show", recipe, "--strict", *_set_args(overrides)],
@@ -176,8 +187,9 @@ def test_parse_and_rewrite_mirrors() -> None:
     assert parse_mirrors("  ") == ()
 
 
-@pytest.mark.parametrize("bad", ["nonsense", f"{WHL}=", f"{WHL}=ftp://x", "a=b=c",
-                                 f"{WHL}=http://a {WHL}=http://b"])
+@pytest.mark.parametrize(
+    "bad", ["nonsense", f"{WHL}=", f"{WHL}=ftp://x", "a=b=c", f"{WHL}=http://a {WHL}=http://b"]
+)
 def test_bad_mirror_is_refused(bad: str) -> None:
     with pytest.raises(InvalidInput, match="ENVFORGE_INDEX_MIRROR"):
         parse_mirrors(bad)

@@ -33,8 +33,9 @@ class FakeClient(IndexClient):
 
     bodies: Mapping[str, bytes | IndexProblem] = field(default_factory=dict)
 
-    def get(self, url: str, accept: str = "*/*", *, immutable: bool = False,
-            limit: int = 0) -> Response | IndexProblem:
+    def get(
+        self, url: str, accept: str = "*/*", *, immutable: bool = False, limit: int = 0
+    ) -> Response | IndexProblem:
         got = self.bodies.get(url)
         if isinstance(got, IndexProblem):
             return got
@@ -63,7 +64,8 @@ def _with_release(project: str, old: str, new: str) -> dict[str, Any]:
 
 def _client(**pages: dict[str, Any] | IndexProblem) -> FakeClient:
     bodies: dict[str, bytes | IndexProblem] = {
-        f"{ROOT}/{p}/": json.dumps(_recorded(p)).encode() for p in RECORDED}
+        f"{ROOT}/{p}/": json.dumps(_recorded(p)).encode() for p in RECORDED
+    }
     for project, page in pages.items():
         url = f"{ROOT}/{project}/"
         bodies[url] = page if isinstance(page, IndexProblem) else json.dumps(page).encode()
@@ -73,10 +75,15 @@ def _client(**pages: dict[str, Any] | IndexProblem) -> FakeClient:
 def test_the_watched_packages_are_the_tables_companions_and_extensions() -> None:
     watched = dict(watched_packages(load_companions(), load_extensions()))
     # the package index serves these; the ROCm Triton packages live on the rocm indexes
-    assert watched == {"torchvision": "0.29.2", "torchaudio": "2.11.1", "triton": "3.9.0",
-                       "xformers": "0.0.35"}
-    skipped = dict(watched_packages(load_companions(), load_extensions(),
-                                    skip=("torchvision", "torchaudio")))
+    assert watched == {
+        "torchvision": "0.29.2",
+        "torchaudio": "2.11.1",
+        "triton": "3.9.0",
+        "xformers": "0.0.35",
+    }
+    skipped = dict(
+        watched_packages(load_companions(), load_extensions(), skip=("torchvision", "torchaudio"))
+    )
     assert set(skipped) == {"triton", "xformers"}
 
 
@@ -94,15 +101,16 @@ def test_status_is_current_when_the_index_lists_nothing_newer() -> None:
 
 
 def test_status_is_not_current_when_a_companion_or_extension_is_newer() -> None:
-    client = _client(triton=_with_release("triton", "3.9.0", "3.10.0"),
-                     xformers=_with_release("xformers", "0.0.35", "0.0.36"),
-                     torchvision=_with_release("torchvision", "0.29.2", "0.30.0"))
+    client = _client(
+        triton=_with_release("triton", "3.9.0", "3.10.0"),
+        xformers=_with_release("xformers", "0.0.35", "0.0.36"),
+        torchvision=_with_release("torchvision", "0.29.2", "0.30.0"),
+    )
     report = status(load_table(), client, ROOT, today=DAY)
     assert report.missing == ()  # torch itself is current
     assert not report.current
     newer = {w.package: w.newer for w in report.packages if w.newer}
-    assert newer == {"triton": ("3.10.0",), "xformers": ("0.0.36",),
-                     "torchvision": ("0.30.0",)}
+    assert newer == {"triton": ("3.10.0",), "xformers": ("0.0.36",), "torchvision": ("0.30.0",)}
     data = report.to_dict()
     assert data["current"] is False
     assert {p["package"] for p in data["packages"] if p["newer"]} == set(newer)
@@ -122,12 +130,15 @@ def test_a_missing_page_is_an_answer_and_a_failed_one_is_not_checked() -> None:
 
 
 def test_refresh_reports_new_triton_and_extension_releases_once() -> None:
-    client = _client(triton=_with_release("triton", "3.9.0", "3.10.0"),
-                     xformers=_with_release("xformers", "0.0.35", "0.0.36"))
+    client = _client(
+        triton=_with_release("triton", "3.9.0", "3.10.0"),
+        xformers=_with_release("xformers", "0.0.35", "0.0.36"),
+    )
     report = refresh(load_table(), client, [ROOT], today=DAY)
     found = sorted(f.subject for f in report.findings if f.kind == "package-new")
     assert found == ["triton 3.10.0", "xformers 0.0.36"]
     assert all(f.new for f in report.findings if f.kind == "package-new")
     # torchvision/torchaudio stay with the companion check (no package-new for them)
-    assert not any(f.subject.startswith("torch") for f in report.findings
-                   if f.kind == "package-new")
+    assert not any(
+        f.subject.startswith("torch") for f in report.findings if f.kind == "package-new"
+    )

@@ -148,33 +148,76 @@ def test_show_reads_the_evidence_store_without_the_record_parser(tmp_path: Path)
     )
     env = {**_env(), "ENVFORGE_HOME": str(tmp_path / "home")}
     for _ in range(2):  # the store made on the first run, read on the second
-        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                              text=True, timeout=120, check=False)
+        done = subprocess.run(
+            [sys.executable, "-c", script],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         marker = [ln for ln in done.stderr.splitlines() if ln.startswith("MODULES ")]
         assert marker, done.stderr[-3000:]
-        assert json.loads(marker[-1][len("MODULES "):]) == [0, []]
+        assert json.loads(marker[-1][len("MODULES ") :]) == [0, []]
     assert (tmp_path / "home" / "evidence.sqlite").is_file()
 
 
 #: The compatibility table's YAML parser: with a fresh compiled cache no command loads it.
-_TABLE_PARSER = ("envforge.knowledge.parse", "envforge.knowledge.rows",
-                 "envforge.knowledge.release")
+_TABLE_PARSER = (
+    "envforge.knowledge.parse",
+    "envforge.knowledge.rows",
+    "envforge.knowledge.release",
+)
 #: Each light command and what it prints nothing of, so must not load (warm caches).
 _NOT_PRINTED: list[tuple[list[str], tuple[str, ...]]] = [
-    (["list"], ("envforge.knowledge", "envforge.stack", "envforge.recipe.load",
-                "envforge.recipe.model", "envforge.core.yamlcheck", "envforge.core.fsutil",
-                "packaging", "yaml", "jinja2", "tempfile", "shutil")),
-    (["--help"], ("envforge.knowledge", "envforge.recipe", "envforge.core.fsutil",
-                  "packaging", "yaml", "jinja2")),
-    (["validate", "cpu"], (*_TABLE_PARSER, "envforge.solve", "envforge.evidence",
-                           "envforge.render", "sqlite3", "jinja2")),
+    (
+        ["list"],
+        (
+            "envforge.knowledge",
+            "envforge.stack",
+            "envforge.recipe.load",
+            "envforge.recipe.model",
+            "envforge.core.yamlcheck",
+            "envforge.core.fsutil",
+            "packaging",
+            "yaml",
+            "jinja2",
+            "tempfile",
+            "shutil",
+        ),
+    ),
+    (
+        ["--help"],
+        (
+            "envforge.knowledge",
+            "envforge.recipe",
+            "envforge.core.fsutil",
+            "packaging",
+            "yaml",
+            "jinja2",
+        ),
+    ),
+    (
+        ["validate", "cpu"],
+        (
+            *_TABLE_PARSER,
+            "envforge.solve",
+            "envforge.evidence",
+            "envforge.render",
+            "sqlite3",
+            "jinja2",
+        ),
+    ),
     (["show", "cpu"], (*_TABLE_PARSER, "envforge.render", "envforge.solve.solver", "jinja2")),
-    (["solve", "sm_89"], (*_TABLE_PARSER, "envforge.render", "envforge.evidence", "sqlite3",
-                          "jinja2")),
-    (["render", "cpu"], (*_TABLE_PARSER, "envforge.evidence", "envforge.solve.solver",
-                         "sqlite3")),
-    (["detect", "--root", str(NO_GPU)], (*_TABLE_PARSER, "envforge.stack", "envforge.render",
-                                         "envforge.evidence", "jinja2")),
+    (
+        ["solve", "sm_89"],
+        (*_TABLE_PARSER, "envforge.render", "envforge.evidence", "sqlite3", "jinja2"),
+    ),
+    (["render", "cpu"], (*_TABLE_PARSER, "envforge.evidence", "envforge.solve.solver", "sqlite3")),
+    (
+        ["detect", "--root", str(NO_GPU)],
+        (*_TABLE_PARSER, "envforge.stack", "envforge.render", "envforge.evidence", "jinja2"),
+    ),
 ]
 
 
@@ -194,15 +237,24 @@ def test_light_commands_load_only_what_they_print(
         "sys.stdout.flush()\n"
         "sys.stderr.write('\\nMODULES ' + json.dumps([code, sorted(sys.modules)]) + '\\n')\n"
     )
-    env = {**_env(), "ENVFORGE_HOME": str(tmp_path / "home"),
-           "ENVFORGE_CACHE_DIR": str(tmp_path / "cache"),
-           "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    env = {
+        **_env(),
+        "ENVFORGE_HOME": str(tmp_path / "home"),
+        "ENVFORGE_CACHE_DIR": str(tmp_path / "cache"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+    }
     for _ in range(2):  # the caches written by the first run, read by the second
-        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                              text=True, timeout=120, check=False)
+        done = subprocess.run(
+            [sys.executable, "-c", script],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         marker = [ln for ln in done.stderr.splitlines() if ln.startswith("MODULES ")]
         assert marker, done.stderr[-3000:]
-    code, modules = json.loads(marker[-1][len("MODULES "):])
+    code, modules = json.loads(marker[-1][len("MODULES ") :])
     assert code == 0
     loaded = sorted(m for m in modules for u in unwanted if m == u or m.startswith(u + "."))
     assert loaded == [], f"envforge {' '.join(args)} loaded {loaded}"

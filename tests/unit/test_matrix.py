@@ -30,12 +30,21 @@ from envforge.evidence.records import Evidence, Redactor, parse_document, read_e
 from tests.helpers.matrix_synth import Spec, corpus, make_certificate, make_report, write_corpus
 
 WHEN = datetime(2026, 11, 20, 12, 0, tzinfo=timezone.utc)
-BASE = Spec(vendor="amd", arch="gfx1031", product="AMD Radeon RX 6700 XT",
-            driver="amdgpu 6.8.0", recipe="gfx1031", stack="torch2.13.0-rocm7.1-py3.12",
-            outcome="pass", created=WHEN)
+BASE = Spec(
+    vendor="amd",
+    arch="gfx1031",
+    product="AMD Radeon RX 6700 XT",
+    driver="amdgpu 6.8.0",
+    recipe="gfx1031",
+    stack="torch2.13.0-rocm7.1-py3.12",
+    outcome="pass",
+    created=WHEN,
+)
 QUIET = Redactor(("alice-ws", "alice"))
-XSS = '</script><script>document.body.setAttribute("data-pwned","1")</script>' \
-      '<img src=x onerror="document.body.setAttribute(\'data-pwned\',\'2\')">'
+XSS = (
+    '</script><script>document.body.setAttribute("data-pwned","1")</script>'
+    "<img src=x onerror=\"document.body.setAttribute('data-pwned','2')\">"
+)
 
 
 def record(**changes: Any) -> Evidence:
@@ -47,14 +56,28 @@ def at(hours: int, **changes: Any) -> Evidence:
 
 
 def test_counts_and_verdicts_per_cell() -> None:
-    runs = [at(0), at(1), at(2, outcome="fail"), at(3, outcome="hang"), at(4, outcome="crash"),
-            at(5, outcome="no-device"), at(6, outcome="oom"),
-            at(7, recipe="cpu"), at(8, recipe="cpu", outcome="hang")]
+    runs = [
+        at(0),
+        at(1),
+        at(2, outcome="fail"),
+        at(3, outcome="hang"),
+        at(4, outcome="crash"),
+        at(5, outcome="no-device"),
+        at(6, outcome="oom"),
+        at(7, recipe="cpu"),
+        at(8, recipe="cpu", outcome="hang"),
+    ]
     m = aggregate(runs)
     cell = m.cell("amd:gfx1031", "gfx1031")
     assert cell is not None
-    assert dict(cell.counts) == {"pass": 2, "fail": 1, "hang": 1, "crash": 1, "no-device": 1,
-                                 "oom": 1}
+    assert dict(cell.counts) == {
+        "pass": 2,
+        "fail": 1,
+        "hang": 1,
+        "crash": 1,
+        "no-device": 1,
+        "oom": 1,
+    }
     assert cell.total == 7
     assert cell.verdict == "mixed"
     cpu = m.cell("amd:gfx1031", "cpu")
@@ -65,8 +88,14 @@ def test_counts_and_verdicts_per_cell() -> None:
     assert aggregate([at(0, outcome="hang")]).cells[0].verdict == "fail"
     data = m.to_dict()
     cell_data = next(c for c in data["cells"] if c["column"] == "gfx1031")
-    assert cell_data["counts"] == {"pass": 2, "fail": 1, "hang": 1, "crash": 1, "oom": 1,
-                                   "no-device": 1}
+    assert cell_data["counts"] == {
+        "pass": 2,
+        "fail": 1,
+        "hang": 1,
+        "crash": 1,
+        "oom": 1,
+        "no-device": 1,
+    }
 
 
 def test_the_newest_date_is_the_latest_run_in_the_cell() -> None:
@@ -77,16 +106,35 @@ def test_the_newest_date_is_the_latest_run_in_the_cell() -> None:
     data = next(c for c in m.to_dict()["cells"] if c["column"] == "gfx1031")
     assert data["newest"] == "2026-11-21T18:00:00Z"
     assert [r["created"] for r in data["runs"]] == [
-        "2026-11-21T18:00:00Z", "2026-11-20T17:00:00Z", "2026-11-18T12:00:00Z"]
+        "2026-11-21T18:00:00Z",
+        "2026-11-20T17:00:00Z",
+        "2026-11-18T12:00:00Z",
+    ]
 
 
 def test_the_driver_range_is_in_version_order_not_text_order() -> None:
-    m = aggregate([at(0, driver="amdgpu 6.8.0"), at(1, driver="amdgpu 6.10.5"),
-                   at(2, driver="amdgpu 6.2.4"), at(3, driver=""),
-                   at(4, vendor="nvidia", arch="sm_89", product="NVIDIA GeForce RTX 4090",
-                      driver="nvidia 580.65.06"),
-                   at(5, vendor="nvidia", arch="sm_89", product="NVIDIA GeForce RTX 4090",
-                      driver="nvidia 580.9.1")])
+    m = aggregate(
+        [
+            at(0, driver="amdgpu 6.8.0"),
+            at(1, driver="amdgpu 6.10.5"),
+            at(2, driver="amdgpu 6.2.4"),
+            at(3, driver=""),
+            at(
+                4,
+                vendor="nvidia",
+                arch="sm_89",
+                product="NVIDIA GeForce RTX 4090",
+                driver="nvidia 580.65.06",
+            ),
+            at(
+                5,
+                vendor="nvidia",
+                arch="sm_89",
+                product="NVIDIA GeForce RTX 4090",
+                driver="nvidia 580.9.1",
+            ),
+        ]
+    )
     amd = m.cell("amd:gfx1031", "gfx1031")
     nvidia = m.cell("nvidia:sm_89", "gfx1031")
     assert amd is not None
@@ -137,15 +185,24 @@ def test_step_timings_runs_and_failures_per_cell() -> None:
 
 
 def test_rows_and_columns_are_ordered_and_carry_products() -> None:
-    m = aggregate([
-        at(0, vendor="none", arch=None, product="", driver="", recipe="cpu"),
-        at(1, vendor="nvidia", arch="sm_89", product="NVIDIA GeForce RTX 4090", recipe="sm_90"),
-        at(2, arch="gfx1100", product="AMD Radeon RX 7900 XTX", recipe="gfx1100"),
-        at(3, arch="gfx90a", product="AMD Instinct MI210", recipe="gfx90a"),
-        at(4, product="AMD Radeon RX 6700"), at(5), at(6),
-    ])
-    assert [r.key for r in m.rows] == ["amd:gfx90a", "amd:gfx1031", "amd:gfx1100",
-                                       "nvidia:sm_89", "none:cpu"]
+    m = aggregate(
+        [
+            at(0, vendor="none", arch=None, product="", driver="", recipe="cpu"),
+            at(1, vendor="nvidia", arch="sm_89", product="NVIDIA GeForce RTX 4090", recipe="sm_90"),
+            at(2, arch="gfx1100", product="AMD Radeon RX 7900 XTX", recipe="gfx1100"),
+            at(3, arch="gfx90a", product="AMD Instinct MI210", recipe="gfx90a"),
+            at(4, product="AMD Radeon RX 6700"),
+            at(5),
+            at(6),
+        ]
+    )
+    assert [r.key for r in m.rows] == [
+        "amd:gfx90a",
+        "amd:gfx1031",
+        "amd:gfx1100",
+        "nvidia:sm_89",
+        "none:cpu",
+    ]
     assert [c.key for c in m.columns] == ["cpu", "gfx90a", "gfx1031", "gfx1100", "sm_90"]
     assert m.rows[1].products == ("AMD Radeon RX 6700 XT", "AMD Radeon RX 6700")
 
@@ -166,8 +223,9 @@ def test_the_page_embeds_hostile_text_inertly_and_pins_its_script() -> None:
     scripts = re.findall(r"<script>(.*?)</script>", page, re.S)
     assert len(scripts) == 1
     assert f"script-src '{csp_hash(scripts[0])}'" in page
-    match = re.search(r'<script type="application/json" id="matrix-data">(.*?)</script>', page,
-                      re.S)
+    match = re.search(
+        r'<script type="application/json" id="matrix-data">(.*?)</script>', page, re.S
+    )
     assert match is not None
     assert "<" not in match.group(1)
     assert "data-pwned" not in page.replace(match.group(1), "")  # only in the inert JSON
@@ -275,8 +333,11 @@ def test_the_default_evidence_is_the_local_store(
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [
-        (["--evidence", "/nonexistent/evidence"], 2,
-         "--evidence /nonexistent/evidence: no such file or folder"),
+        (
+            ["--evidence", "/nonexistent/evidence"],
+            2,
+            "--evidence /nonexistent/evidence: no such file or folder",
+        ),
         (["-o", "{file}"], 2, "is a file, not a folder"),
         (["-o", "/proc/envforge-matrix-site"], 4, "cannot write /proc/envforge-matrix-site"),
         ([], 2, "Missing option '-o'"),

@@ -48,11 +48,14 @@ def _show_agrees() -> int:
     with opened() as (conn, _problems):
         recipes = [r[0] for r in conn.execute("SELECT DISTINCT recipe FROM reports")]
         for recipe in recipes:
-            (runs,) = conn.execute("SELECT COUNT(*) FROM reports WHERE recipe = ?",
-                                   (recipe,)).fetchone()
+            (runs,) = conn.execute(
+                "SELECT COUNT(*) FROM reports WHERE recipe = ?", (recipe,)
+            ).fetchone()
             rows = conn.execute(
                 "SELECT vendor, arch, product, driver, host_key, MAX(created) FROM reports "
-                "WHERE recipe = ? AND outcome = 'pass' GROUP BY 1, 2, 3, 4, 5", (recipe,))
+                "WHERE recipe = ? AND outcome = 'pass' GROUP BY 1, 2, 3, 4, 5",
+                (recipe,),
+            )
             got_runs, passes = evidence_db.pass_rows(conn, recipe)
             assert (got_runs, sorted(passes)) == (runs, sorted(tuple(r) for r in rows))
         assert evidence_db.pass_rows(conn, "no-such-recipe") == (0, [])
@@ -65,8 +68,9 @@ def _varied(n: int) -> list[tuple[str, object]]:
     for i, spec in enumerate(corpus(n, seed=5)):
         report = make_report(replace(spec, level="quick" if i % 4 == 0 else "full"))
         if i % 7 == 0:  # a step only some runs have, at the end
-            report = replace(report, steps=(*report.steps,
-                                            StepResult("check:extra.py", "pass", 0.25)))
+            report = replace(
+                report, steps=(*report.steps, StepResult("check:extra.py", "pass", 0.25))
+            )
         docs.append((f"r{i}", json.loads(report.to_json())))
     return docs
 
@@ -83,11 +87,14 @@ def test_the_store_matrix_is_the_records_matrix(home: Path) -> None:
 def test_a_certificate_replacing_its_report_and_a_deletion_keep_the_tallies(home: Path) -> None:
     specs = corpus(60, seed=8)
     reports = [replace(make_report(s), target="sha256:" + "ab" * 32) for s in specs]  # images
-    import_documents([(f"r{i}", json.loads(r.to_json())) for i, r in enumerate(reports)],
-                     redact=QUIET)
+    import_documents(
+        [(f"r{i}", json.loads(r.to_json())) for i, r in enumerate(reports)], redact=QUIET
+    )
     # the same runs again as certificates, under another stack tag: the rows change stack
-    certs = [(f"c{i}", make_certificate(replace(s, stack="torch2.13.0-cpu-py3.11"), r))
-             for i, (s, r) in enumerate(zip(specs[:20], reports, strict=False))]
+    certs = [
+        (f"c{i}", make_certificate(replace(s, stack="torch2.13.0-cpu-py3.11"), r))
+        for i, (s, r) in enumerate(zip(specs[:20], reports, strict=False))
+    ]
     assert len(import_documents(certs, redact=QUIET).added) == 0  # replaced, not added
     expected, got = _both()
     assert got == expected
@@ -102,8 +109,10 @@ def test_a_certificate_replacing_its_report_and_a_deletion_keep_the_tallies(home
 
 def _tallies(db: Path) -> list[list[tuple[Any, ...]]]:
     with sqlite3.connect(db) as conn:
-        return [sorted(conn.execute(f"SELECT * FROM {t}"))
-                for t in ("show_tally", "cell_tally", "step_tally")]
+        return [
+            sorted(conn.execute(f"SELECT * FROM {t}"))
+            for t in ("show_tally", "cell_tally", "step_tally")
+        ]
 
 
 def _parsed(doc: dict[str, Any]) -> tuple[Evidence, str]:
@@ -119,24 +128,25 @@ def test_a_batch_with_replacements_and_duplicates_is_counted_once(
     specs = corpus(40, seed=9)
     probes = [replace(make_report(s), target="sha256:" + "ab" * 32) for s in specs]  # images
     reports = [json.loads(r.to_json()) for r in probes]
-    certs = [make_certificate(replace(s, stack="torch2.13.0-cpu-py3.11"), r)
-             for s, r in zip(specs[:10], probes, strict=False)]
+    certs = [
+        make_certificate(replace(s, stack="torch2.13.0-cpu-py3.11"), r)
+        for s, r in zip(specs[:10], probes, strict=False)
+    ]
     # one batch, straight to the store: a run as a plain copy, then its certificate (the
     # row is replaced inside the batch), then the plain copy again (kept out); a run twice
-    batch = [_parsed(d) for d in (*reports[:10], *certs, *reports[:10], *reports[10:],
-                                  reports[20])]
+    batch = [_parsed(d) for d in (*reports[:10], *certs, *reports[:10], *reports[10:], reports[20])]
     with evidence_db.connect(home / "evidence.sqlite") as conn:
         assert len(evidence_db.add(conn, batch)) == 40
         assert conn.execute("SELECT COUNT(*) FROM tally_pause").fetchone() == (0,)
-        assert conn.execute("SELECT COUNT(*) FROM reports WHERE kind = 'certificate'"
-                            ).fetchone() == (10,)
+        assert conn.execute(
+            "SELECT COUNT(*) FROM reports WHERE kind = 'certificate'"
+        ).fetchone() == (10,)
     expected, got = _both()
     assert got == expected
     assert got["reports"] == 40
     assert _show_agrees() > 2
     counted = _tallies(home / "evidence.sqlite")
-    again = import_documents([(f"a{i}", d) for i, d in enumerate((*reports, *certs))],
-                             redact=QUIET)
+    again = import_documents([(f"a{i}", d) for i, d in enumerate((*reports, *certs))], redact=QUIET)
     assert (len(again.added), again.known) == (0, 40)  # idempotent: nothing counted twice
     assert _tallies(home / "evidence.sqlite") == counted
 
@@ -200,10 +210,13 @@ def test_a_store_marked_by_another_version_gets_this_versions_triggers(
         conn.execute("CREATE TRIGGER tally_insert AFTER INSERT ON reports BEGIN SELECT 1; END")
     monkeypatch.setattr(tallies, "ANNOUNCE_FROM", 50)
     capsys.readouterr()
-    import_documents([(f"n{i}", doc) for i, (_, doc) in enumerate(_varied(130)[50:])],
-                     redact=QUIET)  # opened (migrated) first, then written
-    assert capsys.readouterr().err == ("envforge: counting the evidence store's 50 reports "
-                                       "once (a store from an earlier version)...\n")
+    import_documents(
+        [(f"n{i}", doc) for i, (_, doc) in enumerate(_varied(130)[50:])], redact=QUIET
+    )  # opened (migrated) first, then written
+    assert capsys.readouterr().err == (
+        "envforge: counting the evidence store's 50 reports "
+        "once (a store from an earlier version)...\n"
+    )
     expected, got = _both()
     assert got == expected
     assert got["reports"] == 130
@@ -220,8 +233,9 @@ def test_a_version_2_store_gets_the_new_triggers_and_keeps_its_counts(home: Path
         conn.execute("UPDATE cell_tally SET n = n + 100")
     with evidence_db.connect(db) as conn:
         (total,) = conn.execute("SELECT SUM(n) FROM cell_tally").fetchone()
-        (sql,) = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'tally_insert'"
-                              ).fetchone()
+        (sql,) = conn.execute(
+            "SELECT sql FROM sqlite_master WHERE name = 'tally_insert'"
+        ).fetchone()
     assert total > 60  # not counted again: version 2 counts what this one does
     assert "tally_pause" in sql
 
@@ -232,15 +246,27 @@ def test_an_empty_store_has_an_empty_matrix(home: Path) -> None:
     assert got["cells"] == []
 
 
-@pytest.mark.parametrize("values", [[1.0], [1.0, 2.0], [0.5, 0.5, 3.0, 0.25], [2.0] * 6,
-                                    [0.1, 0.2, 0.3, 0.4, 0.7, 1.1, 1.1], [0.3, 0.1, 0.2]])
+@pytest.mark.parametrize(
+    "values",
+    [
+        [1.0],
+        [1.0, 2.0],
+        [0.5, 0.5, 3.0, 0.25],
+        [2.0] * 6,
+        [0.1, 0.2, 0.3, 0.4, 0.7, 1.1, 1.1],
+        [0.3, 0.1, 0.2],
+    ],
+)
 def test_the_median_from_counted_times_is_the_median_of_the_times(values: list[float]) -> None:
     conn = sqlite3.connect(":memory:")
     for statement in tallies._TABLES:
         conn.execute(statement)
     for i, value in enumerate(values):  # statuses split a time's count over rows
-        conn.execute("INSERT INTO step_tally VALUES ('amd', 'gfx1031', 'r', 'matmul', ?, ?, 1) "
-                     "ON CONFLICT DO UPDATE SET n = n + 1", ("pass" if i % 2 else "fail", value))
+        conn.execute(
+            "INSERT INTO step_tally VALUES ('amd', 'gfx1031', 'r', 'matmul', ?, ?, 1) "
+            "ON CONFLICT DO UPDATE SET n = n + 1",
+            ("pass" if i % 2 else "fail", value),
+        )
     steps = _step_tallies(conn)[("amd", "gfx1031", "r")]
     assert steps.stats["matmul"] == (len(values), statistics.median(values), max(values))
     assert sum(steps.outcomes["matmul"].values()) == len(values)
@@ -248,9 +274,21 @@ def test_the_median_from_counted_times_is_the_median_of_the_times(values: list[f
 
 def test_cells_read_only_their_newest_rows(home: Path) -> None:
     base = corpus(1, seed=1)[0]
-    docs = [(f"r{i}", json.loads(make_report(
-        replace(base, created=base.created + timedelta(hours=i),
-                outcome="fail" if i == 0 else "pass")).to_json())) for i in range(30)]
+    docs = [
+        (
+            f"r{i}",
+            json.loads(
+                make_report(
+                    replace(
+                        base,
+                        created=base.created + timedelta(hours=i),
+                        outcome="fail" if i == 0 else "pass",
+                    )
+                ).to_json()
+            ),
+        )
+        for i in range(30)
+    ]
     import_documents(docs, redact=QUIET)
     with opened() as (conn, problems):
         cell = store_matrix(conn, problems).cells[0]
@@ -261,9 +299,22 @@ def test_cells_read_only_their_newest_rows(home: Path) -> None:
 
 def test_shows_newest_pass_moves_back_when_the_newest_run_goes(home: Path) -> None:
     base = corpus(1, seed=1)[0]
-    docs = [(f"r{i}", json.loads(make_report(
-        replace(base, recipe="gfx1031", outcome="pass",
-                created=base.created + timedelta(days=i))).to_json())) for i in range(3)]
+    docs = [
+        (
+            f"r{i}",
+            json.loads(
+                make_report(
+                    replace(
+                        base,
+                        recipe="gfx1031",
+                        outcome="pass",
+                        created=base.created + timedelta(days=i),
+                    )
+                ).to_json()
+            ),
+        )
+        for i in range(3)
+    ]
     import_documents(docs, redact=QUIET)
     with opened() as (conn, _problems):
         (_, (row,)) = evidence_db.pass_rows(conn, "gfx1031")

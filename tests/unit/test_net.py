@@ -53,8 +53,16 @@ def _refused(policy: Policy, url: str, came_from: str | None = None) -> str:
 
 @pytest.mark.parametrize(
     "url",
-    ["file:///dev/zero", "FILE:///etc/passwd", "ftp://127.0.0.1/x", "data:,x",
-     "gopher://127.0.0.1/", "/relative/path", "jar:http://127.0.0.1/x!/", "http:///nohost"],
+    [
+        "file:///dev/zero",
+        "FILE:///etc/passwd",
+        "ftp://127.0.0.1/x",
+        "data:,x",
+        "gopher://127.0.0.1/",
+        "/relative/path",
+        "jar:http://127.0.0.1/x!/",
+        "http:///nohost",
+    ],
 )
 def test_only_http_and_https_urls_are_read(url: str) -> None:
     policy = Policy.for_urls(["http://127.0.0.1:9/simple"], environ={})
@@ -76,11 +84,17 @@ def test_only_the_configured_origins_are_read() -> None:
 
 
 def test_mirrors_and_allowed_hosts_are_configured_hosts() -> None:
-    env = {"ENVFORGE_INDEX_MIRROR": "https://index.test/whl=http://127.0.0.1:8080/whl",
-           ALLOW_ENV: "files.test http://127.0.0.1:7"}
+    env = {
+        "ENVFORGE_INDEX_MIRROR": "https://index.test/whl=http://127.0.0.1:8080/whl",
+        ALLOW_ENV: "files.test http://127.0.0.1:7",
+    }
     policy = Policy.for_urls([], environ=env)
-    for url in ("https://index.test/whl/x", "http://127.0.0.1:8080/whl/x",
-                "https://files.test/p/x.whl", "http://127.0.0.1:7/"):
+    for url in (
+        "https://index.test/whl/x",
+        "http://127.0.0.1:8080/whl/x",
+        "https://files.test/p/x.whl",
+        "http://127.0.0.1:7/",
+    ):
         policy.check(url)
     _refused(policy, "http://files.test/p/x.whl")  # a bare host means https
 
@@ -96,8 +110,11 @@ def test_redirects_keep_the_scheme_or_upgrade_it() -> None:
     _refused(registry, "file:///etc/passwd", came_from="https://reg.test/v2/x/blobs/a")
     # plain http never leaves the configured origins, loopback or not, hops or not
     loop = Policy.for_urls(["http://127.0.0.1:5000/v2/x"], environ={}, hops=True)
-    for elsewhere in ("http://localhost:5000/storage/a", "http://127.0.0.1:2375/info",
-                      "http://10.0.0.1/storage/a"):
+    for elsewhere in (
+        "http://localhost:5000/storage/a",
+        "http://127.0.0.1:2375/info",
+        "http://10.0.0.1/storage/a",
+    ):
         _refused(loop, elsewhere, came_from="http://127.0.0.1:5000/v2/x")
     # an upgrade keeps the host and goes to its port or https's own, nowhere else
     index.check("https://index.test:443/simple/", came_from="http://index.test/simple/")
@@ -134,8 +151,7 @@ def test_run_all_gives_late_values_at_the_deadline() -> None:
         return f"done {i}"
 
     try:
-        got = run_all(work, [0, 1, 2, 3], deadline=Deadline.start(0.5),
-                      late=lambda i: f"late {i}")
+        got = run_all(work, [0, 1, 2, 3], deadline=Deadline.start(0.5), late=lambda i: f"late {i}")
     finally:
         release.set()
     assert got == ["done 0", "late 1", "done 2", "late 3"]
@@ -200,8 +216,14 @@ def test_a_non_canonical_version_is_ordered_by_packaging() -> None:
 def test_20000_versions_parse_to_the_right_listing() -> None:
     # bench/net_parse.py times 100,000 (the parser this replaced was quadratic)
     n = 20_000
-    files = [{"filename": WHEEL.format(v=f"2.{i // 1000}.{i % 1000}"), "url": f"/p/{i}.whl",
-              "yanked": i % 2 == 0} for i in range(n)]
+    files = [
+        {
+            "filename": WHEEL.format(v=f"2.{i // 1000}.{i % 1000}"),
+            "url": f"/p/{i}.whl",
+            "yanked": i % 2 == 0,
+        }
+        for i in range(n)
+    ]
     body = json.dumps({"meta": {"api-version": "1.1"}, "files": files}).encode()
     got = parse_listing(body, PEP691_JSON, URL, "torch")
     assert isinstance(got, Listing)
@@ -228,9 +250,17 @@ _ANCHOR = '<a href="/p/{n}" data-requires-python="&gt;=3.10">{n}</a><br/>\n'
 
 @pytest.mark.parametrize(
     "hostile",
-    ["<a " * 70_000, "<!--" * 50_000, "<" * 200_000, "<a href='" * 25_000,
-     "&" * 200_000, "<a href=x>" * 20_000, "</a" * 60_000, "<![CDATA[" * 20_000,
-     '<a href="/p/x" ' + "x=" * 100_000],
+    [
+        "<a " * 70_000,
+        "<!--" * 50_000,
+        "<" * 200_000,
+        "<a href='" * 25_000,
+        "&" * 200_000,
+        "<a href=x>" * 20_000,
+        "</a" * 60_000,
+        "<![CDATA[" * 20_000,
+        '<a href="/p/x" ' + "x=" * 100_000,
+    ],
 )
 def test_hostile_html_parses_without_a_crash(hostile: str) -> None:
     page = "<html><body>\n" + _ANCHOR.format(n=WHEEL.format(v="2.15.0")) + hostile
@@ -240,8 +270,10 @@ def test_hostile_html_parses_without_a_crash(hostile: str) -> None:
 
 
 def test_scan_anchors_reads_attributes_text_and_skips_comments() -> None:
-    page = ("<!-- <a href='/hidden'>x</a> --><A HREF='/a' data-yanked=\"old &amp; bad\" "
-            "data-core-metadata=false>a&#46;whl</A><a href=/b data-yanked>b</a><p>")
+    page = (
+        "<!-- <a href='/hidden'>x</a> --><A HREF='/a' data-yanked=\"old &amp; bad\" "
+        "data-core-metadata=false>a&#46;whl</A><a href=/b data-yanked>b</a><p>"
+    )
     anchors, tags = scan_anchors(page)
     assert anchors == [
         ({"href": "/a", "data-yanked": "old & bad", "data-core-metadata": "false"}, "a.whl"),

@@ -47,8 +47,12 @@ def _error(capsys: pytest.CaptureFixture[str]) -> str:
 def _get(server: HostileServer, route: str) -> NetError | bytes:
     url = f"{server.url}/{route}/torch/"
     try:
-        reply = fetch(url, Policy.for_urls([server.url], environ={}),
-                      deadline=Deadline.start(10), limit=1 << 22)
+        reply = fetch(
+            url,
+            Policy.for_urls([server.url], environ={}),
+            deadline=Deadline.start(10),
+            limit=1 << 22,
+        )
     except NetError as exc:
         return exc
     return reply.body
@@ -100,13 +104,18 @@ def test_same_host_redirects_are_followed_up_to_the_limit(server: HostileServer)
 )
 @pytest.mark.parametrize("command", ["refresh", "status"])
 def test_refresh_and_status_redirected_off_the_index_are_exit_4_naming_it(  # noqa: PLR0917 - parametrize + fixtures
-    server: HostileServer, home: Path, capsys: pytest.CaptureFixture[str], route: str,
-    words: str, command: str,
+    server: HostileServer,
+    home: Path,
+    capsys: pytest.CaptureFixture[str],
+    route: str,
+    words: str,
+    command: str,
 ) -> None:
     asked = len(server.decoy_requests)
     extra = ["--no-pytorch-index"] if command == "refresh" else []
-    code = main(["knowledge", command, *extra, "--deadline", "10",
-                 "--index", f"{server.url}/{route}"])
+    code = main(
+        ["knowledge", command, *extra, "--deadline", "10", "--index", f"{server.url}/{route}"]
+    )
     assert code == ExitCode.UNAVAILABLE
     line = _error(capsys)
     assert f"{server.url}/{route}/" in line
@@ -116,14 +125,27 @@ def test_refresh_and_status_redirected_off_the_index_are_exit_4_naming_it(  # no
     assert server.decoy_requests[asked:] == []
 
 
-@pytest.mark.parametrize(("page", "url"), [("file-url.json", "file:///dev/zero"),
-                                           ("ftp-url.json", "ftp://127.0.0.1/")])
+@pytest.mark.parametrize(
+    ("page", "url"), [("file-url.json", "file:///dev/zero"), ("ftp-url.json", "ftp://127.0.0.1/")]
+)
 def test_a_listing_naming_a_file_url_reads_nothing_local_and_is_exit_4(
-    server: HostileServer, home: Path, capsys: pytest.CaptureFixture[str], page: str,
+    server: HostileServer,
+    home: Path,
+    capsys: pytest.CaptureFixture[str],
+    page: str,
     url: str,
 ) -> None:
-    code = main(["knowledge", "refresh", "--no-pytorch-index", "--deadline", "10",
-                 "--index", f"{server.url}/corpus/{page}"])
+    code = main(
+        [
+            "knowledge",
+            "refresh",
+            "--no-pytorch-index",
+            "--deadline",
+            "10",
+            "--index",
+            f"{server.url}/corpus/{page}",
+        ]
+    )
     assert code == ExitCode.UNAVAILABLE
     line = _error(capsys)
     assert url in line
@@ -171,7 +193,11 @@ def test_a_registry_sending_envforge_elsewhere_is_refused_exit_4(
 
 @pytest.mark.parametrize(("mode", "url", "words"), REGISTRY_CASES)
 def test_evidence_import_from_such_a_registry_is_exit_4_naming_it(  # noqa: PLR0917 - parametrize + fixtures
-    server: HostileServer, home: Path, capsys: pytest.CaptureFixture[str], mode: str, url: str,
+    server: HostileServer,
+    home: Path,
+    capsys: pytest.CaptureFixture[str],
+    mode: str,
+    url: str,
     words: str,
 ) -> None:
     ref = f"127.0.0.1:{server.port}/team/cpu:v1"

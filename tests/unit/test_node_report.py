@@ -20,8 +20,14 @@ from envforge.probe.report import ProbeReport, host_info
 from tests.helpers.matrix_synth import Spec, make_report
 from tests.unit.test_evidence_store import GPU
 
-JOB = {"SLURM_JOB_ID": "41", "SLURMD_NODENAME": "gpu-n07", "SLURM_JOB_GPUS": "1,3",
-       "CUDA_VISIBLE_DEVICES": "0,1", "ROCR_VISIBLE_DEVICES": "0,1", "HOME": "/home/x"}
+JOB = {
+    "SLURM_JOB_ID": "41",
+    "SLURMD_NODENAME": "gpu-n07",
+    "SLURM_JOB_GPUS": "1,3",
+    "CUDA_VISIBLE_DEVICES": "0,1",
+    "ROCR_VISIBLE_DEVICES": "0,1",
+    "HOME": "/home/x",
+}
 
 
 def _on_node(spec: Spec = GPU) -> ProbeReport:
@@ -31,9 +37,14 @@ def _on_node(spec: Spec = GPU) -> ProbeReport:
 
 
 def test_node_facts_inside_a_job_and_nothing_outside() -> None:
-    assert node_facts(JOB) == ("gpu-n07", (("SLURM_JOB_GPUS", "1,3"),
-                                           ("ROCR_VISIBLE_DEVICES", "0,1"),
-                                           ("CUDA_VISIBLE_DEVICES", "0,1")))
+    assert node_facts(JOB) == (
+        "gpu-n07",
+        (
+            ("SLURM_JOB_GPUS", "1,3"),
+            ("ROCR_VISIBLE_DEVICES", "0,1"),
+            ("CUDA_VISIBLE_DEVICES", "0,1"),
+        ),
+    )
     assert node_facts({k: v for k, v in JOB.items() if k != "SLURM_JOB_ID"}) == (None, ())
     pod = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "NVIDIA_VISIBLE_DEVICES": "GPU-4f2a"}
     node, grant = node_facts(pod)
@@ -55,14 +66,19 @@ def test_the_report_round_trips_node_and_grant_and_shows_them() -> None:
     report = _on_node()
     data = json.loads(report.to_json())
     assert data["host"]["node"] == "gpu-n07"
-    assert data["host"]["granted"] == {"SLURM_JOB_GPUS": "1,3", "ROCR_VISIBLE_DEVICES": "0,1",
-                                       "CUDA_VISIBLE_DEVICES": "0,1"}
+    assert data["host"]["granted"] == {
+        "SLURM_JOB_GPUS": "1,3",
+        "ROCR_VISIBLE_DEVICES": "0,1",
+        "CUDA_VISIBLE_DEVICES": "0,1",
+    }
     assert ProbeReport.from_dict(data) == report
-    props = {p.get("name"): p.get("value")
-             for p in ET.fromstring(report.to_junit()).iter("property")}
+    props = {
+        p.get("name"): p.get("value") for p in ET.fromstring(report.to_junit()).iter("property")
+    }
     assert props["node"] == "gpu-n07"
-    assert props["granted"] == ("SLURM_JOB_GPUS=1,3, ROCR_VISIBLE_DEVICES=0,1, "
-                                "CUDA_VISIBLE_DEVICES=0,1")
+    assert props["granted"] == (
+        "SLURM_JOB_GPUS=1,3, ROCR_VISIBLE_DEVICES=0,1, CUDA_VISIBLE_DEVICES=0,1"
+    )
     facts = dict(report_facts(report))
     assert facts["node"] == "gpu-n07"
     assert facts["granted GPUs"].startswith("SLURM_JOB_GPUS=1,3")

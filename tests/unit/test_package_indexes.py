@@ -50,10 +50,16 @@ def test_an_entry_with_an_index_loads_and_keeps_its_place(recipe_file: Path) -> 
         ({"name": "bitsandbytes>=0.45", "index": INDEX}, "packages[0].name", "not pinned"),
         ({"name": "torchvision==0.28.0", "index": INDEX}, "packages[0].name", "torch family"),
         ({"name": "torch==2.13.0", "index": INDEX}, "packages[0].name", "torch family"),
-        ({"name": "bitsandbytes==0.45.0", "index": "http://10.0.0.1/simple"},
-         "packages[0].index", "https"),
-        ({"name": "bitsandbytes==0.45.0", "index": "https://u:p@127.0.0.1/simple"},
-         "packages[0].index", "https"),
+        (
+            {"name": "bitsandbytes==0.45.0", "index": "http://10.0.0.1/simple"},
+            "packages[0].index",
+            "https",
+        ),
+        (
+            {"name": "bitsandbytes==0.45.0", "index": "https://u:p@127.0.0.1/simple"},
+            "packages[0].index",
+            "https",
+        ),
         ({"name": "bitsandbytes==0.45.0"}, "packages[0].index", "missing"),
         ({"name": "bitsandbytes==0.45.0", "index": INDEX, "url": "x"}, "packages[0]", "url"),
     ],
@@ -99,7 +105,7 @@ def test_venv_plan_and_dockerfile_install_it_only_from_its_index(recipe_file: Pa
     assert "explicit = true" in plan.index_sources
     script = plan.setup_script
     assert 'rest_source+=(-r "$indexed/pyproject.toml")' in script
-    assert f"--no-deps --index-url {INDEX} -d \"$indexed/0\" -- bitsandbytes==0.45.0" in script
+    assert f'--no-deps --index-url {INDEX} -d "$indexed/0" -- bitsandbytes==0.45.0' in script
     assert 'requirements+=(bitsandbytes" @ file://' in script
     for installer in ("uv", "pip"):
         text = render_dockerfile(recipe, RenderOptions(installer=installer))

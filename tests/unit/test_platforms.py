@@ -99,8 +99,13 @@ def test_a_sourced_jetson_row_lifts_the_refusal() -> None:
 
 def test_validate_platform_rows() -> None:
     sm90 = make_recipe(
-        vendor="nvidia", arch="sm_90", torch="2.14.1", cuda="13.0",
-        index="https://download.pytorch.org/whl/cu130", python="3.12", base_image="ubuntu:24.04",
+        vendor="nvidia",
+        arch="sm_90",
+        torch="2.14.1",
+        cuda="13.0",
+        index="https://download.pytorch.org/whl/cu130",
+        python="3.12",
+        base_image="ubuntu:24.04",
     )
     assert check(sm90, TABLE, platform="linux/arm64") == []
     sm75 = make_recipe(sm90, arch="sm_75")
@@ -190,8 +195,13 @@ def test_the_default_platform_is_the_hosts(
 
 def test_a_missing_arch_names_the_platform_whose_wheels_have_it() -> None:
     sm90 = make_recipe(
-        vendor="nvidia", arch="sm_90", torch="2.14.1", cuda="13.0",
-        index="https://download.pytorch.org/whl/cu130", python="3.12", base_image="ubuntu:24.04",
+        vendor="nvidia",
+        arch="sm_90",
+        torch="2.14.1",
+        cuda="13.0",
+        index="https://download.pytorch.org/whl/cu130",
+        python="3.12",
+        base_image="ubuntu:24.04",
     )
     turing = check(make_recipe(sm90, arch="sm_75"), TABLE, platform="linux/arm64")
     assert turing[0].hint == (
@@ -235,8 +245,12 @@ def test_jetpack_lines_are_a_platform_dimension_of_the_jetson_archs() -> None:
 
 
 def test_orin_on_the_arm64_wheels_passes_on_jetpack_7_2_only() -> None:
-    orin = make_recipe(**ORIN, index="https://download.pytorch.org/whl/cu130", python="3.12",
-                       base_image="ubuntu:24.04")
+    orin = make_recipe(
+        **ORIN,
+        index="https://download.pytorch.org/whl/cu130",
+        python="3.12",
+        base_image="ubuntu:24.04",
+    )
     assert "tegra" not in rules(check(orin, TABLE, platform="linux/arm64"))
     refused = [v for v in check(orin, TABLE) if v.rule == "tegra"]
     assert refused

@@ -32,15 +32,16 @@ GIB = 1 << 30
 H200 = (int(0.49 * GIB), int(139.8 * GIB), 0)
 
 
-def fake_torch(*devices: tuple[int, int, int], hip: str | None = None,
-               old: bool = False) -> Any:
+def fake_torch(*devices: tuple[int, int, int], hip: str | None = None, old: bool = False) -> Any:
     """A torch stand-in: per device (free, total, ours) bytes."""
     cuda = SimpleNamespace(
         device_count=lambda: len(devices),
         memory_reserved=lambda i: devices[i][2],
         get_device_properties=lambda i: SimpleNamespace(
-            name="NVIDIA H200", total_memory=devices[i][1],
-            uuid="3f9b5e2c-8a41-6d7e-19f0-2b4c6d8e0a13" if i == 0 else f"uuid-{i}"),
+            name="NVIDIA H200",
+            total_memory=devices[i][1],
+            uuid="3f9b5e2c-8a41-6d7e-19f0-2b4c6d8e0a13" if i == 0 else f"uuid-{i}",
+        ),
     )
     if not old:
         cuda.mem_get_info = lambda i: devices[i][:2]
@@ -61,8 +62,10 @@ def test_memory_held_by_another_process_is_a_warning(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-3f9b")
     status, detail, data = memory(fake_torch(H200, (80 * GIB, 80 * GIB, 0)))
     assert status == "warn"
-    assert detail == ("device 0: 0.49 GiB free of 139.80 GiB, 139.31 GiB (99%) held by "
-                      "other processes; device 1: 80.00 GiB free of 80.00 GiB")
+    assert detail == (
+        "device 0: 0.49 GiB free of 139.80 GiB, 139.31 GiB (99%) held by "
+        "other processes; device 1: 80.00 GiB free of 80.00 GiB"
+    )
     busy, idle = data["devices"]
     assert (busy["busy"], idle["busy"]) == (True, False)
     assert busy["uuid"] == "3f9b5e2c-8a41-6d7e-19f0-2b4c6d8e0a13"
@@ -104,17 +107,26 @@ def test_the_spec_carries_require_free_only_when_given() -> None:
 
 # --------------------------------------------------------------------------- every output
 
-WARNING = ("device 0: 0.49 GiB free of 139.80 GiB, 139.31 GiB (99%) held by other "
-           "processes; held by python3 (pid 4242, 137.72 GiB)")
+WARNING = (
+    "device 0: 0.49 GiB free of 139.80 GiB, 139.31 GiB (99%) held by other "
+    "processes; held by python3 (pid 4242, 137.72 GiB)"
+)
 
 
 def warned_report() -> ProbeReport:
     return ProbeReport(
-        steps=(StepResult("env-snapshot", "pass", 0.4, "Python 3.12"),
-               StepResult("memory", "warn", 0.1, WARNING),
-               StepResult("matmul", "pass", 0.2)),
-        level="quick", target="python /usr/bin/python3", host=HOST, envforge_version="0",
-        created="2026-11-28T10:00:00Z", recipe_name="sm_90", recipe_hash="abc",
+        steps=(
+            StepResult("env-snapshot", "pass", 0.4, "Python 3.12"),
+            StepResult("memory", "warn", 0.1, WARNING),
+            StepResult("matmul", "pass", 0.2),
+        ),
+        level="quick",
+        target="python /usr/bin/python3",
+        host=HOST,
+        envforge_version="0",
+        created="2026-11-28T10:00:00Z",
+        recipe_name="sm_90",
+        recipe_hash="abc",
     )
 
 
@@ -125,8 +137,12 @@ def test_a_warning_passes_and_is_in_the_json_report() -> None:
     assert data["warnings"] == ["memory"]
     assert data["steps"][1]["status"] == "warn"
     assert ProbeReport.from_dict(data).warnings == report.warnings
-    assert "warnings" not in ProbeReport.from_dict(
-        {**data, "warnings": [], "steps": [data["steps"][0]]}).to_dict()
+    assert (
+        "warnings"
+        not in ProbeReport.from_dict(
+            {**data, "warnings": [], "steps": [data["steps"][0]]}
+        ).to_dict()
+    )
     assert summarize(report.steps) == "2 pass, 1 warn"
 
 
@@ -157,9 +173,16 @@ def test_a_warning_in_the_summary_and_the_text_lines() -> None:
 
 
 def test_a_warning_is_certified_and_recorded() -> None:
-    cert = issue(report=warned_report().to_dict(), recipe_name="sm_90", recipe_hash="abc",
-                 stack_tag="t", layers=["sha256:1"], config={}, candidate_id="sha256:2",
-                 now=0.0)
+    cert = issue(
+        report=warned_report().to_dict(),
+        recipe_name="sm_90",
+        recipe_hash="abc",
+        stack_tag="t",
+        layers=["sha256:1"],
+        config={},
+        candidate_id="sha256:2",
+        now=0.0,
+    )
     assert cert.passed
     assert cert.failing_step is None
     assert cert.data["warnings"] == [f"memory: {WARNING}"]
@@ -191,10 +214,14 @@ emit(event="done")
 def test_the_runner_names_who_holds_the_gpu(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fake_tool(tmp_path, "nvidia-smi", {
-        "--query-gpu=index,uuid,memory.used,memory.total": NVIDIA_GPUS,
-        "--query-compute-apps=gpu_uuid,pid,process_name,used_memory": NVIDIA_APPS,
-    })
+    fake_tool(
+        tmp_path,
+        "nvidia-smi",
+        {
+            "--query-gpu=index,uuid,memory.used,memory.total": NVIDIA_GPUS,
+            "--query-compute-apps=gpu_uuid,pid,process_name,used_memory": NVIDIA_APPS,
+        },
+    )
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}")
     from envforge.probe.runner import run_probe
 
@@ -202,7 +229,8 @@ def test_the_runner_names_who_holds_the_gpu(
     step = next(s for s in report.steps if s.name == "memory")
     assert step.status == "warn"
     assert step.detail.endswith(
-        "held by other processes; held by python3 (pid 4242, 137.72 GiB), vllm (pid 5151)")
+        "held by other processes; held by python3 (pid 4242, 137.72 GiB), vllm (pid 5151)"
+    )
     assert report.passed
 
 

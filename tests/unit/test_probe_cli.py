@@ -81,8 +81,12 @@ def test_table_rewrites_the_running_row_on_a_tty() -> None:
 def test_inside_a_slurm_job_the_probe_says_the_grant_and_keeps_it(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    for name, value in {"SLURM_JOB_ID": "7", "SLURM_JOB_GPUS": "1",
-                        "CUDA_VISIBLE_DEVICES": "1", "SLURMD_NODENAME": "gpu-a"}.items():
+    for name, value in {
+        "SLURM_JOB_ID": "7",
+        "SLURM_JOB_GPUS": "1",
+        "CUDA_VISIBLE_DEVICES": "1",
+        "SLURMD_NODENAME": "gpu-a",
+    }.items():
         monkeypatch.setenv(name, value)
     assert main(["probe", "--python", "/nonexistent/python3"]) == 4
     err = capsys.readouterr().err

@@ -27,9 +27,12 @@ def _report(*steps: StepResult) -> ProbeReport:
         steps=steps,
         level="full",
         target="python /usr/bin/python3",
-        host=ReportHost(kernel="Linux 6.1", machine="x86_64",
-                      gpus=(ReportGpu("AMD Radeon RX 5700 XT", "gfx1010", "amd"),),
-                      driver="amdgpu (in-tree)"),
+        host=ReportHost(
+            kernel="Linux 6.1",
+            machine="x86_64",
+            gpus=(ReportGpu("AMD Radeon RX 5700 XT", "gfx1010", "amd"),),
+            driver="amdgpu (in-tree)",
+        ),
         envforge_version="0.1.0",
         created="2026-11-22T05:00:00Z",
         seconds=2.5,
@@ -57,8 +60,12 @@ def test_json_has_the_documented_shape_and_round_trips() -> None:
     report = _report(PASS, HANG, SKIP, CRASH)
     data = json.loads(report.to_json())
     assert data["status"] == "fail"
-    assert data["steps"][1] == {"name": "conv2d", "status": "hang", "seconds": 15.0,
-                                "detail": HANG.detail}
+    assert data["steps"][1] == {
+        "name": "conv2d",
+        "status": "hang",
+        "seconds": 15.0,
+        "detail": HANG.detail,
+    }
     assert data["steps"][3]["detail"].startswith("SIGSEGV")
     assert data["recipe"] == {"name": "gfx1010", "hash": "sha256:abc"}
     assert data["environment"]["target"] == "python /usr/bin/python3"
@@ -100,8 +107,7 @@ def test_write_puts_both_files_in_place(tmp_path: Path) -> None:
     json_path, junit_path = report.write(tmp_path / "out")
     assert ProbeReport.from_json(json_path.read_text()) == report
     ET.fromstring(junit_path.read_text())
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["probe.json",
-                                                                    "probe.junit.xml"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["probe.json", "probe.junit.xml"]
 
 
 @pytest.mark.parametrize(
@@ -123,12 +129,18 @@ def test_host_info_reads_amd_and_nvidia_from_a_fake_tree(tmp_path: Path) -> None
     _write(tmp_path / "sys/class/drm/card0-DP-1/device/vendor", "0x1002\n")
     _write(tmp_path / "sys/class/drm/card1/device/vendor", "0x8086\n")
     _write(tmp_path / "sys/class/kfd/kfd/topology/nodes/0/properties", "cpu_cores_count 8\n")
-    _write(tmp_path / "sys/class/kfd/kfd/topology/nodes/1/properties",
-           "simd_count 80\ngfx_target_version 100100\n")
-    _write(tmp_path / "proc/driver/nvidia/version",
-           "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.14  Thu Feb 22 2024\n")
-    _write(tmp_path / "proc/driver/nvidia/gpus/0000:01:00.0/information",
-           "Model: \t\t NVIDIA H100 80GB HBM3\nIRQ: 1\n")
+    _write(
+        tmp_path / "sys/class/kfd/kfd/topology/nodes/1/properties",
+        "simd_count 80\ngfx_target_version 100100\n",
+    )
+    _write(
+        tmp_path / "proc/driver/nvidia/version",
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.14  Thu Feb 22 2024\n",
+    )
+    _write(
+        tmp_path / "proc/driver/nvidia/gpus/0000:01:00.0/information",
+        "Model: \t\t NVIDIA H100 80GB HBM3\nIRQ: 1\n",
+    )
     host = host_info(tmp_path)
     assert host.gpus == (
         ReportGpu("Radeon RX 5700 XT", "gfx1010", "amd"),

@@ -201,9 +201,12 @@ emit(event="done")
 
 
 def test_lots_of_stderr_never_blocks_the_worker() -> None:
-    script = """
+    script = (
+        """
 sys.stderr.write(("x" * 1000 + "\\n") * 2000); sys.stderr.flush()
-""" + ALL_PASS
+"""
+        + ALL_PASS
+    )
     steps, _ = _run(script, step_timeout=10.0)
     assert [s.status for s in steps.values()] == ["pass"] * len(QUICK_STEPS)
 
@@ -228,8 +231,14 @@ emit(event="done")
 
 @pytest.mark.parametrize(
     ("code", "want"),
-    [(139, (139, "SIGSEGV")), (134, (134, "SIGABRT")), (137, (137, "SIGKILL")), (1, (1, None)),
-     (0, (0, None)), (None, (None, None))],
+    [
+        (139, (139, "SIGSEGV")),
+        (134, (134, "SIGABRT")),
+        (137, (137, "SIGKILL")),
+        (1, (1, None)),
+        (0, (0, None)),
+        (None, (None, None)),
+    ],
 )
 def test_container_exit_codes_map_to_signals(
     code: int | None, want: tuple[int | None, str | None]
@@ -278,11 +287,14 @@ def test_a_daemon_holding_the_pipe_does_not_hold_the_probe(tmp_path: Path) -> No
 
 def test_a_hang_kills_a_daemon_in_another_session(tmp_path: Path) -> None:
     marker = tmp_path / "pid"
-    script = _daemon(marker) + """
+    script = (
+        _daemon(marker)
+        + """
 emit(event="hello", pid=os.getpid())
 emit(event="start", step="env-snapshot", deadline=1.0)
 time.sleep(600)
 """
+    )
     steps, _ = _run(script, step_timeout=1.0)
     assert steps["env-snapshot"].status == "hang"
     assert _wait_gone(int(marker.read_text()))
@@ -323,8 +335,12 @@ def test_stale_folder(name: str, age: float, alive: bool, stale: bool) -> None:
 
 
 def test_sweep_removes_folders_of_dead_owners_only(tmp_path: Path) -> None:
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     dead_pid = int(gone.stdout)
     me = os.getpid()
     dead = tmp_path / (folder_prefix(dead_pid, 1) + "x")

@@ -124,8 +124,9 @@ def test_startup_deadline_and_bad_timeouts() -> None:
         ProbeSpec(step_timeout=0)
 
 
-@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan"), -1.0, 0.0, 1e300,
-                                   MAX_STEP_TIMEOUT + 1])
+@pytest.mark.parametrize(
+    "value", [float("inf"), float("-inf"), float("nan"), -1.0, 0.0, 1e300, MAX_STEP_TIMEOUT + 1]
+)
 def test_step_timeouts_that_no_timer_can_hold_are_refused(value: float) -> None:
     assert step_timeout_problem(value) is not None
     with pytest.raises(InvalidInput, match="must be positive and at most"):
@@ -146,8 +147,9 @@ def test_a_fifo_check_is_refused_without_blocking(tmp_path: Path) -> None:
         CheckFile.read(fifo)
 
 
-@pytest.mark.parametrize(("path", "kind"), [("/dev/zero", "a character device"),
-                                            ("/dev/null", "a character device")])
+@pytest.mark.parametrize(
+    ("path", "kind"), [("/dev/zero", "a character device"), ("/dev/null", "a character device")]
+)
 def test_a_device_check_is_refused(path: str, kind: str) -> None:
     if not Path(path).exists():
         pytest.skip(f"no {path} here")

@@ -74,7 +74,15 @@ def test_release_numbers(text: str, want: tuple[int, ...]) -> None:
 
 
 SPECS = [
-    "<2", ">=1.21,<2", "==1.26.*", "!=1.26.*", "~=1.26", "~=1.26.0", "==2.4.6", ">2", "<=1.26.4",
+    "<2",
+    ">=1.21,<2",
+    "==1.26.*",
+    "!=1.26.*",
+    "~=1.26",
+    "~=1.26.0",
+    "==2.4.6",
+    ">2",
+    "<=1.26.4",
 ]
 VERSIONS = ["1.21.0", "1.26.0", "1.26.4", "1.27.1", "2.0.0", "2.4.6", "2.5"]
 
@@ -122,8 +130,15 @@ def test_worker_and_runner_agree_on_the_stderr_step_mark() -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["plain", "a\x1b[31mb\x07", "x\udc80y\ud800", "nul\x00 del\x7f c1\x85", "\ufffe\uffff",
-     "ü 中 \u00a0 \u200b", "line\nbreak\ttab"],
+    [
+        "plain",
+        "a\x1b[31mb\x07",
+        "x\udc80y\ud800",
+        "nul\x00 del\x7f c1\x85",
+        "\ufffe\uffff",
+        "ü 中 \u00a0 \u200b",
+        "line\nbreak\ttab",
+    ],
 )
 def test_worker_and_host_escape_text_alike(text: str) -> None:
     assert _load_worker().printable(text) == printable(text)
@@ -148,7 +163,6 @@ def test_describe_survives_hostile_messages() -> None:
 
 def test_the_worker_finds_descendants_in_a_process_table() -> None:
     worker = _load_worker()
-    table = {1: (0, "S"), 10: (1, "S"), 11: (10, "S"), 12: (11, "Z"), 13: (10, "S"),
-             20: (1, "S")}
+    table = {1: (0, "S"), 10: (1, "S"), 11: (10, "S"), 12: (11, "Z"), 13: (10, "S"), 20: (1, "S")}
     assert worker.descendants(10, table) == [11, 13]  # the zombie is already dead
     assert worker.descendants(20, table) == []

@@ -18,8 +18,9 @@ from tests.unit.test_probe_worker import _load_worker
 W = _load_worker()
 
 
-def _dist(site: Path, name: str, version: str, files: dict[str, str],
-          top_level: str | None = None) -> None:
+def _dist(
+    site: Path, name: str, version: str, files: dict[str, str], top_level: str | None = None
+) -> None:
     info = site / f"{name}-{version}.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n\n")
@@ -61,8 +62,16 @@ def test_names_are_compared_in_their_canonical_form() -> None:
 
 
 def test_the_import_step_imports_every_top_level_module_from_record(site: Path) -> None:
-    _dist(site, "Two_Mods", "1.2", {"alpha/__init__.py": "X = 1\n", "beta.py": "Y = 2\n",
-                                    "__editable___finder.py": "raise SystemExit(9)\n"})
+    _dist(
+        site,
+        "Two_Mods",
+        "1.2",
+        {
+            "alpha/__init__.py": "X = 1\n",
+            "beta.py": "Y = 2\n",
+            "__editable___finder.py": "raise SystemExit(9)\n",
+        },
+    )
     detail, data = W.make_import_step("two-mods")(_ctx())
     assert detail == "two-mods 1.2: imported alpha, beta"
     assert data["modules"] == ["alpha", "beta"]
@@ -71,18 +80,29 @@ def test_the_import_step_imports_every_top_level_module_from_record(site: Path) 
 
 
 def test_top_level_txt_wins_over_record(site: Path) -> None:
-    _dist(site, "lib", "3.0", {"lib/__init__.py": "", "lib_tests/__init__.py": "raise 1/0\n"},
-          top_level="lib\n")
+    _dist(
+        site,
+        "lib",
+        "3.0",
+        {"lib/__init__.py": "", "lib_tests/__init__.py": "raise 1/0\n"},
+        top_level="lib\n",
+    )
     assert W.make_import_step("lib")(_ctx())[1]["modules"] == ["lib"]
 
 
 def test_a_module_that_fails_to_import_fails_the_step_with_the_errors_first_line(
     site: Path,
 ) -> None:
-    _dist(site, "visionish", "0.28.0", {
-        "visionish/__init__.py":
-            "raise RuntimeError('operator visionish::nms does not exist\\nmore text')\n",
-    })
+    _dist(
+        site,
+        "visionish",
+        "0.28.0",
+        {
+            "visionish/__init__.py": (
+                "raise RuntimeError('operator visionish::nms does not exist\\nmore text')\n"
+            ),
+        },
+    )
     ctx = _ctx()
     with pytest.raises(W.StepFailed) as failed:
         W.make_import_step("visionish")(ctx)

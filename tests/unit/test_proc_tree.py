@@ -52,8 +52,15 @@ def test_parse_stat_refuses_what_is_not_a_stat_line(text: str) -> None:
 
 
 def test_descendants_follow_the_tree_and_skip_other_branches(tmp_path: Path) -> None:
-    rows = [(1, 0, "S"), (10, 1, "S"), (11, 10, "S"), (12, 11, "Z"), (13, 10, "S"),
-            (20, 1, "S"), (21, 20, "S")]
+    rows = [
+        (1, 0, "S"),
+        (10, 1, "S"),
+        (11, 10, "S"),
+        (12, 11, "Z"),
+        (13, 10, "S"),
+        (20, 1, "S"),
+        (21, 20, "S"),
+    ]
     table = process_table(_fake_proc(tmp_path, rows, {}))
     assert sorted(table) == [1, 10, 11, 12, 13, 20, 21]
     assert descendants(10, table) == [11, 13, 12]

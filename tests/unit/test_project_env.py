@@ -29,7 +29,7 @@ def project(folder: Path, *, checks: str = "[]", deps: str = '["six"]') -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "pyproject.toml").write_text(
         f'[project]\nname = "demo-proj"\nversion = "0.1"\ndependencies = {deps}\n'
-        f"[tool.envforge]\nrecipe = \"cpu\"\nchecks = {checks}\n",
+        f'[tool.envforge]\nrecipe = "cpu"\nchecks = {checks}\n',
         encoding="utf-8",
     )
     pkg = folder / "src" / "demo_proj"
@@ -65,14 +65,21 @@ def test_checks_become_steps_import_first(tmp_path: Path) -> None:
     (root / "tests").mkdir()
     (root / "tests" / "smoke.py").write_text("import demo_proj\n", encoding="utf-8")
     steps = [c.step for c in project_checks(load_project(root))]
-    assert steps == ["check:import demo_proj", "check:tests/smoke.py",
-                     "check:pytest -x -q tests", "check:pytest -x -q tests#2"]
+    assert steps == [
+        "check:import demo_proj",
+        "check:tests/smoke.py",
+        "check:pytest -x -q tests",
+        "check:pytest -x -q tests#2",
+    ]
 
 
-@pytest.mark.parametrize(("check", "key_part"), [
-    ('["missing.py"]', "missing.py is not a file"),
-    ('["pytest \\"unclosed"]', "checks[0]"),
-])
+@pytest.mark.parametrize(
+    ("check", "key_part"),
+    [
+        ('["missing.py"]', "missing.py is not a file"),
+        ('["pytest \\"unclosed"]', "checks[0]"),
+    ],
+)
 def test_a_bad_check_is_one_line_naming_the_file_and_key(
     tmp_path: Path, check: str, key_part: str
 ) -> None:
@@ -90,10 +97,15 @@ def test_command_checks_run_in_the_worker_under_its_deadline(tmp_path: Path) -> 
     """The real probe worker runs the generated steps: a command that passes, one that
     fails (its exit code and last output in the step's detail), the import of a package
     that is not installed (fails), all with this interpreter as the environment's."""
-    root = project(tmp_path / "p", checks=json.dumps([
-        f"{Path(sys.executable).name} -c \"print('fine')\"",
-        f"{Path(sys.executable).name} -c \"import sys; print('broken here'); sys.exit(3)\"",
-    ]))
+    root = project(
+        tmp_path / "p",
+        checks=json.dumps(
+            [
+                f"{Path(sys.executable).name} -c \"print('fine')\"",
+                f"{Path(sys.executable).name} -c \"import sys; print('broken here'); sys.exit(3)\"",
+            ]
+        ),
+    )
     checks = project_checks(load_project(root))
     spec = ProbeSpec(level="quick", vendor="none", step_timeout=60.0, checks=checks)
     report = run_probe(spec, LocalPythonTarget(python=sys.executable, env=None))
@@ -120,9 +132,10 @@ def test_docker_serves_a_project_only_with_its_image_and_pick_moves_on(
     assert pick(CPU, None, say=said.append, options=Options(project=proj)) == "venv"
     assert any(project_ref(CPU, proj) in s for s in said)
     # the recipe's own image does not serve the project; another project's image neither
-    engine.images.add(image_attrs("sha256:" + "e" * 64,
-                                  labels={"io.envforge.project-key": "other-12345678"}),
-                      project_ref(CPU, proj))
+    engine.images.add(
+        image_attrs("sha256:" + "e" * 64, labels={"io.envforge.project-key": "other-12345678"}),
+        project_ref(CPU, proj),
+    )
     ok, why = BACKENDS["docker"].serves(CPU, Options(project=proj))
     assert not ok
     assert "is not an image of the project" in why
@@ -144,11 +157,14 @@ def test_build_with_a_project_whose_pins_clash_stops_before_anything_is_built(
 
 def test_shell_and_certify_take_a_project(tmp_path: Path) -> None:
     for command in (["shell", "--help"], ["certify", "--help"], ["build", "--help"]):
-        done = subprocess.run([sys.executable, "-m", "envforge", *command],
-                              capture_output=True, text=True, check=False)
+        done = subprocess.run(
+            [sys.executable, "-m", "envforge", *command],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert done.returncode == 0
         assert "--project DIR" in done.stdout
-
 
 
 NO_GPU = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs" / "none"
@@ -160,16 +176,16 @@ def test_doctor_checks_the_project_on_its_stack(
     monkeypatch.setenv("ENVFORGE_HOME", str(tmp_path / "home"))
     monkeypatch.setattr(docker, "_connect", lambda _options: FakeEngine())  # no image there
     root = project(tmp_path / "p")
-    main(["doctor", "--project", str(root), "--root", str(NO_GPU), "--backend", "venv",
-          "--json"])
+    main(["doctor", "--project", str(root), "--root", str(NO_GPU), "--backend", "venv", "--json"])
     found = {f["check"]: f for f in json.loads(capsys.readouterr().out)["findings"]}
     assert found["project"]["severity"] == "ok"
     assert found["project-lock"]["fix"] == f"envforge lock cpu --project {root}"
     assert found["project-env"]["severity"] == "warn"
     assert found["project-env"]["fix"] == f"envforge build cpu --project {root} --backend venv"
     clash = project(tmp_path / "q", deps='["torch<2.0"]')
-    code = main(["doctor", "--project", str(clash), "--root", str(NO_GPU), "--backend", "venv",
-                 "--json"])
+    code = main(
+        ["doctor", "--project", str(clash), "--root", str(NO_GPU), "--backend", "venv", "--json"]
+    )
     assert code == 4
     found = {f["check"]: f for f in json.loads(capsys.readouterr().out)["findings"]}
     assert found["project"]["severity"] == "block"

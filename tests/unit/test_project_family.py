@@ -25,8 +25,9 @@ def recipe(name: str) -> Recipe:
 
 
 def project(*requirements: str) -> Project:
-    return Project(root=Path("/p"), source=Path("/p/requirements.txt"), name="p",
-                   requirements=requirements)
+    return Project(
+        root=Path("/p"), source=Path("/p/requirements.txt"), name="p", requirements=requirements
+    )
 
 
 def companions(recipe_name: str, *requirements: str) -> dict[str, str]:
@@ -37,7 +38,8 @@ def companions(recipe_name: str, *requirements: str) -> dict[str, str]:
 def test_mnist_requirements_take_the_stacks_torchvision() -> None:
     stack = project_stack(project("torch", "torchvision"), recipe("cpu"))
     assert {p.name: p.requirement for p in stack.companions} == {
-        "torchvision": "torchvision==0.28.0+cpu"}
+        "torchvision": "torchvision==0.28.0+cpu"
+    }
     # the companion left the project's own lines, so it is never resolved on its own
     # from the default index; torch stays (the stack's pin satisfies it)
     assert stack.project == ("torch",)
@@ -46,8 +48,15 @@ def test_mnist_requirements_take_the_stacks_torchvision() -> None:
 
 
 @pytest.mark.parametrize(
-    "line", ["torchvision", "torchvision>=0.20", "torchvision==0.28.0", "torchvision==0.28.0+cpu",
-             "TorchVision ~= 0.28.0"])
+    "line",
+    [
+        "torchvision",
+        "torchvision>=0.20",
+        "torchvision==0.28.0",
+        "torchvision==0.28.0+cpu",
+        "TorchVision ~= 0.28.0",
+    ],
+)
 def test_bare_ranged_and_matching_pins_become_the_pairing(line: str) -> None:
     assert companions("cpu", line) == {"torchvision": "torchvision==0.28.0+cpu"}
 
@@ -147,12 +156,16 @@ def test_show_says_where_the_projects_torchvision_comes_from(
     root = write_project(tmp_path / "mnist", "torch", "torchvision")
     assert main(["show", "cpu", "--project", str(root)]) == 0
     out = capsys.readouterr().out
-    assert "requires   torchvision -> torchvision==0.28.0+cpu (the stack's, from " \
+    assert (
+        "requires   torchvision -> torchvision==0.28.0+cpu (the stack's, from "
         "https://download.pytorch.org/whl/cpu or the wheelhouse)" in out
+    )
     assert main(["show", "cpu", "--project", str(root), "--json"]) == 0
     view = json.loads(capsys.readouterr().out)["project"]
-    assert view["from_stack"] == {"torch": "torch==2.13.0+cpu",
-                                  "torchvision": "torchvision==0.28.0+cpu"}
+    assert view["from_stack"] == {
+        "torch": "torch==2.13.0+cpu",
+        "torchvision": "torchvision==0.28.0+cpu",
+    }
 
 
 def test_show_refuses_a_pin_that_does_not_pair(

@@ -12,21 +12,34 @@ from envforge.project.model import Project
 from envforge.stack import Pin, Stack
 
 STACK = Stack(
-    torch="torch==2.13.0+cpu", torch_version="2.13.0", index="https://example.invalid/whl/cpu",
-    index_form="index-url", accelerator="cpu", local_tag="cpu", numpy_bound=">=1.26,<3",
+    torch="torch==2.13.0+cpu",
+    torch_version="2.13.0",
+    index="https://example.invalid/whl/cpu",
+    index_form="index-url",
+    accelerator="cpu",
+    local_tag="cpu",
+    numpy_bound=">=1.26,<3",
     companions=(Pin("torchvision", "torchvision==0.28.0+cpu", "pairs", "https://x.invalid"),),
     packages=("pandas==2.2.3", "tqdm>=4"),
 )
 
 
 def project(*requirements: str, python: str | None = None) -> Project:
-    return Project(root=Path("/p"), source=Path("/p/requirements.txt"), name="p",
-                   requirements=requirements, requires_python=python)
+    return Project(
+        root=Path("/p"),
+        source=Path("/p/requirements.txt"),
+        name="p",
+        requirements=requirements,
+        requires_python=python,
+    )
 
 
 def test_pinned_versions() -> None:
     assert pinned_versions(STACK) == {
-        "torch": "2.13.0+cpu", "torchvision": "0.28.0+cpu", "pandas": "2.2.3"}
+        "torch": "2.13.0+cpu",
+        "torchvision": "0.28.0+cpu",
+        "pandas": "2.2.3",
+    }
 
 
 @pytest.mark.parametrize(

@@ -46,8 +46,14 @@ def test_pyproject_dependencies_extras_and_groups(tmp_path: Path) -> None:
     project = load_project(tmp_path, extras=["hf"], groups=["test"])
     assert project.name == "my-trainer"
     assert project.requirements == (
-        "torch>=2.4", "torchvision", "numpy<3", "pandas", "transformers", "accelerate",
-        "pytest>=8", "ruff",
+        "torch>=2.4",
+        "torchvision",
+        "numpy<3",
+        "pandas",
+        "transformers",
+        "accelerate",
+        "pytest>=8",
+        "ruff",
     )
     assert project.requires_python == ">=3.10"
     assert project.installable
@@ -56,12 +62,17 @@ def test_pyproject_dependencies_extras_and_groups(tmp_path: Path) -> None:
 
 
 def test_tool_envforge_settings_are_read_and_merged(tmp_path: Path) -> None:
-    write(tmp_path, "pyproject.toml", PYPROJECT + """
+    write(
+        tmp_path,
+        "pyproject.toml",
+        PYPROJECT
+        + """
 [tool.envforge]
 recipe = "auto"
 checks = ["pytest -x -q tests/gpu", "smoke.py"]
 extras = ["plot"]
-""")
+""",
+    )
     project = load_project(tmp_path, extras=["hf"])
     assert project.recipe == "auto"
     assert project.checks == ("pytest -x -q tests/gpu", "smoke.py")
@@ -102,10 +113,14 @@ def test_bad_settings_are_one_line_naming_file_key_and_fix(
         ('[project]\nname = "x"\ndependencies = "torch"\n', "project.dependencies"),
         ('[project]\nname = "x"\nrequires-python = "3.10+"\n', "project.requires-python"),
         ('[project]\nname = "x y"\n', "project.name"),
-        ('[project]\nname = "x"\ndependencies = ["foo @ https://h/foo.whl"]\n',
-         "project.dependencies[0]"),
-        ('[dependency-groups]\na = [{include-group = "a"}]\n[tool.envforge]\ngroups = ["a"]\n',
-         "dependency-groups.a"),
+        (
+            '[project]\nname = "x"\ndependencies = ["foo @ https://h/foo.whl"]\n',
+            "project.dependencies[0]",
+        ),
+        (
+            '[dependency-groups]\na = [{include-group = "a"}]\n[tool.envforge]\ngroups = ["a"]\n',
+            "dependency-groups.a",
+        ),
         ("[project\n", ""),
     ],
 )
@@ -118,23 +133,31 @@ def test_bad_pyproject_is_refused_in_one_line(tmp_path: Path, toml: str, key: st
 
 
 def test_requirements_with_includes_constraints_and_continuations(tmp_path: Path) -> None:
-    write(tmp_path, "requirements.txt", (
-        "# training\n"
-        "torch>=2.4\n"
-        "torchvision  # vision models\n"
-        "-r extra/more.txt\n"
-        "-c constraints.txt\n"
-        "numpy<3 \\\n"
-        "  ; python_version >= '3.9'\n"
-        "pandas==2.2.3 --hash=sha256:" + "a" * 64 + "\n"
-    ))
+    write(
+        tmp_path,
+        "requirements.txt",
+        (
+            "# training\n"
+            "torch>=2.4\n"
+            "torchvision  # vision models\n"
+            "-r extra/more.txt\n"
+            "-c constraints.txt\n"
+            "numpy<3 \\\n"
+            "  ; python_version >= '3.9'\n"
+            "pandas==2.2.3 --hash=sha256:" + "a" * 64 + "\n"
+        ),
+    )
     write(tmp_path, "extra/more.txt", "transformers\n--requirement=../last.txt\n")
     write(tmp_path, "last.txt", "accelerate\n")
     write(tmp_path, "constraints.txt", "urllib3<3\n")
     project = load_project(tmp_path)
     assert project.requirements == (
-        "torch>=2.4", "torchvision", "transformers", "accelerate",
-        'numpy<3; python_version >= "3.9"', "pandas==2.2.3",
+        "torch>=2.4",
+        "torchvision",
+        "transformers",
+        "accelerate",
+        'numpy<3; python_version >= "3.9"',
+        "pandas==2.2.3",
     )
     assert project.constraints == ("urllib3<3",)
     assert not project.installable
@@ -143,9 +166,16 @@ def test_requirements_with_includes_constraints_and_continuations(tmp_path: Path
 
 @pytest.mark.parametrize(
     "line",
-    ["--index-url https://example.invalid/simple", "-i https://example.invalid/simple",
-     "--extra-index-url=https://example.invalid/", "-f ./wheels", "--find-links ./wheels",
-     "--no-index", "--trusted-host example.invalid", "-e ."],
+    [
+        "--index-url https://example.invalid/simple",
+        "-i https://example.invalid/simple",
+        "--extra-index-url=https://example.invalid/",
+        "-f ./wheels",
+        "--find-links ./wheels",
+        "--no-index",
+        "--trusted-host example.invalid",
+        "-e .",
+    ],
 )
 def test_requirements_routing_options_are_refused(tmp_path: Path, line: str) -> None:
     write(tmp_path, "requirements.txt", f"torch\n{line}\n")
@@ -239,13 +269,20 @@ def test_inits_check_imports_once_and_writes_no_bytecode(tmp_path: Path) -> None
     steps = [c.step for c in project_checks(project)]
     assert steps == ["check:import my_trainer", f"check:{COMPILE_CHECK}"]
     argv = shlex.split(COMPILE_CHECK)
-    done = subprocess.run([sys.executable, *argv[1:]], cwd=tmp_path, capture_output=True,
-                          text=True, check=False, env={**os.environ, "PYTHONPATH": ""})
+    done = subprocess.run(
+        [sys.executable, *argv[1:]],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYTHONPATH": ""},
+    )
     assert done.returncode == 0, done.stderr  # nothing imported, .venv skipped
     assert not list(tmp_path.rglob("__pycache__"))
     write(tmp_path, "scripts/bad.py", "def (\n")
-    done = subprocess.run([sys.executable, *argv[1:]], cwd=tmp_path, capture_output=True,
-                          text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, *argv[1:]], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
     assert done.returncode == 1
     assert "bad.py" in done.stderr
     assert not list(tmp_path.rglob("__pycache__"))

@@ -44,14 +44,23 @@ def test_tab_is_kept_exactly(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("name", "ok"),
     [
-        ("cpu", True), ("sm_61", True), ("golden-rocm", True), ("a__b", True), ("a.b", True),
-        ("0..", False), ("a-", False), ("a..b", False), ("a___b", False), ("_a", False),
-        ("x" * 63, True), ("x" * 64, False), ("A", False), ("a\n", False),
+        ("cpu", True),
+        ("sm_61", True),
+        ("golden-rocm", True),
+        ("a__b", True),
+        ("a.b", True),
+        ("0..", False),
+        ("a-", False),
+        ("a..b", False),
+        ("a___b", False),
+        ("_a", False),
+        ("x" * 63, True),
+        ("x" * 64, False),
+        ("A", False),
+        ("a\n", False),
     ],
 )
-def test_recipe_names_follow_the_image_name_grammar(
-    tmp_path: Path, name: str, ok: bool
-) -> None:
+def test_recipe_names_follow_the_image_name_grammar(tmp_path: Path, name: str, ok: bool) -> None:
     text = GOOD.replace("name: mine", f"name: {name!r}".replace("'", '"').replace("\n", "\\n"))
     if ok:
         assert load_recipe_file(write(tmp_path, text)).name == name
@@ -106,8 +115,15 @@ def test_torch_versions(tmp_path: Path, version: str, expect: str) -> None:
 
 @pytest.mark.parametrize(
     ("value", "expect"),
-    [(".inf", "finite"), ("-.inf", "finite"), (".nan", "finite"), ("0", "greater than zero"),
-     ("-1", "greater than zero"), ("86401", "more than a day"), ("1.0e+308", "more than a day")],
+    [
+        (".inf", "finite"),
+        ("-.inf", "finite"),
+        (".nan", "finite"),
+        ("0", "greater than zero"),
+        ("-1", "greater than zero"),
+        ("86401", "more than a day"),
+        ("1.0e+308", "more than a day"),
+    ],
 )
 def test_step_timeout_bounds(tmp_path: Path, value: str, expect: str) -> None:
     line = load_error(tmp_path, GOOD.replace("step_timeout: 30", f"step_timeout: {value}"))

@@ -117,8 +117,12 @@ def test_unknown_key_without_near_match_lists_valid_keys(tmp_path: Path) -> None
         ("  step_timeout: 30", "  step_timeout: fast", "certify.step_timeout", "number"),
         ("  step_timeout: 30", "  step_timeout: 0", "certify.step_timeout", "greater than zero"),
         ("  step_timeout: 30", "  step_timeout: true", "certify.step_timeout", "boolean"),
-        ("torch:\n  version: \"2.5.1\"\n  index: https://download.pytorch.org/whl/rocm6.2",
-         "torch: 2.5.1", "torch", "expected a mapping"),
+        (
+            'torch:\n  version: "2.5.1"\n  index: https://download.pytorch.org/whl/rocm6.2',
+            "torch: 2.5.1",
+            "torch",
+            "expected a mapping",
+        ),
         ("  vendor: amd", "  vendor: amdd", "gpu.vendor", "did you mean 'amd'"),
         ("  arch: gfx1030", "  arch: sm_90", "gpu.arch", "not a amd arch"),
         ("    confidence: community", "    confidence: sure", "confidence", "one of: verified"),
@@ -126,8 +130,12 @@ def test_unknown_key_without_near_match_lists_valid_keys(tmp_path: Path) -> None
         ('python: "3.10"', 'python: "3.10.4"', "python", 'like "3.10"'),
         ("name: mine", "name: Mine Recipe", "name", "not a valid recipe name"),
         ("base_image: ubuntu:22.04", "base_image: 'ubuntu 22.04'", "base_image", "image reference"),
-        ("  index: https://download.pytorch.org/whl/rocm6.2", "  index: ftp://x", "torch.index",
-         "http(s) URL"),
+        (
+            "  index: https://download.pytorch.org/whl/rocm6.2",
+            "  index: ftp://x",
+            "torch.index",
+            "http(s) URL",
+        ),
         ("description: a test recipe", "description: [a, b]", "description", "expected a string"),
     ],
 )
@@ -177,8 +185,9 @@ def test_unquoted_versions_keep_their_text(tmp_path: Path) -> None:
 
 
 def test_set_python_unquoted_stays_3_10(tmp_path: Path) -> None:
-    r = load_recipe_file(write(tmp_path, GOOD.replace('python: "3.10"', 'python: "3.9"')),
-                         ["python=3.10"])
+    r = load_recipe_file(
+        write(tmp_path, GOOD.replace('python: "3.10"', 'python: "3.9"')), ["python=3.10"]
+    )
     assert r.python == "3.10"
 
 
@@ -342,9 +351,7 @@ def test_missing_file(tmp_path: Path) -> None:
 def test_extra_checks_resolve_relative_to_recipe(tmp_path: Path) -> None:
     (tmp_path / "checks").mkdir()
     (tmp_path / "checks" / "c.py").write_text("print('x')\n", encoding="utf-8")
-    text = GOOD.replace(
-        "  level: quick", "  level: quick\n  extra_checks: [checks/c.py]"
-    )
+    text = GOOD.replace("  level: quick", "  level: quick\n  extra_checks: [checks/c.py]")
     r = load_recipe_file(write(tmp_path, text))
     assert r.certify.extra_checks == ((tmp_path / "checks" / "c.py").resolve(),)
     line = load_error(tmp_path, GOOD.replace("  level: quick", "  extra_checks: [nope.py]"))

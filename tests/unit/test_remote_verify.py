@@ -19,26 +19,41 @@ from tests.helpers.recipes import make_recipe
 
 RECIPE = make_recipe()
 LAYERS = ["sha256:" + "a" * 64, "sha256:" + "b" * 64]
-CONFIG: dict[str, Any] = {"Env": ["PATH=/opt/venv/bin:/usr/bin"], "Cmd": ["bash"],
-                          "Labels": {"io.envforge.recipe": "cpu"}}
+CONFIG: dict[str, Any] = {
+    "Env": ["PATH=/opt/venv/bin:/usr/bin"],
+    "Cmd": ["bash"],
+    "Labels": {"io.envforge.recipe": "cpu"},
+}
 
 
 def _certified_config(config: dict[str, Any], layers: list[str]) -> bytes:
     cert = issue(
         report={"status": "pass", "level": "full", "steps": [{"name": "a", "status": "pass"}]},
-        recipe_name=RECIPE.name, recipe_hash=RECIPE.hash, stack_tag=RECIPE.stack_tag,
-        layers=LAYERS, config=bound_config(CONFIG), candidate_id="sha256:" + "c" * 64,
+        recipe_name=RECIPE.name,
+        recipe_hash=RECIPE.hash,
+        stack_tag=RECIPE.stack_tag,
+        layers=LAYERS,
+        config=bound_config(CONFIG),
+        candidate_id="sha256:" + "c" * 64,
     )
     labels = {**config["Labels"], CERTIFICATE_LABEL: cert.to_json()}
-    blob = {"architecture": "amd64", "os": "linux", "config": {**config, "Labels": labels},
-            "rootfs": {"type": "layers", "diff_ids": layers}}
+    blob = {
+        "architecture": "amd64",
+        "os": "linux",
+        "config": {**config, "Labels": labels},
+        "rootfs": {"type": "layers", "diff_ids": layers},
+    }
     return json.dumps(blob).encode()
 
 
 def _serve(state: HostileRegistry, name: str, config: bytes) -> str:
     digest = "sha256:" + hashlib.sha256(config).hexdigest()
-    manifest = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                "config": {"digest": digest, "size": len(config)}, "layers": []}
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"digest": digest, "size": len(config)},
+        "layers": [],
+    }
     state.paths[f"/v2/team/{name}/manifests/v1"] = json.dumps(manifest).encode()
     state.paths[f"/v2/team/{name}/blobs/{digest}"] = config
     return f"{state.host}/team/{name}:v1"
@@ -59,7 +74,8 @@ def test_remote_image_is_the_config_digest_layers_and_labels(registry: HostileRe
 
 
 def test_verify_reads_the_registry_with_no_engine(
-    registry: HostileRegistry, monkeypatch: pytest.MonkeyPatch,
+    registry: HostileRegistry,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent.sock")  # no engine to ask
@@ -68,8 +84,9 @@ def test_verify_reads_the_registry_with_no_engine(
     data = json.loads(capsys.readouterr().out)
     assert (data["ok"], data["recipe"], data["layers"]) == (True, RECIPE.name, 2)
     # the same certificate on other content: a layer swapped
-    other = _serve(registry, "swapped",
-                   _certified_config(CONFIG, [LAYERS[0], "sha256:" + "e" * 64]))
+    other = _serve(
+        registry, "swapped", _certified_config(CONFIG, [LAYERS[0], "sha256:" + "e" * 64])
+    )
     assert main(["verify", other]) == 1
     assert "content differs from certificate: layer 2" in capsys.readouterr().err
     # or a HEALTHCHECK added on top of the certified config
@@ -96,7 +113,8 @@ def test_publish_takes_auto_like_build(
 
 
 def test_a_manifest_asked_for_by_digest_must_be_those_bytes(
-    registry: HostileRegistry, monkeypatch: pytest.MonkeyPatch,
+    registry: HostileRegistry,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """REF@sha256:... (publish prints it) names one manifest: a registry that answers
@@ -112,20 +130,32 @@ def test_a_manifest_asked_for_by_digest_must_be_those_bytes(
     capsys.readouterr()
     # the same digest, other bytes (another certified image's manifest)
     _serve(registry, "other", _certified_config(CONFIG, LAYERS))  # issued again: other bytes
-    registry.paths[f"/v2/team/pinned/manifests/{digest}"] = (
-        registry.paths["/v2/team/other/manifests/v1"]
+    registry.paths[f"/v2/team/pinned/manifests/{digest}"] = registry.paths[
+        "/v2/team/other/manifests/v1"
+    ]
+    registry.paths.update(
+        {
+            k.replace("/team/other/", "/team/pinned/"): v
+            for k, v in list(registry.paths.items())
+            if "/team/other/blobs/" in k
+        }
     )
-    registry.paths.update({k.replace("/team/other/", "/team/pinned/"): v
-                           for k, v in list(registry.paths.items()) if "/team/other/blobs/" in k})
     assert main(["verify", pinned]) == 4
     err = capsys.readouterr().err
     assert f"the manifest does not match its digest {digest[:19]}" in err
     assert len(err.strip().splitlines()) == 1
     # a manifest list whose entry's digest names other bytes
-    index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
-             "manifests": [{"digest": digest, "mediaType":
-                            "application/vnd.oci.image.manifest.v1+json",
-                            "platform": {"os": "linux", "architecture": "amd64"}}]}
+    index = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [
+            {
+                "digest": digest,
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "platform": {"os": "linux", "architecture": "amd64"},
+            }
+        ],
+    }
     registry.paths["/v2/team/pinned/manifests/list"] = json.dumps(index).encode()
     assert main(["verify", good.rsplit(":", 1)[0] + ":list"]) == 4
     assert "does not match its digest" in capsys.readouterr().err

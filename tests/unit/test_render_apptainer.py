@@ -44,13 +44,39 @@ def test_written_under_dir_and_an_unpinned_image_is_refused_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "out"
-    assert main(["render", "sm_90", "--format", "apptainer", "--image",
-                 f"127.0.0.1:5000/envforge/sm_90@{DIGEST}", "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "render",
+                "sm_90",
+                "--format",
+                "apptainer",
+                "--image",
+                f"127.0.0.1:5000/envforge/sm_90@{DIGEST}",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     text = (out / "sm_90" / "envforge.def").read_text()
     assert "apptainer exec --nv" in text  # NVIDIA needs the driver's libraries bound
     capsys.readouterr()
-    assert main(["render", "cpu", "--format", "apptainer", "--image",
-                 "127.0.0.1:5000/envforge/cpu:latest", "-o", str(tmp_path / "no")]) == 2
+    assert (
+        main(
+            [
+                "render",
+                "cpu",
+                "--format",
+                "apptainer",
+                "--image",
+                "127.0.0.1:5000/envforge/cpu:latest",
+                "-o",
+                str(tmp_path / "no"),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.count("error") == 1
     assert "bootstraps from the certified image by digest" in err

@@ -44,7 +44,9 @@ def recipe(name: str) -> Recipe:
 
 def amd_host_flags() -> Any:
     return device_flags(
-        "amd", dev_root=SYSFS / "mi300x" / "dev", proc_root=SYSFS / "mi300x" / "proc",
+        "amd",
+        dev_root=SYSFS / "mi300x" / "dev",
+        proc_root=SYSFS / "mi300x" / "proc",
         cdi_roots=(),
     )
 
@@ -75,8 +77,15 @@ def test_amd_devcontainer_runs_like_shell() -> None:
     assert doc["image"] == certified_ref(r.name, r.stack_tag)
     # The same device flags, groups, seccomp and IPC as `envforge shell` passes.
     argv = shell_argv(
-        image="i", command=[], name="n", env={}, flags=flags, cwd=Path("/w"), volumes=(),
-        user="0:0", tty=False,
+        image="i",
+        command=[],
+        name="n",
+        env={},
+        flags=flags,
+        cwd=Path("/w"),
+        volumes=(),
+        user="0:0",
+        tty=False,
     )
     for flag in flags.cli_args():
         assert flag in argv
@@ -94,7 +103,9 @@ def test_amd_devcontainer_runs_like_shell() -> None:
 def test_nvidia_devcontainer_requires_a_gpu_and_passes_gpus_all() -> None:
     r = recipe("sm_90")
     flags = device_flags(
-        "nvidia", dev_root=SYSFS / "h100" / "dev", proc_root=SYSFS / "h100" / "proc",
+        "nvidia",
+        dev_root=SYSFS / "h100" / "dev",
+        proc_root=SYSFS / "h100" / "proc",
         cdi_roots=(),
     )
     doc = devcontainer_json(r, flags)
@@ -106,8 +117,11 @@ def test_nvidia_devcontainer_requires_a_gpu_and_passes_gpus_all() -> None:
     sized = devcontainer_json(
         r,
         device_flags(
-            "nvidia", dev_root=SYSFS / "h100" / "dev", proc_root=SYSFS / "h100" / "proc",
-            cdi_roots=(), shm=SharedMemory.sized("16g"),
+            "nvidia",
+            dev_root=SYSFS / "h100" / "dev",
+            proc_root=SYSFS / "h100" / "proc",
+            cdi_roots=(),
+            shm=SharedMemory.sized("16g"),
         ),
     )
     validate(sized)

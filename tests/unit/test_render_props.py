@@ -379,9 +379,10 @@ def test_what_the_loader_refuses_for_a_character_render_refuses_alike(
     with pytest.raises(InvalidInput) as rendered_refusal:
         render_dockerfile(recipe)
     # the same check, the same words (after the origin and key)
-    assert str(rendered_refusal.value).split(f"{key}: ", 1)[1] == refused.value.message.split(
-        f"{key}: ", 1
-    )[1]
+    assert (
+        str(rendered_refusal.value).split(f"{key}: ", 1)[1]
+        == refused.value.message.split(f"{key}: ", 1)[1]
+    )
 
 
 @pytest.mark.parametrize("name", sorted(RESERVED_ENV))

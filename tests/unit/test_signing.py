@@ -61,8 +61,13 @@ def _secrets(key_path: Path) -> list[str]:
     body = "".join(line for line in pem.splitlines() if not line.startswith("-----"))
     der = base64.b64decode(body)
     seed = der[-32:]  # PKCS#8 ed25519: the 32-byte seed ends the structure
-    return [body, *[ln for ln in pem.splitlines() if not ln.startswith("-----")],
-            seed.hex(), base64.b64encode(seed).decode(), base64.urlsafe_b64encode(seed).decode()]
+    return [
+        body,
+        *[ln for ln in pem.splitlines() if not ln.startswith("-----")],
+        seed.hex(),
+        base64.b64encode(seed).decode(),
+        base64.urlsafe_b64encode(seed).decode(),
+    ]
 
 
 def test_generate_writes_a_private_0600_key_and_never_overwrites(tmp_path: Path) -> None:
@@ -150,9 +155,7 @@ def test_trust_files_hold_several_named_keys_and_refuse_junk(tmp_path: Path) -> 
     a, pub_a = _keys(tmp_path / "a", "runner A")
     b, pub_b = _keys(tmp_path / "b", "runner B")
     both = tmp_path / "trusted.pub"
-    both.write_text(
-        "# the team's keys\n\n" + pub_a.read_text() + "  " + pub_b.read_text()
-    )
+    both.write_text("# the team's keys\n\n" + pub_a.read_text() + "  " + pub_b.read_text())
     trust = load_trust([both])
     assert trust.name_of(a.public.fingerprint) == "runner A"
     assert trust.name_of(b.public.fingerprint) == "runner B"
@@ -203,9 +206,7 @@ def test_a_signed_build_labels_and_stores_the_signature_but_not_the_key(
     key = load_signing_key(key_path)
     engine = _engine()
     said: list[str] = []
-    options = docker.DockerOptions(
-        signer=key, report_dir=tmp_path / "reports", say=said.append
-    )
+    options = docker.DockerOptions(signer=key, report_dir=tmp_path / "reports", say=said.append)
     result = docker.build(RECIPE, options, client=engine, prober=FakeProbe("pass"))
     assert result.certified
     label = engine.images.get(certified_ref(RECIPE.name, RECIPE.stack_tag)).attrs["Config"][
@@ -301,15 +302,25 @@ def test_the_matrix_reads_signers_and_skips_a_signature_that_does_not_match(
     from tests.helpers.matrix_synth import Spec, make_certificate
 
     key, pub = _keys(tmp_path / "k", "runner A")
-    spec = Spec(vendor="none", arch=None, product="", driver="", recipe="cpu",
-                stack="torch2.13.0-cpu-py3.11", outcome="pass",
-                created=datetime(2026, 11, 20, tzinfo=timezone.utc))
+    spec = Spec(
+        vendor="none",
+        arch=None,
+        product="",
+        driver="",
+        recipe="cpu",
+        stack="torch2.13.0-cpu-py3.11",
+        outcome="pass",
+        created=datetime(2026, 11, 20, tzinfo=timezone.utc),
+    )
     good = sign(Certificate.from_data(make_certificate(spec)), key)
     (tmp_path / "good.json").write_text(good.to_json())
     bad: dict[str, Any] = json.loads(
-        sign(Certificate.from_data(make_certificate(
-            replace(spec, created=datetime(2026, 11, 21, tzinfo=timezone.utc))
-        )), key).to_json()
+        sign(
+            Certificate.from_data(
+                make_certificate(replace(spec, created=datetime(2026, 11, 21, tzinfo=timezone.utc)))
+            ),
+            key,
+        ).to_json()
     )
     bad["signature"]["value"] = base64.b64encode(b"\1" * 64).decode()
     (tmp_path / "bad.json").write_text(json.dumps(bad))

@@ -195,7 +195,9 @@ def test_arm64_has_its_own_sass_list() -> None:
         solve(SolveRequest("sm_75", platform="linux/arm64"), TABLE)
     ampere = solve(SolveRequest("sm_86", platform="linux/arm64"), TABLE)
     assert (ampere.stack.via, ampere.stack.runs, ampere.stack.platform) == (
-        "same-major", "sm_80", "linux/arm64"
+        "same-major",
+        "sm_80",
+        "linux/arm64",
     )
     amd64 = solve(SolveRequest("sm_86"), TABLE)
     assert (amd64.stack.via, amd64.stack.platform) == ("sass", "linux/amd64")
@@ -209,7 +211,9 @@ def test_thor_and_gb10_are_solved_on_arm64() -> None:
     assert thor.stack.confidence == "community"  # runtime on JetPack 7: third-party reports
     spark = solve(SolveRequest("sm_121"), TABLE)
     assert (spark.stack.via, spark.stack.runs, spark.stack.platform) == (
-        "same-major", "sm_120", "linux/arm64"
+        "same-major",
+        "sm_120",
+        "linux/arm64",
     )
     with pytest.raises(NoStack, match="only on linux/arm64"):
         solve(SolveRequest("sm_121", platform="linux/amd64"), TABLE)

@@ -33,9 +33,11 @@ def test_solve_names_the_curated_recipe_its_pins_and_why(
     assert lines[head] == (
         "  curated    recipe gfx1031 pins torch 2.5.1+rocm6.2 py3.10 for gfx1031, not this "
         "solution's torch 2.14.1+rocm7.2 py3.12; `build auto` on gfx1031 uses the recipe "
-        "(envforge show gfx1031)")
-    assert lines[head + 1] == ("      reason: Same conservative stack as gfx1030: torch "
-                               "2.5.1+rocm6.2 on Python 3.10.")
+        "(envforge show gfx1031)"
+    )
+    assert lines[head + 1] == (
+        "      reason: Same conservative stack as gfx1030: torch 2.5.1+rocm6.2 on Python 3.10."
+    )
     assert "Module not initialized" in lines[head + 2]
     assert "stay on rocm6.2 wheels (this recipe)" in lines[head + 2]
     assert "https://github.com/ROCm/pytorch/issues/2241" in lines[head + 3]
@@ -73,10 +75,12 @@ def test_show_says_what_solve_would_pick_and_why_the_recipe_differs(
     head = next(i for i, line in enumerate(lines) if line.startswith("  solve      "))
     assert lines[head].startswith(
         "  solve      envforge solve gfx1031 picks torch 2.14.1+rocm7.2 py3.12 (the newest "
-        "release whose rocm7.2 wheel")
+        "release whose rocm7.2 wheel"
+    )
     assert lines[head].endswith(
         "this recipe keeps torch 2.5.1+rocm6.2 py3.10 on purpose, and `build auto` on gfx1031 "
-        "uses this recipe")
+        "uses this recipe"
+    )
     assert lines[head + 1].startswith("      reason: Same conservative stack as gfx1030")
 
 
@@ -88,8 +92,9 @@ def test_show_json_has_the_solve_field(capsys: pytest.CaptureFixture[str]) -> No
 
 
 def test_show_where_solve_finds_no_stack_says_so(capsys: pytest.CaptureFixture[str]) -> None:
-    line = next(ln for ln in _out(capsys, "show", "gfx1010").splitlines()
-                if ln.startswith("  solve      "))
+    line = next(
+        ln for ln in _out(capsys, "show", "gfx1010").splitlines() if ln.startswith("  solve      ")
+    )
     assert line.startswith("  solve      envforge solve gfx1010 finds no stack (no published")
     assert "this recipe keeps torch 1.13.1+rocm5.2 py3.10 on purpose" in line
 
@@ -105,8 +110,7 @@ def test_the_reason_comes_from_the_recipe_fields() -> None:
     assert evidence  # the kept issue's links
 
 
-def test_auto_takes_the_recipe_that_sets_the_override_for_an_arch_without_its_own(
-) -> None:
+def test_auto_takes_the_recipe_that_sets_the_override_for_an_arch_without_its_own() -> None:
     recipe = covering_recipe("gfx1034")
     assert recipe is not None
     assert recipe.env_map["HSA_OVERRIDE_GFX_VERSION"] == "10.3.0"

@@ -179,7 +179,10 @@ def test_solve_output_sources_can_be_opened_for_every_arch() -> None:
             ],
         ),
         # a bare #N that does not continue a repo's list is attributed to no repo
-        ("pytorch/pytorch#1 (see also the notes, #2)", ["https://github.com/pytorch/pytorch/issues/1"]),
+        (
+            "pytorch/pytorch#1 (see also the notes, #2)",
+            ["https://github.com/pytorch/pytorch/issues/1"],
+        ),
         ("unslothai/unsloth PR #8412", ["https://github.com/unslothai/unsloth/issues/8412"]),
     ],
 )

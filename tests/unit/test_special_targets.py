@@ -106,8 +106,8 @@ def test_a_node_that_takes_the_files_place_after_the_check_is_put_back(
 
 @pytest.mark.parametrize("kind", sorted(MAKERS))
 @pytest.mark.parametrize(
-    ("engine", "name"), [("github", "plan.json"), ("github", "workflow.yml"),
-                         ("slurm", "plan.json")]
+    ("engine", "name"),
+    [("github", "plan.json"), ("github", "workflow.yml"), ("slurm", "plan.json")],
 )
 def test_fleet_plan_onto_a_node_writes_none_of_its_files(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str, engine: str, name: str
@@ -117,8 +117,23 @@ def test_fleet_plan_onto_a_node_writes_none_of_its_files(
     MAKERS[kind](out / name)
     before = _node(out / name)
     listing = _listing(out)
-    assert main(["fleet", "plan", "--engine", engine, "--recipe", "cpu", "--backend", "venv",
-                 "-o", str(out)]) == 2
+    assert (
+        main(
+            [
+                "fleet",
+                "plan",
+                "--engine",
+                engine,
+                "--recipe",
+                "cpu",
+                "--backend",
+                "venv",
+                "-o",
+                str(out),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     errors = [ln for ln in err.splitlines() if ln.startswith("envforge: error:")]
     assert len(errors) == 1, err
@@ -178,8 +193,7 @@ def test_a_venv_build_onto_a_node_is_refused_before_any_work(
     with pytest.raises(BadPath) as info:
         building.make(recipe)
     line = info.value.one_line()
-    assert f"{target} is a {'FIFO' if kind == 'fifo' else 'character device'}, not a folder" \
-        in line
+    assert f"{target} is a {'FIFO' if kind == 'fifo' else 'character device'}, not a folder" in line
     assert "ENVFORGE_HOME" in line
     assert _node(target) == before
 
@@ -200,8 +214,10 @@ def test_an_index_cache_entry_that_is_a_fifo_is_neither_read_nor_replaced(
     assert client._load(url, accept) is None  # never blocks on the FIFO
     client._save(url, accept, {"url": url, "stored": 0.0, "body": ""})  # no error: a cache
     assert _node(entry) == before
-    assert _listing(tmp_path / "cache") == [entry.parent.name, str(entry.relative_to(
-        tmp_path / "cache"))]
+    assert _listing(tmp_path / "cache") == [
+        entry.parent.name,
+        str(entry.relative_to(tmp_path / "cache")),
+    ]
 
 
 # --------------------------------------------------------------------------- state inputs
@@ -210,12 +226,19 @@ def test_an_index_cache_entry_that_is_a_fifo_is_neither_read_nor_replaced(
 
 @pytest.mark.parametrize(
     ("kind", "name"),
-    [(k, n) for k in ("fifo", "char-device", "link-to-fifo")
-     for n in ("evidence.sqlite", "evidence.sqlite-wal")] + [("garbage", "evidence.sqlite")],
+    [
+        (k, n)
+        for k in ("fifo", "char-device", "link-to-fifo")
+        for n in ("evidence.sqlite", "evidence.sqlite-wal")
+    ]
+    + [("garbage", "evidence.sqlite")],
 )
 def test_an_evidence_store_that_is_a_node_or_no_database_is_one_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-    kind: str, name: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    kind: str,
+    name: str,
 ) -> None:
     home = tmp_path / "home"
     home.mkdir()
@@ -305,12 +328,16 @@ EMPTY_TARGETS = [
 ]
 
 
-@pytest.mark.parametrize("args", EMPTY_TARGETS, ids=[" ".join(a[:2]) + " " + a[-1]
-                                                     for a in EMPTY_TARGETS])
+@pytest.mark.parametrize(
+    "args", EMPTY_TARGETS, ids=[" ".join(a[:2]) + " " + a[-1] for a in EMPTY_TARGETS]
+)
 @pytest.mark.parametrize("value", ["", "  "])
 def test_an_empty_output_path_is_exit_2_and_writes_nothing_here(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-    args: list[str], value: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    value: str,
 ) -> None:
     """``-o ""`` (an unset ``$VAR``) was the current folder: render, probe --report,
     matrix and fleet plan wrote their files here unasked."""
@@ -323,9 +350,7 @@ def test_an_empty_output_path_is_exit_2_and_writes_nothing_here(
     assert _listing(here) == []
 
 
-def test_dot_is_still_the_current_folder(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_dot_is_still_the_current_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     assert main(["render", "cpu", "-o", "."]) == 0
     assert (tmp_path / "cpu" / "Dockerfile").is_file()
@@ -337,13 +362,20 @@ def test_dot_is_still_the_current_folder(
 @pytest.mark.parametrize("kind", ["fifo", "char-device", "link-to-fifo"])
 @pytest.mark.parametrize(
     "args",
-    [["matrix", "-o", "{T}"], ["keys", "generate", "-o", "{T}"], ["render", "cpu", "-o", "{T}"],
-     ["fleet", "plan", "--engine", "github", "--recipe", "cpu", "-o", "{T}"]],
+    [
+        ["matrix", "-o", "{T}"],
+        ["keys", "generate", "-o", "{T}"],
+        ["render", "cpu", "-o", "{T}"],
+        ["fleet", "plan", "--engine", "github", "--recipe", "cpu", "-o", "{T}"],
+    ],
     ids=["matrix", "keys", "render", "fleet-plan"],
 )
 def test_an_output_folder_that_is_a_node_is_named_for_what_it_is(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-    kind: str, args: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    kind: str,
+    args: list[str],
 ) -> None:
     """One check (fsutil.check_folder_target) for every output folder: matrix said 'is a
     file' and keys 'not a folder' for a device or FIFO."""
@@ -353,7 +385,10 @@ def test_an_output_folder_that_is_a_node_is_named_for_what_it_is(
     before = _node(target)
     assert main([a.replace("{T}", str(target)) for a in args]) == ExitCode.INVALID_INPUT
     line = _one_error(capsys)
-    what = {"fifo": "a FIFO", "char-device": "a character device",
-            "link-to-fifo": "a symbolic link to a FIFO"}[kind]
+    what = {
+        "fifo": "a FIFO",
+        "char-device": "a character device",
+        "link-to-fifo": "a symbolic link to a FIFO",
+    }[kind]
     assert f"{target} is {what}, not a folder" in line
     assert _node(target) == before

@@ -17,8 +17,13 @@ from envforge.probe.report import ProbeReport, ReportHost, StepResult
 
 def _report(*steps: StepResult) -> ProbeReport:
     return ProbeReport(
-        steps=steps, level="quick", target="python", host=ReportHost("Linux 6.8", "x86_64"),
-        envforge_version="0.1.0", created="2026-11-20T12:00:00Z", recipe_name="cpu",
+        steps=steps,
+        level="quick",
+        target="python",
+        host=ReportHost("Linux 6.8", "x86_64"),
+        envforge_version="0.1.0",
+        created="2026-11-20T12:00:00Z",
+        recipe_name="cpu",
     )
 
 
@@ -81,8 +86,11 @@ def test_a_fence_is_never_closed_by_its_content(text: str) -> None:
 
 
 def test_a_pass_and_an_error_before_the_probe() -> None:
-    ok = section("envforge build cpu", _report(StepResult("device", "pass", 0.1, "cpu")),
-                 facts=[("certificate", "sha256:abc"), ("signed by", "unsigned")])
+    ok = section(
+        "envforge build cpu",
+        _report(StepResult("device", "pass", 0.1, "cpu")),
+        facts=[("certificate", "sha256:abc"), ("signed by", "unsigned")],
+    )
     assert ok.startswith("### envforge build cpu: ✅ pass\n")
     assert "| signed by | unsigned |" in ok
     err = section("envforge build cpu", None, error="cannot reach the engine | exit 4")
@@ -95,8 +103,9 @@ def test_probe_summary_is_appended_even_when_the_probe_cannot_start(
 ) -> None:
     summary = tmp_path / "summary.md"
     summary.write_text("# earlier step\n")
-    code = main(["probe", "--recipe", "cpu", "--python", "/nonexistent/python",
-                 "--summary", str(summary)])
+    code = main(
+        ["probe", "--recipe", "cpu", "--python", "/nonexistent/python", "--summary", str(summary)]
+    )
     assert code == 4
     text = summary.read_text()
     assert text.startswith("# earlier step\n### envforge probe --recipe cpu: ❌ error")
@@ -118,9 +127,14 @@ def test_venv_build_summary_shows_the_report_and_the_failure(
     report = _report(StepResult("device", "pass", 0.1, "cpu"))
 
     def passing(recipe: object, options: object) -> venv.VenvBuildResult:
-        return venv.VenvBuildResult("cpu", tmp_path / "v", "built",
-                                    venv.Interpreter("python3", "python3", "3.11.7"),
-                                    report, 1.0)
+        return venv.VenvBuildResult(
+            "cpu",
+            tmp_path / "v",
+            "built",
+            venv.Interpreter("python3", "python3", "3.11.7"),
+            report,
+            1.0,
+        )
 
     monkeypatch.setattr(venv, "make", passing)
     summary = tmp_path / "summary.md"

@@ -35,12 +35,15 @@ def test_names_are_read_and_part_of_the_hash_only_when_given(tmp_path: Path) -> 
     assert "system_packages" not in CPU.to_dict()  # older hashes stay as they were
 
 
-@pytest.mark.parametrize(("given", "words"), [
-    ("[FFmpeg]", "system_packages[0]"),
-    ("['libgl1; rm -rf /']", "is not a Debian package name"),
-    ("[ffmpeg, ffmpeg]", "listed twice"),
-    ("ffmpeg libgl1", "is not a Debian package name"),
-])
+@pytest.mark.parametrize(
+    ("given", "words"),
+    [
+        ("[FFmpeg]", "system_packages[0]"),
+        ("['libgl1; rm -rf /']", "is not a Debian package name"),
+        ("[ffmpeg, ffmpeg]", "listed twice"),
+        ("ffmpeg libgl1", "is not a Debian package name"),
+    ],
+)
 def test_bad_names_are_one_line_naming_the_key(tmp_path: Path, given: str, words: str) -> None:
     with pytest.raises(InvalidInput) as caught:
         Catalogue.default({}).load(str(recipe_file(tmp_path, given)))
@@ -54,7 +57,7 @@ def test_the_image_installs_them_after_the_venv_layers() -> None:
     text = render_dockerfile(
         dataclasses.replace(CPU, system_packages=("ffmpeg", "libgl1")), RenderOptions()
     )
-    final = text[text.rindex("\nFROM "):]
+    final = text[text.rindex("\nFROM ") :]
     apt = final.index("apt-get install -y --no-install-recommends ffmpeg libgl1")
     assert final.index("COPY --from=build") < apt  # torch's and the rest's layers first
     assert "apt-get install -y --no-install-recommends ffmpeg" not in text[: text.rindex("\nFROM ")]
@@ -93,5 +96,7 @@ def test_a_projects_system_packages_are_checked_on_the_host_too(tmp_path: Path) 
     options = VenvOptions(project=load_project(tmp_path))
     with pytest.raises(Unavailable) as caught:
         _check_system_packages(CPU, options)
-    assert caught.value.message == ("cpu with the project needs-apt needs system packages"
-                                    " this host lacks: envforge-no-such-package")
+    assert caught.value.message == (
+        "cpu with the project needs-apt needs system packages"
+        " this host lacks: envforge-no-such-package"
+    )

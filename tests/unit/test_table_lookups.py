@@ -22,7 +22,8 @@ def test_numpy_installable_is_every_release_s_versions_for_that_python() -> None
     table = load_table()
     for python in ("3.8", "3.11", "3.13", "3.99"):
         plain = tuple(
-            v for n in table.numpy_releases
+            v
+            for n in table.numpy_releases
             if py_tuple(n.python_min) <= py_tuple(python) <= py_tuple(n.python_max)
             for v in n.versions
             if (first := dict(n.python_from).get(python)) is None

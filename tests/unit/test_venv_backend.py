@@ -178,8 +178,13 @@ def test_up_to_date_does_no_work(tmp_path: Path) -> None:
     key = install_key(recipe, interp, options, None)
     built = {"install_key": key, "fingerprint": fp, "content": content, "content_format": 2}
     (markers / "build.json").write_text(json.dumps(built))
-    cert = {"recipe_hash": recipe.hash, "fingerprint": fp, "level": "full", "content": content,
-            "content_format": 2}
+    cert = {
+        "recipe_hash": recipe.hash,
+        "fingerprint": fp,
+        "level": "full",
+        "content": content,
+        "content_format": 2,
+    }
     (markers / "certified.json").write_text(json.dumps(cert))
     result = venv.build(recipe, options)
     assert result.status == "up-to-date"

@@ -261,10 +261,16 @@ def certified_venv(tmp_path: Path) -> tuple[Recipe, dict[str, str], Path]:
     markers = target / MARKER_DIR
     markers.mkdir()
     fp, content = fingerprint(target), content_digests(target)
-    (markers / "build.json").write_text(json.dumps(
-        {"fingerprint": fp, "content": content, "content_format": CONTENT_FORMAT}))
-    cert = {"recipe_hash": recipe.hash, "fingerprint": fp, "content": content, "level": "full",
-            "content_format": CONTENT_FORMAT}
+    (markers / "build.json").write_text(
+        json.dumps({"fingerprint": fp, "content": content, "content_format": CONTENT_FORMAT})
+    )
+    cert = {
+        "recipe_hash": recipe.hash,
+        "fingerprint": fp,
+        "content": content,
+        "level": "full",
+        "content_format": CONTENT_FORMAT,
+    }
     (markers / "certified.json").write_text(json.dumps(cert))
     (markers / venvscan.CERTIFIED_LIST).write_bytes(venvscan.certified_list(target))
     return recipe, home, target
@@ -339,4 +345,5 @@ def test_what_a_build_does_with_changed_files(tmp_path: Path) -> None:
     )
     older = {**built, "content_format": None}
     assert str(venv._reinstall_reason(target, older, "k", options)[0]).startswith(
-        "made by an older envforge")
+        "made by an older envforge"
+    )

@@ -85,9 +85,7 @@ def flags_for(client: EngineClient, recipe: Recipe, options: DockerOptions) -> D
     from envforge.backends.docker.engine import identify_engine  # noqa: PLC0415 - loads the SDK
 
     engine = identify_engine(client) if recipe.gpu.vendor in ("amd", "nvidia") else None
-    flags = device_flags(
-        recipe.gpu.vendor, engine=engine, shm=SharedMemory.sized(options.shm_size)
-    )
+    flags = device_flags(recipe.gpu.vendor, engine=engine, shm=SharedMemory.sized(options.shm_size))
     # ``--gpu``: only the chosen GPUs (and their variables) in the container
     return flags if options.gpus is None else select_devices(flags, options.gpus)
 
@@ -213,8 +211,9 @@ def certify(
             raise InvalidInput(
                 f"no certified image {image} on this engine",
                 hint=f"envforge build {recipe.name}"
-                + (f" --project {options.project.root} --backend docker" if options.project
-                   else ""),
+                + (
+                    f" --project {options.project.root} --backend docker" if options.project else ""
+                ),
             )
         note = tag_note(info, image, recipe)
         if note is not None:
@@ -289,16 +288,25 @@ def build(
         assemble_context(
             context, dockerfile, wheelhouse=options.wheelhouse, ca_bundle=options.ca_bundle
         )
-        options.say(f"building {recipe.name} ({recipe.stack_tag}) from {base}"
-                    + (f" for the project {project.layer.name}" if project else ""))
+        options.say(
+            f"building {recipe.name} ({recipe.stack_tag}) from {base}"
+            + (f" for the project {project.layer.name}" if project else "")
+        )
         if buildkit is not None:
             result = build_image_buildkit(
-                buildkit, context, environ, on_line=options.output, nocache=options.no_cache,
+                buildkit,
+                context,
+                environ,
+                on_line=options.output,
+                nocache=options.no_cache,
                 platform=options.platform,
             )
         else:
             result = build_image(
-                engine, context, on_line=options.output, nocache=options.no_cache,
+                engine,
+                context,
+                on_line=options.output,
+                nocache=options.no_cache,
                 platform=options.platform,
             )
     finally:
@@ -344,8 +352,14 @@ def _plan(
         return stack, _lock_for(recipe, options, stack), None
     from envforge.backends.docker.projects import prepare  # noqa: PLC0415 - projects only
 
-    project = prepare(recipe, options.project, wheelhouse=options.wheelhouse,
-                      ca_bundle=options.ca_bundle, platform=options.platform, say=options.say)
+    project = prepare(
+        recipe,
+        options.project,
+        wheelhouse=options.wheelhouse,
+        ca_bundle=options.ca_bundle,
+        platform=options.platform,
+        say=options.say,
+    )
     _check_wheelhouse(project.stack, options)
     return project.stack, project.locked, project
 
@@ -458,9 +472,14 @@ def check(
     try:
         client = _connect(options)
         try:
-            info = image_for_use(client, recipe, image=None, say=options.say,
-                                 ref=_certified_tag(recipe, options),
-                                 build=_build_command(recipe, options))
+            info = image_for_use(
+                client,
+                recipe,
+                image=None,
+                say=options.say,
+                ref=_certified_tag(recipe, options),
+                build=_build_command(recipe, options),
+            )
             spec = ProbeSpec.from_recipe(recipe, level="quick", step_timeout=step_timeout)
             target = DockerTarget(client, info.id, flags_for(client, recipe, options))
             report = run_probe(spec, target, listener=options.listener)
@@ -489,14 +508,21 @@ def run(
     options = docker_options(options)
     engine = client if client is not None else _connect(options)
     ref = _certified_tag(recipe, options)
-    info = image_for_use(engine, recipe, image=options.image, say=options.say, ref=ref,
-                         build=_build_command(recipe, options))
+    info = image_for_use(
+        engine,
+        recipe,
+        image=options.image,
+        say=options.say,
+        ref=ref,
+        build=_build_command(recipe, options),
+    )
     env, cwd = dict(recipe.env_map), Path(os.getcwd())
     if options.project is not None:
         from envforge.backends.docker.projects import shell_for  # noqa: PLC0415 - projects
 
-        env, cwd = shell_for(info, ref, options.project, recipe,
-                             asked=options.image is not None, say=options.say)
+        env, cwd = shell_for(
+            info, ref, options.project, recipe, asked=options.image is not None, say=options.say
+        )
     return run_shell(
         engine,
         image=info.id,

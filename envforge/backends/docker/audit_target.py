@@ -23,12 +23,14 @@ def image_targets(ref: str) -> list[DockerTarget]:
     try:
         image = client.images.get(ref)
     except docker.errors.ImageNotFound:
-        raise InvalidInput(f"no image {printable(ref)} on this engine, and no such folder",
-                           hint=f"docker pull {printable(ref)}, or pass a virtualenv folder"
-                           ) from None
+        raise InvalidInput(
+            f"no image {printable(ref)} on this engine, and no such folder",
+            hint=f"docker pull {printable(ref)}, or pass a virtualenv folder",
+        ) from None
     except docker.errors.APIError as exc:
-        raise Unavailable(f"the engine cannot look up {printable(ref)}: {api_message(exc)}"
-                          ) from None
+        raise Unavailable(
+            f"the engine cannot look up {printable(ref)}: {api_message(exc)}"
+        ) from None
     except TRANSPORT_ERRORS as exc:
         raise Unavailable(f"the engine did not answer for {printable(ref)}: {exc}") from None
     image_id = str(image.attrs["Id"])

@@ -75,12 +75,21 @@ def certify_image(
         raise InvalidInput(f"no image {image} on this engine", hint="envforge build RECIPE first")
     stack = stack_of(recipe) if stack is None else stack
     skips = project.skip_imports if project else ()
-    spec = ProbeSpec.from_recipe(recipe, level=level, step_timeout=step_timeout, stack=stack,
-                                 checks=project.checks if project else (), skip_imports=skips)
+    spec = ProbeSpec.from_recipe(
+        recipe,
+        level=level,
+        step_timeout=step_timeout,
+        stack=stack,
+        checks=project.checks if project else (),
+        skip_imports=skips,
+    )
     spec = replace(spec, require_free=require_free)
     target = DockerTarget(
-        client, info.id, flags if flags is not None else device_flags(recipe.gpu.vendor),
-        mounts=project.mounts if project else (), env=project.env if project else {},
+        client,
+        info.id,
+        flags if flags is not None else device_flags(recipe.gpu.vendor),
+        mounts=project.mounts if project else (),
+        env=project.env if project else {},
     )
     report = (prober or _run_probe)(spec, target, listener)
     cert = issue(

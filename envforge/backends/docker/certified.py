@@ -33,8 +33,13 @@ Say = Callable[[str], None]
 
 
 def image_for_use(
-    engine: EngineClient, recipe: Recipe, *, image: str | None, say: Say,
-    ref: str | None = None, build: str | None = None,
+    engine: EngineClient,
+    recipe: Recipe,
+    *,
+    image: str | None,
+    say: Say,
+    ref: str | None = None,
+    build: str | None = None,
 ) -> ImageInfo:
     """The image to run for ``recipe``: ``image`` when asked for (run as asked, with a
     warning when it is not certified for the recipe), else the recipe's certified tag,
@@ -59,8 +64,7 @@ def image_for_use(
     elif problem is not None:
         raise CertificationFailed(
             problem,
-            hint=f"{build} makes and certifies it again "
-            "(or pass --image REF to run another image)",
+            hint=f"{build} makes and certifies it again (or pass --image REF to run another image)",
         )
     else:
         for line in _notes(info, ref, recipe):

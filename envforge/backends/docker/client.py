@@ -79,8 +79,9 @@ class LowLevelApi(Protocol):
 
     def build(self, **kwargs: Any) -> Iterable[dict[str, Any]]: ...
 
-    def tag(self, image: str, repository: str, tag: str | None = None, force: bool = False) -> bool:
-        ...
+    def tag(
+        self, image: str, repository: str, tag: str | None = None, force: bool = False
+    ) -> bool: ...
 
     def push(
         self, repository: str, tag: str | None = None, *, stream: bool, decode: bool

@@ -95,7 +95,7 @@ def connect(environ: Mapping[str, str] | None = None) -> EngineClient:
     host = env.get("DOCKER_HOST") or address.base_url or "unix:///var/run/docker.sock"
     if host.startswith("unix://") and not Path(host[len("unix://") :]).exists():
         raise Unavailable(
-            f"no Docker engine answers ({address.source}): {host[len('unix://'):]} does not exist",
+            f"no Docker engine answers ({address.source}): {host[len('unix://') :]} does not exist",
             hint="start the engine (dockerd), or point DOCKER_HOST / docker context at one",
         )
     try:

@@ -257,9 +257,7 @@ def build_image(
         image = inspect_image(client, image_id)
         if image is not None:
             image_id = image.id
-    return BuildResult(
-        image_id, time.monotonic() - start, tuple(output.steps), tuple(output.log)
-    )
+    return BuildResult(image_id, time.monotonic() - start, tuple(output.steps), tuple(output.log))
 
 
 def label_image(client: EngineClient, image_id: str, labels: Mapping[str, str]) -> str:
@@ -333,7 +331,10 @@ def _moved(chunk: Any) -> bool:
 
 
 def push(
-    client: EngineClient, ref: str, *, on_line: Callable[[str], None] = lambda _l: None,
+    client: EngineClient,
+    ref: str,
+    *,
+    on_line: Callable[[str], None] = lambda _l: None,
     stall: float = DEFAULT_DEADLINE,
 ) -> PushResult:
     """Push ``ref`` (REGISTRY/REPO:TAG); returns the manifest digest the registry reported.
@@ -342,8 +343,12 @@ def push(
     repo, tag = split_ref(ref)
     digest: str | None = None
     try:
-        for chunk in follow(lambda: client.api.push(repo, tag=tag, stream=True, decode=True),
-                            stall=stall, what=f"push of {ref}", moved=_moved):
+        for chunk in follow(
+            lambda: client.api.push(repo, tag=tag, stream=True, decode=True),
+            stall=stall,
+            what=f"push of {ref}",
+            moved=_moved,
+        ):
             if "error" in chunk:
                 raise PublishRefused(
                     f"push of {ref} failed: {first_line(str(chunk['error']))}",
@@ -383,11 +388,17 @@ def pull(client: EngineClient, ref: str, *, stall: float = DEFAULT_DEADLINE) -> 
     repo, tag = split_ref(ref)
     named = None if "@" in repo else tag or "latest"  # a digest is in repo itself
     try:
-        for chunk in follow(lambda: client.api.pull(repo, named, stream=True, decode=True),
-                            stall=stall, what=f"pull of {ref}", moved=_moved):
+        for chunk in follow(
+            lambda: client.api.pull(repo, named, stream=True, decode=True),
+            stall=stall,
+            what=f"pull of {ref}",
+            moved=_moved,
+        ):
             if isinstance(chunk, dict) and "error" in chunk:
-                raise Unavailable(f"cannot pull {ref}: {first_line(str(chunk['error']))}",
-                                  hint="check the reference and the registry")
+                raise Unavailable(
+                    f"cannot pull {ref}: {first_line(str(chunk['error']))}",
+                    hint="check the reference and the registry",
+                )
     except NetError as exc:
         raise NotAnswered(
             f"cannot pull {ref}: timeout: {exc.reason}",

@@ -158,8 +158,10 @@ class DockerTarget:
         kwargs = container_kwargs(env={**env, **self.env}, flags=self.flags, role="probe")
         kwargs["name"] = name
         if self.mounts:  # Mount objects: a ':' in a folder's path cannot split them
-            kwargs["mounts"] = [docker.types.Mount(dst, src, type="bind", read_only=True)
-                                for src, dst in self.mounts]
+            kwargs["mounts"] = [
+                docker.types.Mount(dst, src, type="bind", read_only=True)
+                for src, dst in self.mounts
+            ]
         # a killed envforge (SIGKILL) leaves no probe container: a watcher removes it
         with bound(name):
             container: ContainerModel | None = None

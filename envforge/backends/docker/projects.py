@@ -94,8 +94,13 @@ def build_command(recipe: Recipe, project: Project) -> str:
 
 
 def prepare(
-    recipe: Recipe, project: Project, *, wheelhouse: Path | None, ca_bundle: Path | None,
-    platform: str | None, say: Say,
+    recipe: Recipe,
+    project: Project,
+    *,
+    wheelhouse: Path | None,
+    ca_bundle: Path | None,
+    platform: str | None,
+    say: Say,
 ) -> ProjectBuild:
     """Check the project against the stack's pins (exit 2 naming both sides), make sure
     its lock for ``recipe`` is current (resolving and writing it when not), split it."""
@@ -110,19 +115,29 @@ def prepare(
     if path is None:
         say(f"no current lock for {project.name} on {recipe.name}: resolving it")
         target = lock_target(project, recipe)
-        path = write_project_lock(project, recipe, wheelhouse=wheelhouse,
-                                  ca_bundle=ca_bundle, output=target).path
-        where = "" if target == lock_file(project, recipe) else (
-            f" (kept outside the project; `envforge lock {recipe.name} --project"
-            f" {project.root}` writes it into the project)")
+        path = write_project_lock(
+            project, recipe, wheelhouse=wheelhouse, ca_bundle=ca_bundle, output=target
+        ).path
+        where = (
+            ""
+            if target == lock_file(project, recipe)
+            else (
+                f" (kept outside the project; `envforge lock {recipe.name} --project"
+                f" {project.root}` writes it into the project)"
+            )
+        )
         say(f"wrote {path}{where}")
     # torch's layer takes the whole family, the project's torchvision too: from the
     # stack's index or the wheelhouse, as the recipe's own companions
     locked, lines = split_project_lock(path, replace(stack, project=()))
     layer = ProjectLayer(
-        name=project.name, key=project.key(), lines=lines, lock_name=path.name,
+        name=project.name,
+        key=project.key(),
+        lines=lines,
+        lock_name=path.name,
         requirements_digest=project.requirements_digest(),
-        system_packages=project.system_packages, checks_digest=checks_digest(project),
+        system_packages=project.system_packages,
+        checks_digest=checks_digest(project),
     )
     return ProjectBuild(path, locked, layer, stack, probe)
 
@@ -136,8 +151,7 @@ def split_project_lock(path: Path, recipe_stack: Stack) -> tuple[LockedInstall, 
     recipe_part = lock.split_lock(path, (*recipe_stack.family(), *roots))
     torch_lines = set(first.torch)
     recipe_lines = tuple(line for line in recipe_part.torch if line not in torch_lines)
-    return (LockedInstall(torch=first.torch, rest=recipe_lines, name=path.name),
-            recipe_part.rest)
+    return (LockedInstall(torch=first.torch, rest=recipe_lines, name=path.name), recipe_part.rest)
 
 
 def import_path(project: Project, mount: str) -> str:
@@ -161,8 +175,10 @@ def probe_for(project: Project) -> ProjectProbe:
     return ProjectProbe(
         checks=project_checks(project),
         mounts=mounts,
-        env={"PYTHONPATH": import_path(project, SHELL_WORKDIR),
-             "PYTHONPYCACHEPREFIX": PYCACHE_PREFIX},
+        env={
+            "PYTHONPATH": import_path(project, SHELL_WORKDIR),
+            "PYTHONPYCACHEPREFIX": PYCACHE_PREFIX,
+        },
         skip_imports=project.skip_imports,
     )
 
@@ -174,11 +190,15 @@ def image_problem(info: ImageInfo, ref: str, project: Project, recipe: Recipe) -
     if labels.get(PROJECT_KEY_LABEL) != project.key():
         return f"{ref} is not an image of the project {project.root}"
     if labels.get(PROJECT_DIGEST_LABEL) != project.requirements_digest():
-        return (f"the requirements of {project.name} changed since {ref} was built"
-                f" (run `{build_command(recipe, project)}`)")
+        return (
+            f"the requirements of {project.name} changed since {ref} was built"
+            f" (run `{build_command(recipe, project)}`)"
+        )
     if labels.get(PROJECT_CHECKS_LABEL) != checks_digest(project):
-        return (f"the checks of {project.name} changed since {ref} was certified"
-                f" (run `{build_command(recipe, project)}`)")
+        return (
+            f"the checks of {project.name} changed since {ref} was certified"
+            f" (run `{build_command(recipe, project)}`)"
+        )
     return None
 
 

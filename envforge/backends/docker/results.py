@@ -39,9 +39,7 @@ class Certified:
         return {
             "certified": outcome.passed,
             "image": outcome.certified_image,
-            "tags": [self.certified_tag, *self.tags]
-            if outcome.passed
-            else [],
+            "tags": [self.certified_tag, *self.tags] if outcome.passed else [],
             "certificate": outcome.certificate.digest,
             "certificate_path": str(outcome.stored_at),
             "status": outcome.certificate.status,

@@ -112,8 +112,10 @@ def shell_argv(
 def shell_mounts(cwd: Path, volumes: Sequence[CacheVolume]) -> list[docker.types.Mount]:
     """What ``shell`` mounts, as structured objects: the working folder (read-write) at
     /workspace, then the cache volumes. A path is one value here, whatever it holds."""
-    return [docker.types.Mount(SHELL_WORKDIR, str(cwd), type="bind"),
-            *(docker.types.Mount(vol.mount, vol.name, type="volume") for vol in volumes)]
+    return [
+        docker.types.Mount(SHELL_WORKDIR, str(cwd), type="bind"),
+        *(docker.types.Mount(vol.mount, vol.name, type="volume") for vol in volumes),
+    ]
 
 
 def mount_option(mount: Mapping[str, Any]) -> str:
@@ -124,8 +126,7 @@ def mount_option(mount: Mapping[str, Any]) -> str:
     a path stays in the path (from a folder named ``q,consistency=cached`` the unquoted
     form mounted its sibling ``q``). A carriage return is refused: CSV turns CR LF into LF.
     """
-    fields = [f"type={mount['Type']}", f"source={mount['Source']}",
-              f"target={mount['Target']}"]
+    fields = [f"type={mount['Type']}", f"source={mount['Source']}", f"target={mount['Target']}"]
     if mount.get("ReadOnly"):
         fields.append("readonly")
     for field in fields:
@@ -133,7 +134,8 @@ def mount_option(mount: Mapping[str, Any]) -> str:
             raise InvalidInput(
                 f"{field.partition('=')[2]}: a carriage return in a mounted folder's path "
                 "cannot be passed to the docker CLI's --mount (it reads CSV)",
-                hint="run envforge shell from a folder whose path has none, or rename it")
+                hint="run envforge shell from a folder whose path has none, or rename it",
+            )
     return ",".join('"' + field.replace('"', '""') + '"' for field in fields)
 
 
@@ -198,9 +200,7 @@ class ExitWatch:
         return int(code) if isinstance(code, int) else None
 
 
-def wait_for_cli(
-    proc: subprocess.Popen[bytes], watch: ExitWatch, grace: float = CLI_GRACE
-) -> int:
+def wait_for_cli(proc: subprocess.Popen[bytes], watch: ExitWatch, grace: float = CLI_GRACE) -> int:
     """The docker CLI's exit code; a CLI still waiting ``grace`` seconds after its
     container exited is stopped (the container's own code is taken from the engine)."""
     while True:

@@ -186,8 +186,10 @@ def venv_options(options: Options | VenvOptions) -> VenvOptions:
     if isinstance(options, VenvOptions):
         return options
     if options.signing_key is not None:
-        options.say("the venv's certificate is not signed; --signing-key signs its in-toto"
-                    " attestation (.envforge/attestations.intoto.jsonl)")
+        options.say(
+            "the venv's certificate is not signed; --signing-key signs its in-toto"
+            " attestation (.envforge/attestations.intoto.jsonl)"
+        )
     extra = options.extra
     environ = options.environ
     if options.gpus is not None:

@@ -28,6 +28,7 @@ def certified(venv: Path) -> tuple[Subject, dict[str, Any]]:
             f"{venv}: not a certified envforge venv (no {MARKER_DIR}/{CERT_MARKER})",
             hint="envforge build RECIPE --backend venv certifies one",
         )
-    digest = venv_digest(content_digests(venv), str(built.get("python") or ""),
-                         str(built.get("interpreter") or ""))
+    digest = venv_digest(
+        content_digests(venv), str(built.get("python") or ""), str(built.get("interpreter") or "")
+    )
     return venv_subject(str(cert.get("recipe") or venv.name), digest), cert

@@ -125,8 +125,15 @@ def make(recipe: Recipe, options: VenvOptions = DEFAULT_OPTIONS) -> VenvBuildRes
     why, content = _reinstall_reason(target, built, key, options)
     if why is None and built is not None and not options.certify:
         cert = valid_certificate(recipe, target, content, project)
-        return VenvBuildResult(recipe.name, target, "uncertified" if cert is None else
-                               "up-to-date", interp, None, time.monotonic() - started, lock_file)
+        return VenvBuildResult(
+            recipe.name,
+            target,
+            "uncertified" if cert is None else "up-to-date",
+            interp,
+            None,
+            time.monotonic() - started,
+            lock_file,
+        )
     if why is None and built is not None:
         cert = valid_certificate(recipe, target, content, project)
         if cert is not None and not options.extra_checks and _level_ok(cert, level):
@@ -142,7 +149,12 @@ def make(recipe: Recipe, options: VenvOptions = DEFAULT_OPTIONS) -> VenvBuildRes
         options.say(f"{target}: installed set unchanged; certifying")
         report = _recertify_in_place(recipe, target, built, content, level, options, stack)
         return VenvBuildResult(
-            recipe.name, target, "recertified", interp, report, time.monotonic() - started,
+            recipe.name,
+            target,
+            "recertified",
+            interp,
+            report,
+            time.monotonic() - started,
             lock_file,
         )
 
@@ -151,8 +163,11 @@ def make(recipe: Recipe, options: VenvOptions = DEFAULT_OPTIONS) -> VenvBuildRes
         options.say(
             f"{target}: reinstalling ({why}); the current venv stays until the new one passes"
         )
-    base = (rebuild_base(recipe, target, interp, project)
-            if why == "the install inputs changed" else None)
+    base = (
+        rebuild_base(recipe, target, interp, project)
+        if why == "the install inputs changed"
+        else None
+    )
     if isinstance(base, str):
         if project is not None:
             options.say(f"a new venv, torch installed again: {base}")
@@ -162,7 +177,13 @@ def make(recipe: Recipe, options: VenvOptions = DEFAULT_OPTIONS) -> VenvBuildRes
         status = "uncertified"
     incremental = made is not None and "incremental" in (_read_json(markers / CERT_MARKER) or {})
     return VenvBuildResult(
-        recipe.name, target, status, interp, made, time.monotonic() - started, lock_file,
+        recipe.name,
+        target,
+        status,
+        interp,
+        made,
+        time.monotonic() - started,
+        lock_file,
         incremental,
     )
 
@@ -173,16 +194,22 @@ def _check_system_packages(recipe: Recipe, options: VenvOptions) -> None:
     naming the missing ones and the apt command); a host without dpkg-query is said so,
     not refused."""
     project = options.project
-    wanted = tuple(dict.fromkeys(
-        (*recipe.system_packages, *(project.system_packages if project else ()))))
+    wanted = tuple(
+        dict.fromkeys((*recipe.system_packages, *(project.system_packages if project else ())))
+    )
     if not wanted:
         return
-    who = recipe.name if not project or not project.system_packages else (
-        f"{recipe.name} with the project {project.name}")
+    who = (
+        recipe.name
+        if not project or not project.system_packages
+        else (f"{recipe.name} with the project {project.name}")
+    )
     missing = missing_packages(wanted, options.environ)
     if missing is None:
-        options.say(f"note: cannot check the system packages here (no dpkg-query):"
-                    f" {who} needs {', '.join(wanted)}")
+        options.say(
+            f"note: cannot check the system packages here (no dpkg-query):"
+            f" {who} needs {', '.join(wanted)}"
+        )
     elif missing:
         raise Unavailable(
             f"{who} needs system packages this host lacks: {', '.join(missing)}",
@@ -200,8 +227,10 @@ def _lock_for(recipe: Recipe, stack: Stack, options: VenvOptions) -> Path | None
 
         found = current_lock(options.project, recipe, stack)
         if found is None:
-            options.say(f"no current project lock: resolving; `envforge lock {recipe.name}"
-                        f" --project {options.project.root}` pins it")
+            options.say(
+                f"no current project lock: resolving; `envforge lock {recipe.name}"
+                f" --project {options.project.root}` pins it"
+            )
         return found
     stale = lock.stale_lock(recipe, stack)
     if stale is not None:
@@ -256,13 +285,17 @@ def _build_aside(  # noqa: PLR0917 - one step of build, its inputs spelled out
         if not options.certify:
             _swap_in(aside, target)
             return None
-        report, now = _certify_aside(recipe, aside, fp, content, level, options, stack, base,
-                                     target=target)
+        report, now = _certify_aside(
+            recipe, aside, fp, content, level, options, stack, base, target=target
+        )
         if now != content:  # the probe's bytecode: build.json says what is installed
             build_data["content"] = now
             write_atomically(aside_markers / BUILD_MARKER, _marker_json(build_data))
-        old = (valid_certificate(recipe, target, None, options.project)
-               if venv_python(target).exists() else None)
+        old = (
+            valid_certificate(recipe, target, None, options.project)
+            if venv_python(target).exists()
+            else None
+        )
         if not report.passed and old is not None:
             # Keep the certified venv; the failed probe is its last probe run.
             report.write(target / MARKER_DIR)
@@ -294,14 +327,18 @@ def _stage(  # noqa: PLR0917 - one step of build, its inputs spelled out
         try:
             linked = clone(base, aside)
         except OSError as exc:  # no hard links on this file system, a full disk, ...
-            options.say(f"a new venv, torch installed again: cloning {base.path} failed"
-                        f" ({exc.strerror or exc})")
+            options.say(
+                f"a new venv, torch installed again: cloning {base.path} failed"
+                f" ({exc.strerror or exc})"
+            )
             base = None
             shutil.rmtree(aside, ignore_errors=True)
             os.mkdir(aside, 0o700)
         else:
-            options.say(f"starting from the certified {base.path}: the stack's files kept"
-                        f" ({linked} entries linked), the requirements synced")
+            options.say(
+                f"starting from the certified {base.path}: the stack's files kept"
+                f" ({linked} entries linked), the requirements synced"
+            )
     if base is None:
         options.say(f"creating {aside} with Python {interp.version} ({interp.executable})")
         shutil.rmtree(aside)  # uv venv wants to create the folder itself
@@ -312,8 +349,11 @@ def _stage(  # noqa: PLR0917 - one step of build, its inputs spelled out
     save_memo(aside, found)
     content = found.digests()
     old = base.cert.get("content") if base is not None else None
-    only = None if not isinstance(old, dict) else [
-        d for d, digest in content.items() if old.get(d) != digest]
+    only = (
+        None
+        if not isinstance(old, dict)
+        else [d for d, digest in content.items() if old.get(d) != digest]
+    )
     corrupt = verify_records(aside, only=only, hashes=found.files)
     if corrupt:
         more = f" (+{len(corrupt) - 1} more)" if len(corrupt) > 1 else ""
@@ -344,24 +384,34 @@ def _certify_aside(  # noqa: PLR0917 - one step of build, its inputs spelled out
     uncertified venv swapped in)."""
     plan: Incremental | str | None = None
     if base is not None:
-        plan = plan_incremental(base, aside, content, level=level, project=options.project,
-                                steps=full_steps(recipe, level, options, stack))
+        plan = plan_incremental(
+            base,
+            aside,
+            content,
+            level=level,
+            project=options.project,
+            steps=full_steps(recipe, level, options, stack),
+        )
         if isinstance(plan, str):
             options.say(f"full probe: {plan}")
     only = plan.steps if isinstance(plan, Incremental) else None
     # the probe writes the bytecode of what it imports: certified with the rest below
-    report = _probe(recipe, aside, level, options, stack, only=only, shown_as=target,
-                    bytecode=True)
+    report = _probe(recipe, aside, level, options, stack, only=only, shown_as=target, bytecode=True)
     markers = aside / MARKER_DIR
     report.write(markers)
     found = scan(aside)  # one walk for the digests and the certified list
     save_memo(aside, found)
     now = found.digests()
     if report.passed:
-        extends = (incremental_record(base, plan)
-                   if base is not None and isinstance(plan, Incremental) else None)
-        write_atomically(markers / CERT_MARKER, _cert_json(
-            recipe, report, fp, now, options.project, incremental=extends))
+        extends = (
+            incremental_record(base, plan)
+            if base is not None and isinstance(plan, Incremental)
+            else None
+        )
+        write_atomically(
+            markers / CERT_MARKER,
+            _cert_json(recipe, report, fp, now, options.project, incremental=extends),
+        )
         write_atomically(markers / CERTIFIED_LIST, certified_list(aside, found))
     return report, now
 
@@ -381,9 +431,7 @@ def _swap_in(aside: Path, target: Path) -> None:
 STALE_NOTED = "stale-noted.json"
 
 
-def _note_stale(
-    recipe: Recipe, path: Path, added: tuple[str, ...], options: VenvOptions
-) -> None:
+def _note_stale(recipe: Recipe, path: Path, added: tuple[str, ...], options: VenvOptions) -> None:
     """Say once (per set of added packages) that the certificate no longer covers them."""
     marker = path / MARKER_DIR / STALE_NOTED
     if _read_json(marker) == {"added": list(added)}:

@@ -74,8 +74,13 @@ def probe_venv(
     interpreter writes the bytecode of what the probe imports (a venv certified aside,
     whose certified file list is taken after the probe); otherwise it writes none."""
     spec = ProbeSpec.from_recipe(
-        recipe, level=level, step_timeout=step_timeout, extra_checks=extra_checks, stack=stack,
-        checks=checks, skip_imports=skip_imports,
+        recipe,
+        level=level,
+        step_timeout=step_timeout,
+        extra_checks=extra_checks,
+        stack=stack,
+        checks=checks,
+        skip_imports=skip_imports,
     )
     spec = replace(spec, only=only, require_free=require_free)
     env = venv_environ(venv, recipe, environ)
@@ -134,14 +139,23 @@ def _failure(
 def full_steps(recipe: Recipe, level: Level, options: VenvOptions, stack: Stack) -> tuple[str, ...]:
     """The steps of the probe :func:`_probe` runs (without ``only``)."""
     return ProbeSpec.from_recipe(
-        recipe, level=level, step_timeout=options.step_timeout,
-        extra_checks=options.extra_checks, stack=stack, checks=project_steps(options.project),
+        recipe,
+        level=level,
+        step_timeout=options.step_timeout,
+        extra_checks=options.extra_checks,
+        stack=stack,
+        checks=project_steps(options.project),
     ).steps
 
 
 def _probe(  # noqa: PLR0917 - one step of build, its inputs spelled out
-    recipe: Recipe, venv: Path, level: Level, options: VenvOptions, stack: Stack,
-    only: tuple[str, ...] | None = None, shown_as: Path | None = None,
+    recipe: Recipe,
+    venv: Path,
+    level: Level,
+    options: VenvOptions,
+    stack: Stack,
+    only: tuple[str, ...] | None = None,
+    shown_as: Path | None = None,
     bytecode: bool = False,
 ) -> ProbeReport:
     if only is None:
@@ -190,8 +204,13 @@ def project_steps(project: Project | None) -> tuple[CheckFile, ...]:
 
 
 def _cert_json(
-    recipe: Recipe, report: ProbeReport, fp: str, content: Mapping[str, str],
-    project: Project | None = None, *, incremental: Mapping[str, Any] | None = None,
+    recipe: Recipe,
+    report: ProbeReport,
+    fp: str,
+    content: Mapping[str, str],
+    project: Project | None = None,
+    *,
+    incremental: Mapping[str, Any] | None = None,
 ) -> str:
     data: dict[str, Any] = {
         "recipe": recipe.name,
@@ -217,7 +236,9 @@ def _marker_json(data: Mapping[str, Any]) -> str:
 
 
 def valid_certificate(
-    recipe: Recipe, venv: Path, content: Mapping[str, str] | None = None,
+    recipe: Recipe,
+    venv: Path,
+    content: Mapping[str, str] | None = None,
     project: Project | None = None,
 ) -> dict[str, Any] | None:
     """The venv's ``certified.json`` when it holds for ``recipe`` (and ``project``: its
@@ -272,8 +293,11 @@ def _recertify_in_place(  # noqa: PLR0917 - one step of build, its inputs spelle
     write_files(
         [
             (markers / BUILD_MARKER, _marker_json(now_built), 0o644),
-            (markers / CERT_MARKER,
-             _cert_json(recipe, report, fp, content, options.project), 0o644),
+            (
+                markers / CERT_MARKER,
+                _cert_json(recipe, report, fp, content, options.project),
+                0o644,
+            ),
             (markers / CERTIFIED_LIST, certified_list(target), 0o644),
         ]
     )
@@ -281,8 +305,12 @@ def _recertify_in_place(  # noqa: PLR0917 - one step of build, its inputs spelle
 
 
 def _keep_evidence(
-    recipe: Recipe, target: Path, report: ProbeReport, environ: Mapping[str, str] | None,
-    *, incremental: bool = False,
+    recipe: Recipe,
+    target: Path,
+    report: ProbeReport,
+    environ: Mapping[str, str] | None,
+    *,
+    incremental: bool = False,
 ) -> None:
     """Every venv certification (pass or fail) goes to the local evidence store
     (``ENVFORGE_HOME`` of ``environ``, like the venvs themselves); an incremental one says
@@ -325,16 +353,21 @@ def recertify(recipe: Recipe, options: VenvOptions = DEFAULT_OPTIONS) -> VenvBui
     level: Level = options.level or recipe.certify.level
     content = content_digests(current.path)
     recorded = built.get("content")
-    if recorded != content and not (
-            isinstance(recorded, dict) and _only_added(recorded, content)):
-        changed = (describe_changes(current.path, recorded) if isinstance(recorded, dict)
-                   else None) or "files changed"
+    if recorded != content and not (isinstance(recorded, dict) and _only_added(recorded, content)):
+        changed = (
+            describe_changes(current.path, recorded) if isinstance(recorded, dict) else None
+        ) or "files changed"
         raise CertificationFailed(
             f"{current.path}: its files changed since the install: {changed}",
             hint=f"`envforge build {recipe.name} --backend venv` reinstalls and certifies it",
         )
     report = _recertify_in_place(
-        recipe, current.path, built, content, level, options,
+        recipe,
+        current.path,
+        built,
+        content,
+        level,
+        options,
         stack_for(recipe, options.project),
     )
     return VenvBuildResult(
@@ -396,8 +429,9 @@ def state(
         return VenvState(target, True, True)
     cert = _read_json(markers / CERT_MARKER)
     if cert is not None and cert.get("project") != project_binding(project):
-        return VenvState(target, True, False, "the project's requirements changed since it"
-                         " was certified")
+        return VenvState(
+            target, True, False, "the project's requirements changed since it was certified"
+        )
     stale = _stale_binding(cert, recipe, project)
     if stale is not None:  # built again (certified again) when used
         return VenvState(target, True, False, stale)
@@ -406,14 +440,17 @@ def state(
         if isinstance(recorded, dict) and recorded != content:
             added = _only_added(recorded, content)
             if added:
-                return VenvState(target, True, False, "installed since certified: "
-                                 + ", ".join(added), added=added)
+                return VenvState(
+                    target,
+                    True,
+                    False,
+                    "installed since certified: " + ", ".join(added),
+                    added=added,
+                )
             changed = describe_changes(target, recorded) or "files changed"
             return VenvState(target, True, False, f"changed since certified: {changed}", changed)
     last = _read_json(markers / "probe.json")
-    steps = [
-        StepResult.from_dict(s) for s in (last or {}).get("steps", []) if isinstance(s, dict)
-    ]
+    steps = [StepResult.from_dict(s) for s in (last or {}).get("steps", []) if isinstance(s, dict)]
     bad = next((s for s in steps if s.status not in ("pass", "warn", "skip")), None)
     problem = f"last probe: {bad.name} {bad.status}" if bad else "not certified"
     return VenvState(target, True, False, problem)

@@ -52,9 +52,7 @@ def admitted(recipe: Recipe, table: CompatTable) -> tuple[str, ...]:
         return (recipe.python,)
     low, high = variant.python_range(recipe.torch.version)
     major = low.split(".")[0]
-    found = tuple(
-        f"{major}.{m}" for m in range(minor_number(low), minor_number(high) + 1)
-    )
+    found = tuple(f"{major}.{m}" for m in range(minor_number(low), minor_number(high) + 1))
     return found if recipe.python in found else (recipe.python, *found)
 
 
@@ -135,8 +133,9 @@ def _explicit(
     if found.minor == wanted:
         return PythonChoice(wanted)
     return PythonChoice(
-        found.minor, f"the recipe's Python is {wanted}; --python is {found.version}: the "
-        f"venv uses Python {found.minor}"
+        found.minor,
+        f"the recipe's Python is {wanted}; --python is {found.version}: the "
+        f"venv uses Python {found.minor}",
     )
 
 

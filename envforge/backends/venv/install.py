@@ -83,20 +83,38 @@ def _editable(project: Project | None) -> str | None:
 
 
 def _install_editable(  # noqa: PLR0917 - one step of build, its inputs spelled out
-    recipe: Recipe, py: str, root: Path, options: VenvOptions, env: Mapping[str, str],
+    recipe: Recipe,
+    py: str,
+    root: Path,
+    options: VenvOptions,
+    env: Mapping[str, str],
     sources: list[str],
 ) -> None:
     """``uv pip install --no-deps -e ROOT``: the project's own code, edits seen without a
     rebuild; its dependencies are already there (installed from the stack or the lock)."""
     options.say(f"installing the project {root} (editable)")
     done = proc.run(
-        [lock.uv_bin(), "pip", "install", "--python", py, "--no-config", *LINK_MODE,
-         "--no-deps", "-e", str(root), *sources],
-        timeout=INSTALL_TIMEOUT, env=env,
+        [
+            lock.uv_bin(),
+            "pip",
+            "install",
+            "--python",
+            py,
+            "--no-config",
+            *LINK_MODE,
+            "--no-deps",
+            "-e",
+            str(root),
+            *sources,
+        ],
+        timeout=INSTALL_TIMEOUT,
+        env=env,
     )
     if not done.ok:
         raise lock.uv_failure(
-            f"installing the project {root}", done, recipe,
+            f"installing the project {root}",
+            done,
+            recipe,
             hint="check the project's [build-system] (pip install -e . must work there)",
         )
 
@@ -110,13 +128,25 @@ def _install_pip(
     if (target / "bin" / "pip").exists():
         return
     done = proc.run(
-        [lock.uv_bin(), "pip", "install", "--python", py, "--no-config", *LINK_MODE, "pip",
-         *sources],
-        timeout=INSTALL_TIMEOUT, env=env,
+        [
+            lock.uv_bin(),
+            "pip",
+            "install",
+            "--python",
+            py,
+            "--no-config",
+            *LINK_MODE,
+            "pip",
+            *sources,
+        ],
+        timeout=INSTALL_TIMEOUT,
+        env=env,
     )
     if not done.ok:
-        options.say("note: pip could not be installed in the venv (no pip wheel in the sources);"
-                    " `pip` in `envforge shell` is the outer one")
+        options.say(
+            "note: pip could not be installed in the venv (no pip wheel in the sources);"
+            " `pip` in `envforge shell` is the outer one"
+        )
 
 
 def venv_environ(
@@ -244,7 +274,12 @@ def _create(recipe: Recipe, interp: Interpreter, target: Path, env: Mapping[str,
 
 
 def _install_argv(
-    py: str, plan: VenvPlan, tmp: Path, options: VenvOptions, sources: list[str], *,
+    py: str,
+    plan: VenvPlan,
+    tmp: Path,
+    options: VenvOptions,
+    sources: list[str],
+    *,
     exact: bool,
 ) -> list[str]:
     """``uv pip install`` of the plan's requirements under its constraints (and the
@@ -255,8 +290,9 @@ def _install_argv(
     keep = "pip\n" if exact and (Path(py).parent / "pip").exists() else ""
     req.write_text(plan.requirements_txt + keep, encoding="utf-8")
     project_lines = options.project.constraints if options.project else ()
-    con.write_text(plan.constraints_txt + "".join(f"{c}\n" for c in project_lines),
-                   encoding="utf-8")
+    con.write_text(
+        plan.constraints_txt + "".join(f"{c}\n" for c in project_lines), encoding="utf-8"
+    )
     indexed: list[str] = []
     if plan.index_sources:  # the packages from their own index, pinned to it
         (tmp / "indexes").mkdir()
@@ -264,6 +300,18 @@ def _install_argv(
         toml.write_text(plan.index_sources, encoding="utf-8")
         indexed = ["-r", str(toml)]
     return [
-        lock.uv_bin(), "pip", "install", "--python", py, "--no-config", *LINK_MODE,
-        *(["--exact"] if exact else []), "-r", str(req), *indexed, "-c", str(con), *sources,
+        lock.uv_bin(),
+        "pip",
+        "install",
+        "--python",
+        py,
+        "--no-config",
+        *LINK_MODE,
+        *(["--exact"] if exact else []),
+        "-r",
+        str(req),
+        *indexed,
+        "-c",
+        str(con),
+        *sources,
     ]

@@ -169,11 +169,15 @@ class VenvBuildResult:
         if self.status == "up-to-date":
             return f"{self.recipe}: up to date ({self.path})"
         if self.status == "uncertified":
-            return (f"{self.recipe}: built without certification ({self.path}); `envforge"
-                    f" certify {self.recipe} --backend venv` on a host with the GPU certifies it")
+            return (
+                f"{self.recipe}: built without certification ({self.path}); `envforge"
+                f" certify {self.recipe} --backend venv` on a host with the GPU certifies it"
+            )
         if self.incremental:
-            return (f"{self.recipe}: certified incrementally ({self.status} in"
-                    f" {self.seconds:.1f}s; torch's files and their certificate kept)")
+            return (
+                f"{self.recipe}: certified incrementally ({self.status} in"
+                f" {self.seconds:.1f}s; torch's files and their certificate kept)"
+            )
         return f"{self.recipe}: certified ({self.status} in {self.seconds:.1f}s)"
 
     def failure(self) -> CertificationFailed | None:

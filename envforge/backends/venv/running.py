@@ -123,9 +123,7 @@ def run_forwarding(argv: Sequence[str], env: Mapping[str, str], *, executable: s
     process group; forward the signals envforge is sent; its status (128+N for death by
     signal N)."""
     argv0 = argv[0]
-    sigs = [
-        sig for name in FORWARDED_SIGNALS if (sig := getattr(signal, name, None)) is not None
-    ]
+    sigs = [sig for name in FORWARDED_SIGNALS if (sig := getattr(signal, name, None)) is not None]
     waitset = [*sigs, signal.SIGCHLD]
     early: list[int] = []
     handlers: dict[int, Any] = {}

@@ -98,8 +98,11 @@ def _wanted(req: Requirement, python: str) -> bool:
     a marker that cannot be evaluated counts as applying (more names, never fewer)."""
     if req.marker is None:
         return True
-    env = {"extra": "", "python_version": ".".join(python.split(".")[:2]),
-           "python_full_version": python}
+    env = {
+        "extra": "",
+        "python_version": ".".join(python.split(".")[:2]),
+        "python_full_version": python,
+    }
     try:
         return bool(req.marker.evaluate(env))
     except Exception:  # packaging raises several kinds for odd markers
@@ -176,8 +179,11 @@ def rebuild_base(
     if built.get("interpreter") != interp.executable or built.get("python") != interp.version:
         return f"it was made with {built.get('interpreter')} {built.get('python')}"
     content = content_digests(target)
-    if cert.get("content") != content or built.get("content") != content or \
-            cert.get("fingerprint") != built.get("fingerprint"):
+    if (
+        cert.get("content") != content
+        or built.get("content") != content
+        or cert.get("fingerprint") != built.get("fingerprint")
+    ):
         return "its files changed since it was certified"
     try:
         sha = hashlib.sha256((markers / CERT_MARKER).read_bytes()).hexdigest()
@@ -299,8 +305,9 @@ def _unchanged(base: Base, venv: Path, content: Mapping[str, str], dist: str) ->
     for sp in site_packages(venv):
         if (sp / dist).is_dir():
             rel = sp.relative_to(venv)
-            return _same_bytes(base.path / rel / dist / "RECORD", sp / dist / "RECORD") \
-                and not verify_records(venv, only=[dist])
+            return _same_bytes(
+                base.path / rel / dist / "RECORD", sp / dist / "RECORD"
+            ) and not verify_records(venv, only=[dist])
     return False
 
 
@@ -316,8 +323,11 @@ def _owned_pth(venv: Path, project: Project | None) -> set[str]:
             lines = (dist / "RECORD").read_text(encoding="utf-8", errors="replace").splitlines()
         except OSError:
             continue
-        owned.update(line.split(",", 1)[0] for line in lines if line.split(",", 1)[0]
-                     .endswith(".pth") and "/" not in line.split(",", 1)[0])
+        owned.update(
+            line.split(",", 1)[0]
+            for line in lines
+            if line.split(",", 1)[0].endswith(".pth") and "/" not in line.split(",", 1)[0]
+        )
     return owned
 
 
@@ -336,8 +346,9 @@ def _startup_files(venv: Path, skip: set[str]) -> dict[str, bytes | str]:
     for sp in site_packages(venv):
         for entry in sorted(sp.iterdir()):
             name = entry.name
-            if name in skip or not (name.endswith(".pth") or name in (
-                    "sitecustomize.py", "usercustomize.py")):
+            if name in skip or not (
+                name.endswith(".pth") or name in ("sitecustomize.py", "usercustomize.py")
+            ):
                 continue
             try:
                 found[f"{sp.relative_to(venv)}/{name}"] = entry.read_bytes()
@@ -347,8 +358,13 @@ def _startup_files(venv: Path, skip: set[str]) -> dict[str, bytes | str]:
 
 
 def plan_incremental(
-    base: Base, venv: Path, content: Mapping[str, str], *, level: Level,
-    project: Project | None, steps: tuple[str, ...],
+    base: Base,
+    venv: Path,
+    content: Mapping[str, str],
+    *,
+    level: Level,
+    project: Project | None,
+    steps: tuple[str, ...],
 ) -> Incremental | str:
     """What to re-run in ``venv`` (built from ``base``) of the full probe's ``steps``, or
     why the full probe must run."""
@@ -359,17 +375,24 @@ def plan_incremental(
     for name, dist in now.items():
         if dist != base.closure.get(name):
             was = base.closure.get(name)
-            return f"{name} changed ({dist_label(was) if was else 'absent'} -> " \
+            return (
+                f"{name} changed ({dist_label(was) if was else 'absent'} -> "
                 f"{dist_label(dist) if dist else 'absent'})"
+            )
         if dist is not None and not _unchanged(base, venv, content, dist):
             return f"{dist_label(dist)}'s files differ from the certified ones"
     skip = _owned_pth(venv, project) | _owned_pth(base.path, project)
     if _startup_files(venv, skip) != _startup_files(base.path, skip):
         return "files that run at start-up (pyvenv.cfg, *.pth, the recipe's variables) changed"
-    changed = {dist_name(d) for d in content if d != VENV_KEY and
-               not _unchanged(base, venv, content, d)}
-    rerun = tuple(s for s in steps if s.startswith(CHECK_PREFIX) or (
-        s.startswith(IMPORT_PREFIX) and canonicalize_name(s[len(IMPORT_PREFIX):]) in changed))
+    changed = {
+        dist_name(d) for d in content if d != VENV_KEY and not _unchanged(base, venv, content, d)
+    }
+    rerun = tuple(
+        s
+        for s in steps
+        if s.startswith(CHECK_PREFIX)
+        or (s.startswith(IMPORT_PREFIX) and canonicalize_name(s[len(IMPORT_PREFIX) :]) in changed)
+    )
     return Incremental(
         steps=rerun,
         changed=tuple(sorted(dist_label(d) for d in content if dist_name(d) in changed)),
@@ -380,8 +403,7 @@ def plan_incremental(
 def incremental_record(base: Base, plan: Incremental) -> dict[str, Any]:
     """The certificate's ``incremental`` entry: what it extends and what was re-run."""
     earlier = base.cert.get("incremental")
-    report = (earlier.get("base_report") if isinstance(earlier, Mapping)
-              else base.cert.get("report"))
+    report = earlier.get("base_report") if isinstance(earlier, Mapping) else base.cert.get("report")
     return {
         "extends": {
             "certificate_sha256": base.cert_sha256,
@@ -395,4 +417,3 @@ def incremental_record(base: Base, plan: Incremental) -> dict[str, Any]:
         #: the last full probe's report, which the stack's steps rest on
         "base_report": report,
     }
-
