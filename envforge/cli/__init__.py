@@ -51,6 +51,8 @@ COMMANDS: Mapping[str, str] = {
     "fleet": "envforge.cli.fleet:fleet",
     "audit": "envforge.cli.audit:audit",
     "attest": "envforge.cli.attest:attest",
+    "du": "envforge.cli.disk:du_cmd",
+    "gc": "envforge.cli.disk:gc_cmd",
 }
 
 
@@ -87,6 +89,8 @@ SUMMARIES: Mapping[str, str] = {
     "fleet": "Certify recipes on a fleet's nodes: Slurm arrays, Kubernetes Jobs, Actions matrix.",
     "audit": "Check an environment: GPU code, duplicate libraries, extensions, companions.",
     "attest": ("Signed in-toto attestations of certifications: check them (signature, subject)."),
+    "du": "Show what envforge keeps on disk: venvs, caches and evidence, with what reclaims it.",
+    "gc": "Remove venvs no project or recipe uses: superseded builds, projects gone.",
 }
 
 

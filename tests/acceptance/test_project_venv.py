@@ -481,3 +481,36 @@ def test_a_hung_command_check_is_stopped_at_its_deadline_with_its_children(
     assert step.status == "hang", step
     left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True, check=False)
     assert left.stdout.strip() == ""
+
+
+def test_du_counts_the_project_venv_and_gc_removes_it_once_the_project_is_gone(
+    built: dict[str, object], proj: Path, home: Path
+) -> None:
+    """On the real project venv: `du` measures it as `du` would and calls it in use; `gc`
+    keeps it while its folder is there and removes it (and nothing half) once it is gone."""
+    path = Path(str(built["path"]))
+    du = envforge("du", "--json", env=base_env(home))
+    assert du.returncode == 0, du.stderr[-2000:]
+    data = json.loads(du.stdout)
+    (entry,) = [v for v in data["venvs"] if v["path"] == str(path)]
+    assert entry["verdict"] == "in use"
+    assert entry["certified"]
+    assert entry["bytes"] > 500 << 20  # torch's files are in it
+    blocks = subprocess.run(
+        ["du", "-s", "-B1", str(path)], capture_output=True, text=True, check=True
+    )
+    assert entry["bytes"] == int(blocks.stdout.split()[0])
+    dry = envforge("gc", "--dry-run", "--json", env=base_env(home))
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    assert str(path) not in [v["path"] for v in json.loads(dry.stdout)["would_remove"]]
+    moved = proj.with_name(proj.name + "-moved")
+    proj.rename(moved)
+    try:
+        done = envforge("gc", "--json", env=base_env(home))
+    finally:
+        moved.rename(proj)
+    assert done.returncode == 0, done.stderr[-2000:]
+    removed = {v["path"]: v for v in json.loads(done.stdout)["removed"]}
+    assert removed[str(path)]["verdict"] == "project gone"
+    assert not path.exists()
+    assert list(path.parent.glob(f".{path.name}.*")) == []

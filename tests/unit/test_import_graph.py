@@ -22,6 +22,7 @@ ALLOWED: dict[str, str] = {
     "cli/images.py": "publish and certify's IMAGE refs: images on an engine",
     "cli/registry.py": "verify --pull/--no-pull and pull: images on an engine",
     "cli/audit.py": "audit IMAGE: an image on an engine",
+    "cli/disk.py": "du and gc measure and remove the venv backend's folders",
     "cli/attest.py": "an attestation's subject is the backend's own: a venv folder's content,"
     " an image on an engine (attest verify VENV, --image REF)",
 }

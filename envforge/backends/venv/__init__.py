@@ -54,8 +54,9 @@ This package's ``__init__`` is the backend protocol (:class:`envforge.backends.B
 the work is in :mod:`.interpreter` (finding the recipe's Python), :mod:`.layout` (where a
 venv lives, its markers, options and results), :mod:`.install` (uv and the install key),
 :mod:`.certifying` (probe, certificates, a venv's state), :mod:`.building` (build aside and
-swap in), :mod:`.staging` (a project's rebuild from its certified venv) and :mod:`.running`
-(commands in a venv, signals passed on).
+swap in), :mod:`.staging` (a project's rebuild from its certified venv), :mod:`.running`
+(commands in a venv, signals passed on) and :mod:`.disk` (what the venvs take on disk,
+``envforge du`` and ``gc``).
 """
 
 from __future__ import annotations

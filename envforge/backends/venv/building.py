@@ -274,6 +274,8 @@ def _build_aside(  # noqa: PLR0917 - one step of build, its inputs spelled out
             "interpreter": interp.executable,
             "lock": str(lock_file) if lock_file else None,
             "project": project_binding(options.project),
+            # the project's folder: `envforge gc` removes the venv once it is gone
+            "project_root": str(options.project.root) if options.project else None,
             "envforge_version": __version__,
             # how it was built, for a `certify` elsewhere (a compute node) and for people
             "certify": options.certify,
