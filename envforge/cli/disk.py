@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from envforge.backends.venv import disk
+from envforge.backends.venv import disk, share
 from envforge.core import paths
 from envforge.core.diskuse import folder_bytes, human
 from envforge.errors import EnvforgeError
@@ -46,9 +46,19 @@ def _venvs(older_than: float | None) -> tuple[list[disk.VenvDisk], int]:
     return judged, total
 
 
+def _store() -> Path:
+    return share.store_dir(paths.state_dir())
+
+
 def _others() -> list[dict[str, Any]]:
     state = paths.state_dir()
     return [
+        {
+            "what": "shared files no venv links any more",
+            "path": str(_store()),
+            "bytes": sum(n for _p, n in share.unused(_store())),
+            "reclaim": "envforge gc (the files venvs share are counted with the venvs)",
+        },
         {
             "what": "evidence (reports and the evidence store)",
             "path": str(paths.reports_dir()),
@@ -136,6 +146,10 @@ def gc_cmd(older_than: float | None, dry_run: bool, as_json: bool) -> None:
         for v in gone:
             disk.remove(v)
         swept = disk.sweep(paths.venvs_dir())
+    orphans = share.unused(_store())
+    if not dry_run:
+        for path, _n in orphans:
+            path.unlink(missing_ok=True)
     if as_json:
         click.echo(
             json.dumps(
@@ -143,7 +157,8 @@ def gc_cmd(older_than: float | None, dry_run: bool, as_json: bool) -> None:
                     "removed" if not dry_run else "would_remove": [v.to_dict() for v in gone],
                     "kept": [v.to_dict() for v in venvs if not disk.removable(v)],
                     "swept": [str(p) for p in swept],
-                    "bytes": sum(v.own for v in gone),
+                    "store_files": len(orphans),
+                    "bytes": sum(v.own for v in gone) + sum(n for _p, n in orphans),
                 },
                 indent=2,
             )
@@ -154,5 +169,10 @@ def gc_cmd(older_than: float | None, dry_run: bool, as_json: bool) -> None:
         click.echo(f"{verb} {v.path} ({human(v.own)}): {v.verdict}: {v.why}")
     for p in swept:
         click.echo(f"swept {p} (left by a killed envforge)")
+    if orphans:
+        click.echo(
+            f"{verb} {len(orphans)} shared file(s) no venv links, "
+            f"{human(sum(n for _p, n in orphans))} ({_store()})"
+        )
     kept = len(venvs) - len(gone)
     click.echo(f"{verb} {len(gone)} venv(s), {human(sum(v.own for v in gone))}; kept {kept} in use")

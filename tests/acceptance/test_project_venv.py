@@ -483,6 +483,35 @@ def test_a_hung_command_check_is_stopped_at_its_deadline_with_its_children(
     assert left.stdout.strip() == ""
 
 
+def test_a_second_project_on_the_stack_shares_torchs_files(
+    built: dict[str, object], home: Path, tmp_path: Path
+) -> None:
+    """Issue 32 section 2: the second project's venv links torch's files from the store
+    (one inode for both venvs) and adds at most 100 MB on disk."""
+    first = Path(str(built["path"]))
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "requirements.txt").write_text("six\n", encoding="utf-8")
+    done = envforge(
+        "build",
+        "--project",
+        str(other),
+        "--wheelhouse",
+        str(WHEELS),
+        "--json",
+        env=base_env(home),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    second = Path(json.loads(done.stdout)["path"])
+    assert "files shared with other venvs:" in done.stderr
+    torch = SP + "/torch/lib/libtorch_cpu.so"
+    assert os.stat(first / torch).st_ino == os.stat(second / torch).st_ino
+    du = json.loads(envforge("du", "--json", env=base_env(home)).stdout)
+    mine = {v["path"]: v for v in du["venvs"]}
+    assert mine[str(second)]["own_bytes"] <= 100 * 10**6
+    assert mine[str(second)]["bytes"] - mine[str(second)]["own_bytes"] > 500 * 10**6
+
+
 def test_du_counts_the_project_venv_and_gc_removes_it_once_the_project_is_gone(
     built: dict[str, object], proj: Path, home: Path
 ) -> None:

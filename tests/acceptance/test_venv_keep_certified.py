@@ -9,6 +9,7 @@ the full-disk case needs root (a tmpfs mount) and is skipped without it.
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import signal
@@ -276,8 +277,14 @@ def test_a_rebuild_that_passes_is_probed_aside_then_swapped_in(
         check=True,
     ).stdout.split()
     assert activated == [str(path), "2.13.0+cpu", f"{path}/bin/python"]
-    # Files are copies, not hard links into uv's cache (an edit here must stay here).
-    assert (path / TORCH_INIT).stat().st_nlink == 1
+    # Files are copies, never hard links into uv's cache (an edit must not reach it); the
+    # one other link is envforge's store of files venvs share (backends/venv/share.py).
+    info = (path / TORCH_INIT).stat()
+    key = hashlib.sha256((path / TORCH_INIT).read_bytes()).hexdigest()
+    assert info.st_nlink == 2
+    assert (
+        Path(env["ENVFORGE_HOME"]) / "store/sha256" / key[:2] / key
+    ).stat().st_ino == info.st_ino
 
 
 # --------------------------------------------------------------------------- interrupted, killed

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from envforge import __version__, lock
+from envforge.backends.venv import share
 from envforge.backends.venv.certifying import (
     CONTENT_FORMAT,
     _cert_json,
@@ -56,6 +57,7 @@ from envforge.backends.venvfs import (
     verify_records,
 )
 from envforge.backends.venvscan import CERTIFIED_LIST, certified_list, save_memo, scan
+from envforge.core import paths
 from envforge.core.fsutil import (
     check_folder_target,
     make_dirs,
@@ -345,6 +347,8 @@ def _stage(  # noqa: PLR0917 - one step of build, its inputs spelled out
         options.say(f"creating {aside} with Python {interp.version} ({interp.executable})")
         shutil.rmtree(aside)  # uv venv wants to create the folder itself
     _install(recipe, interp, aside, options, lock_file, stack, fresh=base is None)
+    store = share.store_dir(paths.state_dir(options.environ))
+    shared = share.link_shared(aside, store)  # read by the scan and checked below
     # every file read (a clone's carried-over files too: never trusted by stat data)
     found = scan(aside, use_memo=False)
     (aside / MARKER_DIR).mkdir(exist_ok=True)
@@ -361,8 +365,12 @@ def _stage(  # noqa: PLR0917 - one step of build, its inputs spelled out
         more = f" (+{len(corrupt) - 1} more)" if len(corrupt) > 1 else ""
         raise BuildFailed(
             f"the installed files do not match their RECORD hashes: {corrupt[0]}{more}",
-            hint="uv's cache holds a modified copy: `uv cache clean`, then build again",
+            hint="uv's cache or envforge's store of shared files holds a modified copy: "
+            f"`uv cache clean` and remove {store}, then build again",
         )
+    added = share.add_to_store(aside, store)
+    if shared or added:
+        options.say(f"files shared with other venvs: {shared} linked, {added} added ({store})")
     return content, base
 
 
