@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from envforge.cli.choices import RegistryChoice, fleet_engines
 from envforge.cli.common import (
     OutputPath,
     backend_option,
@@ -30,14 +31,12 @@ from envforge.cli.common import (
     say,
     wheelhouse_option,
 )
-from envforge.core.jsonlimits import load_file
 from envforge.errors import CertificationFailed, InvalidInput, Unavailable, printable
 
 if TYPE_CHECKING:
     from envforge.fleet.outcome import TaskState
     from envforge.fleet.plan import Plan
 
-SUBMITTED = "submitted.json"
 #: The longest ``status --wait --timeout`` (30 days).
 MAX_WAIT = 30 * 86400
 
@@ -62,7 +61,7 @@ def _pairs(values: tuple[str, ...], setting: str) -> tuple[tuple[str, str], ...]
 @fleet.command("plan")
 @click.option(
     "--engine",
-    type=click.Choice(["slurm", "k8s", "github"]),
+    type=RegistryChoice(fleet_engines),
     required=True,
     help="Which scheduler's files to write.",
 )
@@ -186,7 +185,7 @@ def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
     from envforge.backends import BACKENDS  # noqa: PLC0415 - when run
 
     plan = make_plan(
-        engine,  # type: ignore[arg-type]
+        engine,
         loaded,
         archs=archs,
         backend=backend,
@@ -242,19 +241,6 @@ def _load(folder: Path) -> Plan:
     return load_plan(folder.resolve())
 
 
-def _jobs(folder: Path) -> list[str]:
-    path = folder / SUBMITTED
-    if not path.is_file():
-        return []
-    try:
-        data = load_file(path)  # regular, bounded, depth-limited (envforge.core.jsonlimits)
-        return [str(j) for j in data["jobs"]]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise InvalidInput(
-            f"{path}: unreadable ({exc})", hint="remove it and submit again"
-        ) from None
-
-
 @fleet.command("submit")
 @click.argument("folder", type=click.Path(path_type=Path, file_okay=False), metavar="DIR")
 @json_option
@@ -274,17 +260,16 @@ def submit_cmd(folder: Path, as_json: bool) -> None:
 
 def _states(plan: Plan, folder: Path, *, strict: bool) -> tuple[TaskState, ...]:
     from envforge.evidence.records import Redactor  # noqa: PLC0415 - when run
-    from envforge.fleet import outcome, slurm  # noqa: PLC0415 - when run
+    from envforge.fleet import outcome  # noqa: PLC0415 - when run
+    from envforge.fleet.engines import engine_for  # noqa: PLC0415 - when run
 
     queued: dict[int, str] = {}
-    jobs = _jobs(folder) if plan.engine == "slurm" else []
-    if jobs:
-        try:
-            queued = {i: e.state for i, e in slurm.queue(jobs).items()}
-        except Unavailable as exc:
-            if strict:
-                raise
-            say(f"{exc.one_line()}: tasks without a report count as missing")
+    try:
+        queued = engine_for(plan.engine, str(folder / "plan.json")).queued(plan, folder)
+    except Unavailable as exc:
+        if strict:
+            raise
+        say(f"{exc.one_line()}: tasks without a report count as missing")
     return outcome.states(plan, folder, queued, Redactor.for_this_host())
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from envforge.cli.choices import RegistryChoice, render_formats
 from envforge.cli.common import (
     OutputPath,
     auto_choice,
@@ -39,8 +39,6 @@ if TYPE_CHECKING:
 
     from envforge.project.model import Project
     from envforge.recipe.model import Recipe
-    from envforge.render import RenderOptions
-    from envforge.render.devcontainer import Devcontainer
 
 
 @click.command()
@@ -281,7 +279,7 @@ def validate(
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["dockerfile", "venv", "devcontainer", "apptainer"]),
+    type=RegistryChoice(render_formats),
     default="dockerfile",
     show_default=True,
     help="Dockerfile, the venv plan (setup.sh, requirements, activation script), a "
@@ -343,19 +341,10 @@ def render(
     --platform linux/amd64|linux/arm64: the table's row for that platform must accept the
     recipe (default: this host's), and every FROM of the base image names it (the engine
     builds for it); without it the Dockerfile leaves the engine's own."""
-    if fmt == "apptainer":
-        _render_apptainer(recipe_ref, render_all, output, image, overrides)
-        return
-    from envforge.render import (  # noqa: PLC0415 - jinja2 only when rendering
-        RenderOptions,
-        plan_venv,
-        render_dockerfile,
-    )
+    from envforge.render import RenderOptions  # noqa: PLC0415 - jinja2 only when rendering
+    from envforge.render.formats import FORMATS, Request  # noqa: PLC0415 - as above
 
-    if render_all == (recipe_ref is not None):
-        raise InvalidInput("give either RECIPE or --all", hint="envforge render gfx1010")
-    if render_all and output is None:
-        raise InvalidInput("--all needs -o DIR", hint="envforge render --all -o Dockerfiles")
+    chosen = FORMATS[fmt]
     options = RenderOptions(
         base_image=base_image,
         wheelhouse=with_wheelhouse,
@@ -363,20 +352,17 @@ def render(
         builder="buildkit" if builder == "buildkit" else "classic",
         platform=platform,
     )
+    request = Request(options, devcontainer_from=devcontainer_from, image=image)
+    chosen.check(recipe_ref, render_all, request)
+    if render_all == (recipe_ref is not None):
+        raise InvalidInput("give either RECIPE or --all", hint="envforge render gfx1010")
+    if render_all and output is None:
+        raise InvalidInput("--all needs -o DIR", hint="envforge render --all -o Dockerfiles")
     if recipe_ref is not None:
-        recipe, _choice = load_for_host(recipe_ref, None, overrides, platform=platform)
+        bound = platform if chosen.platform_bound() else None
+        recipe, _choice = load_for_host(recipe_ref, None, overrides, platform=bound)
         if output is None:
-            if fmt == "dockerfile":
-                stack = stack_of(recipe)
-                _emit(render_dockerfile(recipe, _with_lock(recipe, options, stack), stack))
-            elif fmt == "devcontainer":
-                _emit(
-                    dict(_devcontainer(recipe, options, devcontainer_from).files)[
-                        "devcontainer.json"
-                    ]
-                )
-            else:
-                _emit(plan_venv(recipe, options).setup_script)
+            _emit(chosen.printed(recipe, request))
             return
         recipes = [recipe]
     else:
@@ -389,86 +375,18 @@ def render(
     if output is None:  # not reached: --all without -o is refused above
         raise InvalidInput("render needs -o DIR here", hint="envforge render --all -o Dockerfiles")
     # Render everything first: a recipe that cannot be rendered leaves nothing written.
-    files: list[tuple[Path, str, bool]] = []
-    for recipe in recipes:
-        if fmt == "dockerfile":
-            stack = stack_of(recipe)
-            dockerfile = render_dockerfile(recipe, _with_lock(recipe, options, stack), stack)
-            files.append((output / recipe.name / "Dockerfile", dockerfile, False))
-            continue
-        if fmt == "devcontainer":
-            folder = output / recipe.name / ".devcontainer"
-            for name, text in _devcontainer(recipe, options, devcontainer_from).files:
-                files.append((folder / name, text, False))
-            continue
-        plan = plan_venv(recipe, options)
-        folder = output / recipe.name / "venv"
-        files += [
-            (folder / "setup.sh", plan.setup_script, True),
-            (folder / "requirements.txt", plan.requirements_txt, False),
-            (folder / "constraints.txt", plan.constraints_txt, False),
-            (folder / "activate.sh", plan.activate_script, False),
-        ]
+    files = [
+        (output / recipe.name / name, text, executable)
+        for recipe in recipes
+        for name, text, executable in chosen.files(recipe, request)
+    ]
     # Every file or none: a refused write leaves no temporary file and no partial tree.
     write_files(
         [(path, text, 0o755 if executable else 0o644) for path, text, executable in files],
         setting="-o",
     )
-    what = {
-        "dockerfile": "Dockerfile(s)",
-        "venv": "venv plan(s)",
-        "devcontainer": "devcontainer(s)",
-    }[fmt]
-    click.echo(f"wrote {len(recipes)} {what} under {output}", err=True)
-
-
-def _render_apptainer(
-    recipe_ref: str | None,
-    render_all: bool,
-    output: Path | None,
-    image: str | None,
-    overrides: tuple[str, ...],
-) -> None:
-    """``--format apptainer``: one recipe's envforge.def, to stdout or DIR/<recipe>/."""
-    from envforge.render.apptainer import render_apptainer  # noqa: PLC0415 - jinja2 when rendering
-
-    if render_all or recipe_ref is None:
-        raise InvalidInput(
-            "--format apptainer renders one recipe (its certified image)",
-            hint="envforge render RECIPE --format apptainer --image REF@sha256:...",
-        )
-    if image is None:
-        raise InvalidInput(
-            "--format apptainer needs --image REF@sha256:DIGEST",
-            hint="the certified image's digest, as envforge publish prints it",
-        )
-    recipe, _choice = load_for_host(recipe_ref, None, overrides)
-    text = render_apptainer(recipe, image)
-    if output is None:
-        _emit(text)
-        return
-    write_files([(output / recipe.name / "envforge.def", text, 0o644)], setting="-o")
-    click.echo(f"wrote {output / recipe.name / 'envforge.def'}", err=True)
-
-
-def _devcontainer(recipe: Recipe, options: RenderOptions, source: str) -> Devcontainer:
-    """The recipe's .devcontainer/ files, with this host's device flags for its vendor
-    (the vendor's generic flags when this host has no such GPU)."""
-    from envforge.container.devices import device_flags  # noqa: PLC0415 - render only
-    from envforge.render import render_dockerfile  # noqa: PLC0415 - jinja2 only when rendering
-    from envforge.render.devcontainer import (  # noqa: PLC0415 - only when rendering
-        generic_flags,
-        render_devcontainer,
-    )
-
-    flags = device_flags(recipe.gpu.vendor)
-    if flags.vendor != recipe.gpu.vendor:
-        flags = generic_flags(recipe.gpu.vendor)
-    if source == "dockerfile":
-        return render_devcontainer(
-            recipe, flags, source="dockerfile", dockerfile=render_dockerfile(recipe, options)
-        )
-    return render_devcontainer(recipe, flags, source="image")
+    closing = chosen.closing(len(recipes), output, [path for path, _, _ in files])
+    click.echo(closing, err=True)
 
 
 def _emit(text: str) -> None:
@@ -481,16 +399,6 @@ def _emit(text: str) -> None:
     out = sys.stdout.buffer
     out.write(text.encode("utf-8"))
     out.flush()
-
-
-def _with_lock(recipe: Recipe, options: RenderOptions, stack: Stack) -> RenderOptions:
-    """The Dockerfile installs the recipe's lock when one matches it, as builds do."""
-    from envforge import lock  # noqa: PLC0415 - only when rendering
-
-    path = lock.lock_path(recipe, stack)
-    if path is None:
-        return options
-    return replace(options, lock=lock.split_lock(path, stack.family()))
 
 
 def _load_unchecked(catalogue: Catalogue, ref: str, overrides: tuple[str, ...]) -> Recipe:

@@ -216,27 +216,25 @@ def add(conn: sqlite3.Connection, items: Iterable[tuple[Evidence, str]]) -> list
     record whose key comes twice: its first copy is kept, unless a later one ranks
     higher. A 64 MB page cache: 100,000 rows into the indexes took half the CPU of the
     default 2 MB (bench/results-evidence-db.md)."""
-    from envforge.evidence.records import _KIND_RANK  # noqa: PLC0415 - see the imports
+    from envforge.evidence.kinds import ranks  # noqa: PLC0415 - see the imports
+
+    rank = ranks()
 
     pending = list(items)
     conn.execute("PRAGMA cache_size = -65536")
     conn.execute("BEGIN IMMEDIATE")
     try:
         there = known(conn, list({record.key: None for record, _ in pending}))
-        fresh = _fresh(pending, there, _KIND_RANK).values()
+        fresh = _fresh(pending, there, rank).values()
         tallies.insert_counted(
             conn,
             _UPSERT,
-            (_row(record, document, _KIND_RANK) for record, document in fresh),
+            (_row(record, document, rank) for record, document in fresh),
             _steps(fresh),
         )
         conn.executemany(
             _UPSERT,
-            (
-                _row(record, document, _KIND_RANK)
-                for record, document in pending
-                if record.key in there
-            ),
+            (_row(record, document, rank) for record, document in pending if record.key in there),
         )
         conn.execute("COMMIT")
     except BaseException:

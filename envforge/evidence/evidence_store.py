@@ -41,11 +41,11 @@ from typing import Any
 from envforge.core import paths
 from envforge.evidence import evidence_db
 from envforge.evidence.genuine import document_problem
+from envforge.evidence.kinds import ranks
 from envforge.evidence.local_store import opened as opened  # noqa: PLC0414 - re-exported
 from envforge.evidence.local_store import sources as sources  # noqa: PLC0414 - re-exported
 from envforge.evidence.local_store import store_certified_on as store_certified_on  # noqa: PLC0414
 from envforge.evidence.records import (
-    _KIND_RANK,
     Evidence,
     EvidenceSet,
     Problem,
@@ -231,6 +231,7 @@ def _import(
     table: CompatTable,
 ) -> Imported:
     skipped = list(problems)
+    rank = ranks()
     items: dict[str, tuple[Evidence, str]] = {}
     for source, raw in docs:
         refused = document_problem(raw)  # not what a probe run writes: never counted
@@ -244,7 +245,7 @@ def _import(
             skipped.append(Problem(source, str(getattr(exc, "message", exc))))
             continue
         first = items.get(stored.key)
-        if first is None or _KIND_RANK[stored.kind] < _KIND_RANK[first[0].kind]:
+        if first is None or rank[stored.kind] < rank[first[0].kind]:
             items[stored.key] = (stored, text)
     with evidence_db.connect(evidence_db.db_path(_state(root))) as conn:
         added = evidence_db.add(conn, items.values())

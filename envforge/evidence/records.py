@@ -1,6 +1,7 @@
 """Evidence: probe reports and certificates read from files and folders, as frozen records.
 
-What is read (each recognised by its content, not its file name):
+What is read (each recognised by its content, not its file name, by the first kind of
+:data:`envforge.evidence.kinds.KINDS` that recognises it; an export names its kind):
 
 * a probe report, ``probe.json`` (:meth:`envforge.probe.report.ProbeReport.to_json`,
   schema ``envforge.probe/1``), as ``envforge probe --report DIR`` and ``build``/``certify
@@ -55,16 +56,14 @@ from envforge.host.detect import nvidia_arch_for_product
 from envforge.knowledge.table import CompatTable
 from envforge.probe.report import SCHEMA as PROBE_SCHEMA
 from envforge.probe.report import ProbeReport, StepResult
-from envforge.publish.certificate import FORMATS as CERT_FORMATS
-from envforge.publish.certificate import Certificate
 
 Outcome = Literal["pass", "fail", "hang", "crash", "oom", "no-device"]
 #: A run's outcome: ``pass``, else the status of its first step that neither passed nor
 #: was skipped (a report with no steps is a ``fail``).
 OUTCOMES: tuple[Outcome, ...] = ("pass", "fail", "hang", "crash", "oom", "no-device")
-Kind = Literal["certificate", "venv", "probe"]
-#: Which copy of a run is kept when it is read more than once (lower wins).
-_KIND_RANK: dict[Kind, int] = {"certificate": 0, "venv": 1, "probe": 2}
+#: A kind as envforge.evidence.kinds.KINDS names it (which copy of a run read more than
+#: once is kept: the kind listed first).
+Kind = str
 #: Characters of a step detail that are kept.
 DETAIL_LIMIT = 4000
 VENDORS = ("amd", "nvidia", "none")
@@ -296,7 +295,7 @@ def _redacted_step(step: StepResult, redact: Callable[[str], str]) -> StepResult
     return StepResult(name=name, status=step.status, seconds=step.seconds, detail=detail)
 
 
-def _from_report(
+def from_report(
     raw: Mapping[str, Any],
     *,
     kind: Kind,
@@ -358,9 +357,14 @@ def _from_export(data: Mapping[str, Any], redact: Callable[[str], str]) -> Evide
     outcome = data["outcome"]
     if outcome not in OUTCOMES:
         raise EvidenceError(f"key 'outcome' is not one of {', '.join(OUTCOMES)}: {outcome!r}")
+    from envforge.evidence.kinds import KINDS  # noqa: PLC0415 - the kinds read records
+
     kind = data.get("kind", "probe")
-    if kind not in _KIND_RANK:
-        raise EvidenceError(f"key 'kind' is not one of {', '.join(_KIND_RANK)}: {kind!r}")
+    if not isinstance(kind, str) or kind not in KINDS:
+        raise EvidenceError(
+            f"key 'kind' is {kind!r}, not one of {', '.join(KINDS)} (export it again "
+            "with the envforge that recorded it: envforge evidence export)"
+        )
     gpu = data.get("gpu") or {}
     if not isinstance(gpu, dict):
         raise EvidenceError("key 'gpu' is not a JSON object")
@@ -429,42 +433,16 @@ def _parse(
     signatures: bool = False,
     table: CompatTable | None = None,
 ) -> Evidence:
+    from envforge.evidence.kinds import KINDS  # noqa: PLC0415 - the kinds read records
+
     if not isinstance(data, dict):
         raise EvidenceError("not an envforge report: expected a JSON object")
     schema = data.get("schema")
-    if isinstance(schema, str) and schema in CERT_FORMATS:
-        cert = Certificate.from_data(data, source="certificate")
-        signer = cert.signed_by or ""
-        if signer and signatures:
-            from envforge.publish.signing import check_signature  # noqa: PLC0415 - cryptography
-
-            check = check_signature(cert.data)
-            if check.state != "valid":
-                raise EvidenceError(f"certificate signature: {check.reason}")
-        return _from_report(
-            cert.report,
-            kind="certificate",
-            redact=redact,
-            recipe=cert.recipe_name,
-            recipe_hash=cert.recipe_hash,
-            stack=cert.stack_tag,
-            certificate=cert.digest,
-            signer=signer,
-            table=table,
-        )
     if schema == EXPORT_SCHEMA:
         return _from_export(data, redact)
-    if schema == PROBE_SCHEMA:
-        return _from_report(data, kind="probe", redact=redact, table=table)
-    if schema is None and isinstance(data.get("report"), dict) and "fingerprint" in data:
-        return _from_report(
-            data["report"],
-            kind="venv",
-            redact=redact,
-            recipe=_str(data.get("recipe")),
-            recipe_hash=_str(data.get("recipe_hash")),
-            table=table,
-        )
+    for kind in KINDS.values():
+        if kind.recognises(data):
+            return kind.read(data, redact, signatures=signatures, table=table)
     if schema is None:
         raise EvidenceError(
             "not an envforge report (no 'schema'; expected a probe.json, a certificate "
@@ -581,6 +559,9 @@ def read_evidence(
                 memo[text] = done
         return done
 
+    from envforge.evidence.kinds import ranks  # noqa: PLC0415 - the kinds read records
+
+    rank = ranks()
     kept: dict[str, Evidence] = {}
     problems: list[Problem] = []
     files = 0
@@ -609,7 +590,7 @@ def read_evidence(
                         continue
                     total += 1
                     old = kept.get(record.key)
-                    if old is None or _KIND_RANK[record.kind] < _KIND_RANK[old.kind]:
+                    if old is None or rank[record.kind] < rank[old.kind]:
                         kept[record.key] = record
             except EvidenceError as exc:
                 problems.append(Problem(str(path), exc.message))

@@ -4,8 +4,10 @@ The pipeline on a fleet reads as on one host, spread over nodes:
 
 * :mod:`.plan` -- recipes x archs -> a frozen :class:`~.plan.Plan` (``plan.json``): which
   recipe (or image) is certified on which arch, on how many nodes, one task per node;
-* :mod:`.slurm`, :mod:`.k8s`, :mod:`.github` -- the plan as the engine's own files (sbatch
-  job arrays; Kubernetes Jobs; a GitHub Actions matrix), plus Slurm's submit and queue;
+* :mod:`.slurm`, :mod:`.k8s`, :mod:`.github` -- the engines (:class:`.base.Engine`, named
+  by :data:`.engines.ENGINES`, the one way commands reach them): the plan as the engine's
+  own files (sbatch job arrays; Kubernetes Jobs; a GitHub Actions matrix), handing it over
+  and what the scheduler still queues (Slurm's submit and queue);
 * :mod:`.node` -- on a node: the GPUs the scheduler granted (``SLURM_JOB_GPUS``,
   ``CUDA_VISIBLE_DEVICES``, ``ROCR_VISIBLE_DEVICES``);
 * :mod:`.task` -- one task: ``envforge build``/``certify`` with ``--report`` into the

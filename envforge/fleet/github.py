@@ -11,10 +11,13 @@ after 24 hours). Checked with actionlint (scripts/test); the labels go into the
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from envforge.errors import InvalidInput
 from envforge.fleet import values
+from envforge.fleet.base import yaml_text
 from envforge.fleet.plan import CPU, Plan
 
 PYTHON = "3.11"
@@ -151,3 +154,32 @@ def _workflow(plan: Plan) -> dict[str, Any]:
 def actionlint_config(plan: Plan) -> dict[str, Any]:
     labels = sorted({*plan.site.runner_labels, *(t.arch for t in plan.tasks)} - {"self-hosted"})
     return {"self-hosted-runner": {"labels": labels}}
+
+
+# --------------------------------------------------------------------------- the engine
+
+
+def check_backend(backend: str, *, images: bool) -> None:
+    """Any backend: a matrix job runs ``envforge build`` on its runner."""
+
+
+def files(plan: Plan, folder: Path) -> dict[str, str]:
+    """``workflow.yml`` and the ``actionlint.yaml`` that names its runner labels."""
+    return {
+        "workflow.yml": yaml_text(workflow(plan)).replace("'on':", "on:", 1),
+        "actionlint.yaml": yaml_text(actionlint_config(plan)),
+    }
+
+
+def submit_plan(plan: Plan, folder: Path, environ: Mapping[str, str] | None = None) -> list[str]:
+    """Not from here: the workflow is committed and dispatched."""
+    raise InvalidInput(
+        "a GitHub Actions plan is not submitted from here",
+        hint=f"commit {folder / 'workflow.yml'} as .github/workflows/envforge-fleet.yml "
+        "and run it (workflow_dispatch)",
+    )
+
+
+def queued(plan: Plan, folder: Path) -> dict[int, str]:
+    """No queue is read: a task without a report counts as missing."""
+    return {}

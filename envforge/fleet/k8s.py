@@ -19,10 +19,12 @@ Checked here against the API schema only (kubernetes-validate): no API server ru
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-from envforge.errors import InvalidInput
+from envforge.errors import InvalidInput, Unavailable
+from envforge.fleet.base import yaml_text
 from envforge.fleet.plan import CPU, Plan, Task, vendor_of
 
 NVIDIA_MAJOR = "nvidia.com/gpu.compute.major"
@@ -150,3 +152,51 @@ def manifests(
         config_map(plan, worker, specs),
         *(job(plan, tasks, pci_ids) for tasks in pairs.values()),
     ]
+
+
+# --------------------------------------------------------------------------- the engine
+
+
+def check_backend(backend: str, *, images: bool) -> None:
+    """The pod is the image under test: a backend that makes no image is refused."""
+    if not images:
+        raise InvalidInput(
+            f"--engine k8s runs images: --backend {backend} is for Slurm and GitHub runners",
+            hint="--backend docker",
+        )
+
+
+def files(plan: Plan, folder: Path) -> dict[str, str]:
+    """``jobs.yaml``: the ConfigMap and the Jobs, one YAML document each."""
+    from envforge.knowledge.compiled import load_table  # noqa: PLC0415 - only for Kubernetes
+    from envforge.probe.runner import worker_source  # noqa: PLC0415 - as above
+    from envforge.probe.spec import ProbeSpec  # noqa: PLC0415 - as above
+    from envforge.recipe.catalogue import Catalogue  # noqa: PLC0415 - as above
+
+    table = load_table()
+    catalogue = Catalogue.default()
+    specs = {}
+    for task in plan.tasks:
+        recipe = catalogue.load(task.ref)
+        level = plan.level if plan.level in ("quick", "full") else None
+        specs[task.index] = ProbeSpec.from_recipe(recipe, level=level).worker_json()  # type: ignore[arg-type]
+
+    def pci_ids(arch: str) -> list[int]:
+        return [p.device_id for p in table.amd_pci_ids if p.arch == arch]
+
+    docs = manifests(plan, worker_source(), specs, pci_ids)
+    return {"jobs.yaml": "".join("---\n" + yaml_text(d) for d in docs)}
+
+
+def submit_plan(plan: Plan, folder: Path, environ: Mapping[str, str] | None = None) -> list[str]:
+    """Not from here: ``kubectl apply`` is the site's own."""
+    raise Unavailable(
+        "no Kubernetes cluster is reached from envforge itself",
+        hint=f"kubectl apply -f {folder / 'jobs.yaml'}, then put each pod's log "
+        f"into {folder}/reports/NNN/ for `fleet collect`",
+    )
+
+
+def queued(plan: Plan, folder: Path) -> dict[int, str]:
+    """No queue is read: a task without a report counts as missing."""
+    return {}

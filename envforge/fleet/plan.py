@@ -19,7 +19,7 @@ import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from envforge.core.jsonlimits import loads
 from envforge.errors import InvalidInput
@@ -30,8 +30,8 @@ from envforge.recipe.model import Recipe
 PLAN_MAX_BYTES = 64 * 1024 * 1024
 
 SCHEMA = "envforge.fleet-plan/1"
-Engine = Literal["slurm", "k8s", "github"]
-ENGINES: tuple[Engine, ...] = ("slurm", "k8s", "github")
+#: An engine as envforge.fleet.engines.ENGINES names it (checked where a plan is made or read).
+EngineName = str
 #: A backend as envforge.backends.BACKENDS names it; the node's envforge checks the name.
 BackendName = str
 _BACKEND_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
@@ -88,7 +88,7 @@ class Task:
 
 @dataclass(frozen=True)
 class Plan:
-    engine: Engine
+    engine: EngineName
     backend: BackendName
     tasks: tuple[Task, ...]
     site: Site = field(default_factory=Site)
@@ -176,7 +176,7 @@ def image_for(recipe: Recipe, site: Site) -> str:
 
 
 def make_plan(
-    engine: Engine,
+    engine: EngineName,
     recipes: Sequence[tuple[str, Recipe]],
     *,
     archs: Sequence[str] = (),
@@ -194,12 +194,11 @@ def make_plan(
     ``runs_images()``), which Kubernetes needs and each task then names. Raises
     :class:`InvalidInput` for what cannot run, and for a value its scheduler would not
     take (:mod:`.values`), before any task is made."""
+    from envforge.fleet.engines import engine_for  # noqa: PLC0415 - the engines import plans
+
+    chosen = engine_for(engine, "--engine")
     _check_counts(recipes, nodes, gpus)
-    if engine == "k8s" and not images:
-        raise InvalidInput(
-            f"--engine k8s runs images: --backend {backend} is for Slurm and GitHub runners",
-            hint="--backend docker",
-        )
+    chosen.check_backend(backend, images=images)
     for arch in archs:
         why = values.arch_problem(arch)
         if why:
@@ -347,11 +346,17 @@ def plan_from_dict(data: Any, source: str) -> Plan:
             f"{source}: not an envforge fleet plan (schema {SCHEMA})",
             hint="envforge fleet plan ... -o DIR writes DIR/plan.json",
         )
+    from envforge.fleet.engines import ENGINES  # noqa: PLC0415 - the engines import plans
+
     engine, backend = data.get("engine"), data.get("backend")
-    if engine not in ENGINES or not _BACKEND_NAME.fullmatch(str(backend)):
+    if not isinstance(engine, str) or engine not in ENGINES:
         raise InvalidInput(
-            f"{source}: key 'engine' or 'backend' has an unknown value", hint="plan again"
+            f"{source}: key 'engine' is {engine!r}, not one of {', '.join(ENGINES)}",
+            hint="plan again (envforge fleet plan --engine ...), or install the envforge "
+            "that planned it",
         )
+    if not _BACKEND_NAME.fullmatch(str(backend)):
+        raise InvalidInput(f"{source}: key 'backend' has an unknown value", hint="plan again")
     tasks = data.get("tasks")
     if not isinstance(tasks, list) or len(tasks) > MAX_TASKS:
         raise InvalidInput(

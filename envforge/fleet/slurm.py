@@ -9,13 +9,17 @@ lost. No Python client either: ``sbatch``/``squeue`` are the interface every sit
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 from envforge.core import proc
-from envforge.errors import Unavailable
+from envforge.core.fsutil import write_atomically
+from envforge.core.jsonlimits import load_file
+from envforge.errors import InvalidInput, Unavailable
 from envforge.fleet import values
 from envforge.fleet.plan import CPU, Plan
 from envforge.render.templates import render_template
@@ -34,6 +38,8 @@ WAITING = (
     "STAGE_OUT",
     "SIGNALING",
 )
+#: The file in the plan's folder that records the submitted jobs' ids.
+SUBMITTED = "submitted.json"
 
 
 def _ranges(indexes: Sequence[int]) -> str:
@@ -153,3 +159,52 @@ def queue(jobs: Sequence[str], environ: Mapping[str, str] | None = None) -> dict
         if task.isdigit():
             found[int(task)] = QueueEntry(int(task), parts[1], parts[2])
     return found
+
+
+# --------------------------------------------------------------------------- the engine
+
+
+def check_backend(backend: str, *, images: bool) -> None:
+    """Any backend: a task runs ``envforge build`` on its node."""
+
+
+def files(plan: Plan, folder: Path) -> dict[str, str]:
+    """The sbatch scripts (:func:`render`)."""
+    return render(plan, folder)
+
+
+def submit_plan(plan: Plan, folder: Path, environ: Mapping[str, str] | None = None) -> list[str]:
+    """``sbatch`` the plan's scripts; the job ids, recorded in ``submitted.json``."""
+    scripts = [folder / name for name in render(plan, folder)]
+    missing = [p for p in scripts if not p.is_file()]
+    if missing:
+        raise InvalidInput(f"{missing[0]}: no such file", hint="plan again (fleet plan -o DIR)")
+    jobs = submit(scripts, environ)
+    record = {
+        "engine": plan.engine,
+        "plan": plan.id,
+        "jobs": jobs,
+        "submitted": datetime.now(timezone.utc).isoformat().replace("+00:00", "Z"),
+    }
+    write_atomically(folder / SUBMITTED, json.dumps(record, indent=2) + "\n")
+    return jobs
+
+
+def submitted_jobs(folder: Path) -> list[str]:
+    """The job ids ``submitted.json`` records ([] before the plan was submitted)."""
+    path = folder / SUBMITTED
+    if not path.is_file():
+        return []
+    try:
+        data = load_file(path)  # regular, bounded, depth-limited (envforge.core.jsonlimits)
+        return [str(j) for j in data["jobs"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InvalidInput(
+            f"{path}: unreadable ({exc})", hint="remove it and submit again"
+        ) from None
+
+
+def queued(plan: Plan, folder: Path) -> dict[int, str]:
+    """The submitted tasks still in the queue (``squeue``): index -> state."""
+    jobs = submitted_jobs(folder)
+    return {i: e.state for i, e in queue(jobs).items()} if jobs else {}

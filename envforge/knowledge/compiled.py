@@ -22,6 +22,7 @@ from envforge.core import datacache
 from envforge.core.resources import data_file
 from envforge.errors import TableError
 from envforge.knowledge import table as table_module
+from envforge.knowledge import variants as variants_module
 from envforge.knowledge.table import CompatTable
 
 #: Overlay files: ``os.pathsep``-separated files or folders of ``*.yaml``.
@@ -32,6 +33,7 @@ PARSER_MODULES = (
     "knowledge/rows.py",
     "knowledge/release.py",
     "knowledge/table.py",
+    "knowledge/variants.py",
     "knowledge/compiled.py",
     "core/yamlcheck.py",
     "core/patterns.py",
@@ -125,7 +127,7 @@ def _load_layers(key: OverlayKey) -> CompatTable:
         files,
         lambda: _parse(files),
         CompatTable,
-        dataclasses_of(table_module),
+        (*dataclasses_of(table_module), *dataclasses_of(variants_module)),
         code=PARSER_MODULES,
     )
 

@@ -101,7 +101,7 @@ def no_job(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 def plan_of(*names: str, engine: str = "slurm", **kw: Any) -> Plan:
     kw.setdefault("images", BACKENDS[str(kw.get("backend", "docker"))].runs_images())
-    return make_plan(engine, [(n, CAT.load(n)) for n in names], **kw)  # type: ignore[arg-type]
+    return make_plan(engine, [(n, CAT.load(n)) for n in names], **kw)
 
 
 # --------------------------------------------------------------------------- class 2

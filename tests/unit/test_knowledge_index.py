@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from envforge.knowledge import load_table
+from envforge.knowledge.compare import compare_numpy, compare_torch
 from envforge.knowledge.index import (
     PEP691_JSON,
     IndexProblem,
@@ -21,13 +22,7 @@ from envforge.knowledge.index import (
     parse_listing,
     requires_dist,
 )
-from envforge.knowledge.refresh import (
-    StatusReport,
-    _compare_numpy,
-    _compare_torch,
-    problem_lines,
-    stale_rows,
-)
+from envforge.knowledge.refresh import StatusReport, problem_lines, stale_rows
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "index"
 URL = "http://127.0.0.1:9/simple/torch/"
@@ -130,7 +125,7 @@ def test_recorded_metadata_names_the_default_build() -> None:
 
 def test_compare_torch_on_the_recorded_page() -> None:
     table = load_table()
-    found = _compare_torch(table, _listing("torch.json", PEP691_JSON))
+    found = compare_torch(table, _listing("torch.json", PEP691_JSON))
     kinds = {(f.kind, f.subject) for f in found}
     assert ("missing-release", "torch 2.12.0") in kinds  # trimmed page
     assert not [f for f in found if f.kind in ("new-release", "python-range", "yanked")]
@@ -140,7 +135,7 @@ def test_compare_torch_on_the_recorded_page() -> None:
     )
     new = [
         f.subject
-        for f in _compare_torch(old, _listing("torch.json", PEP691_JSON))
+        for f in compare_torch(old, _listing("torch.json", PEP691_JSON))
         if f.kind == "new-release"
     ]
     assert new == ["torch 2.14.0", "torch 2.14.1", "torch 2.15.0"]
@@ -149,12 +144,12 @@ def test_compare_torch_on_the_recorded_page() -> None:
 def test_compare_numpy_sees_a_yank_the_table_lacks() -> None:
     table = load_table()
     page = _listing("numpy.json", PEP691_JSON, "numpy")
-    assert _compare_numpy(table, page) == []
+    assert compare_numpy(table, page) == []
     unyanked = replace(
         table,
         numpy_releases=tuple(replace(n, yanked=()) for n in table.numpy_releases),
     )
-    found = _compare_numpy(unyanked, page)
+    found = compare_numpy(unyanked, page)
     assert [(f.kind, f.subject) for f in found] == [("numpy-yanked", "numpy 2.4.0")]
 
 

@@ -166,7 +166,7 @@ def test_a_batch_that_fails_leaves_neither_rows_nor_counts(home: Path) -> None:
     docs = [json.loads(make_report(s).to_json()) for s in corpus(5, seed=3)]
     batch = [_parsed(d) for d in docs]
     # a kind that has no rank: the batch fails in the middle of its inserts
-    batch[3] = (replace(batch[3][0], kind="bogus"), batch[3][1])  # type: ignore[arg-type]
+    batch[3] = (replace(batch[3][0], kind="bogus"), batch[3][1])
     with evidence_db.connect(home / "evidence.sqlite") as conn:
         with pytest.raises(KeyError):
             evidence_db.add(conn, batch)
