@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from envforge.backends import docker
+from envforge.backends.docker import pipeline
 from envforge.backends.docker import shell as docker_shell
 from envforge.backends.docker.containers import container_kwargs
 from envforge.container.devices import DeviceFlags
@@ -283,9 +284,9 @@ def test_the_quick_probe_before_a_fallback_checks_the_binding_first(
     reason to fall back, and no probe container runs in it."""
     cert = _cert()
     tampered = _engine({**CONFIG, "Healthcheck": ADDED["HEALTHCHECK"][1]}, cert)
-    monkeypatch.setattr(docker, "_connect", lambda _options: tampered)
+    monkeypatch.setattr(pipeline, "_connect", lambda _options: tampered)
     probed: list[object] = []
-    monkeypatch.setattr(docker, "run_probe", lambda *a, **_k: probed.append(a))
+    monkeypatch.setattr(pipeline, "run_probe", lambda *a, **_k: probed.append(a))
     problem = docker.check(RECIPE, docker.DockerOptions())
     assert problem is not None
     assert problem.startswith(f"{CERTIFIED} is not the image its certificate certifies: ")
