@@ -228,6 +228,12 @@ class Certificate:
         return dict(binding.config) if isinstance(binding, ImageBinding) else {}
 
     @property
+    def candidate(self) -> str:
+        """The ID of the image the probe ran in ("" for another binding)."""
+        binding = self.binding
+        return binding.candidate if isinstance(binding, ImageBinding) else ""
+
+    @property
     def recipe_name(self) -> str:
         return str(self.data["recipe"]["name"])
 
