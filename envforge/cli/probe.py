@@ -32,13 +32,13 @@ from envforge.cli.common import (
     say,
     set_option,
     step_timeout_option,
-    summarizing,
     summary_option,
     term_as_interrupt,
 )
 from envforge.cli.display import ProbeProgress
 from envforge.core.fsutil import REPORT_FILES, check_folder_target
 from envforge.errors import CertificationFailed, InvalidInput, clip
+from envforge.evidence.summary import summarizing
 from envforge.recipe.model import Level
 
 if TYPE_CHECKING:
