@@ -3,6 +3,8 @@
 A backend is a *module* that implements :class:`Backend` with module-level functions
 (as cibuildwheel's ``PlatformModule`` and pre-commit's ``Language`` do); :data:`BACKENDS`
 names them, and every command reaches a backend only through it: ``BACKENDS[name]``.
+A backend is imported once, by its module path, when it is first looked up there, so
+that importing this package (or :mod:`.base`) loads no backend.
 Each is handed the one :class:`~envforge.backends.base.Options` value of the command and
 declares the flags only it has (``cli_options``); doctor asks each for its own findings.
 
@@ -15,11 +17,11 @@ whether ``envforge shell`` falls back to another recipe.
 
 from __future__ import annotations
 
-from collections.abc import Callable, MutableMapping, Sequence
+import importlib
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol, cast
 
-from envforge.backends import docker, venv
 from envforge.backends.base import BackendOption, Command, HostCheck, Options, Result
 from envforge.recipe.model import Recipe
 
@@ -67,8 +69,37 @@ class Backend(Protocol):
     def disk_need(self, vendor: str) -> tuple[int, Path]: ...
 
 
+class _Backends(MutableMapping[str, Backend]):
+    """Backend names to backend modules, each named by its module path and imported when
+    it is first looked up (Python's module cache keeps it); a module may be registered
+    directly too (tests register a fake)."""
+
+    def __init__(self, paths: Mapping[str, str]) -> None:
+        self._entries: dict[str, str | Backend] = dict(paths)
+
+    def __getitem__(self, name: str) -> Backend:
+        entry = self._entries[name]
+        if isinstance(entry, str):
+            return cast("Backend", importlib.import_module(entry))
+        return entry
+
+    def __setitem__(self, name: str, backend: Backend) -> None:
+        self._entries[name] = backend
+
+    def __delitem__(self, name: str) -> None:
+        del self._entries[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
 #: The backends, in the order :func:`pick` prefers them (the first is the default).
-BACKENDS: Final[MutableMapping[str, Backend]] = {"docker": docker, "venv": venv}
+BACKENDS: Final[MutableMapping[str, Backend]] = _Backends(
+    {"docker": "envforge.backends.docker", "venv": "envforge.backends.venv"}
+)
 
 
 def default_backend() -> str:

@@ -77,7 +77,7 @@ def _docker_envelope(
     from envforge.publish import attestation as at  # noqa: PLC0415 - as above
 
     cert = certified.outcome.certificate
-    candidate = str(cert.data["image"]["candidate"])
+    candidate = cert.candidate
     image = candidate if probed else certified.outcome.certified_image or candidate
     subject = at.image_subject(certified.certified_tag, image)
     pred = at.predicate(

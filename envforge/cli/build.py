@@ -36,12 +36,12 @@ from envforge.cli.common import (
     signing_key_option,
     step_timeout_option,
     strict_option,
-    summarizing,
     summary_option,
     term_as_interrupt,
     wheelhouse_option,
 )
 from envforge.core.fsutil import REPORT_FILES, check_folder_target
+from envforge.evidence.summary import summarizing
 from envforge.recipe.model import Level
 
 

@@ -8,20 +8,19 @@ import os
 import re
 import signal
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from envforge.core.patterns import LEVELS, Level
-from envforge.errors import EnvforgeError, InvalidInput
+from envforge.errors import InvalidInput
 
 if TYPE_CHECKING:
     from envforge.backends.base import Command
     from envforge.container.devices import GpuPick
     from envforge.host.detect import HostInfo
-    from envforge.probe.report import ProbeReport
     from envforge.project.model import Project
     from envforge.publish.signing import SigningKey
     from envforge.recipe.model import Recipe
@@ -494,51 +493,6 @@ def load_signer(path: Path | None) -> SigningKey | None:
     from envforge.publish.signing import load_signer as load  # noqa: PLC0415 - loads cryptography
 
     return load(path, say=say)
-
-
-@dataclass
-class SummaryNotes:
-    """What a command's ``--summary`` section(s) will say (filled while it runs)."""
-
-    title: str
-    sections: list[tuple[str, ProbeReport | None, list[tuple[str, str]], str | None]] = field(
-        default_factory=list
-    )
-
-    def add(
-        self,
-        report: ProbeReport | None,
-        facts: Sequence[tuple[str, str]] = (),
-        *,
-        title: str | None = None,
-        error: str | None = None,
-    ) -> None:
-        from envforge.evidence.summary import report_facts  # noqa: PLC0415 - only with --summary
-
-        self.sections.append((title or self.title, report, [*facts, *report_facts(report)], error))
-
-
-@contextlib.contextmanager
-def summarizing(path: Path | None, title: str) -> Iterator[SummaryNotes]:
-    """Append the sections noted while the block runs to ``path`` (``--summary``); an
-    error that ends the block before any section was noted becomes a section itself.
-    Ctrl-C writes nothing."""
-    notes = SummaryNotes(title)
-    if path is None:
-        yield notes
-        return
-    from envforge.core.fsutil import check_file_target  # noqa: PLC0415 - only with --summary
-    from envforge.evidence.summary import append, section  # noqa: PLC0415 - only with --summary
-
-    check_file_target(path, setting="--summary")  # before any work: one line, exit 2
-    try:
-        yield notes
-    except EnvforgeError as exc:
-        if not notes.sections:
-            notes.sections.append((title, None, [], exc.one_line()))
-        append(path, "".join(section(t, r, facts=f, error=e) for t, r, f, e in notes.sections))
-        raise
-    append(path, "".join(section(t, r, facts=f, error=e) for t, r, f, e in notes.sections))
 
 
 @contextlib.contextmanager

@@ -42,11 +42,11 @@ from envforge.cli.common import (
     set_option,
     signing_key_option,
     step_timeout_option,
-    summarizing,
     summary_option,
 )
 from envforge.core.fsutil import REPORT_FILES, check_folder_target
 from envforge.errors import CertificationFailed, InvalidInput
+from envforge.evidence.summary import summarizing
 from envforge.recipe.model import Level, Recipe
 
 if TYPE_CHECKING:

@@ -3,11 +3,15 @@
 Where evidence lives under ``ENVFORGE_HOME``:
 
 * ``evidence.sqlite``: one row per report (:mod:`envforge.evidence.evidence_db`): ``probe
-  --report`` runs, venv ``build`` certifications, everything ``envforge evidence import``
-  and ``fleet collect`` brought in (:func:`save_document`), and the certificates below;
-* ``certificates/<hex digest>.json``: Docker ``build``/``certify`` verdicts (pass or fail),
-  the :class:`envforge.publish.certificate.CertificateStore` (a certificate is kept exactly as
-  issued: its digest and signature cover it), read into the database when it changed;
+  --report`` runs, everything ``envforge evidence import`` and ``fleet collect`` brought
+  in (:func:`save_document`), and the certificates below;
+* ``certificates/<hex digest>.json``: every backend's ``build``/``certify`` verdicts (pass
+  or fail), the :class:`envforge.publish.certificate.CertificateStore` (a certificate is
+  kept exactly as issued: its digest and signature cover it), read into the database when
+  it changed;
+
+Every run becomes evidence through one function, :func:`record`: a certificate (a Docker
+image's, a venv's) or a probe report (``probe --report``).
 * ``reports/<run key>.json``: the store before the database, migrated on first use (the
   files stay; each is read once).
 
@@ -55,6 +59,7 @@ from envforge.evidence.records import (
 )
 from envforge.knowledge.compiled import load_table
 from envforge.knowledge.table import CompatTable
+from envforge.publish.certificate import Certificate, CertificateStore, legacy_venv
 
 #: Environment-snapshot keys a stored report keeps (versions only).
 SNAPSHOT_KEPT = (
@@ -149,24 +154,26 @@ def _key_of(doc: Mapping[str, Any], redact: Redactor) -> str:
     return parse_document(doc, redact).key
 
 
-def record_probe(
-    report: Mapping[str, Any], *, root: Path | None = None, redact: Redactor | None = None
+def record(
+    run: Certificate | Mapping[str, Any],
+    *,
+    environ: Mapping[str, str] | None = None,
+    store: CertificateStore | None = None,
+    redact: Redactor | None = None,
 ) -> Path:
-    """Keep a ``probe`` run (its ``ProbeReport.to_dict()``) in the store."""
-    redactor = Redactor.for_this_host() if redact is None else redact
-    doc = sanitized_report(report, redactor)
-    return save_document(doc, _key_of(doc, redactor), root)
+    """Keep a run as evidence: the one way in for every backend and ``probe --report``.
 
-
-def record_venv(
-    marker: Mapping[str, Any], *, root: Path | None = None, redact: Redactor | None = None
-) -> Path:
-    """Keep a venv certification (the ``certified.json`` form: recipe, recipe_hash,
-    fingerprint, level, report) in the store."""
+    A :class:`~envforge.publish.certificate.Certificate` (any binding, pass or fail) is
+    kept as issued in the certificate store (``store``, else ``ENVFORGE_HOME``'s of
+    ``environ``), which ``publish`` reads and the database reads in when next opened;
+    its issuer decides what its report holds (the digest covers it: a venv's is
+    :func:`sanitized_report` already). A probe report (``ProbeReport.to_dict()``) is
+    sanitized and kept in the database. Returns the file or the database kept in."""
+    if isinstance(run, Certificate):
+        return (store or CertificateStore(paths.certificates_dir(environ))).save(run)
     redactor = Redactor.for_this_host() if redact is None else redact
-    doc = dict(marker)
-    doc["report"] = sanitized_report(marker["report"], redactor)
-    return save_document(doc, _key_of(doc, redactor), root)
+    doc = sanitized_report(run, redactor)
+    return save_document(doc, _key_of(doc, redactor), paths.reports_dir(environ))
 
 
 # --------------------------------------------------------------------------- import
@@ -184,7 +191,7 @@ class Imported:
 def _storable(doc: Mapping[str, Any], redact: Redactor) -> tuple[Mapping[str, Any], str]:
     """What the store keeps of ``doc``, and its text."""
     schema = doc.get("schema")
-    if schema is None and isinstance(doc.get("report"), Mapping):  # a venv marker
+    if legacy_venv(doc):  # a venv's certified.json before certificate format 3
         copy = dict(doc)
         copy["report"] = sanitized_report(doc["report"], redact)
         return copy, _compact(copy)

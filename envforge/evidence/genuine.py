@@ -230,7 +230,8 @@ def document_problem(doc: Any) -> str | None:
     if schema == "envforge.probe/1":
         return report_problem(doc)
     if isinstance(schema, str) and schema.startswith("envforge.certificate/"):
-        return report_problem(doc.get("report"))
+        # a venv's incremental certification re-ran only what a change could affect
+        return report_problem(doc.get("report"), partial=bool(doc.get("incremental")))
     if schema == "envforge.evidence/1":
         return steps_problem(doc.get("steps"), doc.get("level"), partial=True) or _created_problem(
             doc.get("created")

@@ -6,13 +6,13 @@ What is read (each recognised by its content, not its file name, by the first ki
 * a probe report, ``probe.json`` (:meth:`envforge.probe.report.ProbeReport.to_json`,
   schema ``envforge.probe/1``), as ``envforge probe --report DIR`` and ``build``/``certify
   --report DIR`` write it;
-* a certificate (:class:`envforge.publish.certificate.Certificate`, schema
-  ``envforge.certificate/2`` or ``/1``):
-  the files of the local store (``$ENVFORGE_HOME/certificates/<hex>.json``) and the
-  ``certificate.json`` that ``--report DIR`` writes beside ``probe.json``. Its digest is
-  checked: an altered certificate is reported, not read;
-* a virtualenv certification marker (``VENV/.envforge/certified.json``: the report that
-  passed, with the recipe and its hash);
+* a certificate of any backend (:class:`envforge.publish.certificate.Certificate`, schema
+  ``envforge.certificate/3``, ``/2`` or ``/1``): the files of the local store
+  (``$ENVFORGE_HOME/certificates/<hex>.json``), the ``certificate.json`` that ``--report
+  DIR`` writes beside ``probe.json``, a venv's ``.envforge/certified.json``. Its digest
+  is checked: an altered certificate is reported, not read. A venv's ``certified.json``
+  from before format 3 (:func:`~envforge.publish.certificate.legacy_venv`) is read too,
+  as kind ``venv``;
 * an exported record (schema ``envforge.evidence/1``, :meth:`Evidence.to_export`): what
   ``envforge evidence export`` writes, already normalised and redacted;
 * a bundle: ``*.jsonl``, one of the above per line.
@@ -52,7 +52,8 @@ from envforge.core.fsutil import read_limited, read_reason
 from envforge.core.jsonlimits import BadJSON, loads
 from envforge.errors import EnvforgeError, InvalidInput
 from envforge.evidence.redact import Redactor as Redactor  # noqa: PLC0414 - re-exported
-from envforge.host.detect import nvidia_arch_for_product
+from envforge.evidence.run_facts import Gpu as Gpu  # noqa: PLC0414 - re-exported
+from envforge.evidence.run_facts import gpu_of, pci_of, run_key, runtime_of, stack_name
 from envforge.knowledge.table import CompatTable
 from envforge.probe.report import SCHEMA as PROBE_SCHEMA
 from envforge.probe.report import ProbeReport, StepResult
@@ -83,20 +84,6 @@ class Problem:
 
     def line(self) -> str:
         return " ".join(f"{self.source}: {self.message}".split())
-
-
-@dataclass(frozen=True)
-class Gpu:
-    """The GPU a report ran on: ``vendor`` amd/nvidia/none, ``arch`` (``cpu`` for none,
-    ``unknown`` when the report does not say), the product name (empty for none)."""
-
-    vendor: str
-    arch: str
-    product: str
-
-    @property
-    def row_key(self) -> str:
-        return f"{self.vendor}:{self.arch}"
 
 
 @dataclass(frozen=True)
@@ -202,60 +189,6 @@ def parse_time(text: str) -> datetime:
     return when.astimezone(timezone.utc)
 
 
-def _major_minor(version: str) -> str:
-    return ".".join(version.split(".")[:2])
-
-
-def _runtime(snapshot: Mapping[str, Any]) -> tuple[str, str]:
-    """(``ROCm 5.2`` / ``CUDA 12.8`` / ``cpu`` / ``""``, the stack's variant part)."""
-    hip, cuda = _str(snapshot.get("hip")), _str(snapshot.get("cuda"))
-    if hip:
-        return f"HIP {hip}", "rocm" + _major_minor(hip)
-    if cuda:
-        return f"CUDA {cuda}", "cu" + _major_minor(cuda).replace(".", "")
-    if snapshot.get("torch"):
-        return "cpu", "cpu"
-    return "", ""
-
-
-def _stack(torch: str, variant: str, python: str) -> str:
-    """``torch<version>-<rocmX.Y|cuNNN|cpu>-py<X.Y>`` as the Docker backend tags it."""
-    if not torch:
-        return ""
-    parts = ["torch" + torch.split("+", 1)[0]]
-    if variant:
-        parts.append(variant)
-    if python:
-        parts.append("py" + _major_minor(python))
-    return "-".join(parts)
-
-
-def _gpu(report: ProbeReport, recipe: str, table: CompatTable | None = None) -> Gpu:
-    """The GPU the run used: one whose arch names the recipe, else the first with an
-    arch, else the first; ``Gpu("none", "cpu", "")`` when the host has none."""
-    gpus = report.host.gpus
-    if not gpus:
-        return Gpu("none", "cpu", "")
-    chosen = (
-        next((g for g in gpus if g.arch and _str(g.arch) == recipe), None)
-        or next((g for g in gpus if g.arch), None)
-        or gpus[0]
-    )
-    vendor = _str(chosen.vendor).lower() or "unknown"
-    product = " ".join(_str(chosen.name).split())
-    arch = _str(chosen.arch)
-    if not arch and vendor == "nvidia":
-        arch = nvidia_arch_for_product(product, table) or ""
-    return Gpu(vendor, arch or "unknown", product)
-
-
-def _pci_of(report: ProbeReport, gpu: Gpu) -> str:
-    for g in report.host.gpus:
-        if " ".join(_str(g.name).split()) == gpu.product and g.pci_id:
-            return _str(g.pci_id)
-    return ""
-
-
 def _outcome(report: ProbeReport) -> Outcome:
     if report.passed:
         return "pass"
@@ -264,28 +197,6 @@ def _outcome(report: ProbeReport) -> Outcome:
         return "fail"
     status: Outcome = problem.status  # an Outcome: checked just above
     return status
-
-
-def _run_key(report: ProbeReport) -> str:
-    """What identifies a probe run: everything in its report but the environment snapshot
-    (equal for equal runs; the JSON form's key order differs between a ``probe.json`` and
-    a certificate, so the parsed values are hashed, not the text)."""
-    host = report.host
-    identity = (
-        report.created,
-        report.level,
-        report.target,
-        report.seconds,
-        report.recipe_name,
-        report.recipe_hash,
-        report.envforge_version,
-        host.kernel,
-        host.machine,
-        host.driver,
-        tuple((g.name, g.arch, g.vendor) for g in host.gpus),
-        tuple((s.name, s.status, s.seconds, s.detail) for s in report.steps),
-    )
-    return hashlib.sha256(repr(identity).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _redacted_step(step: StepResult, redact: Callable[[str], str]) -> StepResult:
@@ -316,23 +227,23 @@ def from_report(
         if raw.get(key) is not None and not isinstance(raw[key], kind_of):
             raise EvidenceError(f"key {key!r} is not a JSON object")
     report = ProbeReport.from_dict(raw)
-    key = _run_key(report)
+    key = run_key(report)
     try:
         created = parse_time(report.created)
     except ValueError:
         raise EvidenceError(f"key 'created' is not an ISO 8601 time: {report.created!r}") from None
     snapshot = report.snapshot
     torch, python = _str(snapshot.get("torch")), _str(snapshot.get("python"))
-    runtime, variant = _runtime(snapshot)
+    runtime, variant = runtime_of(snapshot)
     recipe = recipe or _str(report.recipe_name)
     steps = tuple(_redacted_step(s, redact) for s in report.steps)
-    gpu = _gpu(report, recipe, table)
+    gpu = gpu_of(report, recipe, table)
     return Evidence(
         key=key,
         kind=kind,
         recipe=recipe,
         recipe_hash=recipe_hash or _str(report.recipe_hash),
-        stack=stack or _stack(torch, variant, python),
+        stack=stack or stack_name(torch, variant, python),
         outcome=_outcome(report),
         created=created,
         level=report.level,
@@ -347,7 +258,7 @@ def from_report(
         seconds=round(report.seconds, 3),
         steps=steps,
         certificate=certificate,
-        pci_id=_pci_of(report, gpu),
+        pci_id=pci_of(report, gpu),
         host=_str(report.host.id),
         signer=signer,
     )

@@ -32,11 +32,15 @@ in a code fence longer than any run of backticks in it (:func:`fenced`).
 
 from __future__ import annotations
 
+import contextlib
 import html
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from envforge.errors import EnvforgeError
 
 if TYPE_CHECKING:
     from envforge.probe.report import ProbeReport
@@ -167,3 +171,48 @@ def append(path: Path, text: str) -> None:
     from envforge.core.fsutil import append_text  # noqa: PLC0415 - only when writing
 
     append_text(path, text, setting="--summary")
+
+
+# --------------------------------------------------------------------------- --summary
+
+
+@dataclass
+class SummaryNotes:
+    """What a command's ``--summary`` section(s) will say (filled while it runs)."""
+
+    title: str
+    sections: list[tuple[str, ProbeReport | None, list[tuple[str, str]], str | None]] = field(
+        default_factory=list
+    )
+
+    def add(
+        self,
+        report: ProbeReport | None,
+        facts: Sequence[tuple[str, str]] = (),
+        *,
+        title: str | None = None,
+        error: str | None = None,
+    ) -> None:
+        self.sections.append((title or self.title, report, [*facts, *report_facts(report)], error))
+
+
+@contextlib.contextmanager
+def summarizing(path: Path | None, title: str) -> Iterator[SummaryNotes]:
+    """Append the sections noted while the block runs to ``path`` (``--summary``); an
+    error that ends the block before any section was noted becomes a section itself.
+    Ctrl-C writes nothing."""
+    notes = SummaryNotes(title)
+    if path is None:
+        yield notes
+        return
+    from envforge.core.fsutil import check_file_target  # noqa: PLC0415 - only with --summary
+
+    check_file_target(path, setting="--summary")  # before any work: one line, exit 2
+    try:
+        yield notes
+    except EnvforgeError as exc:
+        if not notes.sections:
+            notes.sections.append((title, None, [], exc.one_line()))
+        append(path, "".join(section(t, r, facts=f, error=e) for t, r, f, e in notes.sections))
+        raise
+    append(path, "".join(section(t, r, facts=f, error=e) for t, r, f, e in notes.sections))

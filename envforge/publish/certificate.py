@@ -1,16 +1,22 @@
-"""Certificates: a probe report bound to an image's filesystem content (pure: no SDK).
+"""Certificates: a probe report bound to what it probed, one model for every backend.
 
-A :class:`Certificate` says "this host ran the probe on the image whose layers have these
-diff IDs and whose config is this one, built from this recipe, and the probe passed (or
-failed at step X)".
+A :class:`Certificate` says "this host ran the probe on this environment, made from this
+recipe, and the probe passed (or failed at step X)". What "this environment" is, is the
+certificate's :attr:`~Certificate.binding`, one kind per backend:
+
+* :class:`ImageBinding` (Docker): the image's layer diff IDs and its config (all of it
+  but the certificate label: health check, volumes, ports, ONBUILD, stop signal, shell,
+  labels, env, entrypoint, ...: see :func:`envforge.container.refs.bound_config`);
+* :class:`VenvBinding` (venv): the venv's fingerprint and content digests (every file,
+  :mod:`envforge.backends.venvscan`), the project and the project's checks it holds for.
 
 Formats (the ``schema`` field, covered by the digest, so a certificate cannot be passed
-off as another format): ``envforge.certificate/2`` binds the image's whole config except
-the certificate label itself (health check, volumes, ports, ONBUILD, stop signal, shell,
-labels, env, entrypoint, ...: see :func:`envforge.container.refs.bound_config`);
-``envforge.certificate/1`` (envforge before format 2) bound only Env, Entrypoint, Cmd,
-WorkingDir and User. Format 1 certificates are still read, checked on what they bind and
-said to be older (:attr:`Certificate.full_binding` is False); new ones are always format 2.
+off as another format): ``envforge.certificate/3`` (written: ``binding`` names its kind);
+``envforge.certificate/2`` and ``/1`` (read: an image binding under ``image``; format 1,
+envforge before format 2, bound only Env, Entrypoint, Cmd, WorkingDir and User, so it
+is checked on what it binds and said to be older: :attr:`Certificate.full_binding` is
+False); and the venv's ``certified.json`` before format 3 (no ``schema``, no digest:
+:func:`legacy_venv`, read by the venv backend and the evidence reader, never written).
 
 Its ``digest`` is the sha256 of its canonical JSON without the digest field, so any edit
 is detected.
@@ -18,23 +24,19 @@ is detected.
 Where certificates live:
 
 * the local store, ``envforge.core.paths.certificates_dir()/<hex digest>.json`` (one file per
-  certificate, written atomically) -- the host's own record, which ``publish`` requires;
-* the certified image itself, as the label ``io.envforge.certificate`` (compact JSON).
+  certificate, written atomically) -- the host's own record, which ``publish`` requires,
+  read into the evidence database (:func:`envforge.evidence.evidence_store.record`);
+* a certified image, as the label ``io.envforge.certificate`` (compact JSON).
   The label is added by a metadata-only build ``FROM <candidate>`` (see
   :func:`envforge.backends.docker.images.label_image`), so the certified image's layer diff IDs
-  are the candidate's and the certificate travels to any registry with the image.
+  are the candidate's and the certificate travels to any registry with the image;
+* a certified venv, as ``.envforge/certified.json``.
 
 The digest is an integrity check, not a signature: ``envforge verify`` proves that a
 pulled image's content is what the certificate names. Who issued it is the optional
 ``signature`` field (ed25519 over the digest; format in :mod:`envforge.publish.signing`), which is
 left out of the digest like the digest itself: an unsigned certificate's digest is the
 same as before signatures existed, and :func:`sign` does not change it.
-
-Certifying an image (probe it in a container, issue, store, label) is the Docker
-backend's :func:`envforge.backends.docker.certification.certify_image`. The venv backend records
-its verdicts in the venv itself (``.envforge/certified.json``, see
-:mod:`envforge.backends.venv`) and in the evidence store (:mod:`envforge.evidence.evidence_store`),
-not in this format.
 """
 
 from __future__ import annotations
@@ -43,20 +45,22 @@ import hashlib
 import json
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, Union
 
 from envforge import __version__
 from envforge.core import paths
 from envforge.core.fsutil import read_limited, write_atomically
 from envforge.errors import CertificationFailed, clip
 
-SCHEMA = "envforge.certificate/2"
+SCHEMA = "envforge.certificate/3"
+#: Format 2: an image binding (the layers and the whole config) under ``image``.
+SCHEMA_V2 = "envforge.certificate/2"
 #: Format 1: binds the layers and only Env, Entrypoint, Cmd, WorkingDir and User.
 SCHEMA_V1 = "envforge.certificate/1"
 #: Every format this envforge reads, by number.
-FORMATS = {SCHEMA: 2, SCHEMA_V1: 1}
+FORMATS = {SCHEMA: 3, SCHEMA_V2: 2, SCHEMA_V1: 1}
 #: What a format 1 certificate leaves out, for the one line that says so.
 V1_PARTIAL = (
     "certificate format 1 (an older envforge) binds only the layers and Env, Entrypoint, "
@@ -79,8 +83,109 @@ def _digest(data: Mapping[str, Any]) -> str:
 
 
 @dataclass(frozen=True)
+class ImageBinding:
+    """What a Docker certificate binds: the image's layer diff IDs and its config."""
+
+    layers: tuple[str, ...]
+    config: Mapping[str, Any]
+    candidate: str = ""
+    kind: Literal["image"] = "image"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "layers": list(self.layers),
+            "config": dict(self.config),
+            "candidate": self.candidate,
+        }
+
+
+@dataclass(frozen=True)
+class VenvBinding:
+    """What a venv certificate binds: the venv's fingerprint and content digests (in
+    ``content_format``), the project (None: the recipe's own venv) and its checks."""
+
+    fingerprint: str
+    content: Mapping[str, str] = field(default_factory=dict)
+    content_format: int = 0
+    project: str | None = None
+    checks: str | None = None
+    kind: Literal["venv"] = "venv"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "fingerprint": self.fingerprint,
+            "content": dict(self.content),
+            "content_format": self.content_format,
+            "project": self.project,
+            "checks": self.checks,
+        }
+
+
+Binding = Union[ImageBinding, VenvBinding]
+
+
+def _binding_of(data: Mapping[str, Any]) -> Binding:
+    """The binding of a certificate's data (format 3: ``binding``; 1 and 2: ``image``)."""
+    if data["schema"] != SCHEMA:
+        image = data["image"]
+        return ImageBinding(
+            tuple(image["layers"]), dict(image["config"]), image.get("candidate", "")
+        )
+    raw = data["binding"]
+    if raw["kind"] == "image":
+        return ImageBinding(
+            tuple(raw["layers"]), dict(raw["config"]), str(raw.get("candidate", ""))
+        )
+    return VenvBinding(
+        str(raw["fingerprint"]),
+        dict(raw["content"]),
+        int(raw["content_format"]),
+        raw.get("project"),
+        raw.get("checks"),
+    )
+
+
+def _binding_ok(data: Mapping[str, Any]) -> bool:
+    """Whether a certificate's binding has the fields its format needs, typed."""
+    raw = data["binding"] if data["schema"] == SCHEMA else {"kind": "image", **data["image"]}
+    if not isinstance(raw, dict):
+        return False
+    if raw.get("kind") == "image":
+        layers = raw["layers"]
+        return (
+            isinstance(layers, list)
+            and all(isinstance(x, str) for x in layers)
+            and isinstance(raw["config"], dict)
+        )
+    if raw.get("kind") != "venv":
+        return False
+    content = raw["content"]
+    return (
+        isinstance(raw["fingerprint"], str)
+        and isinstance(content, dict)
+        and all(isinstance(v, str) for v in content.values())
+        and isinstance(raw["content_format"], int)
+        and all(isinstance(raw.get(k), (str, type(None))) for k in ("project", "checks"))
+    )
+
+
+def legacy_venv(data: Any) -> bool:
+    """Whether ``data`` is a venv's ``certified.json`` from before format 3 (no schema,
+    the recipe, its hash, the fingerprint and the report that passed): read, never
+    written, and unverifiable (it has no digest)."""
+    return (
+        isinstance(data, dict)
+        and data.get("schema") is None
+        and isinstance(data.get("report"), dict)
+        and "fingerprint" in data
+    )
+
+
+@dataclass(frozen=True)
 class Certificate:
-    """A probe verdict bound to image content. Build with :func:`issue`."""
+    """A probe verdict bound to an environment (:attr:`binding`). Build with :func:`issue`."""
 
     data: Mapping[str, Any]
 
@@ -90,8 +195,13 @@ class Certificate:
 
     @property
     def format(self) -> int:
-        """The certificate format: 2 binds the whole config, 1 only the run config."""
+        """The certificate format: 3 names its binding's kind, 2 binds an image's whole
+        config, 1 only its run config."""
         return FORMATS[str(self.data["schema"])]
+
+    @property
+    def binding(self) -> Binding:
+        return _binding_of(self.data)
 
     @property
     def full_binding(self) -> bool:
@@ -107,11 +217,21 @@ class Certificate:
 
     @property
     def layers(self) -> tuple[str, ...]:
-        return tuple(self.data["image"]["layers"])
+        """The image's layer diff IDs (none for another binding)."""
+        binding = self.binding
+        return binding.layers if isinstance(binding, ImageBinding) else ()
 
     @property
     def config(self) -> Mapping[str, Any]:
-        return dict(self.data["image"]["config"])
+        """The image's bound config (empty for another binding)."""
+        binding = self.binding
+        return dict(binding.config) if isinstance(binding, ImageBinding) else {}
+
+    @property
+    def candidate(self) -> str:
+        """The ID of the image the probe ran in ("" for another binding)."""
+        binding = self.binding
+        return binding.candidate if isinstance(binding, ImageBinding) else ""
 
     @property
     def recipe_name(self) -> str:
@@ -166,16 +286,13 @@ class Certificate:
         if not isinstance(schema, str) or schema not in FORMATS:
             newer = isinstance(schema, str) and schema.startswith("envforge.certificate/")
             raise CertificationFailed(
-                f"{source} is not an envforge certificate ({SCHEMA} or {SCHEMA_V1})"
+                f"{source} is not an envforge certificate ({', '.join(FORMATS)})"
                 + (f": format {schema!r} is not known to this envforge" if newer else ""),
                 hint="upgrade envforge" if newer else None,
             )
         try:
-            layers = data["image"]["layers"]
             ok = (
-                isinstance(layers, list)
-                and all(isinstance(x, str) for x in layers)
-                and isinstance(data["image"]["config"], dict)
+                _binding_ok(data)
                 and isinstance(data["status"], str)
                 and isinstance(data["recipe"]["name"], str)
                 and isinstance(data["recipe"]["hash"], str)
@@ -253,23 +370,29 @@ def issue(
     recipe_name: str,
     recipe_hash: str,
     stack_tag: str,
-    layers: Sequence[str],
-    config: Mapping[str, Any],
-    candidate_id: str,
+    layers: Sequence[str] = (),
+    config: Mapping[str, Any] | None = None,
+    candidate_id: str = "",
+    binding: Binding | None = None,
     now: float | None = None,
     stack: Mapping[str, Any] | None = None,
     skip_imports: Sequence[tuple[str, str]] = (),
+    extra: Mapping[str, Any] | None = None,
 ) -> Certificate:
-    """Bind a probe report (its ``to_dict()``) to an image's content; ``stack`` (the
-    recipe's :meth:`envforge.stack.Stack.to_dict`) records the packages it pins;
-    ``skip_imports`` the (module, reason) pairs a project's certification did not import."""
+    """Bind a probe report (its ``to_dict()``) to ``binding`` (None: the image of
+    ``layers``, ``config`` and ``candidate_id``); ``stack`` (the recipe's
+    :meth:`envforge.stack.Stack.to_dict`) records the packages it pins; ``skip_imports``
+    the (module, reason) pairs a project's certification did not import; ``extra``:
+    more top-level fields (a venv's ``incremental`` record), covered by the digest."""
+    if binding is None:
+        binding = ImageBinding(tuple(layers), dict(config or {}), candidate_id)
     status = "pass" if report.get("status") == "pass" else "fail"
     data: dict[str, Any] = {
         "schema": SCHEMA,
         "status": status,
         "failing_step": None if status == "pass" else failing_step_of(report) or "probe",
         "recipe": {"name": recipe_name, "hash": recipe_hash, "stack_tag": stack_tag},
-        "image": {"layers": list(layers), "config": dict(config), "candidate": candidate_id},
+        "binding": binding.to_dict(),
         "issued_at": round(time.time() if now is None else now, 3),
         "envforge_version": __version__,
         "report": dict(report),
@@ -280,6 +403,8 @@ def issue(
         data["skip_imports"] = skipped_imports(skip_imports)
     if status == "pass" and report.get("warnings"):  # passed, with steps worth a look
         data["warnings"] = warnings_of(report)
+    for key, value in (extra or {}).items():
+        data.setdefault(key, value)
     # Round-trip through JSON so that the digest covers exactly what is stored.
     data = json.loads(canonical_json(data))
     data["digest"] = _digest(data)
@@ -377,7 +502,8 @@ class CertificateStore:
         matching = [
             c
             for c in self.all()
-            if c.layers == tuple(layers)
+            if isinstance(c.binding, ImageBinding)
+            and c.layers == tuple(layers)
             and (recipe_name is None or c.recipe_name == recipe_name)
             and (recipe_hash is None or c.recipe_hash == recipe_hash)
         ]

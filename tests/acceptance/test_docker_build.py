@@ -53,7 +53,7 @@ def test_build_certifies_with_the_full_probe_and_tags(
     # Bound to the content: the certified image has the candidate's layers exactly.
     candidate = inspect_image(client, data["candidate"])
     assert candidate is not None
-    assert cert["image"]["layers"] == list(info.layers) == list(candidate.layers)
+    assert cert["binding"]["layers"] == list(info.layers) == list(candidate.layers)
     # Stored locally, and reports written.
     stored = certificates_dir({"ENVFORGE_HOME": str(envforge_home)})
     assert (stored / (cert["digest"].split(":")[1] + ".json")).is_file()

@@ -117,7 +117,9 @@ def test_pick_prefers_the_first_backend_that_serves(
     fake: FakeBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     said: list[str] = []
-    monkeypatch.setattr(backends.docker, "serves", lambda _r, _o: (False, "no engine here"))
+    monkeypatch.setattr(
+        backends.BACKENDS["docker"], "serves", lambda _r, _o: (False, "no engine here")
+    )
     assert backends.pick(make_recipe(), None, say=said.append) == "venv"
     assert said == ["using the venv backend (no engine here)"]
     assert backends.pick(make_recipe(), "fake", say=said.append) == "fake"

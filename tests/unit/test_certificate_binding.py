@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from envforge.backends import docker
+from envforge.backends.docker import pipeline
 from envforge.backends.docker import shell as docker_shell
 from envforge.backends.docker.containers import container_kwargs
 from envforge.container.devices import DeviceFlags
@@ -26,6 +27,7 @@ from envforge.publish import push as pub
 from envforge.publish.certificate import SCHEMA_V1, Certificate, CertificateStore, _digest, issue
 from envforge.recipe.model import Recipe
 from tests.helpers.fake_engine import FakeEngine, image_attrs
+from tests.helpers.old_certificates import image_shape
 from tests.helpers.recipes import make_recipe
 
 RECIPE = make_recipe()
@@ -53,7 +55,7 @@ ADDED: dict[str, tuple[str, Any]] = {
 def _cert(
     config: dict[str, Any] = CONFIG,
     *,
-    fmt: int = 2,
+    fmt: int = 3,
     recipe: Recipe = RECIPE,
     recipe_hash: str | None = None,
 ) -> Certificate:
@@ -66,10 +68,11 @@ def _cert(
         config=bound_config(config),
         candidate_id=CANDIDATE,
     )
-    if fmt == 2:
+    if fmt == 3:
         return cert
-    data: dict[str, Any] = json.loads(cert.to_json())
-    data["schema"] = SCHEMA_V1
+    if fmt == 2:
+        return Certificate.from_data(image_shape(cert))
+    data = image_shape(cert, SCHEMA_V1)
     data["image"]["config"] = config_identity(config)
     data["digest"] = _digest(data)
     return Certificate.from_data(data)
@@ -134,6 +137,23 @@ def test_a_format_1_certificate_is_read_checked_on_what_it_binds_and_said_to_be_
         "image config differs from certificate: Env"
     ]
     assert pub.older_format(_cert(), "r") is None
+
+
+def test_a_format_2_certificate_loads_binds_and_verifies_as_before() -> None:
+    old = _cert(fmt=2)
+    assert old.data["schema"] == "envforge.certificate/2"
+    assert "binding" not in old.data
+    assert old.format == 2
+    assert old.full_binding
+    assert old.binding == _cert().binding
+    assert old.layers == tuple(LAYERS)
+    assert pub.image_binding(old, _info(CONFIG, old)) == []
+    assert pub.older_format(old, "r") is None
+    changed = {**CONFIG, "Env": ["LD_PRELOAD=/evil.so"]}
+    assert pub.image_binding(old, _info(changed, old)) == [
+        "image config differs from certificate: Env"
+    ]
+    pub.verify_local(_info(CONFIG, old), "r")
 
 
 def test_an_unknown_newer_format_says_so() -> None:
@@ -283,9 +303,9 @@ def test_the_quick_probe_before_a_fallback_checks_the_binding_first(
     reason to fall back, and no probe container runs in it."""
     cert = _cert()
     tampered = _engine({**CONFIG, "Healthcheck": ADDED["HEALTHCHECK"][1]}, cert)
-    monkeypatch.setattr(docker, "_connect", lambda _options: tampered)
+    monkeypatch.setattr(pipeline, "_connect", lambda _options: tampered)
     probed: list[object] = []
-    monkeypatch.setattr(docker, "run_probe", lambda *a, **_k: probed.append(a))
+    monkeypatch.setattr(pipeline, "run_probe", lambda *a, **_k: probed.append(a))
     problem = docker.check(RECIPE, docker.DockerOptions())
     assert problem is not None
     assert problem.startswith(f"{CERTIFIED} is not the image its certificate certifies: ")

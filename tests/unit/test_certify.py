@@ -67,7 +67,7 @@ def test_digest_changes_with_content_and_edits_are_detected() -> None:
     assert _cert(now=2000.0).digest != cert.digest
     data = json.loads(cert.to_json())
     data["status"] = "pass"
-    data["image"]["layers"][0] = "sha256:" + "e" * 64
+    data["binding"]["layers"][0] = "sha256:" + "e" * 64
     with pytest.raises(CertificationFailed, match="altered"):
         Certificate.from_json(json.dumps(data))
     data = json.loads(cert.to_json())

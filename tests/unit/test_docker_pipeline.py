@@ -3,6 +3,8 @@ engine with a fake probe (no containers run), and the one shell routing function
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -207,4 +209,20 @@ def test_shell_stays_on_a_usable_gpu_and_never_checks_without_fallback() -> None
 
 
 def test_both_backends_are_registered() -> None:
-    assert {"docker": backends.docker, "venv": backends.venv} == backends.BACKENDS
+    from envforge.backends import venv
+
+    assert dict(backends.BACKENDS) == {"docker": docker, "venv": venv}
+
+
+def test_a_backend_is_imported_when_first_looked_up() -> None:
+    code = (
+        "import sys\n"
+        "from envforge.backends import BACKENDS\n"
+        "before = sorted(m for m in sys.modules if m.startswith('envforge.backends.'))\n"
+        "BACKENDS['docker'].describe\n"
+        "after = 'envforge.backends.docker' in sys.modules\n"
+        "sdk = 'envforge.backends.docker.pipeline' in sys.modules or 'docker' in sys.modules\n"
+        "print(before, after, sdk)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["['envforge.backends.base']", "True", "False"]

@@ -10,7 +10,7 @@ import pytest
 
 from envforge import lock
 from envforge.backends import docker
-from envforge.backends.docker import projects
+from envforge.backends.docker import pipeline, projects
 from envforge.backends.docker.projects import (
     image_problem,
     import_path,
@@ -350,7 +350,7 @@ def test_the_quick_probe_before_a_fallback_looks_at_the_projects_image(
     project = make_project(tmp_path / "p")
     engine = FakeEngine()
     engine.images.add(image_attrs(CANDIDATE), certified_ref(RECIPE.name, RECIPE.stack_tag))
-    monkeypatch.setattr(docker, "_connect", lambda _options: engine)
+    monkeypatch.setattr(pipeline, "_connect", lambda _options: engine)
     problem = docker.check(RECIPE, docker.DockerOptions(project=project))
     assert problem == (
         f"no certified image {project_ref(RECIPE, project)} on this engine"

@@ -87,7 +87,7 @@ def test_refused_without_label(store: CertificateStore) -> None:
 
 def test_refused_when_label_was_edited(store: CertificateStore) -> None:
     data = json.loads(_cert().to_json())
-    data["image"]["layers"] = LAYERS[:1]
+    data["binding"]["layers"] = LAYERS[:1]
     assert "altered" in _refusal(_client_with(json.dumps(data)), store)
 
 

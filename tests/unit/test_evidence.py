@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 
 from envforge.evidence.records import EvidenceError, Redactor, parse_document, read_evidence
 from envforge.probe.report import ProbeReport, ReportGpu, ReportHost, StepResult
+from envforge.publish.certificate import VenvBinding, issue
 from tests.helpers.matrix_synth import Spec, make_certificate, make_report
+from tests.helpers.old_certificates import venv_marker
 
 WHEN = datetime(2026, 11, 20, 12, 0, tzinfo=timezone.utc)
 SPEC = Spec(
@@ -83,7 +85,7 @@ def test_different_runs_are_not_merged(tmp_path: Path) -> None:
     assert found.duplicates == 0
 
 
-def test_a_venv_certification_marker_is_read(tmp_path: Path) -> None:
+def test_a_venv_certification_marker_from_before_format_3_is_read(tmp_path: Path) -> None:
     report = make_report(
         replace(
             SPEC,
@@ -108,6 +110,31 @@ def test_a_venv_certification_marker_is_read(tmp_path: Path) -> None:
     assert record.recipe == "cpu"
     assert record.gpu.row_key == "none:cpu"
     assert record.runtime == "cpu"
+
+
+def test_a_venv_certificate_is_a_certificate_and_the_same_run_as_its_old_marker(
+    tmp_path: Path,
+) -> None:
+    report = make_report(replace(SPEC, recipe="cpu", vendor="none", arch=None, product=""))
+    cert = issue(
+        report=report.to_dict(),
+        recipe_name="cpu",
+        recipe_hash="sha256:" + "11" * 32,
+        stack_tag="torch2.13.0-cpu-py3.11",
+        binding=VenvBinding("f", {"torch": "sha256:" + "22" * 32}, 2),
+    )
+    _write(tmp_path / "venv" / ".envforge" / "certified.json", dict(cert.data))
+    _write(tmp_path / "old" / "certified.json", venv_marker(cert.data))
+    found = read_evidence([tmp_path], QUIET)
+    (record,) = found.records
+    assert found.duplicates == 1  # one run: the certificate kept over the old marker
+    assert record.kind == "certificate"
+    assert record.certificate == cert.digest
+    assert record.recipe == "cpu"
+    assert record.stack == "torch2.13.0-cpu-py3.11"
+    altered = dict(cert.data, status="fail")
+    with pytest.raises(EvidenceError, match="altered"):
+        parse_document(altered, QUIET)
 
 
 def test_a_bundle_is_read_line_by_line_and_bad_lines_are_named(tmp_path: Path) -> None:

@@ -26,12 +26,12 @@ from envforge.evidence.evidence_store import (
     export_lines,
     import_paths,
     read_store,
-    record_probe,
-    record_venv,
+    record,
     sanitized_report,
 )
 from envforge.evidence.records import Redactor, read_evidence
 from envforge.probe.report import ReportGpu, ReportHost
+from envforge.publish.certificate import VenvBinding, issue
 from envforge.publish.registry import image_labels, parse_ref
 from tests.helpers.matrix_synth import Spec, make_certificate, make_report
 
@@ -78,7 +78,7 @@ def stored_texts(home: Path) -> list[str]:
 
 
 def test_a_stored_probe_report_keeps_host_facts_and_no_host_or_user_names(home: Path) -> None:
-    stored = record_probe(_named_report(), redact=NAMES)
+    stored = record(_named_report(), redact=NAMES)
     assert stored == home / "evidence.sqlite"
     (text,) = stored_texts(home)
     for name in ("alice", "alice-ws"):
@@ -86,17 +86,17 @@ def test_a_stored_probe_report_keeps_host_facts_and_no_host_or_user_names(home: 
     data = json.loads(text)
     assert data["environment"]["target"] == "python"
     assert sorted(data["environment"]["snapshot"]) == ["cuda", "hip", "python", "torch"]
-    (record,) = read_store().records
-    assert record.gpu.product == "AMD Radeon RX 6700 XT"
-    assert record.gpu.arch == "gfx1031"
-    assert record.pci_id == "1002:73df"
-    assert record.driver.startswith("amdgpu")
-    assert record.kernel == "Linux 6.8.0-45-generic"
-    assert record.runtime == "HIP 7.1.32830"
-    assert record.envforge_version == "0.1.0"
-    assert record.host == "h-0123456789abcdef"
+    (kept,) = read_store().records
+    assert kept.gpu.product == "AMD Radeon RX 6700 XT"
+    assert kept.gpu.arch == "gfx1031"
+    assert kept.pci_id == "1002:73df"
+    assert kept.driver.startswith("amdgpu")
+    assert kept.kernel == "Linux 6.8.0-45-generic"
+    assert kept.runtime == "HIP 7.1.32830"
+    assert kept.envforge_version == "0.1.0"
+    assert kept.host == "h-0123456789abcdef"
     # Stored twice: one row.
-    record_probe(_named_report(), redact=NAMES)
+    record(_named_report(), redact=NAMES)
     assert len(stored_texts(home)) == 1
 
 
@@ -121,16 +121,16 @@ def test_this_hosts_names_are_never_stored(
     data["environment"]["target"] = f"/srv/{names[0]}/venv/bin/python"
     data["steps"][1]["detail"] = " ".join(f"seen {n} here" for n in names)
     data["environment"]["snapshot"]["platform"] = f"Linux on {names[0]}"
-    record_venv(
-        {
-            "recipe": "gfx1031",
-            "recipe_hash": "sha256:x",
-            "fingerprint": "f",
-            "level": "full",
-            "report": data,
-        }
+    venv_certificate = issue(  # as the venv backend issues its evidence
+        report=sanitized_report(data),
+        recipe_name="gfx1031",
+        recipe_hash="sha256:x",
+        stack_tag="",
+        binding=VenvBinding("f"),
     )
-    record_probe(dict(data, created="2026-11-21T12:00:00Z"))  # another run
+    record(venv_certificate)
+    record(dict(data, created="2026-11-21T12:00:00Z"))  # another run
+    read_store()  # the certificate store read in
     texts = stored_texts(home)
     assert len(texts) == 2
     for text in texts:
@@ -141,7 +141,7 @@ def test_this_hosts_names_are_never_stored(
 def test_export_is_redacted_and_imports_back_into_another_store(
     tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    record_probe(_named_report(), redact=NAMES)
+    record(_named_report(), redact=NAMES)
     cert = make_certificate(replace(GPU, recipe="gfx1031", created=WHEN + timedelta(days=1)))
     (home / "certificates").mkdir(parents=True)
     (home / "certificates" / "c.json").write_text(json.dumps(cert))
@@ -283,7 +283,7 @@ def test_show_says_where_the_recipe_was_certified(
         recipe="cpu",
         stack="torch2.13.0-cpu-py3.11",
     )
-    record_probe(make_report(cpu).to_dict())
+    record(make_report(cpu).to_dict())
     assert main(["show", "cpu", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["certified_on"].startswith("certified on CPU only, 1 host")
@@ -484,9 +484,9 @@ def test_probe_report_keeps_the_run_in_the_store(
         "cudnn",
     }
     assert data["host"]["kernel"].startswith("Linux")
-    (record,) = read_store().records
-    assert record.kind == "probe"
-    assert record.envforge_version
+    (kept,) = read_store().records
+    assert kept.kind == "probe"
+    assert kept.envforge_version
 
 
 def test_the_redactor_says_when_a_document_may_change() -> None:

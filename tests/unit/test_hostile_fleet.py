@@ -568,6 +568,10 @@ def test_a_real_report_imports_and_the_nonce_comes_from_the_task(tmp_path: Path)
         )
         is None
     )  # an incremental venv certification: a part
+    part = report(plan, 0, steps=[{"name": "import:torch", "status": "pass", "seconds": 0.1}])
+    venv_cert = {"schema": "envforge.certificate/3", "report": part}
+    assert document_problem({**venv_cert, "incremental": True}) is None  # format 3: a part too
+    assert document_problem(venv_cert) is not None  # not incremental: the level's steps
 
 
 def test_the_hostile_subprocess_plan_hangs_no_more(tmp_path: Path) -> None:

@@ -11,21 +11,25 @@ import os
 import py_compile
 import sys
 from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
 from envforge.backends import venv, venvscan
 from envforge.backends.venv import MARKER_DIR, VenvOptions, fingerprint, venv_location
-from envforge.backends.venv.certifying import CONTENT_FORMAT, valid_certificate
+from envforge.backends.venv.certifying import CONTENT_FORMAT, _cert_json, valid_certificate
 from envforge.backends.venv.layout import project_binding
 from envforge.core import paths
 from envforge.errors import CertificationFailed
 from envforge.project.checks import checks_digest
 from envforge.project.model import Project
+from envforge.publish.certificate import Certificate, VenvBinding
+from tests.helpers.matrix_synth import Spec, make_report
 from tests.helpers.recipes import make_recipe
 from tests.unit.test_venvfs import SP, make_venv
 
+NOW = datetime(2026, 11, 20, 12, 0, tzinfo=timezone.utc)
 PYC = f"pkg/__pycache__/core.{sys.implementation.cache_tag}.pyc"
 
 
@@ -236,3 +240,37 @@ def test_a_relative_envforge_home_is_absolute_where_it_is_read(
     assert paths.state_dir({"XDG_DATA_HOME": "data"}) == tmp_path / "data" / "envforge"
     monkeypatch.chdir("/")
     assert paths.state_dir({"ENVFORGE_HOME": str(tmp_path)}) == tmp_path
+
+
+@pytest.mark.parametrize("shape", ["format-3", "before-format-3"])
+def test_a_certificate_in_either_shape_holds_and_an_altered_one_does_not(
+    tmp_path: Path, shape: str
+) -> None:
+    """What ``build`` writes now (a format 3 certificate, venv binding) and what venvs
+    certified before it carry (no schema) are both read; an edited format 3 one is not."""
+    home = {"ENVFORGE_HOME": str(tmp_path / "home"), "PATH": os.environ.get("PATH", "")}
+    recipe = make_recipe(python=f"{sys.version_info[0]}.{sys.version_info[1]}")
+    root = tmp_path / "proj"
+    root.mkdir()
+    was = project(root, ("python -c pass",))
+    target = make_venv(venv_location(recipe, home, was))
+    certify(target, recipe.hash, was)  # the markers in the shape before format 3
+    cert_file = target / MARKER_DIR / "certified.json"
+    if shape == "format-3":
+        spec = Spec("none", None, "", "", recipe.name, "torch2.13.0-cpu-py3.11", "pass", NOW)
+        content = venvscan.content_digests(target)
+        text = _cert_json(recipe, make_report(spec), fingerprint(target), content, was)
+        cert_file.write_text(text)
+        cert = Certificate.from_json(text)
+        assert cert.data["schema"] == "envforge.certificate/3"
+        assert isinstance(cert.binding, VenvBinding)
+        assert cert.binding.content == content
+        assert cert.binding.checks == checks_digest(was)
+    assert valid_certificate(recipe, target, None, was) is not None
+    assert venv.state(recipe, home, was).certified
+    if shape == "format-3":
+        data = json.loads(cert_file.read_text())
+        data["binding"]["checks"] = None  # altered: its digest no longer matches
+        cert_file.write_text(json.dumps(data))
+        assert valid_certificate(recipe, target, None, was) is None
+        assert not venv.state(recipe, home, was).certified

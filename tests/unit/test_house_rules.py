@@ -19,7 +19,6 @@ OVER: dict[str, str] = {
     "probe/worker.py": "issue 31 §4: the worker becomes a stdlib-only package",
     "stack.py": "issue 31: ruff format took it over the cap",
     "lock.py": "issue 31 §2: its render import moves out with the split",
-    "cli/common.py": "issue 31: ruff format took it over the cap",
 }
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from envforge.errors import InvalidInput
-from envforge.evidence.evidence_store import read_store, record_probe, sanitized_report
+from envforge.evidence.evidence_store import read_store, record, sanitized_report
 from envforge.evidence.records import Redactor, parse_document
 from envforge.evidence.summary import report_facts
 from envforge.fleet.node import node_facts
@@ -108,7 +108,7 @@ def test_what_is_shared_drops_the_node_name_and_keeps_the_grant(
     redact = Redactor(())
     plain = sanitized_report(report.without_node().to_dict(), redact)
     assert parse_document(kept, redact).key == parse_document(plain, redact).key
-    record_probe(report.to_dict(), redact=Redactor(()))
+    record(report.to_dict(), redact=Redactor(()))
     (home_db,) = (tmp_path / "home").glob("evidence.sqlite")
     assert b"gpu-n07" not in home_db.read_bytes()
     assert len(read_store().records) == 1

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from envforge.backends import BACKENDS, Options, docker, pick
+from envforge.backends import BACKENDS, Options, pick
+from envforge.backends.docker import pipeline
 from envforge.backends.docker.projects import project_ref
 from envforge.backends.venv.layout import project_binding, venv_location
 from envforge.cli import main
@@ -124,7 +125,7 @@ def test_docker_serves_a_project_only_with_its_image_and_pick_moves_on(
 ) -> None:
     proj = load_project(project(tmp_path / "p"))
     engine = FakeEngine()
-    monkeypatch.setattr(docker, "_connect", lambda _options: engine)
+    monkeypatch.setattr(pipeline, "_connect", lambda _options: engine)
     ok, why = BACKENDS["docker"].serves(CPU, Options(project=proj))
     assert not ok
     assert why == f"no certified image {project_ref(CPU, proj)}"
@@ -174,7 +175,7 @@ def test_doctor_checks_the_project_on_its_stack(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("ENVFORGE_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(docker, "_connect", lambda _options: FakeEngine())  # no image there
+    monkeypatch.setattr(pipeline, "_connect", lambda _options: FakeEngine())  # no image there
     root = project(tmp_path / "p")
     main(["doctor", "--project", str(root), "--root", str(NO_GPU), "--backend", "venv", "--json"])
     found = {f["check"]: f for f in json.loads(capsys.readouterr().out)["findings"]}

@@ -13,6 +13,7 @@ from envforge.backends.docker.projects import ProjectProbe
 from envforge.container.devices import DeviceFlags, device_flags
 from envforge.container.refs import CERTIFICATE_LABEL, bound_config
 from envforge.errors import InvalidInput
+from envforge.evidence.evidence_store import record
 from envforge.probe.report import ProbeReport
 from envforge.probe.runner import ProbeListener, ProbeTarget, run_probe
 from envforge.probe.spec import ProbeSpec
@@ -62,8 +63,8 @@ def certify_image(
     """Probe ``image`` in a container (no network, recipe env, host device flags).
 
     The verdict is bound to the image's layer diff IDs and config (all of it but the
-    certificate label), saved in the local
-    store (pass or fail), and on a pass a labelled image carrying it is made. Tags are the
+    certificate label), kept as evidence (pass or fail: :func:`record`, in ``store``),
+    and on a pass a labelled image carrying it is made. Tags are the
     caller's business. With ``project``: its steps run after the recipe's, its folder
     mounted read-only and its variables (``PYTHONPATH``) set. With a ``signer`` the
     certificate is signed before it is stored or labelled (the private key itself goes
@@ -105,7 +106,7 @@ def certify_image(
     )
     if signer is not None:
         cert = sign(cert, signer)
-    stored_at = (store or CertificateStore()).save(cert)
+    stored_at = record(cert, store=store)
     certified: str | None = None
     if cert.passed:
         certified = label_image(client, info.id, {CERTIFICATE_LABEL: cert.to_json()})

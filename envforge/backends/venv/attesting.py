@@ -6,7 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from envforge.backends.venv.layout import BUILD_MARKER, CERT_MARKER, MARKER_DIR, _read_json
+from envforge.backends.venv.layout import (
+    BUILD_MARKER,
+    CERT_MARKER,
+    MARKER_DIR,
+    _read_json,
+    read_certificate,
+)
 from envforge.backends.venvscan import content_digests
 from envforge.errors import InvalidInput
 from envforge.publish.attestation import ATTESTATIONS_NAME, Subject, venv_digest, venv_subject
@@ -22,7 +28,7 @@ def certified(venv: Path) -> tuple[Subject, dict[str, Any]]:
     when it has none (not built by envforge, or never certified)."""
     markers = venv / MARKER_DIR
     built = _read_json(markers / BUILD_MARKER)
-    cert = _read_json(markers / CERT_MARKER)
+    cert = read_certificate(venv)
     if built is None or cert is None:
         raise InvalidInput(
             f"{venv}: not a certified envforge venv (no {MARKER_DIR}/{CERT_MARKER})",

@@ -37,6 +37,7 @@ from envforge.backends.venv.layout import (
     _read_json,
     fingerprint,
     project_binding,
+    read_certificate,
     venv_location,
     venv_python,
 )
@@ -177,7 +178,7 @@ def make(recipe: Recipe, options: VenvOptions = DEFAULT_OPTIONS) -> VenvBuildRes
     made = _build_aside(recipe, interp, target, key, lock_file, level, options, stack, base)
     if made is None:
         status = "uncertified"
-    incremental = made is not None and "incremental" in (_read_json(markers / CERT_MARKER) or {})
+    incremental = made is not None and "incremental" in (read_certificate(target) or {})
     return VenvBuildResult(
         recipe.name,
         target,

@@ -15,7 +15,6 @@ from envforge.backends.venvfs import (
     dist_label,
 )
 from envforge.backends.venvscan import CERTIFIED_LIST, certified_list
-from envforge.core import paths
 from envforge.core.fsutil import write_files
 from envforge.errors import (
     CertificationFailed,
@@ -27,7 +26,7 @@ from envforge.probe.report import ProbeReport, StepResult
 from envforge.probe.runner import LocalPythonTarget, ProbeListener, run_probe
 from envforge.probe.spec import CheckFile, ProbeSpec
 from envforge.project.checks import checks_digest
-from envforge.publish.certificate import skipped_imports
+from envforge.publish.certificate import VenvBinding, issue
 from envforge.recipe.model import Level, Recipe
 from envforge.stack import Stack
 
@@ -46,6 +45,7 @@ from envforge.backends.venv.layout import (
     _read_json,
     fingerprint,
     project_binding,
+    read_certificate,
     venv_location,
     venv_python,
 )
@@ -185,7 +185,7 @@ def _probe(  # noqa: PLR0917 - one step of build, its inputs spelled out
             " certificate is as it was",
             hint=f"run `envforge build {recipe.name} --backend venv` again",
         ) from None
-    _keep_evidence(recipe, venv, report, options.environ, incremental=only is not None)
+    _keep_evidence(recipe, venv, report, options, incremental=only is not None)
     return report
 
 
@@ -212,23 +212,21 @@ def _cert_json(
     *,
     incremental: Mapping[str, Any] | None = None,
 ) -> str:
-    data: dict[str, Any] = {
-        "recipe": recipe.name,
-        "recipe_hash": recipe.hash,
-        "project": project_binding(project),
-        "fingerprint": fp,
-        "content": dict(content),
-        "content_format": CONTENT_FORMAT,
-        "level": report.level,
-        "report": report.to_dict(),
-    }
-    if project is not None:  # the checks that ran: a change certifies again
-        data["checks"] = checks_digest(project)
-    if incremental is not None:  # only what the change could affect was probed again
-        data["incremental"] = dict(incremental)
-    if project is not None and project.skip_imports:  # absent otherwise, as before
-        data["skip_imports"] = skipped_imports(project.skip_imports)
-    return json.dumps(data, indent=2) + "\n"
+    """The venv's ``certified.json``: a certificate (format 3) with a venv binding (its
+    content, the project and the project's checks: a change certifies again); with
+    ``incremental``, what it extends and what was probed again."""
+    cert = issue(
+        report=report.to_dict(),
+        recipe_name=recipe.name,
+        recipe_hash=recipe.hash,
+        stack_tag=recipe.stack_tag,
+        binding=VenvBinding(
+            fp, dict(content), CONTENT_FORMAT, project_binding(project), checks_digest(project)
+        ),
+        skip_imports=project.skip_imports if project is not None else (),
+        extra={"incremental": dict(incremental)} if incremental is not None else None,
+    )
+    return cert.to_json(compact=False) + "\n"
 
 
 def _marker_json(data: Mapping[str, Any]) -> str:
@@ -246,7 +244,7 @@ def valid_certificate(
     :func:`content_digests` already taken); else None."""
     markers = venv / MARKER_DIR
     built = _read_json(markers / BUILD_MARKER)
-    cert = _read_json(markers / CERT_MARKER)
+    cert = read_certificate(venv)
     if built is None or cert is None or cert.get("recipe_hash") != recipe.hash:
         return None
     if cert.get("project") != project_binding(project):
@@ -308,25 +306,30 @@ def _keep_evidence(
     recipe: Recipe,
     target: Path,
     report: ProbeReport,
-    environ: Mapping[str, str] | None,
+    options: VenvOptions,
     *,
     incremental: bool = False,
 ) -> None:
-    """Every venv certification (pass or fail) goes to the local evidence store
-    (``ENVFORGE_HOME`` of ``environ``, like the venvs themselves); an incremental one says
-    so (its report holds only the steps it re-ran)."""
-    from envforge.evidence.evidence_store import record_venv  # noqa: PLC0415 - only when certifying
+    """Every venv certification (pass or fail) is kept as evidence (``ENVFORGE_HOME`` of
+    ``options.environ``, like the venvs themselves): a certificate bound to the venv's
+    fingerprint (its content is bound by the venv's own ``certified.json``), its report
+    sanitized (no host or user names); an incremental one says so (its report holds only
+    the steps it re-ran)."""
+    from envforge.evidence.evidence_store import record, sanitized_report  # noqa: PLC0415
 
-    doc: dict[str, Any] = {
-        "recipe": recipe.name,
-        "recipe_hash": recipe.hash,
-        "fingerprint": fingerprint(target),
-        "level": report.level,
-        "report": report.to_dict(),
-    }
-    if incremental:
-        doc["incremental"] = True
-    record_venv(doc, root=paths.reports_dir(environ))
+    project = options.project
+    cert = issue(
+        report=sanitized_report(report.to_dict()),
+        recipe_name=recipe.name,
+        recipe_hash=recipe.hash,
+        stack_tag=recipe.stack_tag,
+        binding=VenvBinding(
+            fingerprint(target), project=project_binding(project), checks=checks_digest(project)
+        ),
+        skip_imports=project.skip_imports if project is not None else (),
+        extra={"incremental": True} if incremental else None,
+    )
+    record(cert, environ=options.environ)
 
 
 def recertify(recipe: Recipe, options: VenvOptions = DEFAULT_OPTIONS) -> VenvBuildResult:
@@ -427,7 +430,7 @@ def state(
     content = content_digests(target)
     if valid_certificate(recipe, target, content, project) is not None:
         return VenvState(target, True, True)
-    cert = _read_json(markers / CERT_MARKER)
+    cert = read_certificate(target)
     if cert is not None and cert.get("project") != project_binding(project):
         return VenvState(
             target, True, False, "the project's requirements changed since it was certified"

@@ -15,6 +15,7 @@ from envforge.errors import (
 )
 from envforge.probe.report import ProbeReport
 from envforge.probe.runner import ProbeListener
+from envforge.publish.certificate import Certificate, VenvBinding
 from envforge.recipe.model import Level, Recipe
 
 if TYPE_CHECKING:
@@ -112,6 +113,39 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def read_certificate(venv: Path) -> dict[str, Any] | None:
+    """The venv's ``certified.json`` as the fields the backend reads (``recipe``,
+    ``recipe_hash``, ``project``, ``fingerprint``, ``content``, ``content_format``,
+    ``level``, ``report``, and ``checks``, ``incremental``, ``skip_imports`` where
+    recorded), from a format 3 certificate (its digest checked) or the shape before it
+    (no ``schema``: :func:`~envforge.publish.certificate.legacy_venv`, read as it is);
+    None when there is none, or it is neither (an altered certificate included)."""
+    data = _read_json(venv / MARKER_DIR / CERT_MARKER)
+    if data is None or data.get("schema") is None:
+        return data
+    try:
+        cert = Certificate.from_data(data)
+    except CertificationFailed:
+        return None
+    binding = cert.binding
+    if not isinstance(binding, VenvBinding):
+        return None
+    view: dict[str, Any] = {
+        "recipe": cert.recipe_name,
+        "recipe_hash": cert.recipe_hash,
+        "project": binding.project,
+        "fingerprint": binding.fingerprint,
+        "content": dict(binding.content),
+        "content_format": binding.content_format,
+        "level": cert.report.get("level"),
+        "report": dict(cert.report),
+    }
+    if binding.checks is not None:
+        view["checks"] = binding.checks
+    view.update({k: data[k] for k in ("incremental", "skip_imports") if k in data})
+    return view
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,7 @@ from envforge.backends.venv.layout import (
     ENV_SCRIPT,
     MARKER_DIR,
     _read_json,
+    read_certificate,
     venv_python,
 )
 
@@ -170,7 +171,7 @@ def rebuild_base(
         return "no project venv to start from"
     markers = target / MARKER_DIR
     built = _read_json(markers / BUILD_MARKER)
-    cert = _read_json(markers / CERT_MARKER)
+    cert = read_certificate(target)
     if built is None or cert is None or cert.get("recipe_hash") != recipe.hash:
         return "the venv there is not certified for this recipe"
     binding = cert.get("project")

@@ -1,5 +1,6 @@
-"""A virtualenv's certification marker (``VENV/.envforge/certified.json``): the report
-that passed, with the recipe and its hash (no schema of its own)."""
+"""A virtualenv's certification marker from before certificate format 3
+(``VENV/.envforge/certified.json`` with no schema: the report that passed, the recipe and
+its hash): read, never made now (a venv's certificate is a format-3 certificate)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 from envforge.evidence.records import Evidence, from_report
 from envforge.knowledge.table import CompatTable
+from envforge.publish.certificate import legacy_venv
 
 
 def _text(value: Any) -> str:
@@ -15,11 +17,7 @@ def _text(value: Any) -> str:
 
 
 def recognises(data: Mapping[str, Any]) -> bool:
-    return (
-        data.get("schema") is None
-        and isinstance(data.get("report"), dict)
-        and "fingerprint" in data
-    )
+    return legacy_venv(data)
 
 
 def read(
