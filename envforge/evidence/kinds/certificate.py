@@ -1,7 +1,8 @@
-"""A certificate (:class:`envforge.publish.certificate.Certificate`, ``envforge.certificate/3``,
-``/2`` or ``/1``, an image's or a venv's binding): the local store's files and the
-``certificate.json`` beside a ``probe.json``. Its digest is checked (an altered certificate is not read), and with ``signatures`` its
-signature against the key it names."""
+"""A certificate (:class:`envforge.publish.certificate.Certificate`: formats
+``envforge.certificate/3``, ``/2`` and ``/1``, an image's or a venv's binding): the local
+store's files and the ``certificate.json`` beside a ``probe.json``. Its digest is checked
+(an altered certificate is not read), and with ``signatures`` its signature against the
+key it names."""
 
 from __future__ import annotations
 
