@@ -1,6 +1,7 @@
 """The timed, isolated hardware probe: worker (stdlib only), runner, reports, select_device.
 
-``worker.py`` runs inside the environment under test; everything else runs on the host.
+The ``worker`` package runs inside the environment under test, shipped as one file
+(``bundle.py``); everything else runs on the host.
 """
 
 from __future__ import annotations

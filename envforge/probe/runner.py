@@ -11,12 +11,12 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Mapping
-from importlib import resources
 from typing import Any, Protocol
 
 from envforge import __version__
 from envforge.core.jsonlimits import BadJSON, loads
 from envforge.errors import Interrupted
+from envforge.probe.bundle import worker_source
 from envforge.probe.local import (
     EXIT_WAIT,
     STDERR_KEEP,
@@ -63,11 +63,6 @@ class ProbeListener(Protocol):
     def step_started(self, step: str, deadline: float) -> None: ...
 
     def step_finished(self, result: StepResult) -> None: ...
-
-
-def worker_source() -> str:
-    """The worker file's text, to ship into any target."""
-    return resources.files("envforge.probe").joinpath("worker.py").read_text(encoding="utf-8")
 
 
 # --------------------------------------------------------------------------- runner

@@ -289,7 +289,7 @@ class ProbeSpec:
         return dict(self.env)
 
     def worker_dict(self) -> dict[str, Any]:
-        """The spec as the worker reads it (see worker.py)."""
+        """The spec as the worker reads it (see worker/driver.py)."""
         return {
             "protocol": 1,
             "level": self.level,

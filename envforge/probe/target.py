@@ -1,8 +1,8 @@
 """Probe targets: where the worker runs, and the contract every target honours.
 
-The runner does not care where the worker runs. A *target* starts the worker (the source
-of ``worker.py`` plus a JSON spec) somewhere and hands back a *handle* that streams the
-worker's stdout line by line. Two implementations exist:
+The runner does not care where the worker runs. A *target* starts the worker (the text
+of one file, :func:`envforge.probe.bundle.worker_source`, plus a JSON spec) somewhere and
+hands back a *handle* that streams the worker's stdout line by line. Two implementations exist:
 :class:`envforge.probe.local.LocalPythonTarget` (an interpreter on this host: the current
 one, or a virtualenv's) and the Docker backend's container target
 (``envforge.backends.docker.probe_target``). A target must honour this contract:

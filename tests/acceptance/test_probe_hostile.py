@@ -2,7 +2,7 @@
 
 What a check starts must not outlive the probe, whatever it does: a daemon in a session
 of its own (``setsid``), a double fork that keeps the worker's event pipe, a hang or a
-crash right after starting one. Design (see envforge/probe/worker.py): a check that
+crash right after starting one. Design (see envforge/probe/worker/): a check that
 returns is reported by its own verdict (``pass`` here) and its detail names what was
 stopped; a check that hangs is a ``hang``, one that dies a ``crash``. In every case the
 processes are killed by the time envforge returns, and a /proc scan finds none of them.

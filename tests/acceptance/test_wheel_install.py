@@ -89,7 +89,7 @@ def test_the_wheel_carries_the_templates_the_recipes_and_the_table(wheel: Path) 
         assert files, folder
         assert {f"envforge/_shipped/{folder}/{f}" for f in files} <= names
     assert "envforge/data/compat.yaml" in names
-    assert "envforge/probe/worker.py" in names
+    assert {"envforge/probe/worker/boot.py", "envforge/probe/worker/driver.py"} <= names
     assert not [n for n in names if n.startswith(("tests/", "Dockerfiles/"))]
 
 

@@ -200,8 +200,8 @@ def test_special_files_as_evidence_keys_and_trust_are_exit_2_at_once(
 #: Where ``json.loads`` may still be called, and why it is not an input.
 JSON_ALLOWED = {
     "envforge/core/jsonlimits.py": "the decoder itself",
-    "envforge/probe/worker.py": "runs inside the image with the stdlib only; reads the spec "
-    "envforge wrote for it",
+    "envforge/probe/worker/driver.py": "runs inside the image with the stdlib only; reads the "
+    "spec envforge wrote for it",
     "envforge/publish/certificate.py": "round-trips the certificate it is issuing (canonical JSON)",
 }
 

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from envforge.errors import ProjectError, clip
+from envforge.probe.bundle import worker_source
 from envforge.probe.report import ProbeReport, ReportHost, StepResult
 from envforge.probe.spec import ProbeSpec, requested_extras
 from envforge.project.read import load_project
@@ -26,7 +27,6 @@ from envforge.publish.certificate import issue
 from tests.unit.test_probe_worker import _load_worker
 
 W = _load_worker()
-WORKER = Path(__file__).resolve().parents[2] / "envforge" / "probe" / "worker.py"
 
 BLACKISH = (
     "Metadata-Version: 2.1\nName: blackish\nVersion: 1.0\n"
@@ -348,7 +348,7 @@ def test_the_real_blackd_is_skipped_for_black_d_and_fails_when_d_was_asked_for(
             [
                 str(python),
                 "-c",
-                WORKER.read_text(),
+                worker_source(),
                 json.dumps({"vendor": "none", "steps": ["import:black"], **spec}),
             ],
             capture_output=True,
