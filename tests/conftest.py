@@ -15,6 +15,9 @@ import signal
 
 import pytest
 
+# The helpers that assert (the backend contract) report their asserts as tests do.
+pytest.register_assert_rewrite("tests.helpers.backend_contract")
+
 
 def _take_sigint_back() -> None:
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
