@@ -7,13 +7,28 @@ pass for the wrong reason). A user's envforge gets SIGINT with its default actio
 test run takes SIGINT back (Python's own handler), at start and again before each test
 (should anything in between have set it to "ignore"), so that the children it starts
 begin with the default action (a handled signal is reset to the default at exec).
+
+And the ``needs_torch`` marker's gate (tests/helpers/torch_gate.py).
 """
 
 from __future__ import annotations
 
+import os
 import signal
 
 import pytest
+
+# The helpers that assert (the backend contract) report their asserts as tests do.
+pytest.register_assert_rewrite("tests.helpers.backend_contract")
+
+from tests.helpers import torch_gate  # noqa: E402 - after the rewrite registration
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``needs_torch`` tests are skipped, naming torch, where it is missing (never where it
+    is there); ``ENVFORGE_REQUIRE_TORCH=1`` makes that an error (tests/helpers/torch_gate.py).
+    """
+    torch_gate.gate(items, torch_here=torch_gate.has_torch(), environ=os.environ)
 
 
 def _take_sigint_back() -> None:

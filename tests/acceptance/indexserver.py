@@ -29,14 +29,14 @@ from __future__ import annotations
 
 import copy
 import json
-import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+from tests.helpers.httpserver import Handler, serving
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "index"
 PEP691 = "application/vnd.pypi.simple.v1+json"
@@ -139,26 +139,15 @@ def _variant_page(key: str) -> bytes:
     return f"<!DOCTYPE html>\n<html><body>\n{links}\n</body></html>\n".encode()
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(Handler):
     server_state: IndexServer
-
-    def log_message(self, format: str, *args: Any) -> None:  # quiet
-        return
 
     def _send(self, status: int, body: bytes = b"", ctype: str = "", etag: str = "") -> None:
         self.server_state.requests[-1].status = status
-        self.send_response(status)
-        if ctype:
-            self.send_header("Content-Type", ctype)
+        headers = {"Content-Type": ctype} if ctype else {}
         if etag:
-            self.send_header("ETag", etag)
-        self.send_header("Content-Length", str(len(body)))
-        try:
-            self.end_headers()
-            if body:
-                self.wfile.write(body)
-        except (BrokenPipeError, ConnectionResetError):
-            return  # the client gave up (the timeout test)
+            headers["ETag"] = etag
+        self.send(status, body, headers)  # a client that gave up (the timeout test): no error
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
@@ -211,15 +200,6 @@ class _Handler(BaseHTTPRequestHandler):
 def serve() -> Iterator[IndexServer]:
     """Start the server on a free port of 127.0.0.1; stop it when the generator closes."""
     state = IndexServer("")
-    handler = type("Handler", (_Handler,), {"server_state": state})
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    httpd.daemon_threads = True
-    state.url = f"http://127.0.0.1:{httpd.server_address[1]}"
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(type("Index", (_Handler,), {"server_state": state})) as served:
+        state.url = served.url
         yield state
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(timeout=10)

@@ -11,10 +11,7 @@ import dataclasses
 import shutil
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -22,6 +19,7 @@ import pytest
 from envforge.recipe.catalogue import Catalogue
 from envforge.recipe.model import Recipe, Torch
 from envforge.render import RenderOptions, plan_venv
+from tests.helpers.httpserver import serving_folder
 from tests.helpers.wheels import pure_wheel as _wheel
 
 from .test_companion_routing import _index
@@ -53,21 +51,8 @@ def server(tmp_path: Path) -> Iterator[Served]:
     _index(root / "whl" / "cu132", wheels["cu132"])
     _index(root / "whl" / "cu130", wheels["cu130"])
     _index(root / "default", wheels["default"])
-    seen: list[str] = []
-
-    class Handler(SimpleHTTPRequestHandler):
-        requests = seen
-
-        def log_message(self, *args: object) -> None:
-            self.requests.append(self.path)
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), partial(Handler, directory=str(root)))
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        yield Served(f"http://127.0.0.1:{httpd.server_port}", seen)
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serving_folder(root) as httpd:
+        yield Served(httpd.url, httpd.requests)
 
 
 def _recipe(url: str) -> Recipe:

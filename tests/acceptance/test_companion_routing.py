@@ -14,10 +14,8 @@ import hashlib
 import shutil
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -28,6 +26,7 @@ from envforge.recipe.catalogue import Catalogue
 from envforge.recipe.model import Recipe, Torch
 from envforge.render import RenderOptions, plan_venv
 from envforge.stack import stack_of
+from tests.helpers.httpserver import serving_folder
 from tests.helpers.wheels import pure_wheel as _wheel
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,27 +61,14 @@ def indexes(tmp_path: Path) -> Iterator[tuple[Served, Served, Path]]:
     _wheel(default_wheels, "torchvision", "0.28.0+cpu", "default", ("torch==2.13.0", "numpy"))
     _wheel(default_wheels, "torchvision", "0.28.0", "default", ("torch==2.13.0", "numpy"))
     _wheel(default_wheels, "numpy", "2.1.0", "default", ())
-    servers = []
-    for name, wheels in (("stack", stack_wheels), ("default", default_wheels)):
-        root = tmp_path / name
-        _index(root / "index", wheels)
-        seen: list[str] = []
-
-        class Handler(SimpleHTTPRequestHandler):
-            requests = seen  # this server's list (a class attribute: bound now)
-
-            def log_message(self, *args: object) -> None:
-                self.requests.append(self.path)
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), partial(Handler, directory=str(root)))
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append((server, Served(f"http://127.0.0.1:{server.server_port}/index", seen)))
-    try:
-        yield servers[0][1], servers[1][1], stack_wheels
-    finally:
-        for server, _ in servers:
-            server.shutdown()
-            server.server_close()
+    with ExitStack() as stack:
+        servers = []
+        for name, wheels in (("stack", stack_wheels), ("default", default_wheels)):
+            root = tmp_path / name
+            _index(root / "index", wheels)
+            server = stack.enter_context(serving_folder(root))
+            servers.append(Served(f"{server.url}/index", server.requests))
+        yield servers[0], servers[1], stack_wheels
 
 
 def _recipe(stack_url: str) -> Recipe:

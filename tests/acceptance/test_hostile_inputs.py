@@ -13,16 +13,14 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.helpers import hostile_registry
+from tests.helpers.httpserver import Handler, serving
 
 ROOT = Path(__file__).resolve().parents[2]
 EVIDENCE = ROOT / "tests" / "fixtures" / "hostile" / "evidence"
@@ -107,28 +105,14 @@ HOSTILE_PAGE = (
 
 @pytest.fixture
 def hostile_index() -> Iterator[str]:
-    class Handler(BaseHTTPRequestHandler):
+    class Hostile(Handler):
         def do_GET(self) -> None:
             project = self.path.strip("/").split("/")[-1] or "x"
             body = HOSTILE_PAGE.format(digits="1" * 5000, project=project).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self.send(200, body, {"Content-Type": "text/html"})
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/simple/"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with serving(Hostile) as server:
+        yield f"{server.url}/simple/"
 
 
 def test_an_index_with_a_5000_digit_version_and_an_esc_in_a_url(

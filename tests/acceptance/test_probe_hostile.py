@@ -13,7 +13,6 @@ the scan sees only this test's processes, never another engineer's.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -33,8 +32,8 @@ from envforge.probe.spec import ProbeSpec, read_checks
 from .helpers import short_deadline
 
 ROOT = Path(__file__).resolve().parents[2]
-NO_TORCH = importlib.util.find_spec("torch") is None
-needs_torch = pytest.mark.skipif(NO_TORCH, reason="torch is not installed here")
+# skipped where torch is missing (tests/helpers/torch_gate.py)
+needs_torch = pytest.mark.needs_torch
 needs_proc = pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc")
 #: Seconds past a deadline that envforge may take to stop everything and return.
 SLACK = 3.0

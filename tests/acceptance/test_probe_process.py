@@ -30,9 +30,7 @@ from envforge.probe.spec import QUICK_STEPS, ProbeSpec, read_checks
 
 from .helpers import short_deadline
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("torch") is None, reason="torch is not installed here"
-)
+pytestmark = pytest.mark.needs_torch  # skipped where torch is missing (tests/helpers/torch_gate.py)
 
 ROOT = Path(__file__).resolve().parents[2]
 

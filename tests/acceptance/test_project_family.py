@@ -18,14 +18,13 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from packaging.utils import parse_wheel_filename
+
+from tests.helpers.httpserver import serving_folder
 
 from .test_venv_cpu import WHEELS, base_env, envforge
 from .test_venv_cpu import pytestmark as venv_marks
@@ -90,19 +89,8 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list[
     )
     assert got.returncode == 0, got.stderr[-3000:]
     simple_index(base / "root" / "simple", wheels)
-    seen: list[str] = []
-
-    class Handler(SimpleHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            seen.append(self.path)
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(Handler, directory=str(base / "root")))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/simple", seen
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving_folder(base / "root") as server:
+        yield f"{server.url}/simple", server.requests
 
 
 def closed_port() -> int:

@@ -13,12 +13,10 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
-import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,7 @@ import pytest
 
 from envforge.backends.docker.client import EngineClient
 from envforge.core.proc import Completed
+from tests.helpers.httpserver import Handler, serving
 
 from .helpers import (
     BUILD_TIMEOUT,
@@ -265,7 +264,7 @@ class _Forwarder:
 def forwarder(registry: str) -> Iterator[tuple[str, _Forwarder]]:
     state = _Forwarder(registry)
 
-    class Handler(BaseHTTPRequestHandler):
+    class Forwarder(Handler):
         def do_GET(self) -> None:
             state.paths.append(self.path)
             request = urllib.request.Request(
@@ -281,26 +280,11 @@ def forwarder(registry: str) -> Iterator[tuple[str, _Forwarder]]:
                     status, headers, body = response.status, response.headers, response.read()
             except urllib.error.HTTPError as exc:
                 status, headers, body = exc.code, exc.headers, exc.read()
-            self.send_response(status)
-            for key in ("Content-Type", "Docker-Content-Digest"):
-                if headers.get(key):
-                    self.send_header(key, headers[key])
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            kept = ("Content-Type", "Docker-Content-Digest")
+            self.send(status, body, {key: headers[key] for key in kept if headers.get(key)})
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}", state
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with serving(Forwarder) as server:
+        yield server.host, state
 
 
 def test_evidence_import_reads_the_label_from_the_registry_without_layers(  # noqa: PLR0917 - fixtures

@@ -18,12 +18,9 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import zipfile
 from collections.abc import Iterator
 from dataclasses import replace
-from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -32,6 +29,7 @@ from envforge.recipe.catalogue import Catalogue
 from envforge.recipe.model import PackageIndex, Torch
 from envforge.render import RenderOptions, plan_venv
 from tests.acceptance.test_companion_routing import _index
+from tests.helpers.httpserver import serving_folder
 from tests.helpers.wheels import pure_wheel as _wheel
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,22 +37,6 @@ WHEELS = Path(os.environ.get("PIP_FIND_LINKS", "/opt/wheels"))
 SIX = "six-1.17.0-py2.py3-none-any.whl"
 
 pytestmark = [pytest.mark.slow]
-
-
-def _serve(folder: Path) -> tuple[ThreadingHTTPServer, str, list[str]]:
-    """A server of ``folder`` on 127.0.0.1: (it, its URL, the paths asked for)."""
-    seen: list[str] = []
-
-    class Handler(SimpleHTTPRequestHandler):
-        requests = seen  # this server's list (a class attribute: bound now)
-
-        def log_message(self, *args: object) -> None:
-            self.requests.append(self.path)
-
-    handler = Handler
-    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(handler, directory=str(folder)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_port}", seen
 
 
 @pytest.fixture(scope="module")
@@ -79,12 +61,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str,
     with zipfile.ZipFile(root / "bad" / SIX, "a") as zf:
         zf.writestr("six_tampered.py", "TAMPERED = True\n")
     digest = hashlib.sha256((root / "good" / SIX).read_bytes()).hexdigest()
-    server, url, seen = _serve(root)
-    try:
-        yield url, digest, seen
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving_folder(root) as server:
+        yield server.url, digest, server.requests
 
 
 def _index_page(folder: Path) -> None:
@@ -164,24 +142,22 @@ def test_setup_script_checks_the_hash_and_the_index_with_both_installers(
             version = {"torch": "2.13.0+cpu", "numpy": "2.1.0", "idna": "3.10"}[wheel]
             _wheel(tmp_path / f"{name}-wheels", wheel, version, name, ())
         _index(tmp_path / name, tmp_path / f"{name}-wheels")
-    default, default_url, default_seen = _serve(tmp_path / "default")
-    own, own_url, own_seen = _serve(tmp_path / "own")
-    cpu = Catalogue(folders=(ROOT / "recipes",)).load("cpu")
-    env = {
-        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
-        "HOME": str(tmp_path),
-        "PIP_INDEX_URL": default_url,
-        "UV_INDEX_URL": default_url,
-        "UV_CACHE_DIR": str(tmp_path / "uv-cache"),
-        "PIP_NO_CACHE_DIR": "1",
-        "PIP_CONFIG_FILE": "/dev/null",
-    }
-    try:
+    with serving_folder(tmp_path / "default") as default, serving_folder(tmp_path / "own") as own:
+        cpu = Catalogue(folders=(ROOT / "recipes",)).load("cpu")
+        env = {
+            "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+            "HOME": str(tmp_path),
+            "PIP_INDEX_URL": default.url,
+            "UV_INDEX_URL": default.url,
+            "UV_CACHE_DIR": str(tmp_path / "uv-cache"),
+            "PIP_NO_CACHE_DIR": "1",
+            "PIP_CONFIG_FILE": "/dev/null",
+        }
         for folder, ok in (("bad", False), ("good", True)):
             recipe = replace(
-                cpu, torch=Torch("2.13.0+cpu", default_url),
+                cpu, torch=Torch("2.13.0+cpu", default.url),
                 packages=(_entry(served, folder), "idna==3.10"),
-                package_indexes=(PackageIndex("idna", own_url),),
+                package_indexes=(PackageIndex("idna", own.url),),
             )  # fmt: skip
             script = tmp_path / f"setup-{folder}.sh"
             script.write_text(plan_venv(recipe, RenderOptions()).setup_script)
@@ -198,9 +174,5 @@ def test_setup_script_checks_the_hash_and_the_index_with_both_installers(
             )  # fmt: skip
             assert (imported.returncode == 0) is ok
         assert imported.stdout.strip() == "own"
-        assert [p for p in own_seen if "/idna/" in p]
-        assert not [p for p in default_seen if "/idna/" in p]
-    finally:
-        for server in (default, own):
-            server.shutdown()
-            server.server_close()
+        assert [p for p in own.requests if "/idna/" in p]
+        assert not [p for p in default.requests if "/idna/" in p]

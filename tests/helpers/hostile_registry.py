@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, cast
+
+from tests.helpers import httpserver
+from tests.helpers.httpserver import Handler
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "hostile" / "registry"
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -82,40 +82,21 @@ class HostileRegistry:
 def serving() -> Iterator[HostileRegistry]:
     state = HostileRegistry()
 
-    class Handler(BaseHTTPRequestHandler):
+    class Registry(Handler):
         def do_GET(self) -> None:
-            port = cast("ThreadingHTTPServer", self.server).server_port
             if self.path.startswith("/token/"):
                 case = self.path.split("/")[2].split("?")[0]
-                self._send(200, state.tokens.get(case, b"{}"))
+                self.send(200, state.tokens.get(case, b"{}"))
                 return
             parts = self.path.split("/")
             case = parts[3] if len(parts) > 3 else ""
             if case in state.tokens and not self.headers.get("Authorization"):
-                challenge = f'Bearer realm="http://127.0.0.1:{port}/token/{case}",service="t"'
-                self._send(401, b"{}", {"WWW-Authenticate": challenge})
+                realm = f"http://127.0.0.1:{self.port}/token/{case}"
+                self.send(401, b"{}", {"WWW-Authenticate": f'Bearer realm="{realm}",service="t"'})
                 return
             body = state.paths.get(self.path)
-            self._send(200 if body is not None else 404, body if body is not None else b"{}")
+            self.send(200 if body is not None else 404, body if body is not None else b"{}")
 
-        def _send(self, code: int, body: bytes, headers: dict[str, str] | None = None) -> None:
-            self.send_response(code)
-            for key, value in (headers or {}).items():
-                self.send_header(key, value)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.host = f"127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with httpserver.serving(Registry) as served:
+        state.host = served.host
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()

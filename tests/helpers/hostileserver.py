@@ -34,14 +34,13 @@ client that follows a redirect or realm there would succeed, so a refusal is vis
 
 from __future__ import annotations
 
-import threading
 import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+
+from tests.helpers.httpserver import Handler, serving
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "fixtures" / "hostile-index"
@@ -95,12 +94,9 @@ class HostileServer:
         raise AssertionError(f"no request for {prefix} within {timeout} s: {self.requests}")
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(Handler):
     state: HostileServer
     protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:  # quiet
-        return
 
     def _head(self, status: int, headers: dict[str, str]) -> None:
         self.send_response(status)
@@ -267,13 +263,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._stream(b"", b"{", 1 << 20, pause=DRIP_SECONDS)
 
 
-class _Decoy(BaseHTTPRequestHandler):
+class _Decoy(Handler):
     """Another port: answers everything as a well-behaved index (or token service)."""
 
     state: HostileServer
-
-    def log_message(self, format: str, *args: Any) -> None:  # quiet
-        return
 
     def do_GET(self) -> None:
         self.state.decoy_requests.append(self.path)
@@ -282,19 +275,7 @@ class _Decoy(BaseHTTPRequestHandler):
             if self.path.startswith("/token")
             else (RECORDED / "torch.json").read_bytes()
         )
-        self.send_response(200)
-        self.send_header("Content-Type", PEP691)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-
-def _start(handler: type[BaseHTTPRequestHandler]) -> tuple[ThreadingHTTPServer, threading.Thread]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    return httpd, thread
+        self.send(200, body, {"Content-Type": PEP691})
 
 
 def serve() -> Iterator[HostileServer]:
@@ -302,17 +283,10 @@ def serve() -> Iterator[HostileServer]:
     generator closes."""
     bomb()
     state = HostileServer("", 0)
-    servers = [
-        _start(type("Handler", (_Handler,), {"state": state})),
-        _start(type("Decoy", (_Decoy,), {"state": state})),
-    ]
-    state.port = servers[0][0].server_address[1]
-    state.url = f"http://127.0.0.1:{state.port}"
-    state.decoy_port = servers[1][0].server_address[1]
-    try:
+    hostile = type("Hostile", (_Handler,), {"state": state})
+    decoy_handler = type("Decoy", (_Decoy,), {"state": state})
+    with serving(hostile) as main, serving(decoy_handler) as decoy:
+        state.port = main.port
+        state.url = main.url
+        state.decoy_port = decoy.port
         yield state
-    finally:
-        for httpd, thread in servers:
-            httpd.shutdown()
-            httpd.server_close()
-            thread.join(timeout=10)

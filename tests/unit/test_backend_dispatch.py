@@ -1,5 +1,7 @@
 """Commands reach a backend only through ``BACKENDS[name]``: a third backend, registered
-and nothing else, is what build, certify, shell and doctor use, with no CLI edit."""
+and nothing else, is what build, certify, shell and doctor use, with no CLI edit; and
+every backend, the fake one included, keeps the Protocol's contract
+(tests/helpers/backend_contract.py)."""
 
 from __future__ import annotations
 
@@ -10,13 +12,20 @@ import click
 import pytest
 
 from envforge import backends
-from envforge.backends.base import BackendOption, Options
+from envforge.backends.base import BackendOption, HostCheck, Options
+from envforge.backends.docker import certification
 from envforge.cli import main
 from envforge.cli.common import backend_flags
 from envforge.fleet.plan import load_plan
 from envforge.fleet.task import command
+from envforge.host.detect import HostInfo, detect, no_tools
+from envforge.host.doctor import Finding
+from envforge.recipe.model import Recipe
+from tests.helpers.backend_contract import Drive, check_doctor, check_shape, run_backend
 from tests.helpers.fake_backend import FakeBackend
 from tests.helpers.recipes import make_recipe
+from tests.unit.test_docker_pipeline import CERTIFIED, FakeProbe
+from tests.unit.test_docker_pipeline import _engine as docker_engine
 
 NO_GPU = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs" / "none"
 
@@ -193,3 +202,71 @@ def test_no_module_outside_backends_compares_a_backend_name() -> None:
             if words & names and "backend" in text:
                 found.append(f"{path.relative_to(root)}:{node.lineno}: {text}")
     assert found == []
+
+
+# --------------------------------------------------------------------------- the contract
+
+
+@pytest.fixture
+def host() -> HostInfo:
+    return detect(root=NO_GPU, environ={}, tools=no_tools)
+
+
+@pytest.mark.parametrize("name", ["docker", "venv", "fake"])
+def test_every_backend_keeps_the_protocols_contract(
+    name: str, fake: FakeBackend, host: HostInfo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Shape, declared flags and doctor, for each registered backend and the fake one
+    (docker's doctor asks a stand-in engine, never this machine's)."""
+    ran = run_backend(
+        name, make_recipe(), host, capsys, root=NO_GPU, stand_ins={"ping": lambda: None}
+    )
+    assert all(f.severity != "block" for f in ran.findings) or name == "fake"
+
+
+def test_the_fake_backend_is_driven_through_every_command(
+    fake: FakeBackend, host: HostInfo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ran = run_backend("fake", make_recipe(), host, capsys, root=NO_GPU, drive=Drive(shell_exit=3))
+    assert (ran.built["backend"], ran.certified["backend"], ran.shell_exit) == ("fake", "fake", 3)
+    assert [c[0] for c in fake.calls] == ["build", "certify", "run"]
+
+
+def test_docker_is_driven_through_build_and_certify_on_the_fake_engine(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    host: HostInfo,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The Docker backend on the fake engine with a probe that passes: ``build`` certifies
+    and tags, ``certify`` finds the certified image (``shell`` would run a container)."""
+    engine = docker_engine()
+    monkeypatch.setenv("ENVFORGE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("ENVFORGE_BUILDER", "classic")
+    monkeypatch.setattr(backends.docker, "_connect", lambda _options: engine)
+    monkeypatch.setattr(certification, "_run_probe", FakeProbe("pass"))
+    drive = Drive(commands=("build", "certify"))
+    ran = run_backend(
+        "docker", make_recipe(), host, capsys, root=NO_GPU, stand_ins={"ping": lambda: None},
+        drive=drive,
+    )  # fmt: skip
+    assert ran.built["tags"] == [CERTIFIED]
+    assert ran.certified["certified"] is True
+    assert engine.api.builds  # the build reached the engine
+
+
+class _NoStepTimeout(FakeBackend):
+    def check(self, recipe: Recipe, options: Options) -> str | None:  # type: ignore[override]
+        return None
+
+
+class _AlwaysBlocks(FakeBackend):
+    def findings(self, recipe: Recipe | None, host: HostInfo, check: HostCheck) -> list[Finding]:
+        return [Finding("fake", "block", "blocks even when not asked for")]
+
+
+def test_the_contract_catches_a_backend_that_breaks_it(host: HostInfo) -> None:
+    with pytest.raises(AssertionError, match="check: no parameter step_timeout"):
+        check_shape(_NoStepTimeout())
+    with pytest.raises(AssertionError, match="blocks even when not asked for"):
+        check_doctor(_AlwaysBlocks(), make_recipe(), host, NO_GPU, {})

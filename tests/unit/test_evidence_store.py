@@ -8,13 +8,11 @@ import getpass
 import hashlib
 import json
 import socket
-import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
@@ -33,6 +31,7 @@ from envforge.evidence.records import Redactor, read_evidence
 from envforge.probe.report import ReportGpu, ReportHost
 from envforge.publish.certificate import VenvBinding, issue
 from envforge.publish.registry import image_labels, parse_ref
+from tests.helpers.httpserver import Handler, serving
 from tests.helpers.matrix_synth import Spec, make_certificate, make_report
 
 WHEN = datetime(2026, 11, 20, 12, 0, tzinfo=timezone.utc)
@@ -348,56 +347,33 @@ def registry() -> Iterator[tuple[str, _Registry]]:
     state = _Registry({"io.envforge.certificate": '{"x": 1}', "other": "y"})
     holder: dict[str, _Registry] = {"r": state}
 
-    class Handler(BaseHTTPRequestHandler):
+    class Registry(Handler):
         def do_GET(self) -> None:
             current = holder["r"]
             current.requests.append(self.path)
             current.auth.append(self.headers.get("Authorization") or "")
-            port = cast("ThreadingHTTPServer", self.server).server_port
             if self.path.startswith("/token"):
-                self._send(200, json.dumps({"token": "tok"}).encode())
+                self.send(200, json.dumps({"token": "tok"}).encode())
                 return
             if self.path.startswith("/storage/"):  # "another host": localhost, not 127.0.0.1
                 body = current.paths.get("/v2/team/cpu/blobs/" + self.path.split("/")[-1])
-                self._send(200 if body else 404, body or b"{}")
+                self.send(200 if body else 404, body or b"{}")
                 return
             if current.bearer and self.headers.get("Authorization") != "Bearer tok":
-                self._send(
-                    401,
-                    b"{}",
-                    {
-                        "WWW-Authenticate": f'Bearer realm="http://127.0.0.1:{port}/token",'
-                        'service="test"'
-                    },
+                realm = f"http://127.0.0.1:{self.port}/token"
+                self.send(
+                    401, b"{}", {"WWW-Authenticate": f'Bearer realm="{realm}",service="test"'}
                 )
                 return
             if current.redirect_blobs and "/blobs/" in self.path:
-                location = f"http://localhost:{port}/storage/{self.path.split('/')[-1]}"
-                self._send(307, b"", {"Location": location})
+                location = f"http://localhost:{self.port}/storage/{self.path.split('/')[-1]}"
+                self.send(307, b"", {"Location": location})
                 return
             body = current.paths.get(self.path)
-            self._send(200 if body is not None else 404, body or b"{}")
+            self.send(200 if body is not None else 404, body or b"{}")
 
-        def _send(self, code: int, body: bytes, headers: dict[str, str] | None = None) -> None:
-            self.send_response(code)
-            for key, value in (headers or {}).items():
-                self.send_header(key, value)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}", state
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with serving(Registry) as served:
+        yield served.host, state
 
 
 def test_labels_come_from_the_config_blob_without_any_layer(
