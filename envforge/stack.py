@@ -414,11 +414,16 @@ class PackageCheck:
         tag = self.stack.local_tag
         if package is None or not package.local_tag or not tag:
             return (None,)
-        if Version(row.torch) == Version(self.stack.torch_version):
+        own = tag not in row.missing  # its index carries the release (not known otherwise)
+        if own and Version(row.torch) == Version(self.stack.torch_version):
             return (tag,)
         release = self.compat.release(row.torch)
-        published = release.variant_names if release is not None else ()
-        if not published or tag in published:
+        published = tuple(
+            v
+            for v in (release.variant_names if release is not None else ())
+            if v not in row.missing
+        )
+        if own and (not published or tag in published):
             return (tag,)
         major = _cuda_major(tag)
         same = [v for v in published if major is not None and _cuda_major(v) == major]
@@ -492,7 +497,15 @@ class PackageCheck:
                 source=row.source,
                 hint=f"remove {row.package}, or use a Python its wheels have",
             )
-        return route(row, tag, own=self.stack.local_tag, index=self.stack.index, compat=self.compat)
+        package = self.table.package(row.package)
+        return route(
+            row,
+            tag,
+            own=self.stack.local_tag,
+            index=self.stack.index,
+            compat=self.compat,
+            system=package.system if package is not None else "",
+        )
 
     def _pin(self, key: str, req: Requirement, name: str, version: str) -> Pin | None:
         if not self.table.covers(name, version):

@@ -9,8 +9,9 @@ against the companion table.
 * ``numpy-c-api``: an extension module built against NumPy 1 (it imports the C-API from
   ``numpy.core._multiarray_umath`` only; NumPy 2's headers try ``numpy._core`` first) or
   whose distribution requires a NumPy the installed one is not, beside NumPy 2.
-* ``companions``: torchvision, torchaudio and Triton against the companion table's
-  pairing with the installed torch, and their build (local tag, else what they link)
+* ``companions``: torchvision, torchaudio, torchcodec, torchao and Triton against the
+  companion table's pairing with the installed torch, and their build (local tag, else
+  what they link; a build without a local tag of a ``plain_build_fits`` package fits any)
   against torch's.
 """
 
@@ -33,7 +34,7 @@ TORCH_LIB_RE = re.compile(r"^lib(torch|c10)[A-Za-z0-9_]*\.so")
 CUDA_LINKS = re.compile(r"^lib(cudart|c10_cuda|torch_cuda|cublas)")
 ROCM_LINKS = re.compile(r"^lib(amdhip64|c10_hip|torch_hip|rocblas)")
 #: Names that may be companions: only then is the companion table loaded (it decides).
-MAY_PAIR = re.compile(r"^(torchvision|torchaudio|.*triton.*)$")
+MAY_PAIR = re.compile(r"^(torchvision|torchaudio|torchcodec|torchao|.*triton.*)$")
 
 
 def _base(version: str) -> str:
@@ -238,7 +239,8 @@ def _companion(
                 f"{dist.label} does not pair with torch {torch.version}{wants}",
             )
         )
-    if package.local_tag:
+    plain = package.plain_build_fits and "+" not in dist.version
+    if package.local_tag and not plain:
         own = build_family(collected, dist)
         if own[0] != family[0] or (
             own[1].startswith("+") and family[1].startswith("+") and own[1] != family[1]

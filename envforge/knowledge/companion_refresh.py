@@ -265,9 +265,15 @@ def pinned_by_family(companions: CompanionTable) -> dict[Family, tuple[str, ...]
 def new_torch_releases(
     companions: CompanionTable, names: Sequence[str], page: Listing
 ) -> list[str]:
-    """Torch releases on ``page`` newer than every row of ``names`` (the newest
+    """Torch releases on ``page`` newer than every row of ``names`` that is not only
+    ``uncertain`` (those are read again, to be confirmed; the newest
     :data:`NEW_RELEASES_CHECKED`), oldest first."""
-    known = [Version(r.torch) for n in names for r in companions.rows_of(n)]
+    known = [
+        Version(r.torch)
+        for n in names
+        for r in companions.rows_of(n)
+        if r.confidence != "uncertain"
+    ]
     newest = max(known, default=None)
     listed = [v for v in page.versions() if newest is None or Version(v) > newest]
     return listed[-NEW_RELEASES_CHECKED:]

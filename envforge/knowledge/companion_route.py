@@ -25,12 +25,26 @@ def sibling_index(index: str | None, own: str, tag: str) -> str | None:
 
 
 def route(
-    row: Row, tag: str | None, *, own: str | None, index: str | None, compat: CompatTable
+    row: Row,
+    tag: str | None,
+    *,
+    own: str | None,
+    index: str | None,
+    compat: CompatTable,
+    system: str = "",
 ) -> tuple[str, str, str | None]:
     """(reason, source, index) of a build of ``row`` tagged ``tag`` beside a stack whose
     builds carry ``own`` and come from ``index``: the index is None when the build is the
     stack's own variant's, else the index serving ``tag`` (beside the stack's, else the
-    table's URL of that variant)."""
+    table's URL of that variant). ``system``: what the companion loads from the system
+    (its package's ``system``), said in the reason."""
+    reason, source, url = _route(row, tag, own=own, index=index, compat=compat)
+    return (f"{reason}; it loads {system}" if system else reason), source, url
+
+
+def _route(
+    row: Row, tag: str | None, *, own: str | None, index: str | None, compat: CompatTable
+) -> tuple[str, str, str | None]:
     if tag is None or own is None or tag == own or row.accepts is not None:
         return row.reason, row.source, None
     url = sibling_index(index, own, tag)
@@ -41,9 +55,13 @@ def route(
     if url is None:
         return row.reason, row.source, None
     note = f" ({row.note})" if row.note else ""
+    why = (
+        f"the {own} index carries no {row.package} {row.version}"
+        if own in row.missing
+        else f"torch {row.torch} was published with no {own} build"
+    )
     return (
-        f"{row.reason}; torch {row.torch} was published with no {own} build: the +{tag} "
-        f"build of the same CUDA major{note}, installed from {url}",
+        f"{row.reason}; {why}: the +{tag} build of the same CUDA major{note}, installed from {url}",
         row.source,
         url,
     )

@@ -11,6 +11,7 @@ into a row for ``knowledge refresh``.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -47,6 +48,11 @@ class Package:
     local_tag: bool
     #: torch's own metadata pins it (envforge checks a pin, adds nothing).
     pinned_by_torch: bool
+    #: A build without a local tag (the package index's) serves every family (torchao's
+    #: py3 wheel): the audit does not judge its family by what it links.
+    plain_build_fits: bool = False
+    #: What it loads from the system at run time (torchcodec: FFmpeg's libraries), "" none.
+    system: str = ""
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,8 @@ class Row:
     #: The CPython versions its wheels are built for, a PEP 440 specifier (``>=3.10,<3.15``:
     #: cp310 to cp314); None: those of the torch it pairs with.
     python: str | None = None
+    #: Variant indexes known not to carry this release (``("cu129",)``).
+    missing: tuple[str, ...] = ()
 
     def admits(self, torch: str) -> bool:
         """The companion's metadata allows this torch release (local tags ignored)."""
@@ -146,7 +154,7 @@ def _base(version: str) -> str:
 
 
 _TOP_KEYS = ("schema", "checked", "packages", "rows")
-_PACKAGE_KEYS = ("families", "local_tag", "pinned_by_torch")
+_PACKAGE_KEYS = ("families", "local_tag", "pinned_by_torch", "plain_build_fits", "system")
 _ROW_KEYS = (
     "package",
     "version",
@@ -158,6 +166,7 @@ _ROW_KEYS = (
     "confidence",
     "note",
     "python",
+    "missing",
 )
 
 
@@ -220,11 +229,19 @@ def _package(r: yamlcheck.Reader, name: object, spec: object) -> Package:
     for fam in families:
         if fam not in FAMILIES:
             raise r.fail(f"{key}.families", f"{fam!r} is not a wheel family", "cpu, cuda, rocm")
-    flags = {k: m.get(k, False) for k in ("local_tag", "pinned_by_torch")}
+    flags = {k: m.get(k, False) for k in ("local_tag", "pinned_by_torch", "plain_build_fits")}
     for k, v in flags.items():
         if not isinstance(v, bool):
             raise r.fail(f"{key}.{k}", "must be true or false")
-    return Package(text, families, flags["local_tag"], flags["pinned_by_torch"])  # type: ignore[arg-type]
+    system = r.text(m["system"], f"{key}.system") if m.get("system") is not None else ""
+    return Package(
+        text,
+        families,  # type: ignore[arg-type]
+        flags["local_tag"],
+        flags["pinned_by_torch"],
+        flags["plain_build_fits"],
+        system,
+    )
 
 
 def _row(r: yamlcheck.Reader, i: int, item: object, names: set[str], checked: str) -> Row:
@@ -263,7 +280,19 @@ def _row(r: yamlcheck.Reader, i: int, item: object, names: set[str], checked: st
         accepts=None if m.get("accepts") is None else str(m["accepts"]),
         note=str(m.get("note", "")),
         python=None if m.get("python") is None else str(m["python"]),
+        missing=_missing(r, key, m.get("missing")),
     )
+
+
+def _missing(r: yamlcheck.Reader, key: str, raw: object) -> tuple[str, ...]:
+    """A row's ``missing``: variant names (``cu129``, ``cpu``, ``rocm7.2``)."""
+    if raw is None:
+        return ()
+    names = r.texts(raw, f"{key}.missing", non_empty=True)
+    for name in names:
+        if not re.fullmatch(r"cpu|cu\d{3}|rocm\d+(\.\d+)*", name):
+            raise r.fail(f"{key}.missing", f"{name!r} is not a variant index", "cu129, cpu")
+    return tuple(names)
 
 
 def companion_names(path: Path | None = None) -> frozenset[str]:

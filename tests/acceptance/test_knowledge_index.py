@@ -248,6 +248,8 @@ def test_status_current_and_behind(server: IndexServer, cli: Envforge) -> None:
     # the companions, Triton and xformers are watched too (issue 30 §2)
     assert "  triton: table 3.9.0, index 3.9.0" in ok.stdout
     assert "  xformers: table 0.0.35, index 0.0.35" in ok.stdout
+    assert "  torchcodec: table 0.17.0, index 0.17.0" in ok.stdout
+    assert "  torchao: table 0.18.0, index 0.18.0" in ok.stdout
     assert ok.stdout.rstrip().endswith("current")
     behind = cli("knowledge", "status", "--index", f"{server.url}/future", "--json")
     assert behind.returncode == 1

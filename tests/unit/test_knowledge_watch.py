@@ -1,7 +1,8 @@
 """``knowledge status`` / ``refresh`` watch the companions, Triton and the compiled
 extensions the table knows (envforge/knowledge/watch.py) for releases newer than the
 table: recorded project pages (tests/fixtures/index: torch, torchvision, torchaudio,
-triton, xformers) served by a fake client; the 127.0.0.1 server is the acceptance tests'."""
+torchcodec, torchao, triton, xformers) served by a fake client; the 127.0.0.1 server is
+the acceptance tests'."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from envforge.knowledge.watch import watch, watched_packages
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "index"
 ROOT = "http://127.0.0.1:9/simple"
 DAY = datetime.date(2026, 11, 27)
-RECORDED = ("torch", "torchvision", "torchaudio", "triton", "xformers")
+RECORDED = ("torch", "torchvision", "torchaudio", "torchcodec", "torchao", "triton", "xformers")
 
 
 @dataclass
@@ -78,13 +79,15 @@ def test_the_watched_packages_are_the_tables_companions_and_extensions() -> None
     assert watched == {
         "torchvision": "0.29.2",
         "torchaudio": "2.11.1",
+        "torchcodec": "0.17.0",
+        "torchao": "0.18.0",
         "triton": "3.9.0",
         "xformers": "0.0.35",
     }
     skipped = dict(
         watched_packages(load_companions(), load_extensions(), skip=("torchvision", "torchaudio"))
     )
-    assert set(skipped) == {"triton", "xformers"}
+    assert set(skipped) == {"torchcodec", "torchao", "triton", "xformers"}
 
 
 def test_status_is_current_when_the_index_lists_nothing_newer() -> None:
