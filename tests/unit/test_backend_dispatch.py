@@ -13,7 +13,7 @@ import pytest
 
 from envforge import backends
 from envforge.backends.base import BackendOption, HostCheck, Options
-from envforge.backends.docker import certification
+from envforge.backends.docker import certification, pipeline
 from envforge.cli import main
 from envforge.cli.common import backend_flags
 from envforge.fleet.plan import load_plan
@@ -243,7 +243,7 @@ def test_docker_is_driven_through_build_and_certify_on_the_fake_engine(
     engine = docker_engine()
     monkeypatch.setenv("ENVFORGE_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("ENVFORGE_BUILDER", "classic")
-    monkeypatch.setattr(backends.docker, "_connect", lambda _options: engine)
+    monkeypatch.setattr(pipeline, "_connect", lambda _options: engine)
     monkeypatch.setattr(certification, "_run_probe", FakeProbe("pass"))
     drive = Drive(commands=("build", "certify"))
     ran = run_backend(
