@@ -14,7 +14,7 @@ from envforge.audit.judge_gpu import check_gpu_code
 from envforge.audit.judge_libs import check_duplicates
 from envforge.audit.judge_torch import check_companions, check_extensions, check_numpy
 from envforge.audit.model import AuditReport, CheckResult, Collected, Finding
-from envforge.host.arch import is_device_arch, strip_features
+from envforge.knowledge.arch import is_device_arch, strip_features
 
 
 def host_arch() -> tuple[str | None, str]:

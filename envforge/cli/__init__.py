@@ -22,9 +22,9 @@ from typing import Any
 
 import click
 
-from envforge import __version__
 from envforge.cli.common import strict_option, term_as_interrupt
 from envforge.errors import EnvforgeError, ExitCode
+from envforge.version import __version__
 
 #: Every command: its name -> ``module:attribute`` of its click command.
 COMMANDS: Mapping[str, str] = {

@@ -309,14 +309,14 @@ def root_option(func: F) -> F:
 
 def host_platform() -> str:
     """This host's platform in docker's names (``linux/amd64``, ``linux/arm64``)."""
-    from envforge.host.platforms import host_platform as found  # noqa: PLC0415
+    from envforge.knowledge.platforms import host_platform as found  # noqa: PLC0415
 
     return found()
 
 
 def platform_option(func: F) -> F:
     """``--platform linux/amd64|linux/arm64``: the wheels' (and image's) platform."""
-    from envforge.host.platforms import PLATFORMS  # noqa: PLC0415 - a constant
+    from envforge.knowledge.platforms import PLATFORMS  # noqa: PLC0415 - a constant
 
     return click.option(
         "--platform",
@@ -439,8 +439,8 @@ def load_with_gpus(
 
 def _granted_gpu(ref: str, overrides: Sequence[str]) -> str | None:
     """The scheduler's grant as ``--gpu`` (said on stderr), or None: outside a job, or
-    for a recipe that needs no GPU (:mod:`envforge.fleet.node`)."""
-    from envforge.fleet.node import granted  # noqa: PLC0415 - pure, stdlib only
+    for a recipe that needs no GPU (:mod:`envforge.host.grant`)."""
+    from envforge.host.grant import granted  # noqa: PLC0415 - pure, stdlib only
 
     grant = granted(os.environ)
     if grant is None:

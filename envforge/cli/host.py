@@ -188,8 +188,9 @@ def doctor_cmd(  # noqa: PLR0917 - click passes options positionally by name
     its lock is current and whether its environment is certified (RECIPE defaults to the
     project's). Exit 0 when nothing blocks, 4 otherwise.
     """
+    from envforge.doctor import diagnose  # noqa: PLC0415 - as above
     from envforge.host.detect import detect  # noqa: PLC0415 - keeps --help light
-    from envforge.host.doctor import Finding, diagnose  # noqa: PLC0415 - as above
+    from envforge.host.doctor import Finding  # noqa: PLC0415 - as above
 
     project = load_project_option(project_dir, extras)
     recipe_ref = recipe_ref_for(recipe_ref, project) if project else (recipe_ref or "auto")

@@ -61,7 +61,7 @@ def _looks_like_image(ref: str) -> bool:
 
 
 def _recipe_for_image(info: ImageInfo, ref: str, overrides: Sequence[str]) -> Recipe:
-    from envforge.publish.push import certificate_of  # noqa: PLC0415 - keeps light commands light
+    from envforge.backends.docker.push import certificate_of  # noqa: PLC0415 - keeps light commands light
 
     name = None
     try:
@@ -261,9 +261,9 @@ def publish_cmd(
 
     RECIPE may be `auto`: the recipe `build auto` picks for this host's GPU."""
     from envforge.backends.docker.engine import connect  # noqa: PLC0415 - loads the SDK
+    from envforge.backends.docker.push import publish  # noqa: PLC0415 - keeps --help light
     from envforge.cli.display import BuildDisplay  # noqa: PLC0415 - keeps --help light
     from envforge.publish.certificate import CertificateStore  # noqa: PLC0415 - keeps --help light
-    from envforge.publish.push import publish  # noqa: PLC0415 - keeps --help light
 
     recipe, _choice = load_for_host(recipe_ref, None, overrides)
     key = load_signer(signing_key)  # before the push: a bad key file is exit 2 at once

@@ -218,7 +218,7 @@ def _say_grant() -> None:
     ``CUDA_VISIBLE_DEVICES``/``ROCR_VISIBLE_DEVICES`` are inherited as they are): the
     grant is said, not re-applied, so a node whose device numbering differs from the
     scheduler's cannot make the probe pick another GPU."""
-    from envforge.fleet.node import granted  # noqa: PLC0415 - pure, stdlib only
+    from envforge.host.grant import granted  # noqa: PLC0415 - pure, stdlib only
 
     grant = granted(os.environ)
     if grant is not None:

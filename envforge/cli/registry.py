@@ -24,7 +24,7 @@ from envforge.cli.common import (
 from envforge.errors import CertificationFailed, InvalidInput
 
 if TYPE_CHECKING:
-    from envforge.publish.push import Verified
+    from envforge.backends.docker.push import Verified
     from envforge.publish.signing import TrustList
 
 _DEADLINE_HELP = (
@@ -73,7 +73,7 @@ def verify_cmd(
     trusted = _trusted(trust)
     if pull or local:
         from envforge.backends.docker.engine import connect  # noqa: PLC0415 - loads the SDK
-        from envforge.publish.push import verify  # noqa: PLC0415 - keeps --help light
+        from envforge.backends.docker.push import verify  # noqa: PLC0415 - keeps --help light
 
         client = connect()
         try:
@@ -81,7 +81,7 @@ def verify_cmd(
         finally:
             client.close()
     else:
-        from envforge.publish.push import verify_remote  # noqa: PLC0415 - keeps --help light
+        from envforge.backends.docker.push import verify_remote  # noqa: PLC0415 - keeps --help light
 
         result = verify_remote(ref, deadline=deadline)
     _report(result, trusted, as_json)
@@ -100,7 +100,7 @@ def pull_cmd(ref: str, trust: tuple[Path, ...], deadline: float, as_json: bool) 
     RECIPE` use it. Refused (exit 1) when it does not verify or certifies another version
     of the recipe than this host's."""
     from envforge.backends.docker.engine import connect  # noqa: PLC0415 - loads the SDK
-    from envforge.publish.push import adopt, verify  # noqa: PLC0415 - keeps --help light
+    from envforge.backends.docker.push import adopt, verify  # noqa: PLC0415 - keeps --help light
 
     trusted = _trusted(trust)
     client = connect()
@@ -141,7 +141,7 @@ def _trusted(trust: tuple[Path, ...]) -> TrustList:
 def _signature(result: Verified, trusted: TrustList) -> tuple[str, str]:
     """How the certificate is signed, in words, and the trusted signer's name; refuses
     (exit 1) an older partial certificate or a missing/untrusted signature with keys."""
-    from envforge.publish.push import older_format  # noqa: PLC0415 - keeps --help light
+    from envforge.backends.docker.push import older_format  # noqa: PLC0415 - keeps --help light
     from envforge.publish.signing import require_trusted, short  # noqa: PLC0415 - as above
 
     cert = result.certificate

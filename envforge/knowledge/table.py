@@ -15,7 +15,7 @@ values and the lookups other modules use:
 - :meth:`CompatTable.amd_pci_product` / :meth:`CompatTable.arch_for_model` — the product
   and arch of an AMD PCI device id or an NVIDIA driver model name (for ``detect``).
 
-Arch arithmetic (gfx ↔ ISA, SASS compatibility) is :mod:`envforge.host.arch`.
+Arch arithmetic (gfx ↔ ISA, SASS compatibility) is :mod:`envforge.knowledge.arch`.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from typing import Literal
 from packaging.version import Version
 
 from envforge.core.patterns import Confidence
-from envforge.host.arch import same_major_lower, sm_covered, sm_number
-from envforge.host.platforms import PLATFORMS as _PLATFORMS
+from envforge.knowledge.arch import same_major_lower, sm_covered, sm_number
+from envforge.knowledge.platforms import PLATFORMS as _PLATFORMS
 
 IndexForm = Literal["index-url", "extra-index-url"]
 Kind = Literal["rocm", "cuda", "cpu"]

@@ -14,7 +14,6 @@ from collections.abc import Callable, Mapping
 from importlib import resources
 from typing import Any, Protocol
 
-from envforge import __version__
 from envforge.core.jsonlimits import BadJSON, loads
 from envforge.errors import Interrupted
 from envforge.probe.local import (
@@ -36,6 +35,7 @@ from envforge.probe.report import (
 )
 from envforge.probe.spec import AUDIT_STEP, ProbeSpec
 from envforge.probe.target import LineQueue, ProbeTarget, WorkerHandle, container_exit_status
+from envforge.version import __version__
 
 __all__ = [  # the local target and the target contract, importable from here as before
     "LineQueue",
@@ -135,7 +135,7 @@ def run_probe(
             host = host if host is not None else host_info()
             _drive(run, handle, clock)
         if AUDIT_STEP in spec.steps:  # after the worker: the same audit as envforge audit
-            from envforge.audit.probe_step import audit_step  # noqa: PLC0415 - recipes only
+            from envforge.probe.audit_step import audit_step  # noqa: PLC0415 - recipes only
 
             run.start(AUDIT_STEP, spec.deadline(AUDIT_STEP), clock())
             run.finish(audit_step(spec, target))

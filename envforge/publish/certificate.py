@@ -47,10 +47,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from envforge import __version__
 from envforge.core import paths
 from envforge.core.fsutil import read_limited, write_atomically
 from envforge.errors import CertificationFailed, clip
+from envforge.version import __version__
 
 SCHEMA = "envforge.certificate/2"
 #: Format 1: binds the layers and only Env, Entrypoint, Cmd, WorkingDir and User.

@@ -33,11 +33,11 @@ from typing import Any
 
 from envforge import knowledge
 from envforge.errors import EnvforgeError, InvalidInput
-from envforge.host.arch import gfx_from_isa, vendor_of
-from envforge.host.arch import ordinal as arch_ordinal
 from envforge.host.hostinfo import GpuInfo, HostInfo
-from envforge.host.platforms import solve_default
 from envforge.knowledge import load_table
+from envforge.knowledge.arch import gfx_from_isa, vendor_of
+from envforge.knowledge.arch import ordinal as arch_ordinal
+from envforge.knowledge.platforms import solve_default
 from envforge.recipe.catalogue import Catalogue
 from envforge.recipe.model import Recipe
 

@@ -19,8 +19,6 @@ OVER: dict[str, str] = {
     "probe/worker.py": "issue 31 §4: the worker becomes a stdlib-only package",
     "knowledge/table.py": "issue 31: the table's loader and its model apart",
     "knowledge/refresh.py": "issue 31: ruff format took it over the cap",
-    "stack.py": "issue 31: ruff format took it over the cap",
-    "lock.py": "issue 31 §2: its render import moves out with the split",
     "evidence/records.py": "issue 31 §3: one certificate model",
     "cli/common.py": "issue 31: ruff format took it over the cap",
 }

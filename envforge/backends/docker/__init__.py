@@ -59,7 +59,8 @@ if TYPE_CHECKING:
     from envforge.backends.docker.projects import ProjectBuild, ProjectProbe
     from envforge.host.detect import HostInfo
     from envforge.host.doctor import Finding
-    from envforge.render.context import Builder, LockedInstall
+    from envforge.lock import LockedInstall
+    from envforge.render.context import Builder
 
 Say = Callable[[str], None]
 

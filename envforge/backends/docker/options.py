@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envforge.backends.base import BackendOption, LineSink, Options
-from envforge.host.platforms import PLATFORMS
+from envforge.knowledge.platforms import PLATFORMS
 from envforge.probe.runner import ProbeListener
 from envforge.recipe.model import Level
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from envforge import __version__, lock
+from envforge import lock
 from envforge.backends.venv.certifying import (
     CONTENT_FORMAT,
     _cert_json,
@@ -73,6 +73,7 @@ from envforge.host.syspkg import missing_packages
 from envforge.probe.report import ProbeReport
 from envforge.recipe.model import Level, Recipe
 from envforge.stack import Stack
+from envforge.version import __version__
 
 
 def _reinstall_reason(
