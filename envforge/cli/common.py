@@ -8,22 +8,17 @@ import os
 import re
 import signal
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from envforge.core.patterns import LEVELS, Level
-from envforge.errors import EnvforgeError, InvalidInput
+from envforge.errors import InvalidInput
 
 if TYPE_CHECKING:
-    from envforge.backends.base import Command
-    from envforge.container.devices import GpuPick
     from envforge.host.detect import HostInfo
-    from envforge.probe.report import ProbeReport
     from envforge.project.model import Project
-    from envforge.publish.signing import SigningKey
     from envforge.recipe.model import Recipe
     from envforge.solve.choose import Choice
 
@@ -56,28 +51,6 @@ def set_option(func: F) -> F:
 
 def json_option(func: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print data as JSON.")(func)
-
-
-def _resolve_deadline(_ctx: object, _param: object, value: float | None) -> float:
-    from envforge.core.net import DEADLINE_ENV, deadline_seconds  # noqa: PLC0415 - when run
-
-    try:
-        return deadline_seconds(value)
-    except ValueError as exc:
-        raise InvalidInput(str(exc), hint=f"unset {DEADLINE_ENV} or pass --deadline") from None
-
-
-def deadline_option(help: str) -> Callable[[F], F]:
-    """``--deadline SECONDS`` for a network command, resolved before any work: the value
-    given, else ``$ENVFORGE_NET_DEADLINE``, else 45 (a bad variable is exit 2 naming it)."""
-    return click.option(
-        "--deadline",
-        type=click.FloatRange(min=0.1, max=86400),
-        default=None,
-        callback=_resolve_deadline,
-        metavar="SECONDS",
-        help=help + " Default: $ENVFORGE_NET_DEADLINE, else 45.",
-    )
 
 
 def wheelhouse_option(help: str) -> Callable[[F], F]:
@@ -127,30 +100,6 @@ def level_option(help: str) -> Callable[[F], F]:
 
 def step_timeout_option(help: str, metavar: str | None = None) -> Callable[[F], F]:
     return click.option("--step-timeout", type=float, default=None, metavar=metavar, help=help)
-
-
-def _check_require_free(_ctx: object, _param: object, value: float | None) -> float | None:
-    from envforge.probe.spec import require_free_problem  # noqa: PLC0415 - when a probe runs
-
-    if value is not None and require_free_problem(value):
-        raise InvalidInput(
-            f"--require-free {require_free_problem(value)}",
-            hint="--require-free 8 (GiB free on each GPU the probe uses)",
-        )
-    return value
-
-
-def require_free_option(func: F) -> F:
-    """``--require-free GIB``: the probe's memory step fails below GIB free on a GPU."""
-    return click.option(
-        "--require-free",
-        type=float,
-        default=None,
-        callback=_check_require_free,
-        metavar="GIB",
-        help="Fail the probe's memory step when a GPU has less than GIB free "
-        "(default: warn only, when other processes hold more than half of a GPU's memory).",
-    )(func)
 
 
 class OutputPath(click.Path):
@@ -215,68 +164,6 @@ def trust_option(help: str) -> Callable[[F], F]:
         metavar="PUBFILE",
         help=help,
     )
-
-
-def _check_backend(_ctx: object, _param: object, value: str | None) -> str | None:
-    """A name in :data:`envforge.backends.BACKENDS`, read when a value is given (so
-    ``--help`` of light commands loads no backend)."""
-    if value is None:
-        return None
-    from envforge.backends import BACKENDS  # noqa: PLC0415 - only when --backend is given
-
-    if value not in BACKENDS:
-        raise click.BadParameter(f"{value!r} is not a backend (one of: {', '.join(BACKENDS)})")
-    return value
-
-
-def backend_option(help: str, default: str | None = None) -> Callable[[F], F]:
-    return click.option(
-        "--backend",
-        default=default,
-        callback=_check_backend,
-        show_default=default is not None,
-        metavar="NAME",
-        help=f"{help} (docker, venv, or another installed backend)",
-    )
-
-
-def backend_flags(command: Command) -> Callable[[F], F]:
-    """The flags the backends declare for ``command`` (each once), as click options."""
-    from envforge.backends import BACKENDS  # noqa: PLC0415 - build and shell load backends
-    from envforge.backends.base import unique_options  # noqa: PLC0415 - as above
-
-    kinds: dict[str, Any] = {
-        "dir": click.Path(exists=True, file_okay=False, path_type=Path),
-        "file": click.Path(exists=True, dir_okay=False, path_type=Path),
-    }
-
-    def decorate(func: F) -> F:
-        for option in reversed(unique_options(BACKENDS, command)):
-            kind: Any = click.Choice(option.choices) if option.choices else kinds.get(option.kind)
-            func = click.option(
-                option.flag,
-                option.key,
-                type=kind,
-                is_flag=option.is_flag,
-                multiple=option.multiple,
-                metavar=option.metavar,
-                default=None
-                if not (option.is_flag or option.multiple)
-                else (False if option.is_flag else ()),
-                callback=_check_shm_size if option.kind == "size" else None,
-                help=option.help,
-            )(func)
-        return func
-
-    return decorate
-
-
-def backend_extra(command: Command, values: dict[str, Any]) -> dict[str, Any]:
-    """Of a command's keyword arguments, the values of the backend flags given."""
-    from envforge.backends import BACKENDS  # noqa: PLC0415 - build and shell load backends
-    from envforge.backends.base import given, unique_options  # noqa: PLC0415 - as above
-
-    return given(unique_options(BACKENDS, command), values)
 
 
 def python_option(help: str) -> Callable[[F], F]:
@@ -410,135 +297,11 @@ def auto_choice(host: HostInfo | None = None) -> Choice:
     return choice
 
 
-def load_with_gpus(
-    ref: str, gpu: str | None, overrides: Sequence[str] = (), *, platform: str | None = None
-) -> tuple[Recipe, Choice | None, GpuPick | None]:
-    """:func:`load_for_host` with ``--gpu``: the selection is checked against the detected
-    GPUs (out of range, several archs, another vendor: exit 2, one line), and ``auto``
-    chooses for the selected GPUs. Says the selection on stderr in one line. Inside a
-    scheduler's job (Slurm, a pod) the GPUs it granted are the default ``--gpu``."""
-    if gpu is None:
-        gpu = _granted_gpu(ref, overrides)
-    if gpu is None:
-        recipe, choice = load_for_host(ref, None, overrides, platform=platform)
-        return recipe, choice, None
-
-    from envforge.container.devices import pick_gpus  # noqa: PLC0415 - only with --gpu
-    from envforge.host.detect import detect  # noqa: PLC0415 - only with --gpu
-
-    if ref != "auto":
-        recipe = load_checked(ref, overrides, platform=platform)
-        return recipe, None, pick_for(recipe, gpu)
-    host = detect()
-    pick = pick_gpus(gpu, host.gpus)
-    chosen = tuple(g for g in host.gpus if g.index in pick.indexes)
-    recipe, choice = load_for_host(ref, replace(host, gpus=chosen), overrides, platform=platform)
-    _say_pick(gpu, pick)
-    return recipe, choice, pick
-
-
-def _granted_gpu(ref: str, overrides: Sequence[str]) -> str | None:
-    """The scheduler's grant as ``--gpu`` (said on stderr), or None: outside a job, or
-    for a recipe that needs no GPU (:mod:`envforge.host.grant`)."""
-    from envforge.host.grant import granted  # noqa: PLC0415 - pure, stdlib only
-
-    grant = granted(os.environ)
-    if grant is None:
-        return None
-    where = f"{grant.variable}={grant.gpus} on {grant.node or 'this node'}"
-    if ref != "auto" and load_checked(ref, overrides).gpu.vendor == "none":
-        say(f"the scheduler granted GPU {grant.gpus} ({where}): not used, the recipe needs none")
-        return None
-    say(f"--gpu {grant.gpus}: the GPUs the scheduler granted ({where})")
-    return grant.gpus
-
-
-def pick_for(recipe: Recipe | None, gpu: str | None) -> GpuPick | None:
-    """``--gpu`` for a chosen recipe (None: any vendor, still one arch), checked against
-    the detected GPUs (``all``: those of the recipe's vendor); said on stderr in one line.
-    None without ``--gpu``."""
-    if gpu is None:
-        return None
-    from envforge.container.devices import pick_gpus  # noqa: PLC0415 - only with --gpu
-    from envforge.host.detect import detect  # noqa: PLC0415 - only with --gpu
-
-    pick = pick_gpus(gpu, detect().gpus, recipe.gpu.vendor if recipe is not None else None)
-    _say_pick(gpu, pick)
-    return pick
-
-
-def _say_pick(gpu: str, pick: GpuPick) -> None:
-    which = ",".join(str(i) for i in pick.indexes)
-    say(f"--gpu {gpu}: GPU {which} ({pick.arch or '?'}), NPROC_PER_NODE={pick.count}")
-
-
-def gpu_environ(pick: GpuPick | None) -> dict[str, str] | None:
-    """This process's environment plus the ``--gpu`` variables in the host's numbering
-    (for the venv backend and ``probe``: processes on this host); None without ``--gpu``."""
-    if pick is None:
-        return None
-    from envforge.container.devices import visible_env  # noqa: PLC0415 - only with --gpu
-
-    return {**os.environ, **visible_env(pick, container=False)}
-
-
 def echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False))
 
 
 # --------------------------------------------------------------------------- signing, summaries
-
-
-def load_signer(path: Path | None) -> SigningKey | None:
-    """The ``--signing-key`` / ``ENVFORGE_SIGNING_KEY`` key, loaded before any work."""
-    from envforge.publish.signing import load_signer as load  # noqa: PLC0415 - loads cryptography
-
-    return load(path, say=say)
-
-
-@dataclass
-class SummaryNotes:
-    """What a command's ``--summary`` section(s) will say (filled while it runs)."""
-
-    title: str
-    sections: list[tuple[str, ProbeReport | None, list[tuple[str, str]], str | None]] = field(
-        default_factory=list
-    )
-
-    def add(
-        self,
-        report: ProbeReport | None,
-        facts: Sequence[tuple[str, str]] = (),
-        *,
-        title: str | None = None,
-        error: str | None = None,
-    ) -> None:
-        from envforge.evidence.summary import report_facts  # noqa: PLC0415 - only with --summary
-
-        self.sections.append((title or self.title, report, [*facts, *report_facts(report)], error))
-
-
-@contextlib.contextmanager
-def summarizing(path: Path | None, title: str) -> Iterator[SummaryNotes]:
-    """Append the sections noted while the block runs to ``path`` (``--summary``); an
-    error that ends the block before any section was noted becomes a section itself.
-    Ctrl-C writes nothing."""
-    notes = SummaryNotes(title)
-    if path is None:
-        yield notes
-        return
-    from envforge.core.fsutil import check_file_target  # noqa: PLC0415 - only with --summary
-    from envforge.evidence.summary import append, section  # noqa: PLC0415 - only with --summary
-
-    check_file_target(path, setting="--summary")  # before any work: one line, exit 2
-    try:
-        yield notes
-    except EnvforgeError as exc:
-        if not notes.sections:
-            notes.sections.append((title, None, [], exc.one_line()))
-        append(path, "".join(section(t, r, facts=f, error=e) for t, r, f, e in notes.sections))
-        raise
-    append(path, "".join(section(t, r, facts=f, error=e) for t, r, f, e in notes.sections))
 
 
 @contextlib.contextmanager

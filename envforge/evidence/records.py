@@ -57,6 +57,7 @@ from envforge.probe.report import SCHEMA as PROBE_SCHEMA
 from envforge.probe.report import ProbeReport, StepResult
 from envforge.publish.certificate import FORMATS as CERT_FORMATS
 from envforge.publish.certificate import Certificate
+from envforge.publish.signing import check_signature
 
 Outcome = Literal["pass", "fail", "hang", "crash", "oom", "no-device"]
 #: A run's outcome: ``pass``, else the status of its first step that neither passed nor
@@ -436,8 +437,6 @@ def _parse(
         cert = Certificate.from_data(data, source="certificate")
         signer = cert.signed_by or ""
         if signer and signatures:
-            from envforge.publish.signing import check_signature  # noqa: PLC0415 - cryptography
-
             check = check_signature(cert.data)
             if check.state != "valid":
                 raise EvidenceError(f"certificate signature: {check.reason}")

@@ -38,6 +38,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from envforge.core.fsutil import append_text
+
 if TYPE_CHECKING:
     from envforge.probe.report import ProbeReport
 
@@ -164,6 +166,4 @@ def report_facts(report: ProbeReport | None) -> list[tuple[str, str]]:
 def append(path: Path, text: str) -> None:
     """Append ``text`` to ``path`` (created when missing; a regular file only); one-line
     errors (exit 2/4)."""
-    from envforge.core.fsutil import append_text  # noqa: PLC0415 - only when writing
-
     append_text(path, text, setting="--summary")

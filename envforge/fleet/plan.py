@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from envforge.core.fsutil import read_limited, read_reason
 from envforge.core.jsonlimits import loads
 from envforge.errors import InvalidInput
 from envforge.fleet import values
@@ -381,8 +382,6 @@ def plan_from_dict(data: Any, source: str) -> Plan:
 
 def load_plan(folder: Path) -> Plan:
     """``folder/plan.json``; :class:`InvalidInput` when it is missing or malformed."""
-    from envforge.core.fsutil import read_limited, read_reason  # noqa: PLC0415 - only when reading plans
-
     path = folder / "plan.json"
     try:
         raw = read_limited(path, PLAN_MAX_BYTES)  # regular files only: a FIFO never blocks

@@ -21,6 +21,9 @@ from envforge.errors import InvalidInput, Unavailable
 from envforge.fleet import github, k8s, slurm
 from envforge.fleet.plan import Plan
 from envforge.knowledge.compiled import load_table
+from envforge.probe.runner import worker_source
+from envforge.probe.spec import ProbeSpec
+from envforge.recipe.catalogue import Catalogue
 
 
 def _yaml(doc: object) -> str:
@@ -28,10 +31,6 @@ def _yaml(doc: object) -> str:
 
 
 def _k8s_files(plan: Plan) -> dict[str, str]:
-    from envforge.probe.runner import worker_source  # noqa: PLC0415 - only for Kubernetes
-    from envforge.probe.spec import ProbeSpec  # noqa: PLC0415 - as above
-    from envforge.recipe.catalogue import Catalogue  # noqa: PLC0415 - as above
-
     table = load_table()
     catalogue = Catalogue.default()
     specs = {}

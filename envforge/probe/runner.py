@@ -16,6 +16,8 @@ from typing import Any, Protocol
 
 from envforge.core.jsonlimits import BadJSON, loads
 from envforge.errors import Interrupted
+from envforge.host.gpumem import probe_holders
+from envforge.probe.audit_step import audit_step
 from envforge.probe.local import (
     EXIT_WAIT,
     STDERR_KEEP,
@@ -135,8 +137,6 @@ def run_probe(
             host = host if host is not None else host_info()
             _drive(run, handle, clock)
         if AUDIT_STEP in spec.steps:  # after the worker: the same audit as envforge audit
-            from envforge.probe.audit_step import audit_step  # noqa: PLC0415 - recipes only
-
             run.start(AUDIT_STEP, spec.deadline(AUDIT_STEP), clock())
             run.finish(audit_step(spec, target))
     except KeyboardInterrupt:
@@ -242,8 +242,6 @@ def _end_result(event: Mapping[str, Any], measured: float) -> StepResult:
 def _named_holders(result: StepResult, data: object) -> StepResult:
     """A memory step that found a GPU held by others names who holds it: here, on the host,
     where the driver's tools and ``/proc`` see every process (a container sees its own)."""
-    from envforge.host.gpumem import probe_holders  # noqa: PLC0415 - only for a busy GPU
-
     named = probe_holders(data) if isinstance(data, dict) else ""
     return (
         dataclasses.replace(result, detail=f"{result.detail}; held by {named}") if named else result

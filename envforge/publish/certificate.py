@@ -49,6 +49,7 @@ from typing import Any, Protocol
 
 from envforge.core import paths
 from envforge.core.fsutil import read_limited, write_atomically
+from envforge.core.jsonlimits import BadJSON, loads
 from envforge.errors import CertificationFailed, clip
 from envforge.version import __version__
 
@@ -152,8 +153,6 @@ class Certificate:
     @classmethod
     def from_json(cls, text: str, *, source: str = "certificate") -> Certificate:
         """Parse and check a certificate; :class:`CertificationFailed` when it is not one."""
-        from envforge.core.jsonlimits import BadJSON, loads  # noqa: PLC0415 - light import
-
         try:
             data = loads(text)
         except BadJSON as exc:

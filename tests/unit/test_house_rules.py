@@ -20,7 +20,6 @@ OVER: dict[str, str] = {
     "knowledge/table.py": "issue 31: the table's loader and its model apart",
     "knowledge/refresh.py": "issue 31: ruff format took it over the cap",
     "evidence/records.py": "issue 31 §3: one certificate model",
-    "cli/common.py": "issue 31: ruff format took it over the cap",
 }
 
 

@@ -106,7 +106,7 @@ def _room(module: str) -> str:
 
 def _graph(package: Path = PACKAGE) -> dict[str, set[str]]:
     """Module -> the envforge modules it imports: ``from X import y`` is X.y when that is
-    a module, else X; a module's parent packages, run first by Python, are not edges."""
+    a module, else X, and the packages above it (their ``__init__`` runs first)."""
     modules = {_module_name(path, package): path for path in _sources(package)}
 
     def known(name: str) -> str | None:
@@ -131,6 +131,16 @@ def _graph(package: Path = PACKAGE) -> dict[str, set[str]]:
                     for a in node.names
                 )
         graph[name] = {t for t in map(known, named) if t is not None and t != name}
+    # importing a.b.c runs a/__init__ and a/b/__init__ first: a package whose __init__
+    # imports something is an edge too (not the packages the importer is itself in)
+    for name, targets in graph.items():
+        own = {".".join(name.split(".")[:n]) for n in range(1, name.count(".") + 2)}
+        targets.update(
+            parent
+            for t in list(targets)
+            for n in range(2, t.count(".") + 1)
+            if (parent := ".".join(t.split(".")[:n])) not in own and graph.get(parent)
+        )
     return graph
 
 

@@ -29,11 +29,22 @@ from typing import TYPE_CHECKING, Callable
 
 from envforge import lock
 from envforge.backends.base import HostCheck, LineSink, Options
+from envforge.backends.docker.doctor import disk_need as need
+from envforge.backends.docker.doctor import host_findings
+from envforge.backends.docker.leftovers import context_prefix
 from envforge.backends.docker.options import (
     CLI_OPTIONS,
     DockerOptions,
     cli_options,
     docker_options,
+)
+from envforge.backends.docker.projects import (
+    build_command,
+    image_problem,
+    prepare,
+    probe_for,
+    project_ref,
+    shell_for,
 )
 from envforge.backends.docker.results import Certified, DockerBuildResult
 from envforge.backends.venv import problem_of
@@ -160,7 +171,6 @@ def _project_part(
     """The certified tag, and the project's part of the probe (None without a project)."""
     if options.project is None:
         return _certified_tag(recipe, options), None
-    from envforge.backends.docker.projects import probe_for  # noqa: PLC0415 - projects only
 
     return _certified_tag(recipe, options), probe or probe_for(options.project)
 
@@ -169,7 +179,6 @@ def _build_command(recipe: Recipe, options: DockerOptions) -> str | None:
     """The command that makes the project's image (None: the recipe's, the default)."""
     if options.project is None:
         return None
-    from envforge.backends.docker.projects import build_command  # noqa: PLC0415 - projects
 
     return build_command(recipe, options.project)
 
@@ -178,7 +187,6 @@ def _certified_tag(recipe: Recipe, options: DockerOptions) -> str:
     """``envforge/RECIPE:STACK``, or the project's (:func:`.projects.project_ref`)."""
     if options.project is None:
         return certified_ref(recipe.name, recipe.stack_tag)
-    from envforge.backends.docker.projects import project_ref  # noqa: PLC0415 - projects only
 
     return project_ref(recipe, options.project)
 
@@ -253,7 +261,6 @@ def build(
         build_image_buildkit,
         tag_image,
     )
-    from envforge.backends.docker.leftovers import context_prefix  # noqa: PLC0415 - SDK
 
     options = docker_options(options)
     reserved = [t for t in options.tags if t.startswith(CERTIFIED_REPOSITORY_PREFIX + "/")]
@@ -351,7 +358,6 @@ def _plan(
         stack = stack_of(recipe)
         _check_wheelhouse(stack, options)
         return stack, _lock_for(recipe, options, stack), None
-    from envforge.backends.docker.projects import prepare  # noqa: PLC0415 - projects only
 
     project = prepare(
         recipe,
@@ -449,8 +455,6 @@ def serves(recipe: Recipe, options: Options | DockerOptions = DEFAULT_OPTIONS) -
     finally:
         client.close()
     if options.project is not None:
-        from envforge.backends.docker.projects import image_problem  # noqa: PLC0415
-
         problem = image_problem(info, ref, options.project, recipe)
         if problem is not None:
             return False, problem
@@ -519,8 +523,6 @@ def run(
     )
     env, cwd = dict(recipe.env_map), Path(os.getcwd())
     if options.project is not None:
-        from envforge.backends.docker.projects import shell_for  # noqa: PLC0415 - projects
-
         env, cwd = shell_for(
             info, ref, options.project, recipe, asked=options.image is not None, say=options.say
         )
@@ -548,7 +550,6 @@ def findings(recipe: Recipe | None, host: HostInfo, check: HostCheck) -> list[Fi
     """What this backend needs of the host: an engine that answers, and a way for the
     recipe's GPUs into its containers (:mod:`.doctor`)."""
     del host  # the engine and the device path are read from check.root
-    from envforge.backends.docker.doctor import host_findings  # noqa: PLC0415 - doctor only
 
     return host_findings(recipe, check)
 
@@ -556,8 +557,6 @@ def findings(recipe: Recipe | None, host: HostInfo, check: HostCheck) -> list[Fi
 def disk_need(vendor: str) -> tuple[int, Path]:
     """Bytes an image build for ``vendor`` takes (ROCm base images are large), and the
     engine's data folder (this host's ``/var/lib/docker`` when there is one)."""
-    from envforge.backends.docker.doctor import disk_need as need  # noqa: PLC0415 - doctor only
-
     return need(vendor)
 
 

@@ -71,6 +71,7 @@ from envforge.errors import (
 )
 from envforge.host.syspkg import missing_packages
 from envforge.probe.report import ProbeReport
+from envforge.project.resolve import current_lock
 from envforge.recipe.model import Level, Recipe
 from envforge.stack import Stack
 from envforge.version import __version__
@@ -224,8 +225,6 @@ def _lock_for(recipe: Recipe, stack: Stack, options: VenvOptions) -> Path | None
     if not options.use_lock:
         return None
     if options.project is not None:
-        from envforge.project.resolve import current_lock  # noqa: PLC0415 - projects only
-
         found = current_lock(options.project, recipe, stack)
         if found is None:
             options.say(
