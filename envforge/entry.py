@@ -20,12 +20,6 @@ Only Python's own start-up (the interpreter, ``site``, ``runpy``; ~10 ms) and, f
 console script, its three import lines come before any of this.
 """
 
-import atexit
-import contextlib
-import os
-import signal
-import sys
-
 INTERRUPTED = 130  # envforge.errors.ExitCode.INTERRUPTED, not imported: see above
 
 
@@ -42,6 +36,8 @@ def main() -> int:
 
 
 def _run() -> int:
+    import signal
+
     pending: list[int] = []
     defer = signal.getsignal(signal.SIGINT) is signal.default_int_handler
     try:
@@ -60,12 +56,20 @@ def _run() -> int:
 
 
 def _interrupted() -> None:
+    import contextlib
+    import sys
+
     with contextlib.suppress(OSError, ValueError):
         sys.stderr.write("envforge: interrupted\n")
 
 
 def exit_now(code: int) -> None:
     """Flush stdout/stderr, run the ``atexit`` handlers, then end the process with ``code``."""
+    import atexit
+    import contextlib
+    import os
+    import sys
+
     with contextlib.suppress(BaseException):
         atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):

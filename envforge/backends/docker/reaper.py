@@ -13,8 +13,6 @@ from __future__ import annotations
 import signal
 import sys
 
-from envforge.backends.docker.containers import remove_by_name
-from envforge.backends.docker.engine import connect
 from envforge.errors import EnvforgeError
 
 
@@ -25,6 +23,8 @@ def main(argv: list[str]) -> int:
         return 2
     if sys.stdin.buffer.read(64).startswith(b"done"):  # blocks until EOF
         return 0
+    from envforge.backends.docker.containers import remove_by_name  # noqa: PLC0415 - SDK on work only
+    from envforge.backends.docker.engine import connect  # noqa: PLC0415 - as above
 
     try:
         client = connect()
