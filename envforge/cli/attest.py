@@ -13,8 +13,7 @@ import click
 from envforge.backends.docker.engine import connect
 from envforge.backends.docker.images import inspect_image
 from envforge.backends.venv.attesting import attestations_file, certified
-from envforge.cli.common import echo_json, json_option, note, say, trust_option
-from envforge.cli.running import load_signer
+from envforge.cli.common import echo_json, json_option, load_signer, note, say, trust_option
 from envforge.core import paths
 from envforge.core.fsutil import check_file_target
 from envforge.core.jsonlimits import loads

@@ -15,6 +15,7 @@ import click
 from envforge.backends import BACKENDS, Options, default_backend, pick
 from envforge.backends.base import ProbeFailed, refuse_foreign
 from envforge.cli.attest import attest_option, attest_result, check_attest
+from envforge.cli.backend_options import backend_extra, backend_flags, backend_option
 from envforge.cli.common import (
     ca_bundle_option,
     echo_json,
@@ -36,14 +37,7 @@ from envforge.cli.common import (
     wheelhouse_option,
 )
 from envforge.cli.display import BuildDisplay, ProbeProgress
-from envforge.cli.running import (
-    backend_extra,
-    backend_flags,
-    backend_option,
-    load_with_gpus,
-    require_free_option,
-    summarizing,
-)
+from envforge.cli.running import load_with_gpus, require_free_option, summarizing
 from envforge.core.fsutil import REPORT_FILES, check_folder_target
 from envforge.recipe.model import Level
 

@@ -19,6 +19,7 @@ from envforge.errors import InvalidInput
 if TYPE_CHECKING:
     from envforge.host.detect import HostInfo
     from envforge.project.model import Project
+    from envforge.publish.signing import SigningKey
     from envforge.recipe.model import Recipe
     from envforge.solve.choose import Choice
 
@@ -51,6 +52,28 @@ def set_option(func: F) -> F:
 
 def json_option(func: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print data as JSON.")(func)
+
+
+def _resolve_deadline(_ctx: object, _param: object, value: float | None) -> float:
+    from envforge.core.net import DEADLINE_ENV, deadline_seconds  # noqa: PLC0415 - when run
+
+    try:
+        return deadline_seconds(value)
+    except ValueError as exc:
+        raise InvalidInput(str(exc), hint=f"unset {DEADLINE_ENV} or pass --deadline") from None
+
+
+def deadline_option(help: str) -> Callable[[F], F]:
+    """``--deadline SECONDS`` for a network command, resolved before any work: the value
+    given, else ``$ENVFORGE_NET_DEADLINE``, else 45 (a bad variable is exit 2 naming it)."""
+    return click.option(
+        "--deadline",
+        type=click.FloatRange(min=0.1, max=86400),
+        default=None,
+        callback=_resolve_deadline,
+        metavar="SECONDS",
+        help=help + " Default: $ENVFORGE_NET_DEADLINE, else 45.",
+    )
 
 
 def wheelhouse_option(help: str) -> Callable[[F], F]:
@@ -301,7 +324,14 @@ def echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False))
 
 
-# --------------------------------------------------------------------------- signing, summaries
+# --------------------------------------------------------------------------- signing, Ctrl-C
+
+
+def load_signer(path: Path | None) -> SigningKey | None:
+    """The ``--signing-key`` / ``ENVFORGE_SIGNING_KEY`` key, loaded before any work."""
+    from envforge.publish.signing import load_signer as load  # noqa: PLC0415 - cryptography
+
+    return load(path, say=say)
 
 
 @contextlib.contextmanager

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from envforge.backends import BACKENDS, Options
+from envforge.cli.backend_options import backend_option
 from envforge.cli.common import (
     echo_json,
     json_option,
@@ -19,7 +20,6 @@ from envforge.cli.common import (
     root_option,
     set_option,
 )
-from envforge.cli.running import backend_option
 from envforge.doctor import diagnose
 from envforge.errors import EnvforgeError, InvalidInput, Unavailable
 from envforge.host.detect import detect

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from envforge.backends import BACKENDS
+from envforge.cli.backend_options import backend_option
 from envforge.cli.common import (
     OutputPath,
     echo_json,
@@ -30,7 +31,6 @@ from envforge.cli.common import (
     say,
     wheelhouse_option,
 )
-from envforge.cli.running import backend_option
 from envforge.core.fsutil import check_folder_target
 from envforge.core.jsonlimits import load_file
 from envforge.errors import CertificationFailed, InvalidInput, Unavailable, printable

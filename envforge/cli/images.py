@@ -23,7 +23,9 @@ from envforge.cli.attest import (
     attest_result,
     check_attest,
 )
+from envforge.cli.backend_options import backend_extra, backend_flags, backend_option
 from envforge.cli.common import (
+    deadline_option,
     echo_json,
     gpu_option,
     json_option,
@@ -31,6 +33,7 @@ from envforge.cli.common import (
     load_checked,
     load_for_host,
     load_project_option,
+    load_signer,
     note,
     project_option,
     report_option,
@@ -41,16 +44,7 @@ from envforge.cli.common import (
     summary_option,
 )
 from envforge.cli.display import BuildDisplay, ProbeProgress
-from envforge.cli.running import (
-    backend_extra,
-    backend_flags,
-    backend_option,
-    deadline_option,
-    load_signer,
-    pick_for,
-    require_free_option,
-    summarizing,
-)
+from envforge.cli.running import pick_for, require_free_option, summarizing
 from envforge.core.fsutil import REPORT_FILES, check_folder_target
 from envforge.errors import CertificationFailed, InvalidInput
 from envforge.publish.certificate import CertificateStore

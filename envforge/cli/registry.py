@@ -14,8 +14,14 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from envforge.backends.docker.push import adopt, older_format, verify, verify_remote
-from envforge.cli.common import echo_json, json_option, load_checked, note, trust_option
-from envforge.cli.running import deadline_option
+from envforge.cli.common import (
+    deadline_option,
+    echo_json,
+    json_option,
+    load_checked,
+    note,
+    trust_option,
+)
 from envforge.errors import CertificationFailed, InvalidInput
 from envforge.publish.signing import TrustList, load_trust, require_trusted, short, trust_paths
 

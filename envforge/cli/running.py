@@ -1,4 +1,5 @@
-"""Options and helpers of the commands that build, run, probe, certify or publish.
+"""What the commands that run a probe share (build, shell, probe, certify): the GPUs to
+use (``--gpu``, the scheduler's grant), ``--require-free`` and ``--summary``.
 
 The light commands (``--help``, list, show, validate, solve, render, detect) never load
 this module, so what it needs is imported at the top (:mod:`.common` keeps the rest).
@@ -15,45 +16,19 @@ from typing import Any, TypeVar
 
 import click
 
-from envforge.backends import BACKENDS
-from envforge.backends.base import Command, given, unique_options
-from envforge.cli.common import _check_shm_size, load_checked, load_for_host, say
+from envforge.cli.common import load_checked, load_for_host, say
 from envforge.container.devices import GpuPick, pick_gpus, visible_env
 from envforge.core.fsutil import check_file_target
-from envforge.core.net import DEADLINE_ENV, deadline_seconds
 from envforge.errors import EnvforgeError, InvalidInput
 from envforge.evidence.summary import append, report_facts, section
 from envforge.host.detect import detect
 from envforge.host.grant import granted
 from envforge.probe.report import ProbeReport
 from envforge.probe.spec import require_free_problem
-from envforge.publish.signing import SigningKey
-from envforge.publish.signing import load_signer as load
 from envforge.recipe.model import Recipe
 from envforge.solve.choose import Choice
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _resolve_deadline(_ctx: object, _param: object, value: float | None) -> float:
-
-    try:
-        return deadline_seconds(value)
-    except ValueError as exc:
-        raise InvalidInput(str(exc), hint=f"unset {DEADLINE_ENV} or pass --deadline") from None
-
-
-def deadline_option(help: str) -> Callable[[F], F]:
-    """``--deadline SECONDS`` for a network command, resolved before any work: the value
-    given, else ``$ENVFORGE_NET_DEADLINE``, else 45 (a bad variable is exit 2 naming it)."""
-    return click.option(
-        "--deadline",
-        type=click.FloatRange(min=0.1, max=86400),
-        default=None,
-        callback=_resolve_deadline,
-        metavar="SECONDS",
-        help=help + " Default: $ENVFORGE_NET_DEADLINE, else 45.",
-    )
 
 
 def _check_require_free(_ctx: object, _param: object, value: float | None) -> float | None:
@@ -77,61 +52,6 @@ def require_free_option(func: F) -> F:
         help="Fail the probe's memory step when a GPU has less than GIB free "
         "(default: warn only, when other processes hold more than half of a GPU's memory).",
     )(func)
-
-
-def _check_backend(_ctx: object, _param: object, value: str | None) -> str | None:
-    """A name in :data:`envforge.backends.BACKENDS`, read when a value is given (so
-    ``--help`` of light commands loads no backend)."""
-    if value is None:
-        return None
-
-    if value not in BACKENDS:
-        raise click.BadParameter(f"{value!r} is not a backend (one of: {', '.join(BACKENDS)})")
-    return value
-
-
-def backend_option(help: str, default: str | None = None) -> Callable[[F], F]:
-    return click.option(
-        "--backend",
-        default=default,
-        callback=_check_backend,
-        show_default=default is not None,
-        metavar="NAME",
-        help=f"{help} (docker, venv, or another installed backend)",
-    )
-
-
-def backend_flags(command: Command) -> Callable[[F], F]:
-    """The flags the backends declare for ``command`` (each once), as click options."""
-    kinds: dict[str, Any] = {
-        "dir": click.Path(exists=True, file_okay=False, path_type=Path),
-        "file": click.Path(exists=True, dir_okay=False, path_type=Path),
-    }
-
-    def decorate(func: F) -> F:
-        for option in reversed(unique_options(BACKENDS, command)):
-            kind: Any = click.Choice(option.choices) if option.choices else kinds.get(option.kind)
-            func = click.option(
-                option.flag,
-                option.key,
-                type=kind,
-                is_flag=option.is_flag,
-                multiple=option.multiple,
-                metavar=option.metavar,
-                default=None
-                if not (option.is_flag or option.multiple)
-                else (False if option.is_flag else ()),
-                callback=_check_shm_size if option.kind == "size" else None,
-                help=option.help,
-            )(func)
-        return func
-
-    return decorate
-
-
-def backend_extra(command: Command, values: dict[str, Any]) -> dict[str, Any]:
-    """Of a command's keyword arguments, the values of the backend flags given."""
-    return given(unique_options(BACKENDS, command), values)
 
 
 def load_with_gpus(
@@ -196,11 +116,6 @@ def gpu_environ(pick: GpuPick | None) -> dict[str, str] | None:
         return None
 
     return {**os.environ, **visible_env(pick, container=False)}
-
-
-def load_signer(path: Path | None) -> SigningKey | None:
-    """The ``--signing-key`` / ``ENVFORGE_SIGNING_KEY`` key, loaded before any work."""
-    return load(path, say=say)
 
 
 @dataclass

@@ -10,6 +10,7 @@ import click
 
 from envforge import backends
 from envforge.backends.base import implied, refuse_foreign
+from envforge.cli.backend_options import backend_extra, backend_flags, backend_option
 from envforge.cli.common import (
     gpu_option,
     load_checked,
@@ -19,7 +20,7 @@ from envforge.cli.common import (
     say,
 )
 from envforge.cli.display import ProbeProgress
-from envforge.cli.running import backend_extra, backend_flags, backend_option, load_with_gpus
+from envforge.cli.running import load_with_gpus
 
 
 # Options may follow RECIPE (`envforge shell auto --fallback cpu -- CMD`); `--` ends them.

@@ -12,7 +12,7 @@ import pytest
 from envforge import backends
 from envforge.backends.base import BackendOption, Options
 from envforge.cli import main
-from envforge.cli.running import backend_flags
+from envforge.cli.backend_options import backend_flags
 from envforge.fleet.plan import load_plan
 from envforge.fleet.task import command
 from tests.helpers.fake_backend import FakeBackend

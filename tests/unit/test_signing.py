@@ -339,7 +339,7 @@ def test_the_matrix_reads_signers_and_skips_a_signature_that_does_not_match(
 def test_a_key_readable_by_others_is_used_with_a_warning(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from envforge.cli.running import load_signer
+    from envforge.cli.common import load_signer
 
     key_path, _pub = generate(tmp_path / "k")
     assert load_signer(key_path) is not None
