@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from envforge.version import __version__
+
+__all__ = ["__version__", "select_device"]
 
 
 def select_device(timeout: float = 30.0, python: str | None = None) -> str:

@@ -18,7 +18,6 @@ A lock whose inputs no longer match the recipe (a ``--set`` override, an edited 
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
@@ -27,7 +26,6 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
@@ -39,12 +37,10 @@ from envforge.core.fsutil import check_file_target, read_limited, read_reason, w
 from envforge.core.mirror import mirrors_from_env, rewrite
 from envforge.core.paths import state_dir
 from envforge.core.resources import recipes_dir
+from envforge.core.uvtext import looks_like_network, storage_errno
 from envforge.errors import BuildFailed, InvalidInput, Unavailable
 from envforge.recipe.model import Recipe
 from envforge.stack import Stack, stack_of
-
-if TYPE_CHECKING:
-    from envforge.render.context import LockedInstall
 
 PLATFORM = "x86_64-manylinux_2_28"
 #: The image platform a lock's wheels (and hashes) are for, in docker's names.
@@ -60,22 +56,20 @@ _PINNED_RE = re.compile(
     r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?(?:\[[A-Za-z0-9._,-]*\])?==[A-Za-z0-9.+!_-]+"
 )
 _HASH_RE = re.compile(r"--hash=sha(?:256:[0-9a-f]{64}|384:[0-9a-f]{96}|512:[0-9a-f]{128})")
-_OS_ERROR_RE = re.compile(r"\(os error (\d+)\)")
-#: Failures of the file system, not of the build: exit 4 like envforge's own writes.
-_STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
 _HEADER_RE = re.compile(r"^# envforge-lock: .*\binputs=(sha256:[0-9a-f]{64})\b")
-#: uv's words for "could not talk to the index" (its generic "Failed to fetch" /
-#: "Failed to download" wrap hash mismatches too, so they are not enough on their own).
-_NETWORK_MARKERS = (
-    "error sending request",
-    "dns error",
-    "connection refused",
-    "could not connect",
-    "network is unreachable",
-    "timed out",
-    "tcp connect error",
-    "certificate",
-)
+
+
+@dataclass(frozen=True)
+class LockedInstall:
+    """A lock split for an image's two install layers (:func:`split_lock`); each entry is
+    one requirement-file line, ``name==version [; marker] --hash=...``."""
+
+    #: torch and every locked package torch needs (transitively): the first layer.
+    torch: tuple[str, ...]
+    #: Everything else (NumPy, the recipe's packages and what only they need).
+    rest: tuple[str, ...]
+    #: The lock file's name, for the Dockerfile's header.
+    name: str
 
 
 @dataclass(frozen=True)
@@ -282,8 +276,6 @@ def split_lock(path: Path, roots: Sequence[str] = ("torch",)) -> LockedInstall:
     (NumPy, the recipe's packages and what only they need) is the rest. A lock without
     notes puts only torch in the first layer, which is still exact, just less reusable.
     """
-    from envforge.render.context import LockedInstall  # noqa: PLC0415 - jinja2-free, but render's
-
     entries: dict[str, list[str]] = {}
     parents: dict[str, set[str]] = {}
     current: str | None = None
@@ -430,20 +422,6 @@ def check_wheelhouse(stack: Stack, wheelhouse: Path | None) -> None:
             )
 
 
-def looks_like_network(stderr: str) -> bool:
-    text = stderr.lower()
-    return any(marker in text for marker in _NETWORK_MARKERS)
-
-
-def _storage_errno(stderr: str) -> int | None:
-    """The errno of a full, read-only or forbidden file system in uv's ``(os error N)``."""
-    for match in _OS_ERROR_RE.finditer(stderr):
-        code = int(match.group(1))
-        if code in _STORAGE_ERRNOS:
-            return code
-    return None
-
-
 def family_wheels(stack: Stack) -> str:
     """What a wheelhouse needs when the stack's index cannot be reached: the torch family's
     exact wheels and the command that downloads them ('' for a default-index stack)."""
@@ -477,7 +455,7 @@ def uv_failure(
         tail = tail[:597] + "..."
     if done.timed_out:
         return Unavailable(f"{what} for {recipe.name} did not finish in time", hint=hint)
-    storage = _storage_errno(done.stderr)
+    storage = storage_errno(done.stderr)
     if storage is not None:
         return Unavailable(
             f"{what} for {recipe.name}: {os.strerror(storage).lower()}: {tail}",

@@ -17,6 +17,8 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
+import elftools
+
 #: The modules run inside, as the package ``envforge_audit_inside``.
 INSIDE_MODULES = ("inventory.py", "fatbin.py", "elfscan.py", "inside.py")
 PACKAGE = "envforge_audit_inside"
@@ -40,8 +42,6 @@ if __name__ == "__main__":
 
 
 def _elftools_dir() -> Path:
-    import elftools  # noqa: PLC0415 - only to find its files
-
     return Path(elftools.__file__).parent
 
 

@@ -8,11 +8,14 @@ interpreter; :func:`collect_local` runs :mod:`envforge.audit.inventory` with it 
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import threading
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ProcessPoolExecutor
 from importlib import resources
 from pathlib import Path
+from shutil import which
 
 from envforge.audit.elfscan import ElfFacts, scan
 from envforge.audit.factcache import cached_scan
@@ -48,8 +51,6 @@ def venv_python(folder: Path) -> Path:
 
 def resolve_python(python: str) -> str:
     """``python`` as a path that can be run; exit 4 when it is not there."""
-    from shutil import which  # noqa: PLC0415 - only here
-
     found = which(python) if os.sep not in python else python
     if not found or not os.path.isfile(found) or not os.access(found, os.X_OK):
         raise Unavailable(
@@ -123,8 +124,6 @@ def scan_all(paths: Iterable[str]) -> dict[str, ElfFacts]:
     n = workers(len(unique))
     if n == 1:
         return {path: scan(path) for path in unique}
-    import multiprocessing  # noqa: PLC0415 - only for many files
-    from concurrent.futures import ProcessPoolExecutor  # noqa: PLC0415 - as above
 
     chunk = max(1, len(unique) // (n * 4))
     with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("fork")) as pool:

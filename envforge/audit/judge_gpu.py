@@ -1,7 +1,7 @@
 """Check 1: does every shared object with GPU code have code the target arch runs?
 
 NVIDIA: SASS runs on its own major at the same or a higher minor
-(:func:`envforge.host.arch.sass_runs_on`); PTX is JIT-compiled for its arch and every
+(:func:`envforge.knowledge.arch.sass_runs_on`); PTX is JIT-compiled for its arch and every
 newer one. AMD: a code object runs on its gfx target (or a generic target covering it,
 ``gfx10-3-generic``), with matching ``xnack``/``sramecc`` features when both sides name
 them; ``HSA_OVERRIDE_GFX_VERSION`` in the environment makes the runtime look for the
@@ -13,7 +13,7 @@ from __future__ import annotations
 from envforge.audit.elfscan import ElfFacts
 from envforge.audit.fatbin import AmdCode, NvidiaCode
 from envforge.audit.model import CheckResult, Collected, Finding, SharedObject, check_result
-from envforge.host.arch import (
+from envforge.knowledge.arch import (
     gfx_from_isa,
     parse_gfx,
     parse_sm,

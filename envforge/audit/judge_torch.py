@@ -25,6 +25,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from envforge.audit.model import CheckResult, Collected, Distribution, Finding, check_result
+from envforge.knowledge.companions import family_of, load_companions
+from envforge.knowledge.extensions import load_extensions
 
 if TYPE_CHECKING:  # the tables load only when a distribution needs them (~0.3 s)
     from envforge.knowledge.companions import CompanionTable
@@ -63,8 +65,6 @@ def build_family(collected: Collected, dist: Distribution) -> tuple[str, str]:
     """(cpu | cuda | rocm, how it is known) of a torch-family distribution."""
     _, sep, local = dist.version.partition("+")
     if sep:
-        from envforge.knowledge.companions import family_of  # noqa: PLC0415 - see above
-
         return family_of(local), f"+{local}"
     names = {os.path.basename(p) for p, _ in dist.shared} | _needed(collected, dist)
     cuda = sorted(n for n in names if CUDA_LINKS.match(n))
@@ -89,7 +89,6 @@ def _extension(collected: Collected, dist: Distribution, torch: Distribution) ->
     needed = _needed(collected, dist)
     if not any(TORCH_LIB_RE.match(n) for n in needed):
         return []
-    from envforge.knowledge.extensions import load_extensions  # noqa: PLC0415 - see above
 
     table: ExtensionTable = load_extensions()
     findings: list[Finding] = []
@@ -271,7 +270,6 @@ def check_companions(collected: Collected) -> tuple[CheckResult, list[Finding]]:
         return check_result(
             "companions", findings, f"no companion of torch {torch.version} installed"
         ), findings
-    from envforge.knowledge.companions import load_companions  # noqa: PLC0415 - see above
 
     table = load_companions()
     family = build_family(collected, torch)

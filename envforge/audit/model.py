@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
 
+from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
@@ -107,7 +108,6 @@ class Inventory:
         with the interpreter's Python version."""
         if self.markers:
             return dict(self.markers)
-        from packaging.markers import default_environment  # noqa: PLC0415 - old reports
 
         env = {k: str(v) for k, v in default_environment().items()}
         if self.python:

@@ -14,14 +14,13 @@ from envforge.audit.judge_gpu import check_gpu_code
 from envforge.audit.judge_libs import check_duplicates
 from envforge.audit.judge_torch import check_companions, check_extensions, check_numpy
 from envforge.audit.model import AuditReport, CheckResult, Collected, Finding
-from envforge.host.arch import is_device_arch, strip_features
+from envforge.host.detect import detect
+from envforge.knowledge.arch import is_device_arch, strip_features
 
 
 def host_arch() -> tuple[str | None, str]:
     """(this host's GPU arch, where it came from); (None, why) without one. The first GPU
     whose arch detection stated (not guessed from a product name)."""
-    from envforge.host.detect import detect  # noqa: PLC0415 - detection only when needed
-
     host = detect()
     for gpu in host.gpus:
         if gpu.arch and not gpu.arch_guessed:

@@ -22,9 +22,9 @@ from typing import Any
 
 import click
 
-from envforge import __version__
 from envforge.cli.common import strict_option, term_as_interrupt
 from envforge.errors import EnvforgeError, ExitCode
+from envforge.version import __version__
 
 #: Every command: its name -> ``module:attribute`` of its click command.
 COMMANDS: Mapping[str, str] = {
@@ -40,8 +40,8 @@ COMMANDS: Mapping[str, str] = {
     "pull": "envforge.cli.registry:pull_cmd",
     "shell": "envforge.cli.shell:shell",
     "detect": "envforge.cli.host:detect_cmd",
-    "doctor": "envforge.cli.host:doctor_cmd",
-    "lock": "envforge.cli.host:lock_cmd",
+    "doctor": "envforge.cli.doctor:doctor_cmd",
+    "lock": "envforge.cli.lock:lock_cmd",
     "knowledge": "envforge.cli.knowledge:knowledge",
     "matrix": "envforge.cli.matrix:matrix",
     "solve": "envforge.cli.solve:solve_cmd",

@@ -10,9 +10,22 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from envforge.cli.common import echo_json, json_option, note, say, trust_option
+from envforge.backends.docker.engine import connect
+from envforge.backends.docker.images import inspect_image
+from envforge.backends.venv.attesting import attestations_file, certified
+from envforge.cli.common import echo_json, json_option, load_signer, note, say, trust_option
+from envforge.core import paths
 from envforge.core.fsutil import check_file_target
+from envforge.core.jsonlimits import loads
 from envforge.errors import CertificationFailed, InvalidInput
+from envforge.evidence.redact import Redactor
+from envforge.publish import attestation as at
+from envforge.publish.attest_verify import check_envelope, check_file, describe, tally
+from envforge.publish.attestation import append, manifest_subject
+from envforge.publish.referrers import attach, envelopes_of, pinned
+from envforge.publish.registry import remote_image
+from envforge.publish.signing import load_trust, trust_paths
+from envforge.stack import stack_of
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -72,10 +85,6 @@ def _docker_envelope(
     subject is the certified image (the probed one with its certificate label), or with
     ``probed`` the image the probe ran in as it was (a pulled image, its registry digest
     unchanged)."""
-    from envforge.core import paths  # noqa: PLC0415 - only when attesting
-    from envforge.evidence.redact import Redactor  # noqa: PLC0415 - as above
-    from envforge.publish import attestation as at  # noqa: PLC0415 - as above
-
     cert = certified.outcome.certificate
     candidate = cert.candidate
     image = candidate if probed else certified.outcome.certified_image or candidate
@@ -96,14 +105,6 @@ def _docker_envelope(
 
 def _venv_envelope(venv: Path, recipe: Recipe, key: SigningKey) -> tuple[Envelope, Path]:
     """The attestation of a venv's certification, kept in its ``.envforge`` folder."""
-    from envforge.backends.venv.attesting import (  # noqa: PLC0415 - only when attesting
-        attestations_file,
-        certified,
-    )
-    from envforge.evidence.redact import Redactor  # noqa: PLC0415 - as above
-    from envforge.publish import attestation as at  # noqa: PLC0415 - as above
-    from envforge.stack import stack_of  # noqa: PLC0415 - as above
-
     subject, cert = certified(venv)
     pred = at.predicate(
         report=cert.get("report") or {},
@@ -136,8 +137,6 @@ def attest_result(
     image's digest as a referrer. Nothing without a key or a certification."""
     if signing_key is None or not str(signing_key):
         return
-    from envforge.cli.common import load_signer  # noqa: PLC0415 - loads cryptography
-    from envforge.publish.attestation import append  # noqa: PLC0415 - only when attesting
 
     key = load_signer(signing_key)
     if key is None:
@@ -146,9 +145,6 @@ def attest_result(
     if certified is not None and hasattr(certified, "outcome"):
         registry_names: list[Subject] = []
         if attach_to is not None:  # the registry's manifest digest is named too
-            from envforge.publish.attestation import manifest_subject  # noqa: PLC0415
-            from envforge.publish.referrers import pinned  # noqa: PLC0415 - only attaching
-
             attach_to = pinned(attach_to)
             registry_names.append(manifest_subject(attach_to))
         envelope, kept = _docker_envelope(
@@ -175,9 +171,6 @@ def attest() -> None:
 
 
 def _image_id(ref: str) -> str:
-    from envforge.backends.docker.engine import connect  # noqa: PLC0415 - loads the SDK
-    from envforge.backends.docker.images import inspect_image  # noqa: PLC0415 - as above
-
     client = connect()
     try:
         info = inspect_image(client, ref)
@@ -218,10 +211,6 @@ def _looks_like_ref(path: Path) -> bool:
 def _registry_checks(ref: str, trust: Any, expected: str | None) -> list[Checked]:
     """Every attestation attached to ``ref``'s digest in its registry; the subject they
     must name is the image's ID there (its config digest) unless given."""
-    from envforge.publish.attest_verify import check_envelope  # noqa: PLC0415 - light --help
-    from envforge.publish.referrers import envelopes_of, pinned  # noqa: PLC0415 - as above
-    from envforge.publish.registry import remote_image  # noqa: PLC0415 - as above
-
     where = pinned(ref)
     subject = expected or remote_image(where).id
     found = envelopes_of(where)
@@ -237,16 +226,9 @@ def _registry_checks(ref: str, trust: Any, expected: str | None) -> list[Checked
 
 
 def _checks(path: Path, trust: Any, expected: str | None) -> list[Checked]:
-    from envforge.publish.attest_verify import check_file  # noqa: PLC0415 - keeps --help light
-
     if _looks_like_ref(path):
         return _registry_checks(str(path), trust, expected)
     if path.is_dir():
-        from envforge.backends.venv.attesting import (  # noqa: PLC0415 - venvs only
-            attestations_file,
-            certified,
-        )
-
         subject, _cert = certified(path)
         return check_file(attestations_file(path), trust, subject.digest)
     if expected is None:
@@ -296,9 +278,6 @@ def verify_cmd(  # noqa: PLR0917 - click passes options positionally by name
     subject, a predicate outside the schema) or none records a pass; with --arch, when
     none passed on that arch.
     """
-    from envforge.publish.attest_verify import describe, tally  # noqa: PLC0415 - light --help
-    from envforge.publish.signing import load_trust, trust_paths  # noqa: PLC0415 - as above
-
     files = trust_paths(list(trust))
     if not files:
         raise InvalidInput(
@@ -348,10 +327,6 @@ def attach_published(
     there are none. With ``key``, each statement names the pushed manifest digest too
     and is signed again with it (what cosign-style verifiers compare); without, they go
     as they were made (about the image ID)."""
-    from envforge.core import paths  # noqa: PLC0415 - only after a push
-    from envforge.publish import attestation as at  # noqa: PLC0415 - as above
-    from envforge.publish.referrers import attach  # noqa: PLC0415 - as above
-
     try:
         subject = at.image_subject("", image_id)
     except ValueError:
@@ -385,11 +360,6 @@ def attach_certified(ref: str, envelope: Envelope) -> dict[str, Any]:
     """``certify REF --attach``: ``envelope`` (about the image certified here) attached
     to REF's digest in its registry, once the registry's image is known to be that one
     (its config digest is the attestation's subject)."""
-    from envforge.core.jsonlimits import loads  # noqa: PLC0415 - only when attaching
-    from envforge.publish import attestation as at  # noqa: PLC0415 - as above
-    from envforge.publish.referrers import attach, pinned  # noqa: PLC0415 - as above
-    from envforge.publish.registry import remote_image  # noqa: PLC0415 - as above
-
     where = pinned(ref)
     there = remote_image(where).id
     subjects = at.subjects_of(loads(envelope.payload))

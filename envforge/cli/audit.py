@@ -8,8 +8,15 @@ from typing import TYPE_CHECKING
 
 import click
 
+from envforge.audit.collect import collect_python, venv_python
+from envforge.audit.image import collect_image
+from envforge.audit.render import text_lines
+from envforge.audit.run import check_arch, host_arch, judge
+from envforge.backends.docker.audit_target import image_targets
 from envforge.cli.common import echo_json, json_option, python_option
 from envforge.errors import CertificationFailed, InvalidInput, printable
+from envforge.knowledge import load_table
+from envforge.knowledge.gpu_names import arch_for_name
 
 if TYPE_CHECKING:
     from envforge.audit.model import Collected
@@ -34,9 +41,6 @@ def audit(target: str | None, python: str | None, arch: str | None, as_json: boo
     --python PATH audits that interpreter's environment. Exit 0 when clean, 1 when a
     check finds a problem, 2 for bad input, 4 when the interpreter or engine is missing.
     """
-    from envforge.audit.render import text_lines  # noqa: PLC0415 - keeps --help light
-    from envforge.audit.run import check_arch, host_arch, judge  # noqa: PLC0415 - as above
-
     started = time.monotonic()
     if (target is None) == (python is None):
         raise InvalidInput(
@@ -44,9 +48,6 @@ def audit(target: str | None, python: str | None, arch: str | None, as_json: boo
             hint="envforge audit .venv, envforge audit --python /usr/bin/python3",
         )
     if arch is not None and check_arch(arch):  # a GPU by name (--arch MI300X), else exit 2
-        from envforge.knowledge import load_table  # noqa: PLC0415 - only for a GPU name
-        from envforge.knowledge.gpu_names import arch_for_name  # noqa: PLC0415 - as above
-
         named = arch_for_name(arch, load_table(), what="--arch")
         click.echo(f"envforge: --arch {arch} -> {named}", err=True)
         arch = named
@@ -70,8 +71,6 @@ def audit(target: str | None, python: str | None, arch: str | None, as_json: boo
 
 
 def _collect(target: str | None, python: str | None) -> Collected:
-    from envforge.audit.collect import collect_python, venv_python  # noqa: PLC0415
-
     if python is not None:
         return collect_python(python)
     assert target is not None
@@ -89,7 +88,5 @@ def _collect(target: str | None, python: str | None) -> Collected:
             f"{printable(target)} does not exist",
             hint="pass a virtualenv folder, --python PATH, or an image reference",
         )
-    from envforge.audit.image import collect_image  # noqa: PLC0415 - images only
-    from envforge.backends.docker.audit_target import image_targets  # noqa: PLC0415 - SDK
 
     return collect_image(target, image_targets(target))

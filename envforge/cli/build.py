@@ -15,22 +15,18 @@ import click
 from envforge.backends import BACKENDS, Options, default_backend, pick
 from envforge.backends.base import ProbeFailed, refuse_foreign
 from envforge.cli.attest import attest_option, attest_result, check_attest
+from envforge.cli.backend_options import backend_extra, backend_flags, backend_option
 from envforge.cli.common import (
-    backend_extra,
-    backend_flags,
-    backend_option,
     ca_bundle_option,
     echo_json,
     gpu_option,
     json_option,
     level_option,
     load_project_option,
-    load_with_gpus,
     note,
     project_option,
     recipe_ref_for,
     report_option,
-    require_free_option,
     say,
     set_option,
     signing_key_option,
@@ -40,6 +36,8 @@ from envforge.cli.common import (
     term_as_interrupt,
     wheelhouse_option,
 )
+from envforge.cli.display import BuildDisplay, ProbeProgress
+from envforge.cli.running import load_with_gpus, require_free_option
 from envforge.core.fsutil import REPORT_FILES, check_folder_target
 from envforge.evidence.summary import summarizing
 from envforge.recipe.model import Level
@@ -92,8 +90,6 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
     venv: the project installed editable; docker: an image of its own, tagged
     envforge/PROJECT-XXXXXXXX:RECIPE-STACK); RECIPE defaults to the project's.
     """
-    from envforge.cli.display import BuildDisplay, ProbeProgress  # noqa: PLC0415 - --help light
-
     if report_dir is not None:  # before any work: a file in the way is exit 2, one line
         check_folder_target(report_dir, setting="--report", files=REPORT_FILES)
     check_attest(attest_file, signing_key)

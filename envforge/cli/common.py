@@ -8,7 +8,6 @@ import os
 import re
 import signal
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -18,8 +17,6 @@ from envforge.core.patterns import LEVELS, Level
 from envforge.errors import InvalidInput
 
 if TYPE_CHECKING:
-    from envforge.backends.base import Command
-    from envforge.container.devices import GpuPick
     from envforge.host.detect import HostInfo
     from envforge.project.model import Project
     from envforge.publish.signing import SigningKey
@@ -128,30 +125,6 @@ def step_timeout_option(help: str, metavar: str | None = None) -> Callable[[F], 
     return click.option("--step-timeout", type=float, default=None, metavar=metavar, help=help)
 
 
-def _check_require_free(_ctx: object, _param: object, value: float | None) -> float | None:
-    from envforge.probe.spec import require_free_problem  # noqa: PLC0415 - when a probe runs
-
-    if value is not None and require_free_problem(value):
-        raise InvalidInput(
-            f"--require-free {require_free_problem(value)}",
-            hint="--require-free 8 (GiB free on each GPU the probe uses)",
-        )
-    return value
-
-
-def require_free_option(func: F) -> F:
-    """``--require-free GIB``: the probe's memory step fails below GIB free on a GPU."""
-    return click.option(
-        "--require-free",
-        type=float,
-        default=None,
-        callback=_check_require_free,
-        metavar="GIB",
-        help="Fail the probe's memory step when a GPU has less than GIB free "
-        "(default: warn only, when other processes hold more than half of a GPU's memory).",
-    )(func)
-
-
 class OutputPath(click.Path):
     """Where an output is written (``-o``, ``--write``, ``--report``, ``--summary``): never an
     empty value, which ``Path`` would take as the current folder (``-o ""``, an unset
@@ -216,68 +189,6 @@ def trust_option(help: str) -> Callable[[F], F]:
     )
 
 
-def _check_backend(_ctx: object, _param: object, value: str | None) -> str | None:
-    """A name in :data:`envforge.backends.BACKENDS`, read when a value is given (so
-    ``--help`` of light commands loads no backend)."""
-    if value is None:
-        return None
-    from envforge.backends import BACKENDS  # noqa: PLC0415 - only when --backend is given
-
-    if value not in BACKENDS:
-        raise click.BadParameter(f"{value!r} is not a backend (one of: {', '.join(BACKENDS)})")
-    return value
-
-
-def backend_option(help: str, default: str | None = None) -> Callable[[F], F]:
-    return click.option(
-        "--backend",
-        default=default,
-        callback=_check_backend,
-        show_default=default is not None,
-        metavar="NAME",
-        help=f"{help} (docker, venv, or another installed backend)",
-    )
-
-
-def backend_flags(command: Command) -> Callable[[F], F]:
-    """The flags the backends declare for ``command`` (each once), as click options."""
-    from envforge.backends import BACKENDS  # noqa: PLC0415 - build and shell load backends
-    from envforge.backends.base import unique_options  # noqa: PLC0415 - as above
-
-    kinds: dict[str, Any] = {
-        "dir": click.Path(exists=True, file_okay=False, path_type=Path),
-        "file": click.Path(exists=True, dir_okay=False, path_type=Path),
-    }
-
-    def decorate(func: F) -> F:
-        for option in reversed(unique_options(BACKENDS, command)):
-            kind: Any = click.Choice(option.choices) if option.choices else kinds.get(option.kind)
-            func = click.option(
-                option.flag,
-                option.key,
-                type=kind,
-                is_flag=option.is_flag,
-                multiple=option.multiple,
-                metavar=option.metavar,
-                default=None
-                if not (option.is_flag or option.multiple)
-                else (False if option.is_flag else ()),
-                callback=_check_shm_size if option.kind == "size" else None,
-                help=option.help,
-            )(func)
-        return func
-
-    return decorate
-
-
-def backend_extra(command: Command, values: dict[str, Any]) -> dict[str, Any]:
-    """Of a command's keyword arguments, the values of the backend flags given."""
-    from envforge.backends import BACKENDS  # noqa: PLC0415 - build and shell load backends
-    from envforge.backends.base import given, unique_options  # noqa: PLC0415 - as above
-
-    return given(unique_options(BACKENDS, command), values)
-
-
 def python_option(help: str) -> Callable[[F], F]:
     return click.option("--python", "python", metavar="PATH", default=None, help=help)
 
@@ -308,14 +219,14 @@ def root_option(func: F) -> F:
 
 def host_platform() -> str:
     """This host's platform in docker's names (``linux/amd64``, ``linux/arm64``)."""
-    from envforge.host.platforms import host_platform as found  # noqa: PLC0415
+    from envforge.knowledge.platforms import host_platform as found  # noqa: PLC0415
 
     return found()
 
 
 def platform_option(func: F) -> F:
     """``--platform linux/amd64|linux/arm64``: the wheels' (and image's) platform."""
-    from envforge.host.platforms import PLATFORMS  # noqa: PLC0415 - a constant
+    from envforge.knowledge.platforms import PLATFORMS  # noqa: PLC0415 - a constant
 
     return click.option(
         "--platform",
@@ -409,88 +320,16 @@ def auto_choice(host: HostInfo | None = None) -> Choice:
     return choice
 
 
-def load_with_gpus(
-    ref: str, gpu: str | None, overrides: Sequence[str] = (), *, platform: str | None = None
-) -> tuple[Recipe, Choice | None, GpuPick | None]:
-    """:func:`load_for_host` with ``--gpu``: the selection is checked against the detected
-    GPUs (out of range, several archs, another vendor: exit 2, one line), and ``auto``
-    chooses for the selected GPUs. Says the selection on stderr in one line. Inside a
-    scheduler's job (Slurm, a pod) the GPUs it granted are the default ``--gpu``."""
-    if gpu is None:
-        gpu = _granted_gpu(ref, overrides)
-    if gpu is None:
-        recipe, choice = load_for_host(ref, None, overrides, platform=platform)
-        return recipe, choice, None
-
-    from envforge.container.devices import pick_gpus  # noqa: PLC0415 - only with --gpu
-    from envforge.host.detect import detect  # noqa: PLC0415 - only with --gpu
-
-    if ref != "auto":
-        recipe = load_checked(ref, overrides, platform=platform)
-        return recipe, None, pick_for(recipe, gpu)
-    host = detect()
-    pick = pick_gpus(gpu, host.gpus)
-    chosen = tuple(g for g in host.gpus if g.index in pick.indexes)
-    recipe, choice = load_for_host(ref, replace(host, gpus=chosen), overrides, platform=platform)
-    _say_pick(gpu, pick)
-    return recipe, choice, pick
-
-
-def _granted_gpu(ref: str, overrides: Sequence[str]) -> str | None:
-    """The scheduler's grant as ``--gpu`` (said on stderr), or None: outside a job, or
-    for a recipe that needs no GPU (:mod:`envforge.fleet.node`)."""
-    from envforge.fleet.node import granted  # noqa: PLC0415 - pure, stdlib only
-
-    grant = granted(os.environ)
-    if grant is None:
-        return None
-    where = f"{grant.variable}={grant.gpus} on {grant.node or 'this node'}"
-    if ref != "auto" and load_checked(ref, overrides).gpu.vendor == "none":
-        say(f"the scheduler granted GPU {grant.gpus} ({where}): not used, the recipe needs none")
-        return None
-    say(f"--gpu {grant.gpus}: the GPUs the scheduler granted ({where})")
-    return grant.gpus
-
-
-def pick_for(recipe: Recipe | None, gpu: str | None) -> GpuPick | None:
-    """``--gpu`` for a chosen recipe (None: any vendor, still one arch), checked against
-    the detected GPUs (``all``: those of the recipe's vendor); said on stderr in one line.
-    None without ``--gpu``."""
-    if gpu is None:
-        return None
-    from envforge.container.devices import pick_gpus  # noqa: PLC0415 - only with --gpu
-    from envforge.host.detect import detect  # noqa: PLC0415 - only with --gpu
-
-    pick = pick_gpus(gpu, detect().gpus, recipe.gpu.vendor if recipe is not None else None)
-    _say_pick(gpu, pick)
-    return pick
-
-
-def _say_pick(gpu: str, pick: GpuPick) -> None:
-    which = ",".join(str(i) for i in pick.indexes)
-    say(f"--gpu {gpu}: GPU {which} ({pick.arch or '?'}), NPROC_PER_NODE={pick.count}")
-
-
-def gpu_environ(pick: GpuPick | None) -> dict[str, str] | None:
-    """This process's environment plus the ``--gpu`` variables in the host's numbering
-    (for the venv backend and ``probe``: processes on this host); None without ``--gpu``."""
-    if pick is None:
-        return None
-    from envforge.container.devices import visible_env  # noqa: PLC0415 - only with --gpu
-
-    return {**os.environ, **visible_env(pick, container=False)}
-
-
 def echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False))
 
 
-# --------------------------------------------------------------------------- signing, summaries
+# --------------------------------------------------------------------------- signing, Ctrl-C
 
 
 def load_signer(path: Path | None) -> SigningKey | None:
     """The ``--signing-key`` / ``ENVFORGE_SIGNING_KEY`` key, loaded before any work."""
-    from envforge.publish.signing import load_signer as load  # noqa: PLC0415 - loads cryptography
+    from envforge.publish.signing import load_signer as load  # noqa: PLC0415 - cryptography
 
     return load(path, say=say)
 

@@ -14,7 +14,14 @@ from pathlib import Path
 import click
 
 from envforge.cli.common import OutputPath, echo_json, json_option, note
+from envforge.container.refs import CERTIFICATE_LABEL
+from envforge.core.fsutil import check_file_target, write_atomically
+from envforge.core.jsonlimits import BadJSON, loads
+from envforge.core.net import Deadline, NotAnswered, deadline_seconds
 from envforge.errors import EnvforgeError, InvalidInput, Unavailable
+from envforge.evidence.evidence_store import export_lines, import_documents, read_store
+from envforge.evidence.records import Problem, documents
+from envforge.publish.registry import image_labels
 
 
 @click.group("evidence")
@@ -47,12 +54,6 @@ def import_cmd(sources: tuple[str, ...], deadline: float | None, as_json: bool) 
     to the local evidence store. Exit 2 when nothing could be read (4: a registry did
     not answer, or answered what cannot be used: a redirect or token service elsewhere,
     too large, malformed)."""
-    from envforge.container.refs import CERTIFICATE_LABEL  # noqa: PLC0415 - pure
-    from envforge.core.jsonlimits import BadJSON, loads  # noqa: PLC0415 - when run
-    from envforge.core.net import Deadline, NotAnswered, deadline_seconds  # noqa: PLC0415 - when run
-    from envforge.evidence.evidence_store import import_documents  # noqa: PLC0415 - when run
-    from envforge.evidence.records import Problem, documents  # noqa: PLC0415 - when run
-
     try:
         budget = Deadline.start(deadline_seconds(deadline))
     except ValueError as exc:
@@ -64,8 +65,6 @@ def import_cmd(sources: tuple[str, ...], deadline: float | None, as_json: bool) 
     network: tuple[str, Unavailable] | None = None
     for source in sources:
         if _is_ref(source):
-            from envforge.publish.registry import image_labels  # noqa: PLC0415 - only for refs
-
             try:
                 label = image_labels(source, deadline=budget).get(CERTIFICATE_LABEL)
             except EnvforgeError as exc:
@@ -141,9 +140,6 @@ def import_cmd(sources: tuple[str, ...], deadline: float | None, as_json: bool) 
 @json_option
 def export_cmd(recipe: str | None, out: Path, as_json: bool) -> None:
     """Write the local store's evidence as a shareable, redacted JSON-lines bundle."""
-    from envforge.core.fsutil import check_file_target, write_atomically  # noqa: PLC0415 - when run
-    from envforge.evidence.evidence_store import export_lines, read_store  # noqa: PLC0415 - as above
-
     check_file_target(out, setting="-o")
     found = read_store()
     lines = list(export_lines(found.records, recipe=recipe))

@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from envforge.backends import BACKENDS
+from envforge.cli.backend_options import backend_option
 from envforge.cli.choices import RegistryChoice, fleet_engines
 from envforge.cli.common import (
     OutputPath,
-    backend_option,
     echo_json,
     json_option,
     load_checked,
@@ -31,7 +32,20 @@ from envforge.cli.common import (
     say,
     wheelhouse_option,
 )
+from envforge.core.fsutil import check_folder_target
 from envforge.errors import CertificationFailed, InvalidInput, Unavailable, printable
+from envforge.evidence.evidence_store import import_documents
+from envforge.evidence.matrix import aggregate, write_site
+from envforge.evidence.records import Redactor
+from envforge.fleet import outcome
+from envforge.fleet.outcome import counts
+from envforge.fleet.plan import Site
+from envforge.fleet.planning import load_plan, make_plan
+from envforge.fleet.task import run_task
+from envforge.fleet.values import arch_problem
+from envforge.fleet.write import submit, write_plan
+from envforge.knowledge import load_table
+from envforge.knowledge.gpu_names import arch_for_name
 
 if TYPE_CHECKING:
     from envforge.fleet.outcome import TaskState
@@ -165,10 +179,6 @@ def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
     as_json: bool,
 ) -> None:
     """Write a fleet plan (plan.json) and the scheduler's files for it."""
-    from envforge.core.fsutil import check_folder_target  # noqa: PLC0415 - when run
-    from envforge.fleet.plan import Site, make_plan  # noqa: PLC0415 - when run
-    from envforge.fleet.write import write_plan  # noqa: PLC0415 - when run
-
     check_folder_target(out, setting="-o")
     site = Site(
         partition=partition,
@@ -182,7 +192,6 @@ def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
     )
     loaded = [(_ref(r), load_checked(r)) for r in recipes]
     archs = _named_archs(archs)
-    from envforge.backends import BACKENDS  # noqa: PLC0415 - when run
 
     plan = make_plan(
         engine,
@@ -212,12 +221,8 @@ def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
 def _named_archs(archs: tuple[str, ...]) -> tuple[str, ...]:
     """``--arch`` values as archs: a GPU by the table's names (``--arch MI300X``) becomes
     its arch, said on stderr; an inexact name is exit 2 listing the candidates."""
-    from envforge.fleet.values import arch_problem  # noqa: PLC0415 - when run
-
     if all(arch_problem(a) is None for a in archs):
         return archs  # archs and cpu as given
-    from envforge.knowledge import load_table  # noqa: PLC0415 - only for a GPU name
-    from envforge.knowledge.gpu_names import arch_for_name  # noqa: PLC0415 - as above
 
     table = load_table()
     out = []
@@ -236,8 +241,6 @@ def _ref(ref: str) -> str:
 
 
 def _load(folder: Path) -> Plan:
-    from envforge.fleet.plan import load_plan  # noqa: PLC0415 - when run
-
     return load_plan(folder.resolve())
 
 
@@ -246,8 +249,6 @@ def _load(folder: Path) -> Plan:
 @json_option
 def submit_cmd(folder: Path, as_json: bool) -> None:
     """Submit a plan: sbatch (Slurm), kubectl apply (Kubernetes)."""
-    from envforge.fleet.write import submit  # noqa: PLC0415 - when run
-
     plan = _load(folder)
     jobs = submit(plan, folder.resolve())
     if as_json:
@@ -259,8 +260,6 @@ def submit_cmd(folder: Path, as_json: bool) -> None:
 
 
 def _states(plan: Plan, folder: Path, *, strict: bool) -> tuple[TaskState, ...]:
-    from envforge.evidence.records import Redactor  # noqa: PLC0415 - when run
-    from envforge.fleet import outcome  # noqa: PLC0415 - when run
     from envforge.fleet.engines import engine_for  # noqa: PLC0415 - when run
 
     queued: dict[int, str] = {}
@@ -289,8 +288,6 @@ def _print(found: tuple[TaskState, ...]) -> None:
 
 
 def _verdict(found: tuple[TaskState, ...], waited: str = "") -> None:
-    from envforge.fleet.outcome import counts  # noqa: PLC0415 - when run
-
     n = counts(found)
     summary = ", ".join(f"{v} {k}" for k, v in n.items() if v)
     if n["failed"] or n["missing"] or n["refused"]:
@@ -355,8 +352,6 @@ def status_cmd(folder: Path, wait: bool, timeout: float | None, as_json: bool) -
 @json_option
 def collect_cmd(folder: Path, site: Path | None, as_json: bool) -> None:
     """Import every task's report into the evidence store; check none is missing."""
-    from envforge.evidence.evidence_store import import_documents  # noqa: PLC0415 - when run
-
     plan = _load(folder)
     found = _states(plan, folder, strict=False)
     docs = [(s.source, s.document) for s in found if s.document is not None and s.record]
@@ -368,8 +363,6 @@ def collect_cmd(folder: Path, site: Path | None, as_json: bool) -> None:
         "tasks": [s.to_dict() for s in found],
     }
     if site is not None:
-        from envforge.evidence.matrix import aggregate, write_site  # noqa: PLC0415 - when run
-
         written = write_site(aggregate([s.record for s in found if s.record]), site)
         summary["site"] = str(written.index)
     if as_json:
@@ -389,6 +382,4 @@ def collect_cmd(folder: Path, site: Path | None, as_json: bool) -> None:
 @click.pass_context
 def task_cmd(ctx: click.Context, folder: Path, index: int) -> None:
     """Run one task of a plan on this node (what the sbatch array runs)."""
-    from envforge.fleet.task import run_task  # noqa: PLC0415 - when run
-
     ctx.exit(run_task(_load(folder), folder.resolve(), index))

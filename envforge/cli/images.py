@@ -13,6 +13,9 @@ import click
 
 from envforge.backends import BACKENDS, Options, default_backend, docker, pick
 from envforge.backends.base import refuse_foreign
+from envforge.backends.docker.engine import connect
+from envforge.backends.docker.images import inspect_image
+from envforge.backends.docker.push import certificate_of, publish
 from envforge.cli.attest import (
     attach_option,
     attach_published,
@@ -20,10 +23,8 @@ from envforge.cli.attest import (
     attest_result,
     check_attest,
 )
+from envforge.cli.backend_options import backend_extra, backend_flags, backend_option
 from envforge.cli.common import (
-    backend_extra,
-    backend_flags,
-    backend_option,
     deadline_option,
     echo_json,
     gpu_option,
@@ -34,19 +35,20 @@ from envforge.cli.common import (
     load_project_option,
     load_signer,
     note,
-    pick_for,
     project_option,
     report_option,
-    require_free_option,
     say,
     set_option,
     signing_key_option,
     step_timeout_option,
     summary_option,
 )
+from envforge.cli.display import BuildDisplay, ProbeProgress
+from envforge.cli.running import pick_for, require_free_option
 from envforge.core.fsutil import REPORT_FILES, check_folder_target
 from envforge.errors import CertificationFailed, InvalidInput
 from envforge.evidence.summary import summarizing
+from envforge.publish.certificate import CertificateStore
 from envforge.recipe.model import Level, Recipe
 
 if TYPE_CHECKING:
@@ -61,8 +63,6 @@ def _looks_like_image(ref: str) -> bool:
 
 
 def _recipe_for_image(info: ImageInfo, ref: str, overrides: Sequence[str]) -> Recipe:
-    from envforge.publish.push import certificate_of  # noqa: PLC0415 - keeps light commands light
-
     name = None
     try:
         name = certificate_of(info, what=ref).recipe_name
@@ -101,9 +101,6 @@ def _safe_name(ref: str) -> str:
 def _image_target(ref: str, overrides: Sequence[str]) -> tuple[Recipe, dict[str, Any]]:
     """An IMAGE ref: the recipe it was built from, and the image (retagged on a pass when
     named by tag) as backend options."""
-    from envforge.backends.docker.engine import connect  # noqa: PLC0415 - loads the SDK
-    from envforge.backends.docker.images import inspect_image  # noqa: PLC0415 - as above
-
     client = connect()
     try:
         info = inspect_image(client, ref)
@@ -162,8 +159,6 @@ def certify(  # noqa: PLR0917 - click passes options positionally by name
     image. Exits 1 when any image fails. With --project DIR: the project's environment
     of each recipe, its checks included.
     """
-    from envforge.cli.display import ProbeProgress  # noqa: PLC0415 - keeps --help light
-
     if report_dir is not None:  # before any work: a file in the way is exit 2, one line
         check_folder_target(report_dir, setting="--report", files=REPORT_FILES)
     check_attest(attest_file, signing_key, attach)
@@ -260,11 +255,6 @@ def publish_cmd(
     """Push the recipe's certified image (refused, exit 5, without a passing certificate).
 
     RECIPE may be `auto`: the recipe `build auto` picks for this host's GPU."""
-    from envforge.backends.docker.engine import connect  # noqa: PLC0415 - loads the SDK
-    from envforge.cli.display import BuildDisplay  # noqa: PLC0415 - keeps --help light
-    from envforge.publish.certificate import CertificateStore  # noqa: PLC0415 - keeps --help light
-    from envforge.publish.push import publish  # noqa: PLC0415 - keeps --help light
-
     recipe, _choice = load_for_host(recipe_ref, None, overrides)
     key = load_signer(signing_key)  # before the push: a bad key file is exit 2 at once
     client = connect()

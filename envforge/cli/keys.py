@@ -7,7 +7,9 @@ from pathlib import Path
 import click
 
 from envforge.cli.common import echo_json, json_option, note
+from envforge.core.fsutil import os_error
 from envforge.errors import InvalidInput, printable
+from envforge.publish.signing import generate, load_trust
 
 
 @click.group("keys")
@@ -31,9 +33,6 @@ def keys() -> None:
 @json_option
 def generate_cmd(out: str, name: str, as_json: bool) -> None:
     """Write DIR/envforge.key and DIR/envforge.pub; never overwrites existing keys (exit 2)."""
-    from envforge.core.fsutil import os_error  # noqa: PLC0415 - only when writing
-    from envforge.publish.signing import generate, load_trust  # noqa: PLC0415 - loads cryptography
-
     if not out.strip():
         raise InvalidInput("-o is empty: name a folder for the keys", hint="-o keys")
     bad = next((ch for ch in name if not ch.isprintable() and ch not in " \t"), None)

@@ -17,8 +17,11 @@ import click
 
 from envforge.cli.common import OutputPath, echo_json, json_option, trust_option
 from envforge.errors import InvalidInput
+from envforge.evidence.local_store import opened
 from envforge.evidence.matrix import Matrix, aggregate, write_site
+from envforge.evidence.matrix_db import store_matrix
 from envforge.evidence.records import missing_paths, read_evidence
+from envforge.publish.signing import load_trust
 
 
 def _trust_paths(given: tuple[Path, ...]) -> list[Path]:
@@ -29,9 +32,6 @@ def _trust_paths(given: tuple[Path, ...]) -> list[Path]:
 
 def _store_matrix() -> Matrix:
     """The local store's matrix, aggregated in its database (:mod:`envforge.evidence.matrix_db`)."""
-    from envforge.evidence.local_store import opened  # noqa: PLC0415 - when run
-    from envforge.evidence.matrix_db import store_matrix  # noqa: PLC0415 - when run
-
     with opened() as (conn, problems):
         return store_matrix(conn, problems)
 
@@ -74,8 +74,6 @@ def matrix(evidence: tuple[Path, ...], out: Path, trust: tuple[Path, ...], as_js
     signers: dict[str, str] = {}
     files = _trust_paths(trust)
     if files:
-        from envforge.publish.signing import load_trust  # noqa: PLC0415 - loads cryptography
-
         keys = load_trust(files, setting="--trust" if trust else "ENVFORGE_TRUSTED_KEYS")
         signers = {fp: key.name for fp, key in keys.keys.items()}
     if evidence:

@@ -20,15 +20,12 @@ import click
 
 from envforge.cli.common import (
     echo_json,
-    gpu_environ,
     gpu_option,
     json_option,
     level_option,
     load_checked,
-    pick_for,
     python_option,
     report_option,
-    require_free_option,
     say,
     set_option,
     step_timeout_option,
@@ -36,14 +33,19 @@ from envforge.cli.common import (
     term_as_interrupt,
 )
 from envforge.cli.display import ProbeProgress
+from envforge.cli.running import gpu_environ, pick_for, require_free_option
 from envforge.core.fsutil import REPORT_FILES, check_folder_target
 from envforge.errors import CertificationFailed, InvalidInput, clip
+from envforge.evidence.evidence_store import record
 from envforge.evidence.summary import summarizing
+from envforge.host.grant import granted
+from envforge.probe.report import summarize
+from envforge.probe.runner import LocalPythonTarget, run_probe
+from envforge.probe.spec import CHECK_PREFIX, ProbeSpec, step_timeout_problem
 from envforge.recipe.model import Level
 
 if TYPE_CHECKING:
     from envforge.probe.report import ProbeReport, StepResult
-    from envforge.probe.spec import ProbeSpec
 
 _HINTS = {
     "hang": "a hung GPU call; see the recipe's known issues (envforge show RECIPE), "
@@ -101,10 +103,6 @@ def probe(  # noqa: PLR0917 - click passes options positionally
     hold, still passes), 1 when one fails, hangs, crashes, runs out of memory or finds no
     device, or a GPU has less free than --require-free.
     """
-    from envforge.probe.report import summarize  # noqa: PLC0415 - keeps --help and list light
-    from envforge.probe.runner import LocalPythonTarget, run_probe  # noqa: PLC0415 - as above
-    from envforge.probe.spec import ProbeSpec, step_timeout_problem  # noqa: PLC0415 - as above
-
     if step_timeout is not None and step_timeout_problem(step_timeout):
         raise InvalidInput(
             f"--step-timeout {step_timeout_problem(step_timeout)}", hint="--step-timeout 60"
@@ -175,15 +173,11 @@ def _write_report(report: ProbeReport, folder: Path) -> None:
 
 def _keep(report: ProbeReport) -> None:
     """Keep the run in the local evidence store (a certification: ``probe --report``)."""
-    from envforge.evidence.evidence_store import record  # noqa: PLC0415 - only with --report
-
     stored = record(report.to_dict())
     click.echo(f"kept in the evidence store: {stored}", err=True)
 
 
 def _hint(problem: StepResult, spec: ProbeSpec) -> str | None:
-    from envforge.probe.spec import CHECK_PREFIX  # noqa: PLC0415 - loaded by the command already
-
     if problem.name.startswith(CHECK_PREFIX) and problem.status == "fail":
         path = next((c.path for c in spec.checks if c.step == problem.name), "the check")
         return f"the check raised; run it with the probed interpreter to debug: python {path}"
@@ -218,8 +212,6 @@ def _say_grant() -> None:
     ``CUDA_VISIBLE_DEVICES``/``ROCR_VISIBLE_DEVICES`` are inherited as they are): the
     grant is said, not re-applied, so a node whose device numbering differs from the
     scheduler's cannot make the probe pick another GPU."""
-    from envforge.fleet.node import granted  # noqa: PLC0415 - pure, stdlib only
-
     grant = granted(os.environ)
     if grant is not None:
         where = f"{grant.variable}={grant.gpus} on {grant.node or 'this node'}"

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from envforge.backends.docker.push import adopt, older_format, verify, verify_remote
 from envforge.cli.common import (
     deadline_option,
     echo_json,
@@ -22,10 +23,10 @@ from envforge.cli.common import (
     trust_option,
 )
 from envforge.errors import CertificationFailed, InvalidInput
+from envforge.publish.signing import TrustList, load_trust, require_trusted, short, trust_paths
 
 if TYPE_CHECKING:
-    from envforge.publish.push import Verified
-    from envforge.publish.signing import TrustList
+    from envforge.backends.docker.push import Verified
 
 _DEADLINE_HELP = (
     "Seconds the registry reads may take together; a pull ends when the engine reports "
@@ -73,7 +74,6 @@ def verify_cmd(
     trusted = _trusted(trust)
     if pull or local:
         from envforge.backends.docker.engine import connect  # noqa: PLC0415 - loads the SDK
-        from envforge.publish.push import verify  # noqa: PLC0415 - keeps --help light
 
         client = connect()
         try:
@@ -81,8 +81,6 @@ def verify_cmd(
         finally:
             client.close()
     else:
-        from envforge.publish.push import verify_remote  # noqa: PLC0415 - keeps --help light
-
         result = verify_remote(ref, deadline=deadline)
     _report(result, trusted, as_json)
 
@@ -100,7 +98,6 @@ def pull_cmd(ref: str, trust: tuple[Path, ...], deadline: float, as_json: bool) 
     RECIPE` use it. Refused (exit 1) when it does not verify or certifies another version
     of the recipe than this host's."""
     from envforge.backends.docker.engine import connect  # noqa: PLC0415 - loads the SDK
-    from envforge.publish.push import adopt, verify  # noqa: PLC0415 - keeps --help light
 
     trusted = _trusted(trust)
     client = connect()
@@ -126,12 +123,6 @@ def pull_cmd(ref: str, trust: tuple[Path, ...], deadline: float, as_json: bool) 
 
 
 def _trusted(trust: tuple[Path, ...]) -> TrustList:
-    from envforge.publish.signing import (  # noqa: PLC0415 - loads cryptography when used
-        TrustList,
-        load_trust,
-        trust_paths,
-    )
-
     files = trust_paths(trust)
     if not files:
         return TrustList()
@@ -141,9 +132,6 @@ def _trusted(trust: tuple[Path, ...]) -> TrustList:
 def _signature(result: Verified, trusted: TrustList) -> tuple[str, str]:
     """How the certificate is signed, in words, and the trusted signer's name; refuses
     (exit 1) an older partial certificate or a missing/untrusted signature with keys."""
-    from envforge.publish.push import older_format  # noqa: PLC0415 - keeps --help light
-    from envforge.publish.signing import require_trusted, short  # noqa: PLC0415 - as above
-
     cert = result.certificate
     partial = older_format(cert, result.ref)
     if partial is not None and trusted:

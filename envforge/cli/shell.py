@@ -10,18 +10,17 @@ import click
 
 from envforge import backends
 from envforge.backends.base import implied, refuse_foreign
+from envforge.cli.backend_options import backend_extra, backend_flags, backend_option
 from envforge.cli.common import (
-    backend_extra,
-    backend_flags,
-    backend_option,
     gpu_option,
     load_checked,
     load_project_option,
-    load_with_gpus,
     note,
     project_option,
     say,
 )
+from envforge.cli.display import ProbeProgress
+from envforge.cli.running import load_with_gpus
 
 
 # Options may follow RECIPE (`envforge shell auto --fallback cpu -- CMD`); `--` ends them.
@@ -60,8 +59,6 @@ def shell(  # noqa: PLR0917 - click passes options positionally by name
     first when there is none, or when its requirements changed; docker: its certified
     image, DIR mounted at /workspace).
     """
-    from envforge.cli.display import ProbeProgress  # noqa: PLC0415 - keeps --help light
-
     project = load_project_option(project_dir, extras)
     recipe, _choice, gpus = load_with_gpus(recipe_ref, gpu)
     spare = load_checked(fallback) if fallback else None

@@ -12,10 +12,10 @@ from packaging.utils import canonicalize_name
 from envforge.cli.common import OutputPath, echo_json, json_option, platform_option, say
 from envforge.core.fsutil import check_file_target, write_atomically
 from envforge.errors import InvalidInput
-from envforge.host.platforms import solve_default
 from envforge.knowledge import load_table
 from envforge.knowledge.companions import companion_names
 from envforge.knowledge.gpu_names import arch_for_name
+from envforge.knowledge.platforms import solve_default
 from envforge.knowledge.table import CompatTable
 from envforge.recipe.load import parse_recipe
 from envforge.solve.beside import Beside, for_solution

@@ -1,6 +1,6 @@
 """Image references, labels and the parts of an image that certificates bind (pure: no SDK).
 
-Used by :mod:`envforge.publish.certificate`, :mod:`envforge.publish.push` and the CLI
+Used by :mod:`envforge.publish.certificate`, :mod:`envforge.backends.docker.push` and the CLI
 without importing the docker SDK.
 """
 

@@ -31,10 +31,10 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from envforge import __version__
 from envforge.core.fsutil import write_atomically
 from envforge.core.jsonlimits import loads
 from envforge.core.paths import cache_dir
+from envforge.version import __version__
 
 SCHEMA = "envforge.compiled/1"
 #: Largest cache file read back, and largest data file hashed (bytes).

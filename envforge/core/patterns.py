@@ -31,7 +31,7 @@ IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*\Z", re.ASCII)
 URL_RE = re.compile(r"^https?://\S+\Z", re.ASCII)
 
 #: An AMD gfx target: ``gfx1030``, ``gfx90a``, ``gfx1151``. Groups: major (decimal),
-#: minor (hex digit), stepping (hex digit). See :mod:`envforge.host.arch`.
+#: minor (hex digit), stepping (hex digit). See :mod:`envforge.knowledge.arch`.
 GFX_RE = re.compile(r"^gfx([0-9]{1,2})([0-9a-f])([0-9a-f])\Z", re.ASCII)
 #: An HSA ISA version (``HSA_OVERRIDE_GFX_VERSION`` value): ``10.3.0``, ``9.0.10``.
 ISA_RE = re.compile(r"^([0-9]{1,2})\.([0-9]{1,2})\.([0-9]{1,2})\Z", re.ASCII)

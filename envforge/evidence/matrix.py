@@ -41,11 +41,11 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from envforge import __version__
 from envforge.core import fsutil
 from envforge.core.resources import templates_dir
 from envforge.errors import Unavailable
 from envforge.evidence.records import OUTCOMES, VENDORS, Evidence, EvidenceSet, Problem
+from envforge.version import __version__
 
 SCHEMA = "envforge.matrix/1"
 RUNS_PER_CELL = 10

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from envforge.core.fsutil import append_text
 from envforge.errors import EnvforgeError
 
 if TYPE_CHECKING:
@@ -168,8 +169,6 @@ def report_facts(report: ProbeReport | None) -> list[tuple[str, str]]:
 def append(path: Path, text: str) -> None:
     """Append ``text`` to ``path`` (created when missing; a regular file only); one-line
     errors (exit 2/4)."""
-    from envforge.core.fsutil import append_text  # noqa: PLC0415 - only when writing
-
     append_text(path, text, setting="--summary")
 
 

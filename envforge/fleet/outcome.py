@@ -8,7 +8,7 @@ evidence for the plan is ``refused``, with the reason, and never counted or impo
 about another recipe hash or image than planned, not shaped like a real probe run
 (:mod:`envforge.evidence.genuine`: the steps of its level, the schema), not at the plan's
 level, without the plan's nonce for this task (``host.fleet``, recorded by the probe run
-the task started: :mod:`envforge.fleet.node`), or with host facts that contradict the
+the task started: :mod:`envforge.host.grant`), or with host facts that contradict the
 task (another node than ``task.json`` names; no GPU of the planned arch for a GPU recipe).
 """
 

@@ -15,13 +15,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
-from envforge.core.jsonlimits import loads
 from envforge.errors import InvalidInput
 from envforge.fleet import values
 from envforge.recipe.model import Recipe
@@ -175,71 +172,6 @@ def image_for(recipe: Recipe, site: Site) -> str:
     return f"{site.registry.rstrip('/')}/{name}" if site.registry else name
 
 
-def make_plan(
-    engine: EngineName,
-    recipes: Sequence[tuple[str, Recipe]],
-    *,
-    archs: Sequence[str] = (),
-    backend: BackendName = "docker",
-    images: bool = True,
-    nodes: int = 1,
-    gpus: int | None = None,
-    site: Site = Site(),
-    wheelhouse: str = "",
-    level: str = "",
-    envforge: Sequence[str] = ("envforge",),
-) -> Plan:
-    """The plan for ``recipes`` ((reference as given, loaded recipe) pairs); see the
-    module docstring for the pairing; ``images``: whether ``backend`` makes images (its
-    ``runs_images()``), which Kubernetes needs and each task then names. Raises
-    :class:`InvalidInput` for what cannot run, and for a value its scheduler would not
-    take (:mod:`.values`), before any task is made."""
-    from envforge.fleet.engines import engine_for  # noqa: PLC0415 - the engines import plans
-
-    chosen = engine_for(engine, "--engine")
-    _check_counts(recipes, nodes, gpus)
-    chosen.check_backend(backend, images=images)
-    for arch in archs:
-        why = values.arch_problem(arch)
-        if why:
-            raise values.refuse("--arch", arch, why, "--arch gfx942 (repeatable)")
-    values.check_site(site)
-    refs = {r.name: ref for ref, r in recipes}
-    pairs = _pairs([r for _, r in recipes], archs)
-    if len(pairs) * nodes > MAX_TASKS:  # counted before any task is made
-        raise InvalidInput(
-            f"{len(pairs) * nodes} tasks: more than {MAX_TASKS} in one plan",
-            hint="plan fewer recipes, archs or --nodes per plan",
-        )
-    tasks: list[Task] = []
-    for recipe, arch, given in pairs:
-        wanted = gpus if gpus is not None else (1 if given or recipe.gpu.vendor != "none" else 0)
-        for _ in range(nodes):
-            tasks.append(
-                Task(
-                    index=len(tasks),
-                    recipe=recipe.name,
-                    ref=refs[recipe.name],
-                    recipe_hash=recipe.hash,
-                    stack=recipe.stack_tag,
-                    vendor=recipe.gpu.vendor,
-                    arch=arch,
-                    gpus=wanted,
-                    image=image_for(recipe, site) if images else "",
-                )
-            )
-    return Plan(
-        engine,
-        backend,
-        tuple(tasks),
-        site,
-        wheelhouse,
-        level,
-        tuple(envforge),
-        nonce=secrets.token_hex(16),
-    )
-
-
 def _check_counts(recipes: Sequence[tuple[str, Recipe]], nodes: int, gpus: int | None) -> None:
     if not recipes:
         raise InvalidInput("no recipe to plan", hint="--recipe NAME (repeatable)")
@@ -346,15 +278,9 @@ def plan_from_dict(data: Any, source: str) -> Plan:
             f"{source}: not an envforge fleet plan (schema {SCHEMA})",
             hint="envforge fleet plan ... -o DIR writes DIR/plan.json",
         )
-    from envforge.fleet.engines import ENGINES  # noqa: PLC0415 - the engines import plans
-
     engine, backend = data.get("engine"), data.get("backend")
-    if not isinstance(engine, str) or engine not in ENGINES:
-        raise InvalidInput(
-            f"{source}: key 'engine' is {engine!r}, not one of {', '.join(ENGINES)}",
-            hint="plan again (envforge fleet plan --engine ...), or install the envforge "
-            "that planned it",
-        )
+    if not isinstance(engine, str):  # a registered engine: envforge.fleet.planning checks
+        raise InvalidInput(f"{source}: key 'engine' is {engine!r}", hint="plan again")
     if not _BACKEND_NAME.fullmatch(str(backend)):
         raise InvalidInput(f"{source}: key 'backend' has an unknown value", hint="plan again")
     tasks = data.get("tasks")
@@ -382,26 +308,3 @@ def plan_from_dict(data: Any, source: str) -> Plan:
         task_homes=data.get("task_homes", True) is not False,
         nonce=nonce,
     )
-
-
-def load_plan(folder: Path) -> Plan:
-    """``folder/plan.json``; :class:`InvalidInput` when it is missing or malformed."""
-    from envforge.core.fsutil import read_limited, read_reason  # noqa: PLC0415 - only when reading plans
-
-    path = folder / "plan.json"
-    try:
-        raw = read_limited(path, PLAN_MAX_BYTES)  # regular files only: a FIFO never blocks
-    except FileNotFoundError:
-        raise InvalidInput(
-            f"{path}: no such file", hint="envforge fleet plan ... -o DIR writes it"
-        ) from None
-    except OSError as exc:
-        raise InvalidInput(
-            f"{path}: cannot read: {read_reason(exc, path)}",
-            hint="plan again (envforge fleet plan ... -o DIR)",
-        ) from None
-    try:
-        data = loads(raw, max_bytes=PLAN_MAX_BYTES)
-    except ValueError as exc:
-        raise InvalidInput(f"{path}: not JSON: {exc}", hint="plan again") from None
-    return plan_from_dict(data, str(path))

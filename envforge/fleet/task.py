@@ -4,7 +4,7 @@ The task runs envforge as a child (``build RECIPE --backend venv`` or ``build RE
 ``certify IMAGE`` for Docker) with ``--report`` into its report folder and, unless the
 plan says otherwise, an ``ENVFORGE_HOME`` of its own under the plan's folder
 (``homes/NNN``): concurrent tasks on a shared file system never write the same store.
-The GPUs the scheduler granted are passed on as ``--gpu`` (:mod:`envforge.fleet.node`).
+The GPUs the scheduler granted are passed on as ``--gpu`` (:mod:`envforge.host.grant`).
 ``task.json`` (written last, atomically) records the exit status, the node, the grant and
 the seconds; its presence tells ``fleet status`` that the task ended.
 """
@@ -21,9 +21,9 @@ from pathlib import Path
 from envforge.core import proc
 from envforge.core.fsutil import make_dirs, write_atomically
 from envforge.errors import InvalidInput
-from envforge.fleet.node import FLEET_VARIABLE, granted
 from envforge.fleet.outcome import TASK_FILE
 from envforge.fleet.plan import Plan, Task
+from envforge.host.grant import FLEET_VARIABLE, granted
 
 
 def command(plan: Plan, task: Task, folder: Path) -> list[str]:

@@ -21,13 +21,10 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from envforge.core.patterns import GFX_RE, NAME_RE, SM_RE
 from envforge.errors import InvalidInput
-
-if TYPE_CHECKING:
-    from envforge.fleet.plan import Site
 
 #: Most nodes (tasks) per (recipe, arch) and GPUs per task a plan may ask for.
 MAX_NODES = 1000
@@ -164,6 +161,27 @@ def refuse(setting: str, value: str, why: str, fix: str) -> InvalidInput:
     return InvalidInput(f"{setting} {_shown(value)}: {why}", hint=fix)
 
 
+class SiteValues(Protocol):
+    """What :func:`check_site` reads of a site (:class:`envforge.fleet.plan.Site`)."""
+
+    @property
+    def partition(self) -> str: ...
+    @property
+    def account(self) -> str: ...
+    @property
+    def time(self) -> str: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def arch_label(self) -> str: ...
+    @property
+    def registry(self) -> str: ...
+    @property
+    def features(self) -> tuple[tuple[str, str], ...]: ...
+    @property
+    def runner_labels(self) -> tuple[str, ...]: ...
+
+
 #: Site field -> (option, check, an example for the fix).
 _SITE: Mapping[str, tuple[str, Callable[[str], str | None], str]] = {
     "partition": ("--partition", partition_problem, "--partition gpu"),
@@ -175,7 +193,7 @@ _SITE: Mapping[str, tuple[str, Callable[[str], str | None], str]] = {
 }
 
 
-def check_site(site: Site, *, source: str = "") -> None:
+def check_site(site: SiteValues, *, source: str = "") -> None:
     """Refuse the first value of ``site`` its scheduler would not take; named as the
     option (``source`` empty) or as the key of ``source`` (a plan.json)."""
 

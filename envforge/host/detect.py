@@ -28,10 +28,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from envforge.core import proc
-from envforge.host.arch import (
-    gfx_from_target_version,
-    parse_gfx,
-)
 from envforge.host.detect_parse import (
     RocmAgent,
     SmiRow,
@@ -59,6 +55,10 @@ from envforge.host.hostinfo import (
     HostInfo,
     TableSource,
     ToolRunner,
+)
+from envforge.knowledge.arch import (
+    gfx_from_target_version,
+    parse_gfx,
 )
 from envforge.knowledge.compiled import load_table
 from envforge.knowledge.table import CompatTable

@@ -9,15 +9,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from envforge.errors import InvalidInput
-from envforge.host.arch import (
+from envforge.host.hostfs import host_int
+from envforge.host.hostinfo import MAX_GPU_COUNT, GpuInfo
+from envforge.knowledge.arch import (
     is_device_arch,
     parse_gfx,
     sm_from_compute_cap,
     strip_features,
     vendor_of,
 )
-from envforge.host.hostfs import host_int
-from envforge.host.hostinfo import MAX_GPU_COUNT, GpuInfo
 from envforge.knowledge.compiled import load_table
 from envforge.knowledge.table import CompatTable
 

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from envforge.host.platforms import platform_of
+from envforge.knowledge.platforms import platform_of
 from envforge.knowledge.table import CompatTable
 
 GpuVendor = Literal["amd", "nvidia"]

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from envforge.errors import TableError
-    from envforge.host.arch import (
+    from envforge.knowledge.arch import (
         NVIDIA_COMPUTE_CAPABILITIES,
         gfx_from_isa,
         isa_from_gfx,
@@ -52,7 +52,7 @@ _EXPORTS = {
     "TableError": "envforge.errors",
     **dict.fromkeys(
         ("NVIDIA_COMPUTE_CAPABILITIES", "gfx_from_isa", "isa_from_gfx", "sm_covered"),
-        "envforge.host.arch",
+        "envforge.knowledge.arch",
     ),
     **dict.fromkeys(("load_table", "overlay_files"), "envforge.knowledge.compiled"),
     **dict.fromkeys(

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import replace
 
-from envforge.host.arch import gfx_from_isa
+from envforge.knowledge.arch import gfx_from_isa
 from envforge.knowledge.table import (
     PLATFORMS,
     ArchInfo,

@@ -38,8 +38,8 @@ PARSER_MODULES = (
     "core/yamlcheck.py",
     "core/patterns.py",
     "core/datacache.py",
-    "host/arch.py",
-    "host/platforms.py",
+    "knowledge/arch.py",
+    "knowledge/platforms.py",
 )
 
 #: (path as given, st_mtime_ns, st_size): a file's identity for the in-process cache.

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from envforge.errors import InvalidInput
-from envforge.host.arch import is_device_arch, sort_key
+from envforge.knowledge.arch import is_device_arch, sort_key
 from envforge.knowledge.table import CompatTable
 
 #: Words that name a vendor or brand, not a GPU: left out on both sides.

@@ -3,7 +3,7 @@ none is given): the wheel variant, ``HSA_OVERRIDE_GFX_VERSION``, CUDA archs, dri
 
 from __future__ import annotations
 
-from envforge.host.arch import NVIDIA_COMPUTE_CAPABILITIES
+from envforge.knowledge.arch import NVIDIA_COMPUTE_CAPABILITIES
 from envforge.knowledge.compiled import load_table
 from envforge.knowledge.table import CompatTable, Variant
 from envforge.recipe.model import Recipe

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from envforge.host.arch import gfx_from_isa
+from envforge.knowledge.arch import gfx_from_isa
 from envforge.knowledge.compiled import load_table
 from envforge.knowledge.table import CompatTable, Variant, base_version
 from envforge.knowledge.verdicts import HSA_OVERRIDE, Reason, cite

@@ -6,15 +6,46 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
 from envforge.knowledge.companions import Row, row_yaml
 from envforge.knowledge.listing import IndexProblem
 
-if TYPE_CHECKING:
-    from envforge.knowledge.watch import Watched
+
+@dataclass(frozen=True)
+class Watched:
+    """One watched package on one index: the newest release the table has a row for, the
+    newest final release listed, and those newer than the table's."""
+
+    package: str
+    known: str
+    listed: str
+    newer: tuple[str, ...]
+    url: str
+    #: why the page could not be read (None when it was)
+    problem: IndexProblem | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "package": self.package,
+            "known": self.known,
+            "listed": self.listed,
+            "newer": list(self.newer),
+            "url": self.url,
+            "problem": None if self.problem is None else self.problem.one_line(),
+        }
+
+    def line(self) -> str:
+        if self.problem is not None:
+            return (
+                f"{self.package}: table {self.known}, index NOT checked "
+                f"({self.problem.kind}: {self.problem.reason})"
+            )
+        listed = self.listed or "(not listed)"
+        newer = f"; newer than the table: {', '.join(self.newer)}" if self.newer else ""
+        return f"{self.package}: table {self.known}, index {listed}{newer}"
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from packaging.version import InvalidVersion, Version
 from envforge.core import yamlcheck
 from envforge.core.patterns import CONFIDENCES, GFX_RE, PYTHON_RE, SM_RE, Confidence
 from envforge.errors import DataFileError, TableError
-from envforge.host.arch import gfx_from_isa
+from envforge.knowledge.arch import gfx_from_isa
 from envforge.knowledge.table import (
     ARCH_PLATFORMS,
     OVERRIDE_STATUSES,

@@ -17,7 +17,7 @@ values and the lookups other modules use:
 
 A release and its wheel variants (:class:`Release`, :class:`Variant`) are
 :mod:`envforge.knowledge.variants` (re-exported here). Arch arithmetic (gfx ↔ ISA, SASS
-compatibility) is :mod:`envforge.host.arch`.
+compatibility) is :mod:`envforge.knowledge.arch`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Literal
 from packaging.version import Version
 
 from envforge.core.patterns import Confidence
-from envforge.host.arch import same_major_lower, sm_number
+from envforge.knowledge.arch import same_major_lower, sm_number
 from envforge.knowledge.variants import (
     INDEX_FORMS,
     PLATFORMS,

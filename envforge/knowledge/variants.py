@@ -16,8 +16,8 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from envforge.core.patterns import Confidence
-from envforge.host.arch import sm_covered
-from envforge.host.platforms import PLATFORMS as _PLATFORMS
+from envforge.knowledge.arch import sm_covered
+from envforge.knowledge.platforms import PLATFORMS as _PLATFORMS
 
 IndexForm = Literal["index-url", "extra-index-url"]
 Kind = Literal["rocm", "cuda", "cpu"]

@@ -13,52 +13,16 @@ answer (nothing listed); any other failure is a problem (the check is partial).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
 from packaging.version import Version
 
 from envforge.knowledge.companions import CompanionTable
 from envforge.knowledge.extensions import ExtensionTable
 from envforge.knowledge.index import IndexClient, IndexProblem, Listing, listing_url
-from envforge.knowledge.report import Finding
+from envforge.knowledge.report import Finding, Watched
 
 #: the families whose builds the package index serves
 INDEX_FAMILIES = ("cpu", "cuda")
-
-
-@dataclass(frozen=True)
-class Watched:
-    """One watched package on one index: the newest release the table has a row for, the
-    newest final release listed, and those newer than the table's."""
-
-    package: str
-    known: str
-    listed: str
-    newer: tuple[str, ...]
-    url: str
-    #: why the page could not be read (None when it was)
-    problem: IndexProblem | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "package": self.package,
-            "known": self.known,
-            "listed": self.listed,
-            "newer": list(self.newer),
-            "url": self.url,
-            "problem": None if self.problem is None else self.problem.one_line(),
-        }
-
-    def line(self) -> str:
-        if self.problem is not None:
-            return (
-                f"{self.package}: table {self.known}, index NOT checked "
-                f"({self.problem.kind}: {self.problem.reason})"
-            )
-        listed = self.listed or "(not listed)"
-        newer = f"; newer than the table: {', '.join(self.newer)}" if self.newer else ""
-        return f"{self.package}: table {self.known}, index {listed}{newer}"
 
 
 def watched_packages(

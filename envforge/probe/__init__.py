@@ -2,20 +2,6 @@
 
 The ``worker`` package runs inside the environment under test, shipped as one file
 (``bundle.py``); everything else runs on the host.
+This ``__init__`` imports nothing, so importing one probe module (the target contract,
+which the audit uses) loads no sibling.
 """
-
-from __future__ import annotations
-
-from envforge.probe.report import ProbeReport, StepResult
-from envforge.probe.runner import LocalPythonTarget, ProbeTarget, WorkerHandle, run_probe
-from envforge.probe.spec import ProbeSpec
-
-__all__ = [
-    "LocalPythonTarget",
-    "ProbeReport",
-    "ProbeSpec",
-    "ProbeTarget",
-    "StepResult",
-    "WorkerHandle",
-    "run_probe",
-]

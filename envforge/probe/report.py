@@ -22,8 +22,8 @@ from typing import Any, Literal
 from envforge.core.fsutil import write_files
 from envforge.core.jsonlimits import BadJSON, loads
 from envforge.errors import InvalidInput
-from envforge.fleet.node import fleet_facts, node_facts
 from envforge.host.detect import detect, no_tools
+from envforge.host.grant import fleet_facts, node_facts
 
 Status = Literal["pass", "warn", "fail", "hang", "crash", "oom", "no-device", "skip"]
 STATUSES: tuple[Status, ...] = ("pass", "warn", "fail", "hang", "crash", "oom", "no-device", "skip")
@@ -116,7 +116,7 @@ class ReportHost:
     #: An anonymous host identity (:func:`host_id`: a one-way hash of the machine ID, so
     #: that evidence can count hosts without naming them); None when unknown.
     id: str | None = None
-    #: Inside a Slurm job or a pod (:func:`envforge.fleet.node.node_facts`): the node's
+    #: Inside a Slurm job or a pod (:func:`envforge.host.grant.node_facts`): the node's
     #: name, and the GPU grant variables as the run saw them (``SLURM_JOB_GPUS``,
     #: ``ROCR_VISIBLE_DEVICES``, ``CUDA_VISIBLE_DEVICES``, ``NVIDIA_VISIBLE_DEVICES``).
     #: Both absent elsewhere (and in reports before them). The node's name stays in the
@@ -124,7 +124,7 @@ class ReportHost:
     #: (:meth:`without_node`).
     node: str | None = None
     granted: tuple[tuple[str, str], ...] = ()
-    #: The fleet task the run was for (:func:`envforge.fleet.node.fleet_facts`: plan id,
+    #: The fleet task the run was for (:func:`envforge.host.grant.fleet_facts`: plan id,
     #: task, the plan's nonce); kept in certificates, checked by ``fleet collect``.
     fleet: tuple[tuple[str, str], ...] = ()
 

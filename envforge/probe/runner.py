@@ -13,9 +13,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from envforge import __version__
 from envforge.core.jsonlimits import BadJSON, loads
 from envforge.errors import Interrupted
+from envforge.host.gpumem import probe_holders
+from envforge.probe.audit_step import audit_step
 from envforge.probe.bundle import worker_source
 from envforge.probe.local import (
     EXIT_WAIT,
@@ -36,6 +37,7 @@ from envforge.probe.report import (
 )
 from envforge.probe.spec import AUDIT_STEP, ProbeSpec
 from envforge.probe.target import LineQueue, ProbeTarget, WorkerHandle, container_exit_status
+from envforge.version import __version__
 
 __all__ = [  # the local target and the target contract, importable from here as before
     "LineQueue",
@@ -130,8 +132,6 @@ def run_probe(
             host = host if host is not None else host_info()
             _drive(run, handle, clock)
         if AUDIT_STEP in spec.steps:  # after the worker: the same audit as envforge audit
-            from envforge.audit.probe_step import audit_step  # noqa: PLC0415 - recipes only
-
             run.start(AUDIT_STEP, spec.deadline(AUDIT_STEP), clock())
             run.finish(audit_step(spec, target))
     except KeyboardInterrupt:
@@ -237,8 +237,6 @@ def _end_result(event: Mapping[str, Any], measured: float) -> StepResult:
 def _named_holders(result: StepResult, data: object) -> StepResult:
     """A memory step that found a GPU held by others names who holds it: here, on the host,
     where the driver's tools and ``/proc`` see every process (a container sees its own)."""
-    from envforge.host.gpumem import probe_holders  # noqa: PLC0415 - only for a busy GPU
-
     named = probe_holders(data) if isinstance(data, dict) else ""
     return (
         dataclasses.replace(result, detail=f"{result.detail}; held by {named}") if named else result

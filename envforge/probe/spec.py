@@ -21,7 +21,7 @@ from packaging.utils import canonicalize_name
 
 from envforge.core.fsutil import FileTooLarge, NotRegularFile, read_limited
 from envforge.errors import InvalidInput
-from envforge.host.arch import gfx_from_isa
+from envforge.knowledge.arch import gfx_from_isa
 from envforge.probe.report import printable
 from envforge.recipe.checks import MAX_STEP_TIMEOUT  # one limit for recipes and --step-timeout
 from envforge.recipe.model import Level, Recipe
@@ -44,7 +44,7 @@ FULL_STEPS: tuple[str, ...] = (*QUICK_STEPS, "conv2d", "autocast", "grad-checkpo
 CHECK_PREFIX = "check:"
 #: ``import:NAME`` imports every top-level module of the installed distribution NAME.
 IMPORT_PREFIX = "import:"
-#: The audit (envforge/audit/probe_step.py): run by the host side after the worker, at both
+#: The audit (envforge/probe/audit_step.py): run by the host side after the worker, at both
 #: levels, so certification refuses what ``envforge audit`` finds. Not sent to the worker.
 AUDIT_STEP = "audit"
 #: Device steps of the torch companions, run (at both levels) when the recipe asks for them.

@@ -30,12 +30,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from envforge import __version__
 from envforge.core.fsutil import append_text, read_limited, read_reason, write_atomically
 from envforge.core.jsonlimits import loads
 from envforge.errors import InvalidInput
 from envforge.publish.dsse import INTOTO_PAYLOAD_TYPE, Envelope, sign
 from envforge.publish.signing import SigningKey
+from envforge.version import __version__
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://envforge.dev/certification/v1"

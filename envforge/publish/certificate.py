@@ -49,10 +49,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, Union
 
-from envforge import __version__
 from envforge.core import paths
 from envforge.core.fsutil import read_limited, write_atomically
+from envforge.core.jsonlimits import BadJSON, loads
 from envforge.errors import CertificationFailed, clip
+from envforge.version import __version__
 
 SCHEMA = "envforge.certificate/3"
 #: Format 2: an image binding (the layers and the whole config) under ``image``.
@@ -272,8 +273,6 @@ class Certificate:
     @classmethod
     def from_json(cls, text: str, *, source: str = "certificate") -> Certificate:
         """Parse and check a certificate; :class:`CertificationFailed` when it is not one."""
-        from envforge.core.jsonlimits import BadJSON, loads  # noqa: PLC0415 - light import
-
         try:
             data = loads(text)
         except BadJSON as exc:

@@ -34,6 +34,7 @@ from envforge.publish.registry import (
     MANIFEST_TYPES,
     MAX_BYTES,
     RemoteRef,
+    _unavailable,
     parse_ref,
     registry_json,
 )
@@ -124,8 +125,6 @@ class _Registry:
                 body=body,
             )
         except NetError as exc:
-            from envforge.publish.registry import _unavailable  # noqa: PLC0415 - one wording
-
             raise _unavailable(self.ref, exc) from None
         if reply.status == 401:
             raise Unavailable(

@@ -39,13 +39,14 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from envforge.core.fsutil import check_folder_target, read_limited, read_reason
 from envforge.errors import CertificationFailed, InvalidInput, Unavailable
-
-if TYPE_CHECKING:
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 SCHEME = "envforge-ed25519/1"
 PUBLIC_PREFIX = "envforge-ed25519"
@@ -109,8 +110,6 @@ class PublicKey:
         return f"{text} {self.name}" if self.name else text
 
     def verify(self, signature: bytes, message: bytes) -> bool:
-        from cryptography.exceptions import InvalidSignature  # noqa: PLC0415 - lazy
-
         key = _crypto().Ed25519PublicKey.from_public_bytes(self.raw)
         try:
             key.verify(signature, message)
@@ -150,8 +149,6 @@ class SigningKey:
 def generate(folder: Path, name: str = "") -> tuple[Path, Path]:
     """Write ``folder/envforge.key`` (0600) and ``folder/envforge.pub``; refuse (exit 2)
     when either exists. Returns both paths."""
-    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415 - lazy
-
     name = " ".join(name.split())
     key_path, pub_path = folder / KEY_NAME, folder / PUB_NAME
     for path in (key_path, pub_path):
@@ -198,8 +195,6 @@ def _write_new(path: Path, data: bytes, mode: int) -> None:
 def load_signing_key(path: Path, *, setting: str = "--signing-key") -> SigningKey:
     """The private key in ``path``; :class:`InvalidInput` (one line, naming the file, never
     its content) when it cannot be read or is not an ed25519 PEM key."""
-    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415 - lazy
-
     text = str(path)
     if "\n" in text or "PRIVATE KEY" in text or len(text) > 4096:
         # The key itself where its path belongs (a CI secret put into the variable): say
@@ -221,9 +216,6 @@ def load_signing_key(path: Path, *, setting: str = "--signing-key") -> SigningKe
         key = None
     except Exception:
         key = None
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import (  # noqa: PLC0415 - lazy
-        Ed25519PrivateKey,
-    )
 
     if key is None or not isinstance(key, Ed25519PrivateKey):
         raise InvalidInput(

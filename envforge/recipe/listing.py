@@ -24,10 +24,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from envforge import __version__
 from envforge.core.jsonlimits import loads
 from envforge.core.reading import read_limited
 from envforge.errors import EnvforgeError
+from envforge.version import __version__
 
 SCHEMA = "envforge.listing/1"
 CACHE_NAME = "listing.json"

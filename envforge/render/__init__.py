@@ -4,10 +4,10 @@
 
 from __future__ import annotations
 
+from envforge.knowledge.torch_index import index_form, is_pytorch_index, torch_requirement
 from envforge.render.context import RenderOptions
 from envforge.render.dockerfile import render_dockerfile
 from envforge.render.venv import VenvPlan, plan_venv
-from envforge.stack import index_form, is_pytorch_index, torch_requirement
 
 __all__ = [
     "RenderOptions",

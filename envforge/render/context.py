@@ -12,7 +12,7 @@ with :func:`shell_quote`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier
@@ -21,13 +21,17 @@ from packaging.version import InvalidVersion
 from envforge.core.mirror import Mirrors, mirrors_from_env, rewrite
 from envforge.core.patterns import IMAGE_RE
 from envforge.errors import InvalidInput
-from envforge.host.platforms import PLATFORMS
 from envforge.knowledge import unknowns
+from envforge.knowledge.platforms import PLATFORMS
+from envforge.knowledge.torch_index import IndexForm
 from envforge.recipe.checks import check_renderable
 from envforge.recipe.model import Recipe
 from envforge.render.indexes import SOURCES_FILE, PipIndexed, index_sources, pip_indexed
 from envforge.render.quoting import check_one_line, docker_quote, shell_quote
-from envforge.stack import IndexForm, Stack, stack_of
+from envforge.stack import Stack, stack_of
+
+if TYPE_CHECKING:  # a lock's layers, read by envforge.lock (below render)
+    from envforge.lock import LockedInstall
 
 #: Where the virtual environment lives inside images.
 VENV_DIR = "/opt/venv"
@@ -56,21 +60,6 @@ Builder = Literal["classic", "buildkit"]
 Installer = Literal["uv", "pip"]
 BUILDERS: tuple[Builder, ...] = ("classic", "buildkit")
 INSTALLERS: tuple[Installer, ...] = ("uv", "pip")
-
-
-@dataclass(frozen=True)
-class LockedInstall:
-    """A lock file split for the image's two install layers (see :func:`envforge.lock.split_lock`).
-
-    Each entry is one requirement-file line, ``name==version [; marker] --hash=...``.
-    """
-
-    #: torch and every locked package torch needs (transitively): the first layer.
-    torch: tuple[str, ...]
-    #: Everything else (NumPy, the recipe's packages and what only they need).
-    rest: tuple[str, ...]
-    #: The lock file's name, for the Dockerfile's header.
-    name: str
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,10 @@ from typing import TYPE_CHECKING, Any
 
 from envforge.core.paths import state_dir
 from envforge.errors import EnvforgeError
-from envforge.host.arch import gfx_from_isa, vendor_of
 from envforge.host.hostinfo import GpuInfo
+from envforge.knowledge import load_table
+from envforge.knowledge.arch import gfx_from_isa, vendor_of
+from envforge.knowledge.platforms import solve_default
 from envforge.recipe import listing
 from envforge.recipe.catalogue import Catalogue
 from envforge.solve.choose import candidate_archs, curated_cover, override_for
@@ -224,8 +226,6 @@ def for_recipe(recipe: Recipe, catalogue: Catalogue | None = None) -> Beside | N
     arch = recipe.gpu.arch
     if not arch or recipe.gpu.vendor not in ("amd", "nvidia"):
         return None
-    from envforge.host.platforms import solve_default  # noqa: PLC0415 - show only
-    from envforge.knowledge import load_table  # noqa: PLC0415 - show only
     from envforge.solve.solver import SolveRequest, solve  # noqa: PLC0415 - show only
 
     solution: Solution | None = None

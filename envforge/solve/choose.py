@@ -33,12 +33,13 @@ from typing import Any
 
 from envforge import knowledge
 from envforge.errors import EnvforgeError, InvalidInput
-from envforge.host.arch import gfx_from_isa, vendor_of
-from envforge.host.arch import ordinal as arch_ordinal
 from envforge.host.hostinfo import GpuInfo, HostInfo
-from envforge.host.platforms import solve_default
 from envforge.knowledge import load_table
+from envforge.knowledge.arch import gfx_from_isa, vendor_of
+from envforge.knowledge.arch import ordinal as arch_ordinal
+from envforge.knowledge.platforms import solve_default
 from envforge.recipe.catalogue import Catalogue
+from envforge.recipe.load import apply_overrides, parse_recipe
 from envforge.recipe.model import Recipe
 
 CPU_RECIPE = "cpu"
@@ -382,7 +383,6 @@ def load_choice(
     recipe (``--set`` applied to either). Not yet checked against the table."""
     if choice.solved is None:
         return (catalogue or Catalogue.default()).load(choice.ref, overrides)
-    from envforge.recipe.load import apply_overrides, parse_recipe  # noqa: PLC0415
 
     data = dict(choice.solved)
     source = f"<solved stack for {choice.recipe}: envforge solve {choice.recipe}>"

@@ -41,7 +41,7 @@ from packaging.version import InvalidVersion, Version
 
 from envforge.core.patterns import Confidence
 from envforge.errors import InvalidInput
-from envforge.host.arch import (
+from envforge.knowledge.arch import (
     NVIDIA_COMPUTE_CAPABILITIES,
     family,
     is_device_arch,

@@ -17,7 +17,7 @@ import pytest
 
 from envforge.backends.docker.client import EngineClient
 from envforge.backends.docker.images import build_image, inspect_image
-from envforge.host.platforms import host_platform
+from envforge.knowledge.platforms import host_platform
 from envforge.recipe.load import load_recipe_file
 from envforge.recipe.model import EnvVar
 from envforge.render import RenderOptions, render_dockerfile

@@ -31,7 +31,7 @@ import pytest
 from envforge import backends
 from envforge.backends.base import BackendOption, Command, HostCheck, refuse_foreign
 from envforge.cli import main
-from envforge.cli.common import backend_flags
+from envforge.cli.backend_options import backend_flags
 from envforge.errors import InvalidInput
 from envforge.host.detect import HostInfo
 from envforge.host.doctor import Finding, Severity

@@ -1,4 +1,4 @@
-"""envforge.host.arch: one model of GPU archs; round trips and ordering as properties."""
+"""envforge.knowledge.arch: one model of GPU archs; round trips and ordering as properties."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from envforge.host import arch
-from envforge.host.arch import Gfx, Sm
+from envforge.knowledge import arch
+from envforge.knowledge.arch import Gfx, Sm
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:mypy_extensions.TypedDict is deprecated:DeprecationWarning"

@@ -15,8 +15,8 @@ from envforge import backends
 from envforge.backends.base import BackendOption, HostCheck, Options
 from envforge.backends.docker import certification, pipeline
 from envforge.cli import main
-from envforge.cli.common import backend_flags
-from envforge.fleet.plan import load_plan
+from envforge.cli.backend_options import backend_flags
+from envforge.fleet.planning import load_plan
 from envforge.fleet.task import command
 from envforge.host.detect import HostInfo, detect, no_tools
 from envforge.host.doctor import Finding

@@ -12,6 +12,7 @@ import pytest
 
 from envforge.backends import docker
 from envforge.backends.docker import pipeline
+from envforge.backends.docker import push as pub
 from envforge.backends.docker import shell as docker_shell
 from envforge.backends.docker.containers import container_kwargs
 from envforge.container.devices import DeviceFlags
@@ -23,7 +24,6 @@ from envforge.container.refs import (
     config_identity,
 )
 from envforge.errors import CertificationFailed, PublishRefused
-from envforge.publish import push as pub
 from envforge.publish.certificate import SCHEMA_V1, Certificate, CertificateStore, _digest, issue
 from envforge.recipe.model import Recipe
 from tests.helpers.fake_engine import FakeEngine, image_attrs

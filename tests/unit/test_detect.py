@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from envforge.errors import InvalidInput
-from envforge.host.arch import gfx_from_target_version, sm_from_compute_cap
 from envforge.host.detect import (
     HostInfo,
     ToolRunner,
@@ -22,6 +21,7 @@ from envforge.host.detect import (
     parse_rocminfo,
     system_tools,
 )
+from envforge.knowledge.arch import gfx_from_target_version, sm_from_compute_cap
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 SYSFS = FIXTURES / "sysfs"

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
+from envforge.backends.docker import push as pub
 from envforge.backends.docker.engine import connect
 from envforge.backends.docker.images import assemble_context, build_image
 from envforge.container.refs import CERTIFICATE_LABEL, ImageInfo, bound_config
 from envforge.errors import BuildFailed, CertificationFailed, PublishRefused, Unavailable
-from envforge.publish import push as pub
 from envforge.publish.certificate import Certificate, CertificateStore, issue
 from tests.helpers.fake_engine import FakeEngine
 from tests.helpers.recipes import make_recipe

@@ -9,6 +9,7 @@ import pytest
 
 from envforge.backends import docker, venv
 from envforge.backends.docker.doctor import check_docker
+from envforge.doctor import diagnose
 from envforge.host import doctor
 from envforge.host.detect import detect, no_tools
 from envforge.host.doctor import (
@@ -17,7 +18,6 @@ from envforge.host.doctor import (
     Identity,
     check_disk,
     check_driver,
-    diagnose,
     gpu_holders,
     min_driver_for,
     parse_group_file,

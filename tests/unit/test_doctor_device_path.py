@@ -16,8 +16,9 @@ import pytest
 
 from envforge.backends.docker.doctor import check_device_path
 from envforge.container.identity import EngineIdentity, identify
+from envforge.doctor import diagnose
 from envforge.host.detect import detect, no_tools
-from envforge.host.doctor import DoctorReport, Finding, Identity, diagnose
+from envforge.host.doctor import DoctorReport, Finding, Identity
 from tests.helpers.recipes import make_recipe
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

@@ -15,8 +15,9 @@ from envforge.cli import main
 from envforge.errors import InvalidInput
 from envforge.evidence.records import Redactor
 from envforge.fleet import github, k8s, outcome, slurm
-from envforge.fleet.node import granted
-from envforge.fleet.plan import Plan, Site, load_plan, make_plan, plan_from_dict
+from envforge.fleet.plan import Plan, Site
+from envforge.fleet.planning import load_plan, make_plan, plan_from_dict
+from envforge.host.grant import granted
 from envforge.recipe.catalogue import Catalogue
 from tests.helpers.matrix_synth import corpus, make_report
 

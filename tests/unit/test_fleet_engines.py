@@ -12,7 +12,7 @@ import pytest
 
 from envforge.cli import main
 from envforge.fleet import engines
-from envforge.fleet.plan import load_plan
+from envforge.fleet.planning import load_plan
 from tests.helpers import fake_fleet_engine
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import envforge.cli.running
 import envforge.host.detect
 from envforge.backends.docker.containers import container_kwargs, sdk_kwargs
 from envforge.backends.docker.shell import shell_env
@@ -207,9 +208,9 @@ def test_commands_refuse_an_index_out_of_range_in_one_line(
 def test_auto_chooses_for_the_selected_gpu_and_refuses_mixed_archs(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(
-        envforge.host.detect, "detect", functools.partial(detect, root=MIXED, tools=no_tools)
-    )
+    mixed = functools.partial(detect, root=MIXED, tools=no_tools)
+    monkeypatch.setattr(envforge.host.detect, "detect", mixed)
+    monkeypatch.setattr(envforge.cli.running, "detect", mixed)  # build's --gpu reads it
     assert main(["build", "auto", "--gpu", "all", "--backend", "venv"]) == 2
     err = capsys.readouterr().err
     assert "gfx1100 (GPU 0)" in err

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from envforge.doctor import diagnose
 from envforge.host import gpumem
 from envforge.host.detect import detect, no_tools
-from envforge.host.doctor import Identity, diagnose
+from envforge.host.doctor import Identity
 from envforge.host.gpumem import GIB, MIB, GpuMemory, Holder
 from envforge.host.hostinfo import ToolRunner
 from tests.helpers.recipes import make_recipe

@@ -14,12 +14,12 @@ from typing import Any
 import docker.errors
 import pytest
 
+from envforge.backends.docker import push as pub
 from envforge.backends.docker.images import build_image, inspect_image, push
 from envforge.backends.docker.images import pull as images_pull
 from envforge.cli import main
 from envforge.container.refs import CERTIFICATE_LABEL, bound_config, certified_ref
 from envforge.errors import ExitCode, InvalidInput, PublishRefused, Unavailable
-from envforge.publish import push as pub
 from envforge.publish.certificate import CertificateStore, issue
 from tests.helpers.fake_engine import DEFAULT_CONFIG, DEFAULT_LAYERS, FakeEngine, image_attrs
 from tests.helpers.recipes import make_recipe

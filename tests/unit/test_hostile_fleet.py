@@ -33,9 +33,10 @@ from envforge.errors import InvalidInput
 from envforge.evidence.genuine import document_problem, steps_problem
 from envforge.evidence.records import Redactor
 from envforge.fleet import github, outcome, slurm, values
-from envforge.fleet.node import FLEET_VARIABLE, fleet_facts
-from envforge.fleet.plan import Plan, Site, load_plan, make_plan
+from envforge.fleet.plan import Plan, Site
+from envforge.fleet.planning import load_plan, make_plan
 from envforge.fleet.task import environment
+from envforge.host.grant import FLEET_VARIABLE, fleet_facts
 from envforge.probe.report import host_info
 from envforge.probe.spec import FULL_STEPS, QUICK_STEPS
 from envforge.recipe.catalogue import Catalogue

@@ -19,7 +19,6 @@ import yaml
 from envforge.cli import main
 from envforge.core.resources import data_file
 from envforge.errors import ConstraintViolation
-from envforge.host.arch import sm_covered
 from envforge.knowledge import (
     TableError,
     check,
@@ -33,6 +32,7 @@ from envforge.knowledge import (
     override_target,
     recipe_arch_for,
 )
+from envforge.knowledge.arch import sm_covered
 from envforge.knowledge.parse import parse_table
 from envforge.recipe.catalogue import Catalogue
 from envforge.recipe.model import Recipe

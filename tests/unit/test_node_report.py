@@ -15,7 +15,7 @@ from envforge.errors import InvalidInput
 from envforge.evidence.evidence_store import read_store, record, sanitized_report
 from envforge.evidence.records import Redactor, parse_document
 from envforge.evidence.summary import report_facts
-from envforge.fleet.node import node_facts
+from envforge.host.grant import node_facts
 from envforge.probe.report import ProbeReport, host_info
 from tests.helpers.matrix_synth import Spec, make_report
 from tests.unit.test_evidence_store import GPU

@@ -14,9 +14,9 @@ from envforge.cli import main
 from envforge.core.resources import data_file
 from envforge.errors import TableError
 from envforge.host.detect import detect, no_tools
-from envforge.host.platforms import platform_of
 from envforge.knowledge import check, load_table
 from envforge.knowledge.parse import parse_table
+from envforge.knowledge.platforms import platform_of
 from envforge.lock import serves_platform
 from tests.helpers.recipes import make_recipe
 
@@ -185,7 +185,7 @@ def test_the_default_platform_is_the_hosts(
 ) -> None:
     """On an arm64 host a Turing recipe is refused by render, validate and build (before
     any engine) without --platform: the arm64 wheels carry no sm_75 SASS."""
-    monkeypatch.setattr("envforge.host.platforms._platform.machine", lambda: "aarch64")
+    monkeypatch.setattr("envforge.knowledge.platforms._platform.machine", lambda: "aarch64")
     for argv in (["render", "sm_75"], ["validate", "sm_75"], ["build", "sm_75"]):
         assert main(argv) == 2, argv
         assert "has no code for sm_75" in capsys.readouterr().err

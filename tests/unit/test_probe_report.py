@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from envforge.errors import InvalidInput
-from envforge.host.arch import gfx_from_target_version
+from envforge.knowledge.arch import gfx_from_target_version
 from envforge.probe.report import (
     ProbeReport,
     ReportGpu,

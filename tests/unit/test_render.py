@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from envforge.errors import InvalidInput
+from envforge.lock import LockedInstall
 from envforge.recipe.load import load_recipe_file
 from envforge.recipe.model import EnvVar, Recipe, Torch
 from envforge.render import (
@@ -22,7 +23,6 @@ from envforge.render import (
     render_dockerfile,
     torch_requirement,
 )
-from envforge.render.context import LockedInstall
 from tests.helpers.dockerfile_syntax import (
     Instruction,
     install_requirements,

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from envforge.backends import docker
+from envforge.backends.docker import push as publish
 from envforge.cli import main
 from envforge.container.refs import CERTIFICATE_LABEL, certified_ref
 from envforge.errors import CertificationFailed, InvalidInput, PublishRefused
-from envforge.publish import push as publish
 from envforge.publish.certificate import Certificate, CertificateStore, issue, sign
 from envforge.publish.signing import (
     SigningKey,

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from envforge.cli import main
-from envforge.host.arch import NVIDIA_COMPUTE_CAPABILITIES, vendor_of
 from envforge.knowledge import check, load_table
+from envforge.knowledge.arch import NVIDIA_COMPUTE_CAPABILITIES, vendor_of
 from envforge.knowledge.table import CompatTable
 from envforge.recipe.load import load_recipe_file, parse_recipe
 from envforge.solve.solver import (

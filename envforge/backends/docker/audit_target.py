@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import docker.errors
 
-from envforge.backends.docker.engine import TRANSPORT_ERRORS, api_message, connect
+from envforge.backends.docker.engine import connect
 from envforge.backends.docker.probe_target import DockerTarget
+from envforge.backends.docker.sdkerrors import TRANSPORT_ERRORS, api_message
 from envforge.errors import InvalidInput, Unavailable, printable
 
 #: Interpreters tried in an image, in order.

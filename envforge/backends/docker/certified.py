@@ -6,7 +6,7 @@ another image (``docker commit`` re-tagged, an image built ``FROM`` it, another 
 certified image). :func:`image_for_use` is the one place the Docker path turns that name
 into an image it runs -- ``shell`` and the quick probe before a fallback -- and it runs
 nothing whose certificate does not certify it for this recipe
-(:func:`envforge.publish.push.image_binding` and :func:`~envforge.publish.push.recipe_mismatch`,
+(:func:`.push.image_binding` and :func:`.push.recipe_mismatch`,
 the checks ``publish`` and ``verify`` make too). ``certify RECIPE`` probes what the tag
 names whatever it is (that is how an image becomes certified) and says when it is not the
 certified one (:func:`tag_note`).
@@ -18,15 +18,15 @@ from collections.abc import Callable
 
 from envforge.backends.docker.client import EngineClient
 from envforge.backends.docker.images import inspect_image
-from envforge.container.refs import ImageInfo, certified_ref
-from envforge.errors import CertificationFailed, InvalidInput, Unavailable
-from envforge.publish.push import (
+from envforge.backends.docker.push import (
     certificate_of,
     image_binding,
     older_format,
     other_version,
     recipe_mismatch,
 )
+from envforge.container.refs import ImageInfo, certified_ref
+from envforge.errors import CertificationFailed, InvalidInput, Unavailable
 from envforge.recipe.model import Recipe
 
 Say = Callable[[str], None]

@@ -22,8 +22,14 @@ import docker.types
 from docker.types import DeviceRequest
 
 from envforge.backends.docker.client import ContainerModel, EngineClient
-from envforge.backends.docker.engine import TRANSPORT_ERRORS, api_message, first_line
-from envforge.backends.docker.leftovers import owner_labels
+from envforge.backends.docker.leftovers import (
+    OWNER_LABEL,
+    owner_labels,
+    stale,
+    sweep_contexts,
+    this_process,
+)
+from envforge.backends.docker.sdkerrors import TRANSPORT_ERRORS, api_message, first_line
 from envforge.container.devices import DeviceFlags
 from envforge.container.refs import ROLE_LABEL
 from envforge.errors import InvalidInput, Unavailable
@@ -243,3 +249,32 @@ def remove_by_name(client: EngineClient, name: str) -> None:
 
 def unique_name(role: str) -> str:
     return f"envforge-{role}-{secrets.token_hex(6)}"
+
+
+def sweep_containers(client: EngineClient) -> list[str]:
+    """Remove the containers whose envforge is gone; their names. Best effort: an engine
+    that does not answer the listing is left alone."""
+    here = this_process()
+    if here is None:
+        return []
+    try:
+        listed = client.api.containers(all=True, filters={"label": OWNER_LABEL})
+    except TRANSPORT_ERRORS:  # the SDK's errors included
+        return []
+    removed: list[str] = []
+    for item in listed:
+        labels = item.get("Labels") or {}
+        names = item.get("Names") or []
+        if not isinstance(labels, dict) or not names or not isinstance(names[0], str):
+            continue
+        if stale(str(labels.get(OWNER_LABEL, "")), here):
+            name = names[0].lstrip("/")
+            remove_by_name(client, name)
+            removed.append(name)
+    return removed
+
+
+def sweep(client: EngineClient) -> None:
+    """What killed envforges left: their containers on this engine, their build contexts."""
+    sweep_containers(client)
+    sweep_contexts()

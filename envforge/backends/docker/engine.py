@@ -1,4 +1,4 @@
-"""Which engine to talk to, and a client for it; SDK errors turned into envforge errors.
+"""Which engine to talk to, and a client for it (what killed envforges left is swept).
 
 Engine selection follows the docker CLI: ``DOCKER_HOST`` (with ``DOCKER_TLS_VERIFY`` and
 ``DOCKER_CERT_PATH``) first, then ``DOCKER_CONTEXT``, then the CLI's current context, then
@@ -16,11 +16,11 @@ from typing import Any, cast
 
 import docker
 import docker.errors
-import requests.exceptions
-import urllib3.exceptions
 from docker.context import ContextAPI
 
 from envforge.backends.docker.client import EngineClient
+from envforge.backends.docker.containers import sweep
+from envforge.backends.docker.sdkerrors import TRANSPORT_ERRORS, first_line
 from envforge.container.identity import EngineIdentity, engine_kind, identify
 from envforge.errors import Unavailable
 
@@ -28,15 +28,6 @@ _CONNECT_TIMEOUT = 10
 _STREAM_TIMEOUT = 6 * 3600
 #: API version for the reachability ping only (every engine since Docker 1.12 speaks it).
 _PING_API_VERSION = "1.24"
-
-#: What a call to the engine may raise besides a clean API error: the SDK's own errors and
-#: the transport's (requests' ReadTimeout when a wait runs out, a dropped connection).
-TRANSPORT_ERRORS: tuple[type[Exception], ...] = (
-    docker.errors.DockerException,
-    requests.exceptions.RequestException,
-    urllib3.exceptions.HTTPError,
-    OSError,
-)
 
 
 @dataclass(frozen=True)
@@ -120,8 +111,6 @@ def connect(environ: Mapping[str, str] | None = None) -> EngineClient:
     # DockerClient is the EngineClient these Protocols describe (its stubs' signatures are
     # wider than the slice envforge declares, so mypy cannot match them structurally).
     engine = cast(EngineClient, client)
-    from envforge.backends.docker.leftovers import sweep  # noqa: PLC0415 - import cycle
-
     sweep(engine)  # what killed envforges left: their containers, their build contexts
     return engine
 
@@ -160,15 +149,3 @@ def podman_info(client: EngineClient) -> dict[str, Any] | None:
     except _LIBPOD_ERRORS:
         return None
     return data if isinstance(data, dict) else None
-
-
-def api_message(exc: docker.errors.APIError) -> str:
-    """The engine's explanation of an API error, on one line."""
-    explanation = getattr(exc, "explanation", None)
-    return first_line(str(explanation or exc))
-
-
-def first_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    line = lines[0] if lines else text.strip()
-    return line[:300]

@@ -18,7 +18,7 @@ import docker.errors
 import docker.utils.build
 
 from envforge.backends.docker.client import EngineClient
-from envforge.backends.docker.engine import TRANSPORT_ERRORS, api_message, first_line
+from envforge.backends.docker.sdkerrors import TRANSPORT_ERRORS, api_message, first_line
 from envforge.container.identity import engine_kind
 from envforge.container.refs import DIGEST_RE, ImageInfo, check_digest, split_ref
 from envforge.core import proc

@@ -9,10 +9,11 @@ SIGKILL runs nothing, so:
 * :func:`bound` binds a container's lifetime to this process: a watcher process
   (:mod:`envforge.backends.docker.reaper`, a session of its own) removes the container
   once this process ends without having removed it itself;
-* :func:`sweep` runs whenever envforge connects to an engine: it removes the containers
-  whose owner is gone (same boot and pid namespace as this process, owner pid no longer
-  running with that start time) and the build contexts whose owner is gone. Containers of
-  another host or container (a shared or remote engine) and of a running envforge are
+* :func:`~envforge.backends.docker.containers.sweep` runs whenever envforge connects to
+  an engine: it removes the containers whose owner is gone (same boot and pid namespace
+  as this process, owner pid no longer running with that start time) and the build
+  contexts whose owner is gone. Containers of another host or container (a shared or
+  remote engine) and of a running envforge are
   left alone.
 """
 
@@ -29,7 +30,6 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-from envforge.backends.docker.client import EngineClient
 from envforge.core import proc
 
 #: The label naming the envforge process a container belongs to.
@@ -144,38 +144,6 @@ def sweep_contexts(parent: Path | None = None) -> list[Path]:
                 os.unlink(entry.path)
         removed.append(Path(entry.path))
     return removed
-
-
-def sweep_containers(client: EngineClient) -> list[str]:
-    """Remove the containers whose envforge is gone; their names. Best effort: an engine
-    that does not answer the listing is left alone."""
-    from envforge.backends.docker.containers import remove_by_name  # noqa: PLC0415 - cycle
-    from envforge.backends.docker.engine import TRANSPORT_ERRORS  # noqa: PLC0415 - cycle
-
-    here = this_process()
-    if here is None:
-        return []
-    try:
-        listed = client.api.containers(all=True, filters={"label": OWNER_LABEL})
-    except TRANSPORT_ERRORS:  # the SDK's errors included
-        return []
-    removed: list[str] = []
-    for item in listed:
-        labels = item.get("Labels") or {}
-        names = item.get("Names") or []
-        if not isinstance(labels, dict) or not names or not isinstance(names[0], str):
-            continue
-        if stale(str(labels.get(OWNER_LABEL, "")), here):
-            name = names[0].lstrip("/")
-            remove_by_name(client, name)
-            removed.append(name)
-    return removed
-
-
-def sweep(client: EngineClient) -> None:
-    """What killed envforges left: their containers on this engine, their build contexts."""
-    sweep_containers(client)
-    sweep_contexts()
 
 
 @contextmanager

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envforge.backends.base import BackendOption, LineSink, Options
-from envforge.host.platforms import PLATFORMS
+from envforge.knowledge.platforms import PLATFORMS
 from envforge.probe.runner import ProbeListener
+from envforge.publish.signing import load_signer
 from envforge.recipe.model import Level
 
 if TYPE_CHECKING:
@@ -149,7 +150,6 @@ def docker_options(options: Options | DockerOptions) -> DockerOptions:
         return options
     extra = options.extra
     certify = not extra.get("no_certify", False)
-    from envforge.publish.signing import load_signer  # noqa: PLC0415 - loads cryptography
 
     return DockerOptions(
         wheelhouse=options.wheelhouse,

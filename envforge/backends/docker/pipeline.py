@@ -62,7 +62,8 @@ if TYPE_CHECKING:
     from envforge.backends.docker.client import EngineClient
     from envforge.backends.docker.images import BuildKitCli
     from envforge.backends.docker.projects import ProjectBuild, ProjectProbe
-    from envforge.render.context import Builder, LockedInstall
+    from envforge.lock import LockedInstall
+    from envforge.render.context import Builder
 
 
 #: The options of a call that gives none.

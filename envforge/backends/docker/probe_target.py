@@ -22,8 +22,8 @@ from envforge.backends.docker.containers import (
     sigint_deferred,
     unique_name,
 )
-from envforge.backends.docker.engine import TRANSPORT_ERRORS, api_message
 from envforge.backends.docker.leftovers import bound
+from envforge.backends.docker.sdkerrors import TRANSPORT_ERRORS, api_message
 from envforge.container.devices import DeviceFlags
 from envforge.errors import Unavailable
 from envforge.probe.target import LineQueue, container_exit_status
@@ -142,7 +142,7 @@ class DockerTarget:
     mounts: tuple[tuple[str, str], ...] = ()
     #: Variables added to the runner's (a project's ``PYTHONPATH``).
     env: Mapping[str, str] = field(default_factory=dict)
-    #: The probe's audit step runs its bundled file here (envforge/audit/probe_step.py).
+    #: The probe's audit step runs its bundled file here (envforge/probe/audit_step.py).
     audit_in_target: ClassVar[bool] = True
 
     @property

@@ -24,6 +24,7 @@ from envforge import lock
 from envforge.container.caches import SHELL_WORKDIR
 from envforge.container.refs import ImageInfo, certified_ref
 from envforge.errors import CertificationFailed, InvalidInput
+from envforge.lock import LockedInstall
 from envforge.probe.spec import CheckFile
 from envforge.project.checks import checks_digest, project_checks
 from envforge.project.init import import_name
@@ -36,7 +37,6 @@ from envforge.project.resolve import (
     write_project_lock,
 )
 from envforge.recipe.model import Recipe
-from envforge.render.context import LockedInstall
 from envforge.render.project import (
     PROJECT_CHECKS_LABEL,
     PROJECT_DIGEST_LABEL,

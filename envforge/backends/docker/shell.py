@@ -23,8 +23,9 @@ from envforge.backends.docker.containers import (
     remove_by_name,
     unique_name,
 )
-from envforge.backends.docker.engine import TRANSPORT_ERRORS, identify_engine
+from envforge.backends.docker.engine import identify_engine
 from envforge.backends.docker.leftovers import bound, owner_labels
+from envforge.backends.docker.sdkerrors import TRANSPORT_ERRORS
 from envforge.container.caches import (
     CACHE_ROOT,
     SHELL_HOME,

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from envforge import __version__, lock
+from envforge import lock
 from envforge.backends.venv import share
 from envforge.backends.venv.certifying import (
     CONTENT_FORMAT,
@@ -74,8 +74,10 @@ from envforge.errors import (
 )
 from envforge.host.syspkg import missing_packages
 from envforge.probe.report import ProbeReport
+from envforge.project.resolve import current_lock
 from envforge.recipe.model import Level, Recipe
 from envforge.stack import Stack
+from envforge.version import __version__
 
 
 def _reinstall_reason(
@@ -226,8 +228,6 @@ def _lock_for(recipe: Recipe, stack: Stack, options: VenvOptions) -> Path | None
     if not options.use_lock:
         return None
     if options.project is not None:
-        from envforge.project.resolve import current_lock  # noqa: PLC0415 - projects only
-
         found = current_lock(options.project, recipe, stack)
         if found is None:
             options.say(

@@ -49,6 +49,8 @@ from envforge.backends.venv.layout import (
     venv_location,
     venv_python,
 )
+from envforge.evidence.evidence_store import record, sanitized_report
+from envforge.project.checks import project_checks
 
 
 def probe_venv(
@@ -198,7 +200,6 @@ def project_steps(project: Project | None) -> tuple[CheckFile, ...]:
     """A project's probe steps (its import, its checks); none without a project."""
     if project is None:
         return ()
-    from envforge.project.checks import project_checks  # noqa: PLC0415 - projects only
 
     return project_checks(project)
 
@@ -315,8 +316,6 @@ def _keep_evidence(
     fingerprint (its content is bound by the venv's own ``certified.json``), its report
     sanitized (no host or user names); an incremental one says so (its report holds only
     the steps it re-ran)."""
-    from envforge.evidence.evidence_store import record, sanitized_report  # noqa: PLC0415
-
     project = options.project
     cert = issue(
         report=sanitized_report(report.to_dict()),

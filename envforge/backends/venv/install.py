@@ -30,6 +30,7 @@ from envforge.backends.venv.layout import (
     project_binding,
     venv_python,
 )
+from envforge.project.resolve import project_stack
 
 
 def stack_for(recipe: Recipe, project: Project | None) -> Stack:
@@ -37,7 +38,6 @@ def stack_for(recipe: Recipe, project: Project | None) -> Stack:
     checking that the stack's pins satisfy them: exit 2 naming both sides otherwise)."""
     if project is None:
         return stack_of(recipe)
-    from envforge.project.resolve import project_stack  # noqa: PLC0415 - projects only
 
     return project_stack(project, recipe)
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from envforge.evidence.records import Evidence
+    from envforge.evidence.model import Evidence
     from envforge.knowledge.table import CompatTable
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from envforge.evidence.records import Evidence, from_report
+from envforge.evidence.model import Evidence, from_report
 from envforge.knowledge.table import CompatTable
 from envforge.publish.certificate import legacy_venv
 

@@ -15,11 +15,16 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from envforge.audit.collect import collect_python
+from envforge.audit.image import collect_target
+from envforge.audit.run import host_arch, judge
 from envforge.errors import Unavailable
+from envforge.probe.local import LocalPythonTarget
+from envforge.probe.report import StepResult
 
 if TYPE_CHECKING:
     from envforge.audit.model import AuditReport, Collected
-    from envforge.probe.report import Status, StepResult
+    from envforge.probe.report import Status
     from envforge.probe.spec import ProbeSpec
     from envforge.probe.target import ProbeTarget
 
@@ -33,21 +38,14 @@ def _arch(spec: ProbeSpec) -> tuple[str | None, str]:
         return None, "the recipe runs on the CPU"
     if spec.expect.arch:
         return spec.expect.arch, ""
-    from envforge.audit.run import host_arch  # noqa: PLC0415 - detection only here
 
     return host_arch()
 
 
 def _collect(spec: ProbeSpec, target: ProbeTarget) -> Collected | None:
-    from envforge.probe.local import LocalPythonTarget  # noqa: PLC0415 - light import
-
     if isinstance(target, LocalPythonTarget):
-        from envforge.audit.collect import collect_python  # noqa: PLC0415
-
         return collect_python(target.python, target.description, env=spec.env_map)
     if getattr(target, "audit_in_target", False):
-        from envforge.audit.image import collect_target  # noqa: PLC0415
-
         return collect_target(target, env=spec.env_map)
     return None
 
@@ -68,9 +66,6 @@ def detail_of(report: AuditReport) -> str:
 
 
 def audit_step(spec: ProbeSpec, target: ProbeTarget) -> StepResult:
-    from envforge.audit.run import judge  # noqa: PLC0415
-    from envforge.probe.report import StepResult  # noqa: PLC0415
-
     began = time.monotonic()
     try:
         collected = _collect(spec, target)

@@ -36,8 +36,11 @@ from envforge.container.refs import (
     registry_ref,
     split_ref,
 )
+from envforge.core.net import DEADLINE_ENV, Deadline, deadline_seconds
 from envforge.errors import CertificationFailed, InvalidInput, PublishRefused
 from envforge.publish.certificate import V1_PARTIAL, Certificate, CertificateStore, binding_problems
+from envforge.publish.registry import remote_image
+from envforge.publish.signing import check_signature
 from envforge.recipe.model import Recipe
 
 if TYPE_CHECKING:
@@ -151,8 +154,6 @@ def publishable(
             hint=f"fix the cause, then envforge certify {recipe.name}",
         )
     if require_signed:
-        from envforge.publish.signing import check_signature  # noqa: PLC0415 - loads cryptography
-
         check = check_signature(cert.data)
         if check.state == "unsigned":
             raise PublishRefused(
@@ -225,17 +226,12 @@ def verify_remote(ref: str, *, deadline: float | None = None) -> Verified:
     """Verify ``ref`` where it is, with no engine: the registry's manifest and config blob
     (the certificate label, the layers' diff IDs, the config) through its HTTP API, all
     within ``deadline`` seconds (default: ``ENVFORGE_NET_DEADLINE``, else 45)."""
-    from envforge.core.net import Deadline  # noqa: PLC0415 - network code
-    from envforge.publish.registry import remote_image  # noqa: PLC0415 - network code
-
     return verify_local(remote_image(ref, deadline=Deadline.start(_stall(deadline))), ref)
 
 
 def _stall(given: float | None) -> float:
     """Seconds: ``given``, else ``ENVFORGE_NET_DEADLINE``, else the default; a bad
     variable is exit 2 naming it."""
-    from envforge.core.net import DEADLINE_ENV, deadline_seconds  # noqa: PLC0415 - when used
-
     try:
         return deadline_seconds(given)
     except ValueError as exc:

@@ -1,0 +1,71 @@
+"""``--backend`` and the flags each backend declares, as click options (build, shell,
+certify, doctor, fleet; never loaded by the light commands)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from envforge.backends import BACKENDS
+from envforge.backends.base import Command, given, unique_options
+from envforge.cli.common import _check_shm_size
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _check_backend(_ctx: object, _param: object, value: str | None) -> str | None:
+    """A name in :data:`envforge.backends.BACKENDS`, read when a value is given (so
+    ``--help`` of light commands loads no backend)."""
+    if value is None:
+        return None
+
+    if value not in BACKENDS:
+        raise click.BadParameter(f"{value!r} is not a backend (one of: {', '.join(BACKENDS)})")
+    return value
+
+
+def backend_option(help: str, default: str | None = None) -> Callable[[F], F]:
+    return click.option(
+        "--backend",
+        default=default,
+        callback=_check_backend,
+        show_default=default is not None,
+        metavar="NAME",
+        help=f"{help} (docker, venv, or another installed backend)",
+    )
+
+
+def backend_flags(command: Command) -> Callable[[F], F]:
+    """The flags the backends declare for ``command`` (each once), as click options."""
+    kinds: dict[str, Any] = {
+        "dir": click.Path(exists=True, file_okay=False, path_type=Path),
+        "file": click.Path(exists=True, dir_okay=False, path_type=Path),
+    }
+
+    def decorate(func: F) -> F:
+        for option in reversed(unique_options(BACKENDS, command)):
+            kind: Any = click.Choice(option.choices) if option.choices else kinds.get(option.kind)
+            func = click.option(
+                option.flag,
+                option.key,
+                type=kind,
+                is_flag=option.is_flag,
+                multiple=option.multiple,
+                metavar=option.metavar,
+                default=None
+                if not (option.is_flag or option.multiple)
+                else (False if option.is_flag else ()),
+                callback=_check_shm_size if option.kind == "size" else None,
+                help=option.help,
+            )(func)
+        return func
+
+    return decorate
+
+
+def backend_extra(command: Command, values: dict[str, Any]) -> dict[str, Any]:
+    """Of a command's keyword arguments, the values of the backend flags given."""
+    return given(unique_options(BACKENDS, command), values)

@@ -1,0 +1,113 @@
+"""What the commands that run a probe share (build, shell, probe, certify): the GPUs to
+use (``--gpu``, the scheduler's grant), ``--require-free`` and ``--summary``.
+
+The light commands (``--help``, list, show, validate, solve, render, detect) never load
+this module, so what it needs is imported at the top (:mod:`.common` keeps the rest).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any, TypeVar
+
+import click
+
+from envforge.cli.common import load_checked, load_for_host, say
+from envforge.container.devices import GpuPick, pick_gpus, visible_env
+from envforge.errors import InvalidInput
+from envforge.host.detect import detect
+from envforge.host.grant import granted
+from envforge.probe.spec import require_free_problem
+from envforge.recipe.model import Recipe
+from envforge.solve.choose import Choice
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _check_require_free(_ctx: object, _param: object, value: float | None) -> float | None:
+
+    if value is not None and require_free_problem(value):
+        raise InvalidInput(
+            f"--require-free {require_free_problem(value)}",
+            hint="--require-free 8 (GiB free on each GPU the probe uses)",
+        )
+    return value
+
+
+def require_free_option(func: F) -> F:
+    """``--require-free GIB``: the probe's memory step fails below GIB free on a GPU."""
+    return click.option(
+        "--require-free",
+        type=float,
+        default=None,
+        callback=_check_require_free,
+        metavar="GIB",
+        help="Fail the probe's memory step when a GPU has less than GIB free "
+        "(default: warn only, when other processes hold more than half of a GPU's memory).",
+    )(func)
+
+
+def load_with_gpus(
+    ref: str, gpu: str | None, overrides: Sequence[str] = (), *, platform: str | None = None
+) -> tuple[Recipe, Choice | None, GpuPick | None]:
+    """:func:`load_for_host` with ``--gpu``: the selection is checked against the detected
+    GPUs (out of range, several archs, another vendor: exit 2, one line), and ``auto``
+    chooses for the selected GPUs. Says the selection on stderr in one line. Inside a
+    scheduler's job (Slurm, a pod) the GPUs it granted are the default ``--gpu``."""
+    if gpu is None:
+        gpu = _granted_gpu(ref, overrides)
+    if gpu is None:
+        recipe, choice = load_for_host(ref, None, overrides, platform=platform)
+        return recipe, choice, None
+
+    if ref != "auto":
+        recipe = load_checked(ref, overrides, platform=platform)
+        return recipe, None, pick_for(recipe, gpu)
+    host = detect()
+    pick = pick_gpus(gpu, host.gpus)
+    chosen = tuple(g for g in host.gpus if g.index in pick.indexes)
+    recipe, choice = load_for_host(ref, replace(host, gpus=chosen), overrides, platform=platform)
+    _say_pick(gpu, pick)
+    return recipe, choice, pick
+
+
+def _granted_gpu(ref: str, overrides: Sequence[str]) -> str | None:
+    """The scheduler's grant as ``--gpu`` (said on stderr), or None: outside a job, or
+    for a recipe that needs no GPU (:mod:`envforge.host.grant`)."""
+    grant = granted(os.environ)
+    if grant is None:
+        return None
+    where = f"{grant.variable}={grant.gpus} on {grant.node or 'this node'}"
+    if ref != "auto" and load_checked(ref, overrides).gpu.vendor == "none":
+        say(f"the scheduler granted GPU {grant.gpus} ({where}): not used, the recipe needs none")
+        return None
+    say(f"--gpu {grant.gpus}: the GPUs the scheduler granted ({where})")
+    return grant.gpus
+
+
+def pick_for(recipe: Recipe | None, gpu: str | None) -> GpuPick | None:
+    """``--gpu`` for a chosen recipe (None: any vendor, still one arch), checked against
+    the detected GPUs (``all``: those of the recipe's vendor); said on stderr in one line.
+    None without ``--gpu``."""
+    if gpu is None:
+        return None
+
+    pick = pick_gpus(gpu, detect().gpus, recipe.gpu.vendor if recipe is not None else None)
+    _say_pick(gpu, pick)
+    return pick
+
+
+def _say_pick(gpu: str, pick: GpuPick) -> None:
+    which = ",".join(str(i) for i in pick.indexes)
+    say(f"--gpu {gpu}: GPU {which} ({pick.arch or '?'}), NPROC_PER_NODE={pick.count}")
+
+
+def gpu_environ(pick: GpuPick | None) -> dict[str, str] | None:
+    """This process's environment plus the ``--gpu`` variables in the host's numbering
+    (for the venv backend and ``probe``: processes on this host); None without ``--gpu``."""
+    if pick is None:
+        return None
+
+    return {**os.environ, **visible_env(pick, container=False)}
