@@ -14,13 +14,12 @@ from envforge.backends.venv import disk, share
 from envforge.core import paths
 from envforge.core.diskuse import folder_bytes, human
 from envforge.errors import EnvforgeError
+from envforge.recipe.catalogue import Catalogue
+from envforge.recipe.load import load_recipe_file
 
 
 def _current_hashes() -> dict[str, str]:
     """Recipe name → its hash now, for every catalogue recipe that loads."""
-    from envforge.recipe.catalogue import Catalogue  # noqa: PLC0415 - keeps --help light
-    from envforge.recipe.load import load_recipe_file  # noqa: PLC0415
-
     out: dict[str, str] = {}
     for name, path in Catalogue.default().files().items():
         try:
