@@ -25,8 +25,10 @@ stacks); no I/O. Rules (issue 10, section 1):
   runs another arch's code.
 
 An arch no published wheel can run (sm_35, gfx803) raises :class:`NoStack` (exit 2)
-naming the last release that could, or saying none; a name the table does not know
-raises :class:`UnknownArch` (exit 2) with the nearest known archs.
+naming the last release that could, or saying none. An arch the table has no row for
+is predicted from its ISA family (:mod:`envforge.solve.predict`, rules in
+``families.yaml``): confidence ``predicted``, refused under strict; a name no family rule
+speaks for raises :class:`UnknownArch` (exit 2) with the nearest known archs.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from envforge.knowledge.arch import (
     vendor_of,
 )
 from envforge.knowledge.arch_checks import jetpack_note, jetpack_runs, jetson_info
+from envforge.knowledge.families import Families
 from envforge.knowledge.links import evidence_links
 from envforge.knowledge.table import (
     PLATFORMS,
@@ -56,6 +59,7 @@ from envforge.knowledge.table import (
     py_tuple,
 )
 from envforge.solve.coverage import CONF_RANK, candidates, doubts, known_archs, nearest_archs
+from envforge.solve.predict import mark, prediction_for
 from envforge.solve.solution import (
     HSA_OVERRIDE,
     Candidate,
@@ -131,16 +135,27 @@ def _images_by_python(table: CompatTable) -> dict[str, tuple[str, str, str]]:
     return out
 
 
-def solve(request: SolveRequest, table: CompatTable) -> Solution:
+def solve(request: SolveRequest, table: CompatTable, families: Families | None = None) -> Solution:
     """Solve ``request`` against ``table``; raises :class:`NoStack` / :class:`UnknownArch`
     (exit 2) or :class:`InvalidInput` for a malformed constraint.
 
     The default is the newest stack whose every choice is verified; ``--latest`` the newest
-    stack; each says what the other would choose when it differs."""
-    solution = _solve(request, table)
+    stack; each says what the other would choose when it differs. An arch the table has
+    no row for is predicted from its ISA family (:mod:`envforge.solve.predict`; ``families``,
+    default the shipped ``families.yaml``): confidence ``predicted``, refused under strict."""
+    guess = prediction_for(request.arch.strip().lower(), table, families)
+    if guess is not None:  # no row for the arch: solve against its family's rule
+        table = guess.table
+    solution = _both(request, table, predicted=guess is not None)
+    return solution if guess is None else mark(guess, solution, strict=request.strict)
+
+
+def _both(request: SolveRequest, table: CompatTable, *, predicted: bool) -> Solution:
+    """The request's mode, noting what the default/``--latest`` mode would choose."""
+    solution = _solve(request, table, predicted=predicted)
     if request.conservative:
         return solution
-    other = _solve(replace(request, latest=not request.latest), table).stack
+    other = _solve(replace(request, latest=not request.latest), table, predicted=predicted).stack
     if other.label == solution.stack.label:
         return solution
     said = "without --latest:" if request.latest else "--latest would choose"
@@ -148,10 +163,11 @@ def solve(request: SolveRequest, table: CompatTable) -> Solution:
     return replace(solution, notes=(*solution.notes, note))
 
 
-def _solve(request: SolveRequest, table: CompatTable) -> Solution:
+def _solve(request: SolveRequest, table: CompatTable, *, predicted: bool = False) -> Solution:
     arch = request.arch.strip().lower()
     vendor = vendor_of(arch)
-    if vendor is None or not is_device_arch(arch) or arch not in known_archs(table):
+    known = predicted or arch in known_archs(table)
+    if vendor is None or not is_device_arch(arch) or not known:
         near = ", ".join(nearest_archs(arch, table)) or "none"
         raise UnknownArch(
             f"the compatibility table does not know the arch {request.arch!r}; nearest known: "
