@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from envforge.core.patterns import Confidence
 from envforge.knowledge.arch import (
-    NVIDIA_COMPUTE_CAPABILITIES,
-    is_device_arch,
     ordinal,
     parse_sm,
     sort_key,
     vendor_of,
 )
+from envforge.knowledge.arch_checks import table_archs
 from envforge.knowledge.table import ArchInfo, CompatTable, Override, Variant
 from envforge.solve.solution import HSA_OVERRIDE, Candidate, Via
 
@@ -20,15 +19,9 @@ CONF_RANK: dict[str, int] = {"verified": 0, "community": 1, "uncertain": 2}
 
 
 def known_archs(table: CompatTable) -> tuple[str, ...]:
-    """Every arch the table names (arch info, wheel lists, overrides) plus the shipped
-    NVIDIA compute capabilities, in arch order."""
-    names: set[str] = {a.arch for a in (*table.amd_archs, *table.nvidia_archs)}
-    names.update(o.arch for o in table.overrides)
-    names.update(NVIDIA_COMPUTE_CAPABILITIES)
-    for r in table.releases:
-        for v in r.variants:
-            names.update(a for a in v.archs if is_device_arch(a))
-    return tuple(sorted(names, key=sort_key))
+    """Every arch the table names plus the shipped NVIDIA compute capabilities, in arch
+    order (:func:`envforge.knowledge.arch_checks.table_archs`)."""
+    return table_archs(table)
 
 
 def nearest_archs(arch: str, table: CompatTable, limit: int = 3) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -166,3 +167,17 @@ def test_auto_on_a_host_detecting_an_arch_with_no_row(
     monkeypatch.setenv("ENVFORGE_STRICT", "1")
     assert main(["build", "auto"]) == 2  # refused before anything is built
     assert "--strict: auto -> " + arch in capsys.readouterr().err
+
+
+def test_a_recipe_for_an_arch_with_no_row_is_an_unknown_verdict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    recipe = tmp_path / "sm_122.yaml"
+    assert main(["solve", "sm_122", "--write", str(recipe)]) == 0
+    capsys.readouterr()
+    assert main(["show", str(recipe)]) == 0
+    warned = [line for line in capsys.readouterr().err.splitlines() if "[gpu-arch]" in line]
+    assert len(warned) == 1
+    assert "predicted, not verified" in warned[0]
+    assert main(["--strict", "show", str(recipe)]) == 2
+    assert "[gpu-arch]" in capsys.readouterr().err
