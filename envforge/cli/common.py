@@ -305,6 +305,14 @@ def load_for_host(
     from envforge.solve.choose import load_choice  # noqa: PLC0415 - only for auto
 
     choice = auto_choice(host)
+    if choice.predicted and strict_mode():
+        from envforge.solve.predict import Predicted  # noqa: PLC0415 - only for auto
+
+        raise Predicted(
+            f"--strict: auto -> {choice.recipe}: its solved stack is predicted, not verified: "
+            f"{choice.predicted}",
+            hint=f"drop --strict (ENVFORGE_STRICT), or add a row for {choice.arch} to the table",
+        )
     recipe = load_choice(choice, overrides)
     enforce(recipe, strict=strict_mode(), platform=platform or host_platform())
     return recipe, choice

@@ -9,7 +9,15 @@ import click
 import yaml
 from packaging.utils import canonicalize_name
 
-from envforge.cli.common import OutputPath, echo_json, json_option, platform_option, say
+from envforge.cli.common import (
+    OutputPath,
+    echo_json,
+    json_option,
+    platform_option,
+    say,
+    strict_mode,
+    strict_option,
+)
 from envforge.core.fsutil import check_file_target, write_atomically
 from envforge.errors import InvalidInput
 from envforge.knowledge import load_table
@@ -46,6 +54,7 @@ def register(group: click.Group) -> None:
     help="The newest stack, uncertain choices allowed (default: the newest stack whose every "
     "choice is verified).",
 )
+@strict_option
 @platform_option
 @click.option(
     "--write",
@@ -85,6 +94,10 @@ def solve_cmd(
     the newest Python a known base image ships, the NumPy bound and env vars; each choice
     with its reason and source, plus the runner-up stacks. --platform picks the wheels'
     platform (default: the arch's own for Jetson/GB10/Thor, else this host's).
+
+    An arch the table has no row for (sm_122, gfx1154) is predicted from its ISA family
+    (same-major SASS or PTX JIT; LLVM's generic AMDGPU targets): confidence "predicted,
+    not verified", a warning on stderr; --strict (or ENVFORGE_STRICT=1) refuses it (exit 2).
     """
     if write is not None:  # before any work: a device, FIFO or folder is exit 2
         check_file_target(write, setting="--write")
@@ -115,8 +128,11 @@ def solve_cmd(
         conservative=conservative,
         latest=latest,
         platform=platform or solve_default(),
+        strict=strict_mode(),
     )
     solution = solve(request, table)
+    if solution.prediction:
+        say(predicted_warning(solution))
     data, pins = _with_companions(solution, with_names)
     beside = for_solution(solution)  # the curated recipe for the arch, when it differs: why
     if write is not None:
@@ -134,6 +150,16 @@ def solve_cmd(
         echo_json(out)
         return
     _print(solution, detected, pins, beside)
+
+
+def predicted_warning(solution: Solution) -> str:
+    """The one-line stderr warning for an answer predicted from the arch's ISA family."""
+    s = solution.stack
+    return (
+        f"warning: {solution.arch} has no row in the compatibility table: torch {s.torch}+"
+        f"{s.variant} ({s.via} {s.runs}) is predicted, not verified, from its ISA family "
+        "(--strict refuses it)"
+    )
 
 
 def named_arch(text: str, table: CompatTable) -> str:
@@ -178,7 +204,8 @@ def _print(
     out(f"{solution.arch}: {solution.family} ({products})")
     out(
         f"  stack      torch {s.torch}+{s.variant} py{s.python} on {s.base_image} "
-        f"({solution.mode}, {s.platform}, {s.confidence})"
+        f"({solution.mode}, {s.platform}, "
+        f"{'predicted, not verified' if solution.prediction else s.confidence})"
     )
     for line in beside.solve_lines() if beside is not None else ():
         out(line)

@@ -7,7 +7,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import replace
 
-from envforge.knowledge.arch import gfx_from_isa
+from envforge.knowledge.arch import (
+    NVIDIA_COMPUTE_CAPABILITIES,
+    gfx_from_isa,
+    is_device_arch,
+    sort_key,
+)
 from envforge.knowledge.table import (
     PLATFORMS,
     ArchInfo,
@@ -52,6 +57,36 @@ def _stack_hint(
         r1, v1 = last
         text += f'; torch {r1.versions[-1]} with {key}: "{v1.version}" the latest'
     return text
+
+
+def table_archs(table: CompatTable) -> tuple[str, ...]:
+    """Every arch the table names (arch info, wheel lists, overrides) plus the shipped
+    NVIDIA compute capabilities, in arch order."""
+    names: set[str] = {a.arch for a in (*table.amd_archs, *table.nvidia_archs)}
+    names.update(o.arch for o in table.overrides)
+    names.update(NVIDIA_COMPUTE_CAPABILITIES)
+    for r in table.releases:
+        for v in r.variants:
+            names.update(a for a in v.archs if is_device_arch(a))
+    return tuple(sorted(names, key=sort_key))
+
+
+def no_row(recipe: Recipe, t: CompatTable) -> Iterator[Violation]:
+    """A recipe for an arch the table has no row for: whether its wheel runs the arch is
+    only predicted from the ISA family (``envforge solve ARCH`` says how): unknown."""
+    arch = recipe.gpu.arch
+    if arch is None or not is_device_arch(arch) or arch in table_archs(t):
+        return
+    yield Violation(
+        "gpu-arch",
+        f"the compatibility table has no row for {arch}: that this stack runs it is "
+        "predicted, not verified, from its ISA family",
+        "envforge/data/families.yaml (CUDA binary/PTX compatibility; LLVM AMDGPUUsage generic "
+        "processors)",
+        f"envforge solve {arch} shows the family rule; add a row for {arch} in an overlay "
+        "(envforge knowledge refresh -o FILE)",
+        kind="unknown",
+    )
 
 
 def amd_arch(recipe: Recipe, variant: Variant, t: CompatTable) -> Iterator[Violation]:

@@ -49,7 +49,13 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from envforge.core.patterns import ENV_NAME_RE
-from envforge.knowledge.arch_checks import amd_arch, cuda_arch, platform_missing, tegra_arch
+from envforge.knowledge.arch_checks import (
+    amd_arch,
+    cuda_arch,
+    no_row,
+    platform_missing,
+    tegra_arch,
+)
 from envforge.knowledge.compiled import load_table
 from envforge.knowledge.pin_reasons import explain
 from envforge.knowledge.table import (
@@ -190,6 +196,7 @@ def _violations(recipe: Recipe, t: CompatTable, platform: str) -> Iterator[Viola
     yield from _numpy_python(recipe, t)
     yield from _base_python(recipe, t)
     yield from _env_names(recipe)
+    yield from no_row(recipe, t)
 
 
 def _env_names(recipe: Recipe) -> Iterator[Violation]:

@@ -57,6 +57,9 @@ class Choice:
     #: The solved stack as recipe data (``envforge solve``'s recipe) when no curated
     #: recipe covers the arch; None for a curated recipe.
     solved: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    #: Why the solved stack is only predicted from the arch's ISA family (the table has no
+    #: row for the arch); "" otherwise.
+    predicted: str = ""
 
     @property
     def ref(self) -> str:
@@ -71,6 +74,7 @@ class Choice:
             "gpu": self.gpu.to_dict() if self.gpu else None,
             "path": str(self.path) if self.path else None,
             "solved": self.solved is not None,
+            "predicted": self.predicted or None,
         }
 
 
@@ -339,14 +343,18 @@ def _auto_for_gpu(gpu: GpuInfo, recipes: Sequence[Recipe], *, where: Mapping[str
     request = SolveRequest(arch=gpu.arch, driver=driver, platform=solve_default())
     solution = solve(request, load_table())
     s = solution.stack
+    sure = ""
+    if solution.prediction:
+        sure = "predicted, not verified, from its ISA family: the table has no row for it; "
     return Choice(
         solution.arch,
         gpu.arch,
         f"no curated recipe covers {gpu.arch} ({gpu.product}); using the solved stack "
-        f"torch {s.torch}+{s.variant} py{s.python} (uncertain until certified)",
+        f"torch {s.torch}+{s.variant} py{s.python} ({sure}uncertain until certified)",
         gpu,
         None,
         solved=solution.recipe_dict(),
+        predicted=solution.prediction,
     )
 
 

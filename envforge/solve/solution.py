@@ -45,6 +45,8 @@ class SolveRequest:
     platform: str | None = None
     #: Allow uncertain choices: the newest stack, not the newest fully verified one.
     latest: bool = False
+    #: Refuse an answer predicted from the arch's family (an arch with no table row).
+    strict: bool = False
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,9 @@ class Solution:
     notes: tuple[str, ...] = ()
     #: ``--latest``: uncertain choices were allowed.
     latest: bool = False
+    #: Why the answer is predicted from the arch's ISA family (the table has no row for
+    #: the arch): the rule and its source; "" for an arch the table knows.
+    prediction: str = ""
 
     @property
     def mode(self) -> str:
@@ -150,7 +155,8 @@ class Solution:
             "products": list(self.products),
             "mode": self.mode,
             "platform": self.stack.platform,
-            "confidence": self.confidence,
+            "confidence": "predicted" if self.prediction else self.confidence,
+            "prediction": self.prediction or None,
             "stack": self.stack.to_dict(),
             "choices": [p.to_dict() for p in self.picks],
             "runner_ups": [s.to_dict() for s in self.runner_ups],
@@ -223,7 +229,9 @@ class Solution:
             f"({self.mode}, {s.platform}): torch {s.torch}+"
             f"{s.variant} on {s.distro}'s Python {s.python}; {how}."
         )
-        if s.confidence != "verified":
+        if self.prediction:
+            text += f" Confidence: predicted, not verified ({self.prediction})."
+        elif s.confidence != "verified":
             text += f" Confidence: {s.confidence} ({'; '.join(s.doubts)})."
         return text
 

@@ -25,8 +25,10 @@ stacks); no I/O. Rules (issue 10, section 1):
   runs another arch's code.
 
 An arch no published wheel can run (sm_35, gfx803) raises :class:`NoStack` (exit 2)
-naming the last release that could, or saying none; a name the table does not know
-raises :class:`UnknownArch` (exit 2) with the nearest known archs.
+naming the last release that could, or saying none. An arch the table has no row for
+is predicted from its ISA family (:mod:`envforge.solve.predict`, rules in
+``families.yaml``): confidence ``predicted``, refused under strict; a name no family rule
+speaks for raises :class:`UnknownArch` (exit 2) with the nearest known archs.
 """
 
 from __future__ import annotations
@@ -39,29 +41,25 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from envforge.core.patterns import Confidence
 from envforge.errors import InvalidInput
 from envforge.knowledge.arch import (
-    NVIDIA_COMPUTE_CAPABILITIES,
     family,
     is_device_arch,
-    ordinal,
-    parse_sm,
-    sort_key,
     vendor_of,
 )
 from envforge.knowledge.arch_checks import jetpack_note, jetpack_runs, jetson_info
+from envforge.knowledge.families import Families
 from envforge.knowledge.links import evidence_links
 from envforge.knowledge.table import (
     PLATFORMS,
-    ArchInfo,
     CompatTable,
-    Override,
     Variant,
     base_version,
     local_label,
     py_tuple,
 )
+from envforge.solve.coverage import CONF_RANK, candidates, doubts, known_archs, nearest_archs
+from envforge.solve.predict import mark, prediction_for
 from envforge.solve.solution import (
     HSA_OVERRIDE,
     Candidate,
@@ -98,7 +96,6 @@ __all__ = [
 ]
 
 _VIA_RANK: dict[str, int] = {"sass": 0, "arch-list": 0, "same-major": 1, "override": 2, "ptx": 3}
-_CONF_RANK: dict[str, int] = {"verified": 0, "community": 1, "uncertain": 2}
 
 #: How many runner-up stacks a solution lists.
 RUNNER_UPS = 4
@@ -113,71 +110,6 @@ def _driver_ok(driver: str, floor: str) -> bool:
         return Version(driver) >= Version(floor)
     except InvalidVersion:
         return _version_key(driver) >= _version_key(floor)
-
-
-def known_archs(table: CompatTable) -> tuple[str, ...]:
-    """Every arch the table names (arch info, wheel lists, overrides) plus the shipped
-    NVIDIA compute capabilities, in arch order."""
-    names: set[str] = {a.arch for a in (*table.amd_archs, *table.nvidia_archs)}
-    names.update(o.arch for o in table.overrides)
-    names.update(NVIDIA_COMPUTE_CAPABILITIES)
-    for r in table.releases:
-        for v in r.variants:
-            names.update(a for a in v.archs if is_device_arch(a))
-    return tuple(sorted(names, key=sort_key))
-
-
-def nearest_archs(arch: str, table: CompatTable, limit: int = 3) -> list[str]:
-    """Known archs of the same vendor closest to ``arch`` (shared prefix, then distance)."""
-    vendor = vendor_of(arch) or ("amd" if arch.lower().startswith("gfx") else "nvidia")
-    number = ordinal(arch) or 0
-
-    def prefix(a: str) -> int:
-        n = 0
-        for x, y in zip(arch.lower(), a):
-            if x != y:
-                break
-            n += 1
-        return n
-
-    same = [a for a in known_archs(table) if vendor_of(a) == vendor]
-    same.sort(key=lambda a: (-prefix(a), abs((ordinal(a) or 0) - number), sort_key(a)))
-    return same[:limit]
-
-
-def _coverage(
-    arch: str, variant: Variant, table: CompatTable
-) -> tuple[Via, str, Override | None] | None:
-    """How ``variant`` runs ``arch`` (via, the arch whose code runs, the override), or None."""
-    if variant.kind == "cuda":
-        if arch in variant.archs:
-            return "sass", arch, None
-        gpu = parse_sm(arch)
-        if gpu is None:
-            return None
-        lower = [
-            a
-            for a in variant.archs
-            if (s := parse_sm(a)) is not None
-            and not s.suffix
-            and s.major == gpu.major
-            and s.minor < gpu.minor
-        ]
-        if lower:
-            return "same-major", max(lower, key=sort_key), None
-        if variant.ptx is not None and variant.covers(arch):
-            return "ptx", variant.ptx, None
-        return None
-    if variant.kind != "rocm":
-        return None
-    if arch in variant.archs:
-        return None if variant.broken_arch(arch) else ("arch-list", arch, None)
-    o = table.override_for(arch)
-    if o is None or o.status != "works":
-        return None
-    if o.target in variant.archs and variant.broken_arch(o.target) is None:
-        return "override", o.target, o
-    return None
 
 
 def _image_ref(patterns: tuple[str, ...]) -> str:
@@ -203,65 +135,27 @@ def _images_by_python(table: CompatTable) -> dict[str, tuple[str, str, str]]:
     return out
 
 
-def _candidates(arch: str, table: CompatTable, platform: str) -> list[Candidate]:
-    out: list[Candidate] = []
-    for release in table.releases:
-        for published in release.variants:
-            variant = published.for_platform(platform)
-            if variant is None:
-                continue
-            found = _coverage(arch, variant, table)
-            if found is None:
-                continue
-            via, runs, override = found
-            for version in release.versions:
-                out.append(Candidate(release, version, variant, via, runs, override))
-    return out
-
-
-def _doubts(
-    c: Candidate, arch: str, info: ArchInfo | None = None
-) -> tuple[Confidence, tuple[str, ...]]:
-    doubts: list[str] = []
-    worst = "verified"
-    if info is not None and info.confidence != "verified":
-        doubts.append(f"{arch} ({info.family}) on these wheels: {info.official}")
-        worst = info.confidence
-    if c.variant.confidence != "verified":
-        doubts.append(f"the {c.variant.name} variant of torch {c.release.series} is unconfirmed")
-        worst = c.variant.confidence
-    if c.runs in c.variant.archs_uncertain:
-        doubts.append(f"{c.runs} in the {c.variant.name} wheel is inferred, not confirmed")
-        worst = "uncertain"
-    if c.via == "ptx":
-        doubts.append(
-            f"PTX of {c.runs} in the {c.variant.name} wheel is per the release notes only; "
-            "cuobjdump finds none in PyPI's 2.13.0 and 2.15.0 cu13x wheels"
-        )
-        worst = "uncertain"
-    if c.override is not None:
-        if _CONF_RANK[c.override.confidence] > _CONF_RANK[worst]:
-            worst = c.override.confidence
-        if c.override.confidence == "uncertain":
-            doubts.append(f"the {HSA_OVERRIDE} override for {arch} is unconfirmed")
-    confidence: Confidence = "uncertain"
-    if worst == "verified":
-        confidence = "verified"
-    elif worst == "community":
-        confidence = "community"
-    return confidence, tuple(doubts)
-
-
-def solve(request: SolveRequest, table: CompatTable) -> Solution:
+def solve(request: SolveRequest, table: CompatTable, families: Families | None = None) -> Solution:
     """Solve ``request`` against ``table``; raises :class:`NoStack` / :class:`UnknownArch`
     (exit 2) or :class:`InvalidInput` for a malformed constraint.
 
     The default is the newest stack whose every choice is verified; ``--latest`` the newest
-    stack; each says what the other would choose when it differs."""
-    solution = _solve(request, table)
+    stack; each says what the other would choose when it differs. An arch the table has
+    no row for is predicted from its ISA family (:mod:`envforge.solve.predict`; ``families``,
+    default the shipped ``families.yaml``): confidence ``predicted``, refused under strict."""
+    guess = prediction_for(request.arch.strip().lower(), table, families)
+    if guess is not None:  # no row for the arch: solve against its family's rule
+        table = guess.table
+    solution = _both(request, table, predicted=guess is not None)
+    return solution if guess is None else mark(guess, solution, strict=request.strict)
+
+
+def _both(request: SolveRequest, table: CompatTable, *, predicted: bool) -> Solution:
+    """The request's mode, noting what the default/``--latest`` mode would choose."""
+    solution = _solve(request, table, predicted=predicted)
     if request.conservative:
         return solution
-    other = _solve(replace(request, latest=not request.latest), table).stack
+    other = _solve(replace(request, latest=not request.latest), table, predicted=predicted).stack
     if other.label == solution.stack.label:
         return solution
     said = "without --latest:" if request.latest else "--latest would choose"
@@ -269,10 +163,11 @@ def solve(request: SolveRequest, table: CompatTable) -> Solution:
     return replace(solution, notes=(*solution.notes, note))
 
 
-def _solve(request: SolveRequest, table: CompatTable) -> Solution:
+def _solve(request: SolveRequest, table: CompatTable, *, predicted: bool = False) -> Solution:
     arch = request.arch.strip().lower()
     vendor = vendor_of(arch)
-    if vendor is None or not is_device_arch(arch) or arch not in known_archs(table):
+    known = predicted or arch in known_archs(table)
+    if vendor is None or not is_device_arch(arch) or not known:
         near = ", ".join(nearest_archs(arch, table)) or "none"
         raise UnknownArch(
             f"the compatibility table does not know the arch {request.arch!r}; nearest known: "
@@ -285,7 +180,7 @@ def _solve(request: SolveRequest, table: CompatTable) -> Solution:
     fam = info.family if info else (family(arch) or arch)
 
     platform = _platform(arch, request, table)
-    all_candidates = _candidates(arch, table, platform)
+    all_candidates = candidates(arch, table, platform)
     if not all_candidates:
         raise NoStack(
             no_wheel_message(arch, table, platform), hint=no_wheel_hint(arch, table, platform)
@@ -338,7 +233,7 @@ def _solve(request: SolveRequest, table: CompatTable) -> Solution:
         )
     elif not request.conservative and best.confidence != "verified":
         safest = min(stacks, key=_evidence_key)
-        if safest is not best and _CONF_RANK[safest.confidence] < _CONF_RANK[best.confidence]:
+        if safest is not best and CONF_RANK[safest.confidence] < CONF_RANK[best.confidence]:
             notes.append(
                 f"--conservative would choose {safest.label} on {safest.base_image} "
                 f"({safest.confidence})"
@@ -413,7 +308,7 @@ def _verified_first(
     counts = [unverified(s) for s in stacks]
     best = min(
         range(len(stacks)),
-        key=lambda i: (counts[i] > 0, _CONF_RANK[stacks[i].confidence], counts[i], i),
+        key=lambda i: (counts[i] > 0, CONF_RANK[stacks[i].confidence], counts[i], i),
     )
     chosen = stacks[best]
     note = (
@@ -473,7 +368,7 @@ def _stack_for(
     numpy, _ = numpy_spec(c.release, python, table)
     if not any(SpecifierSet(numpy).contains(v) for v in table.numpy_installable(python)):
         return None, f"no NumPy release admitted by {numpy} has a wheel for Python {python}"
-    confidence, doubts = _doubts(c, arch, jetson_info(arch, table))
+    confidence, why = doubts(c, arch, jetson_info(arch, table))
     accel = c.variant.version or ""
     return (
         Stack(
@@ -492,7 +387,7 @@ def _stack_for(
             runs=c.runs,
             override=c.override,
             confidence=confidence,
-            doubts=doubts,
+            doubts=why,
             pypi_default=c.variant.pypi_default,
             newest_release=c.release.series == newest_series,
             driver_floor=floor,
@@ -586,7 +481,7 @@ def _evidence_key(s: Stack) -> tuple[Any, ...]:
     newest (it has been reported on); then the newest such release, within it the
     package-index default build, then the older (longer used) ROCm/CUDA."""
     return (
-        _CONF_RANK[s.confidence],
+        CONF_RANK[s.confidence],
         _VIA_RANK[s.via],
         s.newest_release,
         tuple(-x for x in _version_key(s.torch)),
