@@ -121,3 +121,26 @@ def test_shell_hands_the_backend_a_gate_only_with_trusted_keys(
     monkeypatch.setenv("ENVFORGE_TRUSTED_KEYS", str(pub))
     assert main(["shell", "cpu", "--backend", "venv", "--", "true"]) == 0
     assert isinstance(seen[-1], admission.Gate)
+
+
+def test_keys_pem_is_what_pem_readers_take_and_verifies_our_envelopes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """cosign's --key and Kyverno's publicKeys read PEM SubjectPublicKeyInfo; the same
+    key must verify our DSSE signature over the PAE."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+    from cryptography.hazmat.primitives.serialization import load_pem_public_key
+
+    from envforge.publish.dsse import Envelope, pae
+
+    key, _, pub = _keys(tmp_path)
+    assert main(["keys", "pem", str(pub)]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("-----BEGIN PUBLIC KEY-----\n")
+    loaded = load_pem_public_key(text.encode())
+    assert isinstance(loaded, Ed25519PublicKey)
+    envelope = Envelope.from_dict(_signed(key))
+    loaded.verify(envelope.signatures[0].sig, pae(envelope.payload_type, envelope.payload))
+    # the docs' Kyverno example carries a key in this form
+    policy = Path(__file__).parents[2] / "docs" / "policy" / "kyverno-clusterpolicy.yaml"
+    assert "MCowBQYDK2VwAyEA" in policy.read_text()  # the ed25519 SPKI prefix
