@@ -158,3 +158,26 @@ def test_fleet_collect_imports_only_signed_reports_when_required(
     summary = json.loads(capsys.readouterr().out)
     assert summary["added"] == 1
     assert summary["tasks"][0]["signed"] == "unsigned"
+
+
+def test_an_exported_record_naming_a_trusted_signer_is_not_signed_evidence(
+    evidence: tuple[Path, Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An export line's ``signer`` is a claim with no signature behind it: it never
+    counts as signed, so a bundle cannot forge a trusted signer."""
+    folder, pub, fingerprint = evidence
+    assert main(["evidence", "import", str(folder / "signed.json")]) == 0
+    bundle = tmp_path / "bundle.jsonl"
+    assert main(["evidence", "export", "-o", str(bundle)]) == 0
+    line = json.loads(bundle.read_text().splitlines()[0])
+    assert line["signer"] == fingerprint  # what the store's record says
+    line["key"] = "sha256:" + "9" * 64
+    line["created"] = "2026-11-25T00:00:00Z"
+    forged = tmp_path / "forged.jsonl"
+    forged.write_text(json.dumps(line) + "\n")
+    capsys.readouterr()
+    args = ["evidence", "import", str(forged), "--trust", str(pub)]
+    assert main([*args, "--require-signed"]) == 2  # nothing could be read
+    assert "unsigned: not counted" in capsys.readouterr().err
+    assert main(args) == 0
+    assert "unsigned" in capsys.readouterr().out
