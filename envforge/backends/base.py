@@ -24,6 +24,10 @@ if TYPE_CHECKING:
     from envforge.project.model import Project
 
 Say = Callable[[str], None]
+#: ``shell`` with trusted keys: called with an environment's digest (``sha256:…``), its
+#: name and the attestation files the backend keeps for it, before anything runs in
+#: it; raises to refuse it.
+Admit = Callable[[str, str, Sequence[Path]], None]
 
 #: The commands that hand an :class:`Options` value to a backend.
 Command = Literal["build", "certify", "shell"]
@@ -74,6 +78,8 @@ class Options:
     #: The values of the flags a backend declared (:class:`BackendOption`), by key;
     #: only flags given are here.
     extra: Mapping[str, Any] = field(default_factory=dict)
+    #: ``shell`` with trusted keys: the admission check (:data:`Admit`; None: none).
+    admit: Admit | None = None
 
 
 @dataclass(frozen=True)

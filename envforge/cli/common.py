@@ -17,6 +17,7 @@ from envforge.core.patterns import LEVELS, Level
 from envforge.errors import InvalidInput
 
 if TYPE_CHECKING:
+    from envforge.evidence.signed import SignedPolicy
     from envforge.host.detect import HostInfo
     from envforge.project.model import Project
     from envforge.publish.signing import SigningKey
@@ -187,6 +188,40 @@ def trust_option(help: str) -> Callable[[F], F]:
         metavar="PUBFILE",
         help=help,
     )
+
+
+def require_signed_option(func: F) -> F:
+    """``--require-signed``: only evidence signed by a trusted key counts."""
+    return click.option(
+        "--require-signed",
+        "require_signed",
+        is_flag=True,
+        help="Count only evidence signed by a trusted key (--trust, $ENVFORGE_TRUSTED_KEYS); "
+        "default: $ENVFORGE_REQUIRE_SIGNED=1. Without it unsigned evidence is labelled unsigned.",
+    )(func)
+
+
+def signed_policy(require_signed: bool, trust: Sequence[Path]) -> SignedPolicy:
+    """The signed-evidence policy of a command's ``--require-signed`` and ``--trust``
+    (defaults from the environment); exit 2 when it is required with no trusted key."""
+    from envforge.evidence.signed import (  # noqa: PLC0415 - evidence commands only
+        REQUIRE_ENV,
+        SignedPolicy,
+        required_by,
+    )
+
+    required = required_by(require_signed, os.environ)
+    if not (required or trust or os.environ.get("ENVFORGE_TRUSTED_KEYS", "").strip()):
+        return SignedPolicy()  # nothing to check: show stays light
+    from envforge.publish.signing import load_trust, trust_paths  # noqa: PLC0415 - lazy
+
+    files = trust_paths(list(trust))
+    names: dict[str, str] = {}
+    if files:
+        keys = load_trust(files, setting="--trust" if trust else "ENVFORGE_TRUSTED_KEYS")
+        names = {fp: key.name for fp, key in keys.keys.items()}
+    how = "--require-signed" if require_signed else f"{REQUIRE_ENV}=1"
+    return SignedPolicy.of(required, names, setting=how)
 
 
 def python_option(help: str) -> Callable[[F], F]:

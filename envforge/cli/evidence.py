@@ -13,7 +13,15 @@ from pathlib import Path
 
 import click
 
-from envforge.cli.common import OutputPath, echo_json, json_option, note
+from envforge.cli.common import (
+    OutputPath,
+    echo_json,
+    json_option,
+    note,
+    require_signed_option,
+    signed_policy,
+    trust_option,
+)
 from envforge.container.refs import CERTIFICATE_LABEL
 from envforge.core.fsutil import check_file_target, write_atomically
 from envforge.core.jsonlimits import BadJSON, loads
@@ -48,12 +56,23 @@ def _is_ref(text: str) -> bool:
     help="Seconds all registry reads together may take (default: $ENVFORGE_NET_DEADLINE, "
     "else 45); a registry that has not answered by then is skipped, named.",
 )
+@require_signed_option
+@trust_option("Public key file of signers to trust (repeatable; default: $ENVFORGE_TRUSTED_KEYS).")
 @json_option
-def import_cmd(sources: tuple[str, ...], deadline: float | None, as_json: bool) -> None:
+def import_cmd(
+    sources: tuple[str, ...],
+    deadline: float | None,
+    require_signed: bool,
+    trust: tuple[Path, ...],
+    as_json: bool,
+) -> None:
     """Add reports (folders, files, .jsonl bundles) and registry images' certificates
     to the local evidence store. Exit 2 when nothing could be read (4: a registry did
     not answer, or answered what cannot be used: a redirect or token service elsewhere,
-    too large, malformed)."""
+    too large, malformed). With --require-signed (or ENVFORGE_REQUIRE_SIGNED=1) only
+    records signed by a trusted key are added; the rest are skipped, named. Without it
+    each record says how it is signed (unsigned ones: unsigned)."""
+    policy = signed_policy(require_signed, trust)
     try:
         budget = Deadline.start(deadline_seconds(deadline))
     except ValueError as exc:
@@ -89,7 +108,11 @@ def import_cmd(sources: tuple[str, ...], deadline: float | None, as_json: bool) 
                     "(HOST[:PORT]/REPO:TAG)",
                 )
             )
-    result = import_documents(docs, problems)
+    result = import_documents(
+        docs,
+        problems,
+        refuse=lambda r: None if policy.counts(r.signer) else policy.refusal(r.signer),
+    )
     for problem in result.problems:
         note(f"envforge: skipped {problem.line()}")
     if as_json:
@@ -98,14 +121,16 @@ def import_cmd(sources: tuple[str, ...], deadline: float | None, as_json: bool) 
                 "added": len(result.added),
                 "known": result.known,
                 "skipped": [p.line() for p in result.problems],
-                "records": [r.to_export() for r in result.added],
+                "records": [
+                    {**r.to_export(), "signed": policy.label(r.signer)} for r in result.added
+                ],
             }
         )
     else:
         for record in result.added:
             click.echo(
                 f"added  {record.recipe or record.stack or '?'}  {record.outcome}  "
-                f"{record.gpu.product or 'no GPU'}  {record.date}"
+                f"{record.gpu.product or 'no GPU'}  {record.date}  {policy.label(record.signer)}"
             )
         note(
             f"{len(result.added)} added, {result.known} already in the store, "

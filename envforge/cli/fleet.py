@@ -29,7 +29,10 @@ from envforge.cli.common import (
     json_option,
     load_checked,
     note,
+    require_signed_option,
     say,
+    signed_policy,
+    trust_option,
     wheelhouse_option,
 )
 from envforge.core.fsutil import check_folder_target
@@ -349,21 +352,42 @@ def status_cmd(folder: Path, wait: bool, timeout: float | None, as_json: bool) -
     metavar="SITE",
     help="Also write the matrix site (index.html, matrix.json) here.",
 )
+@require_signed_option
+@trust_option("Public key file of signers to trust (repeatable; default: $ENVFORGE_TRUSTED_KEYS).")
 @json_option
-def collect_cmd(folder: Path, site: Path | None, as_json: bool) -> None:
-    """Import every task's report into the evidence store; check none is missing."""
+def collect_cmd(
+    folder: Path,
+    site: Path | None,
+    require_signed: bool,
+    trust: tuple[Path, ...],
+    as_json: bool,
+) -> None:
+    """Import every task's report into the evidence store; check none is missing.
+
+    With --require-signed (or ENVFORGE_REQUIRE_SIGNED=1) only reports signed by a trusted
+    key are imported and put in the site; each task says how its report is signed."""
+    policy = signed_policy(require_signed, trust)
     plan = _load(folder)
     found = _states(plan, folder, strict=False)
     docs = [(s.source, s.document) for s in found if s.document is not None and s.record]
-    imported = import_documents(docs)
+    imported = import_documents(
+        docs, refuse=lambda r: None if policy.counts(r.signer) else policy.refusal(r.signer)
+    )
+    records = [s.record for s in found if s.record]
+    counted, left = policy.split(r.signer for r in records)
     summary: dict[str, Any] = {
         "plan": plan.id,
         "added": len(imported.added),
         "known": imported.known,
-        "tasks": [s.to_dict() for s in found],
+        "tasks": [
+            {**s.to_dict(), "signed": policy.label(s.record.signer) if s.record else None}
+            for s in found
+        ],
+        "require_signed": policy.required,
+        "not_counted": left if policy.required else 0,
     }
     if site is not None:
-        written = write_site(aggregate([s.record for s in found if s.record]), site)
+        written = write_site(aggregate([r for r in records if policy.counts(r.signer)]), site)
         summary["site"] = str(written.index)
     if as_json:
         echo_json(summary)
@@ -373,6 +397,11 @@ def collect_cmd(folder: Path, site: Path | None, as_json: bool) -> None:
             f"{len(imported.added)} report(s) added to the evidence store, "
             f"{imported.known} already there" + (f"; wrote {summary['site']}" if site else "")
         )
+        unsigned = sum(1 for r in records if not policy.trusted_signer(r.signer))
+        if policy.required and left:
+            note(f"{left} report(s) not signed by a trusted key: not counted ({counted} counted)")
+        elif unsigned:
+            note(f"{unsigned} of {len(records)} report(s) unsigned or not trusted (counted)")
     _verdict(found)
 
 

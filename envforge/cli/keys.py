@@ -53,3 +53,12 @@ def generate_cmd(out: str, name: str, as_json: bool) -> None:
         return
     note(f"private key {key_path} (mode 0600: keep it secret, never commit it)")
     click.echo(f"{pub_path} {public.fingerprint}")
+
+
+@keys.command("pem")
+@click.argument("pub", type=click.Path(path_type=Path), metavar="PUBFILE")
+def pem_cmd(pub: Path) -> None:
+    """Print each key of PUBFILE (envforge.pub lines) as a PEM public key (SubjectPublicKeyInfo,
+    "BEGIN PUBLIC KEY"): the form cosign's --key and Kyverno's publicKeys read."""
+    for key in load_trust([pub], setting=str(pub)).keys.values():
+        click.echo(key.pem(), nl=False)

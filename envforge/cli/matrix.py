@@ -5,35 +5,56 @@ files, ``*.jsonl`` bundles), by default from the local evidence store (certifica
 reports, :mod:`envforge.evidence.evidence_store`). Files that are not readable evidence are named
 on stderr, one line each, and skipped; so is a certificate whose signature does not match.
 Each signed report shows its signer's key fingerprint, and the key's name when a trust file
-(``--trust``, ``ENVFORGE_TRUSTED_KEYS``) lists it.
+(``--trust``, ``ENVFORGE_TRUSTED_KEYS``) lists it. ``--require-signed`` (or
+``ENVFORGE_REQUIRE_SIGNED=1``): only reports signed by a trusted key are counted; without
+it the summary says how many counted reports are unsigned (the page labels each).
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
 
-from envforge.cli.common import OutputPath, echo_json, json_option, trust_option
+from envforge.cli.common import (
+    OutputPath,
+    echo_json,
+    json_option,
+    require_signed_option,
+    signed_policy,
+    trust_option,
+)
 from envforge.errors import InvalidInput
+from envforge.evidence import evidence_db
 from envforge.evidence.local_store import opened
 from envforge.evidence.matrix import Matrix, aggregate, write_site
 from envforge.evidence.matrix_db import store_matrix
+from envforge.evidence.model import EvidenceSet
 from envforge.evidence.records import missing_paths, read_evidence
-from envforge.publish.signing import load_trust
+from envforge.evidence.signed import SignedPolicy
 
 
-def _trust_paths(given: tuple[Path, ...]) -> list[Path]:
-    if given:
-        return list(given)
-    return [Path(p) for p in os.environ.get("ENVFORGE_TRUSTED_KEYS", "").split(os.pathsep) if p]
-
-
-def _store_matrix() -> Matrix:
-    """The local store's matrix, aggregated in its database (:mod:`envforge.evidence.matrix_db`)."""
+def _store_matrix(policy: SignedPolicy) -> tuple[Matrix, list[str]]:
+    """The local store's matrix, aggregated in its database (:mod:`envforge.evidence.matrix_db`);
+    with signed evidence required, of the records signed by a trusted key. And every
+    stored record's signer."""
     with opened() as (conn, problems):
-        return store_matrix(conn, problems)
+        if not policy.required:
+            signers = [str(s) for (s,) in conn.execute("SELECT signer FROM reports")]
+            return store_matrix(conn, problems), signers
+        records = evidence_db.records(conn)
+    kept = EvidenceSet(tuple(r for r in records if policy.counts(r.signer)), problems)
+    return aggregate(kept), [r.signer for r in records]
+
+
+def _signed_line(policy: SignedPolicy, signers: list[str]) -> str:
+    counted, left = policy.split(signers)
+    if policy.required:
+        return (
+            f"signed evidence only: {counted} counted, {left} not signed by a trusted key left out"
+        )
+    unsigned = sum(1 for s in signers if not policy.trusted_signer(s))
+    return f"{unsigned} of {len(signers)} report(s) unsigned or not trusted (counted, labelled)"
 
 
 def register(group: click.Group) -> None:
@@ -60,8 +81,15 @@ def register(group: click.Group) -> None:
     help="Folder for index.html and matrix.json (created when missing).",
 )
 @trust_option("Public key file naming signers (repeatable; default: $ENVFORGE_TRUSTED_KEYS).")
+@require_signed_option
 @json_option
-def matrix(evidence: tuple[Path, ...], out: Path, trust: tuple[Path, ...], as_json: bool) -> None:
+def matrix(
+    evidence: tuple[Path, ...],
+    out: Path,
+    trust: tuple[Path, ...],
+    require_signed: bool,
+    as_json: bool,
+) -> None:
     """Write the certified-on matrix (GPU arch x recipe) as a static site."""
     sources = list(evidence)
     if evidence:
@@ -71,16 +99,16 @@ def matrix(evidence: tuple[Path, ...], out: Path, trust: tuple[Path, ...], as_js
                 f"--evidence {missing[0]}: no such file or folder",
                 hint="name a report folder, a probe.json/certificate file or a .jsonl bundle",
             )
-    signers: dict[str, str] = {}
-    files = _trust_paths(trust)
-    if files:
-        keys = load_trust(files, setting="--trust" if trust else "ENVFORGE_TRUSTED_KEYS")
-        signers = {fp: key.name for fp, key in keys.keys.items()}
+    policy = signed_policy(require_signed, trust)
+    signers = dict(policy.trusted)
     if evidence:
         found = read_evidence((p for p in sources if p.exists()), signatures=True)
-        result, read = aggregate(found), found.files
+        by = [r.signer for r in found.records]
+        kept = tuple(r for r in found.records if policy.counts(r.signer))
+        result = aggregate(EvidenceSet(kept, found.problems, found.duplicates, found.files))
+        read = found.files
     else:
-        result, read = _store_matrix(), 0
+        (result, by), read = _store_matrix(policy), 0
     for problem in result.problems:
         click.echo(f"envforge: skipped {problem.line()}", err=True)
     site = write_site(result, out, signers=signers)
@@ -94,6 +122,8 @@ def matrix(evidence: tuple[Path, ...], out: Path, trust: tuple[Path, ...], as_js
         "rows": len(result.rows),
         "columns": len(result.columns),
         "cells": len(result.cells),
+        "require_signed": policy.required,
+        "signed": _signed_line(policy, by),
     }
     if as_json:
         echo_json(summary)
@@ -106,3 +136,4 @@ def matrix(evidence: tuple[Path, ...], out: Path, trust: tuple[Path, ...], as_js
         f"{'' if len(result.rows) == 1 else 's'} x {len(result.columns)} recipe"
         f"{'' if len(result.columns) == 1 else 's'}"
     )
+    click.echo(f"envforge: {summary['signed']}", err=True)

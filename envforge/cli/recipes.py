@@ -21,10 +21,13 @@ from envforge.cli.common import (
     platform_option,
     project_option,
     recipe_ref_for,
+    require_signed_option,
     say,
     set_option,
+    signed_policy,
     strict_mode,
     strict_option,
+    trust_option,
 )
 from envforge.core.fsutil import write_files
 from envforge.errors import EnvforgeError, InvalidInput, printable
@@ -37,6 +40,7 @@ from envforge.stack import Stack, requirement_name, stack_of
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from envforge.evidence.signed import SignedPolicy
     from envforge.project.model import Project
     from envforge.recipe.model import Recipe
 
@@ -46,22 +50,34 @@ if TYPE_CHECKING:
 @project_option
 @set_option
 @strict_option
+@require_signed_option
+@trust_option("Public key file of signers to trust (repeatable; default: $ENVFORGE_TRUSTED_KEYS).")
 @json_option
-def show(
+def show(  # noqa: PLR0917 - click passes options positionally by name
     recipe_ref: str | None,
     project_dir: Path | None,
     extras: tuple[str, ...],
     overrides: tuple[str, ...],
+    require_signed: bool,
+    trust: tuple[Path, ...],
     as_json: bool,
 ) -> None:
-    """Show a recipe's stack, why each pin and env var is there, and how sure we are."""
+    """Show a recipe's stack, why each pin and env var is there, and how sure we are.
+
+    "certified on" counts this host's evidence store; with --require-signed (or
+    ENVFORGE_REQUIRE_SIGNED=1) only runs signed by a trusted key count, and with trusted
+    keys alone the unsigned passing runs are said."""
+    policy = signed_policy(require_signed, trust)
+    signed = policy if policy.required or policy.trusted else None
     project = load_project_option(project_dir, extras)
     recipe, _choice = load_for_host(recipe_ref_for(recipe_ref, project), None, overrides)
     stack = stack_of(recipe)
     project_view = _project_view(project, recipe, stack) if project is not None else None
     reasons = explain(recipe)
     unknown = unknowns(recipe)
-    where = _certified_on(recipe.name, gpu=recipe.gpu.vendor != "none", arch=recipe.gpu.arch)
+    where = _certified_on(
+        recipe.name, gpu=recipe.gpu.vendor != "none", arch=recipe.gpu.arch, policy=signed
+    )
     from envforge.solve.beside import for_recipe  # noqa: PLC0415 - show only, keeps list light
 
     beside = for_recipe(recipe)  # what `solve` picks for the arch, when it differs: why
@@ -192,13 +208,18 @@ def _show_project(view: Mapping[str, Any]) -> None:
     out(f"  lock       {view['lock']}: {view['lock_state']}")
 
 
-def _certified_on(name: str, *, gpu: bool, arch: str | None) -> str:
+def _certified_on(
+    name: str, *, gpu: bool, arch: str | None, policy: SignedPolicy | None = None
+) -> str:
     """Where the recipe passed, from this host's evidence store (certificates, probe
     reports, venv certifications, imports); see
-    :func:`envforge.evidence.certified_on.certified_on`."""
-    from envforge.evidence.local_store import store_certified_on  # noqa: PLC0415 - only for show
+    :func:`envforge.evidence.certified_on.certified_on`. With a signed-evidence
+    ``policy`` (trusted keys or --require-signed): signatures counted and said."""
+    from envforge.evidence import local_store  # noqa: PLC0415 - only for show
 
-    return store_certified_on(name, gpu=gpu, arch=arch)
+    if policy is None:
+        return local_store.store_certified_on(name, gpu=gpu, arch=arch)
+    return local_store.signed_certified_on(name, policy, gpu=gpu, arch=arch)
 
 
 @click.command()

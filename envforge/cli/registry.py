@@ -27,6 +27,7 @@ from envforge.publish.signing import TrustList, load_trust, require_trusted, sho
 
 if TYPE_CHECKING:
     from envforge.backends.docker.push import Verified
+    from envforge.publish.admission import Admission
 
 _DEADLINE_HELP = (
     "Seconds the registry reads may take together; a pull ends when the engine reports "
@@ -96,7 +97,11 @@ def pull_cmd(ref: str, trust: tuple[Path, ...], deadline: float, as_json: bool) 
     The certificate (and, with trusted keys, its signature) is checked like `verify`;
     the image is then tagged envforge/RECIPE:STACK, so `shell RECIPE` and `certify
     RECIPE` use it. Refused (exit 1) when it does not verify or certifies another version
-    of the recipe than this host's."""
+    of the recipe than this host's.
+
+    With trusted keys the pulled digest must also carry an attestation (attached in its
+    registry) signed by one of them that records a pass on this host's arch; the line
+    names the one that admitted it, and the verified ones are kept for `shell`."""
     from envforge.backends.docker.engine import connect  # noqa: PLC0415 - loads the SDK
 
     trusted = _trusted(trust)
@@ -104,9 +109,12 @@ def pull_cmd(ref: str, trust: tuple[Path, ...], deadline: float, as_json: bool) 
     try:
         result = verify(client, ref, pull=True, stall=deadline)
         signature, _name = _signature(result, trusted)
+        admitted = _admission(ref, result.image_id, trusted, deadline) if trusted else None
         tag = adopt(client, result, load_checked(result.certificate.recipe_name))
     finally:
         client.close()
+    if admitted is not None:
+        note(admitted.line())
     if as_json:
         echo_json(
             {
@@ -115,11 +123,32 @@ def pull_cmd(ref: str, trust: tuple[Path, ...], deadline: float, as_json: bool) 
                 "image": result.image_id,
                 "certificate": result.certificate.digest,
                 "signature": signature,
+                "admitted_by": admitted.admitted_by.to_dict()
+                if admitted is not None and admitted.admitted_by is not None
+                else None,
             }
         )
         return
     note(f"{ref} verified ({signature}); tagged {tag}")
     click.echo(tag)
+
+
+def _admission(ref: str, image_id: str, trusted: TrustList, deadline: float) -> Admission:
+    """The attestations attached to ``ref``'s digest, checked against ``image_id`` (the
+    pulled image's config digest) and this host's archs; the verified ones kept."""
+    from envforge.core import paths  # noqa: PLC0415 - pull --trust only
+    from envforge.core.net import Deadline  # noqa: PLC0415
+    from envforge.host.detect import detect  # noqa: PLC0415
+    from envforge.publish import admission  # noqa: PLC0415
+    from envforge.publish.referrers import envelopes_of, pinned  # noqa: PLC0415
+
+    limit = Deadline.start(deadline)
+    where = pinned(ref, deadline=limit)
+    raw = envelopes_of(where, deadline=limit)
+    checks = admission.check_raw(raw, trusted, image_id, source=where)
+    if any(c.ok for c in checks):
+        admission.keep_received(paths.state_dir(), image_id, raw, checks)
+    return admission.require(where, checks, admission.host_archs(g.arch for g in detect().gpus))
 
 
 def _trusted(trust: tuple[Path, ...]) -> TrustList:

@@ -18,9 +18,15 @@ from envforge.cli.common import (
     note,
     project_option,
     say,
+    trust_option,
 )
 from envforge.cli.display import ProbeProgress
 from envforge.cli.running import load_with_gpus
+from envforge.container.devices import GpuPick
+from envforge.core import paths
+from envforge.host.detect import detect
+from envforge.publish.admission import Gate, host_archs
+from envforge.publish.signing import load_trust, trust_paths
 
 
 # Options may follow RECIPE (`envforge shell auto --fallback cpu -- CMD`); `--` ends them.
@@ -36,6 +42,10 @@ from envforge.cli.running import load_with_gpus
     "in this recipe instead (e.g. --fallback cpu).",
 )
 @backend_flags("shell")
+@trust_option(
+    "Run only an environment with a passing attestation for this host's arch signed by a "
+    "key in this file (repeatable; default: $ENVFORGE_TRUSTED_KEYS)."
+)
 @gpu_option
 @project_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="-- CMD...")
@@ -43,6 +53,7 @@ def shell(  # noqa: PLR0917 - click passes options positionally by name
     recipe_ref: str,
     backend: str | None,
     fallback: str | None,
+    trust: tuple[Path, ...],
     gpu: str | None,
     project_dir: Path | None,
     extras: tuple[str, ...],
@@ -58,6 +69,9 @@ def shell(  # noqa: PLR0917 - click passes options positionally by name
     With --project DIR: the project's own environment, the project importable (venv: built
     first when there is none, or when its requirements changed; docker: its certified
     image, DIR mounted at /workspace).
+    With trusted keys (--trust or ENVFORGE_TRUSTED_KEYS) the image's (or venv's) digest
+    must have an attestation signed by one of them that records a pass on this host's
+    arch (this host's own, or received by pull --trust); one line names it, or refuses.
     """
     project = load_project_option(project_dir, extras)
     recipe, _choice, gpus = load_with_gpus(recipe_ref, gpu)
@@ -73,6 +87,7 @@ def shell(  # noqa: PLR0917 - click passes options positionally by name
         note=note,
         extra=extra,
         project=project,
+        admit=_gate(trust, gpus),
     )
     code = backends.shell(
         backends.BACKENDS[chosen], recipe, command, options, fallback=spare, say=say
@@ -81,3 +96,13 @@ def shell(  # noqa: PLR0917 - click passes options positionally by name
         sys.stdout.flush()
         sys.stderr.flush()
         raise SystemExit(code)
+
+
+def _gate(trust: tuple[Path, ...], gpus: GpuPick | None) -> Gate | None:
+    """The admission check with trusted keys (None without)."""
+    files = trust_paths(trust)
+    if not files:
+        return None
+    trusted = load_trust(files, setting="--trust" if trust else "ENVFORGE_TRUSTED_KEYS")
+    archs = (gpus.arch,) if gpus is not None and gpus.arch else (g.arch for g in detect().gpus)
+    return Gate(trusted, host_archs(archs), paths.state_dir(), say)

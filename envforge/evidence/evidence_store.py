@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import gc
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePath
@@ -220,14 +220,16 @@ def import_documents(
     *,
     root: Path | None = None,
     redact: Redactor | None = None,
+    refuse: Callable[[Evidence], str | None] | None = None,
 ) -> Imported:
     """Check each document and keep the new ones in the store, in one transaction (each
     document parsed and written to text once; the compatibility table read once). A run
-    that comes twice is one record: its best-ranked copy (a certificate over a report)."""
+    that comes twice is one record: its best-ranked copy (a certificate over a report).
+    ``refuse``: why a parsed record is not kept (None: kept), e.g. unsigned ones."""
     redactor = Redactor.for_this_host() if redact is None else redact
     table = load_table()  # once, not per NVIDIA report without an arch
     with _collector_paused():
-        return _import(docs, problems, root, redactor, table)
+        return _import(docs, problems, root, redactor, table, refuse=refuse)
 
 
 def _import(
@@ -236,6 +238,8 @@ def _import(
     root: Path | None,
     redactor: Redactor,
     table: CompatTable,
+    *,
+    refuse: Callable[[Evidence], str | None] | None = None,
 ) -> Imported:
     skipped = list(problems)
     rank = ranks()
@@ -250,6 +254,10 @@ def _import(
             stored = parse_document(doc, redactor, signatures=True, table=table)
         except Exception as exc:  # what _storable meets in a malformed report, too
             skipped.append(Problem(source, str(getattr(exc, "message", exc))))
+            continue
+        why = refuse(stored) if refuse is not None else None
+        if why:
+            skipped.append(Problem(source, why))
             continue
         first = items.get(stored.key)
         if first is None or rank[stored.kind] < rank[first[0].kind]:

@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING
 
 from envforge.core import paths
 from envforge.evidence import evidence_db
-from envforge.evidence.certified_on import describe
+from envforge.evidence.certified_on import describe, pass_row
 from envforge.evidence.redact import Redactor
 
 if TYPE_CHECKING:
     from envforge.evidence.records import Problem
+    from envforge.evidence.signed import SignedPolicy
 
 
 def sources(environ: Mapping[str, str] | None = None) -> list[Path]:
@@ -58,3 +59,33 @@ def store_certified_on(
     with opened(environ) as (conn, _problems):
         runs, passes = evidence_db.pass_rows(conn, recipe)
     return describe(runs, passes, gpu=gpu, arch=arch)
+
+
+def signed_certified_on(
+    recipe: str,
+    policy: SignedPolicy,
+    *,
+    gpu: bool = True,
+    arch: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> str:
+    """:func:`store_certified_on` that knows signatures: with signed evidence required,
+    only runs signed by a trusted key count (the others are counted, not named); without,
+    every run counts and the unsigned passes are said."""
+    with opened(environ) as (conn, _problems):
+        runs = evidence_db.records(conn, recipe)
+    counted = [r for r in runs if policy.counts(r.signer)]
+    passes = [pass_row(r) for r in counted if r.outcome == "pass"]
+    line = describe(len(counted), passes, gpu=gpu, arch=arch)
+    if policy.required:
+        left = len(runs) - len(counted)
+        return line + (
+            f" (signed evidence only; {left} run{'' if left == 1 else 's'} not signed by a "
+            "trusted key not counted)"
+            if left
+            else " (signed evidence only)"
+        )
+    unsigned = sum(1 for r in runs if r.outcome == "pass" and not policy.trusted_signer(r.signer))
+    if unsigned:
+        return line + f" ({unsigned} of {len(passes)} passing run(s) unsigned or not trusted)"
+    return line

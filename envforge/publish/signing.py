@@ -109,6 +109,16 @@ class PublicKey:
         text = f"{PUBLIC_PREFIX} {base64.b64encode(self.raw).decode('ascii')}"
         return f"{text} {self.name}" if self.name else text
 
+    def pem(self) -> str:
+        """The key as PEM SubjectPublicKeyInfo (what cosign's ``--key`` reads)."""
+        from cryptography.hazmat.primitives import serialization  # noqa: PLC0415 - lazy
+
+        key = _crypto().Ed25519PublicKey.from_public_bytes(self.raw)
+        data: bytes = key.public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+        return data.decode("ascii")
+
     def verify(self, signature: bytes, message: bytes) -> bool:
         key = _crypto().Ed25519PublicKey.from_public_bytes(self.raw)
         try:

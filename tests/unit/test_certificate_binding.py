@@ -376,3 +376,25 @@ def test_verify_says_a_format_1_certificate_is_older_and_trust_refuses_it(
     monkeypatch.setattr(engine_module, "connect", lambda *_a, **_k: _engine(CONFIG, new))
     assert main(["verify", CERTIFIED, "--no-pull", "--trust", str(pub_path)]) == 0
     assert "format 1" not in capsys.readouterr().err
+
+
+def test_shell_with_a_gate_asks_it_about_the_image_id_before_running(ran: _Ran) -> None:
+    """``shell`` with trusted keys: the image's ID goes to the admission check; a refusal
+    runs nothing."""
+    asked: list[tuple[str, str]] = []
+
+    def admit(digest: str, what: str, files: object) -> None:
+        asked.append((digest, what))
+
+    options = docker.DockerOptions(admit=admit)
+    assert docker.run(RECIPE, ["true"], options, client=_engine(CONFIG, _cert())) == 0
+    assert asked == [("sha256:" + "1" * 64, CERTIFIED)]
+
+    def refuse(digest: str, what: str, files: object) -> None:
+        raise CertificationFailed(f"refused {what}")
+
+    with pytest.raises(CertificationFailed, match="refused"):
+        docker.run(
+            RECIPE, ["true"], docker.DockerOptions(admit=refuse), client=_engine(CONFIG, _cert())
+        )
+    assert len(ran.images) == 1

@@ -14,6 +14,7 @@ from envforge.publish.signing import load_signer
 from envforge.recipe.model import Level
 
 if TYPE_CHECKING:
+    from envforge.backends.base import Admit
     from envforge.container.devices import GpuPick
     from envforge.project.model import Project
     from envforge.publish.certificate import Signer
@@ -78,6 +79,8 @@ class DockerOptions:
     #: ``--project DIR``: the project's image (its lock's packages on the recipe's layers,
     #: its checks certified, tagged for the project; see :mod:`.projects`).
     project: Project | None = None
+    #: ``shell`` with trusted keys: the image must be admitted (:data:`.base.Admit`).
+    admit: Admit | None = None
 
 
 #: The flags only this backend has (``envforge build`` / ``shell`` / ``certify``).
@@ -173,4 +176,5 @@ def docker_options(options: Options | DockerOptions) -> DockerOptions:
         gpus=options.gpus,
         platform=extra.get("platform"),
         project=options.project,
+        admit=options.admit,
     )

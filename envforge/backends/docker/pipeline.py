@@ -474,6 +474,8 @@ def run(
         ref=ref,
         build=_build_command(recipe, options),
     )
+    if options.admit is not None:
+        options.admit(info.id, options.image or ref, ())
     env, cwd = dict(recipe.env_map), Path(os.getcwd())
     if options.project is not None:
         env, cwd = shell_for(

@@ -208,6 +208,7 @@ def venv_options(options: Options | VenvOptions) -> VenvOptions:
         environ=environ,
         project=options.project,
         certify=not extra.get("no_certify", False),
+        admit=options.admit,
     )
 
 
@@ -340,6 +341,10 @@ def run(
     recipe = on_host(recipe, options)
     command = list(argv) or [os.environ.get("SHELL") or "bash"]
     path, _fresh = ensure(recipe, options)
+    if options.admit is not None:
+        from envforge.backends.venv.attesting import attestations_file, certified  # noqa: PLC0415
+
+        options.admit(certified(path)[0].digest, str(path), (attestations_file(path),))
     return run_in_venv(path, recipe, command, options.environ)
 
 

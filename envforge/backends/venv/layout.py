@@ -19,6 +19,7 @@ from envforge.publish.certificate import Certificate, VenvBinding
 from envforge.recipe.model import Level, Recipe
 
 if TYPE_CHECKING:
+    from envforge.backends.base import Admit
     from envforge.project.model import Project
 
 from envforge.backends.venv.interpreter import Interpreter
@@ -174,6 +175,8 @@ class VenvOptions:
     environ: Mapping[str, str] | None = None
     listener: ProbeListener | None = None
     say: Say = field(default=_quiet)
+    #: ``shell`` with trusted keys: the venv must be admitted (:data:`.base.Admit`).
+    admit: Admit | None = None
 
 
 @dataclass(frozen=True)
