@@ -10,24 +10,17 @@ Each signed report shows its signer's key fingerprint, and the key's name when a
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
 
-from envforge.cli.common import OutputPath, echo_json, json_option, trust_option
+from envforge.cli.common import OutputPath, echo_json, json_option, trust_option, trusted_files
 from envforge.errors import InvalidInput
 from envforge.evidence.local_store import opened
 from envforge.evidence.matrix import Matrix, aggregate, write_site
 from envforge.evidence.matrix_db import store_matrix
 from envforge.evidence.records import missing_paths, read_evidence
 from envforge.publish.signing import load_trust
-
-
-def _trust_paths(given: tuple[Path, ...]) -> list[Path]:
-    if given:
-        return list(given)
-    return [Path(p) for p in os.environ.get("ENVFORGE_TRUSTED_KEYS", "").split(os.pathsep) if p]
 
 
 def _store_matrix() -> Matrix:
@@ -72,9 +65,9 @@ def matrix(evidence: tuple[Path, ...], out: Path, trust: tuple[Path, ...], as_js
                 hint="name a report folder, a probe.json/certificate file or a .jsonl bundle",
             )
     signers: dict[str, str] = {}
-    files = _trust_paths(trust)
+    files, setting = trusted_files(trust)
     if files:
-        keys = load_trust(files, setting="--trust" if trust else "ENVFORGE_TRUSTED_KEYS")
+        keys = load_trust(files, setting=setting)
         signers = {fp: key.name for fp, key in keys.keys.items()}
     if evidence:
         found = read_evidence((p for p in sources if p.exists()), signatures=True)
