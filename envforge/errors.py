@@ -96,6 +96,11 @@ class ProjectError(DataFileError):
     names the file and the key (or line)."""
 
 
+class ConfigError(DataFileError):
+    """A settings file (the user's config.toml) that cannot be used: names the file and
+    the key."""
+
+
 class ConstraintViolation(InvalidInput):
     """A recipe that loads but asks for a combination the compatibility table refuses."""
 

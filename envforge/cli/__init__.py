@@ -53,6 +53,7 @@ COMMANDS: Mapping[str, str] = {
     "attest": "envforge.cli.attest:attest",
     "du": "envforge.cli.disk:du_cmd",
     "gc": "envforge.cli.disk:gc_cmd",
+    "config": "envforge.cli.config:config",
 }
 
 
@@ -91,6 +92,7 @@ SUMMARIES: Mapping[str, str] = {
     "attest": ("Signed in-toto attestations of certifications: check them (signature, subject)."),
     "du": "Show what envforge keeps on disk: venvs, caches and evidence, with what reclaims it.",
     "gc": "Remove venvs no project or recipe uses: superseded builds, projects gone.",
+    "config": "Show each setting's value and where it came from (flag, env, project, user file).",
 }
 
 

@@ -13,7 +13,15 @@ import click
 from envforge.backends.docker.engine import connect
 from envforge.backends.docker.images import inspect_image
 from envforge.backends.venv.attesting import attestations_file, certified
-from envforge.cli.common import echo_json, json_option, load_signer, note, say, trust_option
+from envforge.cli.common import (
+    echo_json,
+    json_option,
+    load_signer,
+    note,
+    say,
+    trust_option,
+    trusted_files,
+)
 from envforge.core import paths
 from envforge.core.fsutil import check_file_target
 from envforge.core.jsonlimits import loads
@@ -24,7 +32,7 @@ from envforge.publish.attest_verify import check_envelope, check_file, describe,
 from envforge.publish.attestation import append, manifest_subject
 from envforge.publish.referrers import attach, envelopes_of, pinned
 from envforge.publish.registry import remote_image
-from envforge.publish.signing import load_trust, trust_paths
+from envforge.publish.signing import load_trust
 from envforge.stack import stack_of
 
 if TYPE_CHECKING:
@@ -278,13 +286,13 @@ def verify_cmd(  # noqa: PLR0917 - click passes options positionally by name
     subject, a predicate outside the schema) or none records a pass; with --arch, when
     none passed on that arch.
     """
-    files = trust_paths(list(trust))
+    files, setting = trusted_files(trust)
     if not files:
         raise InvalidInput(
             "attest verify needs trusted keys to check signatures against",
             hint="add --trust envforge.pub (or set ENVFORGE_TRUSTED_KEYS)",
         )
-    trusted = load_trust(files, setting="--trust" if trust else "ENVFORGE_TRUSTED_KEYS")
+    trusted = load_trust(files, setting=setting)
     expected = _expected(subject, image)
     checks = [c for path in paths for c in _checks(path, trusted, expected)]
     counts = tally(checks)

@@ -3,15 +3,20 @@ certify, doctor, fleet; never loaded by the light commands)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from envforge.backends import BACKENDS
 from envforge.backends.base import Command, given, unique_options
-from envforge.cli.common import _check_shm_size
+from envforge.cli.common import _check_shm_size, effective_settings
+from envforge.core.settings import Settings
+from envforge.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from envforge.project.model import Project
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -69,3 +74,35 @@ def backend_flags(command: Command) -> Callable[[F], F]:
 def backend_extra(command: Command, values: dict[str, Any]) -> dict[str, Any]:
     """Of a command's keyword arguments, the values of the backend flags given."""
     return given(unique_options(BACKENDS, command), values)
+
+
+def settled_backend(settings: Settings) -> str | None:
+    """The ``backend`` setting (a flag was checked by click), checked here: a name not in
+    :data:`~envforge.backends.BACKENDS` is exit 2 naming where it was set."""
+    value = settings.get("backend")
+    name = settings.text("backend")
+    if name is not None and name not in BACKENDS:
+        raise InvalidInput(
+            f"{value.origin}: backend: {name!r} is not a backend",
+            hint=f"one of: {', '.join(BACKENDS)}",
+        )
+    return name
+
+
+def settled_extra(
+    chosen: str,
+    command: Command,
+    extra: Mapping[str, Any],
+    project: Project | None,
+    keys: Sequence[str],
+) -> dict[str, Any]:
+    """``extra`` plus the settings ``keys`` (:func:`~envforge.cli.common.effective_settings`)
+    that ``chosen`` declares a flag for (a setting for another backend is neither read
+    nor refused): the flag given, else the environment, the project, the user's file."""
+    mine = {o.key for o in BACKENDS[chosen].cli_options() if command in o.commands}
+    wanted = tuple(key for key in keys if key in mine)
+    if not wanted:
+        return dict(extra)
+    settings = effective_settings({key: extra.get(key) for key in wanted}, project, wanted)
+    found = {key: settings.get(key).value for key in wanted}
+    return {**extra, **{key: value for key, value in found.items() if value is not None}}

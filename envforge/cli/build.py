@@ -15,10 +15,17 @@ import click
 from envforge.backends import BACKENDS, Options, default_backend, pick
 from envforge.backends.base import ProbeFailed, refuse_foreign
 from envforge.cli.attest import attest_option, attest_result, check_attest
-from envforge.cli.backend_options import backend_extra, backend_flags, backend_option
+from envforge.cli.backend_options import (
+    backend_extra,
+    backend_flags,
+    backend_option,
+    settled_backend,
+    settled_extra,
+)
 from envforge.cli.common import (
     ca_bundle_option,
     echo_json,
+    effective_settings,
     gpu_option,
     json_option,
     level_option,
@@ -92,8 +99,21 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
     """
     if report_dir is not None:  # before any work: a file in the way is exit 2, one line
         check_folder_target(report_dir, setting="--report", files=REPORT_FILES)
-    check_attest(attest_file, signing_key)
     project = load_project_option(project_dir, extras)
+    # flag > environment > the project's [tool.envforge] > the user's file (envforge config)
+    settings = effective_settings(
+        {
+            "backend": backend,
+            "wheelhouse": wheelhouse,
+            "ca_bundle": ca_bundle,
+            "signing_key": signing_key,
+        },
+        project,
+        ("backend", "wheelhouse", "ca_bundle", "signing_key"),
+    )
+    backend = settled_backend(settings)
+    signing_key = settings.path("signing_key")
+    check_attest(attest_file, signing_key)
     recipe_ref = recipe_ref_for(recipe_ref, project)
     with summarizing(summary_file, f"envforge build {recipe_ref}") as notes:
         # --platform (docker) or this host's: the table's row for it must accept the recipe
@@ -107,13 +127,14 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
         backend = backend or default_backend()
         extra = backend_extra("build", flags)
         refuse_foreign(BACKENDS, backend, "build", extra)
+        extra = settled_extra(backend, "build", extra, project, ("base_image",))
         options = Options(
             level=level,
             step_timeout=step_timeout,
             require_free=require_free,
             report_dir=report_dir,
-            wheelhouse=wheelhouse,
-            ca_bundle=ca_bundle,
+            wheelhouse=settings.path("wheelhouse"),
+            ca_bundle=settings.path("ca_bundle"),
             signing_key=signing_key,
             gpus=gpus,
             listener=ProbeProgress(table=False),

@@ -7,7 +7,7 @@ import json
 import os
 import re
 import signal
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -17,6 +17,7 @@ from envforge.core.patterns import LEVELS, Level
 from envforge.errors import InvalidInput
 
 if TYPE_CHECKING:
+    from envforge.core.settings import Settings
     from envforge.evidence.signed import SignedPolicy
     from envforge.host.detect import HostInfo
     from envforge.project.model import Project
@@ -213,12 +214,12 @@ def signed_policy(require_signed: bool, trust: Sequence[Path]) -> SignedPolicy:
     required = required_by(require_signed, os.environ)
     if not (required or trust or os.environ.get("ENVFORGE_TRUSTED_KEYS", "").strip()):
         return SignedPolicy()  # nothing to check: show stays light
-    from envforge.publish.signing import load_trust, trust_paths  # noqa: PLC0415 - lazy
+    from envforge.publish.signing import load_trust  # noqa: PLC0415 - lazy
 
-    files = trust_paths(list(trust))
+    files, setting = trusted_files(trust)
     names: dict[str, str] = {}
     if files:
-        keys = load_trust(files, setting="--trust" if trust else "ENVFORGE_TRUSTED_KEYS")
+        keys = load_trust(files, setting=setting)
         names = {fp: key.name for fp, key in keys.keys.items()}
     how = "--require-signed" if require_signed else f"{REQUIRE_ENV}=1"
     return SignedPolicy.of(required, names, setting=how)
@@ -443,3 +444,56 @@ def load_project_option(project_dir: Path | None, extras: Sequence[str]) -> Proj
     from envforge.project.read import load_project  # noqa: PLC0415 - tomllib when used
 
     return load_project(project_dir, extras=extras)
+
+
+# --------------------------------------------------------------------------- settings
+
+
+def effective_settings(
+    flags: Mapping[str, Any], project: Project | None, keys: Sequence[str]
+) -> Settings:
+    """The settings ``keys`` (:mod:`envforge.core.settings`): ``flags`` (keyed by setting,
+    None: not given; a value click took from an environment variable counts as the
+    variable's), the environment, the project's ``[tool.envforge]``, the user's file.
+    A value from a file is said on stderr, one line each."""
+    from click.core import ParameterSource  # noqa: PLC0415 - with the settings
+
+    from envforge.core.settings import KEYS, resolve  # noqa: PLC0415 - tomllib when used
+
+    ctx = click.get_current_context(silent=True)
+    given: dict[str, Any] = {}
+    for key, value in flags.items():
+        source = ctx.get_parameter_source(key) if ctx is not None else None
+        if source == ParameterSource.ENVIRONMENT or value is False:
+            continue
+        given[key] = tuple(value) if isinstance(value, (list, tuple)) else value
+    settings = resolve(
+        given,
+        project=dict(project.settings) if project is not None else None,
+        project_file=project.settings_file if project is not None else None,
+        keys=keys,
+    )
+    for value in settings.values:
+        if value.source in ("project", "user file"):
+            flag = KEYS[value.key].flag or value.key
+            say(f"{flag} {_shown(value.value)} (from {value.origin})")
+    return settings
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, tuple):
+        return " ".join(str(v) for v in value)
+    return str(value)
+
+
+def trusted_files(trust: Sequence[Path]) -> tuple[list[Path], str]:
+    """The trust files (``--trust``, else ``ENVFORGE_TRUSTED_KEYS``, else the user's file
+    ``trusted_keys``) and the setting to name in a refusal."""
+    value = effective_settings({"trusted_keys": tuple(trust)}, None, ("trusted_keys",)).get(
+        "trusted_keys"
+    )
+    files = list(value.value) if isinstance(value.value, tuple) else []
+    setting = {"flag": "--trust", "environment": "ENVFORGE_TRUSTED_KEYS"}.get(
+        value.source, f"{value.origin}: trusted_keys"
+    )
+    return files, setting

@@ -23,10 +23,16 @@ from envforge.cli.attest import (
     attest_result,
     check_attest,
 )
-from envforge.cli.backend_options import backend_extra, backend_flags, backend_option
+from envforge.cli.backend_options import (
+    backend_extra,
+    backend_flags,
+    backend_option,
+    settled_backend,
+)
 from envforge.cli.common import (
     deadline_option,
     echo_json,
+    effective_settings,
     gpu_option,
     json_option,
     level_option,
@@ -161,11 +167,15 @@ def certify(  # noqa: PLR0917 - click passes options positionally by name
     """
     if report_dir is not None:  # before any work: a file in the way is exit 2, one line
         check_folder_target(report_dir, setting="--report", files=REPORT_FILES)
+    project = load_project_option(project_dir, extras)
+    settings = effective_settings(
+        {"backend": backend, "signing_key": signing_key}, project, ("backend", "signing_key")
+    )
+    signing_key = settings.path("signing_key")
     check_attest(attest_file, signing_key, attach)
     if attach:
         _check_attach(refs)
-    project = load_project_option(project_dir, extras)
-    backend = backend or _project_backend(refs, project) or default_backend()
+    backend = settled_backend(settings) or _project_backend(refs, project) or default_backend()
     chosen = BACKENDS[backend]
     extra = backend_extra("certify", flags)
     refuse_foreign(BACKENDS, backend, "certify", extra)
@@ -226,9 +236,9 @@ def certify(  # noqa: PLR0917 - click passes options positionally by name
 @click.argument("recipe_ref", metavar="RECIPE|auto")
 @click.option(
     "--registry",
-    required=True,
+    default=None,
     metavar="HOST[:PORT][/NAMESPACE]",
-    help="Push to REGISTRY/RECIPE:STACK.",
+    help="Push to REGISTRY/RECIPE:STACK (default: registry of envforge config).",
 )
 @click.option(
     "--require-signed",
@@ -244,7 +254,7 @@ def certify(  # noqa: PLR0917 - click passes options positionally by name
 @json_option
 def publish_cmd(
     recipe_ref: str,
-    registry: str,
+    registry: str | None,
     *,
     require_signed: bool,
     overrides: tuple[str, ...],
@@ -255,8 +265,17 @@ def publish_cmd(
     """Push the recipe's certified image (refused, exit 5, without a passing certificate).
 
     RECIPE may be `auto`: the recipe `build auto` picks for this host's GPU."""
+    settings = effective_settings(
+        {"registry": registry, "signing_key": signing_key}, None, ("registry", "signing_key")
+    )
+    registry = settings.text("registry")
+    if registry is None:
+        raise InvalidInput(
+            "publish: no registry given",
+            hint='add --registry HOST[/NAMESPACE], or registry = "HOST" in `envforge config path`',
+        )
     recipe, _choice = load_for_host(recipe_ref, None, overrides)
-    key = load_signer(signing_key)  # before the push: a bad key file is exit 2 at once
+    key = load_signer(settings.path("signing_key"))  # a bad key file: exit 2 before the push
     client = connect()
     display = BuildDisplay()
     try:

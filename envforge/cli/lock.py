@@ -9,6 +9,7 @@ import click
 from envforge.cli.common import (
     OutputPath,
     ca_bundle_option,
+    effective_settings,
     load_for_host,
     load_project_option,
     project_option,
@@ -45,6 +46,10 @@ def lock_cmd(  # noqa: PLR0917 - click passes options positionally by name
     """Resolve a recipe's full requirement set, with hashes, into <recipe>.lock.txt."""
     project = load_project_option(project_dir, extras)
     recipe, _choice = load_for_host(recipe_ref_for(recipe_ref, project), None, overrides)
+    settings = effective_settings(
+        {"wheelhouse": wheelhouse, "ca_bundle": ca_bundle}, project, ("wheelhouse", "ca_bundle")
+    )
+    wheelhouse, ca_bundle = settings.path("wheelhouse"), settings.path("ca_bundle")
     result: LockResult
     if project is not None:
         result = write_project_lock(

@@ -21,9 +21,10 @@ from envforge.cli.common import (
     load_checked,
     note,
     trust_option,
+    trusted_files,
 )
 from envforge.errors import CertificationFailed, InvalidInput
-from envforge.publish.signing import TrustList, load_trust, require_trusted, short, trust_paths
+from envforge.publish.signing import TrustList, load_trust, require_trusted, short
 
 if TYPE_CHECKING:
     from envforge.backends.docker.push import Verified
@@ -152,10 +153,10 @@ def _admission(ref: str, image_id: str, trusted: TrustList, deadline: float) -> 
 
 
 def _trusted(trust: tuple[Path, ...]) -> TrustList:
-    files = trust_paths(trust)
+    files, setting = trusted_files(trust)
     if not files:
         return TrustList()
-    return load_trust(files, setting="--trust" if trust else "ENVFORGE_TRUSTED_KEYS")
+    return load_trust(files, setting=setting)
 
 
 def _signature(result: Verified, trusted: TrustList) -> tuple[str, str]:

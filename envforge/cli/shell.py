@@ -10,8 +10,15 @@ import click
 
 from envforge import backends
 from envforge.backends.base import implied, refuse_foreign
-from envforge.cli.backend_options import backend_extra, backend_flags, backend_option
+from envforge.cli.backend_options import (
+    backend_extra,
+    backend_flags,
+    backend_option,
+    settled_backend,
+    settled_extra,
+)
 from envforge.cli.common import (
+    effective_settings,
     gpu_option,
     load_checked,
     load_project_option,
@@ -77,9 +84,14 @@ def shell(  # noqa: PLR0917 - click passes options positionally by name
     recipe, _choice, gpus = load_with_gpus(recipe_ref, gpu)
     spare = load_checked(fallback) if fallback else None
     extra = backend_extra("shell", flags)
-    requested = backend or implied(backends.BACKENDS, "shell", extra)
+    # a backend's own flag (--image: docker) before the backend setting of a file
+    settings = effective_settings(
+        {"backend": backend or implied(backends.BACKENDS, "shell", extra)}, project, ("backend",)
+    )
+    requested = settled_backend(settings)
     chosen = backends.pick(recipe, requested, say=say, options=backends.Options(project=project))
     refuse_foreign(backends.BACKENDS, chosen, "shell", extra)
+    extra = settled_extra(chosen, "shell", extra, project, ("wheelhouse", "ca_bundle"))
     options = backends.Options(
         gpus=gpus,
         listener=ProbeProgress(table=False),

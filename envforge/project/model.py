@@ -11,6 +11,8 @@ import dataclasses
 import hashlib
 from pathlib import Path
 
+from envforge.core.settings import Held
+
 #: The section envforge reads in a project's pyproject.toml, and the file a
 #: requirements.txt project keeps the same keys in.
 TOOL_SECTION = "tool.envforge"
@@ -58,6 +60,9 @@ class Project:
     #: (module, reason): top-level modules of installed distributions that certification
     #: does not import (``[tool.envforge] skip_imports``), recorded in the certificate.
     skip_imports: tuple[tuple[str, str], ...] = ()
+    #: (key, value): the :mod:`envforge.core.settings` keys ``[tool.envforge]`` sets
+    #: (wheelhouse, ca_bundle, ...; paths made absolute from the file's folder).
+    settings: tuple[tuple[str, Held], ...] = ()
 
     def key(self) -> str:
         """A short stable name for this project's environment: its name and a digest of

@@ -18,6 +18,8 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
 from envforge.core.patterns import DEB_NAME
+from envforge.core.settings import KEYS as SETTING_KEYS
+from envforge.core.settings import Held, check_value
 from envforge.core.yamlcheck import did_you_mean, read_text
 from envforge.errors import ProjectError
 from envforge.project.model import ENVFORGE_FILE, TOOL_KEYS, Project
@@ -166,6 +168,7 @@ def _from_pyproject(root: Path, extras: tuple[str, ...], groups: tuple[str, ...]
         settings_file=path if settings else None,
         system_packages=settings.get("system_packages", ()),
         skip_imports=settings.get("skip_imports", ()),
+        settings=_remembered(settings),
     )
 
 
@@ -236,13 +239,24 @@ def _settings(table: Mapping[str, Any], path: Path, prefix: str) -> dict[str, An
     settings: dict[str, Any] = {}
     for key, value in table.items():
         where = f"{prefix}.{key}" if prefix else key
+        if key in SETTING_KEYS and SETTING_KEYS[key].project:  # envforge.core.settings
+            settings[key] = check_value(key, value, path, where)
+            continue
+        if key in SETTING_KEYS:
+            raise ProjectError(
+                str(path),
+                where,
+                "is a setting of the site, not of a project",
+                hint="set it in the user's settings file (envforge config path) instead",
+            )
         if key not in TOOL_KEYS:
-            near = did_you_mean(key, TOOL_KEYS)
+            known = [*TOOL_KEYS, *(k for k, v in SETTING_KEYS.items() if v.project)]
+            near = did_you_mean(key, known)
             raise ProjectError(
                 str(path),
                 where,
                 "is not a setting envforge knows",
-                hint=f"did you mean {near!r}?" if near else f"known: {', '.join(TOOL_KEYS)}",
+                hint=f"did you mean {near!r}?" if near else f"known: {', '.join(known)}",
             )
         if key == "recipe":
             if not isinstance(value, str) or not value.strip():
@@ -269,6 +283,11 @@ def _settings(table: Mapping[str, Any], path: Path, prefix: str) -> dict[str, An
             _check_system_packages(items, path, where)
         settings[key] = items
     return settings
+
+
+def _remembered(settings: Mapping[str, Any]) -> tuple[tuple[str, Held], ...]:
+    """The :mod:`envforge.core.settings` keys the project sets, in their order."""
+    return tuple((key, settings[key]) for key in SETTING_KEYS if key in settings)
 
 
 _SKIP_HINT = 'write it as skip_imports = [{module = "blackd", reason = "needs black[d]"}]'
@@ -365,6 +384,7 @@ def _from_requirements(root: Path, extras: tuple[str, ...], groups: tuple[str, .
         settings_file=settings_path if settings else None,
         system_packages=settings.get("system_packages", ()),
         skip_imports=settings.get("skip_imports", ()),
+        settings=_remembered(settings),
     )
 
 

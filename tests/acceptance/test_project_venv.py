@@ -326,6 +326,40 @@ def test_shell_rebuilds_when_the_requirements_change_keeping_torchs_files(
     assert any(s["name"] == "matmul" for s in again["report"]["steps"])
 
 
+def test_a_rebuild_reuses_the_wheelhouse_the_last_build_used(
+    built: dict[str, object], proj: Path, home: Path, tmp_path: Path
+) -> None:
+    """Issue 29: after a requirements edit, `shell --project` without --wheelhouse rebuilds
+    from the wheelhouse the last build used (said in one line), not from torch's index."""
+    del built
+    env = {**base_env(home), "XDG_CONFIG_HOME": str(tmp_path)}  # no user settings file
+    text = (proj / "pyproject.toml").read_text(encoding="utf-8")
+    (proj / "pyproject.toml").write_text(
+        text.replace('"six>=1.16"]', '"six>=1.16", "certifi"]'), encoding="utf-8"
+    )
+    try:
+        done = envforge(
+            "shell",
+            "cpu",
+            "--project",
+            str(proj),
+            "--backend",
+            "venv",
+            "--",
+            "python",
+            "-c",
+            "import certifi, demo_trainer; print('ok')",
+            env=env,
+        )
+    finally:
+        (proj / "pyproject.toml").write_text(text, encoding="utf-8")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "ok"
+    said = [line for line in done.stderr.splitlines() if "what the last build of" in line]
+    assert len(said) == 1, done.stderr[-3000:]
+    assert f"--wheelhouse {WHEELS.resolve()}" in said[0]
+
+
 def test_an_optional_extra_is_installed_certified_and_used_by_the_shell(
     built: dict[str, object], proj: Path, home: Path
 ) -> None:

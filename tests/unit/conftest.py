@@ -42,9 +42,12 @@ class _NoEngine:
 def private_state(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Unit tests keep envforge's state (caches, certificates) out of the user's home."""
+    """Unit tests keep envforge's state (caches, certificates) out of the user's home,
+    and read no settings file of the user's (envforge.core.settings)."""
     monkeypatch.setenv("ENVFORGE_HOME", str(tmp_path_factory.mktemp("envforge-home")))
     monkeypatch.setenv("ENVFORGE_CACHE_DIR", str(tmp_path_factory.mktemp("envforge-cache")))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("envforge-config")))
+    monkeypatch.delenv("ENVFORGE_CONFIG", raising=False)
 
 
 @pytest.fixture(autouse=True)

@@ -38,6 +38,7 @@ from envforge.backends.venv.layout import (
     fingerprint,
     project_binding,
     read_certificate,
+    remembered,
     venv_location,
     venv_python,
 )
@@ -110,6 +111,8 @@ def make(recipe: Recipe, options: VenvOptions = DEFAULT_OPTIONS) -> VenvBuildRes
     that was there stays as it was; without one the new venv stays, uncertified).
     """
     started = time.monotonic()
+    where = venv_location(recipe, options.environ, options.project)
+    options = remembered(options, _read_json(where / MARKER_DIR / BUILD_MARKER), where)
     lock.check_inputs(options.wheelhouse, options.ca_bundle)
     interp = find_interpreter(recipe.python, explicit=options.python, environ=options.environ)
     _check_system_packages(recipe, options)
@@ -283,7 +286,9 @@ def _build_aside(  # noqa: PLR0917 - one step of build, its inputs spelled out
             # how it was built, for a `certify` elsewhere (a compute node) and for people
             "certify": options.certify,
             "sources": lock.source_args(recipe, options.wheelhouse, stack),
-            "ca_bundle": str(options.ca_bundle) if options.ca_bundle else None,
+            "ca_bundle": str(options.ca_bundle.resolve()) if options.ca_bundle else None,
+            # what a rebuild reuses when not told otherwise (layout.remembered)
+            "wheelhouse": str(options.wheelhouse.resolve()) if options.wheelhouse else None,
         }
         aside_markers = aside / MARKER_DIR
         write_atomically(aside_markers / BUILD_MARKER, _marker_json(build_data))

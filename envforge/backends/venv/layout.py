@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -236,3 +236,41 @@ class VenvBuildResult:
 
 #: The options of a call that gives none.
 DEFAULT_OPTIONS = VenvOptions()
+
+
+def remembered(options: VenvOptions, built: Mapping[str, Any] | None, where: Path) -> VenvOptions:
+    """``options`` with the wheelhouse and CA bundle the last build of ``where`` used
+    (its ``build.json``) where none is given (flag, project or user settings): a rebuild
+    after a requirements edit installs from where the first build did. Said in one line;
+    a recorded path that is gone is left out."""
+    if not built:
+        return options
+    wheelhouse, ca_bundle = options.wheelhouse, options.ca_bundle
+    said: list[str] = []
+    if wheelhouse is None:
+        wheelhouse = _recorded(built.get("wheelhouse") or _find_links(built), "dir")
+        said += [f"--wheelhouse {wheelhouse}"] if wheelhouse else []
+    if ca_bundle is None:
+        ca_bundle = _recorded(built.get("ca_bundle"), "file")
+        said += [f"--ca-bundle {ca_bundle}"] if ca_bundle else []
+    if not said:
+        return options
+    options.say(
+        f"{' '.join(said)}: what the last build of {where} used (give the flag to change it)"
+    )
+    return replace(options, wheelhouse=wheelhouse, ca_bundle=ca_bundle)
+
+
+def _find_links(built: Mapping[str, Any]) -> str | None:
+    """The wheelhouse of a ``build.json`` written before it recorded one (its sources)."""
+    sources = built.get("sources")
+    if isinstance(sources, list) and len(sources) == 2 and sources[0] == "--find-links":
+        return str(sources[1])
+    return None
+
+
+def _recorded(value: object, kind: Literal["dir", "file"]) -> Path | None:
+    if not isinstance(value, str) or not value:
+        return None
+    path = Path(value)
+    return path if (path.is_dir() if kind == "dir" else path.is_file()) else None
