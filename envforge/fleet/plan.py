@@ -68,6 +68,18 @@ class Site:
         return dict(self.features).get(arch, arch)
 
 
+#: Site fields added after plan ids were first handed out, with their defaults: a field
+#: at its default is left out of plan.json (and of the id).
+_LATER_SITE: Mapping[str, object] = {
+    "qos": "",
+    "reservation": "",
+    "mem": "",
+    "cpus_per_task": 0,
+    "sbatch_args": (),
+    "preamble": "",
+}
+
+
 @dataclass(frozen=True)
 class Task:
     """One node's work: certify ``recipe`` on a node of ``arch`` with ``gpus`` GPUs."""
@@ -131,11 +143,18 @@ class Plan:
             envforge=list(self.envforge),
             task_homes=self.task_homes,
             nonce=self.nonce,
-            ca_bundle=self.ca_bundle,
-            overrides=list(self.overrides),
-            site=asdict(self.site),
+            site={
+                k: v
+                for k, v in asdict(self.site).items()
+                if k not in _LATER_SITE or v != _LATER_SITE[k]
+            },
             tasks=[asdict(t) for t in self.tasks],
         )
+        # written only when set, so a plan without them keeps the id it had before them
+        if self.ca_bundle:
+            data["ca_bundle"] = self.ca_bundle
+        if self.overrides:
+            data["overrides"] = list(self.overrides)
         return data
 
     def to_json(self) -> str:

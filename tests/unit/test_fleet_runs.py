@@ -219,3 +219,13 @@ def test_a_preamble_with_an_sbatch_line_is_refused(
     args = ["fleet", "plan", "--engine", "slurm", "--recipe", "cpu", "--backend", "venv"]
     assert main([*args, "--preamble", str(preamble), "-o", str(tmp_path / "p")]) == 2
     assert "#SBATCH line" in capsys.readouterr().err
+
+
+def test_a_plan_without_site_options_keeps_the_id_it_had_before_them() -> None:
+    from tests.unit.test_fleet import plan_of
+
+    data = plan_of("cpu", backend="venv").to_dict()
+    later = ("qos", "reservation", "mem", "cpus_per_task", "sbatch_args", "preamble")
+    assert not set(later) & set(data["site"])
+    assert "ca_bundle" not in data
+    assert "overrides" not in data
