@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,27 +26,29 @@ from envforge.cli.backend_options import backend_option
 from envforge.cli.choices import RegistryChoice, fleet_engines
 from envforge.cli.common import (
     OutputPath,
+    ca_bundle_option,
     echo_json,
     json_option,
     load_checked,
     note,
     require_signed_option,
     say,
+    set_option,
     signed_policy,
     trust_option,
     wheelhouse_option,
 )
-from envforge.core.fsutil import check_folder_target
+from envforge.core.fsutil import check_folder_target, read_limited
 from envforge.errors import CertificationFailed, InvalidInput, Unavailable, printable
 from envforge.evidence.evidence_store import import_documents
 from envforge.evidence.matrix import aggregate, write_site
 from envforge.evidence.records import Redactor
-from envforge.fleet import outcome
+from envforge.fleet import outcome, runs
 from envforge.fleet.outcome import counts
 from envforge.fleet.plan import Site
 from envforge.fleet.planning import load_plan, make_plan
 from envforge.fleet.task import run_task
-from envforge.fleet.values import arch_problem
+from envforge.fleet.values import MAX_PREAMBLE, arch_problem
 from envforge.fleet.write import submit, write_plan
 from envforge.knowledge import load_table
 from envforge.knowledge.gpu_names import arch_for_name
@@ -53,9 +56,12 @@ from envforge.knowledge.gpu_names import arch_for_name
 if TYPE_CHECKING:
     from envforge.fleet.outcome import TaskState
     from envforge.fleet.plan import Plan
+    from envforge.fleet.slurm_state import JobState
 
 #: The longest ``status --wait --timeout`` (30 days).
 MAX_WAIT = 30 * 86400
+#: ``status --wait`` without ``--timeout`` gives up after this long (a day).
+DEFAULT_WAIT = 86400.0
 
 
 @click.group("fleet")
@@ -131,6 +137,28 @@ def _pairs(values: tuple[str, ...], setting: str) -> tuple[tuple[str, str], ...]
     metavar="ARCH=FEATURE",
     help="Slurm node feature for an arch when it is not the arch's name.",
 )
+@click.option("--qos", default="", help="Slurm quality of service.")
+@click.option("--reservation", default="", help="Slurm reservation.")
+@click.option("--mem", default="", metavar="SIZE", help="Slurm memory per node (64G).")
+@click.option(
+    "--cpus-per-task", type=int, default=0, metavar="N", help="Slurm CPUs per task (0: default)."
+)
+@click.option(
+    "--sbatch-arg",
+    "sbatch_args",
+    multiple=True,
+    metavar="--NAME[=VALUE]",
+    help="A further sbatch option as an #SBATCH line (repeatable): --sbatch-arg=--exclusive.",
+)
+@click.option(
+    "--preamble",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    metavar="FILE",
+    help="Shell lines each Slurm task runs before envforge (module load ...).",
+)
+@ca_bundle_option("PEM bundle each task's build trusts (passed on as build --ca-bundle).")
+@set_option
 @click.option("--namespace", default="default", show_default=True, help="Kubernetes namespace.")
 @click.option(
     "--arch-label",
@@ -174,6 +202,14 @@ def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
     account: str,
     time_limit: str,
     features: tuple[str, ...],
+    qos: str,
+    reservation: str,
+    mem: str,
+    cpus_per_task: int,
+    sbatch_args: tuple[str, ...],
+    preamble: Path | None,
+    ca_bundle: Path | None,
+    overrides: tuple[str, ...],
     namespace: str,
     arch_label: str,
     registry: str,
@@ -192,8 +228,14 @@ def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
         arch_label=arch_label,
         registry=registry,
         runner_labels=runner_labels or ("self-hosted", "gpu"),
+        qos=qos,
+        reservation=reservation,
+        mem=mem,
+        cpus_per_task=cpus_per_task,
+        sbatch_args=sbatch_args,
+        preamble=_preamble(preamble),
     )
-    loaded = [(_ref(r), load_checked(r)) for r in recipes]
+    loaded = [(_ref(r), load_checked(r, overrides)) for r in recipes]
     archs = _named_archs(archs)
 
     plan = make_plan(
@@ -208,6 +250,8 @@ def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
         wheelhouse=str(wheelhouse.resolve()) if wheelhouse else "",
         level=level or "",
         envforge=(sys.executable, "-m", "envforge"),
+        ca_bundle=str(ca_bundle.resolve()) if ca_bundle else "",
+        overrides=overrides,
     )
     written = write_plan(plan, out.resolve())
     if as_json:
@@ -219,6 +263,16 @@ def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
         f"plan {plan.id}: {len(plan.tasks)} task{'' if len(plan.tasks) == 1 else 's'} "
         f"({engine}); next: envforge fleet submit {out}"
     )
+
+
+def _preamble(path: Path | None) -> str:
+    """The text of ``--preamble FILE`` (checked where the site is: :mod:`envforge.fleet.values`)."""
+    if path is None:
+        return ""
+    try:
+        return read_limited(path, MAX_PREAMBLE + 1).decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"--preamble {path}: cannot read: {exc}", hint="a text file") from None
 
 
 def _named_archs(archs: tuple[str, ...]) -> tuple[str, ...]:
@@ -254,25 +308,40 @@ def submit_cmd(folder: Path, as_json: bool) -> None:
     """Submit a plan: sbatch (Slurm), kubectl apply (Kubernetes)."""
     plan = _load(folder)
     jobs = submit(plan, folder.resolve())
+    number = (runs.numbers(folder.resolve()) or [0])[-1]
     if as_json:
-        echo_json({"plan": plan.id, "jobs": jobs})
+        echo_json({"plan": plan.id, "run": number, "jobs": jobs})
         return
     for job in jobs:
         click.echo(job)
-    note(f"submitted plan {plan.id}; next: envforge fleet status {folder} --wait")
+    run = f" as run {number} ({runs.run_folder(folder, number)})" if number else ""
+    note(f"submitted plan {plan.id}{run}; next: envforge fleet status {folder} --wait")
 
 
-def _states(plan: Plan, folder: Path, *, strict: bool) -> tuple[TaskState, ...]:
+def _states(
+    plan: Plan, folder: Path, run: int | None, *, strict: bool
+) -> tuple[int, tuple[TaskState, ...]]:
+    """(the run read, each task's state in it)."""
     from envforge.fleet.engines import engine_for  # noqa: PLC0415 - when run
 
-    queued: dict[int, str] = {}
+    number, where = runs.chosen(folder.resolve(), run)
+    queued: Mapping[int, JobState] = {}
     try:
-        queued = engine_for(plan.engine, str(folder / "plan.json")).queued(plan, folder)
+        queued = engine_for(plan.engine, str(folder / "plan.json")).queued(plan, where)
     except Unavailable as exc:
         if strict:
             raise
         say(f"{exc.one_line()}: tasks without a report count as missing")
-    return outcome.states(plan, folder, queued, Redactor.for_this_host())
+    return number, outcome.states(plan, where, queued, Redactor.for_this_host())
+
+
+run_option = click.option(
+    "--run",
+    type=click.IntRange(1, runs.MAX_RUNS),
+    default=None,
+    metavar="N",
+    help="Which run of the plan (default: the newest; runs/NNN).",
+)
 
 
 def _print(found: tuple[TaskState, ...]) -> None:
@@ -293,9 +362,16 @@ def _print(found: tuple[TaskState, ...]) -> None:
 def _verdict(found: tuple[TaskState, ...], waited: str = "") -> None:
     n = counts(found)
     summary = ", ".join(f"{v} {k}" for k, v in n.items() if v)
+    if n["blocked"] and not (n["queued"] or n["running"]):
+        first = next(s for s in found if s.state == "blocked")
+        raise Unavailable(
+            f"fleet: {summary}; task {first.task.index} cannot start: {first.detail}",
+            hint="scancel its job, then plan again with values the partition takes "
+            "(scontrol show partition)",
+        )
     if n["failed"] or n["missing"] or n["refused"]:
         raise CertificationFailed(
-            f"fleet: {summary}", hint="see each task's line above and its logs/ file"
+            f"fleet: {summary}", hint="see each task's line above and its log (runs/NNN/logs/)"
         )
     if n["queued"] or n["running"]:
         raise CertificationFailed(
@@ -306,18 +382,23 @@ def _verdict(found: tuple[TaskState, ...], waited: str = "") -> None:
 
 @fleet.command("status")
 @click.argument("folder", type=click.Path(path_type=Path, file_okay=False), metavar="DIR")
-@click.option("--wait", is_flag=True, help="Wait until no task is queued or running.")
+@click.option(
+    "--wait", is_flag=True, help="Wait until no task is queued or running (or can start)."
+)
 @click.option(
     "--timeout",
     type=float,
-    default=None,
+    default=DEFAULT_WAIT,
+    show_default=True,
     metavar="S",
     help="With --wait: give up after S seconds (exit 1, named).",
 )
+@run_option
 @json_option
-def status_cmd(folder: Path, wait: bool, timeout: float | None, as_json: bool) -> None:
-    """Each task's state (exit 0 all passed, 1 any failed/missing/unfinished, 4 unreachable)."""
-    if timeout is not None and not (math.isfinite(timeout) and 0 <= timeout <= MAX_WAIT):
+def status_cmd(folder: Path, wait: bool, timeout: float, run: int | None, as_json: bool) -> None:
+    """Each task's state (exit 0 all passed, 1 any failed/missing/unfinished, 4 unreachable
+    or a task that cannot start)."""
+    if not (math.isfinite(timeout) and 0 <= timeout <= MAX_WAIT):
         raise InvalidInput(
             f"--timeout {timeout:g}: must be a number of seconds from 0 to {MAX_WAIT}",
             hint="--timeout 3600",
@@ -326,16 +407,16 @@ def status_cmd(folder: Path, wait: bool, timeout: float | None, as_json: bool) -
     start = time.monotonic()
     waited = ""
     while True:
-        found = _states(plan, folder, strict=True)
+        number, found = _states(plan, folder, run, strict=True)
         busy = any(s.state in ("queued", "running") for s in found)
         if not (wait and busy):
             break
-        if timeout is not None and time.monotonic() - start >= timeout:
+        if time.monotonic() - start >= timeout:
             waited = f" (timed out after {timeout:g} s of --wait)"
             break
         time.sleep(1.0)
     if as_json:
-        echo_json({"plan": plan.id, "tasks": [s.to_dict() for s in found]})
+        echo_json({"plan": plan.id, "run": number, "tasks": [s.to_dict() for s in found]})
     else:
         _print(found)
     _verdict(found, waited)
@@ -352,23 +433,26 @@ def status_cmd(folder: Path, wait: bool, timeout: float | None, as_json: bool) -
     metavar="SITE",
     help="Also write the matrix site (index.html, matrix.json) here.",
 )
+@run_option
 @require_signed_option
 @trust_option("Public key file of signers to trust (repeatable; default: $ENVFORGE_TRUSTED_KEYS).")
 @json_option
 def collect_cmd(
     folder: Path,
     site: Path | None,
+    *,
+    run: int | None,
     require_signed: bool,
     trust: tuple[Path, ...],
     as_json: bool,
 ) -> None:
-    """Import every task's report into the evidence store; check none is missing.
+    """Import every task's report of a run into the evidence store; check none is missing.
 
     With --require-signed (or ENVFORGE_REQUIRE_SIGNED=1) only reports signed by a trusted
     key are imported and put in the site; each task says how its report is signed."""
     policy = signed_policy(require_signed, trust)
     plan = _load(folder)
-    found = _states(plan, folder, strict=False)
+    number, found = _states(plan, folder, run, strict=False)
     docs = [(s.source, s.document) for s in found if s.document is not None and s.record]
     imported = import_documents(
         docs, refuse=lambda r: None if policy.counts(r.signer) else policy.refusal(r.signer)
@@ -377,6 +461,7 @@ def collect_cmd(
     counted, left = policy.split(r.signer for r in records)
     summary: dict[str, Any] = {
         "plan": plan.id,
+        "run": number,
         "added": len(imported.added),
         "known": imported.known,
         "tasks": [
@@ -408,7 +493,10 @@ def collect_cmd(
 @fleet.command("task", hidden=True)
 @click.argument("folder", type=click.Path(path_type=Path, file_okay=False), metavar="DIR")
 @click.argument("index", type=int)
+@run_option
 @click.pass_context
-def task_cmd(ctx: click.Context, folder: Path, index: int) -> None:
+def task_cmd(ctx: click.Context, folder: Path, index: int, run: int | None) -> None:
     """Run one task of a plan on this node (what the sbatch array runs)."""
-    ctx.exit(run_task(_load(folder), folder.resolve(), index))
+    plan = _load(folder)
+    where = runs.chosen(folder.resolve(), run)[1] if run is not None else folder.resolve()
+    ctx.exit(run_task(plan, where, index))

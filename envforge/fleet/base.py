@@ -17,6 +17,7 @@ import yaml
 
 if TYPE_CHECKING:
     from envforge.fleet.plan import Plan
+    from envforge.fleet.slurm_state import JobState
 
 
 class Engine(Protocol):
@@ -34,8 +35,9 @@ class Engine(Protocol):
         self, plan: Plan, folder: Path, environ: Mapping[str, str] | None = None
     ) -> list[str]: ...
 
-    # the plan's tasks the scheduler still holds: task index -> its state ({}: none known)
-    def queued(self, plan: Plan, folder: Path) -> dict[int, str]: ...
+    # what the scheduler says of a run's tasks (folder: the run's): task index -> its
+    # state ({}: none known)
+    def queued(self, plan: Plan, folder: Path) -> Mapping[int, JobState]: ...
 
 
 def yaml_text(doc: object) -> str:

@@ -19,6 +19,7 @@ from envforge.errors import InvalidInput
 from envforge.fleet import values
 from envforge.fleet.base import yaml_text
 from envforge.fleet.plan import CPU, Plan
+from envforge.fleet.slurm_state import JobState
 
 PYTHON = "3.11"
 #: The distribution envforge is published as on the package index (pyproject.toml's name).
@@ -180,6 +181,6 @@ def submit_plan(plan: Plan, folder: Path, environ: Mapping[str, str] | None = No
     )
 
 
-def queued(plan: Plan, folder: Path) -> dict[int, str]:
+def queued(plan: Plan, folder: Path) -> dict[int, JobState]:
     """No queue is read: a task without a report counts as missing."""
     return {}

@@ -26,6 +26,7 @@ from typing import Any
 from envforge.errors import InvalidInput, Unavailable
 from envforge.fleet.base import yaml_text
 from envforge.fleet.plan import CPU, Plan, Task, vendor_of
+from envforge.fleet.slurm_state import JobState
 
 NVIDIA_MAJOR = "nvidia.com/gpu.compute.major"
 NVIDIA_MINOR = "nvidia.com/gpu.compute.minor"
@@ -197,6 +198,6 @@ def submit_plan(plan: Plan, folder: Path, environ: Mapping[str, str] | None = No
     )
 
 
-def queued(plan: Plan, folder: Path) -> dict[int, str]:
+def queued(plan: Plan, folder: Path) -> dict[int, JobState]:
     """No queue is read: a task without a report counts as missing."""
     return {}

@@ -1,10 +1,14 @@
 """Each task's state, from its report folder and the queue; what ``fleet collect`` checks.
 
-A task is ``queued``/``running`` while the scheduler lists it; then ``passed`` (its
-report passed and is about the planned environment), ``failed`` (its report did not pass,
-or the task ended without one: ``task.json``'s exit status says how) or ``missing`` (no
-longer queued, no ``task.json``: never ran, or lost with its node). A report that is no
-evidence for the plan is ``refused``, with the reason, and never counted or imported:
+A task is ``queued``/``running`` while the scheduler lists it as waiting, ``blocked``
+when it is pending for a reason that never clears by waiting (``PartitionTimeLimit``:
+:data:`~envforge.fleet.slurm_state.BLOCKED`); then ``passed`` (its report passed and is
+about the planned environment), ``failed`` (its report did not pass, or the task ended
+without one: ``task.json``'s exit status, or the scheduler's state, ``CANCELLED``,
+``TIMEOUT``, ``NODE_FAIL``, ``OUT_OF_MEMORY``, ``PREEMPTED``, says how) or ``missing`` (no
+``task.json`` and the scheduler no longer knows it: never ran, or lost with its node).
+A report that is no evidence for the plan is ``refused``, with the reason, and never
+counted or imported:
 about another recipe hash or image than planned, not shaped like a real probe run
 (:mod:`envforge.evidence.genuine`: the steps of its level, the schema), not at the plan's
 level, without the plan's nonce for this task (``host.fleet``, recorded by the probe run
@@ -15,7 +19,7 @@ task (another node than ``task.json`` names; no GPU of the planned arch for a GP
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,9 +28,18 @@ from envforge.core.jsonlimits import loads
 from envforge.evidence.genuine import document_problem
 from envforge.evidence.records import Evidence, EvidenceError, parse_document
 from envforge.fleet.plan import Plan, Task
+from envforge.fleet.slurm_state import JobState
 
-State = Literal["queued", "running", "passed", "failed", "missing", "refused"]
-STATES: tuple[State, ...] = ("passed", "failed", "refused", "missing", "queued", "running")
+State = Literal["queued", "running", "blocked", "passed", "failed", "missing", "refused"]
+STATES: tuple[State, ...] = (
+    "passed",
+    "failed",
+    "refused",
+    "missing",
+    "blocked",
+    "queued",
+    "running",
+)
 #: Report files in the order they are preferred (a certificate names the image digest).
 REPORT_FILES = ("certificate.json", "certified.json", "probe.json")
 TASK_FILE = "task.json"
@@ -46,6 +59,8 @@ class TaskState:
     source: str = ""
     #: ``task.json`` as the node wrote it (node, granted GPUs, exit status), or {}.
     node: Mapping[str, Any] | None = None
+    #: What the scheduler says of it (None: nothing).
+    job: JobState | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -59,6 +74,14 @@ class TaskState:
             if isinstance(dict(self.node or {}).get("granted"), Mapping)
             else "",
             "report": self.source,
+            "slurm": {
+                "state": self.job.state,
+                "reason": self.job.reason,
+                "restarts": self.job.restarts,
+                "source": self.job.source,
+            }
+            if self.job
+            else None,
         }
 
 
@@ -164,28 +187,48 @@ def _finished(
     return TaskState(task, "passed", "", record, doc, source, node)
 
 
+def _unreported(task: Task, job: JobState | None) -> TaskState:
+    """A task without ``task.json``: waiting, blocked, ended as Slurm says, or missing."""
+    if job is not None and job.waiting:
+        if job.blocked:
+            return TaskState(task, "blocked", job.describe(), job=job)
+        state: State = "running" if job.state in ("RUNNING", "COMPLETING") else "queued"
+        return TaskState(task, state, job.describe(), job=job)
+    if job is not None:
+        return TaskState(task, "failed", f"{job.describe()}; no task.json", job=job)
+    return TaskState(
+        task, "missing", "not in the queue and no task.json: it never ran or its node was lost"
+    )
+
+
 def task_state(
-    plan: Plan, task: Task, folder: Path, queued: str | None, redact: Callable[[str], str]
+    plan: Plan,
+    task: Task,
+    folder: Path,
+    queued: JobState | str | None,
+    redact: Callable[[str], str],
 ) -> TaskState:
-    """One task's state: ``queued`` is its queue state (None: not in the queue)."""
-    if queued is not None:
-        return TaskState(task, "running" if queued == "RUNNING" else "queued", queued)
+    """One task's state: ``queued`` is what the scheduler says of it (None: nothing; a
+    string: its state alone). ``folder``: the run's."""
+    job = JobState(queued) if isinstance(queued, str) else queued
     task_file = folder / task.folder / TASK_FILE
-    if not task_file.is_file():
-        return TaskState(
-            task, "missing", "not in the queue and no task.json: it never ran or its node was lost"
-        )
+    if (job is not None and job.waiting) or not task_file.is_file():
+        return _unreported(task, job)
     try:
         node = _read_json(task_file)
     except (OSError, ValueError) as exc:
-        return TaskState(task, "failed", f"{task_file}: cannot read: {exc}")
+        return TaskState(task, "failed", f"{task_file}: cannot read: {exc}", job=job)
     if not isinstance(node, Mapping):
         node = {}
-    return _finished(plan, task, folder / task.folder, node, redact)
+    found = _finished(plan, task, folder / task.folder, node, redact)
+    return replace(found, job=job)
 
 
 def states(
-    plan: Plan, folder: Path, queue: Mapping[int, str], redact: Callable[[str], str]
+    plan: Plan,
+    folder: Path,
+    queue: Mapping[int, JobState] | Mapping[int, str],
+    redact: Callable[[str], str],
 ) -> tuple[TaskState, ...]:
     return tuple(task_state(plan, t, folder, queue.get(t.index), redact) for t in plan.tasks)
 

@@ -55,9 +55,29 @@ class Site:
     #: Image registry prefix for the recipes' images (``HOST:PORT/envforge``).
     registry: str = ""
     runner_labels: tuple[str, ...] = ("self-hosted", "gpu")
+    #: Slurm: quality of service, reservation, memory per node, CPUs per task (0: the
+    #: site's default), further ``--name=value`` options, shell lines before the exec line.
+    qos: str = ""
+    reservation: str = ""
+    mem: str = ""
+    cpus_per_task: int = 0
+    sbatch_args: tuple[str, ...] = ()
+    preamble: str = ""
 
     def feature(self, arch: str) -> str:
         return dict(self.features).get(arch, arch)
+
+
+#: Site fields added after plan ids were first handed out, with their defaults: a field
+#: at its default is left out of plan.json (and of the id).
+_LATER_SITE: Mapping[str, object] = {
+    "qos": "",
+    "reservation": "",
+    "mem": "",
+    "cpus_per_task": 0,
+    "sbatch_args": (),
+    "preamble": "",
+}
 
 
 @dataclass(frozen=True)
@@ -101,6 +121,9 @@ class Plan:
     #: recorded by its probe run in its report: ``fleet collect`` counts only reports
     #: that carry it ("" in plans from before it: none of their reports counts).
     nonce: str = ""
+    #: Passed on to each node's ``build``: a PEM bundle (absolute path) and ``--set``s.
+    ca_bundle: str = ""
+    overrides: tuple[str, ...] = ()
 
     @property
     def id(self) -> str:
@@ -120,9 +143,18 @@ class Plan:
             envforge=list(self.envforge),
             task_homes=self.task_homes,
             nonce=self.nonce,
-            site=asdict(self.site),
+            site={
+                k: v
+                for k, v in asdict(self.site).items()
+                if k not in _LATER_SITE or v != _LATER_SITE[k]
+            },
             tasks=[asdict(t) for t in self.tasks],
         )
+        # written only when set, so a plan without them keeps the id it had before them
+        if self.ca_bundle:
+            data["ca_bundle"] = self.ca_bundle
+        if self.overrides:
+            data["overrides"] = list(self.overrides)
         return data
 
     def to_json(self) -> str:
@@ -214,13 +246,21 @@ def _pairs_of(value: Any, source: str) -> tuple[tuple[str, str], ...]:
     return tuple((a, f) for a, f in value)
 
 
+def _strings(data: Mapping[str, Any], key: str, source: str) -> tuple[str, ...]:
+    value = data.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        raise InvalidInput(f"{source}: key {key!r} is not a list of strings", hint="plan again")
+    return tuple(value)
+
+
 def _site(data: Any, source: str) -> Site:
     if not isinstance(data, Mapping):
         raise InvalidInput(f"{source}: key 'site' is not an object", hint="plan again")
-    labels = data.get("runner_labels") or []
-    if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
+    labels = _strings(data, "runner_labels", f"{source}: site")
+    cpus = data.get("cpus_per_task", 0)
+    if type(cpus) is not int:
         raise InvalidInput(
-            f"{source}: key 'site.runner_labels' is not a list of strings", hint="plan again"
+            f"{source}: key 'site.cpus_per_task' is not a whole number", hint="plan again"
         )
     where = f"{source}: site"
     site = Site(
@@ -231,7 +271,13 @@ def _site(data: Any, source: str) -> Site:
         namespace=_text(data, "namespace", "default", where),
         arch_label=_text(data, "arch_label", "", where),
         registry=_text(data, "registry", "", where),
-        runner_labels=tuple(labels),
+        runner_labels=labels,
+        qos=_text(data, "qos", "", where),
+        reservation=_text(data, "reservation", "", where),
+        mem=_text(data, "mem", "", where),
+        cpus_per_task=cpus,
+        sbatch_args=_strings(data, "sbatch_args", where),
+        preamble=_text(data, "preamble", "", where),
     )
     values.check_site(site, source=source)
     return site
@@ -297,6 +343,11 @@ def plan_from_dict(data: Any, source: str) -> Plan:
     nonce = _text(data, "nonce", "", source)
     if nonce and not re.fullmatch(r"[0-9a-f]{32}", nonce):
         raise values.refuse(f"{source}: key 'nonce'", nonce, "not 32 hex digits", "plan again")
+    overrides = _strings(data, "overrides", source)
+    for setting in overrides:
+        why = values.setting_problem(setting)
+        if why:
+            raise values.refuse(f"{source}: key 'overrides'", setting, why, "plan again")
     return Plan(
         engine=engine,
         backend=str(backend),
@@ -307,4 +358,6 @@ def plan_from_dict(data: Any, source: str) -> Plan:
         envforge=tuple(command),
         task_homes=data.get("task_homes", True) is not False,
         nonce=nonce,
+        ca_bundle=_text(data, "ca_bundle", "", source),
+        overrides=overrides,
     )

@@ -62,6 +62,8 @@ def make_plan(
     wheelhouse: str = "",
     level: str = "",
     envforge: Sequence[str] = ("envforge",),
+    ca_bundle: str = "",
+    overrides: Sequence[str] = (),
 ) -> Plan:
     """The plan for ``recipes`` ((reference as given, loaded recipe) pairs); see the
     module docstring for the pairing; ``images``: whether ``backend`` makes images (its
@@ -76,6 +78,10 @@ def make_plan(
         if why:
             raise values.refuse("--arch", arch, why, "--arch gfx942 (repeatable)")
     values.check_site(site)
+    for setting in overrides:
+        why = values.setting_problem(setting)
+        if why:
+            raise values.refuse("--set", setting, why, "--set env.OMP_NUM_THREADS=8")
     refs = {r.name: ref for ref, r in recipes}
     pairs = _pairs([r for _, r in recipes], archs)
     if len(pairs) * nodes > MAX_TASKS:  # counted before any task is made
@@ -109,6 +115,8 @@ def make_plan(
         level,
         tuple(envforge),
         nonce=secrets.token_hex(16),
+        ca_bundle=ca_bundle,
+        overrides=tuple(overrides),
     )
 
 

@@ -1,45 +1,31 @@
-"""Slurm: the plan as sbatch job arrays; submit with ``sbatch``, watch with ``squeue``.
+"""Slurm: the plan as sbatch job arrays; submit with ``sbatch``, watch with ``sacct``,
+``scontrol`` or ``squeue`` (:mod:`.slurm_state`).
 
 One array per (arch, GPUs per task) group: an array has one ``--gres`` and one
 ``--constraint``. Array task ids are the plan's task indexes (``--array=0,2,5``), so task
-``i`` is ``JOB_i`` in the queue and ``reports/00i`` on disk. No accounting database is
-needed: a task no longer in the queue is finished when its ``task.json`` is there, else
-lost. No Python client either: ``sbatch``/``squeue`` are the interface every site has.
+``i`` is ``JOB_i`` in the queue and ``runs/NNN/reports/00i`` on disk. Each submit is a new
+run (:mod:`.runs`): sbatch gets the run's log folder (``--output``) and its number (the
+script's argument, passed on as ``fleet task --run``). No accounting database is needed:
+without one, a task the controller forgot is finished when its ``task.json`` is there,
+else lost. No Python client either: the commands are the interface every site has.
 """
 
 from __future__ import annotations
 
-import json
 import shlex
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+import shutil
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
 from envforge.core import proc
-from envforge.core.fsutil import write_atomically
-from envforge.core.jsonlimits import load_file
 from envforge.errors import InvalidInput, Unavailable
-from envforge.fleet import values
+from envforge.fleet import runs, slurm_state, values
 from envforge.fleet.plan import CPU, Plan
 from envforge.render.templates import render_template
 
 #: Seconds sbatch/squeue may take before the scheduler counts as unreachable.
 TIMEOUT = 60.0
-#: Queue states that mean "not finished yet".
-WAITING = (
-    "PENDING",
-    "CONFIGURING",
-    "RUNNING",
-    "COMPLETING",
-    "SUSPENDED",
-    "REQUEUED",
-    "RESIZING",
-    "STAGE_OUT",
-    "SIGNALING",
-)
-#: The file in the plan's folder that records the submitted jobs' ids.
-SUBMITTED = "submitted.json"
 
 
 def _ranges(indexes: Sequence[int]) -> str:
@@ -75,6 +61,12 @@ def check_folder(folder: Path) -> None:
         )
 
 
+def _option_line(option: str) -> str:
+    """``--name=value`` as an ``#SBATCH`` argument: the value quoted as sbatch reads it."""
+    name, sep, value = option.partition("=")
+    return f"{name}={values.sbatch_arg(value)}" if sep else name
+
+
 def render(plan: Plan, folder: Path) -> dict[str, str]:
     """File name -> text of each sbatch script (``folder``: the plan's absolute folder).
     Every value was checked (:mod:`.values`); each is quoted where it lands: sbatch's
@@ -94,6 +86,12 @@ def render(plan: Plan, folder: Path) -> dict[str, str]:
             partition=arg(plan.site.partition) if plan.site.partition else "",
             account=arg(plan.site.account) if plan.site.account else "",
             time=arg(plan.site.time),
+            qos=arg(plan.site.qos) if plan.site.qos else "",
+            reservation=arg(plan.site.reservation) if plan.site.reservation else "",
+            mem=arg(plan.site.mem) if plan.site.mem else "",
+            cpus=int(plan.site.cpus_per_task),
+            extra=[_option_line(o) for o in plan.site.sbatch_args],
+            preamble=plan.site.preamble.rstrip("\n"),
             folder=str(folder),
             folder_quoted=shlex.quote(str(folder)),
             output=arg(str(folder / "logs" / "%A_%a.out")),
@@ -118,47 +116,67 @@ def _call(argv: Sequence[str], environ: Mapping[str, str] | None) -> proc.Comple
     return done
 
 
-def submit(scripts: Sequence[Path], environ: Mapping[str, str] | None = None) -> list[str]:
-    """``sbatch --parsable`` each script; the job ids. :class:`Unavailable` (exit 4) when
-    the scheduler cannot be reached or refuses a script (its message, one line)."""
+def _refused(script: Path, done: proc.Completed, accepted: Sequence[str]) -> Unavailable:
+    reason = " ".join((done.stderr or done.stdout).split()) or f"exit {done.returncode}"
+    kept = f" (this run keeps job {', '.join(accepted)}, already accepted)" if accepted else ""
+    return Unavailable(
+        f"sbatch {script.name}: {reason}{kept}",
+        hint="check the partition, account and the arch features (sinfo -o '%N %f %G')",
+    )
+
+
+def submit(
+    scripts: Sequence[Path],
+    run: Path,
+    number: int,
+    environ: Mapping[str, str] | None = None,
+    *,
+    accepted: Callable[[list[str]], None] | None = None,
+) -> list[str]:
+    """``sbatch --parsable`` each script into run ``number`` (its folder ``run``: the
+    logs there, the run number the script's argument); the job ids. ``accepted`` is told
+    the ids after each accepted job, before the next call. :class:`Unavailable` (exit 4)
+    when the scheduler cannot be reached or refuses a script (its message, one line)."""
     jobs: list[str] = []
+    output = str(run / "logs" / "%A_%a.out")
     for script in scripts:
-        done = _call(["sbatch", "--parsable", str(script)], environ)
+        argv = ["sbatch", "--parsable", f"--output={output}", str(script), str(number)]
+        done = _call(argv, environ)
         if not done.ok:
-            reason = " ".join((done.stderr or done.stdout).split()) or f"exit {done.returncode}"
-            raise Unavailable(
-                f"sbatch {script.name}: {reason}",
-                hint="check the partition, account and the arch features (sinfo -o '%N %f %G')",
-            )
+            raise _refused(script, done, jobs)
         jobs.append(done.stdout.strip().split(";", 1)[0])
+        if accepted is not None:
+            accepted(list(jobs))
     return jobs
 
 
-@dataclass(frozen=True)
-class QueueEntry:
-    task: int
-    state: str
-    reason: str
+def _runner(environ: Mapping[str, str] | None) -> slurm_state.Runner:
+    """Calls for :func:`slurm_state.job_states`: sacct's failure is an answer (no
+    accounting); a job the controller forgot is one; anything else is exit 4."""
+
+    def run(argv: Sequence[str]) -> tuple[int, str, str] | None:
+        try:
+            done = _call(argv, environ)
+        except Unavailable:
+            if argv[0] == "sacct":
+                return None
+            if argv[0] == "scontrol" and shutil.which("scontrol") is None:
+                return None
+            raise
+        forgotten = "Invalid job id" in done.stderr
+        if not done.ok and argv[0] != "sacct" and not forgotten:
+            reason = " ".join(done.stderr.split()) or f"exit {done.returncode}"
+            raise Unavailable(f"{argv[0]}: {reason}", hint="check the controller (scontrol ping)")
+        return done.returncode, done.stdout, done.stderr
+
+    return run
 
 
-def queue(jobs: Sequence[str], environ: Mapping[str, str] | None = None) -> dict[int, QueueEntry]:
-    """The plan's tasks still in the queue (task index -> state), from ``squeue``.
-    A job the controller no longer knows is simply absent."""
-    if not jobs:
-        return {}
-    done = _call(["squeue", "-h", "-r", "-j", ",".join(jobs), "-o", "%i|%T|%r"], environ)
-    if not done.ok and "Invalid job id" not in done.stderr:
-        reason = " ".join(done.stderr.split()) or f"exit {done.returncode}"
-        raise Unavailable(f"squeue: {reason}", hint="check the controller (scontrol ping)")
-    found: dict[int, QueueEntry] = {}
-    for line in done.stdout.splitlines():
-        parts = line.strip().split("|")
-        if len(parts) != 3 or "_" not in parts[0]:
-            continue
-        task = parts[0].rsplit("_", 1)[1]
-        if task.isdigit():
-            found[int(task)] = QueueEntry(int(task), parts[1], parts[2])
-    return found
+def states(
+    jobs: Sequence[str], environ: Mapping[str, str] | None = None
+) -> dict[int, slurm_state.JobState]:
+    """What Slurm says of each array task of ``jobs`` (:func:`slurm_state.job_states`)."""
+    return slurm_state.job_states(jobs, _runner(environ))
 
 
 # --------------------------------------------------------------------------- the engine
@@ -174,37 +192,31 @@ def files(plan: Plan, folder: Path) -> dict[str, str]:
 
 
 def submit_plan(plan: Plan, folder: Path, environ: Mapping[str, str] | None = None) -> list[str]:
-    """``sbatch`` the plan's scripts; the job ids, recorded in ``submitted.json``."""
+    """Start a new run (:mod:`.runs`) and ``sbatch`` the plan's scripts into it; the job
+    ids, each recorded in the run's ``run.json`` as soon as sbatch accepted it."""
     scripts = [folder / name for name in render(plan, folder)]
     missing = [p for p in scripts if not p.is_file()]
     if missing:
         raise InvalidInput(f"{missing[0]}: no such file", hint="plan again (fleet plan -o DIR)")
-    jobs = submit(scripts, environ)
-    record = {
+    number, run = runs.start(folder)
+    base = {
         "engine": plan.engine,
         "plan": plan.id,
-        "jobs": jobs,
+        "run": number,
+        "scripts": [p.name for p in scripts],
         "submitted": datetime.now(timezone.utc).isoformat().replace("+00:00", "Z"),
     }
-    write_atomically(folder / SUBMITTED, json.dumps(record, indent=2) + "\n")
-    return jobs
+    runs.record(run, {**base, "jobs": []})
+    return submit(
+        scripts,
+        run,
+        number,
+        environ,
+        accepted=lambda jobs: runs.record(run, {**base, "jobs": jobs}),
+    )
 
 
-def submitted_jobs(folder: Path) -> list[str]:
-    """The job ids ``submitted.json`` records ([] before the plan was submitted)."""
-    path = folder / SUBMITTED
-    if not path.is_file():
-        return []
-    try:
-        data = load_file(path)  # regular, bounded, depth-limited (envforge.core.jsonlimits)
-        return [str(j) for j in data["jobs"]]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise InvalidInput(
-            f"{path}: unreadable ({exc})", hint="remove it and submit again"
-        ) from None
-
-
-def queued(plan: Plan, folder: Path) -> dict[int, str]:
-    """The submitted tasks still in the queue (``squeue``): index -> state."""
-    jobs = submitted_jobs(folder)
-    return {i: e.state for i, e in queue(jobs).items()} if jobs else {}
+def queued(plan: Plan, folder: Path) -> dict[int, slurm_state.JobState]:
+    """What Slurm says of the run's tasks (``folder``: the run's): index -> its state."""
+    jobs = runs.jobs(folder)
+    return states(jobs) if jobs else {}

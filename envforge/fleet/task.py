@@ -34,6 +34,10 @@ def command(plan: Plan, task: Task, folder: Path) -> list[str]:
         argv += ["--wheelhouse", plan.wheelhouse]
     if plan.level:
         argv += ["--level", plan.level]
+    if plan.ca_bundle:
+        argv += ["--ca-bundle", plan.ca_bundle]
+    for setting in plan.overrides:
+        argv += ["--set", setting]
     return argv
 
 

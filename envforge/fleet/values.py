@@ -29,6 +29,8 @@ from envforge.errors import InvalidInput
 #: Most nodes (tasks) per (recipe, arch) and GPUs per task a plan may ask for.
 MAX_NODES = 1000
 MAX_GPUS = 64
+#: Most CPUs per task (--cpus-per-task).
+MAX_CPUS = 4096
 #: The longest plan folder (Linux's PATH_MAX).
 MAX_FOLDER = 4096
 
@@ -41,6 +43,31 @@ _TIME = re.compile(
 _FEATURE = re.compile(r"[A-Za-z0-9_.+-]{1,64}", re.ASCII)
 #: A feature expression: features joined by & (and), | (or), with *N counts and [ ] ( ).
 _FEATURE_EXPR = re.compile(r"[A-Za-z0-9_.+\-&|*()\[\]]{1,256}", re.ASCII)
+_MEM = re.compile(r"\d{1,9}[KMGT]?", re.ASCII)
+_SBATCH_OPTION = re.compile(r"--([a-z][a-z0-9-]{0,40})(=(.*))?", re.ASCII | re.DOTALL)
+#: sbatch options the plan sets itself: the option to use instead.
+_OWN_OPTIONS: Mapping[str, str] = {
+    "array": "one array per arch",
+    "output": "runs/NNN/logs",
+    "error": "runs/NNN/logs",
+    "job-name": "from the plan",
+    "wrap": "the script is the plan's",
+    "parsable": "fleet submit's",
+    "gres": "--gpus",
+    "gpus": "--gpus",
+    "constraint": "--arch/--feature",
+    "partition": "--partition",
+    "account": "--account",
+    "time": "--time",
+    "qos": "--qos",
+    "reservation": "--reservation",
+    "mem": "--mem",
+    "cpus-per-task": "--cpus-per-task",
+    "nodes": "one node per task",
+    "ntasks": "one task per node",
+}
+#: The longest --preamble.
+MAX_PREAMBLE = 64 * 1024
 _K8S_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", re.ASCII)
 _K8S_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", re.ASCII)
 _DNS_SUBDOMAIN = re.compile(
@@ -90,6 +117,52 @@ def feature_problem(value: str) -> str | None:
     if _FEATURE_EXPR.fullmatch(value) and words and all(_FEATURE.fullmatch(w) for w in words):
         return None
     return "not a Slurm feature expression (names of letters, digits, _ . + -, joined by & or |)"
+
+
+def reservation_problem(value: str) -> str | None:
+    if not value or all(_SLURM_NAME.fullmatch(p) for p in value.split(",")):
+        return None
+    return "not a Slurm reservation name (letters, digits, _ . -; several: comma-separated)"
+
+
+def mem_problem(value: str) -> str | None:
+    if not value or _MEM.fullmatch(value):
+        return None
+    return "not a Slurm memory size (a whole number with K, M, G or T: 64G)"
+
+
+def sbatch_option_problem(value: str) -> str | None:
+    """Why ``--sbatch-arg`` ``value`` cannot be a ``#SBATCH`` line (None: it can)."""
+    match = _SBATCH_OPTION.fullmatch(value)
+    if not match:
+        return "not a long sbatch option (--name or --name=value)"
+    name, argument = match.group(1), match.group(3) or ""
+    if name in _OWN_OPTIONS:
+        return f"--{name} is envforge's to set ({_OWN_OPTIONS[name]})"
+    if len(argument) > 1024 or any(unicodedata.category(ch) in _UNSAFE for ch in argument):
+        return "its value holds a control character or is over 1024 characters"
+    return None
+
+
+def preamble_problem(text: str) -> str | None:
+    """Why a ``--preamble`` cannot go before the exec line (None: it can)."""
+    if len(text) > MAX_PREAMBLE:
+        return f"longer than {MAX_PREAMBLE} characters"
+    if any(unicodedata.category(ch) in _UNSAFE and ch not in "\n\t" for ch in text):
+        return "holds a control or format character other than a line break or tab"
+    if any(re.match(r"\s*#\s*SBATCH", line) for line in text.splitlines()):
+        return "holds an #SBATCH line (give sbatch options as --sbatch-arg)"
+    return None
+
+
+def setting_problem(value: str) -> str | None:
+    """Why a ``--set KEY.PATH=VALUE`` cannot be passed on to a node's build."""
+    key, sep, _ = value.partition("=")
+    if not sep or not re.fullmatch(r"[A-Za-z0-9_.\-\[\]]{1,200}", key):
+        return "not KEY.PATH=VALUE"
+    if len(value) > 4096 or any(unicodedata.category(ch) in _UNSAFE for ch in value):
+        return "holds a control character or is over 4096 characters"
+    return None
 
 
 def namespace_problem(value: str) -> str | None:
@@ -177,6 +250,18 @@ class SiteValues(Protocol):
     @property
     def registry(self) -> str: ...
     @property
+    def qos(self) -> str: ...
+    @property
+    def reservation(self) -> str: ...
+    @property
+    def mem(self) -> str: ...
+    @property
+    def cpus_per_task(self) -> int: ...
+    @property
+    def sbatch_args(self) -> tuple[str, ...]: ...
+    @property
+    def preamble(self) -> str: ...
+    @property
     def features(self) -> tuple[tuple[str, str], ...]: ...
     @property
     def runner_labels(self) -> tuple[str, ...]: ...
@@ -187,10 +272,33 @@ _SITE: Mapping[str, tuple[str, Callable[[str], str | None], str]] = {
     "partition": ("--partition", partition_problem, "--partition gpu"),
     "account": ("--account", account_problem, "--account lab"),
     "time": ("--time", time_problem, "--time 01:00:00"),
+    "qos": ("--qos", account_problem, "--qos normal"),
+    "reservation": ("--reservation", reservation_problem, "--reservation maint"),
+    "mem": ("--mem", mem_problem, "--mem 64G"),
     "namespace": ("--namespace", namespace_problem, "--namespace default"),
     "arch_label": ("--arch-label", label_key_problem, "--arch-label envforge.io/gpu-arch"),
     "registry": ("--registry", registry_problem, "--registry 127.0.0.1:5000/lab"),
 }
+
+
+def _check_slurm_extras(site: SiteValues, name: Callable[[str, str], str]) -> None:
+    why = count_problem(site.cpus_per_task, 0, MAX_CPUS)
+    if why:
+        raise refuse(name("--cpus-per-task", "cpus_per_task"), str(site.cpus_per_task), why, "8")
+    for option in site.sbatch_args:
+        why = sbatch_option_problem(option)
+        if why:
+            raise refuse(
+                name("--sbatch-arg", "sbatch_args"), option, why, "--sbatch-arg=--exclusive"
+            )
+    why = preamble_problem(site.preamble)
+    if why:
+        raise refuse(
+            name("--preamble", "preamble"),
+            site.preamble,
+            why,
+            "a file of shell lines, such as module load python/3.11",
+        )
 
 
 def check_site(site: SiteValues, *, source: str = "") -> None:
@@ -220,6 +328,7 @@ def check_site(site: SiteValues, *, source: str = "") -> None:
                     why,
                     "--feature gfx942=mi300x" if not source else "plan again",
                 )
+    _check_slurm_extras(site, name)
     for label in site.runner_labels:
         why = runner_label_problem(label)
         if why:

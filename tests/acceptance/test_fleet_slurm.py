@@ -119,12 +119,13 @@ def test_plan_submit_status_collect_with_a_passing_and_a_failing_recipe(
     for index in (0, 1):
         assert tasks[index]["node"] == node
         assert tasks[index]["gpus"] in ("0", "1")  # one of the two fake GRES devices
-        record = json.loads((plan / f"reports/{index:03d}/task.json").read_text())
+        record = json.loads((plan / f"runs/001/reports/{index:03d}/task.json").read_text())
         assert record["granted"]["variable"] == "SLURM_JOB_GPUS"
-        host = json.loads((plan / f"reports/{index:03d}/probe.json").read_text())["host"]
+        host = json.loads((plan / f"runs/001/reports/{index:03d}/probe.json").read_text())
+        host = host["host"]
         assert host["node"] == node  # the report itself says where it ran, and on what
         assert host["granted"]["SLURM_JOB_GPUS"] == tasks[index]["gpus"]
-    log = "".join(p.read_text() for p in (plan / "logs").iterdir())
+    log = "".join(p.read_text() for p in (plan / "runs" / "001" / "logs").iterdir())
     assert "the scheduler granted GPU" in log
     assert "not used, the recipe needs none" in log
 
@@ -202,7 +203,7 @@ def test_hostile_values_are_refused_before_sbatch_and_a_forged_report_is_not_cou
     submitted = envforge("fleet", "submit", str(tampered), env=env)
     assert submitted.returncode == 2, submitted.stderr
     assert "key 'site.partition'" in submitted.stderr
-    assert not (tampered / "submitted.json").exists()  # sbatch never ran
+    assert not (tampered / "runs").exists()  # sbatch never ran
 
     task = data["tasks"][0]
     forged = {
@@ -234,3 +235,63 @@ def test_hostile_values_are_refused_before_sbatch_and_a_forged_report_is_not_cou
     assert "not those of a quick probe run" in summary["tasks"][0]["detail"]
     shown = envforge("show", "cpu", env=env)
     assert "RX 7900 XTX" not in shown.stdout
+
+
+def _plan_cpu(env: dict[str, str], out: Path, *extra: str) -> None:
+    planned = envforge(
+        "fleet", "plan", "--engine", "slurm", "--recipe", "cpu", "--backend", "venv",
+        "--wheelhouse", str(WHEELS), "--level", "quick", *extra, "-o", str(out), env=env,
+    )  # fmt: skip
+    assert planned.returncode == 0, planned.stderr
+
+
+def _task(env: dict[str, str], out: Path, *extra: str) -> dict[str, object]:
+    shown = envforge("fleet", "status", str(out), "--json", *extra, env=env)
+    task: dict[str, object] = json.loads(shown.stdout)["tasks"][0]
+    return task
+
+
+def test_slurm_states_blocked_cancelled_and_a_feature_no_node_has(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """Issue 33 §2 on the real cluster: a task over the partition's MaxTime is blocked
+    (--wait ends at once, exit 4, PartitionTimeLimit named); scancel-ed, it is failed and
+    CANCELLED; a feature no node has is sbatch's refusal (exit 4), the run records no job."""
+    over = tmp_path / "over"
+    _plan_cpu(env, over, "--time", "01:00:00")  # the partition's MaxTime is 30 minutes
+    assert envforge("fleet", "submit", str(over), env=env).returncode == 0
+    waited = envforge("fleet", "status", str(over), "--wait", env=env)  # no --timeout
+    assert waited.returncode == 4, waited.stderr
+    assert "PartitionTimeLimit" in waited.stderr
+    assert "blocked" in waited.stdout
+    job = json.loads((over / "runs" / "001" / "run.json").read_text())["jobs"][0]
+    subprocess.run(["scancel", job], env=env, check=True)
+    task = _task(env, over)
+    assert task["state"] == "failed"
+    assert str(task["detail"]).startswith("CANCELLED")
+    assert task["slurm"]["source"] in ("sacct", "scontrol")  # type: ignore[index]
+
+    nowhere = tmp_path / "nowhere"
+    _plan_cpu(env, nowhere, "--arch", "gfx942", "--feature", "gfx942=gfx90a")
+    refused = envforge("fleet", "submit", str(nowhere), env=env)
+    assert refused.returncode == 4, refused.stderr
+    assert "sbatch certify-gfx942-gpu1.sbatch" in refused.stderr
+    assert json.loads((nowhere / "runs" / "001" / "run.json").read_text())["jobs"] == []
+
+
+def test_a_second_submit_is_a_new_run_that_probes_again(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """Issue 33 §3: a finished plan submitted again probes again in run 2 (its own home,
+    reports and logs); status speaks of the newest run unless --run N."""
+    plan = tmp_path / "again"
+    _plan_cpu(env, plan)
+    for number in (1, 2):
+        assert envforge("fleet", "submit", str(plan), env=env).returncode == 0
+        waited = envforge("fleet", "status", str(plan), "--wait", "--timeout", "500", env=env)
+        assert waited.returncode == 0, waited.stdout + waited.stderr
+        report = plan / "runs" / f"{number:03d}" / "reports" / "000" / "probe.json"
+        assert json.loads(report.read_text())["status"] == "pass"  # probed in this run
+    assert _task(env, plan, "--run", "1")["state"] == "passed"
+    collected = envforge("fleet", "collect", str(plan), "--json", env=env)
+    assert json.loads(collected.stdout)["run"] == 2

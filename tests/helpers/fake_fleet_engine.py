@@ -12,6 +12,7 @@ from pathlib import Path
 
 from envforge.errors import InvalidInput
 from envforge.fleet.plan import Plan
+from envforge.fleet.slurm_state import JobState
 from envforge.render.templates import environment
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "fixtures" / "fleet-engine"
@@ -39,6 +40,6 @@ def submit_plan(plan: Plan, folder: Path, environ: Mapping[str, str] | None = No
     return [f"fake-{plan.id}"]
 
 
-def queued(plan: Plan, folder: Path) -> dict[int, str]:
+def queued(plan: Plan, folder: Path) -> dict[int, JobState]:
     CALLS.append(("queued", plan.id))
-    return {task.index: "PENDING" for task in plan.tasks}
+    return {task.index: JobState("PENDING") for task in plan.tasks}

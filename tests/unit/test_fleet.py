@@ -116,6 +116,7 @@ def test_one_sbatch_array_per_arch_with_gres_constraint_and_site_options(tmp_pat
     assert "#SBATCH --time=01:00:00" in amd
     assert amd[-1] == (
         f"exec /x/python -m envforge fleet task '{tmp_path}/my plan' \"$SLURM_ARRAY_TASK_ID\""
+        ' ${1:+--run "$1"}'  # the run fleet submit started: the script's argument
     )
     assert "#SBATCH --constraint=sm_90" in files["certify-sm_90-gpu1.sbatch"]
     cpu = files["certify-cpu-gpu0.sbatch"]
@@ -233,6 +234,7 @@ def test_task_states_passed_failed_missing_queued_and_a_foreign_report(tmp_path:
         "failed": 1,
         "refused": 1,
         "missing": 1,
+        "blocked": 0,
         "queued": 1,
         "running": 0,
     }

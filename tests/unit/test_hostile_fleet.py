@@ -182,7 +182,7 @@ def test_any_plan_folder_is_refused_or_keeps_one_command_line(name: str) -> None
     lines = text.split("\n")
     assert [ln for ln in lines if ln and not ln.startswith("#")] == [
         f"exec {shlex.join(plan.envforge)} fleet task {shlex.quote(str(folder))} "
-        '"$SLURM_ARRAY_TASK_ID"'
+        '"$SLURM_ARRAY_TASK_ID" ${1:+--run "$1"}'
     ]
     output = next(ln for ln in lines if ln.startswith("#SBATCH --output"))
     arg, rest = sbatch_argument(output[len("#SBATCH ") :])
