@@ -42,7 +42,7 @@ from envforge.fleet.outcome import counts
 from envforge.fleet.plan import Site
 from envforge.fleet.planning import load_plan, make_plan
 from envforge.fleet.task import run_task
-from envforge.fleet.values import arch_problem
+from envforge.fleet.values import arch_problem, refuse, time_problem, time_seconds
 from envforge.fleet.write import submit, write_plan
 from envforge.knowledge import load_table
 from envforge.knowledge.gpu_names import arch_for_name
@@ -119,7 +119,11 @@ def _pairs(values: tuple[str, ...], setting: str) -> tuple[tuple[str, str], ...]
 @click.option("--partition", default="", help="Slurm partition.")
 @click.option("--account", default="", help="Slurm account.")
 @click.option(
-    "--time", "time_limit", default="00:30:00", show_default=True, help="Slurm time limit per task."
+    "--time",
+    "time_limit",
+    default=None,
+    help="Slurm time limit per task [default: 00:30:00]; Kubernetes: the Job's deadline "
+    "(default: the step timeouts and an image pull).",
 )
 @click.option(
     "--feature",
@@ -140,6 +144,38 @@ def _pairs(values: tuple[str, ...], setting: str) -> tuple[tuple[str, str], ...]
     default="",
     metavar="HOST[:PORT]/NS",
     help="Where the recipes' images are (Kubernetes, docker backend).",
+)
+@click.option(
+    "--toleration",
+    "tolerations",
+    multiple=True,
+    metavar="KEY[=VALUE]:EFFECT",
+    help="Kubernetes: a taint the pods tolerate (repeatable).",
+)
+@click.option("--cpu", default="2", show_default=True, help="Kubernetes: CPU per pod.")
+@click.option("--mem", default="16Gi", show_default=True, help="Kubernetes: memory per pod.")
+@click.option(
+    "--ttl",
+    type=int,
+    default=7 * 86400,
+    show_default=True,
+    metavar="S",
+    help="Kubernetes: seconds a finished Job (and its pods' logs) is kept.",
+)
+@click.option(
+    "--image",
+    "digests",
+    multiple=True,
+    metavar="REF@sha256:...",
+    help="Kubernetes: run this image by digest for its repository (repeatable).",
+)
+@click.option(
+    "--pod-group",
+    "groups",
+    multiple=True,
+    type=int,
+    metavar="GID",
+    help="Kubernetes: a supplementary group of the pods (AMD: the nodes' render, video GIDs).",
 )
 @click.option(
     "--runner-label",
@@ -174,6 +210,12 @@ def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
     namespace: str,
     arch_label: str,
     registry: str,
+    tolerations: tuple[str, ...],
+    cpu: str,
+    mem: str,
+    ttl: int,
+    digests: tuple[str, ...],
+    groups: tuple[int, ...],
     runner_labels: tuple[str, ...],
     out: Path,
     as_json: bool,
@@ -183,12 +225,19 @@ def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
     site = Site(
         partition=partition,
         account=account,
-        time=time_limit,
+        time=time_limit or "00:30:00",
         features=_pairs(features, "--feature"),
         namespace=namespace,
         arch_label=arch_label,
         registry=registry,
         runner_labels=runner_labels or ("self-hosted", "gpu"),
+        tolerations=tolerations,
+        cpu=cpu,
+        mem=mem,
+        deadline=_seconds(time_limit),
+        ttl=ttl,
+        digests=digests,
+        groups=groups,
     )
     loaded = [(_ref(r), load_checked(r)) for r in recipes]
     archs = _named_archs(archs)
@@ -216,6 +265,16 @@ def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
         f"plan {plan.id}: {len(plan.tasks)} task{'' if len(plan.tasks) == 1 else 's'} "
         f"({engine}); next: envforge fleet submit {out}"
     )
+
+
+def _seconds(time_limit: str | None) -> int:
+    """``--time`` in seconds for the Kubernetes deadline (0: not given, or unlimited)."""
+    if time_limit is None:
+        return 0
+    why = time_problem(time_limit)
+    if why:
+        raise refuse("--time", time_limit, why, "--time 01:00:00")
+    return time_seconds(time_limit)
 
 
 def _named_archs(archs: tuple[str, ...]) -> tuple[str, ...]:
@@ -349,10 +408,19 @@ def status_cmd(folder: Path, wait: bool, timeout: float | None, as_json: bool) -
     metavar="SITE",
     help="Also write the matrix site (index.html, matrix.json) here.",
 )
+@click.option(
+    "--from-logs",
+    "logs",
+    type=click.Path(exists=True, path_type=Path),
+    default=None,
+    metavar="FILE|DIR",
+    help="Kubernetes: first import the reports framed in these pod logs (kubectl logs).",
+)
 @json_option
-def collect_cmd(folder: Path, site: Path | None, as_json: bool) -> None:
+def collect_cmd(folder: Path, site: Path | None, logs: Path | None, as_json: bool) -> None:
     """Import every task's report into the evidence store; check none is missing."""
     plan = _load(folder)
+    from_logs = _from_logs(plan, folder, logs) if logs is not None else ()
     found = _states(plan, folder, strict=False)
     docs = [(s.source, s.document) for s in found if s.document is not None and s.record]
     imported = import_documents(docs)
@@ -362,6 +430,8 @@ def collect_cmd(folder: Path, site: Path | None, as_json: bool) -> None:
         "known": imported.known,
         "tasks": [s.to_dict() for s in found],
     }
+    if logs is not None:
+        summary["logs_refused"] = [why for _, why in from_logs]
     if site is not None:
         written = write_site(aggregate([s.record for s in found if s.record]), site)
         summary["site"] = str(written.index)
@@ -374,6 +444,21 @@ def collect_cmd(folder: Path, site: Path | None, as_json: bool) -> None:
             f"{imported.known} already there" + (f"; wrote {summary['site']}" if site else "")
         )
     _verdict(found)
+    if from_logs:
+        raise CertificationFailed(
+            f"fleet: {len(from_logs)} report(s) in the logs refused", hint="see the lines above"
+        )
+
+
+def _from_logs(plan: Plan, folder: Path, logs: Path) -> tuple[tuple[str, str], ...]:
+    """Import the pod logs' reports (:mod:`envforge.fleet.podlog`); what was refused."""
+    from envforge.fleet.podlog import import_logs  # noqa: PLC0415 - Kubernetes only
+
+    done = import_logs(plan, folder.resolve(), logs)
+    for _, why in done.refused:
+        say(printable(f"refused: {why}"))  # a log's text reaches the terminal escaped
+    note(f"{len(done.written)} report(s) read from the pod logs", tagged=True)
+    return done.refused
 
 
 @fleet.command("task", hidden=True)

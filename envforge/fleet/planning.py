@@ -76,6 +76,7 @@ def make_plan(
         if why:
             raise values.refuse("--arch", arch, why, "--arch gfx942 (repeatable)")
     values.check_site(site)
+    values.check_pods(site)
     refs = {r.name: ref for ref, r in recipes}
     pairs = _pairs([r for _, r in recipes], archs)
     if len(pairs) * nodes > MAX_TASKS:  # counted before any task is made

@@ -139,13 +139,17 @@ def _pci(arch: str) -> list[int]:
 def test_jobs_ask_for_gpus_in_limits_and_select_nodes_by_the_vendor_labels() -> None:
     plan = plan_of("gfx942", "sm_90", nodes=3, site=Site(registry="127.0.0.1:5000/lab"))
     docs = k8s.manifests(plan, "print('worker')", {t.index: "{}" for t in plan.tasks}, _pci)
-    assert [d["kind"] for d in docs] == ["ConfigMap", "Job", "Job"]
-    amd, nvidia = docs[1], docs[2]
+    assert [d["kind"] for d in docs] == ["ConfigMap", "ConfigMap", "Job", "ConfigMap", "Job"]
+    amd, nvidia = docs[2], docs[4]
     pod = amd["spec"]["template"]["spec"]
     assert amd["spec"]["completions"] == 3
     assert amd["spec"]["completionMode"] == "Indexed"
-    assert pod["containers"][0]["resources"] == {"limits": {"amd.com/gpu": "1"}}
-    assert pod["containers"][0]["image"].startswith("127.0.0.1:5000/lab/envforge/gfx942:")
+    assert pod["containers"][0]["resources"] == {
+        "requests": {"cpu": "2", "memory": "16Gi"},
+        "limits": {"cpu": "2", "memory": "16Gi", "amd.com/gpu": "1"},
+    }
+    # where `envforge publish --registry 127.0.0.1:5000/lab` pushes it
+    assert pod["containers"][0]["image"].startswith("127.0.0.1:5000/lab/gfx942:")
     term = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert term["nodeSelectorTerms"][0]["matchExpressions"] == [
         {"key": "amd.com/gpu.device-id", "operator": "In", "values": ["74a1", "74a0"]}
@@ -155,7 +159,7 @@ def test_jobs_ask_for_gpus_in_limits_and_select_nodes_by_the_vendor_labels() -> 
         "nvidia.com/gpu.compute.major": "9",
         "nvidia.com/gpu.compute.minor": "0",
     }
-    assert npod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    assert npod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert docs[0]["data"]["worker.py"] == "print('worker')"
 
 
@@ -166,7 +170,7 @@ def test_an_amd_arch_without_pci_ids_needs_a_site_label() -> None:
     assert "no PCI device id" in refused.value.message
     assert "--arch-label envforge.io/gpu-arch" in str(refused.value.hint)
     labelled = plan_of("gfx1100", site=Site(arch_label="envforge.io/gpu-arch"))
-    job = k8s.manifests(labelled, "", {0: "{}"}, lambda _a: [])[1]
+    job = k8s.manifests(labelled, "", {0: "{}"}, lambda _a: [])[2]
     assert job["spec"]["template"]["spec"]["nodeSelector"] == {"envforge.io/gpu-arch": "gfx1100"}
     assert k8s.selector("sm_120", plan, _pci) == {
         "nodeSelector": {"nvidia.com/gpu.compute.major": "12", "nvidia.com/gpu.compute.minor": "0"}
