@@ -5,6 +5,9 @@ tests/acceptance/test_fleet_slurm.py."""
 from __future__ import annotations
 
 import json
+import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -192,6 +195,43 @@ def test_workflow_matrix_runs_each_task_on_its_arch_label() -> None:
     ]
     assert "--backend venv" in certify["steps"][2]["run"]
     assert github.actionlint_config(plan) == {"self-hosted-runner": {"labels": ["gfx942", "gpu"]}}
+
+
+def test_workflow_carries_recipe_files_and_the_wheel_folder_and_pins_actions(
+    tmp_path: Path,
+) -> None:
+    """A recipe file reaches the runner (copied beside the workflow, named under
+    .github/envforge/), --wheelhouse is passed on, and every action is pinned by a commit."""
+    text = Catalogue.default().resolve("cpu").read_text().replace("name: cpu\n", "name: my-cpu\n")
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(text)
+    wheels = tmp_path / "wheels dir"
+    wheels.mkdir()
+    out = tmp_path / "plan"
+    argv = ["fleet", "plan", "--engine", "github", "--recipe", str(mine), "--recipe", "gfx942"]
+    argv += ["--arch", "gfx942", "--backend", "venv", "--wheelhouse", str(wheels), "-o", str(out)]
+    assert main(argv) == 0
+    assert (out / "recipe-my-cpu.yaml").read_text() == text
+    flow = yaml.safe_load((out / "workflow.yml").read_text())
+    include = flow["jobs"]["certify"]["strategy"]["matrix"]["include"]
+    assert [i["recipe"] for i in include] == [".github/envforge/recipe-my-cpu.yaml", "gfx942"]
+    assert f"--wheelhouse '{wheels}'" in flow["jobs"]["certify"]["steps"][2]["run"]
+    uses = [
+        ln.split("uses: ", 1)[1]
+        for ln in (out / "workflow.yml").read_text().splitlines()
+        if "uses: " in ln
+    ]
+    assert len(uses) == 5
+    assert all(re.fullmatch(r"actions/[a-z-]+@[0-9a-f]{40} # v\d+\.\d+\.\d+", u) for u in uses), (
+        uses
+    )
+    lint = shutil.which("actionlint")
+    if lint:
+        config = str(out / "actionlint.yaml")
+        done = subprocess.run(
+            [lint, "-config-file", config, str(out / "workflow.yml")], check=False
+        )
+        assert done.returncode == 0
 
 
 # --------------------------------------------------------------------------- states

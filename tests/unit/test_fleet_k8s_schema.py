@@ -15,6 +15,8 @@ import yaml
 from kubernetes_validate.utils import ValidationError
 
 from envforge.cli import main
+from envforge.errors import InvalidInput
+from envforge.fleet.planning import load_plan
 
 VERSION = "1.30.0"
 
@@ -122,3 +124,36 @@ def test_the_check_refuses_a_misspelt_key(docs: list[dict[str, Any]]) -> None:
     pod["nodeSelecter"] = pod.pop("nodeSelector")
     with pytest.raises(ValidationError):
         kubernetes_validate.validate(job, VERSION, strict=True)
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--toleration", "gpu"),  # no effect
+        ("--toleration", "gpu=x:Sometimes"),
+        ("--toleration", "bad key!:NoSchedule"),
+        ("--cpu", "two"),
+        ("--mem", "16 GB"),
+        ("--image", "127.0.0.1:5000/lab/cpu:tag"),  # no digest
+        ("--image", "127.0.0.1:5000/lab/cpu@sha256:abc"),
+        ("--ttl", "-1"),
+        ("--time", "soon"),
+    ],
+)
+def test_pod_settings_the_api_would_not_take_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, value: str
+) -> None:
+    argv = ["fleet", "plan", "--engine", "k8s", "--recipe", "cpu", option, value]
+    assert main([*argv, "-o", str(tmp_path / "p")]) == 2
+    assert option in capsys.readouterr().err
+    assert not (tmp_path / "p" / "plan.json").exists()
+
+
+def test_a_plan_json_with_a_hostile_pod_setting_is_refused(tmp_path: Path) -> None:
+    assert main(["fleet", "plan", "--engine", "k8s", "--recipe", "cpu", "-o", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "plan.json").read_text())
+    data["site"]["tolerations"] = ["x:NoSchedule\n  privileged: true"]
+    (tmp_path / "plan.json").write_text(json.dumps(data))
+    with pytest.raises(InvalidInput) as refused:
+        load_plan(tmp_path)
+    assert "site.tolerations" in refused.value.message
