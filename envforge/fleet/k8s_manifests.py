@@ -22,10 +22,10 @@ pulled ``Always`` (no stale local copy is certified).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from envforge.core.jsonlimits import BadJSON, loads
 from envforge.fleet import values
 from envforge.fleet.k8s_select import RESOURCE, dns_name, selector
 from envforge.fleet.plan import Plan, Task, vendor_of
@@ -34,6 +34,8 @@ from envforge.fleet.plan import Plan, Task, vendor_of
 POD_USER = 65532
 #: Seconds a Job's deadline allows for pulling its image, beyond the steps' timeouts.
 PULL_SECONDS = 900
+#: Bytes of a spec read for its steps.
+MAX_SPEC = 4 * 1024 * 1024
 #: Steps and step timeout assumed for a spec that does not say (a test's "{}").
 _STEPS, _STEP_TIMEOUT = 20, 60.0
 
@@ -64,8 +66,8 @@ def deadline(plan: Plan, spec: str) -> int:
     if plan.site.deadline:
         return plan.site.deadline
     try:
-        data = json.loads(spec)
-    except ValueError:
+        data = loads(spec, max_bytes=MAX_SPEC)
+    except BadJSON:
         data = {}
     data = data if isinstance(data, Mapping) else {}
     steps = data.get("steps")

@@ -86,7 +86,8 @@ class Task:
     vendor: str
     arch: str
     gpus: int
-    #: The image to certify (docker backend, Kubernetes): ``[REGISTRY/]envforge/R:STACK``.
+    #: The image to certify (docker backend, Kubernetes): ``REGISTRY/R:STACK`` as
+    #: ``envforge publish --registry`` pushes it, else ``envforge/R:STACK``.
     image: str = ""
 
     @property
