@@ -48,7 +48,7 @@ from envforge.fleet.outcome import counts
 from envforge.fleet.plan import Site
 from envforge.fleet.planning import load_plan, make_plan
 from envforge.fleet.task import run_task
-from envforge.fleet.values import MAX_PREAMBLE, arch_problem
+from envforge.fleet.values import MAX_PREAMBLE, arch_problem, refuse, time_problem, time_seconds
 from envforge.fleet.write import submit, write_plan
 from envforge.knowledge import load_table
 from envforge.knowledge.gpu_names import arch_for_name
@@ -128,7 +128,11 @@ def _pairs(values: tuple[str, ...], setting: str) -> tuple[tuple[str, str], ...]
 @click.option("--partition", default="", help="Slurm partition.")
 @click.option("--account", default="", help="Slurm account.")
 @click.option(
-    "--time", "time_limit", default="00:30:00", show_default=True, help="Slurm time limit per task."
+    "--time",
+    "time_limit",
+    default=None,
+    help="Slurm time limit per task [default: 00:30:00]; Kubernetes: the Job's deadline "
+    "(default: the step timeouts and an image pull).",
 )
 @click.option(
     "--feature",
@@ -139,7 +143,6 @@ def _pairs(values: tuple[str, ...], setting: str) -> tuple[tuple[str, str], ...]
 )
 @click.option("--qos", default="", help="Slurm quality of service.")
 @click.option("--reservation", default="", help="Slurm reservation.")
-@click.option("--mem", default="", metavar="SIZE", help="Slurm memory per node (64G).")
 @click.option(
     "--cpus-per-task", type=int, default=0, metavar="N", help="Slurm CPUs per task (0: default)."
 )
@@ -171,6 +174,43 @@ def _pairs(values: tuple[str, ...], setting: str) -> tuple[tuple[str, str], ...]
     default="",
     metavar="HOST[:PORT]/NS",
     help="Where the recipes' images are (Kubernetes, docker backend).",
+)
+@click.option(
+    "--toleration",
+    "tolerations",
+    multiple=True,
+    metavar="KEY[=VALUE]:EFFECT",
+    help="Kubernetes: a taint the pods tolerate (repeatable).",
+)
+@click.option("--cpu", default="2", show_default=True, help="Kubernetes: CPU per pod.")
+@click.option(
+    "--mem",
+    default="",
+    metavar="SIZE",
+    help="Memory per task: Slurm --mem (64G); a Kubernetes pod's request and limit (default 16Gi).",
+)
+@click.option(
+    "--ttl",
+    type=int,
+    default=7 * 86400,
+    show_default=True,
+    metavar="S",
+    help="Kubernetes: seconds a finished Job (and its pods' logs) is kept.",
+)
+@click.option(
+    "--image",
+    "digests",
+    multiple=True,
+    metavar="REF@sha256:...",
+    help="Kubernetes: run this image by digest for its repository (repeatable).",
+)
+@click.option(
+    "--pod-group",
+    "groups",
+    multiple=True,
+    type=int,
+    metavar="GID",
+    help="Kubernetes: a supplementary group of the pods (AMD: the nodes' render, video GIDs).",
 )
 @click.option(
     "--runner-label",
@@ -213,6 +253,11 @@ def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
     namespace: str,
     arch_label: str,
     registry: str,
+    tolerations: tuple[str, ...],
+    cpu: str,
+    ttl: int,
+    digests: tuple[str, ...],
+    groups: tuple[int, ...],
     runner_labels: tuple[str, ...],
     out: Path,
     as_json: bool,
@@ -222,7 +267,7 @@ def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
     site = Site(
         partition=partition,
         account=account,
-        time=time_limit,
+        time=time_limit or "00:30:00",
         features=_pairs(features, "--feature"),
         namespace=namespace,
         arch_label=arch_label,
@@ -234,6 +279,12 @@ def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
         cpus_per_task=cpus_per_task,
         sbatch_args=sbatch_args,
         preamble=_preamble(preamble),
+        tolerations=tolerations,
+        cpu=cpu,
+        deadline=_seconds(time_limit),
+        ttl=ttl,
+        digests=digests,
+        groups=groups,
     )
     loaded = [(_ref(r), load_checked(r, overrides)) for r in recipes]
     archs = _named_archs(archs)
@@ -273,6 +324,16 @@ def _preamble(path: Path | None) -> str:
         return read_limited(path, MAX_PREAMBLE + 1).decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidInput(f"--preamble {path}: cannot read: {exc}", hint="a text file") from None
+
+
+def _seconds(time_limit: str | None) -> int:
+    """``--time`` in seconds for the Kubernetes deadline (0: not given, or unlimited)."""
+    if time_limit is None:
+        return 0
+    why = time_problem(time_limit)
+    if why:
+        raise refuse("--time", time_limit, why, "--time 01:00:00")
+    return time_seconds(time_limit)
 
 
 def _named_archs(archs: tuple[str, ...]) -> tuple[str, ...]:
@@ -434,6 +495,14 @@ def status_cmd(folder: Path, wait: bool, timeout: float, run: int | None, as_jso
     help="Also write the matrix site (index.html, matrix.json) here.",
 )
 @run_option
+@click.option(
+    "--from-logs",
+    "logs",
+    type=click.Path(exists=True, path_type=Path),
+    default=None,
+    metavar="FILE|DIR",
+    help="Kubernetes: first import the reports framed in these pod logs (kubectl logs).",
+)
 @require_signed_option
 @trust_option("Public key file of signers to trust (repeatable; default: $ENVFORGE_TRUSTED_KEYS).")
 @json_option
@@ -442,6 +511,7 @@ def collect_cmd(
     site: Path | None,
     *,
     run: int | None,
+    logs: Path | None,
     require_signed: bool,
     trust: tuple[Path, ...],
     as_json: bool,
@@ -452,6 +522,7 @@ def collect_cmd(
     key are imported and put in the site; each task says how its report is signed."""
     policy = signed_policy(require_signed, trust)
     plan = _load(folder)
+    from_logs = _from_logs(plan, folder, logs) if logs is not None else ()
     number, found = _states(plan, folder, run, strict=False)
     docs = [(s.source, s.document) for s in found if s.document is not None and s.record]
     imported = import_documents(
@@ -471,6 +542,8 @@ def collect_cmd(
         "require_signed": policy.required,
         "not_counted": left if policy.required else 0,
     }
+    if logs is not None:
+        summary["logs_refused"] = [why for _, why in from_logs]
     if site is not None:
         written = write_site(aggregate([r for r in records if policy.counts(r.signer)]), site)
         summary["site"] = str(written.index)
@@ -488,6 +561,21 @@ def collect_cmd(
         elif unsigned:
             note(f"{unsigned} of {len(records)} report(s) unsigned or not trusted (counted)")
     _verdict(found)
+    if from_logs:
+        raise CertificationFailed(
+            f"fleet: {len(from_logs)} report(s) in the logs refused", hint="see the lines above"
+        )
+
+
+def _from_logs(plan: Plan, folder: Path, logs: Path) -> tuple[tuple[str, str], ...]:
+    """Import the pod logs' reports (:mod:`envforge.fleet.podlog`); what was refused."""
+    from envforge.fleet.podlog import import_logs  # noqa: PLC0415 - Kubernetes only
+
+    done = import_logs(plan, folder.resolve(), logs)
+    for _, why in done.refused:
+        say(printable(f"refused: {why}"))  # a log's text reaches the terminal escaped
+    note(f"{len(done.written)} report(s) read from the pod logs", tagged=True)
+    return done.refused
 
 
 @fleet.command("task", hidden=True)

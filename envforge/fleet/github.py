@@ -7,10 +7,18 @@ into ``reports/NNN`` and writes the matrix site. ``fail-fast`` is off: one arch 
 does not cancel the others. A label no runner has keeps its job queued (GitHub fails it
 after 24 hours). Checked with actionlint (scripts/test); the labels go into the
 ``actionlint.yaml`` written beside it.
+
+A recipe given as a file is copied into the plan's folder (``recipe-NAME.yaml``) and the
+matrix names it under :data:`RECIPES` (``.github/envforge/``), where the operator commits
+it beside the workflow; a runner has no other way to see it. The plan's wheel folder is
+passed on (``--wheelhouse``: the path must exist on the runners, as on Slurm nodes).
+Actions are pinned by commit (:data:`ACTIONS`: the release each SHA is, read from the
+actions' own repositories), not by a tag that can move.
 """
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -22,6 +30,17 @@ from envforge.fleet.plan import CPU, Plan
 from envforge.fleet.slurm_state import JobState
 
 PYTHON = "3.11"
+#: Where the workflow finds the plan's recipe files in the repository.
+RECIPES = ".github/envforge"
+#: Each action used, pinned by the commit of a release; the release (a comment in the
+#: workflow, as Dependabot and Renovate read it).
+PINS = {
+    "checkout": ("actions/checkout@fbc6f3992d24b796d5a048ff273f7fcc4a7b6c09", "v5.1.0"),
+    "upload": ("actions/upload-artifact@b7c566a772e6b6bfb58ed0dc250532a479d7789f", "v6.0.0"),
+    "download": ("actions/download-artifact@37930b1c2abaa49bbe596cd826c3c89aef350131", "v7.0.0"),
+    "python": ("actions/setup-python@ece7cb06caefa5fff74198d8649806c4678c61a1", "v6.3.0"),
+}
+ACTIONS = {name: ref for name, (ref, _) in PINS.items()}
 #: The distribution envforge is published as on the package index (pyproject.toml's name).
 DISTRIBUTION = "envforge-stacks"
 
@@ -29,6 +48,8 @@ DISTRIBUTION = "envforge-stacks"
 def _certify_command(plan: Plan) -> str:
     # shell text for the runner: the matrix values are the plan's own (recipe names)
     cmd = f'envforge build "$RECIPE" --backend {plan.backend} --report report'
+    if plan.wheelhouse:
+        cmd += f" --wheelhouse {shlex.quote(plan.wheelhouse)}"
     if plan.level:
         cmd += f" --level {plan.level}"
     return cmd
@@ -74,13 +95,27 @@ def workflow(plan: Plan) -> dict[str, Any]:
     return flow
 
 
+def recipe_files(plan: Plan) -> dict[str, str]:
+    """``recipe-NAME.yaml`` -> the text of each recipe the plan names by file."""
+    found = {}
+    for task in plan.tasks:
+        if values.recipe_name_problem(task.ref):  # a path, not a catalogue name
+            try:
+                found[f"recipe-{task.recipe}.yaml"] = Path(task.ref).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise InvalidInput(
+                    f"--recipe {task.ref}: cannot read it: {exc}", hint="check the path"
+                ) from None
+    return found
+
+
+def _recipe_ref(ref: str, name: str) -> str:
+    return f"{RECIPES}/recipe-{name}.yaml" if values.recipe_name_problem(ref) else ref
+
+
 def _workflow(plan: Plan) -> dict[str, Any]:
     include = [
-        {
-            "task": f"{t.index:03d}",
-            "recipe": t.recipe if values.recipe_name_problem(t.ref) else t.ref,
-            "arch": t.arch,
-        }
+        {"task": f"{t.index:03d}", "recipe": _recipe_ref(t.ref, t.recipe), "arch": t.arch}
         for t in plan.tasks
     ]
     labels = [*plan.site.runner_labels]
@@ -103,13 +138,13 @@ def _workflow(plan: Plan) -> dict[str, Any]:
             "ENVFORGE_FLEET_TASK": f"{plan.id}:${{{{ matrix.task }}}}:{plan.nonce}",
         },
         "steps": [
-            {"uses": "actions/checkout@v5"},
+            {"uses": ACTIONS["checkout"]},
             install,
             {"name": "Certify on this runner's GPU", "run": _certify_command(plan) + "\n"},
             {
                 "name": "Upload the report",
                 "if": "always()",
-                "uses": "actions/upload-artifact@v6",
+                "uses": ACTIONS["upload"],
                 "with": {
                     "name": "envforge-report-${{ matrix.task }}",
                     "path": "report/",
@@ -124,11 +159,11 @@ def _workflow(plan: Plan) -> dict[str, Any]:
         "runs-on": "ubuntu-latest",
         "timeout-minutes": 15,
         "steps": [
-            {"uses": "actions/setup-python@v6", "with": {"python-version": PYTHON}},
+            {"uses": ACTIONS["python"], "with": {"python-version": PYTHON}},
             {"name": "Install envforge", "run": 'python -m pip install "$ENVFORGE_PIP_SPEC"\n'},
             {
                 "name": "Download the reports",
-                "uses": "actions/download-artifact@v7",
+                "uses": ACTIONS["download"],
                 "with": {"pattern": "envforge-report-*", "path": "reports"},
             },
             {
@@ -137,7 +172,7 @@ def _workflow(plan: Plan) -> dict[str, Any]:
             },
             {
                 "name": "Upload the matrix site",
-                "uses": "actions/upload-artifact@v6",
+                "uses": ACTIONS["upload"],
                 "with": {"name": "envforge-matrix", "path": "site/"},
             },
         ],
@@ -166,9 +201,13 @@ def check_backend(backend: str, *, images: bool) -> None:
 
 def files(plan: Plan, folder: Path) -> dict[str, str]:
     """``workflow.yml`` and the ``actionlint.yaml`` that names its runner labels."""
+    text = yaml_text(workflow(plan)).replace("'on':", "on:", 1)
+    for ref, release in PINS.values():
+        text = text.replace(f"uses: {ref}\n", f"uses: {ref} # {release}\n")
     return {
-        "workflow.yml": yaml_text(workflow(plan)).replace("'on':", "on:", 1),
+        "workflow.yml": text,
         "actionlint.yaml": yaml_text(actionlint_config(plan)),
+        **recipe_files(plan),
     }
 
 
@@ -176,8 +215,9 @@ def submit_plan(plan: Plan, folder: Path, environ: Mapping[str, str] | None = No
     """Not from here: the workflow is committed and dispatched."""
     raise InvalidInput(
         "a GitHub Actions plan is not submitted from here",
-        hint=f"commit {folder / 'workflow.yml'} as .github/workflows/envforge-fleet.yml "
-        "and run it (workflow_dispatch)",
+        hint=f"commit {folder / 'workflow.yml'} as .github/workflows/envforge-fleet.yml"
+        + (f" and {folder}/recipe-*.yaml into {RECIPES}/" if recipe_files(plan) else "")
+        + ", and run it (workflow_dispatch)",
     )
 
 

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from envforge.container.refs import registry_ref
 from envforge.errors import InvalidInput
 from envforge.fleet import values
 from envforge.recipe.model import Recipe
@@ -59,10 +60,22 @@ class Site:
     #: site's default), further ``--name=value`` options, shell lines before the exec line.
     qos: str = ""
     reservation: str = ""
+    #: Memory per task: Slurm's --mem (64G); a Kubernetes pod's request and limit (empty:
+    #: 16Gi there).
     mem: str = ""
     cpus_per_task: int = 0
     sbatch_args: tuple[str, ...] = ()
     preamble: str = ""
+    #: Kubernetes pods (:mod:`envforge.fleet.k8s`): tolerations (``KEY[=VALUE]:EFFECT``),
+    #: CPU and memory (requests = limits), the Job's deadline in seconds (0: from the step
+    #: timeouts), how long a finished Job is kept, images by digest
+    #: (``REPO[:TAG]@sha256:...``), the pods' supplementary groups (AMD: render, video).
+    tolerations: tuple[str, ...] = ()
+    cpu: str = "2"
+    deadline: int = 0
+    ttl: int = 7 * 86400
+    digests: tuple[str, ...] = ()
+    groups: tuple[int, ...] = ()
 
     def feature(self, arch: str) -> str:
         return dict(self.features).get(arch, arch)
@@ -77,6 +90,12 @@ _LATER_SITE: Mapping[str, object] = {
     "cpus_per_task": 0,
     "sbatch_args": (),
     "preamble": "",
+    "tolerations": (),
+    "cpu": "2",
+    "deadline": 0,
+    "ttl": 7 * 86400,
+    "digests": (),
+    "groups": (),
 }
 
 
@@ -94,7 +113,8 @@ class Task:
     vendor: str
     arch: str
     gpus: int
-    #: The image to certify (docker backend, Kubernetes): ``[REGISTRY/]envforge/R:STACK``.
+    #: The image to certify (docker backend, Kubernetes): ``REGISTRY/R:STACK`` as
+    #: ``envforge publish --registry`` pushes it, else ``envforge/R:STACK``.
     image: str = ""
 
     @property
@@ -200,8 +220,11 @@ def _pairs(recipes: Sequence[Recipe], archs: Sequence[str]) -> list[tuple[Recipe
 
 
 def image_for(recipe: Recipe, site: Site) -> str:
-    name = f"envforge/{recipe.name}:{recipe.stack_tag}"
-    return f"{site.registry.rstrip('/')}/{name}" if site.registry else name
+    """The recipe's image: ``REGISTRY/R:STACK`` as ``envforge publish --registry`` pushes
+    it, else the local ``envforge/R:STACK``."""
+    if site.registry:
+        return registry_ref(site.registry, recipe.name, recipe.stack_tag)
+    return f"envforge/{recipe.name}:{recipe.stack_tag}"
 
 
 def _check_counts(recipes: Sequence[tuple[str, Recipe]], nodes: int, gpus: int | None) -> None:
@@ -246,17 +269,10 @@ def _pairs_of(value: Any, source: str) -> tuple[tuple[str, str], ...]:
     return tuple((a, f) for a, f in value)
 
 
-def _strings(data: Mapping[str, Any], key: str, source: str) -> tuple[str, ...]:
-    value = data.get(key) or []
-    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
-        raise InvalidInput(f"{source}: key {key!r} is not a list of strings", hint="plan again")
-    return tuple(value)
-
-
 def _site(data: Any, source: str) -> Site:
     if not isinstance(data, Mapping):
         raise InvalidInput(f"{source}: key 'site' is not an object", hint="plan again")
-    labels = _strings(data, "runner_labels", f"{source}: site")
+    labels = _strings(data, "runner_labels", source)
     cpus = data.get("cpus_per_task", 0)
     if type(cpus) is not int:
         raise InvalidInput(
@@ -276,11 +292,45 @@ def _site(data: Any, source: str) -> Site:
         reservation=_text(data, "reservation", "", where),
         mem=_text(data, "mem", "", where),
         cpus_per_task=cpus,
-        sbatch_args=_strings(data, "sbatch_args", where),
+        sbatch_args=_strings(data, "sbatch_args", source),
         preamble=_text(data, "preamble", "", where),
+        **_pods(data, source),
     )
     values.check_site(site, source=source)
+    values.check_pods(site, source=source)
     return site
+
+
+def _strings(data: Mapping[str, Any], key: str, source: str) -> tuple[str, ...]:
+    value = data.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        raise InvalidInput(
+            f"{source}: key 'site.{key}' is not a list of strings", hint="plan again"
+        )
+    return tuple(value)
+
+
+def _whole(data: Mapping[str, Any], key: str, default: int, source: str) -> int:
+    value = data.get(key, default)
+    if type(value) is not int:
+        raise InvalidInput(f"{source}: key 'site.{key}' is not a whole number", hint="plan again")
+    return value
+
+
+def _pods(data: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """The Kubernetes pod settings of a plan's site (defaults in plans from before them)."""
+    groups = data.get("groups") or []
+    if not isinstance(groups, list) or not all(type(g) is int for g in groups):
+        raise InvalidInput(f"{source}: key 'site.groups' is not a list of GIDs", hint="plan again")
+    where = f"{source}: site"
+    return {
+        "tolerations": _strings(data, "tolerations", source),
+        "cpu": _text(data, "cpu", Site.cpu, where),
+        "deadline": _whole(data, "deadline", 0, source),
+        "ttl": _whole(data, "ttl", Site.ttl, source),
+        "digests": _strings(data, "digests", source),
+        "groups": tuple(groups),
+    }
 
 
 _TASK_TEXT = ("recipe", "ref", "recipe_hash", "stack", "vendor", "arch")

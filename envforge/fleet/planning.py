@@ -82,6 +82,7 @@ def make_plan(
         why = values.setting_problem(setting)
         if why:
             raise values.refuse("--set", setting, why, "--set env.OMP_NUM_THREADS=8")
+    values.check_pods(site)
     refs = {r.name: ref for ref, r in recipes}
     pairs = _pairs([r for _, r in recipes], archs)
     if len(pairs) * nodes > MAX_TASKS:  # counted before any task is made

@@ -88,7 +88,7 @@ def render(plan: Plan, folder: Path) -> dict[str, str]:
             time=arg(plan.site.time),
             qos=arg(plan.site.qos) if plan.site.qos else "",
             reservation=arg(plan.site.reservation) if plan.site.reservation else "",
-            mem=arg(plan.site.mem) if plan.site.mem else "",
+            mem=arg(values.slurm_mem(plan.site.mem)) if plan.site.mem else "",
             cpus=int(plan.site.cpus_per_task),
             extra=[_option_line(o) for o in plan.site.sbatch_args],
             preamble=plan.site.preamble.rstrip("\n"),

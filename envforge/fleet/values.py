@@ -44,6 +44,7 @@ _FEATURE = re.compile(r"[A-Za-z0-9_.+-]{1,64}", re.ASCII)
 #: A feature expression: features joined by & (and), | (or), with *N counts and [ ] ( ).
 _FEATURE_EXPR = re.compile(r"[A-Za-z0-9_.+\-&|*()\[\]]{1,256}", re.ASCII)
 _MEM = re.compile(r"\d{1,9}[KMGT]?", re.ASCII)
+_MEM_BINARY = re.compile(r"\d{1,9}[KMGT]i", re.ASCII)
 _SBATCH_OPTION = re.compile(r"--([a-z][a-z0-9-]{0,40})(=(.*))?", re.ASCII | re.DOTALL)
 #: sbatch options the plan sets itself: the option to use instead.
 _OWN_OPTIONS: Mapping[str, str] = {
@@ -126,9 +127,26 @@ def reservation_problem(value: str) -> str | None:
 
 
 def mem_problem(value: str) -> str | None:
-    if not value or _MEM.fullmatch(value):
+    """``--mem`` serves every engine: a Slurm size (``64G``, binary units; a bare number is
+    MB) or the same in Kubernetes' binary form (``64Gi``)."""
+    if not value or _MEM.fullmatch(value) or _MEM_BINARY.fullmatch(value):
         return None
-    return "not a Slurm memory size (a whole number with K, M, G or T: 64G)"
+    return "not a memory size (a whole number with K, M, G or T: 64G, or 64Gi)"
+
+
+def slurm_mem(value: str) -> str:
+    """``--mem`` as sbatch reads it (``16Gi`` → ``16G``: Slurm's units are binary)."""
+    return value.removesuffix("i")
+
+
+def k8s_mem(value: str) -> str:
+    """``--mem`` as a Kubernetes quantity, binary as Slurm's units are (``64G`` → ``64Gi``,
+    a bare number of MB → ``NMi``); empty: 16Gi."""
+    if not value:
+        return "16Gi"
+    if value.endswith("i"):
+        return value
+    return f"{value}i" if value[-1] in "KMGT" else f"{value}Mi"
 
 
 def sbatch_option_problem(value: str) -> str | None:
@@ -338,3 +356,136 @@ def check_site(site: SiteValues, *, source: str = "") -> None:
                 why,
                 "--runner-label self-hosted" if not source else "plan again",
             )
+
+
+# --------------------------------------------------------------------------- Kubernetes pods
+
+_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?", re.ASCII)
+_QUANTITY = re.compile(r"[0-9]{1,7}(\.[0-9]{1,3})?(m|k|Ki|M|Mi|G|Gi|T|Ti)?", re.ASCII)
+_DIGEST_REF = re.compile(
+    r"(?P<repo>[a-z0-9]([a-z0-9.-]{0,252}[a-z0-9])?(:\d{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)+)"
+    r"(:(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?@(?P<digest>sha256:[0-9a-f]{64})",
+    re.ASCII,
+)
+#: The longest pod deadline and finished-Job lifetime (a year), seconds.
+MAX_SECONDS = 366 * 86400
+
+
+def toleration(value: str) -> dict[str, str]:
+    """``KEY[=VALUE]:EFFECT`` as a pod toleration (``Equal`` with a value, else ``Exists``)."""
+    rest, _, effect = value.rpartition(":")
+    key, eq, val = rest.partition("=")
+    found = {"key": key, "operator": "Equal" if eq else "Exists"}
+    if eq:
+        found["value"] = val
+    return {**found, "effect": effect}
+
+
+def toleration_problem(value: str) -> str | None:
+    rest, colon, effect = value.rpartition(":")
+    key, _, val = rest.partition("=")
+    if (
+        colon
+        and effect in _EFFECTS
+        and key
+        and not label_key_problem(key)
+        and _LABEL_VALUE.fullmatch(val)
+    ):
+        return None
+    return f"not KEY[=VALUE]:EFFECT (a label key, a label value, one of {', '.join(_EFFECTS)})"
+
+
+def quantity_problem(value: str) -> str | None:
+    if not value or _QUANTITY.fullmatch(value):
+        return None
+    return "not a Kubernetes quantity (2, 500m, 16Gi)"
+
+
+def digest_ref(value: str) -> tuple[str, str, str] | None:
+    """``REPO[:TAG]@sha256:HEX`` as (repository, tag or "", digest); None when it is not."""
+    found = _DIGEST_REF.fullmatch(value)
+    if found is None:
+        return None
+    return found.group("repo"), found.group("tag") or "", found.group("digest")
+
+
+def digest_ref_problem(value: str) -> str | None:
+    if digest_ref(value) is not None:
+        return None
+    return "not an image by digest (HOST[:PORT]/NS/NAME[:TAG]@sha256: and 64 hex digits)"
+
+
+def time_seconds(value: str) -> int:
+    """A Slurm time (:func:`time_problem` accepted it) in seconds; 0 for unlimited."""
+    if value.lower() in ("unlimited", "infinite"):
+        return 0
+    days, _, clock = value.rpartition("-")
+    parts = [int(p) for p in clock.split(":")]
+    if days:  # D-HH, D-HH:MM, D-HH:MM:SS
+        hours, minutes, seconds = [*parts, 0, 0][:3]
+    elif len(parts) == 3:  # HH:MM:SS
+        hours, minutes, seconds = parts
+    else:  # MM, MM:SS
+        hours, minutes, seconds = 0, parts[0], parts[1] if len(parts) == 2 else 0
+    return int(days or 0) * 86400 + hours * 3600 + minutes * 60 + seconds
+
+
+class PodValues(Protocol):
+    """What :func:`check_pods` reads of a site."""
+
+    @property
+    def tolerations(self) -> tuple[str, ...]: ...
+    @property
+    def cpu(self) -> str: ...
+    @property
+    def mem(self) -> str: ...
+    @property
+    def deadline(self) -> int: ...
+    @property
+    def ttl(self) -> int: ...
+    @property
+    def digests(self) -> tuple[str, ...]: ...
+    @property
+    def groups(self) -> tuple[int, ...]: ...
+
+
+def check_pods(site: PodValues, *, source: str = "") -> None:
+    """Refuse the first Kubernetes pod setting of ``site`` the API would not take."""
+
+    def name(option: str, key: str) -> str:
+        return f"{source}: key 'site.{key}'" if source else option
+
+    again = "plan again (envforge fleet plan)"
+    checks: list[tuple[str, str, str, str | None, str]] = [
+        *(
+            (
+                "--toleration",
+                "tolerations",
+                t,
+                toleration_problem(t),
+                "--toleration gpu=true:NoSchedule",
+            )
+            for t in site.tolerations
+        ),
+        *(
+            ("--image", "digests", d, digest_ref_problem(d), "--image HOST/NS/R:TAG@sha256:...")
+            for d in site.digests
+        ),
+        ("--cpu", "cpu", site.cpu, quantity_problem(site.cpu), "--cpu 4"),
+        (
+            "--time",
+            "deadline",
+            str(site.deadline),
+            count_problem(site.deadline, 0, MAX_SECONDS),
+            "--time 01:00:00",
+        ),
+        ("--ttl", "ttl", str(site.ttl), count_problem(site.ttl, 0, MAX_SECONDS), "--ttl 86400"),
+        *(
+            ("--pod-group", "groups", str(g), count_problem(g, 0, 2**31 - 1), "--pod-group 109")
+            for g in site.groups
+        ),
+    ]
+    for option, key, value, why, example in checks:
+        if why:
+            raise refuse(name(option, key), value, why, example if not source else again)

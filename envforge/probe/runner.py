@@ -47,6 +47,7 @@ __all__ = [  # the local target and the target contract, importable from here as
     "WorkerHandle",
     "container_exit_status",
     "folder_prefix",
+    "replay",
     "run_probe",
     "stale_folder",
     "sweep_stale_folders",
@@ -151,6 +152,21 @@ def run_probe(
         recipe_hash=spec.recipe_hash,
         snapshot=run.snapshot,
     )
+
+
+def replay(
+    spec: ProbeSpec, handle: WorkerHandle, clock: Callable[[], float]
+) -> tuple[tuple[StepResult, ...], dict[str, Any]]:
+    """Every step of ``spec`` and the worker's snapshot, read from ``handle`` under
+    ``clock`` exactly as :func:`run_probe` reads a live worker: for a worker that ran
+    elsewhere and whose events were recorded with their times (a Kubernetes pod,
+    :mod:`envforge.fleet.podlog`). The audit, which runs on the host, is skipped."""
+    run = _Run(spec, None)
+    _drive(run, handle, clock)
+    for name in spec.steps:
+        if name not in run.results:
+            run.finish(StepResult(name=name, status="skip", seconds=0.0, detail="not run here"))
+    return tuple(run.results[name] for name in spec.steps), run.snapshot
 
 
 def _drive(run: _Run, handle: WorkerHandle, clock: Callable[[], float]) -> None:

@@ -5,6 +5,9 @@ tests/acceptance/test_fleet_slurm.py."""
 from __future__ import annotations
 
 import json
+import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -140,13 +143,17 @@ def _pci(arch: str) -> list[int]:
 def test_jobs_ask_for_gpus_in_limits_and_select_nodes_by_the_vendor_labels() -> None:
     plan = plan_of("gfx942", "sm_90", nodes=3, site=Site(registry="127.0.0.1:5000/lab"))
     docs = k8s.manifests(plan, "print('worker')", {t.index: "{}" for t in plan.tasks}, _pci)
-    assert [d["kind"] for d in docs] == ["ConfigMap", "Job", "Job"]
-    amd, nvidia = docs[1], docs[2]
+    assert [d["kind"] for d in docs] == ["ConfigMap", "ConfigMap", "Job", "ConfigMap", "Job"]
+    amd, nvidia = docs[2], docs[4]
     pod = amd["spec"]["template"]["spec"]
     assert amd["spec"]["completions"] == 3
     assert amd["spec"]["completionMode"] == "Indexed"
-    assert pod["containers"][0]["resources"] == {"limits": {"amd.com/gpu": "1"}}
-    assert pod["containers"][0]["image"].startswith("127.0.0.1:5000/lab/envforge/gfx942:")
+    assert pod["containers"][0]["resources"] == {
+        "requests": {"cpu": "2", "memory": "16Gi"},
+        "limits": {"cpu": "2", "memory": "16Gi", "amd.com/gpu": "1"},
+    }
+    # where `envforge publish --registry 127.0.0.1:5000/lab` pushes it
+    assert pod["containers"][0]["image"].startswith("127.0.0.1:5000/lab/gfx942:")
     term = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert term["nodeSelectorTerms"][0]["matchExpressions"] == [
         {"key": "amd.com/gpu.device-id", "operator": "In", "values": ["74a1", "74a0"]}
@@ -156,7 +163,7 @@ def test_jobs_ask_for_gpus_in_limits_and_select_nodes_by_the_vendor_labels() -> 
         "nvidia.com/gpu.compute.major": "9",
         "nvidia.com/gpu.compute.minor": "0",
     }
-    assert npod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    assert npod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert docs[0]["data"]["worker.py"] == "print('worker')"
 
 
@@ -167,7 +174,7 @@ def test_an_amd_arch_without_pci_ids_needs_a_site_label() -> None:
     assert "no PCI device id" in refused.value.message
     assert "--arch-label envforge.io/gpu-arch" in str(refused.value.hint)
     labelled = plan_of("gfx1100", site=Site(arch_label="envforge.io/gpu-arch"))
-    job = k8s.manifests(labelled, "", {0: "{}"}, lambda _a: [])[1]
+    job = k8s.manifests(labelled, "", {0: "{}"}, lambda _a: [])[2]
     assert job["spec"]["template"]["spec"]["nodeSelector"] == {"envforge.io/gpu-arch": "gfx1100"}
     assert k8s.selector("sm_120", plan, _pci) == {
         "nodeSelector": {"nvidia.com/gpu.compute.major": "12", "nvidia.com/gpu.compute.minor": "0"}
@@ -189,6 +196,43 @@ def test_workflow_matrix_runs_each_task_on_its_arch_label() -> None:
     ]
     assert "--backend venv" in certify["steps"][2]["run"]
     assert github.actionlint_config(plan) == {"self-hosted-runner": {"labels": ["gfx942", "gpu"]}}
+
+
+def test_workflow_carries_recipe_files_and_the_wheel_folder_and_pins_actions(
+    tmp_path: Path,
+) -> None:
+    """A recipe file reaches the runner (copied beside the workflow, named under
+    .github/envforge/), --wheelhouse is passed on, and every action is pinned by a commit."""
+    text = Catalogue.default().resolve("cpu").read_text().replace("name: cpu\n", "name: my-cpu\n")
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(text)
+    wheels = tmp_path / "wheels dir"
+    wheels.mkdir()
+    out = tmp_path / "plan"
+    argv = ["fleet", "plan", "--engine", "github", "--recipe", str(mine), "--recipe", "gfx942"]
+    argv += ["--arch", "gfx942", "--backend", "venv", "--wheelhouse", str(wheels), "-o", str(out)]
+    assert main(argv) == 0
+    assert (out / "recipe-my-cpu.yaml").read_text() == text
+    flow = yaml.safe_load((out / "workflow.yml").read_text())
+    include = flow["jobs"]["certify"]["strategy"]["matrix"]["include"]
+    assert [i["recipe"] for i in include] == [".github/envforge/recipe-my-cpu.yaml", "gfx942"]
+    assert f"--wheelhouse '{wheels}'" in flow["jobs"]["certify"]["steps"][2]["run"]
+    uses = [
+        ln.split("uses: ", 1)[1]
+        for ln in (out / "workflow.yml").read_text().splitlines()
+        if "uses: " in ln
+    ]
+    assert len(uses) == 5
+    assert all(re.fullmatch(r"actions/[a-z-]+@[0-9a-f]{40} # v\d+\.\d+\.\d+", u) for u in uses), (
+        uses
+    )
+    lint = shutil.which("actionlint")
+    if lint:
+        config = str(out / "actionlint.yaml")
+        done = subprocess.run(
+            [lint, "-config-file", config, str(out / "workflow.yml")], check=False
+        )
+        assert done.returncode == 0
 
 
 # --------------------------------------------------------------------------- states
