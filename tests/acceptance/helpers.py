@@ -173,3 +173,13 @@ def short_deadline() -> float:
         [sys.executable, "-c", "import torch"], check=True, capture_output=True, timeout=300
     )
     return float(max(3, math.ceil(3 * (time.monotonic() - started))))
+
+
+def certificate_view(venv: Path) -> dict[str, Any]:
+    """A certified venv's ``certified.json`` as the venv backend reads it (format 3: its
+    digest checked and its binding's fields at the top); fails the test when there is none."""
+    from envforge.backends.venv.layout import read_certificate
+
+    view = read_certificate(venv)
+    assert view is not None, f"{venv} has no valid certificate"
+    return view

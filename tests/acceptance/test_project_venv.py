@@ -22,6 +22,7 @@ from envforge.probe.spec import ProbeSpec
 from envforge.project.checks import project_checks
 from envforge.project.read import load_project
 
+from .helpers import certificate_view
 from .test_venv_cpu import ROOT, WHEELS, base_env, envforge
 from .test_venv_cpu import pytestmark as venv_marks
 
@@ -257,7 +258,7 @@ def test_a_kill_mid_rebuild_leaves_the_certified_venv_as_it_was(
         (proj / "pyproject.toml").write_text(text, encoding="utf-8")
     assert got_there, f"the rebuild ended before {moment!r}"
     assert list(path.parent.glob(f".{path.name}.tmp-*/{SP}/torch"))  # it was under way
-    cert = json.loads((path / ".envforge" / "certified.json").read_text(encoding="utf-8"))
+    cert = certificate_view(path)
     assert cert["content"] == venvfs.content_digests(path)  # no file written through a link
     done = envforge(
         "shell",
@@ -305,9 +306,9 @@ def test_shell_rebuilds_when_the_requirements_change_keeping_torchs_files(
             "import idna, demo_trainer; print('ok')",
             env=base_env(home),
         )
-        cert = json.loads((path / ".envforge" / "certified.json").read_text(encoding="utf-8"))
+        cert = certificate_view(path)
         full = envforge("certify", "cpu", "--project", str(proj), env=base_env(home))
-        again = json.loads((path / ".envforge" / "certified.json").read_text(encoding="utf-8"))
+        again = certificate_view(path)
     finally:
         (proj / "pyproject.toml").write_text(text, encoding="utf-8")
     assert done.returncode == 0, done.stderr[-3000:]
@@ -492,7 +493,7 @@ def test_a_flat_requirements_project_builds_exactly_its_lock(tmp_path: Path, hom
     assert again.returncode == 0, again.stderr[-3000:]
     assert "incrementally" in again.stderr
     assert os.stat(path / SP / "torch" / "__init__.py").st_ino == torch_inode
-    cert = json.loads((path / ".envforge" / "certified.json").read_text(encoding="utf-8"))
+    cert = certificate_view(path)
     assert cert["incremental"]["rerun"] == ["import:idna", "check:smoke.py"]
 
 

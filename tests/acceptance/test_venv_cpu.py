@@ -26,6 +26,8 @@ from envforge.evidence import evidence_db
 from envforge.recipe.catalogue import Catalogue
 from envforge.recipe.model import Gpu
 
+from .helpers import certificate_view
+
 ROOT = Path(__file__).resolve().parents[2]
 WHEELS = Path(os.environ.get("PIP_FIND_LINKS", "/opt/wheels"))
 
@@ -87,7 +89,7 @@ def test_first_build_makes_a_certified_env_with_torch_2_13_cpu(
         check=True,
     ).stdout.strip()
     assert version == "2.13.0+cpu"
-    cert = json.loads((path / ".envforge" / "certified.json").read_text())
+    cert = certificate_view(path)
     recipe = Catalogue.default().load("cpu")
     assert cert["recipe_hash"] == recipe.hash
     assert cert["fingerprint"] == venv.fingerprint(path)

@@ -25,6 +25,7 @@ import pytest
 from envforge.backends import venv, venvfs
 from envforge.recipe.catalogue import Catalogue
 
+from .helpers import certificate_view
 from .test_venv_cpu import WHEELS, base_env, envforge, pytestmark  # noqa: F401 - marks apply
 
 SP = "lib/python3.11/site-packages"
@@ -260,7 +261,7 @@ def test_a_rebuild_that_passes_is_probed_aside_then_swapped_in(
     assert done.returncode == 0, done.stderr
     assert "certified (reinstalled" in done.stderr
     assert path.stat().st_ino != inode
-    cert = json.loads(certificate(path))
+    cert = certificate_view(path)
     # The probe ran in the folder aside; its report names where the venv now is, never
     # the folder aside, which no longer exists (issue 26 §4) ...
     probed = cert["report"]["environment"]["target"]
