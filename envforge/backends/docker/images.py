@@ -17,6 +17,7 @@ from typing import IO, Any
 import docker.errors
 import docker.utils.build
 
+from envforge.backends.docker.buildkit_lines import HeldNoise
 from envforge.backends.docker.client import EngineClient
 from envforge.backends.docker.sdkerrors import TRANSPORT_ERRORS, api_message, first_line
 from envforge.container.identity import engine_kind
@@ -545,6 +546,7 @@ def build_image_buildkit(
     log: list[str] = []
     failed: tuple[int, str] | None = None
     base_vertices: set[int] = set()  # resolving the base image: "[internal] load metadata"
+    noise = HeldNoise()
     try:
         with proc.spawn(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as child:
             assert child.stdout is not None
@@ -553,7 +555,8 @@ def build_image_buildkit(
                 if not line:
                     continue
                 log.append(line)
-                on_line(line)
+                for shown in noise.feed(line):
+                    on_line(shown)
                 m = _VERTEX_RE.match(line)
                 if m and m.group(2).startswith("internal"):
                     if m.group(3).startswith("load metadata for "):
@@ -581,6 +584,8 @@ def build_image_buildkit(
         image_id = ""
     finally:
         iidfile.unlink(missing_ok=True)
+    for shown in noise.finish(returncode == 0 and bool(image_id)):
+        on_line(shown)
     if returncode != 0 or not image_id:
         if failed is not None:
             what = f"step {names.get(failed[0], '#' + str(failed[0]))[:80]}"

@@ -1,0 +1,61 @@
+"""What of BuildKit's plain progress a person sees while an image builds.
+
+A base image that is only on this engine (a stand-in, a site's own) makes BuildKit ask a
+registry first: ``#2 [internal] load metadata for docker.io/site/base:1``, then
+``#2 ERROR: not found`` and a ``------`` block quoting the step. The build then uses the
+local image and succeeds, but the lines read like a failure (user journey 2e). They are
+held back while the build runs: on success one line says what happened instead; on a
+failure they are shown after all, in their order, since they may be the cause.
+Everything else passes through as it comes.
+"""
+
+from __future__ import annotations
+
+import re
+
+_METADATA = re.compile(r"^#(\d+) \[internal\] load metadata for (\S+)$")
+_ERROR = re.compile(r"^#(\d+) ERROR: ")
+_RULE = "------"
+
+
+class HeldNoise:
+    """Feed each line; show what :meth:`feed` and, at the end, :meth:`finish` return."""
+
+    def __init__(self) -> None:
+        self._base: dict[int, str] = {}  # vertex -> the base image it resolves
+        self._held: list[str] = []
+        self._in_block = False
+        self._missing: list[str] = []
+
+    def feed(self, line: str) -> list[str]:
+        if self._in_block:
+            self._held.append(line)
+            self._in_block = line != _RULE
+            return []
+        if line == _RULE:
+            self._held.append(line)
+            self._in_block = True
+            return []
+        found = _METADATA.match(line)
+        if found:
+            self._base[int(found.group(1))] = found.group(2)
+            return [line]
+        error = _ERROR.match(line)
+        if error and int(error.group(1)) in self._base:
+            self._held.append(line)
+            self._missing.append(self._base[int(error.group(1))])
+            return []
+        return [line]
+
+    def finish(self, ok: bool) -> list[str]:
+        """What to show once the build ended (``ok``: it made an image)."""
+        held, self._held = self._held, []
+        if not ok:
+            return held
+        if not self._missing:
+            return held  # a block that is not the base image's lookup: shown as it was
+        names = ", ".join(dict.fromkeys(self._missing))
+        return [
+            f"(BuildKit found no {names} in a registry and used this engine's copy: "
+            "its 'ERROR: not found' lines are not a failure, and are not shown)"
+        ]
