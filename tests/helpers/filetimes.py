@@ -44,4 +44,6 @@ class FileTimes:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):
+        return  # a pytest-xdist worker: its reports reach the controller, which counts them
     config.pluginmanager.register(FileTimes(), "envforge-file-times")
