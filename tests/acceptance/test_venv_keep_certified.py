@@ -66,14 +66,29 @@ def build_argv(*extra: str, wheelhouse: Path = WHEELS) -> list[str]:
     ]  # fmt: skip
 
 
-def other_wheelhouse(folder: Path) -> Path:
-    """The same torch wheel from another folder: the install inputs differ, so a build
-    installs a new venv (aside) instead of only probing again."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for wheel in WHEELS.glob("*.whl"):
-        if not (folder / wheel.name).exists():
-            (folder / wheel.name).symlink_to(wheel)
-    return folder
+#: Two other folders holding the same torch wheel, made once (uv unpacks a wheel once per
+#: folder it comes from: a folder per test cost a torch unpacked per test).
+OTHER_WHEELS = ("other-wheels-a", "other-wheels-b")
+
+
+@pytest.fixture(scope="module")
+def wheel_folders(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("wheel-folders")
+    for name in OTHER_WHEELS:
+        (root / name).mkdir()
+        for wheel in WHEELS.glob("*.whl"):
+            (root / name / wheel.name).symlink_to(wheel)
+    return root
+
+
+def other_wheelhouse(path: Path, folders: Path) -> Path:
+    """The same torch wheel from a folder other than the one the venv at ``path`` was
+    installed from: the install inputs differ, so a build installs a new venv (aside)
+    instead of only probing again."""
+    build = json.loads((path / ".envforge" / "build.json").read_text(encoding="utf-8"))
+    return next(
+        folders / name for name in OTHER_WHEELS if str(folders / name) != build.get("wheelhouse")
+    )
 
 
 def certificate(path: Path) -> bytes:
@@ -161,11 +176,11 @@ def test_a_reprobe_that_times_out_keeps_the_certificate(path: Path, env: dict[st
 
 
 def test_a_rebuild_whose_probe_fails_keeps_the_certified_venv(
-    path: Path, env: dict[str, str], tmp_path: Path
+    path: Path, env: dict[str, str], wheel_folders: Path
 ) -> None:
     before = certificate(path)
     inode = path.stat().st_ino
-    done = build(env, "--step-timeout", "0.05", wheelhouse=other_wheelhouse(tmp_path / "w"))
+    done = build(env, "--step-timeout", "0.05", wheelhouse=other_wheelhouse(path, wheel_folders))
     assert done.returncode == 1, done.stderr
     assert "reinstalling (the install inputs changed)" in done.stderr
     line = one_error_line(done.stderr)
@@ -254,10 +269,10 @@ def test_a_deleted_torch_is_refused_then_reinstalled(path: Path, env: dict[str, 
 
 
 def test_a_rebuild_that_passes_is_probed_aside_then_swapped_in(
-    path: Path, env: dict[str, str], tmp_path: Path
+    path: Path, env: dict[str, str], wheel_folders: Path
 ) -> None:
     inode = path.stat().st_ino
-    done = build(env, "--level", "quick", wheelhouse=other_wheelhouse(tmp_path / "w"))
+    done = build(env, "--level", "quick", wheelhouse=other_wheelhouse(path, wheel_folders))
     assert done.returncode == 0, done.stderr
     assert "certified (reinstalled" in done.stderr
     assert path.stat().st_ino != inode
@@ -292,12 +307,12 @@ def test_a_rebuild_that_passes_is_probed_aside_then_swapped_in(
 
 
 def test_sigint_or_sigterm_while_building_is_130_and_leaves_nothing(
-    path: Path, env: dict[str, str], tmp_path: Path
+    path: Path, env: dict[str, str], wheel_folders: Path
 ) -> None:
     """At 0.3 s (still loading), and while uv fills the folder aside: exit 130, one line,
     the folder aside removed, no uv left running, the certified venv as it was."""
     before = certificate(path)
-    wheels = other_wheelhouse(tmp_path / "w")
+    wheels = other_wheelhouse(path, wheel_folders)
     aside = f"{path.parent}/.{path.name}.tmp-"
     for sig, moment in ((signal.SIGINT, 0.3), (signal.SIGINT, None), (signal.SIGTERM, None)):
         with subprocess.Popen(
@@ -324,9 +339,9 @@ def test_sigint_or_sigterm_while_building_is_130_and_leaves_nothing(
 
 
 def test_sigkill_mid_build_leaves_folders_the_next_build_sweeps(
-    path: Path, env: dict[str, str], tmp_path: Path
+    path: Path, env: dict[str, str], wheel_folders: Path
 ) -> None:
-    wheels = other_wheelhouse(tmp_path / "w")
+    wheels = other_wheelhouse(path, wheel_folders)
     with subprocess.Popen(
         build_argv("--level", "quick", wheelhouse=wheels),
         env=env,
@@ -419,7 +434,9 @@ def test_a_full_envforge_home_after_the_certificate_was_removed(
     assert_certified_and_used(path, env)
 
 
-def test_a_rebuild_on_a_full_envforge_home_keeps_the_certified_venv(tmp_path: Path) -> None:
+def test_a_rebuild_on_a_full_envforge_home_keeps_the_certified_venv(
+    tmp_path: Path, wheel_folders: Path
+) -> None:
     """ENVFORGE_HOME on a file system with room for one venv, not two: the rebuild aside
     runs out of space; exit 4 in one line, the folder aside removed, the venv as it was."""
     home = tmp_path / "home"
@@ -431,7 +448,7 @@ def test_a_rebuild_on_a_full_envforge_home_keeps_the_certified_venv(tmp_path: Pa
         path = Path(first.stdout.strip().splitlines()[-1])
         before = certificate(path)
         inode = path.stat().st_ino
-        done = build(env, "--level", "quick", wheelhouse=other_wheelhouse(tmp_path / "w"))
+        done = build(env, "--level", "quick", wheelhouse=other_wheelhouse(path, wheel_folders))
         assert done.returncode == 4, done.stderr
         line = one_error_line(done.stderr)
         assert "no space left" in line.lower(), line
