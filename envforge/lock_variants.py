@@ -81,7 +81,10 @@ def with_locked_variant(recipe: Recipe, stack: Stack) -> Stack:
     same stack without a lock, a variant line, or a torch line carrying its hash."""
     if stack.variant is not None:
         return stack
-    path = lock_path(recipe, stack)
+    try:
+        path = lock_path(recipe, stack)
+    except InvalidInput:  # a lock the build refuses in its own words; nothing to record
+        return stack
     if path is None:
         return stack
     try:

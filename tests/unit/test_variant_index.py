@@ -320,6 +320,21 @@ def test_stacks_locks_and_certificates_without_variants_are_as_they_were() -> No
     assert older.variant is None
 
 
+def test_a_lock_the_build_would_refuse_records_no_variant(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recipe = _recipe(tmp_path, "http://127.0.0.1:9/simple")
+    target = tmp_path / "recipes" / "sm_90.lock.txt"
+    target.write_text(
+        f"# envforge-lock: recipe=sm_90 inputs={lock.inputs_digest(recipe)}\n"
+        "--extra-index-url http://elsewhere/simple\n"
+    )
+    monkeypatch.setattr(lock, "default_lock_file", lambda _r: target)
+    with pytest.raises(InvalidInput):
+        lock.lock_path(recipe)
+    assert with_locked_variant(recipe, stack_of(recipe)).variant is None
+
+
 def test_a_locked_variant_needs_the_package_version_and_a_hash_of_its_wheels() -> None:
     chosen = WheelVariant("torch", VERSION, "cu130", (), "", ("sha256:" + "a" * 64,))
     text = chosen.lock_line()
