@@ -39,10 +39,10 @@ from envforge.knowledge.wheel_variants import (
 )
 
 
-def wheel_name(text: str) -> str:
-    """A name or version as wheel file names write it (the binary distribution format
-    spec: runs of ``-_.`` become ``_``, lower case): ``torch``, ``2.10.0``."""
-    return re.sub(r"[-_.]+", "_", text).lower() if not text[:1].isdigit() else text
+def wheel_name(project: str) -> str:
+    """A project name as wheel file names write it (the binary distribution format
+    spec: runs of ``-_.`` become ``_``, lower case): ``Torch-Audio`` → ``torch_audio``."""
+    return re.sub(r"[-_.]+", "_", project).lower()
 
 
 def variants_json_name(project: str, version: str) -> str:

@@ -140,6 +140,11 @@ def test_the_label_chosen_from_the_index_for_a_target(
     assert f"nvidia :: sm_arch :: {arch[3:]}_real" in chosen.properties or arch == "sm_61"
 
 
+def test_the_index_file_name_is_normalised_as_wheel_names_are() -> None:
+    assert variants_json_name("Triton-ROCm", "3.6.0") == "triton_rocm-3.6.0-variants.json"
+    assert variants_json_name("torch", VERSION) == "torch-2.14.1-variants.json"
+
+
 def test_an_index_without_variants_json_serves_no_variants(tmp_path: Path) -> None:
     make_index(tmp_path, with_json=False)
     with serving_folder(tmp_path) as served:
