@@ -523,7 +523,7 @@ def write_lock(
         f" inputs={inputs_digest(recipe, stack, constraints)}"
         f" python={recipe.python} platform={PLATFORM}\n"
         f"# Written by `{command}`; installs use it with hashes required.\n"
-    )
+    ) + (stack.variant.lock_line() if stack.variant is not None else "")
     count = sum(
         1
         for line in body.splitlines()

@@ -26,6 +26,7 @@ from envforge.knowledge.companions import CompanionTable, Row, family_of, load_c
 from envforge.knowledge.extensions import extension_checks
 from envforge.knowledge.table import CompatTable
 from envforge.knowledge.torch_index import IndexForm, index_form, local_tag, torch_requirement
+from envforge.knowledge.wheel_variants import WheelVariant
 from envforge.recipe.model import PackageIndex, Recipe
 
 
@@ -83,6 +84,8 @@ class Stack:
     project: tuple[str, ...] = ()
     #: ``packages`` entries that come from an index of their own, and from nowhere else.
     package_indexes: tuple[PackageIndex, ...] = ()
+    #: The PEP 825 wheel variant chosen for torch where its index serves variants.
+    variant: WheelVariant | None = None
 
     @property
     def numpy(self) -> str:
@@ -164,6 +167,8 @@ class Stack:
         data = self._data()
         if self.package_indexes:  # absent otherwise: the output stays as it was
             data["package_indexes"] = {p.name: p.url for p in self.package_indexes}
+        if self.variant is not None:  # likewise: non-variant stacks are as they were
+            data["variant"] = self.variant.to_dict()
         return data
 
     def _data(self) -> dict[str, Any]:

@@ -53,6 +53,7 @@ from envforge.core import paths
 from envforge.core.fsutil import read_limited, write_atomically
 from envforge.core.jsonlimits import BadJSON, loads
 from envforge.errors import CertificationFailed, clip
+from envforge.knowledge.wheel_variants import WheelVariant, variant_of
 from envforge.version import __version__
 
 SCHEMA = "envforge.certificate/3"
@@ -258,6 +259,13 @@ class Certificate:
     @property
     def report(self) -> Mapping[str, Any]:
         return dict(self.data["report"])
+
+    @property
+    def variant(self) -> WheelVariant | None:
+        """The wheel variant (PEP 825) the certified stack installs; None for a stack of
+        non-variant wheels and for certificates from before variants were recorded."""
+        stack = self.data.get("stack")
+        return variant_of(stack) if isinstance(stack, dict) else None
 
     @property
     def signed_by(self) -> str | None:

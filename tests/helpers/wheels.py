@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 
 def pure_wheel(
@@ -29,6 +32,41 @@ def pure_wheel(
     record.append(f"{dist}/RECORD,,")
     files[f"{dist}/RECORD"] = "\n".join(record) + "\n"
     wheel = folder / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for path, text in files.items():
+            zf.writestr(path, text)
+    return wheel
+
+
+def variant_wheel(
+    folder: Path,
+    name: str,
+    version: str,
+    label: str,
+    metadata: Mapping[str, Any],
+    *,
+    tags: str = "py3-none-any",
+) -> Path:
+    """A pure-Python variant wheel made by hand to PEP 825 (https://peps.python.org/pep-0825/):
+    ``{name}-{version}-{tags}-{label}.whl`` ("Variant label"), whose
+    ``*.dist-info/variant.json`` ("Variant metadata") is ``metadata`` with its
+    ``variants`` cut to this wheel's label, as a variant wheel carries it; its path."""
+    dist = f"{name}-{version}.dist-info"
+    own = {**metadata, "variants": {label: metadata["variants"][label]}}
+    files = {
+        f"{name}/__init__.py": f'VARIANT = "{label}"\n__version__ = "{version}"\n',
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+        f"Tag: {tags}\n",
+        f"{dist}/variant.json": json.dumps(own, indent=2) + "\n",
+    }
+    record = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
+        record.append(f"{path},sha256={digest.decode()},{len(text.encode())}")
+    record.append(f"{dist}/RECORD,,")
+    files[f"{dist}/RECORD"] = "\n".join(record) + "\n"
+    wheel = folder / f"{name}-{version}-{tags}-{label}.whl"
     with zipfile.ZipFile(wheel, "w") as zf:
         for path, text in files.items():
             zf.writestr(path, text)

@@ -43,6 +43,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("container",),
     ("stack",),
     ("lock",),
+    ("lock_variants",),  # a lock's wheel variant: read from the index, read back
     ("render", "solve", "probe.target"),
     ("audit",),
     ("probe",),

@@ -14,6 +14,7 @@ from envforge.container.devices import DeviceFlags, device_flags
 from envforge.container.refs import CERTIFICATE_LABEL, bound_config
 from envforge.errors import InvalidInput
 from envforge.evidence.evidence_store import record
+from envforge.lock_variants import with_locked_variant
 from envforge.probe.report import ProbeReport
 from envforge.probe.runner import ProbeListener, ProbeTarget, run_probe
 from envforge.probe.spec import ProbeSpec
@@ -74,7 +75,8 @@ def certify_image(
     info = inspect_image(client, image)
     if info is None:
         raise InvalidInput(f"no image {image} on this engine", hint="envforge build RECIPE first")
-    stack = stack_of(recipe) if stack is None else stack
+    # the wheel variant its lock installs, if any, goes into the certificate's stack
+    stack = with_locked_variant(recipe, stack_of(recipe) if stack is None else stack)
     skips = project.skip_imports if project else ()
     spec = ProbeSpec.from_recipe(
         recipe,
