@@ -3,8 +3,9 @@
 Ctrl-C must give exit 130 and one line at any moment, including the first ~0.3 s while
 the CLI's modules load (click, jinja2, the Docker SDK). So:
 
-* this module imports nothing at its top; ``signal`` is imported inside the ``try`` that
-  turns ``KeyboardInterrupt`` into exit 130;
+* this module imports at its top only ``os`` and ``sys``, which the interpreter loaded
+  before any of this (a lookup, no module code runs); ``signal`` is imported inside the
+  ``try`` that turns ``KeyboardInterrupt`` into exit 130;
 * while the CLI's modules load, Ctrl-C is only noted and acted on once they are loaded: a
   ``KeyboardInterrupt`` raised inside an import can be swallowed (a weakref callback of
   the import lock prints "Exception ignored … Traceback" and goes on) or, inside the
@@ -19,6 +20,9 @@ the CLI's modules load (click, jinja2, the Docker SDK). So:
 Only Python's own start-up (the interpreter, ``site``, ``runpy``; ~10 ms) and, for the
 console script, its three import lines come before any of this.
 """
+
+import os
+import sys
 
 INTERRUPTED = 130  # envforge.errors.ExitCode.INTERRUPTED, not imported: see above
 
@@ -56,23 +60,22 @@ def _run() -> int:
 
 
 def _interrupted() -> None:
-    import contextlib
-    import sys
-
-    with contextlib.suppress(OSError, ValueError):
+    try:
         sys.stderr.write("envforge: interrupted\n")
+    except (OSError, ValueError):  # stderr closed or gone: nothing to say it on
+        return
 
 
 def exit_now(code: int) -> None:
     """Flush stdout/stderr, run the ``atexit`` handlers, then end the process with ``code``."""
     import atexit
-    import contextlib
-    import os
-    import sys
 
-    with contextlib.suppress(BaseException):
+    try:
         atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
-            stream.flush()
-    os._exit(code)
+    finally:  # whatever a handler raised (a second Ctrl-C), the process ends here
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # a closed stream: nothing to flush
+                continue
+        os._exit(code)

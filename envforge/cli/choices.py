@@ -39,12 +39,6 @@ class RegistryChoice(click.Choice[str]):
         return super().shell_complete(ctx, param, incomplete)
 
 
-def fleet_engines() -> Mapping[str, object]:
-    from envforge.fleet.engines import ENGINES  # noqa: PLC0415 - when an engine is named
-
-    return ENGINES
-
-
 def render_formats() -> Mapping[str, object]:
     from envforge.render.formats import FORMATS  # noqa: PLC0415 - when a format is named
 

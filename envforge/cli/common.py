@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
 from envforge.core.patterns import LEVELS, Level
 from envforge.errors import InvalidInput
@@ -310,7 +311,6 @@ def load_checked(ref: str, overrides: Sequence[str] = (), *, platform: str | Non
     """Load a recipe by name or path (or a GPU's: envforge.solve.choose.load_named), refused
     if the table does for ``platform`` (``--platform``; None: this host's); what the table
     has no row for is a one-line warning on stderr (a refusal under strict)."""
-    from envforge.knowledge import enforce  # noqa: PLC0415 - the table only when needed
     from envforge.recipe.catalogue import Catalogue  # noqa: PLC0415 - yaml when loading
 
     catalogue = Catalogue.default()
@@ -320,8 +320,7 @@ def load_checked(ref: str, overrides: Sequence[str] = (), *, platform: str | Non
         from envforge.solve.choose import load_named  # noqa: PLC0415 - only for a GPU name
 
         recipe = load_named(ref, overrides, catalogue, say=say)
-    enforce(recipe, strict=strict_mode(), platform=platform or host_platform())
-    return recipe
+    return _enforced(recipe, platform)
 
 
 def load_for_host(
@@ -337,7 +336,6 @@ def load_for_host(
     compatibility table for ``platform`` (None: this host's)."""
     if ref != "auto":
         return load_checked(ref, overrides, platform=platform), None
-    from envforge.knowledge import enforce  # noqa: PLC0415 - the table only when needed
     from envforge.solve.choose import load_choice  # noqa: PLC0415 - only for auto
 
     choice = auto_choice(host)
@@ -349,9 +347,16 @@ def load_for_host(
             f"{choice.predicted}",
             hint=f"drop --strict (ENVFORGE_STRICT), or add a row for {choice.arch} to the table",
         )
-    recipe = load_choice(choice, overrides)
+    return _enforced(load_choice(choice, overrides), platform), choice
+
+
+def _enforced(recipe: Recipe, platform: str | None) -> Recipe:
+    """``recipe``, refused if the table does for ``platform`` (None: this host's); what
+    the table has no row for is a one-line warning on stderr (a refusal under strict)."""
+    from envforge.knowledge import enforce  # noqa: PLC0415 - the table only when needed
+
     enforce(recipe, strict=strict_mode(), platform=platform or host_platform())
-    return recipe, choice
+    return recipe
 
 
 def auto_choice(host: HostInfo | None = None) -> Choice:
@@ -456,8 +461,6 @@ def effective_settings(
     None: not given; a value click took from an environment variable counts as the
     variable's), the environment, the project's ``[tool.envforge]``, the user's file.
     A value from a file is said on stderr, one line each."""
-    from click.core import ParameterSource  # noqa: PLC0415 - with the settings
-
     from envforge.core.settings import KEYS, resolve  # noqa: PLC0415 - tomllib when used
 
     ctx = click.get_current_context(silent=True)

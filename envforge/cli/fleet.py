@@ -23,7 +23,7 @@ import click
 
 from envforge.backends import BACKENDS
 from envforge.cli.backend_options import backend_option
-from envforge.cli.choices import RegistryChoice, fleet_engines
+from envforge.cli.choices import RegistryChoice
 from envforge.cli.common import (
     OutputPath,
     ca_bundle_option,
@@ -44,6 +44,7 @@ from envforge.evidence.evidence_store import import_documents
 from envforge.evidence.matrix import aggregate, write_site
 from envforge.evidence.records import Redactor
 from envforge.fleet import outcome, runs
+from envforge.fleet.engines import ENGINES, engine_for
 from envforge.fleet.outcome import counts
 from envforge.fleet.plan import Site
 from envforge.fleet.planning import load_plan, make_plan
@@ -84,7 +85,7 @@ def _pairs(values: tuple[str, ...], setting: str) -> tuple[tuple[str, str], ...]
 @fleet.command("plan")
 @click.option(
     "--engine",
-    type=RegistryChoice(fleet_engines),
+    type=RegistryChoice(lambda: ENGINES),
     required=True,
     help="Which scheduler's files to write.",
 )
@@ -383,8 +384,6 @@ def _states(
     plan: Plan, folder: Path, run: int | None, *, strict: bool
 ) -> tuple[int, tuple[TaskState, ...]]:
     """(the run read, each task's state in it)."""
-    from envforge.fleet.engines import engine_for  # noqa: PLC0415 - when run
-
     number, where = runs.chosen(folder.resolve(), run)
     queued: Mapping[int, JobState] = {}
     try:

@@ -427,10 +427,8 @@ def _load_unchecked(catalogue: Catalogue, ref: str, overrides: tuple[str, ...]) 
     an arch by name (``"RX 7900 XTX"``) → the one auto chooses for it."""
     if ref in catalogue.files() or os.sep in ref or ref.endswith((".yaml", ".yml")):
         return catalogue.load(ref, overrides)
+    from envforge.solve.choose import load_choice, load_named  # noqa: PLC0415 - a GPU or auto
+
     if ref != "auto":
-        from envforge.solve.choose import load_named  # noqa: PLC0415 - only for a GPU name
-
         return load_named(ref, overrides, catalogue, say=say)
-    from envforge.solve.choose import load_choice  # noqa: PLC0415 - only for auto
-
     return load_choice(auto_choice(), overrides, catalogue)

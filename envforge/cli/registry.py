@@ -23,10 +23,14 @@ from envforge.cli.common import (
     trust_option,
     trusted_files,
 )
+from envforge.core import paths
+from envforge.core.net import Deadline
 from envforge.errors import CertificationFailed, InvalidInput
+from envforge.host.detect import detect
 from envforge.publish.signing import TrustList, load_trust, require_trusted, short
 
 if TYPE_CHECKING:
+    from envforge.backends.docker.client import EngineClient
     from envforge.backends.docker.push import Verified
     from envforge.publish.admission import Admission
 
@@ -75,9 +79,7 @@ def verify_cmd(
         raise InvalidInput("--pull and --no-pull exclude each other", hint="give one")
     trusted = _trusted(trust)
     if pull or local:
-        from envforge.backends.docker.engine import connect  # noqa: PLC0415 - loads the SDK
-
-        client = connect()
+        client = _connect()
         try:
             result = verify(client, ref, pull=pull, stall=deadline)
         finally:
@@ -103,10 +105,8 @@ def pull_cmd(ref: str, trust: tuple[Path, ...], deadline: float, as_json: bool) 
     With trusted keys the pulled digest must also carry an attestation (attached in its
     registry) signed by one of them that records a pass on this host's arch; the line
     names the one that admitted it, and the verified ones are kept for `shell`."""
-    from envforge.backends.docker.engine import connect  # noqa: PLC0415 - loads the SDK
-
     trusted = _trusted(trust)
-    client = connect()
+    client = _connect()
     try:
         result = verify(client, ref, pull=True, stall=deadline)
         signature, _name = _signature(result, trusted)
@@ -134,18 +134,21 @@ def pull_cmd(ref: str, trust: tuple[Path, ...], deadline: float, as_json: bool) 
     click.echo(tag)
 
 
+def _connect() -> EngineClient:
+    """The engine's client (the Docker SDK is loaded here, not by ``verify REF``)."""
+    from envforge.backends.docker.engine import connect  # noqa: PLC0415 - loads the SDK
+
+    return connect()
+
+
 def _admission(ref: str, image_id: str, trusted: TrustList, deadline: float) -> Admission:
     """The attestations attached to ``ref``'s digest, checked against ``image_id`` (the
     pulled image's config digest) and this host's archs; the verified ones kept."""
-    from envforge.core import paths  # noqa: PLC0415 - pull --trust only
-    from envforge.core.net import Deadline  # noqa: PLC0415
-    from envforge.host.detect import detect  # noqa: PLC0415
-    from envforge.publish import admission  # noqa: PLC0415
-    from envforge.publish.referrers import envelopes_of, pinned  # noqa: PLC0415
+    from envforge.publish import admission, referrers  # noqa: PLC0415 - pull --trust only
 
     limit = Deadline.start(deadline)
-    where = pinned(ref, deadline=limit)
-    raw = envelopes_of(where, deadline=limit)
+    where = referrers.pinned(ref, deadline=limit)
+    raw = referrers.envelopes_of(where, deadline=limit)
     checks = admission.check_raw(raw, trusted, image_id, source=where)
     if any(c.ok for c in checks):
         admission.keep_received(paths.state_dir(), image_id, raw, checks)

@@ -44,7 +44,8 @@ import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from envforge.core.fsutil import read_limited, read_reason
 from envforge.core.jsonlimits import BadJSON, loads
@@ -70,17 +71,27 @@ from envforge.evidence.run_facts import Gpu as Gpu  # noqa: PLC0414 - re-exporte
 from envforge.knowledge.table import CompatTable
 from envforge.probe.report import StepResult
 
+if TYPE_CHECKING:
+    from envforge.evidence.kinds.base import EvidenceKind
+
+
+def _kinds() -> ModuleType:
+    """:mod:`envforge.evidence.kinds`, imported when a record is read (the kinds read
+    records: their modules load the certificate's)."""
+    from envforge.evidence import kinds  # noqa: PLC0415 - the kinds read records
+
+    return kinds
+
 
 def _from_export(data: Mapping[str, Any], redact: Callable[[str], str]) -> Evidence:
     outcome = data["outcome"]
     if outcome not in OUTCOMES:
         raise EvidenceError(f"key 'outcome' is not one of {', '.join(OUTCOMES)}: {outcome!r}")
-    from envforge.evidence.kinds import KINDS  # noqa: PLC0415 - the kinds read records
-
+    known: Mapping[str, EvidenceKind] = _kinds().KINDS
     kind = data.get("kind", "probe")
-    if not isinstance(kind, str) or kind not in KINDS:
+    if not isinstance(kind, str) or kind not in known:
         raise EvidenceError(
-            f"key 'kind' is {kind!r}, not one of {', '.join(KINDS)} (export it again "
+            f"key 'kind' is {kind!r}, not one of {', '.join(known)} (export it again "
             "with the envforge that recorded it: envforge evidence export)"
         )
     gpu = data.get("gpu") or {}
@@ -153,14 +164,13 @@ def _parse(
     signatures: bool = False,
     table: CompatTable | None = None,
 ) -> Evidence:
-    from envforge.evidence.kinds import KINDS  # noqa: PLC0415 - the kinds read records
-
+    known: Mapping[str, EvidenceKind] = _kinds().KINDS
     if not isinstance(data, dict):
         raise EvidenceError("not an envforge report: expected a JSON object")
     schema = data.get("schema")
     if schema == EXPORT_SCHEMA:
         return _from_export(data, redact)
-    for kind in KINDS.values():
+    for kind in known.values():
         if kind.recognises(data):
             return kind.read(data, redact, signatures=signatures, table=table)
     if schema is None:
@@ -279,9 +289,7 @@ def read_evidence(
                 memo[text] = done
         return done
 
-    from envforge.evidence.kinds import ranks  # noqa: PLC0415 - the kinds read records
-
-    rank = ranks()
+    rank: dict[str, int] = _kinds().ranks()
     kept: dict[str, Evidence] = {}
     problems: list[Problem] = []
     files = 0

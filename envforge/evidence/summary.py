@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from envforge.core.fsutil import append_text
+from envforge.core.fsutil import append_text, check_file_target
 from envforge.errors import EnvforgeError
 
 if TYPE_CHECKING:
@@ -204,8 +204,6 @@ def summarizing(path: Path | None, title: str) -> Iterator[SummaryNotes]:
     if path is None:
         yield notes
         return
-    from envforge.core.fsutil import check_file_target  # noqa: PLC0415 - only with --summary
-
     check_file_target(path, setting="--summary")  # before any work: one line, exit 2
     try:
         yield notes

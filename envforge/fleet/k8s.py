@@ -16,10 +16,11 @@ is reached from envforge: ``kubectl`` is the site's. Checked here against the AP
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from envforge.core.resources import templates_dir
 from envforge.errors import InvalidInput, Unavailable
 from envforge.fleet.base import yaml_text
 from envforge.fleet.k8s_manifests import job, manifests
@@ -33,9 +34,8 @@ from envforge.fleet.k8s_select import (
 )
 from envforge.fleet.plan import Plan, Task
 from envforge.fleet.slurm_state import JobState
-
-if TYPE_CHECKING:
-    from envforge.probe.spec import ProbeSpec
+from envforge.knowledge.compiled import load_table
+from envforge.probe.spec import ProbeSpec
 
 __all__ = [
     "AMD_DEVICE_ID",
@@ -69,10 +69,7 @@ def check_backend(backend: str, *, images: bool) -> None:
 def task_spec(plan: Plan, task: Task) -> ProbeSpec:
     """The probe spec of a task: its recipe's, at the plan's level, without the audit
     (it runs on the host, with envforge: a pod has neither)."""
-    import dataclasses  # noqa: PLC0415 - as below
-
-    from envforge.probe.spec import ProbeSpec  # noqa: PLC0415 - only for Kubernetes
-    from envforge.recipe.catalogue import Catalogue  # noqa: PLC0415 - as above
+    from envforge.recipe.catalogue import Catalogue  # noqa: PLC0415 - the recipes, when used
 
     recipe = Catalogue.default().load(task.ref)
     level = plan.level if plan.level in ("quick", "full") else None
@@ -82,15 +79,12 @@ def task_spec(plan: Plan, task: Task) -> ProbeSpec:
 
 def pod_script() -> str:
     """``pod.py``: the pod wrapper (``templates/fleet/k8s-pod.py``)."""
-    from envforge.core.resources import templates_dir  # noqa: PLC0415 - when writing
-
     return (templates_dir() / "fleet" / "k8s-pod.py").read_text(encoding="utf-8")
 
 
 def files(plan: Plan, folder: Path) -> dict[str, str]:
     """``jobs.yaml``: the ConfigMaps and the Jobs, one YAML document each."""
-    from envforge.knowledge.compiled import load_table  # noqa: PLC0415 - only for Kubernetes
-    from envforge.probe.runner import worker_source  # noqa: PLC0415 - as above
+    from envforge.probe.runner import worker_source  # noqa: PLC0415 - the runner, when used
 
     table = load_table()
     specs: dict[int, str] = {}

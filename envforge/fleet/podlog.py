@@ -42,9 +42,11 @@ from typing import Any
 from envforge.core.fsutil import make_dirs, read_limited, write_atomically
 from envforge.core.jsonlimits import BadJSON, loads
 from envforge.core.proc import signal_name
+from envforge.fleet.k8s import task_spec
 from envforge.fleet.outcome import TASK_FILE
 from envforge.fleet.plan import Plan, Task
-from envforge.probe.report import ProbeReport
+from envforge.probe.report import ProbeReport, host_info
+from envforge.version import __version__
 
 FRAMING = 1
 #: Bytes one log file may have; bytes one decoded frame may have.
@@ -286,8 +288,6 @@ class Replay:
 
 
 def _host(record: Mapping[str, Any], plan: Plan, task: Task) -> Any:
-    from envforge.probe.report import host_info  # noqa: PLC0415 - the detector, when used
-
     facts = record["host"]
     with tempfile.TemporaryDirectory(prefix="envforge-pod-") as scratch:
         root = Path(scratch)
@@ -313,9 +313,7 @@ def _host(record: Mapping[str, Any], plan: Plan, task: Task) -> Any:
 def report_of(plan: Plan, task: Task, record: Mapping[str, Any]) -> ProbeReport:
     """The task's probe report from a pod's record: its events replayed under the spec
     the plan's recipe gives (:func:`envforge.fleet.k8s.task_spec`)."""
-    from envforge.fleet.k8s import task_spec  # noqa: PLC0415 - the recipe, when used
-    from envforge.probe.runner import replay  # noqa: PLC0415 - as above
-    from envforge.version import __version__  # noqa: PLC0415 - as above
+    from envforge.probe.runner import replay  # noqa: PLC0415 - the runner, when used
 
     spec = task_spec(plan, task)
     handle = Replay(record)

@@ -26,8 +26,8 @@ trust list (``verify --trust``).
 
 The private key is held by :class:`SigningKey`, whose ``repr`` names only the fingerprint:
 it is never written anywhere but ``envforge.key``, and no error message quotes it.
-``cryptography`` is imported when a key is generated, loaded or checked, so commands
-that never sign stay light.
+This module imports ``cryptography``: commands that never sign or check a signature
+import it only when they need it, so they stay light.
 """
 
 from __future__ import annotations
@@ -43,10 +43,10 @@ from typing import Any, Literal
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from envforge.core.fsutil import check_folder_target, read_limited, read_reason
-from envforge.errors import CertificationFailed, InvalidInput, Unavailable
+from envforge.errors import CertificationFailed, InvalidInput
 
 SCHEME = "envforge-ed25519/1"
 PUBLIC_PREFIX = "envforge-ed25519"
@@ -75,19 +75,6 @@ def short(fp: str) -> str:
     return fp[:23]
 
 
-def _crypto() -> Any:
-    try:
-        from cryptography.hazmat.primitives.asymmetric import (  # noqa: PLC0415 - lazy
-            ed25519,
-        )
-    except ImportError:  # pragma: no cover - a dependency; only a broken install lacks it
-        raise Unavailable(
-            "signing needs the 'cryptography' package, which is not installed",
-            hint="pip install cryptography",
-        ) from None
-    return ed25519
-
-
 @dataclass(frozen=True)
 class PublicKey:
     """An ed25519 public key and the name its file gives it."""
@@ -111,16 +98,14 @@ class PublicKey:
 
     def pem(self) -> str:
         """The key as PEM SubjectPublicKeyInfo (what cosign's ``--key`` reads)."""
-        from cryptography.hazmat.primitives import serialization  # noqa: PLC0415 - lazy
-
-        key = _crypto().Ed25519PublicKey.from_public_bytes(self.raw)
+        key = Ed25519PublicKey.from_public_bytes(self.raw)
         data: bytes = key.public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
         return data.decode("ascii")
 
     def verify(self, signature: bytes, message: bytes) -> bool:
-        key = _crypto().Ed25519PublicKey.from_public_bytes(self.raw)
+        key = Ed25519PublicKey.from_public_bytes(self.raw)
         try:
             key.verify(signature, message)
         except InvalidSignature:
@@ -169,7 +154,7 @@ def generate(folder: Path, name: str = "") -> tuple[Path, Path]:
             )
     check_folder_target(folder, setting="-o")  # a file, device or FIFO there: one line, exit 2
     folder.mkdir(parents=True, exist_ok=True)
-    key = _crypto().Ed25519PrivateKey.generate()
+    key = Ed25519PrivateKey.generate()
     pem = key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,

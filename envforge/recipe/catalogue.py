@@ -55,11 +55,14 @@ class Catalogue:
         raise InvalidInput(f"no recipe named {ref!r}", hint=hint)
 
     def load(self, ref: str, overrides: Sequence[str] = ()) -> Recipe:
-        from envforge.recipe.load import load_recipe_file  # noqa: PLC0415 - keeps `list` light
-
-        return load_recipe_file(self.resolve(ref), overrides)
+        return _load_file(self.resolve(ref), overrides)
 
     def load_all(self, overrides: Sequence[str] = ()) -> list[Recipe]:
-        from envforge.recipe.load import load_recipe_file  # noqa: PLC0415 - keeps `list` light
+        return [_load_file(p, overrides) for p in self.files().values()]
 
-        return [load_recipe_file(p, overrides) for p in self.files().values()]
+
+def _load_file(path: Path, overrides: Sequence[str]) -> Recipe:
+    """:func:`envforge.recipe.load.load_recipe_file`, imported when a recipe is loaded."""
+    from envforge.recipe.load import load_recipe_file  # noqa: PLC0415 - keeps `list` light
+
+    return load_recipe_file(path, overrides)

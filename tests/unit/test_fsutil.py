@@ -188,13 +188,13 @@ def test_an_unmapped_os_error_in_a_command_is_one_line_not_a_traceback(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The CLI's last resort: an OSError no write site mapped still gets fsutil's mapping."""
-    from envforge import render
     from envforge.cli import main
+    from envforge.render.formats import dockerfile
 
     def refused(*_args: object, **_kwargs: object) -> str:
         raise PermissionError(errno.EACCES, "Permission denied", "/somewhere/x")
 
-    monkeypatch.setattr(render, "render_dockerfile", refused)
+    monkeypatch.setattr(dockerfile, "render_dockerfile", refused)
     assert main(["render", "cpu"]) == 4
     err = capsys.readouterr().err
     assert err == (

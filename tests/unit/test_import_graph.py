@@ -267,3 +267,90 @@ def test_pure_packages_import_no_backend_and_no_sdk(package: str) -> None:
         for path in _sources(PACKAGE / package)
     }
     assert {k: v for k, v in offenders.items() if v} == {}
+
+
+#: Imports inside function bodies under ``envforge/`` (issue 31 §3): at most this many.
+#: Each defers a load on purpose (``envforge --help``, list, show, solve, validate, render
+#: and detect load only what they print: test_light_imports.py); one that every caller has
+#: loaded anyway belongs at the module's top, and repeated deferred imports of one module
+#: in one file share one lazy accessor. The figure may only fall: lower it with them.
+FUNCTION_IMPORTS_CEILING = 78
+
+
+def _function_imports(path: Path) -> int:
+    """The ``import`` and ``from … import`` statements inside a ``def`` or ``async def``
+    (at any depth, a nested function's counted once); module-level ``TYPE_CHECKING``
+    blocks and class bodies are not functions."""
+    found = 0
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        nonlocal found
+        for child in ast.iter_child_nodes(node):
+            if in_function and isinstance(child, (ast.Import, ast.ImportFrom)):
+                found += 1
+            visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+    visit(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)), False)
+    return found
+
+
+def _function_import_counts(package: Path = PACKAGE) -> dict[str, int]:
+    counts = {
+        path.relative_to(package).as_posix(): _function_imports(path) for path in _sources(package)
+    }
+    return {name: n for name, n in counts.items() if n}
+
+
+def _most(counts: dict[str, int], n: int = 5) -> str:
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:n]
+    return ", ".join(f"{name} ({count})" for name, count in ranked)
+
+
+def test_function_level_imports_stay_under_the_ceiling() -> None:
+    counts = _function_import_counts()
+    total = sum(counts.values())
+    assert total <= FUNCTION_IMPORTS_CEILING, (
+        f"{total} imports inside functions under envforge/, above the ceiling"
+        f" {FUNCTION_IMPORTS_CEILING}: move one to its module's top where every caller has"
+        f" loaded that module anyway, or share one lazy accessor per module; most in:"
+        f" {_most(counts)}"
+    )
+
+
+def test_the_function_imports_ceiling_is_the_current_figure() -> None:
+    """The figure only falls: when imports inside functions go, the ceiling follows."""
+    total = sum(_function_import_counts().values())
+    assert total >= FUNCTION_IMPORTS_CEILING, (
+        f"now {total} imports inside functions: lower FUNCTION_IMPORTS_CEILING to {total}"
+    )
+
+
+def test_the_function_import_count_sees_nested_and_async_defs(tmp_path: Path) -> None:
+    pkg = tmp_path / "envforge"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "import os\n"
+        "if TYPE_CHECKING:\n"
+        "    from envforge import b\n"
+        "class C:\n"
+        "    import json\n"
+        "    def method(self):\n"
+        "        import sys\n",
+        encoding="utf-8",
+    )
+    (pkg / "b.py").write_text(
+        "def outer():\n"
+        "    from envforge import c\n"
+        "    def inner():\n"
+        "        import re, json\n"
+        "    if True:\n"
+        "        import os\n"
+        "async def run():\n"
+        "    from . import c\n",
+        encoding="utf-8",
+    )
+    (pkg / "c.py").write_text("import os\n", encoding="utf-8")
+    counts = _function_import_counts(pkg)
+    assert counts == {"__init__.py": 1, "b.py": 4}
+    assert _most(counts) == "b.py (4), __init__.py (1)"

@@ -55,6 +55,13 @@ def _pipeline() -> ModuleType:
     return pipeline
 
 
+def _doctor() -> ModuleType:
+    """:mod:`.doctor`, imported for ``envforge doctor`` only."""
+    from envforge.backends.docker import doctor  # noqa: PLC0415 - doctor only
+
+    return doctor
+
+
 def build(
     recipe: Recipe,
     options: Options | DockerOptions = DEFAULT_OPTIONS,
@@ -146,17 +153,15 @@ def findings(recipe: Recipe | None, host: HostInfo, check: HostCheck) -> list[Fi
     """What this backend needs of the host: an engine that answers, and a way for the
     recipe's GPUs into its containers (:mod:`.doctor`)."""
     del host  # the engine and the device path are read from check.root
-    from envforge.backends.docker.doctor import host_findings  # noqa: PLC0415 - doctor only
-
-    return host_findings(recipe, check)
+    found: list[Finding] = _doctor().host_findings(recipe, check)
+    return found
 
 
 def disk_need(vendor: str) -> tuple[int, Path]:
     """Bytes an image build for ``vendor`` takes (ROCm base images are large), and the
     engine's data folder (this host's ``/var/lib/docker`` when there is one)."""
-    from envforge.backends.docker.doctor import disk_need as need  # noqa: PLC0415 - doctor only
-
-    return need(vendor)
+    need: tuple[int, Path] = _doctor().disk_need(vendor)
+    return need
 
 
 __all__ = [

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 from envforge.backends.base import HostCheck
 from envforge.container.cdi import scan as scan_cdi
@@ -34,12 +35,17 @@ DockerPing = Callable[[], "str | None"]
 EngineProbe = Callable[[], "EngineIdentity | None"]
 
 
+def _engine() -> ModuleType:
+    """:mod:`.engine`, imported when the engine is asked (it loads the ``docker`` SDK)."""
+    from envforge.backends.docker import engine  # noqa: PLC0415 - loads the SDK
+
+    return engine
+
+
 def docker_ping() -> str | None:
     """Ask the engine the docker CLI would use (DOCKER_HOST, context) for a ping."""
     try:
-        from envforge.backends.docker.engine import connect  # noqa: PLC0415 - loads the SDK
-
-        connect().close()
+        _engine().connect().close()
     except EnvforgeError as exc:
         return exc.message
     except Exception as exc:  # any failure means "not reachable"; say why
@@ -50,17 +56,14 @@ def docker_ping() -> str | None:
 
 def engine_identity() -> EngineIdentity | None:
     """The engine the docker CLI would use, identified; None when none answers."""
+    engine = _engine()
     try:
-        from envforge.backends.docker.engine import (  # noqa: PLC0415 - loads the SDK
-            connect,
-            identify_engine,
-        )
-
-        client = connect()
+        client = engine.connect()
     except Exception:  # check_docker says why the engine does not answer
         return None
     try:
-        return identify_engine(client)
+        identity: EngineIdentity = engine.identify_engine(client)
+        return identity
     finally:
         client.close()
 

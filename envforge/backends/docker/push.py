@@ -19,13 +19,14 @@ only when all of these hold (else :class:`PublishRefused`, exit 5):
 
 Only the pure :mod:`envforge.container.refs` is imported at the top: the functions
 that talk to the engine load :mod:`envforge.backends.docker.images` (and the SDK) when
-they run.
+they run (:func:`_images`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 from envforge.container.refs import (
@@ -117,15 +118,20 @@ def older_format(cert: Certificate, what: str) -> str | None:
     return f"{what}: {V1_PARTIAL}"
 
 
+def _images() -> ModuleType:
+    """:mod:`.images`, imported when an engine is talked to (it loads the ``docker`` SDK)."""
+    from envforge.backends.docker import images  # noqa: PLC0415 - loads the SDK
+
+    return images
+
+
 def publishable(
     client: EngineClient, recipe: Recipe, store: CertificateStore, *, require_signed: bool = False
 ) -> tuple[ImageInfo, Certificate]:
     """The local certified image of ``recipe`` and its certificate, or :class:`PublishRefused`."""
-    from envforge.backends.docker.images import inspect_image  # noqa: PLC0415 - loads the SDK
-
     ref = certified_ref(recipe.name, recipe.stack_tag)
     hint = f"envforge build {recipe.name}"
-    info = inspect_image(client, ref)
+    info = _images().inspect_image(client, ref)
     if info is None:
         raise PublishRefused(f"no certified image {ref} on this engine", hint=hint)
     try:
@@ -182,27 +188,21 @@ def publish(
     """Push ``recipe``'s certified image to ``registry``; the push ends (exit 4) when the
     engine reports no progress for ``stall`` seconds (default: ``ENVFORGE_NET_DEADLINE``,
     else 45)."""
-    from envforge.backends.docker.images import (  # noqa: PLC0415 - loads the SDK
-        inspect_image,
-        push,
-        tag_image,
-        untag,
-    )
-
+    images = _images()
     target = registry_ref(registry, recipe.name, recipe.stack_tag)
     info, cert = publishable(
         client, recipe, store or CertificateStore(), require_signed=require_signed
     )
-    before = inspect_image(client, target)
-    tag_image(client, info.id, target)
+    before = images.inspect_image(client, target)
+    images.tag_image(client, info.id, target)
     try:
-        result = push(client, target, on_line=on_line, stall=_stall(stall))
+        result = images.push(client, target, on_line=on_line, stall=_stall(stall))
     except BaseException:
         # a failed (or interrupted) push leaves the local registry tag as it was
         if before is not None and before.id != info.id:
-            tag_image(client, before.id, target)
+            images.tag_image(client, before.id, target)
         elif before is None:
-            untag(client, target)
+            images.untag(client, target)
         raise
     return Published(
         ref=target,
@@ -242,8 +242,6 @@ def adopt(client: EngineClient, verified: Verified, recipe: Recipe) -> str:
     """Tag a pulled, verified image as ``recipe``'s certified image (so ``shell`` and
     ``certify`` use it by name); its tag. Refused (:class:`CertificationFailed`) when the
     certificate is for another recipe or another version of it."""
-    from envforge.backends.docker.images import tag_image  # noqa: PLC0415 - loads the SDK
-
     cert = verified.certificate
     if cert.recipe_name != recipe.name or cert.recipe_hash != recipe.hash:
         raise CertificationFailed(
@@ -252,7 +250,7 @@ def adopt(client: EngineClient, verified: Verified, recipe: Recipe) -> str:
             hint=f"`envforge shell {recipe.name} --image {verified.ref}` runs it anyway",
         )
     target = certified_ref(recipe.name, recipe.stack_tag)
-    tag_image(client, verified.image_id, target)
+    _images().tag_image(client, verified.image_id, target)
     return target
 
 
@@ -261,8 +259,7 @@ def verify(
 ) -> Verified:
     """Pull ``ref`` (unless ``pull`` is False) and verify it; the pull ends (exit 4) when
     the engine reports no progress for ``stall`` seconds (default as :func:`publish`)."""
-    from envforge.backends.docker import images  # noqa: PLC0415 - loads the SDK
-
+    images = _images()
     if pull:
         info = images.pull(client, ref, stall=_stall(stall))
     else:

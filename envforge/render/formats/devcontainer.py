@@ -6,8 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from envforge.container.devices import device_flags
 from envforge.recipe.model import Recipe
-from envforge.render.devcontainer import Devcontainer
+from envforge.render.devcontainer import Devcontainer, generic_flags, render_devcontainer
+from envforge.render.dockerfile import render_dockerfile
 from envforge.render.formats.base import File, Request
 
 
@@ -22,13 +24,6 @@ def platform_bound() -> bool:
 def _devcontainer(recipe: Recipe, request: Request) -> Devcontainer:
     """The recipe's .devcontainer/ files, with this host's device flags for its vendor
     (the vendor's generic flags when this host has no such GPU)."""
-    from envforge.container.devices import device_flags  # noqa: PLC0415 - render only
-    from envforge.render import render_dockerfile  # noqa: PLC0415 - as above
-    from envforge.render.devcontainer import (  # noqa: PLC0415 - as above
-        generic_flags,
-        render_devcontainer,
-    )
-
     flags = device_flags(recipe.gpu.vendor)
     if flags.vendor != recipe.gpu.vendor:
         flags = generic_flags(recipe.gpu.vendor)

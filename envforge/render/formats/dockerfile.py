@@ -8,6 +8,7 @@ from pathlib import Path
 
 from envforge.recipe.model import Recipe
 from envforge.render.context import RenderOptions
+from envforge.render.dockerfile import render_dockerfile
 from envforge.render.formats.base import File, Request
 from envforge.stack import Stack, stack_of
 
@@ -31,8 +32,6 @@ def _with_lock(recipe: Recipe, options: RenderOptions, stack: Stack) -> RenderOp
 
 
 def printed(recipe: Recipe, request: Request) -> str:
-    from envforge.render import render_dockerfile  # noqa: PLC0415 - the package's, when called
-
     stack = stack_of(recipe)
     return render_dockerfile(recipe, _with_lock(recipe, request.options, stack), stack)
 
