@@ -38,6 +38,7 @@ from envforge.cli.common import (
     trust_option,
     wheelhouse_option,
 )
+from envforge.cli.fleet_nodes import GPU_COUNT, NodeChoice, clean_cmd, node_options, plan_arguments
 from envforge.core.fsutil import check_folder_target, read_limited
 from envforge.errors import CertificationFailed, InvalidInput, Unavailable, printable
 from envforge.evidence.evidence_store import import_documents
@@ -115,9 +116,9 @@ def _pairs(values: tuple[str, ...], setting: str) -> tuple[tuple[str, str], ...]
 )
 @click.option(
     "--gpus",
-    type=int,
+    type=GPU_COUNT,
     default=None,
-    help="GPUs per task (default: 1 on a GPU arch, 0 for a CPU recipe).",
+    help="GPUs per task, or all: each node's GPUs in one task (default: 1 on a GPU arch).",
 )
 @click.option(
     "--level",
@@ -229,6 +230,7 @@ def _pairs(values: tuple[str, ...], setting: str) -> tuple[tuple[str, str], ...]
     help="Folder for plan.json and the engine's files.",
 )
 @json_option
+@node_options
 def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
     engine: str,
     recipes: tuple[str, ...],
@@ -236,7 +238,7 @@ def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
     backend: str,
     wheelhouse: Path | None,
     nodes: int,
-    gpus: int | None,
+    gpus: int | str | None,
     level: str | None,
     partition: str,
     account: str,
@@ -261,6 +263,7 @@ def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
     runner_labels: tuple[str, ...],
     out: Path,
     as_json: bool,
+    where: NodeChoice,
 ) -> None:
     """Write a fleet plan (plan.json) and the scheduler's files for it."""
     check_folder_target(out, setting="-o")
@@ -295,7 +298,6 @@ def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
         archs=archs,
         backend=backend,
         nodes=nodes,
-        gpus=gpus,
         images=BACKENDS[backend].runs_images(),
         site=site,
         wheelhouse=str(wheelhouse.resolve()) if wheelhouse else "",
@@ -303,6 +305,7 @@ def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
         envforge=(sys.executable, "-m", "envforge"),
         ca_bundle=str(ca_bundle.resolve()) if ca_bundle else "",
         overrides=overrides,
+        **plan_arguments(engine, where, recipes=loaded, archs=archs, site=site, gpus=gpus),
     )
     written = write_plan(plan, out.resolve())
     if as_json:
@@ -588,3 +591,6 @@ def task_cmd(ctx: click.Context, folder: Path, index: int, run: int | None) -> N
     plan = _load(folder)
     where = runs.chosen(folder.resolve(), run)[1] if run is not None else folder.resolve()
     ctx.exit(run_task(plan, where, index))
+
+
+fleet.add_command(clean_cmd)
