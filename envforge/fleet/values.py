@@ -66,6 +66,7 @@ _OWN_OPTIONS: Mapping[str, str] = {
     "cpus-per-task": "--cpus-per-task",
     "nodes": "one node per task",
     "ntasks": "one task per node",
+    "nodelist": "--nodelist or --every-node",
 }
 #: The longest --preamble.
 MAX_PREAMBLE = 64 * 1024
