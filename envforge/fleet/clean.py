@@ -16,12 +16,12 @@ Reports (``reports/``) and certificates in them are never removed.
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from envforge.core.jsonlimits import load_file
 from envforge.fleet import runs
 from envforge.fleet.outcome import TASK_FILE
 from envforge.fleet.plan import JOB_TMPDIR, Plan, Task
@@ -45,7 +45,7 @@ class Leftover:
 def _task_record(run: Path, task: Task) -> Mapping[str, object] | None:
     path = run / task.folder / TASK_FILE
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = load_file(path)  # the node wrote it: regular, bounded
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else {}
@@ -57,7 +57,7 @@ def _ours(path: Path, plan: Plan) -> bool:
     try:
         if path.is_symlink() or not marker.is_file():
             return False
-        return bool(json.loads(marker.read_text(encoding="utf-8")).get("plan") == plan.id)
+        return bool(load_file(marker).get("plan") == plan.id)
     except (OSError, ValueError, AttributeError):
         return False
 

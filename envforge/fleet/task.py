@@ -19,10 +19,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from envforge.core import proc
 from envforge.core.fsutil import make_dirs, write_atomically
@@ -92,6 +95,23 @@ def _prepare(work: Path, plan: Plan, task: Task) -> None:
     write_atomically(work / MARKER, json.dumps(mark) + "\n")
 
 
+def _stopped(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+_Handler = Callable[[int, Any], Any] | int | signal.Handlers
+
+
+def _on_sigterm() -> _Handler | None:
+    """Let SIGTERM (scancel, a time limit) unwind the task, so its child's group is
+    stopped and its node-local folder removed; the handler to put back (None off the
+    main thread, where none is set)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    previous = signal.signal(signal.SIGTERM, _stopped)
+    return signal.SIG_DFL if previous is None else previous
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
 
@@ -113,12 +133,15 @@ def run_task(plan: Plan, folder: Path, index: int, environ: Mapping[str, str] | 
         _prepare(work, plan, task)
     started = datetime.now(timezone.utc)
     clock = time.monotonic()
+    previous = _on_sigterm()
     try:
         with proc.spawn(
             argv, env=environment(plan, task, folder, env_in, work), stdout=None, stderr=None
         ) as child:
             code = child.wait()
-    finally:
+    finally:  # also when Slurm cancels the job (SIGTERM, then KillWait, then SIGKILL)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
         if work is not None:
             shutil.rmtree(work, ignore_errors=True)
     record = {

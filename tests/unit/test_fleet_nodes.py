@@ -272,6 +272,7 @@ def test_nodelist_exclusive_and_refusals(
         (("--engine", "github", "--nodelist", "n1"), "places no task on a named node"),
         (("--engine", "slurm", "--workdir", "scratch"), "--workdir 'scratch': not an absolute"),
         (("--engine", "k8s", "--exclusive"), "--exclusive: Slurm only"),
+        (("--engine", "slurm", "--sbatch-arg=--nodelist=n1"), "--nodelist or --every-node"),
     ):
         capsys.readouterr()
         assert _plan(tmp_path / "x", *args) == 2, args

@@ -6,7 +6,11 @@ every report. The task's child is a stand-in for ``envforge build`` (this interp
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +21,8 @@ from envforge.fleet.plan import Plan
 from envforge.fleet.task import MARKER, run_task, work_folder
 from envforge.fleet.write import write_plan
 from tests.unit.test_fleet import plan_of
+
+ROOT = Path(__file__).resolve().parents[2]
 
 #: ``envforge build ... --report DIR``: fills its home, says what it saw in DIR/seen.json.
 CHILD = """
@@ -154,3 +160,34 @@ def test_clean_keep_zero_treats_every_run_as_stale(used: tuple[Plan, Path, Path]
     found = {item.path for item in clean.leftovers(plan, folder, 0, {"TMPDIR": str(node)})}
     assert runs.run_folder(folder, 3) / "homes" / "001" in found
     assert runs.run_folder(folder, 3) / "logs" in found
+
+
+#: A build that fills its home, says so, and hangs until stopped.
+HANGS = """
+import os, sys, time
+report = sys.argv[sys.argv.index("--report") + 1]
+os.makedirs(os.path.join(os.environ["ENVFORGE_HOME"], "venvs"), exist_ok=True)
+open(os.path.join(report, "started"), "w").close()
+time.sleep(120)
+"""
+
+
+def test_a_cancelled_task_stops_its_build_and_removes_its_node_folder(tmp_path: Path) -> None:
+    plan = plan_of("cpu", backend="venv", envforge=(sys.executable, "-c", HANGS), workdir="$TMPDIR")
+    folder, node = tmp_path / "plan", tmp_path / "node"
+    node.mkdir()
+    write_plan(plan, folder)
+    run = runs.start(folder)[1]
+    env = {**os.environ, **_job(node), "PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT)}
+    argv = [sys.executable, "-m", "envforge", "fleet", "task", str(folder), "0", "--run", "1"]
+    task = subprocess.Popen(argv, env=env, cwd=ROOT)
+    started = run / "reports" / "000" / "started"
+    deadline = time.monotonic() + 60
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert started.exists()
+    assert work_folder(plan, plan.tasks[0], run, env).is_dir()  # type: ignore[union-attr]
+    task.send_signal(signal.SIGTERM)  # what scancel sends first
+    assert task.wait(timeout=60) == 128 + signal.SIGTERM
+    assert list(node.iterdir()) == []
+    assert not (run / "reports" / "000" / "task.json").exists()
