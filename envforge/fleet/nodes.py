@@ -13,7 +13,6 @@ node selection (:func:`envforge.fleet.k8s_select.selector`). Each call goes thro
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envforge.core import proc
+from envforge.core.jsonlimits import loads
 from envforge.errors import InvalidInput, Unavailable
 from envforge.fleet import values
 from envforge.fleet.plan import CPU
@@ -197,7 +197,7 @@ def parse_kubectl(text: str, resources: Sequence[str]) -> list[Node]:
     """The nodes of ``kubectl get nodes -o json``: name, labels and allocatable GPUs (the
     first of ``resources`` a node has)."""
     try:
-        data = json.loads(text)
+        data = loads(text.encode())  # bounded, depth-limited
     except ValueError as exc:
         raise Unavailable(f"kubectl get nodes: not JSON ({exc})", hint="--node NAME") from None
     found: list[Node] = []

@@ -27,11 +27,13 @@ import yaml
 
 from envforge.cli import main
 from envforge.errors import InvalidInput, Unavailable
-from envforge.fleet import k8s, nodes, slurm
+from envforge.evidence.records import Redactor
+from envforge.fleet import k8s, nodes, outcome, slurm
 from envforge.fleet.plan import Plan
 from envforge.fleet.planning import load_plan, plan_from_dict
 from envforge.host.grant import seen
-from tests.unit.test_fleet import plan_of
+from tests.helpers.matrix_synth import corpus, make_report
+from tests.unit.test_fleet import _write_task, plan_of
 from tests.unit.test_fleet_k8s_schema import VERSION
 from tests.unit.test_probe_worker import _load_worker
 
@@ -335,3 +337,20 @@ def test_the_worker_probes_each_visible_gpu() -> None:
         worker.call_step(ctx, "small-tensor", worker.step_small_tensor)[1] == "10x10 tensor on cuda"
     )
     assert one == ["cuda"]
+
+
+def test_a_pinned_task_s_report_from_another_node_is_refused(tmp_path: Path) -> None:
+    plan = plan_of("cpu", placement={"cpu": (nodes.Spot("n1"), nodes.Spot("n2"))})
+    good = json.loads(make_report(corpus(1)[0]).to_json())
+    good.update(status="pass")
+    for step in good["steps"]:
+        step["status"] = "pass"
+    good["recipe"] = {"name": "cpu", "hash": plan.tasks[0].recipe_hash}
+    good["host"]["node"] = "n1"
+    for task in plan.tasks:
+        good["host"]["fleet"] = {"plan": plan.id, "task": str(task.index), "nonce": plan.nonce}
+        _write_task(tmp_path, task.index, good, 0)  # task.json: node n1, as the report
+    found = outcome.states(plan, tmp_path, {}, Redactor(()))
+    assert [s.state for s in found] == ["passed", "refused"]
+    assert "pinned to node 'n2', its report ran on 'n1'" in found[1].detail
+    assert found[1].to_dict()["pinned"] == "n2"
