@@ -118,6 +118,7 @@ def _pairs(values: tuple[str, ...], setting: str) -> tuple[tuple[str, str], ...]
     "--gpus",
     type=GPU_COUNT,
     default=None,
+    metavar="N|all",
     help="GPUs per task, or all: each node's GPUs in one task (default: 1 on a GPU arch).",
 )
 @click.option(
@@ -140,7 +141,8 @@ def _pairs(values: tuple[str, ...], setting: str) -> tuple[tuple[str, str], ...]
     "features",
     multiple=True,
     metavar="ARCH=FEATURE",
-    help="Slurm node feature for an arch when it is not the arch's name.",
+    help="Slurm node feature for an arch when it is not the arch's name; with "
+    "--every-node, a bare FEATURE every listed node must have.",
 )
 @click.option("--qos", default="", help="Slurm quality of service.")
 @click.option("--reservation", default="", help="Slurm reservation.")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from envforge.core import proc
@@ -48,6 +48,8 @@ class Node:
     features: frozenset[str] = frozenset()
     gpus: int | None = None
     labels: tuple[tuple[str, str], ...] = ()
+    #: In the default partition (sinfo's ``*``), where sbatch puts a job without one.
+    default: bool = False
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,7 @@ def _merge(found: dict[str, Node], node: Node) -> None:
         tuple(dict.fromkeys((*old.partitions, *node.partitions))),
         old.features | node.features,
         max(old.gpus or 0, node.gpus or 0),
+        default=old.default or node.default,
     )
 
 
@@ -110,7 +113,8 @@ def parse_sinfo(text: str) -> list[Node]:
             continue
         gres = fields[3] if len(fields) > 3 else ""
         partition = fields[1].rstrip("*")
-        _merge(found, Node(fields[0], (partition,), _listed(fields[2]), gres_gpus(gres)))
+        node = Node(fields[0], (partition,), _listed(fields[2]), gres_gpus(gres))
+        _merge(found, replace(node, default=fields[1].endswith("*")))
     return list(found.values())
 
 
@@ -143,14 +147,21 @@ def expression_problem(expression: str) -> str | None:
 def choose(
     nodes: Sequence[Node], *, partition: str = "", features: Sequence[str] = ()
 ) -> list[Node]:
-    """The nodes in ``partition`` (any of a comma-separated list; all without) that have
-    each feature expression of ``features``."""
+    """The nodes in ``partition`` (any of a comma-separated list; without, the default
+    partition's when the listing names it, else all) that have each feature expression
+    of ``features``."""
     wanted = [p for p in partition.split(",") if p]
+    named_default = any(n.default for n in nodes)
+
+    def in_partition(node: Node) -> bool:
+        if wanted:
+            return any(p in node.partitions for p in wanted)
+        return node.default or not named_default
+
     return [
         n
         for n in nodes
-        if (not wanted or any(p in n.partitions for p in wanted))
-        and all(feature_matches(f, n.features) for f in features)
+        if in_partition(n) and all(feature_matches(f, n.features) for f in features)
     ]
 
 

@@ -80,11 +80,14 @@ def test_nodes_of_a_partition_with_a_feature_expression() -> None:
     def named(partition: str = "", *features: str) -> list[str]:
         return [n.name for n in nodes.choose(found, partition=partition, features=features)]
 
+    assert named() == ["r1n00", "r1t00"]  # the default partition's, where sbatch puts jobs
     assert named("gpu") == ["r1t00", "r2v00"]
     assert named("standard") == ["r1n00", "r1t00"]
     assert named("", "t4") == ["r1t00"]
-    assert named("", "t4|v100") == ["r1t00", "r2v00"]
-    assert named("", "nvidia-gpu&768GiB") == ["r2v00"]
+    assert named("gpu", "t4|v100") == ["r1t00", "r2v00"]
+    assert named("gpu", "nvidia-gpu&768GiB") == ["r2v00"]
+    every = nodes.parse_scontrol(SCONTROL)  # no default partition named: every node
+    assert [n.name for n in nodes.choose(every, features=["nvidia-gpu"])] == ["r1t00", "r2v00"]
     assert named("standard", "v100") == []
     assert nodes.expression_problem("[t4|v100]*2") is not None
     assert nodes.expression_problem("t4|v100&768GiB") is None
@@ -233,7 +236,7 @@ def test_every_node_of_a_partition_from_sinfo(tools: Path, tmp_path: Path) -> No
 def test_every_node_with_a_bare_feature_and_all_gpus(tools: Path, tmp_path: Path) -> None:
     _tool(tools, "sinfo", SINFO)
     code = _plan(tmp_path, "--engine", "slurm", "--every-node", "--feature", "nvidia-gpu",
-                 "--gpus", "all")  # fmt: skip
+                 "--gpus", "all", "--partition", "gpu")  # fmt: skip
     assert code == 0
     plan = load_plan(tmp_path / "p")
     assert [(t.node, t.gpus) for t in plan.tasks] == [("r1t00", 2), ("r2v00", 4)]
