@@ -38,6 +38,7 @@ from envforge.cli.common import (
     trust_option,
     wheelhouse_option,
 )
+from envforge.cli.fleet_nodes import GPU_COUNT, NodeChoice, clean_cmd, node_options, plan_arguments
 from envforge.core.fsutil import check_folder_target, read_limited
 from envforge.errors import CertificationFailed, InvalidInput, Unavailable, printable
 from envforge.evidence.evidence_store import import_documents
@@ -116,9 +117,10 @@ def _pairs(values: tuple[str, ...], setting: str) -> tuple[tuple[str, str], ...]
 )
 @click.option(
     "--gpus",
-    type=int,
+    type=GPU_COUNT,
     default=None,
-    help="GPUs per task (default: 1 on a GPU arch, 0 for a CPU recipe).",
+    metavar="N|all",
+    help="GPUs per task, or all: each node's GPUs in one task (default: 1 on a GPU arch).",
 )
 @click.option(
     "--level",
@@ -140,7 +142,8 @@ def _pairs(values: tuple[str, ...], setting: str) -> tuple[tuple[str, str], ...]
     "features",
     multiple=True,
     metavar="ARCH=FEATURE",
-    help="Slurm node feature for an arch when it is not the arch's name.",
+    help="Slurm node feature for an arch when it is not the arch's name; with "
+    "--every-node, a bare FEATURE every listed node must have.",
 )
 @click.option("--qos", default="", help="Slurm quality of service.")
 @click.option("--reservation", default="", help="Slurm reservation.")
@@ -230,6 +233,7 @@ def _pairs(values: tuple[str, ...], setting: str) -> tuple[tuple[str, str], ...]
     help="Folder for plan.json and the engine's files.",
 )
 @json_option
+@node_options
 def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
     engine: str,
     recipes: tuple[str, ...],
@@ -237,7 +241,7 @@ def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
     backend: str,
     wheelhouse: Path | None,
     nodes: int,
-    gpus: int | None,
+    gpus: int | str | None,
     level: str | None,
     partition: str,
     account: str,
@@ -262,6 +266,7 @@ def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
     runner_labels: tuple[str, ...],
     out: Path,
     as_json: bool,
+    where: NodeChoice,
 ) -> None:
     """Write a fleet plan (plan.json) and the scheduler's files for it."""
     check_folder_target(out, setting="-o")
@@ -296,7 +301,6 @@ def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
         archs=archs,
         backend=backend,
         nodes=nodes,
-        gpus=gpus,
         images=BACKENDS[backend].runs_images(),
         site=site,
         wheelhouse=str(wheelhouse.resolve()) if wheelhouse else "",
@@ -304,6 +308,7 @@ def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
         envforge=(sys.executable, "-m", "envforge"),
         ca_bundle=str(ca_bundle.resolve()) if ca_bundle else "",
         overrides=overrides,
+        **plan_arguments(engine, where, recipes=loaded, archs=archs, site=site, gpus=gpus),
     )
     written = write_plan(plan, out.resolve())
     if as_json:
@@ -587,3 +592,6 @@ def task_cmd(ctx: click.Context, folder: Path, index: int, run: int | None) -> N
     plan = _load(folder)
     where = runs.chosen(folder.resolve(), run)[1] if run is not None else folder.resolve()
     ctx.exit(run_task(plan, where, index))
+
+
+fleet.add_command(clean_cmd)

@@ -27,7 +27,7 @@ from typing import Any
 
 from envforge.core.jsonlimits import BadJSON, loads
 from envforge.fleet import values
-from envforge.fleet.k8s_select import RESOURCE, dns_name, selector
+from envforge.fleet.k8s_select import RESOURCE, dns_name, pinned, selector
 from envforge.fleet.plan import Plan, Task, vendor_of
 
 #: The user the pods run as (not root; the distroless "nonroot" id).
@@ -164,7 +164,7 @@ def job(
                 "labelSelector": {"matchLabels": job_labels},
             }
         ],
-        **selector(first.arch, plan, pci_ids),
+        **pinned(selector(first.arch, plan, pci_ids), first.node),
     }
     if plan.site.tolerations:
         pod["tolerations"] = [values.toleration(t) for t in plan.site.tolerations]
@@ -199,12 +199,12 @@ def manifests(
     pci_ids: Callable[[str], Sequence[int]],
     pod_script: str = "",
 ) -> list[dict[str, Any]]:
-    """The worker's ConfigMap, then per (recipe, arch) pair in plan order its spec's
+    """The worker's ConfigMap, then per (recipe, arch, node) in plan order its spec's
     ConfigMap and its Job. ``specs``: task index -> spec JSON (a pair's first task's is
     used: every task of a pair has the same)."""
-    pairs: dict[tuple[str, str], list[Task]] = {}
-    for task in plan.tasks:
-        pairs.setdefault((task.recipe, task.arch), []).append(task)
+    pairs: dict[tuple[str, str, str], list[Task]] = {}
+    for task in plan.tasks:  # a task pinned to a node is a Job of its own
+        pairs.setdefault((task.recipe, task.arch, task.node), []).append(task)
     docs = [config_map(plan, worker_map_name(plan), {"worker.py": worker, "pod.py": pod_script})]
     for tasks in pairs.values():
         first = tasks[0]

@@ -56,3 +56,29 @@ def selector(arch: str, plan: Plan, pci_ids: Callable[[str], Sequence[int]]) -> 
             }
         }
     }
+
+
+HOSTNAME = "kubernetes.io/hostname"
+
+
+def pinned(selection: dict[str, Any], node: str) -> dict[str, Any]:
+    """``selection`` (from :func:`selector`) narrowed to one node by required node
+    affinity on :data:`HOSTNAME` (added to each of its terms); as is for no node."""
+    if not node:
+        return selection
+    host = {"key": HOSTNAME, "operator": "In", "values": [node]}
+    required = (
+        selection.get("affinity", {})
+        .get("nodeAffinity", {})
+        .get("requiredDuringSchedulingIgnoredDuringExecution", {})
+    )
+    terms = [
+        {"matchExpressions": [*t["matchExpressions"], host]}
+        for t in required.get("nodeSelectorTerms", [])
+    ] or [{"matchExpressions": [host]}]
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}
+        }
+    }
+    return {**selection, "affinity": affinity}

@@ -73,6 +73,8 @@ class TaskState:
             "gpus": dict(self.node or {}).get("granted", {}).get("gpus", "")
             if isinstance(dict(self.node or {}).get("granted"), Mapping)
             else "",
+            "pinned": self.task.node,
+            "seen": _seen(self.node),
             "report": self.source,
             "slurm": {
                 "state": self.job.state,
@@ -83,6 +85,18 @@ class TaskState:
             if self.job
             else None,
         }
+
+
+_SEEN_KEYS = ("node", "job", "job_variable", "node_indexes", "node_indexes_variable")
+
+
+def _seen(node: Mapping[str, Any] | None) -> dict[str, str]:
+    """``task.json``'s ``seen`` (the node and the GPUs the job saw), its known string
+    fields only, each cut to 64 characters (the node wrote it)."""
+    found = dict(node or {}).get("seen")
+    if not isinstance(found, Mapping):
+        return {}
+    return {k: found[k][:64] for k in _SEEN_KEYS if isinstance(found.get(k), str)}
 
 
 def _read_json(path: Path) -> Any:
@@ -128,6 +142,8 @@ def _host_problem(
     ran_on, said = host.get("node"), node.get("node")
     if isinstance(ran_on, str) and isinstance(said, str) and said and ran_on != said:
         return f"its report ran on node {ran_on[:40]!r}, task.json says {said[:40]!r}"
+    if task.node and isinstance(ran_on, str) and ran_on != task.node:
+        return f"the task is pinned to node {task.node!r}, its report ran on {ran_on[:40]!r}"
     if record.outcome == "pass" and task.vendor != "none":
         listed = host.get("gpus")
         gpus: list[Any] = listed if isinstance(listed, list) else []

@@ -35,6 +35,8 @@ BackendName = str
 _BACKEND_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 #: The arch of a task for a recipe without a GPU and no ``--arch``.
 CPU = "cpu"
+#: ``Plan.workdir`` for the job's $TMPDIR (else /tmp), read on the node.
+JOB_TMPDIR = "$TMPDIR"
 #: Most tasks one plan may hold (a Slurm array's default MaxArraySize is 1001).
 MAX_TASKS = 1000
 
@@ -116,6 +118,15 @@ class Task:
     #: The image to certify (docker backend, Kubernetes): ``REGISTRY/R:STACK`` as
     #: ``envforge publish --registry`` pushes it, else ``envforge/R:STACK``.
     image: str = ""
+    #: The node it is pinned to (``--every-node``, ``--nodelist``; "" for any node).
+    node: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Its JSON form; ``node`` only when pinned (a plan's id is unchanged by it)."""
+        data = asdict(self)
+        if not self.node:
+            del data["node"]
+        return data
 
     @property
     def folder(self) -> str:
@@ -144,6 +155,13 @@ class Plan:
     #: Passed on to each node's ``build``: a PEM bundle (absolute path) and ``--set``s.
     ca_bundle: str = ""
     overrides: tuple[str, ...] = ()
+    #: Node-local work (:mod:`envforge.fleet.task`): each task's ENVFORGE_HOME under this
+    #: node folder (an absolute path, or :data:`JOB_TMPDIR`: the job's $TMPDIR, else
+    #: /tmp); "": under the run's folder (plans from before it). ``cache_dir``: a wheel
+    #: cache the tasks share (uv's UV_CACHE_DIR). ``exclusive``: each task has its node.
+    workdir: str = ""
+    cache_dir: str = ""
+    exclusive: bool = False
 
     @property
     def id(self) -> str:
@@ -168,8 +186,11 @@ class Plan:
                 for k, v in asdict(self.site).items()
                 if k not in _LATER_SITE or v != _LATER_SITE[k]
             },
-            tasks=[asdict(t) for t in self.tasks],
+            tasks=[t.to_dict() for t in self.tasks],
         )
+        for key in ("workdir", "cache_dir", "exclusive"):
+            if getattr(self, key):
+                data[key] = getattr(self, key)
         # written only when set, so a plan without them keeps the id it had before them
         if self.ca_bundle:
             data["ca_bundle"] = self.ca_bundle
@@ -180,11 +201,12 @@ class Plan:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2) + "\n"
 
-    def groups(self) -> dict[tuple[str, int], tuple[Task, ...]]:
-        """Tasks by (arch, gpus): what one Slurm array (one constraint, one GRES) holds."""
-        found: dict[tuple[str, int], list[Task]] = {}
+    def groups(self) -> dict[tuple[str, int, str], tuple[Task, ...]]:
+        """Tasks by (arch, gpus, node): what one Slurm array (one constraint, one GRES,
+        one ``--nodelist``) holds."""
+        found: dict[tuple[str, int, str], list[Task]] = {}
         for task in self.tasks:
-            found.setdefault((task.arch, task.gpus), []).append(task)
+            found.setdefault((task.arch, task.gpus, task.node), []).append(task)
         return {key: tuple(tasks) for key, tasks in found.items()}
 
 
@@ -349,13 +371,20 @@ def _task(data: Any, number: int, source: str) -> Task:
             f"{where}: keys 'index' and 'gpus' must be whole numbers", hint="plan again"
         )
     text = {k: _text(data, k, "", where) for k in _TASK_TEXT}
-    task = Task(index=index, gpus=gpus, image=_text(data, "image", "", where), **text)
+    task = Task(
+        index=index,
+        gpus=gpus,
+        image=_text(data, "image", "", where),
+        node=_text(data, "node", "", where),
+        **text,
+    )
     if task.index != number:
         raise InvalidInput(f"{where} has index {task.index}", hint="plan again")
     for key, why in (
         ("recipe", values.recipe_name_problem(task.recipe)),
         ("arch", values.arch_problem(task.arch)),
         ("gpus", values.count_problem(task.gpus, 0, values.MAX_GPUS)),
+        ("node", values.node_problem(task.node) if task.node else None),
     ):
         if why:
             raise values.refuse(
@@ -410,4 +439,18 @@ def plan_from_dict(data: Any, source: str) -> Plan:
         nonce=nonce,
         ca_bundle=_text(data, "ca_bundle", "", source),
         overrides=overrides,
+        **_node_local(data, source),
     )
+
+
+def _node_local(data: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """``workdir``, ``cache_dir`` and ``exclusive`` of a plan.json (checked)."""
+    found = {k: _text(data, k, "", source) for k in ("workdir", "cache_dir")}
+    for key, value in found.items():
+        why = values.workdir_problem(value, allow_job_tmpdir=key == "workdir") if value else None
+        if why:
+            raise values.refuse(f"{source}: key {key!r}", value, why, "plan again")
+    exclusive = data.get("exclusive", False)
+    if type(exclusive) is not bool:
+        raise InvalidInput(f"{source}: key 'exclusive' is not true or false", hint="plan again")
+    return {**found, "exclusive": exclusive}

@@ -16,6 +16,7 @@ from envforge.errors import InvalidInput
 from envforge.fleet import plan as model
 from envforge.fleet import values
 from envforge.fleet.engines import ENGINES, engine_for
+from envforge.fleet.nodes import Spot
 from envforge.fleet.plan import (
     MAX_TASKS,
     PLAN_MAX_BYTES,
@@ -64,12 +65,17 @@ def make_plan(
     envforge: Sequence[str] = ("envforge",),
     ca_bundle: str = "",
     overrides: Sequence[str] = (),
+    placement: Mapping[str, Sequence[Spot]] | None = None,
+    workdir: str = "",
+    cache_dir: str = "",
+    exclusive: bool = False,
 ) -> Plan:
     """The plan for ``recipes`` ((reference as given, loaded recipe) pairs); see the
     module docstring for the pairing; ``images``: whether ``backend`` makes images (its
     ``runs_images()``), which Kubernetes needs and each task then names. Raises
     :class:`InvalidInput` for what cannot run, and for a value its scheduler would not
-    take (:mod:`.values`), before any task is made."""
+    take (:mod:`.values`), before any task is made. ``placement``: arch -> the nodes its
+    tasks are pinned to, one task per node instead of ``nodes`` (:mod:`.nodes`)."""
     chosen = engine_for(engine, "--engine")
     _check_counts(recipes, nodes, gpus)
     chosen.check_backend(backend, images=images)
@@ -84,16 +90,19 @@ def make_plan(
             raise values.refuse("--set", setting, why, "--set env.OMP_NUM_THREADS=8")
     values.check_pods(site)
     refs = {r.name: ref for ref, r in recipes}
+    _check_node_local(workdir, cache_dir)
     pairs = _pairs([r for _, r in recipes], archs)
-    if len(pairs) * nodes > MAX_TASKS:  # counted before any task is made
+    where = {a: tuple(s) for a, s in (placement or {}).items()}
+    total = sum(len(where.get(arch, ())) or nodes for _, arch, _ in pairs)
+    if total > MAX_TASKS:  # counted before any task is made
         raise InvalidInput(
-            f"{len(pairs) * nodes} tasks: more than {MAX_TASKS} in one plan",
-            hint="plan fewer recipes, archs or --nodes per plan",
+            f"{total} tasks: more than {MAX_TASKS} in one plan",
+            hint="plan fewer recipes, archs, nodes or --nodes per plan",
         )
     tasks: list[Task] = []
     for recipe, arch, given in pairs:
         wanted = gpus if gpus is not None else (1 if given or recipe.gpu.vendor != "none" else 0)
-        for _ in range(nodes):
+        for spot in where.get(arch) or [Spot("")] * nodes:
             tasks.append(
                 Task(
                     index=len(tasks),
@@ -103,8 +112,9 @@ def make_plan(
                     stack=recipe.stack_tag,
                     vendor=recipe.gpu.vendor,
                     arch=arch,
-                    gpus=wanted,
+                    gpus=wanted if spot.gpus is None else spot.gpus,
                     image=image_for(recipe, site) if images else "",
+                    node=spot.node,
                 )
             )
     return Plan(
@@ -118,7 +128,17 @@ def make_plan(
         nonce=secrets.token_hex(16),
         ca_bundle=ca_bundle,
         overrides=tuple(overrides),
+        workdir=workdir,
+        cache_dir=cache_dir,
+        exclusive=exclusive,
     )
+
+
+def _check_node_local(workdir: str, cache_dir: str) -> None:
+    for option, value in (("--workdir", workdir), ("--cache-dir", cache_dir)):
+        why = values.workdir_problem(value, allow_job_tmpdir=option == "--workdir")
+        if value and why:
+            raise values.refuse(option, value, why, f"{option} /local/scratch")
 
 
 def load_plan(folder: Path) -> Plan:

@@ -41,12 +41,16 @@ def _ranges(indexes: Sequence[int]) -> str:
     return ",".join(parts)
 
 
-def script_name(arch: str, gpus: int) -> str:
-    """``certify-ARCH-gpuN.sbatch``: from a checked arch only (no ``/``, no ``..``)."""
+def script_name(arch: str, gpus: int, node: str = "") -> str:
+    """``certify-ARCH-gpuN.sbatch`` (``certify-ARCH-gpuN-NODE.sbatch`` for tasks pinned to
+    a node): from a checked arch and node name only (no ``/``)."""
     why = values.arch_problem(arch)
     if why:
         raise values.refuse("arch", arch, why, "plan again (envforge fleet plan)")
-    return f"certify-{arch}-gpu{int(gpus)}.sbatch"
+    why = values.node_problem(node) if node else None
+    if why:
+        raise values.refuse("node", node, why, "plan again (envforge fleet plan)")
+    return f"certify-{arch}-gpu{int(gpus)}{'-' + node if node else ''}.sbatch"
 
 
 def check_folder(folder: Path) -> None:
@@ -74,8 +78,8 @@ def render(plan: Plan, folder: Path) -> dict[str, str]:
     check_folder(folder)
     arg = values.sbatch_arg
     files: dict[str, str] = {}
-    for (arch, gpus), tasks in plan.groups().items():
-        files[script_name(arch, gpus)] = render_template(
+    for (arch, gpus, node), tasks in plan.groups().items():
+        files[script_name(arch, gpus, node)] = render_template(
             "fleet/certify.sbatch.j2",
             plan_id=plan.id,
             arch=arch,
@@ -91,6 +95,8 @@ def render(plan: Plan, folder: Path) -> dict[str, str]:
             mem=arg(values.slurm_mem(plan.site.mem)) if plan.site.mem else "",
             cpus=int(plan.site.cpus_per_task),
             extra=[_option_line(o) for o in plan.site.sbatch_args],
+            nodelist=node,
+            exclusive=plan.exclusive,
             preamble=plan.site.preamble.rstrip("\n"),
             folder=str(folder),
             folder_quoted=shlex.quote(str(folder)),

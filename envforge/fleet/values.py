@@ -66,6 +66,7 @@ _OWN_OPTIONS: Mapping[str, str] = {
     "cpus-per-task": "--cpus-per-task",
     "nodes": "one node per task",
     "ntasks": "one task per node",
+    "nodelist": "--nodelist or --every-node",
 }
 #: The longest --preamble.
 MAX_PREAMBLE = 64 * 1024
@@ -225,6 +226,26 @@ def folder_problem(value: str) -> str | None:
     if "%" in value:
         return "holds %, which Slurm reads as a file-name pattern (%j, %A)"
     return None
+
+
+_NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,252}", re.ASCII)
+
+
+def node_problem(value: str) -> str | None:
+    """Why ``value`` is no node name (a host name, one name: no Slurm ``[ranges]``)."""
+    if _NODE.fullmatch(value):
+        return None
+    return "not a node name (letters, digits, _ . -; one name, no [ranges])"
+
+
+def workdir_problem(value: str, *, allow_job_tmpdir: bool = False) -> str | None:
+    """Why ``value`` is no node folder (``--workdir``, ``--cache-dir``): an absolute path
+    a batch script can name, or ``$TMPDIR`` (the job's) where allowed."""
+    if allow_job_tmpdir and value == "$TMPDIR":
+        return None
+    if not value.startswith("/"):
+        return "not an absolute path (the nodes read it)"
+    return folder_problem(value)
 
 
 def count_problem(value: int, least: int, most: int) -> str | None:

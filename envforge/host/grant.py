@@ -60,6 +60,30 @@ def granted(environ: Mapping[str, str]) -> Grant | None:
     return None
 
 
+#: The variables that number GPUs as the job's processes see them, first set wins: with
+#: ``ConstrainDevices=yes`` Slurm renumbers a job's GPUs from 0 in these, while
+#: :data:`NODE_VIEW` keeps the node's GRES indexes.
+JOB_VIEW = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+NODE_VIEW = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
+
+
+def seen(environ: Mapping[str, str]) -> dict[str, str]:
+    """The node and the GPUs this job sees, for ``task.json``: ``job`` numbered as the job
+    sees them (:data:`JOB_VIEW`; 0..n-1 under device cgroups), ``node_indexes`` as the
+    node numbers them (:data:`NODE_VIEW`), each with the variable it came from; {} outside
+    a job. Only plain index lists are taken (``all``, UUIDs and ``NoDevFiles`` are not)."""
+    if not in_job(environ):
+        return {}
+    found = {"node": environ.get("SLURMD_NODENAME") or socket.gethostname()}
+    for key, names in (("job", JOB_VIEW), ("node_indexes", NODE_VIEW)):
+        for name in names:
+            value = environ.get(name, "").replace(" ", "")
+            if value and _INDEXES.match(value):
+                found[key], found[f"{key}_variable"] = value, name
+                break
+    return found
+
+
 def in_job(environ: Mapping[str, str]) -> bool:
     """Inside a Slurm job or a Kubernetes pod."""
     return bool(environ.get("SLURM_JOB_ID")) or bool(environ.get("KUBERNETES_SERVICE_HOST"))

@@ -295,3 +295,58 @@ def test_a_second_submit_is_a_new_run_that_probes_again(
     assert _task(env, plan, "--run", "1")["state"] == "passed"
     collected = envforge("fleet", "collect", str(plan), "--json", env=env)
     assert json.loads(collected.stdout)["run"] == 2
+
+
+def _folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def test_every_node_pins_a_task_to_the_node_with_all_its_gpus(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """Issue 33 §1: --every-node lists the cluster's one node (sinfo), pins a task to it
+    (--nodelist) with both fake GPUs (--gpus all, --exclusive); task.json names the node
+    and the GPUs as the job saw them."""
+    plan = tmp_path / "every"
+    node = socket.gethostname().split(".")[0]
+    _plan_cpu(env, plan, "--arch", "gfx942", "--every-node", "--partition", "gpu",
+              "--gpus", "all")  # fmt: skip
+    script = (plan / f"certify-gfx942-gpu2-{node}.sbatch").read_text()
+    assert f"#SBATCH --nodelist={node}\n" in script
+    assert "#SBATCH --exclusive\n" in script
+    assert "#SBATCH --gres=gpu:2\n" in script
+    assert envforge("fleet", "submit", str(plan), env=env).returncode == 0
+    waited = envforge("fleet", "status", str(plan), "--wait", "--timeout", "500", env=env)
+    assert waited.returncode == 0, waited.stdout + waited.stderr
+    task = _task(env, plan)
+    assert (task["state"], task["node"], task["pinned"]) == ("passed", node, node)
+    seen = task["seen"]
+    assert isinstance(seen, dict)
+    assert seen["node"] == node
+    assert seen["node_indexes"] == "0,1"  # both GRES devices, as the node numbers them
+    assert len(str(seen.get("job", "0,1")).split(",")) == 2
+
+
+def test_workdir_keeps_the_build_off_the_plan_folder_and_clean_keeps_reports(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """Issue 33 §4: the task builds under --workdir (node-local here: the one node is this
+    machine) with a shared uv cache, removes it when it ends, and leaves only its report,
+    task.json and log in the plan folder (at most 20 MB); fleet clean keeps the reports."""
+    plan, work, cache = tmp_path / "local", tmp_path / "node-local", tmp_path / "uv-cache"
+    work.mkdir()
+    _plan_cpu(env, plan, "--workdir", str(work), "--cache-dir", str(cache))
+    assert envforge("fleet", "submit", str(plan), env=env).returncode == 0
+    waited = envforge("fleet", "status", str(plan), "--wait", "--timeout", "500", env=env)
+    assert waited.returncode == 0, waited.stdout + waited.stderr
+    run = plan / "runs" / "001"
+    record = json.loads((run / "reports" / "000" / "task.json").read_text())
+    assert record["workdir"].startswith(str(work) + "/")
+    assert list(work.iterdir()) == []  # removed when the task ended
+    assert not (run / "homes").exists()
+    assert _folder_bytes(plan) < 20 * 1024 * 1024, _folder_bytes(plan)
+    cleaned = envforge("fleet", "clean", str(plan), "--keep", "0", "--json", env=env)
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert (run / "reports" / "000" / "probe.json").is_file()
+    assert (run / "reports" / "000" / "certified.json").is_file()  # the venv's certificate
+    assert not (run / "logs").exists()  # an older run than the newest 0 keeps its reports

@@ -9,12 +9,18 @@ from .common import Skip, StepFailed
 
 
 def step_small_tensor(ctx):
+    """A 10x10 sum on every device the job sees (cuda:0, cuda:1, ...: each GPU probed)."""
     torch, dev = ctx.need_device()
-    t = torch.ones(10, 10, device=dev) * 2.0
-    total = float(t.sum().item())
-    ctx.sync()
-    if total != 200.0:
-        raise StepFailed(f"sum of a 10x10 tensor of 2s is {total!r}, expected 200")
+    count = torch.cuda.device_count() if dev == "cuda" else 0
+    devices = [f"cuda:{i}" for i in range(count)] if count > 1 else [dev]
+    for where in devices:
+        t = torch.ones(10, 10, device=where) * 2.0
+        total = float(t.sum().item())
+        ctx.sync()
+        if total != 200.0:
+            raise StepFailed(f"sum of a 10x10 tensor of 2s on {where} is {total!r}, expected 200")
+    if len(devices) > 1:
+        return f"10x10 tensor on each of {len(devices)} devices ({', '.join(devices)})"
     return f"10x10 tensor on {dev}"
 
 
