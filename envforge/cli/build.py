@@ -7,6 +7,7 @@ Progress and build output go to stderr; results (the certified tag or venv path,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,8 @@ from envforge.cli.common import (
     term_as_interrupt,
     wheelhouse_option,
 )
-from envforge.cli.display import BuildDisplay, ProbeProgress
+from envforge.cli.display import ProbeProgress
+from envforge.cli.heartbeat import Heartbeat, build_display, build_output
 from envforge.cli.running import load_with_gpus, require_free_option
 from envforge.core.fsutil import REPORT_FILES, check_folder_target
 from envforge.evidence.summary import summarizing
@@ -128,6 +130,7 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
         extra = backend_extra("build", flags)
         refuse_foreign(BACKENDS, backend, "build", extra)
         extra = settled_extra(backend, "build", extra, project, ("base_image",))
+        display = build_display()
         options = Options(
             level=level,
             step_timeout=step_timeout,
@@ -138,14 +141,16 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
             signing_key=signing_key,
             gpus=gpus,
             listener=ProbeProgress(table=False),
-            say=say,
-            note=note,
-            output=BuildDisplay(),
+            say=_stepping(say, display),
+            note=_stepping(note, display),
+            output=display,
             extra=extra,
             project=project,
         )
         try:
-            with term_as_interrupt():  # a SIGTERM'd build leaves nothing aside, nothing running
+            # a SIGTERM'd build leaves nothing aside, nothing running; on a log, a failed
+            # build's tail is shown and its full log kept (envforge.cli.heartbeat)
+            with term_as_interrupt(), build_output(display):
                 result = BACKENDS[backend].build(recipe, options)
         except ProbeFailed as exc:
             notes.add(exc.report, [("backend", backend)])
@@ -162,3 +167,15 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
             if closing is not None:
                 say(closing)
             click.echo(result.printed())
+
+
+def _stepping(said: Callable[[str], None], display: object) -> Callable[[str], None]:
+    """``said``, and on a log each line also names the step the next heartbeat shows."""
+    if not isinstance(display, Heartbeat):
+        return said
+
+    def both(text: str) -> None:
+        said(text)
+        display.step(text)
+
+    return both
