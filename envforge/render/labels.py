@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from packaging.specifiers import InvalidSpecifier
@@ -12,6 +13,8 @@ from envforge.knowledge import unknowns
 from envforge.recipe.model import Recipe
 from envforge.render.quoting import docker_quote
 from envforge.stack import Stack
+
+_USERINFO = re.compile(r"://[^/\s@]*@")
 
 
 @dataclass(frozen=True)
@@ -68,5 +71,6 @@ def recorded(
     if default_index is not None or mirrors:
         index = [default_index] if default_index else []
         index += [f"{o}={m}" for o, m in mirrors]
-        pairs.append(("io.envforge.index-mirror", " ".join(index)))
+        # a mirror's credentials (https://user:token@host) never reach the final image
+        pairs.append(("io.envforge.index-mirror", _USERINFO.sub("://", " ".join(index))))
     return tuple(Label(key, docker_quote(value)) for key, value in pairs)

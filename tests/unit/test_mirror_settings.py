@@ -291,3 +291,11 @@ def test_a_venv_rebuild_reuses_the_index_mirror_its_last_build_used(tmp_path: Pa
     ]
     given = remembered(VenvOptions(index_mirror=""), built, tmp_path)
     assert given.index_mirror == ""  # given (even as none) wins over the record
+
+
+def test_a_mirrors_credentials_are_not_recorded(cuda: Recipe) -> None:
+    secret = "http://me:s3cret@127.0.0.1:3141/simple"
+    text = render_dockerfile(cuda, RenderOptions(mirrors=(), default_index=secret))
+    labels = text.split("\nLABEL ", 1)[1]
+    assert 'io.envforge.index-mirror="http://127.0.0.1:3141/simple"' in labels
+    assert "s3cret" not in labels
