@@ -34,7 +34,7 @@ from packaging.version import Version
 from envforge.core import proc
 from envforge.core.archives import archive_problem
 from envforge.core.fsutil import check_file_target, read_limited, read_reason, write_atomically
-from envforge.core.mirror import mirrors_from_env, rewrite
+from envforge.core.mirror import Mirrors, mirrors_from_env, rewrite
 from envforge.core.paths import state_dir
 from envforge.core.resources import recipes_dir
 from envforge.core.uvtext import looks_like_network, storage_errno
@@ -363,7 +363,12 @@ def uv_env(
     return env
 
 
-def source_args(recipe: Recipe, wheelhouse: Path | None, stack: Stack | None = None) -> list[str]:
+def source_args(
+    recipe: Recipe,
+    wheelhouse: Path | None,
+    stack: Stack | None = None,
+    mirrors: Mirrors | None = None,
+) -> list[str]:
     """uv options naming where packages come from.
 
     With a wheelhouse, torch comes from there (``--find-links``) instead of the torch
@@ -374,7 +379,10 @@ def source_args(recipe: Recipe, wheelhouse: Path | None, stack: Stack | None = N
         return ["--find-links", str(wheelhouse.resolve())]
     index = (stack_of(recipe) if stack is None else stack).index
     if index:
-        return ["--extra-index-url", rewrite(index, mirrors_from_env())]
+        return [
+            "--extra-index-url",
+            rewrite(index, mirrors_from_env() if mirrors is None else mirrors),
+        ]
     return []
 
 

@@ -59,6 +59,9 @@ class Options:
     #: Folder of wheels to install from; PEM bundle the installer trusts.
     wheelhouse: Path | None = None
     ca_bundle: Path | None = None
+    #: ``index_mirror`` (:func:`envforge.core.mirror.parse_index_mirror`, checked): the
+    #: default index's mirror and index pairs; None: ``ENVFORGE_INDEX_MIRROR`` at render.
+    index_mirror: str | None = None
     #: ``--signing-key``: the backend signs its certificates with it, or says it does not.
     signing_key: Path | None = None
     #: ``--gpu``: only these GPUs (None: all of the recipe's vendor).

@@ -12,7 +12,8 @@ import click
 from envforge.backends import BACKENDS
 from envforge.backends.base import Command, given, unique_options
 from envforge.cli.common import _check_shm_size, effective_settings
-from envforge.core.settings import Settings
+from envforge.core.mirror import check_registry_prefix, parse_index_mirror
+from envforge.core.settings import Settings, Value
 from envforge.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -87,6 +88,38 @@ def settled_backend(settings: Settings) -> str | None:
             hint=f"one of: {', '.join(BACKENDS)}",
         )
     return name
+
+
+def settled_mirrors(settings: Settings) -> tuple[str | None, str | None]:
+    """The ``index_mirror`` and ``base_image_mirror`` settings (those of ``settings``'
+    keys), checked: an item that is not a URL or pair, or a prefix that is no registry,
+    is exit 2 naming where it was set. The index mirror stays text (parsed where used)."""
+    keys = {value.key: value for value in settings.values}
+    index = keys.get("index_mirror")
+    if index is not None and isinstance(index.value, str):
+        parse_index_mirror(index.value, setting=_setting(index))
+    base = keys.get("base_image_mirror")
+    prefix = None
+    if base is not None and isinstance(base.value, str):
+        prefix = check_registry_prefix(base.value, _setting(base))
+    return (index.value if index is not None and isinstance(index.value, str) else None), prefix
+
+
+def with_base_mirror(chosen: str, extra: Mapping[str, Any], prefix: str | None) -> dict[str, Any]:
+    """``extra`` with the checked base-image mirror, for a backend that has the flag (a
+    setting for another backend is neither read nor refused)."""
+    if prefix is None or "base_image_mirror" not in {o.key for o in BACKENDS[chosen].cli_options()}:
+        return dict(extra)
+    return {**extra, "base_image_mirror": prefix}
+
+
+def _setting(value: Value) -> str:
+    """How a refusal names where the value was set."""
+    if value.source == "environment":
+        return value.origin[1:]
+    if value.source == "flag":
+        return value.origin
+    return f"{value.origin}: {value.key}"
 
 
 def settled_extra(

@@ -7,6 +7,7 @@ Progress and build output go to stderr; results (the certified tag or venv path,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +22,15 @@ from envforge.cli.backend_options import (
     backend_option,
     settled_backend,
     settled_extra,
+    settled_mirrors,
+    with_base_mirror,
 )
 from envforge.cli.common import (
     ca_bundle_option,
     echo_json,
     effective_settings,
     gpu_option,
+    index_mirror_option,
     json_option,
     level_option,
     load_project_option,
@@ -43,11 +47,22 @@ from envforge.cli.common import (
     term_as_interrupt,
     wheelhouse_option,
 )
-from envforge.cli.display import BuildDisplay, ProbeProgress
+from envforge.cli.display import ProbeProgress
+from envforge.cli.heartbeat import Heartbeat, build_display, build_output
 from envforge.cli.running import load_with_gpus, require_free_option
 from envforge.core.fsutil import REPORT_FILES, check_folder_target
 from envforge.evidence.summary import summarizing
 from envforge.recipe.model import Level
+
+#: The settings build reads (flag > environment > project > the user's file).
+KEYS_USED = (
+    "backend",
+    "wheelhouse",
+    "ca_bundle",
+    "signing_key",
+    "index_mirror",
+    "base_image_mirror",
+)
 
 
 @click.command()
@@ -56,6 +71,7 @@ from envforge.recipe.model import Level
     "Folder of .whl files pip may install from (air-gapped sites, local torch wheels)."
 )
 @ca_bundle_option("PEM bundle pip inside the build trusts (TLS-intercepting proxies).")
+@index_mirror_option
 @level_option("Probe level (default: the recipe's).")
 @step_timeout_option("Seconds per probe step (default: the recipe's).")
 @require_free_option
@@ -74,6 +90,7 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
     recipe_ref: str | None,
     wheelhouse: Path | None,
     ca_bundle: Path | None,
+    index_mirror: str | None,
     level: Level | None,
     step_timeout: float | None,
     require_free: float | None,
@@ -107,11 +124,14 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
             "wheelhouse": wheelhouse,
             "ca_bundle": ca_bundle,
             "signing_key": signing_key,
+            "index_mirror": index_mirror,
+            "base_image_mirror": flags.get("base_image_mirror"),
         },
         project,
-        ("backend", "wheelhouse", "ca_bundle", "signing_key"),
+        KEYS_USED,
     )
     backend = settled_backend(settings)
+    index_mirror, base_mirror = settled_mirrors(settings)
     signing_key = settings.path("signing_key")
     check_attest(attest_file, signing_key)
     recipe_ref = recipe_ref_for(recipe_ref, project)
@@ -128,6 +148,8 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
         extra = backend_extra("build", flags)
         refuse_foreign(BACKENDS, backend, "build", extra)
         extra = settled_extra(backend, "build", extra, project, ("base_image",))
+        extra = with_base_mirror(backend, extra, base_mirror)
+        display = build_display()
         options = Options(
             level=level,
             step_timeout=step_timeout,
@@ -135,17 +157,20 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
             report_dir=report_dir,
             wheelhouse=settings.path("wheelhouse"),
             ca_bundle=settings.path("ca_bundle"),
+            index_mirror=index_mirror,
             signing_key=signing_key,
             gpus=gpus,
             listener=ProbeProgress(table=False),
-            say=say,
-            note=note,
-            output=BuildDisplay(),
+            say=_stepping(say, display),
+            note=_stepping(note, display),
+            output=display,
             extra=extra,
             project=project,
         )
         try:
-            with term_as_interrupt():  # a SIGTERM'd build leaves nothing aside, nothing running
+            # a SIGTERM'd build leaves nothing aside, nothing running; on a log, a failed
+            # build's tail is shown and its full log kept (envforge.cli.heartbeat)
+            with term_as_interrupt(), build_output(display):
                 result = BACKENDS[backend].build(recipe, options)
         except ProbeFailed as exc:
             notes.add(exc.report, [("backend", backend)])
@@ -162,3 +187,15 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
             if closing is not None:
                 say(closing)
             click.echo(result.printed())
+
+
+def _stepping(said: Callable[[str], None], display: object) -> Callable[[str], None]:
+    """``said``, and on a log each line also names the step the next heartbeat shows."""
+    if not isinstance(display, Heartbeat):
+        return said
+
+    def both(text: str) -> None:
+        said(text)
+        display.step(text)
+
+    return both

@@ -88,6 +88,18 @@ def wheelhouse_option(help: str) -> Callable[[F], F]:
     )
 
 
+def index_mirror_option(func: F) -> F:
+    """``--index-mirror TEXT``: the default index's mirror and/or ORIGINAL=MIRROR pairs."""
+    return click.option(
+        "--index-mirror",
+        metavar="URL|PAIRS",
+        default=None,
+        help="Install through this index mirror: a URL in place of the default index "
+        "and/or ORIGINAL=MIRROR pairs for the indexes a recipe names (default: "
+        "ENVFORGE_INDEX_MIRROR, the settings; '' for none).",
+    )(func)
+
+
 def ca_bundle_option(help: str) -> Callable[[F], F]:
     """``--ca-bundle FILE`` (must exist)."""
     return click.option(

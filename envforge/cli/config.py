@@ -7,9 +7,8 @@ from pathlib import Path
 
 import click
 
-from envforge.cli.backend_options import settled_backend
+from envforge.cli.backend_options import settled_backend, settled_mirrors
 from envforge.cli.common import echo_json, json_option, load_project_option
-from envforge.core.mirror import parse_mirrors
 from envforge.core.settings import KEYS, Settings, Value, config_path, resolve
 
 
@@ -27,9 +26,11 @@ def config(ctx: click.Context, project_dir: Path | None, as_json: bool) -> None:
     """Show each setting's value and where it came from (flag, env, project, user file).
 
     Each setting comes from, first found: the command's flag, its environment variable
-    (ENVFORGE_SIGNING_KEY, ENVFORGE_TRUSTED_KEYS, ENVFORGE_INDEX_MIRROR), the project's
+    (ENVFORGE_SIGNING_KEY, ENVFORGE_TRUSTED_KEYS, ENVFORGE_INDEX_MIRROR,
+    ENVFORGE_BASE_IMAGE_MIRROR), the project's
     [tool.envforge] (with --project), the user's file (envforge config path), else none.
-    A venv rebuild also reuses the wheelhouse and CA bundle its last build used.
+    A venv rebuild also reuses the wheelhouse, CA bundle and index mirror its last build
+    used.
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -54,14 +55,9 @@ def path_cmd() -> None:
 
 
 def _check(settings: Settings) -> None:
-    """What only a use checks: the backend's name, the mirror pairs (exit 2, one line)."""
+    """What only a use checks: the backend's name, the mirrors (exit 2, one line)."""
     settled_backend(settings)
-    mirror = settings.get("index_mirror")
-    if isinstance(mirror.value, str):
-        env = mirror.source == "environment"
-        parse_mirrors(
-            mirror.value, setting=mirror.origin[1:] if env else f"{mirror.origin}: index_mirror"
-        )
+    settled_mirrors(settings)
 
 
 def _shown(value: Value) -> str:

@@ -16,6 +16,7 @@ from envforge.cli.backend_options import (
     backend_option,
     settled_backend,
     settled_extra,
+    settled_mirrors,
 )
 from envforge.cli.common import (
     effective_settings,
@@ -92,7 +93,9 @@ def shell(  # noqa: PLR0917 - click passes options positionally by name
     chosen = backends.pick(recipe, requested, say=say, options=backends.Options(project=project))
     refuse_foreign(backends.BACKENDS, chosen, "shell", extra)
     extra = settled_extra(chosen, "shell", extra, project, ("wheelhouse", "ca_bundle"))
+    mirror = effective_settings({}, project, ("index_mirror",))
     options = backends.Options(
+        index_mirror=settled_mirrors(mirror)[0],
         gpus=gpus,
         listener=ProbeProgress(table=False),
         say=say,

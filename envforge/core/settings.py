@@ -42,8 +42,8 @@ Held = Union[Path, tuple[Path, ...], str, None]
 @dataclasses.dataclass(frozen=True)
 class Key:
     """A setting: what it holds, its flag and environment variable (None: none);
-    ``project``: a project may set it too (an index mirror is the site's, not the
-    project's)."""
+    ``project``: a project may set it too (every key does today; the field stays for a
+    setting of the site only)."""
 
     kind: Kind
     flag: str | None
@@ -59,12 +59,17 @@ KEYS: Mapping[str, Key] = {
     "ca_bundle": Key("file", "--ca-bundle", None, "a PEM bundle pip/uv trust"),
     "index_mirror": Key(
         "mirrors",
-        None,
+        "--index-mirror",
         "ENVFORGE_INDEX_MIRROR",
-        '"ORIGINAL=MIRROR ..." index URL pairs (as the variable)',
-        project=False,
+        'the default index\'s mirror URL and/or "ORIGINAL=MIRROR" index pairs',
     ),
     "base_image": Key("text", "--base-image", None, "build (docker) FROM this image"),
+    "base_image_mirror": Key(
+        "text",
+        "--base-image-mirror",
+        "ENVFORGE_BASE_IMAGE_MIRROR",
+        "a registry prefix the recipe's Docker Hub base image is pulled through",
+    ),
     "registry": Key("text", "--registry", None, "publish to HOST[:PORT][/NAMESPACE]"),
     "signing_key": Key("file", "--signing-key", "ENVFORGE_SIGNING_KEY", "an ed25519 key file"),
     "trusted_keys": Key(
@@ -78,7 +83,7 @@ _TYPES: Mapping[Kind, tuple[str, str]] = {
     "file": ("a file's path (a string)", '"~/certs/proxy.pem"'),
     "files": ("a list of file paths", '["~/keys/team.pub"]'),
     "text": ("a string", '"NAME"'),
-    "mirrors": ('"ORIGINAL=MIRROR" URL pairs in one string', '"https://a/whl=http://m/whl"'),
+    "mirrors": ("an index URL and/or ORIGINAL=MIRROR URL pairs in one string", '"http://m/simple"'),
 }
 
 

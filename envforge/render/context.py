@@ -15,18 +15,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.specifiers import InvalidSpecifier
-from packaging.version import InvalidVersion
 
-from envforge.core.mirror import Mirrors, mirrors_from_env, rewrite
+from envforge.core.mirror import Mirrors, index_mirror_from_env, rewrite
 from envforge.core.patterns import IMAGE_RE
 from envforge.errors import InvalidInput
-from envforge.knowledge import unknowns
 from envforge.knowledge.platforms import PLATFORMS
 from envforge.knowledge.torch_index import IndexForm
 from envforge.recipe.checks import check_renderable
 from envforge.recipe.model import Recipe
 from envforge.render.indexes import SOURCES_FILE, PipIndexed, index_sources, pip_indexed
+from envforge.render.labels import Label, recipe_labels, recorded
 from envforge.render.quoting import check_one_line, docker_quote, shell_quote
 from envforge.stack import Stack, stack_of
 
@@ -75,9 +73,14 @@ class RenderOptions:
     #: The build context has ``ca-bundle.pem`` at its root (Docker), or the setup script
     #: is given ``--ca-bundle FILE``: the installer must trust it.
     ca_bundle: bool = False
-    #: Index mirrors (original, mirror); None: from ``ENVFORGE_INDEX_MIRROR`` at render
-    #: time. The rendered output uses the mirror; the recipe (and its hash) do not change.
+    #: Index mirrors (original, mirror) and the default index's mirror; ``mirrors``
+    #: None: both from ``ENVFORGE_INDEX_MIRROR`` (or the user's file) at render time. The
+    #: rendered output uses them; the recipe (and its hash) do not change.
     mirrors: Mirrors | None = None
+    default_index: str | None = None
+    #: What the image records of its build (:mod:`envforge.render.provenance`): the
+    #: wheelhouse's and CA bundle's digests, the base-image mirror (never a host path).
+    provenance: tuple[tuple[str, str], ...] = ()
 
     #: ``buildkit``: wheelhouse and CA bundle are bind-mounted into the installing steps
     #: (never a layer) and uv's cache is a cache mount; ``classic``: COPY into the build stage.
@@ -96,13 +99,6 @@ DEFAULT_OPTIONS = RenderOptions()
 
 
 # --------------------------------------------------------------------------- contexts
-
-
-@dataclass(frozen=True)
-class Label:
-    key: str
-    #: Already quoted for a Dockerfile.
-    value: str
 
 
 @dataclass(frozen=True)
@@ -173,6 +169,8 @@ class VenvContext:
     index_sources: tuple[str, ...] = ()
     index_source_words: tuple[str, ...] = ()
     pip_indexed: tuple[PipIndexed, ...] = ()
+    #: The default index's mirror (a shell word), exported for uv and pip; None: none.
+    default_index: str | None = None
 
 
 def _check_recipe(recipe: Recipe, options: RenderOptions) -> str:
@@ -201,8 +199,7 @@ def torch_index_url(stack: Stack, options: RenderOptions = DEFAULT_OPTIONS) -> s
     ``ENVFORGE_INDEX_MIRROR`` (or ``options.mirrors``) names one."""
     if stack.index is None:
         return None
-    mirrors = mirrors_from_env() if options.mirrors is None else options.mirrors
-    return rewrite(stack.index, mirrors)
+    return rewrite(stack.index, mirrors_of(options))
 
 
 def _torch_index_args(stack: Stack, options: RenderOptions) -> tuple[str, ...]:
@@ -224,42 +221,15 @@ def _rest_index_args(stack: Stack, options: RenderOptions) -> tuple[str, ...]:
 rest_index_args = _rest_index_args
 
 
-def _labels(recipe: Recipe, stack: Stack, base_image: str) -> tuple[Label, ...]:
-    pairs: list[tuple[str, str | None]] = [
-        ("org.opencontainers.image.title", f"envforge/{recipe.name}"),
-        ("org.opencontainers.image.description", recipe.description),
-        ("org.opencontainers.image.version", recipe.stack_tag),
-        ("org.opencontainers.image.vendor", "envforge"),
-        ("org.opencontainers.image.base.name", base_image),
-        ("io.envforge.recipe", recipe.name),
-        ("io.envforge.recipe-hash", recipe.hash),
-        ("io.envforge.stack-tag", recipe.stack_tag),
-        ("io.envforge.python", recipe.python),
-        ("io.envforge.torch", stack.torch_version),
-        ("io.envforge.torch-requirement", stack.torch),
-        ("io.envforge.accelerator", stack.accelerator),
-        ("io.envforge.rocm", recipe.rocm),
-        ("io.envforge.cuda", recipe.cuda),
-        ("io.envforge.numpy", stack.numpy_bound),
-        ("io.envforge.gpu-vendor", recipe.gpu.vendor),
-        ("io.envforge.gpu-arch", recipe.gpu.arch),
-        (
-            "io.envforge.gpu-products",
-            ", ".join(recipe.gpu.products) if recipe.gpu.products else None,
-        ),
-        # Only a stack the compatibility table cannot decide is labelled (certification
-        # decides it); known stacks keep their labels as they were.
-        ("io.envforge.confidence", "uncertain" if _uncertain(recipe) else None),
-    ]
-    return tuple(Label(key, docker_quote(value)) for key, value in pairs if value is not None)
+def mirrors_of(options: RenderOptions) -> Mirrors:
+    """The index pairs ``options`` render with (from the environment when not given)."""
+    return index_mirror_from_env().pairs if options.mirrors is None else options.mirrors
 
 
-def _uncertain(recipe: Recipe) -> bool:
-    """The compatibility table has no row for part of the stack (see knowledge.rules)."""
-    try:
-        return bool(unknowns(recipe))
-    except (InvalidSpecifier, InvalidVersion):
-        return False  # not a loaded recipe: its values were not checked by the loader
+def default_index_of(options: RenderOptions) -> str | None:
+    """The default index's mirror (``UV_INDEX_URL``/``PIP_INDEX_URL`` of the installing
+    steps): never the torch index, which only a pair maps."""
+    return index_mirror_from_env().default if options.mirrors is None else options.default_index
 
 
 def _script(lines: list[str]) -> str:
@@ -449,7 +419,7 @@ def _indexed_steps(
     """The packages from their own index in the image's rest step: (for uv: the line that
     writes their pyproject.toml and the `` -r FILE`` words; for pip: the lines that
     download each one alone, and the ``name @ file://...`` words naming the downloads)."""
-    sources = index_sources(stack, options.mirrors)
+    sources = index_sources(stack, mirrors_of(options))
     if not sources:
         return [], [], ""
     folder = f"{STAGING_DIR}/indexes"
@@ -459,7 +429,7 @@ def _indexed_steps(
     ]
     pip_lines: list[str] = []
     words = ""
-    for i, entry in enumerate(pip_indexed(stack, options.mirrors)):
+    for i, entry in enumerate(pip_indexed(stack, mirrors_of(options))):
         pip_lines += [
             f"{pip.replace(' install ', ' download ', 1)} --no-deps --index-url {entry.url}"
             f" -d {folder}/{i} -- {entry.requirement}",
@@ -489,6 +459,10 @@ def docker_context(
     build_env.append(f"UV_CACHE_DIR={UV_CACHE_DIR}" if buildkit else "UV_NO_CACHE=1")
     if options.ca_bundle:
         build_env += [f"PIP_CERT={ca_bundle}", f"SSL_CERT_FILE={ca_bundle}"]
+    default_index = default_index_of(options)
+    if default_index is not None:
+        url = docker_quote(default_index)
+        build_env += [f"UV_INDEX_URL={url}", f"PIP_INDEX_URL={url}"]
     mounts: list[str] = []
     if buildkit:
         mounts.append(f"--mount=type=cache,id=envforge-uv,target={UV_CACHE_DIR},sharing=locked")
@@ -523,7 +497,8 @@ def docker_context(
         rest_step=rest_step,
         lock_name=options.lock.name if options.lock is not None else None,
         env=_env_lines(recipe),
-        labels=_labels(recipe, stack, base_image),
+        labels=recipe_labels(recipe, stack, base_image)
+        + recorded(options.provenance, default_index, mirrors_of(options)),
     )
 
 
@@ -565,9 +540,10 @@ def venv_context(recipe: Recipe, options: RenderOptions, stack: Stack | None = N
         needs_ca_bundle=options.ca_bundle,
         env=_env_lines(recipe),
         stack=stack,
-        index_sources=(sources := index_sources(stack, options.mirrors)),
+        index_sources=(sources := index_sources(stack, mirrors_of(options))),
         index_source_words=tuple(shell_quote(line) for line in sources),
-        pip_indexed=pip_indexed(stack, options.mirrors),
+        pip_indexed=pip_indexed(stack, mirrors_of(options)),
+        default_index=shell_quote(url) if (url := default_index_of(options)) else None,
     )
 
 

@@ -23,7 +23,6 @@ from envforge.render.context import (
     CONTEXT_WHEELHOUSE,
     STAGING_DIR,
     VENV_DIR,
-    Label,
     RenderOptions,
     added_files_lines,
     either_installer,
@@ -32,6 +31,7 @@ from envforge.render.context import (
     rest_index_args,
     script_lines,
 )
+from envforge.render.labels import Label
 from envforge.render.quoting import check_one_line, docker_quote, shell_quote
 from envforge.stack import Stack
 

@@ -210,7 +210,9 @@ def test_mirror_rewrites_render_and_lock_not_the_hash(
     text = render_dockerfile(again)
     assert recipe.torch.index not in text
     assert mirrored_index in text
-    assert text.replace(mirrored_index, recipe.torch.index) == plain
+    recorded = f' \\\n      io.envforge.index-mirror="{WHL}={mirror}"'
+    assert recorded in text  # the image records the mirror it was built through
+    assert text.replace(recorded, "").replace(mirrored_index, recipe.torch.index) == plain
     setup = plan_venv(again).setup_script
     assert mirrored_index in setup
     assert recipe.torch.index not in setup

@@ -151,11 +151,14 @@ def test_a_named_file_that_does_not_exist_is_refused(tmp_path: Path) -> None:
     assert "ENVFORGE_CONFIG" in (info.value.hint or "")
 
 
-def test_project_refuses_site_settings_and_unknown_keys(site: Path) -> None:
+def test_project_takes_mirrors_and_refuses_unknown_keys(site: Path) -> None:
     base = '[project]\nname = "p"\nversion = "0"\n[tool.envforge]\n'
-    (site / "pyproject.toml").write_text(base + 'index_mirror = "https://a=https://b"\n')
-    with pytest.raises(ProjectError, match=r"tool\.envforge\.index_mirror: is a setting"):
-        load_project(site)
+    (site / "pyproject.toml").write_text(
+        base + 'index_mirror = "https://a=https://b"\nbase_image_mirror = "m.example:5000"\n'
+    )
+    settings = dict(load_project(site).settings)
+    assert settings["index_mirror"] == "https://a=https://b"
+    assert settings["base_image_mirror"] == "m.example:5000"
     (site / "pyproject.toml").write_text(base + 'wheelhous = "wh"\n')
     with pytest.raises(ProjectError) as info:
         load_project(site)

@@ -48,6 +48,10 @@ class DockerOptions:
     tags: tuple[str, ...] = ()
     #: Build FROM this image instead of the recipe's.
     base_image: str | None = None
+    #: A registry prefix the recipe's Docker Hub base image is pulled through (checked).
+    base_image_mirror: str | None = None
+    #: The index mirror setting's text (see :class:`~envforge.backends.base.Options`).
+    index_mirror: str | None = None
     no_cache: bool = False
     #: ``auto`` (BuildKit when a docker CLI here drives it, else the classic builder),
     #: ``buildkit`` or ``classic``; None: ``ENVFORGE_BUILDER`` from ``environ``, else auto.
@@ -94,6 +98,14 @@ CLI_OPTIONS: tuple[BackendOption, ...] = (
         "Build FROM this image instead of the recipe's.",
         ("build",),
         metavar="REF",
+    ),
+    BackendOption(
+        "--base-image-mirror",
+        "base_image_mirror",
+        "Pull the recipe's Docker Hub base image through this registry prefix "
+        "(HOST[:PORT][/PATH]; default: ENVFORGE_BASE_IMAGE_MIRROR, the settings).",
+        ("build",),
+        metavar="PREFIX",
     ),
     BackendOption(
         "--no-certify",
@@ -162,6 +174,8 @@ def docker_options(options: Options | DockerOptions) -> DockerOptions:
         require_free=options.require_free,
         tags=tuple(extra.get("tags", ())),
         base_image=extra.get("base_image"),
+        base_image_mirror=extra.get("base_image_mirror"),
+        index_mirror=options.index_mirror,
         no_cache=bool(extra.get("no_cache", False)),
         builder=extra.get("builder"),
         certify=certify,

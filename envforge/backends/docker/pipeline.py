@@ -40,6 +40,7 @@ from envforge.backends.docker.projects import (
     project_ref,
     shell_for,
 )
+from envforge.backends.docker.provenance import build_provenance
 from envforge.backends.docker.results import Certified, DockerBuildResult
 from envforge.backends.venv import problem_of
 from envforge.container.devices import (
@@ -50,6 +51,7 @@ from envforge.container.devices import (
 )
 from envforge.container.refs import CERTIFIED_REPOSITORY_PREFIX, certified_ref
 from envforge.core.fsutil import write_atomically
+from envforge.core.mirror import index_mirror_options, mirrored_image
 from envforge.errors import EnvforgeError, InvalidInput, Unavailable
 from envforge.probe.runner import run_probe
 from envforge.probe.spec import ProbeSpec
@@ -245,7 +247,8 @@ def build(
             hint="choose another --tag, or drop --no-certify",
         )
     engine = client if client is not None else _connect(options)
-    base = options.base_image or recipe.base_image
+    # --base-image as given; the recipe's own through the base-image mirror, if any
+    base = options.base_image or mirrored_image(recipe.base_image, options.base_image_mirror)
     # the docker CLI (BuildKit) runs with this process's environment (PATH, HOME, its
     # config) and, over it, the engine settings given in options.environ
     environ = {**os.environ, **(options.environ or {})}
@@ -261,6 +264,12 @@ def build(
             installer="pip" if options.installer == "pip" else "uv",
             lock=locked,
             platform=options.platform,
+            **index_mirror_options(options.index_mirror),
+            provenance=build_provenance(
+                options.wheelhouse,
+                options.ca_bundle,
+                None if options.base_image else options.base_image_mirror,
+            ),
         ),
         stack,
         project=project.layer if project is not None else None,

@@ -200,6 +200,7 @@ def venv_options(options: Options | VenvOptions) -> VenvOptions:
         python=extra.get("python"),
         wheelhouse=options.wheelhouse or extra.get("wheelhouse"),
         ca_bundle=options.ca_bundle or extra.get("ca_bundle"),
+        index_mirror=options.index_mirror,
         level=options.level,
         step_timeout=options.step_timeout,
         require_free=options.require_free,

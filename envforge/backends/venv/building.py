@@ -24,7 +24,7 @@ from envforge.backends.venv.certifying import (
     state,
     valid_certificate,
 )
-from envforge.backends.venv.install import _install, install_key, stack_for
+from envforge.backends.venv.install import _install, install_key, mirrors_of, stack_for
 from envforge.backends.venv.interpreter import Interpreter, find_interpreter
 from envforge.backends.venv.layout import (
     BUILD_MARKER,
@@ -285,10 +285,11 @@ def _build_aside(  # noqa: PLR0917 - one step of build, its inputs spelled out
             "envforge_version": __version__,
             # how it was built, for a `certify` elsewhere (a compute node) and for people
             "certify": options.certify,
-            "sources": lock.source_args(recipe, options.wheelhouse, stack),
+            "sources": lock.source_args(recipe, options.wheelhouse, stack, mirrors_of(options)),
             "ca_bundle": str(options.ca_bundle.resolve()) if options.ca_bundle else None,
             # what a rebuild reuses when not told otherwise (layout.remembered)
             "wheelhouse": str(options.wheelhouse.resolve()) if options.wheelhouse else None,
+            "index_mirror": options.index_mirror,
         }
         aside_markers = aside / MARKER_DIR
         write_atomically(aside_markers / BUILD_MARKER, _marker_json(build_data))

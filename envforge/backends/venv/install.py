@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from envforge import lock
 from envforge.core import proc
 from envforge.core.fsutil import write_atomically
+from envforge.core.mirror import Mirrors, index_mirror_from_env, index_mirror_options
 from envforge.recipe.model import Recipe
 from envforge.render import RenderOptions, VenvPlan, plan_venv
 from envforge.stack import Stack, stack_of
@@ -42,6 +43,21 @@ def stack_for(recipe: Recipe, project: Project | None) -> Stack:
     return project_stack(project, recipe)
 
 
+def render_options(options: VenvOptions) -> RenderOptions:
+    """How the venv's plan is rendered: for its wheelhouse, through its index mirror
+    (none given: ``ENVFORGE_INDEX_MIRROR``, read by the renderer)."""
+    mirror = index_mirror_options(options.index_mirror)
+    if not mirror:
+        found = index_mirror_from_env(options.environ)
+        mirror = {"mirrors": found.pairs, "default_index": found.default}
+    return RenderOptions(wheelhouse=options.wheelhouse is not None, **mirror)
+
+
+def mirrors_of(options: VenvOptions) -> Mirrors:
+    """The index pairs the venv is installed through."""
+    return render_options(options).mirrors or ()
+
+
 def install_key(
     recipe: Recipe,
     interp: Interpreter,
@@ -51,7 +67,7 @@ def install_key(
 ) -> str:
     """What an install depends on; equal keys mean the same environment would be made."""
     stack = stack_of(recipe) if stack is None else stack
-    plan = plan_venv(recipe, RenderOptions(wheelhouse=options.wheelhouse is not None), stack)
+    plan = plan_venv(recipe, render_options(options), stack)
     wheels: list[str] = []
     if options.wheelhouse is not None:
         for p in sorted(options.wheelhouse.glob("*.whl")):
@@ -64,7 +80,7 @@ def install_key(
         "requirements": list(plan.requirements),
         "constraints": list(plan.constraints),
         "index_sources": plan.index_sources,
-        "sources": lock.source_args(recipe, options.wheelhouse, stack),
+        "sources": lock.source_args(recipe, options.wheelhouse, stack, mirrors_of(options)),
         "wheelhouse": wheels,
         "lock": hashlib.sha256(lock.read_lock(lock_file)).hexdigest() if lock_file else None,
         "python": interp.version,
@@ -181,6 +197,9 @@ def _install(  # noqa: PLR0917 - one step of build, its inputs spelled out
     ``uv-setuptools-*.lock`` files where it builds a project with setuptools)."""
     with tempfile.TemporaryDirectory(prefix="envforge-venv-") as tmp:
         env = lock.uv_env(options.ca_bundle, options.environ)
+        default = render_options(options).default_index
+        if default is not None:  # the default index's mirror; --index-url args still win
+            env.update({"UV_INDEX_URL": default, "PIP_INDEX_URL": default})
         private = Path(tmp) / "tmp"
         private.mkdir()
         env.update({"TMPDIR": str(private), "TMP": str(private), "TEMP": str(private)})
@@ -203,8 +222,8 @@ def _fill(  # noqa: PLR0917 - one step of build, its inputs spelled out
     if fresh:
         _create(recipe, interp, target, env)
     py = str(venv_python(target))
-    plan = plan_venv(recipe, RenderOptions(wheelhouse=options.wheelhouse is not None), stack)
-    sources = lock.source_args(recipe, options.wheelhouse, stack)
+    plan = plan_venv(recipe, render_options(options), stack)
+    sources = lock.source_args(recipe, options.wheelhouse, stack, mirrors_of(options))
     if lock_file is not None:
         argv = [
             uv,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -156,6 +157,9 @@ class VenvOptions:
     python: str | None = None
     wheelhouse: Path | None = None
     ca_bundle: Path | None = None
+    #: The index mirror setting's text (:func:`envforge.core.mirror.parse_index_mirror`);
+    #: None: ``ENVFORGE_INDEX_MIRROR`` (or the user's file) when the plan is rendered.
+    index_mirror: str | None = None
     level: Level | None = None
     step_timeout: float | None = None
     #: ``--require-free GIB``: the probe's memory step fails below GIB free on a GPU.
@@ -246,6 +250,7 @@ def remembered(options: VenvOptions, built: Mapping[str, Any] | None, where: Pat
     if not built:
         return options
     wheelhouse, ca_bundle = options.wheelhouse, options.ca_bundle
+    index_mirror = options.index_mirror
     said: list[str] = []
     if wheelhouse is None:
         wheelhouse = _recorded(built.get("wheelhouse") or _find_links(built), "dir")
@@ -253,12 +258,16 @@ def remembered(options: VenvOptions, built: Mapping[str, Any] | None, where: Pat
     if ca_bundle is None:
         ca_bundle = _recorded(built.get("ca_bundle"), "file")
         said += [f"--ca-bundle {ca_bundle}"] if ca_bundle else []
+    recorded = built.get("index_mirror")
+    if index_mirror is None and isinstance(recorded, str) and recorded.strip():
+        index_mirror = recorded
+        said.append(f"--index-mirror {shlex.quote(recorded)}")
     if not said:
         return options
     options.say(
         f"{' '.join(said)}: what the last build of {where} used (give the flag to change it)"
     )
-    return replace(options, wheelhouse=wheelhouse, ca_bundle=ca_bundle)
+    return replace(options, wheelhouse=wheelhouse, ca_bundle=ca_bundle, index_mirror=index_mirror)
 
 
 def _find_links(built: Mapping[str, Any]) -> str | None:
