@@ -19,8 +19,11 @@ import click
 
 from envforge.cli.common import echo_json, json_option, note
 from envforge.errors import InvalidInput
-from envforge.fleet import nodes, values
+from envforge.fleet import clean, nodes, values
+from envforge.fleet.k8s_select import RESOURCE, selector
 from envforge.fleet.plan import CPU, JOB_TMPDIR, Plan, Site, _pairs
+from envforge.fleet.planning import load_plan
+from envforge.knowledge import load_table
 from envforge.recipe.model import Recipe
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -163,8 +166,6 @@ def _slurm(
 def _k8s(
     archs: Sequence[str], site: Site, where: NodeChoice, all_gpus: bool
 ) -> dict[str, tuple[nodes.Spot, ...]]:
-    from envforge.fleet.k8s_select import RESOURCE, selector  # noqa: PLC0415 - k8s only
-    from envforge.knowledge import load_table  # noqa: PLC0415 - k8s only
 
     listed: list[nodes.Node] = []
     if where.every_node or all_gpus:
@@ -231,8 +232,6 @@ def plan_arguments(
 def clean_cmd(folder: Path, keep: int, dry_run: bool, as_json: bool) -> None:
     """Remove what a plan's runs left (homes, node-local folders, old runs' logs); every
     report is kept."""
-    from envforge.fleet import clean  # noqa: PLC0415 - when run
-    from envforge.fleet.planning import load_plan  # noqa: PLC0415 - when run
 
     plan = load_plan(folder.resolve())
     found = clean.leftovers(plan, folder.resolve(), keep, dict(os.environ))
