@@ -58,24 +58,27 @@ def selector(arch: str, plan: Plan, pci_ids: Callable[[str], Sequence[int]]) -> 
     }
 
 
-HOSTNAME = "kubernetes.io/hostname"
+#: The node's own name, as node affinity's ``matchFields`` reads it. The
+#: ``kubernetes.io/hostname`` label is not always the node's name (some clouds set it to
+#: the VM's host name), and the names come from ``kubectl get nodes`` or ``--node``.
+NODE_NAME = "metadata.name"
 
 
 def pinned(selection: dict[str, Any], node: str) -> dict[str, Any]:
     """``selection`` (from :func:`selector`) narrowed to one node by required node
-    affinity on :data:`HOSTNAME` (added to each of its terms); as is for no node."""
+    affinity on the node's name (a ``matchFields`` term on :data:`NODE_NAME`, added to each
+    of its terms); as is for no node."""
     if not node:
         return selection
-    host = {"key": HOSTNAME, "operator": "In", "values": [node]}
+    name = {"key": NODE_NAME, "operator": "In", "values": [node]}
     required = (
         selection.get("affinity", {})
         .get("nodeAffinity", {})
         .get("requiredDuringSchedulingIgnoredDuringExecution", {})
     )
-    terms = [
-        {"matchExpressions": [*t["matchExpressions"], host]}
-        for t in required.get("nodeSelectorTerms", [])
-    ] or [{"matchExpressions": [host]}]
+    terms = [{**t, "matchFields": [name]} for t in required.get("nodeSelectorTerms", [])] or [
+        {"matchFields": [name]}
+    ]
     affinity = {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}

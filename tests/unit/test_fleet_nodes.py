@@ -1,5 +1,5 @@
 """Issue 33 §1, nodes by name: reading the nodes from sinfo/scontrol/kubectl, one task per
-node pinned with ``--nodelist`` (Slurm) or hostname affinity (Kubernetes), ``--gpus all``,
+node pinned with ``--nodelist`` (Slurm) or node-name affinity (Kubernetes), ``--gpus all``,
 ``--exclusive``, the GPUs a job sees, and each visible GPU probed by the worker.
 
 Fixtures: the sinfo lines follow sinfo's documented output (one line per node and
@@ -157,7 +157,7 @@ def test_a_hostile_node_name_in_plan_json_is_refused() -> None:
         plan_from_dict(data, "plan.json")
 
 
-def test_kubernetes_one_job_per_node_by_hostname_affinity() -> None:
+def test_kubernetes_one_job_per_node_by_node_name_affinity() -> None:
     spots = (nodes.Spot("gpu-a"), nodes.Spot("gpu-b"))
     plan = plan_of("gfx942", engine="k8s", placement={"gfx942": spots})
     docs = k8s.manifests(plan, "", {}, lambda arch: [0x74A1])
@@ -171,9 +171,9 @@ def test_kubernetes_one_job_per_node_by_hostname_affinity() -> None:
         assert terms == [
             {
                 "matchExpressions": [
-                    {"key": "amd.com/gpu.device-id", "operator": "In", "values": ["74a1"]},
-                    {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]},
-                ]
+                    {"key": "amd.com/gpu.device-id", "operator": "In", "values": ["74a1"]}
+                ],
+                "matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}],
             }
         ]
 
@@ -292,7 +292,7 @@ def test_kubernetes_every_node_reads_kubectl(tools: Path, tmp_path: Path) -> Non
     assert code == 0
     assert [t.node for t in load_plan(tmp_path / "k").tasks] == ["cpu-1"]
     docs = list(yaml.safe_load_all((tmp_path / "k" / "jobs.yaml").read_text()))
-    assert "kubernetes.io/hostname" in json.dumps(docs[-1])
+    assert '"key": "metadata.name"' in json.dumps(docs[-1])
     for doc in docs:  # the pinned Job is one the API takes
         kubernetes_validate.validate(doc, VERSION, strict=True)
 
