@@ -168,7 +168,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = "--debug" in args
     try:
         with term_as_interrupt():  # SIGTERM and SIGHUP end every command like Ctrl-C
-            cli.main(args=args, prog_name="envforge", standalone_mode=False)
+            # Outside standalone mode click returns what ``ctx.exit(N)`` asked for instead
+            # of raising: that N is the exit code (``fleet task`` ends with it).
+            code = cli.main(args=args, prog_name="envforge", standalone_mode=False)
     except EnvforgeError as exc:
         _print_traceback(debug)
         click.echo(f"envforge: error: {exc.one_line()}", err=True)
@@ -191,4 +193,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         error = os_error(exc, verb="use")
         click.echo(f"envforge: error: {error.one_line()}", err=True)
         return int(error.exit_code)
+    if isinstance(code, int) and not isinstance(code, bool):
+        return code
     return int(ExitCode.OK)
