@@ -38,6 +38,7 @@ from envforge.cli.common import (
     trust_option,
     wheelhouse_option,
 )
+from envforge.cli.fleet_preflight import node_check_cmd, preflight_cmd
 from envforge.core.fsutil import check_folder_target, read_limited
 from envforge.errors import CertificationFailed, InvalidInput, Unavailable, printable
 from envforge.evidence.evidence_store import import_documents
@@ -588,3 +589,7 @@ def task_cmd(ctx: click.Context, folder: Path, index: int, run: int | None) -> N
     plan = _load(folder)
     where = runs.chosen(folder.resolve(), run)[1] if run is not None else folder.resolve()
     ctx.exit(run_task(plan, where, index))
+
+
+fleet.add_command(preflight_cmd)  # envforge/cli/fleet_preflight.py
+fleet.add_command(node_check_cmd)
