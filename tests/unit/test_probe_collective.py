@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -77,3 +79,30 @@ def test_gloo_all_reduce_across_two_cpu_processes(tmp_path: Path) -> None:
     assert len(end["data"]["seconds"]) == 5
     assert all(s > 0 for s in end["data"]["seconds"])
     assert "across 2 CPU processes" in end["detail"]
+
+
+def test_a_failed_rank_ends_the_step_at_once(tmp_path: Path) -> None:
+    """The others would wait for it in the all-reduce: the step does not wait for them."""
+    boot = ModuleType("envforge_probe_worker_boot_under_test")
+    exec(compile(worker_source(), "worker.py", "exec"), boot.__dict__)
+    collective = boot.load("envforge_probe_worker_collective_test")["collective"]
+    ranks: list[tuple[subprocess.Popen[bytes], Any, Any]] = []
+    for code in (
+        "import sys; sys.stderr.write('NCCL error: unhandled\\n'); sys.exit(3)",
+        "import time; time.sleep(60)",
+    ):
+        out, err = (
+            (tmp_path / f"o{len(ranks)}").open("w+b"),
+            (tmp_path / f"e{len(ranks)}").open("w+b"),
+        )
+        ranks.append(
+            (subprocess.Popen([sys.executable, "-c", code], stdout=out, stderr=err), out, err)
+        )
+    started = time.monotonic()
+    with pytest.raises(collective.StepFailed, match="rank 0 failed: NCCL error: unhandled"):
+        collective.judge(ranks, 50.0, "nccl", 2, "GPUs")
+    assert time.monotonic() - started < 20
+    assert all(child.poll() is not None for child, _, _ in ranks)  # none left running
+    for _, out, err in ranks:
+        out.close()
+        err.close()

@@ -12,11 +12,14 @@ one-GPU node is no failure: a ``skip`` status would fail the report); on the CPU
 ``collective_world`` in the spec sets the number of processes (default 1: skipped).
 """
 
+import contextlib
 import json
 import os
 import socket
 import subprocess
 import sys
+import tempfile
+import time
 
 from .common import StepFailed, short
 
@@ -99,59 +102,68 @@ def step_collective(ctx):
     deadline = float((ctx.spec.get("deadlines") or {}).get("collective") or 60.0)
     timeout = max(deadline - MARGIN, 1.0)
     port = free_port()
-    ranks = []
-    for rank in range(world):
-        args = {
-            "rank": rank,
-            "world": world,
-            "port": port,
-            "backend": backend,
-            "mib": mib,
-            "iterations": ITERATIONS,
-            "timeout": int(timeout),
-        }
-        ranks.append(
-            subprocess.Popen(
+    # Output to files, not pipes: a chatty rank (NCCL_DEBUG=INFO) must never block on a
+    # full pipe while the others wait for it in the all-reduce.
+    with contextlib.ExitStack() as files:
+        ranks = []
+        for rank in range(world):
+            args = {
+                "rank": rank,
+                "world": world,
+                "port": port,
+                "backend": backend,
+                "mib": mib,
+                "iterations": ITERATIONS,
+                "timeout": int(timeout),
+            }
+            out = files.enter_context(tempfile.TemporaryFile())
+            err = files.enter_context(tempfile.TemporaryFile())
+            child = subprocess.Popen(
                 [sys.executable, "-c", RANK, json.dumps(args)],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
+                stdout=out,
+                stderr=err,
                 env=dict(os.environ),
             )
-        )
-    return judge(ranks, timeout, backend, world, what)
+            ranks.append((child, out, err))
+        return judge(ranks, timeout, backend, world, what)
 
 
 def wait_all(ranks, timeout):
-    """[(code, stdout, stderr)] of every rank; None for a rank stopped at the timeout."""
-    import time  # noqa: PLC0415 - only here
-
+    """[(code, stdout, stderr)] of every rank, None for one still running: all of them
+    ended, or one failed (the others would wait for it), or the timeout came."""
     end = time.monotonic() + timeout
-    out = []
-    for child in ranks:
-        try:
-            stdout, stderr = child.communicate(timeout=max(end - time.monotonic(), 0.1))
-            out.append((child.returncode, stdout, stderr))
-        except subprocess.TimeoutExpired:
-            out.append(None)
-    for child in ranks:
+    children = [child for child, _, _ in ranks]
+    while time.monotonic() < end:
+        codes = [child.poll() for child in children]
+        if None not in codes or any(code not in (None, 0) for code in codes):
+            break
+        time.sleep(0.05)
+    found = []
+    for child, out, err in ranks:
         if child.poll() is None:
             child.kill()
-            child.communicate()
-    return out
+            child.wait()
+            found.append(None)
+            continue
+        out.seek(0)
+        err.seek(0)
+        found.append((child.returncode, out.read(), err.read()[-8192:]))
+    return found
 
 
 def judge(ranks, timeout, backend, world, what):
     results = wait_all(ranks, timeout)
     for rank, found in enumerate(results):
-        if found is None:
-            raise StepFailed(
-                f"{backend} all-reduce: rank {rank} gave no result within {timeout:g}s"
-            )
-        code, _, stderr = found
+        code, _, stderr = found or (0, b"", b"")
         if code != 0:
             lines = [ln for ln in stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
             said = lines[-1] if lines else f"exit code {code}"
             raise StepFailed(f"{backend} all-reduce: rank {rank} failed: {short(said, 250)}")
+    for rank, found in enumerate(results):
+        if found is None:
+            raise StepFailed(
+                f"{backend} all-reduce: rank {rank} gave no result within {timeout:g}s"
+            )
     try:
         data = json.loads(results[0][1].decode("utf-8", "replace").strip().splitlines()[-1])
     except (ValueError, IndexError):
