@@ -69,6 +69,9 @@ def _timeout(value: float | None) -> float | None:
 @click.option("--namespace", default="default", show_default=True, help="Kubernetes namespace.")
 @click.option("--step-timeout", type=float, metavar="SECONDS", help="Deadline of each step.")
 @click.option("--require-healthy", is_flag=True, help="A failing GPU health fact fails the node.")
+@click.option(
+    "--collective", is_flag=True, help="Add the all-reduce across the job's GPUs (two or more)."
+)
 def preflight_cmd(  # noqa: PLR0917 - click passes options positionally by name
     engine: str,
     recipe_ref: str,
@@ -79,6 +82,7 @@ def preflight_cmd(  # noqa: PLR0917 - click passes options positionally by name
     namespace: str,
     step_timeout: float | None,
     require_healthy: bool,
+    collective: bool,
 ) -> None:
     """Write a preflight that probes a node before each job: a Slurm Prolog/Epilog script
     that drains a failing node, or a Kubernetes init container that stops the job's pod.
@@ -87,7 +91,8 @@ def preflight_cmd(  # noqa: PLR0917 - click passes options positionally by name
     health step. The failure reason is ``envforge: STEP: one line``.
     """
     recipe = load_checked(recipe_ref)
-    spec = preflight_spec(ProbeSpec.from_recipe(recipe, step_timeout=_timeout(step_timeout)))
+    spec = ProbeSpec.from_recipe(recipe, step_timeout=_timeout(step_timeout))
+    spec = preflight_spec(spec, collective)
     pre = Preflight(
         recipe=recipe_ref,
         python=python,
@@ -95,6 +100,7 @@ def preflight_cmd(  # noqa: PLR0917 - click passes options positionally by name
         reports=reports,
         step_timeout=spec.step_timeout,
         require_healthy=require_healthy,
+        collective=collective,
         image=image or f"envforge/{recipe.name}:{recipe.stack_tag}",
         namespace=namespace,
         gpus=1 if recipe.gpu.vendor in RESOURCES else 0,
@@ -131,12 +137,14 @@ def _preflight_script() -> str:
 @click.option("--step-timeout", type=float, metavar="SECONDS")
 @click.option("--report", "report_dir", type=click.Path(path_type=Path, file_okay=False))
 @click.option("--require-healthy", is_flag=True)
-def node_check_cmd(
+@click.option("--collective", is_flag=True)
+def node_check_cmd(  # noqa: PLR0917 - click passes options positionally by name
     recipe_ref: str,
     python: str | None,
     step_timeout: float | None,
     report_dir: Path | None,
     require_healthy: bool,
+    collective: bool,
 ) -> None:
     """The preflight's check on a node (what the Slurm script runs): the recipe's quick
     probe with the health step on the GPUs the job was granted. Prints nothing and exits
@@ -148,8 +156,8 @@ def node_check_cmd(
     if report_dir is not None:
         check_folder_target(report_dir, setting="--report", files=REPORT_FILES)
     recipe = load_checked(recipe_ref)
-    spec = preflight_spec(ProbeSpec.from_recipe(recipe, step_timeout=_timeout(step_timeout)))
-    spec = replace(spec, health=True, require_healthy=require_healthy)
+    spec = ProbeSpec.from_recipe(recipe, step_timeout=_timeout(step_timeout))
+    spec = replace(preflight_spec(spec, collective), health=True, require_healthy=require_healthy)
     grant = granted(os.environ)
     environ = gpu_environ(pick_for(recipe, grant.gpus)) if grant is not None else None
     report = run_probe(spec, LocalPythonTarget(python=python or sys.executable, env=environ))

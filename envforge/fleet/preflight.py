@@ -71,6 +71,8 @@ class Preflight:
     reports: str = "/var/log/envforge-preflight"
     step_timeout: float = 60.0
     require_healthy: bool = False
+    #: Add the all-reduce across the job's GPUs (``--collective``).
+    collective: bool = False
     #: Kubernetes: the job's image (the environment under test).
     image: str = ""
     namespace: str = "default"
@@ -86,6 +88,8 @@ def node_check_argv(pre: Preflight) -> list[str]:
         argv += ["--python", pre.python]
     if pre.require_healthy:
         argv.append("--require-healthy")
+    if pre.collective:
+        argv.append("--collective")
     return argv
 
 
@@ -106,10 +110,11 @@ def slurm_files(pre: Preflight, spec: ProbeSpec, limit: int | None = None) -> di
     return {SCRIPT: script}
 
 
-def preflight_spec(spec: ProbeSpec) -> ProbeSpec:
+def preflight_spec(spec: ProbeSpec, collective: bool = False) -> ProbeSpec:
     """The recipe's probe at level quick, without the audit (it reads the environment's
-    files, not the node's health: ``envforge certify`` runs it)."""
-    return replace(spec, level="quick", audit=False)
+    files, not the node's health: ``envforge certify`` runs it); ``collective``: with
+    the all-reduce across the GPUs."""
+    return replace(spec, level="quick", audit=False, collective=collective)
 
 
 def k8s_files(

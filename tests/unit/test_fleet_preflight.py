@@ -161,7 +161,11 @@ def test_the_command_writes_the_script(tmp_path: Path) -> None:
     assert main(["fleet", "preflight", "--engine", "slurm", "--recipe", "cpu", "-o", str(out)]) == 0
     path = out / SCRIPT
     assert path.stat().st_mode & stat.S_IXUSR
-    assert "fleet node-check --recipe cpu" in path.read_text()
+    assert "fleet node-check --recipe cpu --step-timeout" in path.read_text()
+    assert "--collective" not in path.read_text()
+    argv = ["fleet", "preflight", "--engine", "slurm", "--recipe", "cpu", "--collective"]
+    assert main([*argv, "--require-healthy", "-o", str(out / "more")]) == 0
+    assert "--require-healthy --collective --report" in (out / "more" / SCRIPT).read_text()
 
 
 # --------------------------------------------------------------------------- Kubernetes
@@ -253,3 +257,31 @@ def test_the_init_containers_script_keeps_to_python_37(k8s: list[dict[str, Any]]
     ast.parse(k8s[0]["data"]["preflight.py"], feature_version=(3, 7))
     with pytest.raises(SyntaxError):  # the check can fail: walrus is 3.8+
         ast.parse("if (x := 1):\n    pass\n", feature_version=(3, 7))
+
+
+# --------------------------------------------------------------------------- node-check
+
+
+@pytest.mark.needs_torch
+def test_node_check_passes_silently_with_the_health_step(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = tmp_path / "report"
+    assert main(["fleet", "node-check", "--recipe", "cpu", "--report", str(report)]) == 0
+    assert capsys.readouterr().out == ""
+    steps = [s["name"] for s in json.loads((report / "probe.json").read_text())["steps"]]
+    assert steps[-1] == "health"
+    assert "audit" not in steps
+
+
+def test_node_check_prints_the_reason_and_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An environment without torch: exit 1, and the one line the script drains with."""
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "env")], check=True
+    )
+    python = str(tmp_path / "env" / "bin" / "python")
+    assert main(["fleet", "node-check", "--recipe", "cpu", "--python", python]) == 1
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith("envforge: env-snapshot: torch not importable")
