@@ -27,6 +27,8 @@ from .common import StepFailed, short
 GPU_MIB = 64
 CPU_MIB = 4
 ITERATIONS = 5
+#: Bytes of rank 0's output read for its result line.
+OUTPUT_MAX = 65536
 #: Seconds kept back from the step's deadline to stop the ranks and say why.
 MARGIN = 5.0
 
@@ -145,10 +147,15 @@ def wait_all(ranks, timeout):
             child.wait()
             found.append(None)
             continue
-        out.seek(0)
-        err.seek(0)
-        found.append((child.returncode, out.read(), err.read()[-8192:]))
+        found.append((child.returncode, tail(out, OUTPUT_MAX), tail(err, 8192)))
     return found
+
+
+def tail(handle, limit):
+    """The last ``limit`` bytes of a rank's output file."""
+    size = handle.seek(0, os.SEEK_END)
+    handle.seek(max(size - limit, 0))
+    return handle.read()
 
 
 def judge(ranks, timeout, backend, world, what):
