@@ -39,6 +39,7 @@ from envforge.cli.common import (
     wheelhouse_option,
 )
 from envforge.cli.fleet_nodes import GPU_COUNT, NodeChoice, clean_cmd, node_options, plan_arguments
+from envforge.cli.fleet_preflight import node_check_cmd, preflight_cmd
 from envforge.core.fsutil import check_folder_target, read_limited
 from envforge.errors import CertificationFailed, InvalidInput, Unavailable, printable
 from envforge.evidence.evidence_store import import_documents
@@ -364,16 +365,12 @@ def _ref(ref: str) -> str:
     return str(path.resolve()) if ref.endswith((".yaml", ".yml")) or "/" in ref else ref
 
 
-def _load(folder: Path) -> Plan:
-    return load_plan(folder.resolve())
-
-
 @fleet.command("submit")
 @click.argument("folder", type=click.Path(path_type=Path, file_okay=False), metavar="DIR")
 @json_option
 def submit_cmd(folder: Path, as_json: bool) -> None:
     """Submit a plan: sbatch (Slurm), kubectl apply (Kubernetes)."""
-    plan = _load(folder)
+    plan = load_plan(folder.resolve())
     jobs = submit(plan, folder.resolve())
     number = (runs.numbers(folder.resolve()) or [0])[-1]
     if as_json:
@@ -468,7 +465,7 @@ def status_cmd(folder: Path, wait: bool, timeout: float, run: int | None, as_jso
             f"--timeout {timeout:g}: must be a number of seconds from 0 to {MAX_WAIT}",
             hint="--timeout 3600",
         )
-    plan = _load(folder)
+    plan = load_plan(folder.resolve())
     start = time.monotonic()
     waited = ""
     while True:
@@ -525,7 +522,7 @@ def collect_cmd(
     With --require-signed (or ENVFORGE_REQUIRE_SIGNED=1) only reports signed by a trusted
     key are imported and put in the site; each task says how its report is signed."""
     policy = signed_policy(require_signed, trust)
-    plan = _load(folder)
+    plan = load_plan(folder.resolve())
     from_logs = _from_logs(plan, folder, logs) if logs is not None else ()
     number, found = _states(plan, folder, run, strict=False)
     docs = [(s.source, s.document) for s in found if s.document is not None and s.record]
@@ -589,9 +586,10 @@ def _from_logs(plan: Plan, folder: Path, logs: Path) -> tuple[tuple[str, str], .
 @click.pass_context
 def task_cmd(ctx: click.Context, folder: Path, index: int, run: int | None) -> None:
     """Run one task of a plan on this node (what the sbatch array runs)."""
-    plan = _load(folder)
+    plan = load_plan(folder.resolve())
     where = runs.chosen(folder.resolve(), run)[1] if run is not None else folder.resolve()
     ctx.exit(run_task(plan, where, index))
 
 
-fleet.add_command(clean_cmd)
+for _command in (clean_cmd, preflight_cmd, node_check_cmd):  # cli/fleet_nodes, fleet_preflight
+    fleet.add_command(_command)

@@ -33,7 +33,7 @@ from envforge.cli.common import (
     term_as_interrupt,
 )
 from envforge.cli.display import ProbeProgress
-from envforge.cli.running import gpu_environ, pick_for, require_free_option
+from envforge.cli.running import gpu_environ, health_options, pick_for, require_free_option
 from envforge.core.fsutil import REPORT_FILES, check_folder_target
 from envforge.errors import CertificationFailed, InvalidInput, clip
 from envforge.evidence.evidence_store import record
@@ -84,6 +84,7 @@ _HINTS = {
 @summary_option
 @gpu_option
 @require_free_option
+@health_options
 def probe(  # noqa: PLR0917 - click passes options positionally
     recipe_ref: str | None,
     overrides: tuple[str, ...],
@@ -96,6 +97,9 @@ def probe(  # noqa: PLR0917 - click passes options positionally
     summary_file: Path | None,
     gpu: str | None,
     require_free: float | None,
+    health: bool,
+    require_healthy: bool,
+    collective: bool,
 ) -> None:
     """Probe an environment step by step, each step under a deadline in an isolated process.
 
@@ -130,6 +134,7 @@ def probe(  # noqa: PLR0917 - click passes options positionally
             )
         if require_free is not None:
             spec = replace(spec, require_free=require_free)
+        spec = replace(spec, health=health, require_healthy=require_healthy, collective=collective)
         if gpu is None:
             _say_grant()
         target = LocalPythonTarget(python=python or sys.executable, env=gpu_environ(pick))

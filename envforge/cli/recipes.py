@@ -362,8 +362,8 @@ def render(
     --platform linux/amd64|linux/arm64: the table's row for that platform must accept the
     recipe (default: this host's), and every FROM of the base image names it (the engine
     builds for it); without it the Dockerfile leaves the engine's own."""
-    from envforge.render import RenderOptions  # noqa: PLC0415 - jinja2 only when rendering
-    from envforge.render.formats import FORMATS, Request  # noqa: PLC0415 - as above
+    # jinja2 only when rendering
+    from envforge.render.formats import FORMATS, RenderOptions, Request  # noqa: PLC0415
 
     chosen = FORMATS[fmt]
     options = RenderOptions(

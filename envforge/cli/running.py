@@ -49,6 +49,32 @@ def require_free_option(func: F) -> F:
     )(func)
 
 
+def health_options(func: F) -> F:
+    """``--health``, ``--require-healthy``, ``--collective``: the probe's optional steps
+    (GPU health facts on the host, the all-reduce across the visible GPUs)."""
+    for option in (
+        click.option(
+            "--collective",
+            is_flag=True,
+            help="Add the collective step: a timed torch.distributed all-reduce across "
+            "the visible GPUs (nccl; skipped, saying so, below two GPUs).",
+        ),
+        click.option(
+            "--require-healthy",
+            is_flag=True,
+            help="With --health: a failing health fact fails the probe (default: a warning).",
+        ),
+        click.option(
+            "--health",
+            is_flag=True,
+            help="Add the health step: ECC errors, retired pages, throttling, temperature "
+            "and power from nvidia-smi or amd-smi/rocm-smi (a failing fact warns).",
+        ),
+    ):
+        func = option(func)
+    return func
+
+
 def load_with_gpus(
     ref: str, gpu: str | None, overrides: Sequence[str] = (), *, platform: str | None = None
 ) -> tuple[Recipe, Choice | None, GpuPick | None]:

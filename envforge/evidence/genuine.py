@@ -5,7 +5,8 @@ real report. A real run of the probe reports every step its spec lists
 (:mod:`envforge.probe.spec`): the torch steps of its level first, in their order
 (:data:`~envforge.probe.spec.QUICK_STEPS`, :data:`~envforge.probe.spec.FULL_STEPS`),
 then only steps of the known kinds (``import:NAME``, the companions' device steps, the
-``audit``, ``check:NAME``), each once, with a known status and a finite, bounded time;
+``audit``, ``health``, ``collective``, ``check:NAME``), each once, with a known status
+and a finite, bounded time;
 its overall status is the one its steps give; its host facts have their types and forms.
 :func:`document_problem` says why a document (a probe report, a certificate's report, a
 venv's certification) is not such a run, or None. An incremental venv certification
@@ -39,8 +40,11 @@ from envforge.recipe.checks import MAX_STEP_TIMEOUT
 
 LEVELS: dict[str, tuple[str, ...]] = {"quick": QUICK_STEPS, "full": FULL_STEPS}
 #: Steps a run may add after its level's torch steps, besides imports and checks
-#: (``audit``: :data:`envforge.probe.spec.AUDIT_STEP`, run on the host after the worker).
-_EXTRA_STEPS = frozenset({*(s for steps in COMPANION_STEPS.values() for s in steps), "audit"})
+#: (``audit``, ``health``: run on the host after the worker; ``collective``: the
+#: worker's all-reduce, :mod:`envforge.probe.spec`).
+_EXTRA_STEPS = frozenset(
+    {*(s for steps in COMPANION_STEPS.values() for s in steps), "audit", "health", "collective"}
+)
 #: Most steps a report may list (imports of a large stack and many checks included).
 MAX_STEPS = 2000
 _MAX_TEXT = 512

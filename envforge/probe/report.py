@@ -175,6 +175,14 @@ class ReportHost:
         )
 
 
+def _health(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise TypeError("key 'health' is not a JSON object")
+    return dict(value)
+
+
 def _granted(value: Any, key: str = "host.granted") -> tuple[tuple[str, str], ...]:
     if value is None:
         return ()
@@ -197,6 +205,9 @@ class ProbeReport:
     recipe_hash: str | None = None
     #: The worker's environment snapshot (versions, compiled archs, env vars).
     snapshot: Mapping[str, Any] = field(default_factory=dict)
+    #: GPU health facts of the ``health`` step (envforge/probe/health.py): ``gpus`` and
+    #: ``tools``; empty when the probe was not asked for them.
+    health: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def status(self) -> Literal["pass", "fail"]:
@@ -234,6 +245,7 @@ class ProbeReport:
             "envforge_version": self.envforge_version,
             "created": self.created,
             "seconds": round(self.seconds, 3),
+            **({"health": dict(self.health)} if self.health else {}),
         }
 
     def without_node(self) -> ProbeReport:
@@ -260,6 +272,7 @@ class ProbeReport:
                 recipe_name=recipe.get("name"),
                 recipe_hash=recipe.get("hash"),
                 snapshot=dict(env.get("snapshot") or {}),
+                health=_health(data.get("health")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidInput(

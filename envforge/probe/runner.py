@@ -18,6 +18,7 @@ from envforge.errors import Interrupted
 from envforge.host.gpumem import probe_holders
 from envforge.probe.audit_step import audit_step
 from envforge.probe.bundle import worker_source
+from envforge.probe.health import health_step
 from envforge.probe.local import (
     EXIT_WAIT,
     STDERR_KEEP,
@@ -35,7 +36,7 @@ from envforge.probe.report import (
     printable,
     utc_now,
 )
-from envforge.probe.spec import AUDIT_STEP, ProbeSpec
+from envforge.probe.spec import AUDIT_STEP, HEALTH_STEP, HOST_STEPS, ProbeSpec
 from envforge.probe.target import LineQueue, ProbeTarget, WorkerHandle, container_exit_status
 from envforge.version import __version__
 
@@ -87,7 +88,7 @@ class _Run:
     @property
     def worker_steps(self) -> tuple[str, ...]:
         """The steps the worker runs (the audit runs here, after it)."""
-        return tuple(s for s in self.spec.steps if s != AUDIT_STEP)
+        return tuple(s for s in self.spec.steps if s not in HOST_STEPS)
 
     def next_step(self) -> str | None:
         for name in self.worker_steps:
@@ -128,10 +129,13 @@ def run_probe(
     created = utc_now()
     began = clock()
     run = _Run(spec, listener)
+    health: dict[str, Any] = {}
     try:
         with target.start(worker_source(), spec.worker_json(), spec.env_map) as handle:
             host = host if host is not None else host_info()
             _drive(run, handle, clock)
+        if HEALTH_STEP in spec.steps:  # after the worker: what the GPUs say of themselves
+            health = _health(run, spec, clock)
         if AUDIT_STEP in spec.steps:  # after the worker: the same audit as envforge audit
             run.start(AUDIT_STEP, spec.deadline(AUDIT_STEP), clock())
             run.finish(audit_step(spec, target))
@@ -151,7 +155,16 @@ def run_probe(
         recipe_name=spec.recipe_name,
         recipe_hash=spec.recipe_hash,
         snapshot=run.snapshot,
+        health=health,
     )
+
+
+def _health(run: _Run, spec: ProbeSpec, clock: Callable[[], float]) -> dict[str, Any]:
+    """Run the host's ``health`` step; the facts for the report."""
+    run.start(HEALTH_STEP, spec.deadline(HEALTH_STEP), clock())
+    result, facts = health_step(spec.require_healthy)
+    run.finish(result)
+    return facts.to_dict()
 
 
 def replay(

@@ -47,6 +47,13 @@ IMPORT_PREFIX = "import:"
 #: The audit (envforge/probe/audit_step.py): run by the host side after the worker, at both
 #: levels, so certification refuses what ``envforge audit`` finds. Not sent to the worker.
 AUDIT_STEP = "audit"
+#: GPU health facts (envforge/probe/health.py): run by the host side after the worker,
+#: when asked (``--health``, ``--require-healthy``). Not sent to the worker.
+HEALTH_STEP = "health"
+#: The all-reduce across the visible GPUs (worker/collective.py), when asked (``--collective``).
+COLLECTIVE_STEP = "collective"
+#: Steps the host runs itself, after the worker.
+HOST_STEPS: tuple[str, ...] = (HEALTH_STEP, AUDIT_STEP)
 #: Device steps of the torch companions, run (at both levels) when the recipe asks for them.
 COMPANION_STEPS: dict[str, tuple[str, ...]] = {
     "torchvision": ("torchvision-nms", "torchvision-convnet"),
@@ -245,6 +252,12 @@ class ProbeSpec:
     require_free: float | None = None
     #: Add the host-run ``audit`` step (recipes' probes; see AUDIT_STEP).
     audit: bool = False
+    #: Add the host-run ``health`` step (HEALTH_STEP); ``require_healthy``: a failing
+    #: health fact fails it (else it warns).
+    health: bool = False
+    require_healthy: bool = False
+    #: Add the worker's ``collective`` step (COLLECTIVE_STEP; skipped below two devices).
+    collective: bool = False
 
     def __post_init__(self) -> None:
         problem = step_timeout_problem(self.step_timeout)
@@ -268,7 +281,17 @@ class ProbeSpec:
             step for name in self.distributions for step in COMPANION_STEPS.get(name, ())
         )
         audit = (AUDIT_STEP,) if self.audit else ()
-        every = (*base, *imports, *companions, *audit, *(c.step for c in self.checks))
+        collective = (COLLECTIVE_STEP,) if self.collective else ()
+        health = (HEALTH_STEP,) if self.health or self.require_healthy else ()
+        every = (
+            *base,
+            *imports,
+            *companions,
+            *collective,
+            *health,
+            *audit,
+            *(c.step for c in self.checks),
+        )
         if self.only is None:
             return every
         return tuple(step for step in every if step in self.only)
@@ -294,9 +317,9 @@ class ProbeSpec:
             "protocol": 1,
             "level": self.level,
             "vendor": self.vendor,
-            "steps": [s for s in self.steps if s != AUDIT_STEP],
+            "steps": [s for s in self.steps if s not in HOST_STEPS],
             "step_timeout": self.step_timeout,
-            "deadlines": {s: self.deadline(s) for s in self.steps if s != AUDIT_STEP},
+            "deadlines": {s: self.deadline(s) for s in self.steps if s not in HOST_STEPS},
             "expect": self.expect.to_dict(),
             "checks": [{"step": c.step, "path": c.path, "source": c.source} for c in self.checks],
             **({"require_free": self.require_free} if self.require_free is not None else {}),

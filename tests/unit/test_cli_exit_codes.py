@@ -25,7 +25,7 @@ def test_fleet_task_exits_with_the_tasks_code(
         ran.append(index)
         return code
 
-    monkeypatch.setattr(fleet_cli, "_load", lambda _folder: object())
+    monkeypatch.setattr(fleet_cli, "load_plan", lambda _folder: object())
     monkeypatch.setattr(fleet_cli, "run_task", run_task)
     assert main(["fleet", "task", str(tmp_path), "3"]) == code
     assert ran == [3]

@@ -202,6 +202,8 @@ JSON_ALLOWED = {
     "envforge/core/jsonlimits.py": "the decoder itself",
     "envforge/probe/worker/driver.py": "runs inside the image with the stdlib only; reads the "
     "spec envforge wrote for it",
+    "envforge/probe/worker/collective.py": "runs inside the image with the stdlib only; reads "
+    "the last line its own rank 0 printed (at most 64 KiB are read)",
     "envforge/publish/certificate.py": "round-trips the certificate it is issuing (canonical JSON)",
 }
 

@@ -37,6 +37,7 @@ keeps its own status and its detail names what was stopped.
 Modules: :mod:`.common` (text, errors, the step context), :mod:`.versions` (the
 environment and its pins), :mod:`.device` (device and memory), :mod:`.tensors` (numeric
 steps), :mod:`.companions` (torchvision, torchaudio), :mod:`.packages` (import:NAME),
-:mod:`.checks` (a project's check files), :mod:`.processes` (launcher, process tree),
+:mod:`.checks` (a project's check files), :mod:`.collective` (the all-reduce across
+devices, when asked), :mod:`.processes` (launcher, process tree),
 :mod:`.driver` (the step loop and the event stream), :mod:`.boot` (the shipped file).
 """

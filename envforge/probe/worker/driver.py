@@ -14,6 +14,7 @@ import time
 import traceback
 
 from .checks import make_check_step, remove_own_scratch
+from .collective import step_collective
 from .common import DETAIL_MAX, Context, NoDevice, Skip, StepFailed, describe, is_oom, short
 from .companions import (
     step_torchaudio_melspectrogram,
@@ -53,6 +54,7 @@ STEPS = {
     "torchvision-nms": step_torchvision_nms,
     "torchvision-convnet": step_torchvision_convnet,
     "torchaudio-melspectrogram": step_torchaudio_melspectrogram,
+    "collective": step_collective,
 }
 IMPORT_PREFIX = "import:"
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import MutableMapping
 from typing import Final
 
+from envforge.render.context import RenderOptions
 from envforge.render.formats import apptainer, devcontainer, dockerfile, venv
 from envforge.render.formats.base import File, Format, Request
 
@@ -21,4 +22,4 @@ FORMATS: Final[MutableMapping[str, Format]] = {
     "apptainer": apptainer,
 }
 
-__all__ = ["FORMATS", "File", "Format", "Request"]
+__all__ = ["FORMATS", "File", "Format", "RenderOptions", "Request"]
