@@ -225,11 +225,10 @@ class ProbeReport:
 
     @property
     def first_problem(self) -> StepResult | None:
-        """The first step that neither passed nor was skipped (the cause of a failure)."""
-        for s in self.steps:
-            if s.status not in (*PASSING, "skip"):
-                return s
-        return None
+        """The first step that neither passed nor was skipped (the cause of a failure);
+        else the first skipped one (a skip alone fails a report)."""
+        problems = [s for s in self.steps if s.status not in PASSING]
+        return next((s for s in problems if s.status != "skip"), next(iter(problems), None))
 
     def to_dict(self) -> dict[str, Any]:
         warned = {"warnings": [s.name for s in self.warnings]} if self.warnings else {}

@@ -54,6 +54,9 @@ def test_status_is_pass_only_when_every_step_passed() -> None:
     assert _report(PASS, SKIP).status == "fail"
     assert _report().status == "fail"
     assert _report(PASS, HANG, SKIP).first_problem == HANG
+    # a skip alone fails the report: it is then the problem named, never a passing step
+    assert _report(PASS, SKIP).first_problem == SKIP
+    assert _report(PASS).first_problem is None
 
 
 def test_json_has_the_documented_shape_and_round_trips() -> None:
