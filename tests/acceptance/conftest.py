@@ -38,15 +38,30 @@ from .helpers import (
 
 #: CI runs the acceptance tests as two pytest runs side by side (``scripts/test``), each
 #: given ``ENVFORGE_CI_SIDE``: ``engine`` runs the tests marked ``engine`` and these files,
-#: ``rest`` everything else. The files here even the two sides out (seconds per file end
-#: every CI log); unset, every test runs.
-BESIDE_ENGINE = frozenset({
-    "test_project_venv.py", "test_render_venv_setup.py", "test_wheel_install.py",
-})  # fmt: skip
+#: one at a time (they share one Docker engine and two Podman ones: a test that counts
+#: containers must be alone on them); ``rest`` everything else, on two pytest-xdist
+#: workers, a file per worker at a time. The files here even the two sides out (seconds
+#: per file end every CI log); unset, every test runs.
+BESIDE_ENGINE = frozenset({"test_render_venv_setup.py"})
 SIDES = ("engine", "rest")
+
+#: The slowest files first (seconds per file of the CI logs), so that the workers do not
+#: end on a long file each one starts last; the others keep their order after these.
+SLOW_FIRST = (
+    "test_venv_keep_certified.py", "test_project_venv.py", "test_venv_cpu.py",
+    "test_fleet_slurm.py", "test_project_family.py", "test_venv_tamper.py",
+    "test_probe_companions.py", "test_wheel_urls.py", "test_wheel_install.py",
+    "test_output_paths.py", "test_net_hostile.py",
+)  # fmt: skip
+
+
+def _slow_first(item: pytest.Item) -> int:
+    name = item.path.name
+    return SLOW_FIRST.index(name) if name in SLOW_FIRST else len(SLOW_FIRST)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=_slow_first)  # stable: a file's tests keep their order
     side = os.environ.get("ENVFORGE_CI_SIDE", "")
     if not side:
         return
