@@ -11,7 +11,12 @@ Bytecode is written to a private ``PYTHONPYCACHEPREFIX`` (as an installed wheel 
 ``PYTHONPATH``, so ``--before DIR`` can be an export of an older commit, e.g.::
 
     git archive 4d4f53e | tar -x -C /tmp/base
-    python bench/startup.py --before /tmp/base [--runs 11] [--write]
+    python bench/startup.py --before /tmp/base [--runs 11] [--write] [--only solve ...]
+
+``--only WORD`` (repeatable) measures the floor and the cases whose name has WORD. The
+table gives the median and the least CPU time of each case beside the wall time, and the
+load average at the start and end of the run (the least CPU time is the one least
+inflated by other processes on a shared machine).
 
 Not a test: it prints figures (``--write`` appends them to bench/results-startup.md).
 Targets (issue 32): ``envforge list`` at most 1.25x the floor; ``solve sm_89``,
@@ -105,8 +110,14 @@ def cases(before: Path | None) -> dict[str, Case]:
     return out
 
 
-def measure(before: Path | None, runs: int) -> dict[str, list[tuple[float, float]]]:
-    todo = cases(before)
+def measure(
+    before: Path | None, runs: int, only: Sequence[str] = ()
+) -> dict[str, list[tuple[float, float]]]:
+    todo = {
+        name: case
+        for name, case in cases(before).items()
+        if name == FLOOR or not only or any(word in name for word in only)
+    }
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in todo}
     for round_no in range(runs + 1):
         for name, (argv, env) in todo.items():
@@ -157,31 +168,36 @@ def breakdown(runs: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def table(times: dict[str, list[tuple[float, float]]], before: Path | None) -> str:
+def table(times: dict[str, list[tuple[float, float]]], before: Path | None, load: str = "") -> str:
     floor_wall = statistics.median(w for w, _ in times[FLOOR])
     floor_cpu = statistics.median(c for _, c in times[FLOOR])
+    floor_min = min(c for _, c in times[FLOOR])
     lines = [
         f"### {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
         f"{platform.node()} ({os.cpu_count()} CPUs), Python {platform.python_version()}",
         "",
         f"Runs per case: {len(times[FLOOR])}, interleaved. Before: "
-        f"{_describe(before) if before else 'not measured'}. After: {_describe(ROOT)}.",
+        f"{_describe(before) if before else 'not measured'}. After: {_describe(ROOT)}."
+        + (f" Load average (1 min) {load}." if load else ""),
         "",
-        "| command | median wall s | min wall s | x floor (wall) | median CPU s | x floor (CPU) |",
-        "|---|---|---|---|---|---|",
+        "| command | median wall s | min wall s | x floor (wall) | median CPU s | x floor (CPU) "
+        "| min CPU s | x floor (min CPU) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name, values in times.items():
         wall = statistics.median(w for w, _ in values)
         cpu = statistics.median(c for _, c in values)
+        least = min(c for _, c in values)
         lines.append(
             f"| `{name}` | {wall:.3f} | {min(w for w, _ in values):.3f} "
-            f"| {wall / floor_wall:.2f} | {cpu:.3f} | {cpu / floor_cpu:.2f} |"
+            f"| {wall / floor_wall:.2f} | {cpu:.3f} | {cpu / floor_cpu:.2f} "
+            f"| {least:.3f} | {least / floor_min:.2f} |"
         )
     lines.append("")
     for argv, target in COMMANDS:
-        if target is None:
+        values = times.get(f"envforge {' '.join(argv)} (after)", [])
+        if target is None or not values:
             continue
-        values = times[f"envforge {' '.join(argv)} (after)"]
         wall = statistics.median(w for w, _ in values) / floor_wall
         cpu = statistics.median(c for _, c in values) / floor_cpu
         verdict = "met" if max(wall, cpu) <= target else "MISSED"
@@ -207,8 +223,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--before", type=Path, help="a tree of the commit to compare with")
     parser.add_argument("--runs", type=int, default=11)
     parser.add_argument("--write", action="store_true", help=f"append to {RESULTS.name}")
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="WORD",
+        help="measure only the cases whose name has WORD (repeatable; the floor always)",
+    )
     args = parser.parse_args(argv)
-    text = table(measure(args.before, args.runs), args.before) + "\n" + breakdown(args.runs)
+    start = os.getloadavg()[0]
+    times = measure(args.before, args.runs, args.only)
+    load = f"{start:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
+    text = table(times, args.before, load) + "\n" + breakdown(args.runs)
     print(text)
     if args.write:
         with RESULTS.open("a", encoding="utf-8") as fh:

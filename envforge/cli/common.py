@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 from click.core import ParameterSource
 
-from envforge.core.patterns import LEVELS, Level
+from envforge.core.patterns import LEVELS, Level, strict_from_env
 from envforge.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -310,8 +310,6 @@ def strict_option(func: F) -> F:
 
 def strict_mode() -> bool:
     """``--strict`` was given (group or command) or ``ENVFORGE_STRICT=1`` is set."""
-    from envforge.knowledge.rules import strict_from_env  # noqa: PLC0415 - table when needed
-
     ctx = click.get_current_context(silent=True)
     return bool(ctx is not None and ctx.meta.get(STRICT_META)) or strict_from_env()
 

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from envforge.evidence.signed import SignedPolicy
     from envforge.project.model import Project
     from envforge.recipe.model import Recipe
+    from envforge.solve.beside import Beside
 
 
 @click.command()
@@ -78,9 +79,11 @@ def show(  # noqa: PLR0917 - click passes options positionally by name
     where = _certified_on(
         recipe.name, gpu=recipe.gpu.vendor != "none", arch=recipe.gpu.arch, policy=signed
     )
-    from envforge.solve.beside import for_recipe  # noqa: PLC0415 - show only, keeps list light
+    beside: Beside | None = None
+    if recipe.gpu.arch and recipe.gpu.vendor in ("amd", "nvidia"):  # cpu: nothing to solve
+        from envforge.solve.beside import for_recipe  # noqa: PLC0415 - show of a GPU recipe
 
-    beside = for_recipe(recipe)  # what `solve` picks for the arch, when it differs: why
+        beside = for_recipe(recipe)  # what `solve` picks for the arch, when it differs: why
     if as_json:
         data = recipe.to_dict()
         data["hash"] = recipe.hash

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import yaml
@@ -28,7 +28,9 @@ from envforge.knowledge.table import CompatTable
 from envforge.recipe.load import parse_recipe
 from envforge.solve.beside import Beside, for_solution
 from envforge.solve.solver import Solution, SolveRequest, solve
-from envforge.stack import Pin, stack_of
+
+if TYPE_CHECKING:
+    from envforge.stack import Pin
 
 
 def register(group: click.Group) -> None:
@@ -187,6 +189,8 @@ def _with_companions(
                 f"--with: {name!r} is not a companion envforge pins",
                 hint="one or more of " + ", ".join(sorted(known)),
             )
+    from envforge.stack import stack_of  # noqa: PLC0415 - --with only: the plain solve prints no pin
+
     recipe = parse_recipe({**data, "packages": wanted}, "envforge solve --with")
     pins = stack_of(recipe).companions
     data["packages"] = [p.requirement for p in pins]

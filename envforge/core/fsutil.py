@@ -28,17 +28,17 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Union
+from typing import TypeVar, Union
 
 from envforge.core.paths import state_dir
 from envforge.core.reading import FileTooLarge, NotRegularFile, read_limited
 from envforge.errors import BadPath, EnvforgeError, StorageUnavailable
 
 PathLike = Union[str, "os.PathLike[str]"]
+T = TypeVar("T")
 
 __all__ = [  # the reading half lives in envforge.core.reading (light to import)
     "PATH_ERRNOS",
@@ -314,15 +314,38 @@ def make_dirs(folder: PathLike, *, setting: str | None = None) -> list[Path]:
     return created
 
 
+#: Tries at a free random name before the last ``FileExistsError`` is raised (as tempfile).
+_NAME_TRIES = 100
+#: How :func:`_stage` opens its file (``tempfile.mkstemp``'s flags): new, never followed.
+_STAGE_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _new_name(
+    folder: PathLike, prefix: str, suffix: str, make: Callable[[str], T]
+) -> tuple[str, T]:
+    """``make(path)`` for a new random name ``folder/prefix<12 hex digits>suffix`` (the
+    name and what ``make`` returned), like
+    ``tempfile``'s ``mkstemp``/``mkdtemp`` (which cost more to import than a light command
+    spends writing): a name taken is tried again with another."""
+    for _ in range(_NAME_TRIES - 1):
+        name = os.path.join(folder, f"{prefix}{os.urandom(6).hex()}{suffix}")
+        with suppress(FileExistsError):
+            return name, make(name)
+    name = os.path.join(folder, f"{prefix}{os.urandom(6).hex()}{suffix}")
+    return name, make(name)  # the last try: its FileExistsError is the caller's
+
+
 def make_temp_dir(prefix: str, folder: PathLike, *, setting: str | None = None) -> Path:
-    """``tempfile.mkdtemp`` in ``folder``; errors as :func:`os_error`."""
+    """A new private folder (mode 0700) in ``folder``, as ``tempfile.mkdtemp``; errors as
+    :func:`os_error`."""
     with writing(folder, setting=setting):
-        return Path(tempfile.mkdtemp(prefix=prefix, dir=folder))
+        name, _ = _new_name(folder, prefix, "", lambda p: os.mkdir(p, 0o700))
+        return Path(os.path.abspath(name))
 
 
 def _stage(path: Path, data: bytes, mode: int) -> Path:
     """Write ``data`` to a temporary file beside ``path`` (synced, with ``mode``)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TMP_PREFIX, suffix=".tmp")
+    tmp, fd = _new_name(path.parent, TMP_PREFIX, ".tmp", lambda p: os.open(p, _STAGE_FLAGS, 0o600))
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)

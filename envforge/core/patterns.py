@@ -9,7 +9,9 @@ also match ``١``) and anchored with ``\\Z`` (``$`` would accept a trailing newl
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Mapping
 from typing import Literal
 
 #: A recipe name: it becomes an image name (one path component of the engine's grammar:
@@ -43,3 +45,12 @@ CONFIDENCES: tuple[Confidence, ...] = ("verified", "community", "uncertain")
 #: How much of the probe certification runs (``--level``).
 Level = Literal["quick", "full"]
 LEVELS: tuple[Level, ...] = ("quick", "full")
+
+#: Set to ``1`` (``true``, ``yes``, ``on``): what the table has no row for is refused.
+STRICT_ENV = "ENVFORGE_STRICT"
+
+
+def strict_from_env(environ: Mapping[str, str] | None = None) -> bool:
+    """``ENVFORGE_STRICT=1`` (``true``, ``yes``): unknown stacks are refused."""
+    env = os.environ if environ is None else environ
+    return env.get(STRICT_ENV, "").strip().lower() in {"1", "true", "yes", "on"}

@@ -40,15 +40,15 @@ decides), refused like ``impossible`` under ``--strict`` / ``ENVFORGE_STRICT=1``
 
 from __future__ import annotations
 
-import os
+import functools
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from envforge.core.patterns import ENV_NAME_RE
+from envforge.core.patterns import ENV_NAME_RE, STRICT_ENV, strict_from_env
 from envforge.knowledge.arch_checks import (
     amd_arch,
     cuda_arch,
@@ -86,16 +86,18 @@ __all__ = [
     "unknowns",
 ]
 
-#: ``1`` (or ``true``/``yes``): treat unknown stacks as refusals (for CI).
-STRICT_ENV = "ENVFORGE_STRICT"
 
-#: NumPy versions probed to decide whether a specifier admits a breaking release.
-_NUMPY_PROBES = tuple(
-    Version(f"{major}.{minor}.{micro}")
-    for major in (1, 2, 3, 4)
-    for minor in range(40)
-    for micro in range(12)
-)
+@functools.lru_cache(maxsize=1)
+def _numpy_probes() -> tuple[Version, ...]:
+    """NumPy versions probed to decide whether a specifier admits a breaking release: made
+    on first use (1,920 versions cost more than the rest of this module's import, and only
+    a release with a ``numpy_breaks`` bound needs them)."""
+    return tuple(
+        Version(f"{major}.{minor}.{micro}")
+        for major in (1, 2, 3, 4)
+        for minor in range(40)
+        for micro in range(12)
+    )
 
 
 # --------------------------------------------------------------------------- check
@@ -111,12 +113,6 @@ def check(
     are included (see :func:`split`)."""
     t = load_table() if table is None else table
     return list(_violations(recipe, t, platform or PLATFORMS[0]))
-
-
-def strict_from_env(environ: Mapping[str, str] | None = None) -> bool:
-    """``ENVFORGE_STRICT=1`` (``true``, ``yes``): unknown stacks are refused."""
-    env = os.environ if environ is None else environ
-    return env.get(STRICT_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
 def split(
@@ -444,7 +440,7 @@ def _numpy(recipe: Recipe, release: Release, t: CompatTable) -> Iterator[Violati
         return
     breaks = SpecifierSet(release.numpy_breaks)
     wanted = SpecifierSet(recipe.numpy)
-    bad = next((v for v in _NUMPY_PROBES if v in breaks and wanted.contains(v)), None)
+    bad = next((v for v in _numpy_probes() if v in breaks and wanted.contains(v)), None)
     if bad is None:
         return
     spec = recipe.numpy.strip()

@@ -354,7 +354,8 @@ def _installable(
     first = dict(python_from).get(python)
     if first is None:
         return versions
-    return tuple(v for v in versions if Version(v) >= Version(first))
+    lowest = Version(first)
+    return tuple(v for v in versions if Version(v) >= lowest)
 
 
 @functools.lru_cache(maxsize=64)

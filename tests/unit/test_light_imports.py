@@ -206,12 +206,24 @@ _NOT_PRINTED: list[tuple[list[str], tuple[str, ...]]] = [
             "envforge.render",
             "sqlite3",
             "jinja2",
+            "tempfile",
         ),
     ),
-    (["show", "cpu"], (*_TABLE_PARSER, "envforge.render", "envforge.solve.solver", "jinja2")),
+    # a recipe without a GPU arch: nothing to solve beside it
+    (["show", "cpu"], (*_TABLE_PARSER, "envforge.render", "envforge.solve", "jinja2", "tempfile")),
     (
         ["solve", "sm_89"],
-        (*_TABLE_PARSER, "envforge.render", "envforge.evidence", "sqlite3", "jinja2"),
+        (
+            *_TABLE_PARSER,
+            "envforge.render",
+            "envforge.evidence",
+            "envforge.stack",  # only --with prints pins
+            "envforge.knowledge.extensions",
+            "envforge.knowledge.rules",  # strict_mode reads the environment only
+            "sqlite3",
+            "jinja2",
+            "tempfile",
+        ),
     ),
     (["render", "cpu"], (*_TABLE_PARSER, "envforge.evidence", "envforge.solve.solver", "sqlite3")),
     (
