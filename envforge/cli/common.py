@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from envforge.evidence.signed import SignedPolicy
     from envforge.host.detect import HostInfo
     from envforge.project.model import Project
-    from envforge.publish.signing import SigningKey
+    from envforge.publish.signing import SigningKey, TrustList
     from envforge.recipe.model import Recipe
     from envforge.solve.choose import Choice
 
@@ -497,3 +497,12 @@ def trusted_files(trust: Sequence[Path]) -> tuple[list[Path], str]:
         value.source, f"{value.origin}: trusted_keys"
     )
     return files, setting
+
+
+def trusted_keys(trust: Sequence[Path]) -> TrustList:
+    """The trusted keys themselves (:func:`trusted_files`; empty without any), for what
+    is verified with them (an attestation names no key of its own)."""
+    from envforge.publish.signing import TrustList, load_trust  # noqa: PLC0415 - lazy
+
+    files, setting = trusted_files(trust)
+    return load_trust(files, setting=setting) if files else TrustList()
