@@ -166,6 +166,21 @@ def signing_key_option(func: F) -> F:
     )(func)
 
 
+def signing_key_ref_option(func: F) -> F:
+    """``fleet plan --signing-key PATH|env:NAME``: the nodes' key, by reference
+    (:mod:`envforge.fleet.signing_ref`); no environment default (the planner's own key
+    path means nothing on a node)."""
+    return click.option(
+        "--signing-key",
+        "signing_key",
+        default="",
+        metavar="PATH|env:NAME",
+        help="Key each task signs with, by reference: a key file's absolute path on the "
+        "nodes, or env:NAME (the nodes' variable holding its path or the PEM key); never "
+        "copied into the plan's folder.",
+    )(func)
+
+
 def summary_option(func: F) -> F:
     """``--summary FILE``: append a Markdown summary (for ``$GITHUB_STEP_SUMMARY``)."""
     return click.option(

@@ -64,6 +64,7 @@ def make_plan(
     envforge: Sequence[str] = ("envforge",),
     ca_bundle: str = "",
     overrides: Sequence[str] = (),
+    signing_key: str = "",
 ) -> Plan:
     """The plan for ``recipes`` ((reference as given, loaded recipe) pairs); see the
     module docstring for the pairing; ``images``: whether ``backend`` makes images (its
@@ -118,6 +119,7 @@ def make_plan(
         nonce=secrets.token_hex(16),
         ca_bundle=ca_bundle,
         overrides=tuple(overrides),
+        signing_key=signing_key,
     )
 
 

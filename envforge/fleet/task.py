@@ -4,7 +4,9 @@ The task runs envforge as a child (``build RECIPE --backend venv`` or ``build RE
 ``certify IMAGE`` for Docker) with ``--report`` into its report folder and, unless the
 plan says otherwise, an ``ENVFORGE_HOME`` of its own under the plan's folder
 (``homes/NNN``): concurrent tasks on a shared file system never write the same store.
-The GPUs the scheduler granted are passed on as ``--gpu`` (:mod:`envforge.host.grant`).
+The GPUs the scheduler granted are passed on as ``--gpu`` (:mod:`envforge.host.grant`);
+a plan's signing key (``fleet plan --signing-key``) by reference, as ``ENVFORGE_SIGNING_KEY``
+(:mod:`envforge.fleet.signing_ref`).
 ``task.json`` (written last, atomically) records the exit status, the node, the grant and
 the seconds; its presence tells ``fleet status`` that the task ended.
 """
@@ -14,7 +16,8 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -23,7 +26,9 @@ from envforge.core.fsutil import make_dirs, write_atomically
 from envforge.errors import InvalidInput
 from envforge.fleet.outcome import TASK_FILE
 from envforge.fleet.plan import Plan, Task
+from envforge.fleet.signing_ref import key_path
 from envforge.host.grant import FLEET_VARIABLE, granted
+from envforge.publish.signing import ENV_SIGNING_KEY
 
 
 def command(plan: Plan, task: Task, folder: Path) -> list[str]:
@@ -49,6 +54,16 @@ def environment(plan: Plan, task: Task, folder: Path, environ: Mapping[str, str]
     return env
 
 
+@contextmanager
+def signing_key(plan: Plan, environ: Mapping[str, str]) -> Iterator[str]:
+    """The path of the plan's signing key on this node ("" when the plan names none)."""
+    if not plan.signing_key:
+        yield ""
+        return
+    with key_path(plan.signing_key, environ) as path:
+        yield path
+
+
 def run_task(plan: Plan, folder: Path, index: int, environ: Mapping[str, str] | None = None) -> int:
     """Run task ``index`` of ``plan`` (in ``folder``); its exit status."""
     env_in = dict(os.environ if environ is None else environ)
@@ -63,10 +78,12 @@ def run_task(plan: Plan, folder: Path, index: int, environ: Mapping[str, str] | 
     make_dirs(folder / task.folder)
     started = datetime.now(timezone.utc)
     clock = time.monotonic()
-    with proc.spawn(
-        argv, env=environment(plan, task, folder, env_in), stdout=None, stderr=None
-    ) as child:
-        code = child.wait()
+    env = environment(plan, task, folder, env_in)
+    with signing_key(plan, env_in) as key:
+        if key:  # by reference: the key stays where the node keeps it
+            env[ENV_SIGNING_KEY] = key
+        with proc.spawn(argv, env=env, stdout=None, stderr=None) as child:
+            code = child.wait()
     record = {
         "task": task.index,
         "recipe": task.recipe,
