@@ -27,6 +27,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from envforge.evidence.kinds.attestation import predicate_of
+from envforge.evidence.kinds.signed_probe import report_of as signed_report_of
 from envforge.evidence.records import EvidenceError, parse_time
 from envforge.probe.report import PASSING, STATUSES
 from envforge.probe.spec import (
@@ -239,6 +240,11 @@ def document_problem(doc: Any) -> str | None:
         )
     if schema == "envforge.attestation/1":  # a predicate: its steps, host facts and time
         return _attestation_problem(doc)
+    if schema == "envforge.signed-probe/1":  # the signed report
+        try:
+            return report_problem(signed_report_of(doc))
+        except EvidenceError as exc:
+            return exc.message
     if schema is None and isinstance(doc.get("report"), Mapping):  # a venv's certification
         return report_problem(doc["report"], partial=doc.get("incremental") is True)
     return None

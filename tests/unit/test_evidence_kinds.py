@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from envforge.evidence.kinds import KINDS, ranks
 from envforge.evidence.kinds.attestation import document
+from envforge.evidence.kinds.signed_probe import sign_report
 from envforge.evidence.records import Redactor, parse_document, read_evidence
 from envforge.publish import attestation as at
 from envforge.publish.signing import PublicKey, SigningKey
@@ -48,23 +49,28 @@ def _documents() -> dict[str, Mapping[str, Any]]:
     return {
         "certificate": make_certificate(SPEC, report),
         "venv": marker,
+        "signed-probe": sign_report(report.to_dict(), _key()),
         "attestation": _attestation(report.to_dict()),
         "probe": json.loads(report.to_json()),
     }
 
 
-def _attestation(report: Mapping[str, Any]) -> dict[str, Any]:
-    """The run's signed attestation (a venv's), with the key that verified it."""
+def _key() -> SigningKey:
     private = Ed25519PrivateKey.generate()
     raw = private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
-    key = SigningKey(PublicKey(raw), private)
+    return SigningKey(PublicKey(raw), private)
+
+
+def _attestation(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The run's signed attestation (a venv's), with the key that verified it."""
+    key = _key()
     pred = at.predicate(
         report=report,
         backend="venv",
         recipe={"name": "cpu", "hash": "sha256:" + "11" * 32, "stack_tag": SPEC.stack},
     )
     envelope = at.attest(at.venv_subject("cpu", "sha256:" + "22" * 32), pred, key)
-    return document(envelope.to_dict(), raw)
+    return document(envelope.to_dict(), key.public.raw)
 
 
 def test_every_registered_kind_has_a_document_here() -> None:

@@ -20,11 +20,10 @@ from the predicate)."""
 from __future__ import annotations
 
 import base64
-import binascii
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from envforge.core.jsonlimits import loads
+from envforge.evidence.kinds.enveloped import payload_of, signer_of
 from envforge.evidence.model import Evidence, EvidenceError, from_report
 from envforge.knowledge.table import CompatTable
 
@@ -48,18 +47,7 @@ def recognises(data: Mapping[str, Any]) -> bool:
 def statement_of(data: Mapping[str, Any]) -> Any:
     """The decoded statement of a document's envelope (no signature checked);
     :class:`EvidenceError` when it has none."""
-    from envforge.publish.dsse import Envelope  # noqa: PLC0415 - cryptography
-
-    try:
-        envelope = Envelope.from_dict(data.get("envelope"))
-    except ValueError as exc:
-        raise EvidenceError(f"its envelope: {exc}") from None
-    if envelope.payload_type != PAYLOAD_TYPE:
-        raise EvidenceError(f"its envelope's payloadType is not {PAYLOAD_TYPE}")
-    try:
-        return loads(envelope.payload)
-    except ValueError:
-        raise EvidenceError("its envelope's payload is not JSON") from None
+    return payload_of(data, PAYLOAD_TYPE)
 
 
 def predicate_of(data: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -72,30 +60,6 @@ def predicate_of(data: Mapping[str, Any]) -> Mapping[str, Any]:
         raise EvidenceError(f"not a certification statement: {problems[0]}")
     pred: Mapping[str, Any] = statement["predicate"]
     return pred
-
-
-def _signer(data: Mapping[str, Any], signatures: bool) -> str:
-    text = data.get("public_key")
-    if text is None:
-        return ""
-    from envforge.publish.dsse import Envelope, verified_keys  # noqa: PLC0415 - cryptography
-    from envforge.publish.signing import PublicKey  # noqa: PLC0415 - cryptography
-
-    try:
-        raw = base64.b64decode(str(text), validate=True)
-    except (binascii.Error, ValueError):
-        raw = b""
-    if len(raw) != 32:
-        raise EvidenceError("its public_key is not 32 bytes of base64")
-    key = PublicKey(raw)
-    if signatures:
-        try:
-            envelope = Envelope.from_dict(data.get("envelope"))
-        except ValueError as exc:
-            raise EvidenceError(f"its envelope: {exc}") from None
-        if not verified_keys(envelope, [key]):
-            raise EvidenceError("attestation signature does not verify with its key")
-    return key.fingerprint
 
 
 def report_of(pred: Mapping[str, Any]) -> dict[str, Any]:
@@ -127,7 +91,7 @@ def read(
     table: CompatTable | None,
 ) -> Evidence:
     pred = predicate_of(data)
-    signer = _signer(data, signatures)
+    signer = signer_of(data, signatures=signatures, what="attestation")
     recipe = pred["recipe"]
     return from_report(
         report_of(pred),
