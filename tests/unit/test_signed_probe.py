@@ -15,7 +15,8 @@ import pytest
 
 from envforge.cli import main
 from envforge.cli.probe import _write_report
-from envforge.evidence.evidence_store import read_store
+from envforge.evidence import evidence_db
+from envforge.evidence.evidence_store import read_store, record, signed_report
 from envforge.evidence.kinds.signed_probe import FILE_NAME, PAYLOAD_TYPE
 from envforge.evidence.records import EvidenceError, Redactor, parse_document, read_evidence
 from envforge.fleet import outcome
@@ -153,3 +154,17 @@ def test_fleet_collect_reads_a_tasks_signed_report(
     (state,) = outcome.states(plan, tmp_path / "plan", {}, QUIET)
     assert state.state == "failed"
     assert "does not verify" in state.detail
+
+
+def test_a_signed_copy_replaces_an_older_stores_unsigned_row(
+    site: tuple[SigningKey, Path], tmp_path: Path
+) -> None:
+    """A row keeps the rank number its kind had when written; the signed copy of the run
+    still replaces a bare probe row an envforge before the signed kinds stored (rank 2)."""
+    key, _pub = site
+    _write_report(_report(), tmp_path / "unsigned", None)
+    with evidence_db.connect(evidence_db.db_path(tmp_path / "home")) as conn:
+        conn.execute("UPDATE reports SET rank = 2 WHERE kind = 'probe'")
+    record(signed_report(_report().to_dict(), key))
+    (kept,) = read_store().records
+    assert (kept.kind, kept.signer) == ("signed-probe", key.public.fingerprint)
