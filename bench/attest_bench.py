@@ -17,7 +17,10 @@ temporary folder, a small OCI image pushed to it, then each of the 100 attestati
 attached on its own (``envforge.publish.referrers.attach``, as 100 ``publish`` runs of 100
 sites would: its blob, its artifact manifest, and the referrers tag's index read and put
 back each time), then all 100 read back from the registry (``envelopes_of``: the index,
-each manifest and envelope, digests checked) and verified. The registry is stopped after.
+each manifest and envelope, digests checked) and verified, then imported as
+``evidence import REF --trust PUB`` does (fetched again, checked, verified, added to an
+empty evidence store). The attestations are of distinct real-shaped quick probe runs.
+The registry is stopped after.
 
 Targets (issue 28): attach at most 0.5 s each; verify all 100 in at most 5 s. Not a test:
 timings depend on the machine.
@@ -135,14 +138,47 @@ def run(count: int, folder: Path) -> tuple[float, float, float]:
     return signed, verified, command
 
 
-def run_registry(count: int, folder: Path) -> tuple[float, float]:
+def _genuine(key: object, image_id: str, count: int) -> list[bytes]:
+    """``count`` attestations of distinct real-shaped runs (a quick probe's steps, one
+    minute apart), as ``evidence import REF`` accepts them."""
+    from dataclasses import replace
+    from datetime import datetime, timedelta, timezone
+
+    from tests.acceptance.test_attest_evidence import _attestation, _spec
+    from tests.helpers.matrix_synth import make_certificate
+
+    start = datetime(2026, 11, 20, tzinfo=timezone.utc)
+    out = []
+    for n in range(count):
+        spec = replace(_spec(), created=start + timedelta(minutes=n))
+        out.append(_attestation(key, make_certificate(spec), image_id))  # type: ignore[arg-type]
+    return out
+
+
+def _imported(ref: str, pub: Path, home: Path) -> tuple[float, int]:
+    """``evidence import REF --trust PUB`` in process: every attestation fetched,
+    checked, verified and added to an empty store; seconds and records added."""
+    import os
+
+    from envforge.evidence.attested import fetch
+    from envforge.evidence.evidence_store import import_documents
+    from envforge.publish.signing import load_trust
+
+    os.environ["ENVFORGE_HOME"] = str(home)
+    started = time.perf_counter()
+    found = fetch(ref, load_trust([pub]))
+    done = import_documents(found.documents, found.problems)
+    return time.perf_counter() - started, len(done.added)
+
+
+def run_registry(count: int, folder: Path) -> tuple[float, float, float]:
     import socket
     import urllib.request
 
     from envforge.publish import referrers as rf
     from envforge.publish.attest_verify import check_envelope
     from envforge.publish.signing import generate, load_signing_key, load_trust
-    from tests.acceptance.test_attest_referrers import _envelope, _push_image
+    from tests.acceptance.test_attest_referrers import _push_image
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -166,7 +202,7 @@ def run_registry(count: int, folder: Path) -> tuple[float, float]:
         digest, image_id = _push_image(addr, "bench/image")
         key_path, pub = generate(folder / "keys", "bench")
         key = load_signing_key(key_path)
-        envelopes = [_envelope(key, image_id, "pass", f"{n:032x}") for n in range(count)]
+        envelopes = _genuine(key, image_id, count)
         ref = f"{addr}/bench/image@{digest}"
         started = time.perf_counter()
         for envelope in envelopes:
@@ -179,7 +215,9 @@ def run_registry(count: int, folder: Path) -> tuple[float, float]:
         verified = time.perf_counter() - started
         assert len(ok) == count, (len(ok), count)
         assert all(ok)
-        return attached, verified
+        imported, added = _imported(ref, pub, folder / "home")
+        assert added == count, (added, count)
+        return attached, verified, imported
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -223,6 +261,10 @@ def main() -> None:
     print(
         f"registry read back + verify all: median {statistics.median(r[1] for r in regs):.3f}"
         f" s (max {max(r[1] for r in regs):.3f} s)"
+    )
+    print(
+        f"evidence import REF (fetch, verify, add all): median "
+        f"{statistics.median(r[2] for r in regs):.3f} s (max {max(r[2] for r in regs):.3f} s)"
     )
 
 

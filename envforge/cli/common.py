@@ -9,6 +9,7 @@ import re
 import signal
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from envforge.evidence.signed import SignedPolicy
     from envforge.host.detect import HostInfo
     from envforge.project.model import Project
-    from envforge.publish.signing import SigningKey
+    from envforge.publish.signing import SigningKey, TrustList
     from envforge.recipe.model import Recipe
     from envforge.solve.choose import Choice
 
@@ -179,6 +180,21 @@ def signing_key_option(func: F) -> F:
     )(func)
 
 
+def signing_key_ref_option(func: F) -> F:
+    """``fleet plan --signing-key PATH|env:NAME``: the nodes' key, by reference
+    (:mod:`envforge.fleet.signing_ref`); no environment default (the planner's own key
+    path means nothing on a node)."""
+    return click.option(
+        "--signing-key",
+        "signing_key",
+        default="",
+        metavar="PATH|env:NAME",
+        help="Key each task signs with, by reference: a key file's absolute path on the "
+        "nodes, or env:NAME (the nodes' variable holding its path or the PEM key); never "
+        "copied into the plan's folder.",
+    )(func)
+
+
 def summary_option(func: F) -> F:
     """``--summary FILE``: append a Markdown summary (for ``$GITHUB_STEP_SUMMARY``)."""
     return click.option(
@@ -227,12 +243,10 @@ def signed_policy(require_signed: bool, trust: Sequence[Path]) -> SignedPolicy:
     required = required_by(require_signed, os.environ)
     if not (required or trust or os.environ.get("ENVFORGE_TRUSTED_KEYS", "").strip()):
         return SignedPolicy()  # nothing to check: show stays light
-    from envforge.publish.signing import load_trust  # noqa: PLC0415 - lazy
-
     files, setting = trusted_files(trust)
     names: dict[str, str] = {}
     if files:
-        keys = load_trust(files, setting=setting)
+        keys: TrustList = _signing().load_trust(files, setting=setting)
         names = {fp: key.name for fp, key in keys.keys.items()}
     how = "--require-signed" if require_signed else f"{REQUIRE_ENV}=1"
     return SignedPolicy.of(required, names, setting=how)
@@ -268,19 +282,24 @@ def root_option(func: F) -> F:
 
 def host_platform() -> str:
     """This host's platform in docker's names (``linux/amd64``, ``linux/arm64``)."""
-    from envforge.knowledge.platforms import host_platform as found  # noqa: PLC0415
+    found: str = _platforms().host_platform()
+    return found
 
-    return found()
+
+def _platforms() -> ModuleType:
+    """:mod:`envforge.knowledge.platforms`, imported when a command takes a platform
+    (``--help`` and ``list`` load nothing of the knowledge package)."""
+    from envforge.knowledge import platforms  # noqa: PLC0415 - see above
+
+    return platforms
 
 
 def platform_option(func: F) -> F:
     """``--platform linux/amd64|linux/arm64``: the wheels' (and image's) platform."""
-    from envforge.knowledge.platforms import PLATFORMS  # noqa: PLC0415 - a constant
-
     return click.option(
         "--platform",
         "platform",
-        type=click.Choice(PLATFORMS),
+        type=click.Choice(_platforms().PLATFORMS),
         default=None,
         help="Wheel and image platform (default: this host's).",
     )(func)
@@ -386,11 +405,17 @@ def echo_json(data: Any) -> None:
 # --------------------------------------------------------------------------- signing, Ctrl-C
 
 
+def _signing() -> ModuleType:
+    """:mod:`envforge.publish.signing`, imported when a key is used (it loads cryptography)."""
+    from envforge.publish import signing  # noqa: PLC0415 - cryptography
+
+    return signing
+
+
 def load_signer(path: Path | None) -> SigningKey | None:
     """The ``--signing-key`` / ``ENVFORGE_SIGNING_KEY`` key, loaded before any work."""
-    from envforge.publish.signing import load_signer as load  # noqa: PLC0415 - cryptography
-
-    return load(path, say=say)
+    key: SigningKey | None = _signing().load_signer(path, say=say)
+    return key
 
 
 @contextlib.contextmanager
@@ -510,3 +535,12 @@ def trusted_files(trust: Sequence[Path]) -> tuple[list[Path], str]:
         value.source, f"{value.origin}: trusted_keys"
     )
     return files, setting
+
+
+def trusted_keys(trust: Sequence[Path]) -> TrustList:
+    """The trusted keys themselves (:func:`trusted_files`; empty without any), for what
+    is verified with them (an attestation names no key of its own)."""
+    files, setting = trusted_files(trust)
+    signing = _signing()
+    keys: TrustList = signing.load_trust(files, setting=setting) if files else signing.TrustList()
+    return keys

@@ -2,7 +2,8 @@
 
 ``import PATH|REF...`` reads report folders, report files, ``*.jsonl`` bundles and images
 in a registry (their certificate label, read from the image config through the registry's
-HTTP API without pulling layers: :mod:`envforge.publish.registry`) into the local store
+HTTP API without pulling layers: :mod:`envforge.publish.registry`, and every signed
+attestation attached to their digest: :mod:`envforge.evidence.attested`) into the local store
 (:mod:`envforge.evidence.evidence_store`). ``export [--recipe R] -o FILE`` writes the store as a
 redacted JSON-lines bundle that ``import`` and ``matrix --evidence`` read.
 """
@@ -10,6 +11,7 @@ redacted JSON-lines bundle that ``import`` and ``matrix --evidence`` read.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -19,17 +21,21 @@ from envforge.cli.common import (
     json_option,
     note,
     require_signed_option,
+    say,
     signed_policy,
     trust_option,
+    trusted_keys,
 )
 from envforge.container.refs import CERTIFICATE_LABEL
 from envforge.core.fsutil import check_file_target, write_atomically
 from envforge.core.jsonlimits import BadJSON, loads
 from envforge.core.net import Deadline, NotAnswered, deadline_seconds
 from envforge.errors import EnvforgeError, InvalidInput, Unavailable
+from envforge.evidence.attested import fetch, without_same_run
 from envforge.evidence.evidence_store import export_lines, import_documents, read_store
 from envforge.evidence.records import Problem, documents
 from envforge.publish.registry import image_labels
+from envforge.publish.signing import TrustList
 
 
 @click.group("evidence")
@@ -45,6 +51,42 @@ def _is_ref(text: str) -> bool:
         return False
     host = text.split("/", 1)[0]
     return "." in host or ":" in host or host == "localhost"
+
+
+def _registry_documents(
+    source: str, budget: Deadline, trusted: TrustList, problems: list[Problem]
+) -> tuple[list[tuple[str, Any]], Unavailable | None]:
+    """An image's certificate (its label) and every attestation of its digest
+    (:mod:`envforge.evidence.attested`), a run both record once; what could not be read
+    is added to ``problems``, with the registry's failure when it did not answer."""
+    try:
+        label = image_labels(source, deadline=budget).get(CERTIFICATE_LABEL)
+    except EnvforgeError as exc:
+        problems.append(Problem(source, exc.one_line()))
+        return [], exc if isinstance(exc, Unavailable) else None
+    certificate: tuple[str, Any] | None = None
+    if label:
+        try:
+            certificate = (source, loads(label))
+        except BadJSON as exc:
+            problems.append(Problem(source, f"its certificate label is not JSON: {exc}"))
+    try:
+        found = fetch(source, trusted, deadline=budget)
+    except EnvforgeError as exc:
+        said = f"its attestations could not be listed: {exc.one_line()}"
+        if certificate is not None:  # the image is read: its certificate
+            say(f"warning: {source}: {said}")
+        elif problems and problems[-1].source == source:  # one line per image
+            problems[-1] = Problem(source, f"{problems[-1].message}; {said}")
+        else:
+            problems.append(Problem(source, said))
+        return ([certificate] if certificate else []), None
+    problems.extend(found.problems)
+    if not label and not found.documents and not found.problems:
+        problems.append(
+            Problem(source, f"carries no certificate ({CERTIFICATE_LABEL}) and no attestation")
+        )
+    return without_same_run(certificate, found.documents), None
 
 
 @evidence.command("import")
@@ -67,11 +109,13 @@ def import_cmd(
     as_json: bool,
 ) -> None:
     """Add reports (folders, files, .jsonl bundles) and registry images' certificates
-    to the local evidence store. Exit 2 when nothing could be read (4: a registry did
-    not answer, or answered what cannot be used: a redirect or token service elsewhere,
-    too large, malformed). With --require-signed (or ENVFORGE_REQUIRE_SIGNED=1) only
-    records signed by a trusted key are added; the rest are skipped, named. Without it
-    each record says how it is signed (unsigned ones: unsigned)."""
+    and attestations (every one attached to the digest, each signature checked against
+    the trusted keys) to the local evidence store. Exit 2 when nothing could be read
+    (4: a registry did not answer, or answered what cannot be used: a redirect or token
+    service elsewhere, too large, malformed). With --require-signed (or
+    ENVFORGE_REQUIRE_SIGNED=1) only records signed by a trusted key are added; the rest
+    are skipped, named. Without it each record says how it is signed (unsigned ones:
+    unsigned)."""
     policy = signed_policy(require_signed, trust)
     try:
         budget = Deadline.start(deadline_seconds(deadline))
@@ -82,22 +126,14 @@ def import_cmd(
     #: the first registry that did not answer, or answered what cannot be used (refused,
     #: too large, malformed): exit 4 naming it when nothing was read
     network: tuple[str, Unavailable] | None = None
+    trusted = trusted_keys(trust) if any(_is_ref(s) for s in sources) else None
     for source in sources:
         if _is_ref(source):
-            try:
-                label = image_labels(source, deadline=budget).get(CERTIFICATE_LABEL)
-            except EnvforgeError as exc:
-                problems.append(Problem(source, exc.one_line()))
-                if isinstance(exc, Unavailable) and network is None:
-                    network = (source, exc)
-                continue
-            if not label:
-                problems.append(Problem(source, f"carries no certificate ({CERTIFICATE_LABEL})"))
-                continue
-            try:
-                docs.append((source, loads(label)))
-            except BadJSON as exc:
-                problems.append(Problem(source, f"its certificate label is not JSON: {exc}"))
+            assert trusted is not None
+            got, failed = _registry_documents(source, budget, trusted, problems)
+            docs.extend(got)
+            if failed is not None and network is None:
+                network = (source, failed)
         elif Path(source).exists():
             docs.extend(documents([Path(source)], problems))
         else:

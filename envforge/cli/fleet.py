@@ -35,6 +35,7 @@ from envforge.cli.common import (
     say,
     set_option,
     signed_policy,
+    signing_key_ref_option,
     trust_option,
     wheelhouse_option,
 )
@@ -50,6 +51,7 @@ from envforge.fleet.engines import ENGINES, engine_for
 from envforge.fleet.outcome import counts
 from envforge.fleet.plan import Site
 from envforge.fleet.planning import load_plan, make_plan
+from envforge.fleet.signing_ref import key_ref
 from envforge.fleet.task import run_task
 from envforge.fleet.values import MAX_PREAMBLE, arch_problem, refuse, time_problem, time_seconds
 from envforge.fleet.write import submit, write_plan
@@ -166,6 +168,7 @@ def _pairs(values: tuple[str, ...], setting: str) -> tuple[tuple[str, str], ...]
     help="Shell lines each Slurm task runs before envforge (module load ...).",
 )
 @ca_bundle_option("PEM bundle each task's build trusts (passed on as build --ca-bundle).")
+@signing_key_ref_option
 @set_option
 @click.option("--namespace", default="default", show_default=True, help="Kubernetes namespace.")
 @click.option(
@@ -255,6 +258,7 @@ def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
     sbatch_args: tuple[str, ...],
     preamble: Path | None,
     ca_bundle: Path | None,
+    signing_key: str,
     overrides: tuple[str, ...],
     namespace: str,
     arch_label: str,
@@ -310,6 +314,7 @@ def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
         ca_bundle=str(ca_bundle.resolve()) if ca_bundle else "",
         overrides=overrides,
         **plan_arguments(engine, where, recipes=loaded, archs=archs, site=site, gpus=gpus),
+        signing_key=key_ref(signing_key, out) if signing_key else "",
     )
     written = write_plan(plan, out.resolve())
     if as_json:

@@ -1,7 +1,9 @@
 """``envforge matrix``: the certified-on matrix as a static site (``index.html`` + ``matrix.json``).
 
 Evidence comes from ``--evidence PATH`` (repeatable: folders, searched recursively, report
-files, ``*.jsonl`` bundles), by default from the local evidence store (certificates and
+files, ``*.jsonl`` bundles) and ``--from-registry REF|FILE`` (the signed attestations
+attached to each image's digest in its registry: a site publishes its evidence by pushing
+it; :mod:`envforge.evidence.attested`), by default from the local evidence store (certificates and
 reports, :mod:`envforge.evidence.evidence_store`). Files that are not readable evidence are named
 on stderr, one line each, and skipped; so is a certificate whose signature does not match.
 Each signed report shows its signer's key fingerprint, and the key's name when a trust file
@@ -23,15 +25,21 @@ from envforge.cli.common import (
     require_signed_option,
     signed_policy,
     trust_option,
+    trusted_keys,
 )
+from envforge.core.fsutil import read_limited, read_reason
 from envforge.errors import InvalidInput
 from envforge.evidence import evidence_db
+from envforge.evidence.attested import registry_evidence
 from envforge.evidence.local_store import opened
 from envforge.evidence.matrix import Matrix, aggregate, write_site
 from envforge.evidence.matrix_db import store_matrix
 from envforge.evidence.model import EvidenceSet
 from envforge.evidence.records import missing_paths, read_evidence
 from envforge.evidence.signed import SignedPolicy
+
+#: Bytes a --from-registry file of refs may have.
+MAX_REF_LIST_BYTES = 4 * 1024 * 1024
 
 
 def _store_matrix(policy: SignedPolicy) -> tuple[Matrix, list[str]]:
@@ -57,6 +65,50 @@ def _signed_line(policy: SignedPolicy, signers: list[str]) -> str:
     return f"{unsigned} of {len(signers)} report(s) unsigned or not trusted (counted, labelled)"
 
 
+def _registry_refs(values: tuple[str, ...]) -> list[str]:
+    """``--from-registry`` values: refs, and files listing refs (one a line, ``#``
+    comments)."""
+    refs: list[str] = []
+    for value in values:
+        path = Path(value)
+        if not path.is_file():
+            refs.append(value)
+            continue
+        try:
+            text = read_limited(path, MAX_REF_LIST_BYTES).decode("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            why = read_reason(exc, path) if isinstance(exc, OSError) else "not UTF-8 text"
+            raise InvalidInput(
+                f"--from-registry {path}: cannot read: {why}",
+                hint="name a file of image references, one a line",
+            ) from None
+        refs += [w for line in text.splitlines() for w in line.split("#", 1)[0].split()[:1]]
+    return refs
+
+
+def _gathered(
+    paths: list[Path], from_registry: tuple[str, ...], trust: tuple[Path, ...]
+) -> EvidenceSet:
+    """The records of ``--evidence`` paths and of ``--from-registry`` images, each run once."""
+    found = read_evidence(paths, signatures=True) if paths else EvidenceSet(())
+    if not from_registry:
+        return found
+    refs = _registry_refs(from_registry)
+    if not refs:
+        raise InvalidInput(
+            "--from-registry: no image reference given", hint="name REF or a file of refs"
+        )
+    remote = registry_evidence(refs, trusted_keys(trust))
+    kept = {r.key: r for r in remote.records}
+    merged = [*kept.values(), *(r for r in found.records if r.key not in kept)]
+    return EvidenceSet(
+        tuple(sorted(merged, key=lambda r: (r.created, r.key), reverse=True)),
+        (*found.problems, *remote.problems),
+        found.duplicates + remote.duplicates + len(found.records) + len(kept) - len(merged),
+        found.files + remote.files,
+    )
+
+
 def register(group: click.Group) -> None:
     group.add_command(matrix)
 
@@ -80,12 +132,23 @@ def register(group: click.Group) -> None:
     type=OutputPath(),
     help="Folder for index.html and matrix.json (created when missing).",
 )
+@click.option(
+    "--from-registry",
+    "from_registry",
+    multiple=True,
+    metavar="REF|FILE",
+    help="Build it from the attestations attached to this image's digest in its registry "
+    "(HOST[:PORT]/REPO:TAG or @sha256:…; a FILE lists such refs, one a line; repeatable), "
+    "each checked against the trusted keys; with --evidence, both.",
+)
 @trust_option("Public key file naming signers (repeatable; default: $ENVFORGE_TRUSTED_KEYS).")
 @require_signed_option
 @json_option
 def matrix(
     evidence: tuple[Path, ...],
     out: Path,
+    *,
+    from_registry: tuple[str, ...],
     trust: tuple[Path, ...],
     require_signed: bool,
     as_json: bool,
@@ -101,8 +164,8 @@ def matrix(
             )
     policy = signed_policy(require_signed, trust)
     signers = dict(policy.trusted)
-    if evidence:
-        found = read_evidence((p for p in sources if p.exists()), signatures=True)
+    if evidence or from_registry:
+        found = _gathered(sources, from_registry, trust)
         by = [r.signer for r in found.records]
         kept = tuple(r for r in found.records if policy.counts(r.signer))
         result = aggregate(EvidenceSet(kept, found.problems, found.duplicates, found.files))

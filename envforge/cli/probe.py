@@ -9,34 +9,40 @@ otherwise); the verdict and ``--json`` data go to stdout.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from envforge.cli.common import (
     echo_json,
+    effective_settings,
     gpu_option,
     json_option,
     level_option,
     load_checked,
+    load_signer,
     python_option,
     report_option,
     say,
     set_option,
+    signing_key_option,
     step_timeout_option,
     summary_option,
     term_as_interrupt,
 )
 from envforge.cli.display import ProbeProgress
 from envforge.cli.running import gpu_environ, health_options, pick_for, require_free_option
-from envforge.core.fsutil import REPORT_FILES, check_folder_target
+from envforge.core.fsutil import REPORT_FILES, check_folder_target, write_atomically
 from envforge.errors import CertificationFailed, InvalidInput, clip
-from envforge.evidence.evidence_store import record
+from envforge.evidence.evidence_store import record, signed_report
+from envforge.evidence.kinds.signed_probe import FILE_NAME as SIGNED_NAME
 from envforge.evidence.summary import summarizing
 from envforge.host.grant import granted
 from envforge.probe.report import summarize
@@ -46,6 +52,7 @@ from envforge.recipe.model import Level
 
 if TYPE_CHECKING:
     from envforge.probe.report import ProbeReport, StepResult
+    from envforge.publish.signing import SigningKey
 
 _HINTS = {
     "hang": "a hung GPU call; see the recipe's known issues (envforge show RECIPE), "
@@ -85,6 +92,7 @@ _HINTS = {
 @gpu_option
 @require_free_option
 @health_options
+@signing_key_option
 def probe(  # noqa: PLR0917 - click passes options positionally
     recipe_ref: str | None,
     overrides: tuple[str, ...],
@@ -100,6 +108,7 @@ def probe(  # noqa: PLR0917 - click passes options positionally
     health: bool,
     require_healthy: bool,
     collective: bool,
+    signing_key: Path | None,
 ) -> None:
     """Probe an environment step by step, each step under a deadline in an isolated process.
 
@@ -111,8 +120,10 @@ def probe(  # noqa: PLR0917 - click passes options positionally
         raise InvalidInput(
             f"--step-timeout {step_timeout_problem(step_timeout)}", hint="--step-timeout 60"
         )
+    key = None
     if report_dir is not None:  # before the probe runs: a file in the way is exit 2 now
         check_folder_target(report_dir, setting="--report", files=REPORT_FILES)
+        key = _signer(signing_key)
     title = "envforge probe" + (f" --recipe {recipe_ref}" if recipe_ref else "")
     with summarizing(summary_file, title) as notes:
         if recipe_ref is None:
@@ -151,8 +162,7 @@ def probe(  # noqa: PLR0917 - click passes options positionally
             report = run_probe(spec, target, listener=table if live else None)
         notes.add(report)
         if report_dir is not None:
-            _write_report(report, report_dir)
-            _keep(report)
+            _write_report(report, report_dir, key)
         if as_json:
             echo_json(report.to_dict())
         else:
@@ -165,20 +175,31 @@ def probe(  # noqa: PLR0917 - click passes options positionally
             _raise_failed(report, problem, spec)
 
 
-def _write_report(report: ProbeReport, folder: Path) -> None:
+def _signer(signing_key: Path | None) -> SigningKey | None:
+    """The key the report is signed with: --signing-key, $ENVFORGE_SIGNING_KEY or the
+    settings' signing_key (loaded before the probe runs: a bad key is exit 2 now)."""
+    settings = effective_settings({"signing_key": signing_key}, None, ("signing_key",))
+    return load_signer(settings.path("signing_key"))
+
+
+def _write_report(report: ProbeReport, folder: Path, key: SigningKey | None) -> None:
+    """Write the report's files (with a key, also ``probe.signed.json``: the report as
+    the evidence store keeps it, signed) and keep the run in the local evidence store."""
+    run: Mapping[str, Any] = report.to_dict()
     try:
         json_path, junit_path = report.write(folder)
+        if key is not None:
+            run = signed_report(run, key)
+            signed = folder / SIGNED_NAME
+            write_atomically(signed, json.dumps(run, indent=2) + "\n", setting="--report")
+            click.echo(f"wrote {signed} (signed by {key.public.label})", err=True)
     except OSError as exc:
         raise InvalidInput(
             f"--report {folder}: cannot write: {exc.strerror or exc}",
             hint="pass a folder you can write to",
         ) from None
     click.echo(f"wrote {json_path} and {junit_path}", err=True)
-
-
-def _keep(report: ProbeReport) -> None:
-    """Keep the run in the local evidence store (a certification: ``probe --report``)."""
-    stored = record(report.to_dict())
+    stored = record(run)  # a certification: probe --report
     click.echo(f"kept in the evidence store: {stored}", err=True)
 
 

@@ -261,7 +261,13 @@ def check_file_target(path: PathLike, *, setting: str | None = None) -> None:
 
 
 #: The files ``--report DIR`` writes (probe, build and certify; both backends).
-REPORT_FILES = ("probe.json", "probe.junit.xml", "certificate.json", "certified.json")
+REPORT_FILES = (
+    "probe.json",
+    "probe.signed.json",
+    "probe.junit.xml",
+    "certificate.json",
+    "certified.json",
+)
 
 
 def check_folder_target(

@@ -94,8 +94,15 @@ _UPSERT = (
     f"VALUES ({', '.join('?' * (len(COLUMNS) + 1))}) "
     f"ON CONFLICT(key) DO UPDATE SET "
     + ", ".join(f"{c} = excluded.{c}" for c in (*COLUMNS[1:], "document"))
-    + " WHERE excluded.rank < reports.rank"
+    + " WHERE excluded.rank < {stored}"
 )
+
+
+def _upsert(rank: Mapping[str, int]) -> str:
+    """:data:`_UPSERT` comparing with the stored row's kind's rank *now* (a row keeps the
+    number its kind had when it was written; a kind added since moves the others)."""
+    cases = " ".join(f"WHEN '{kind}' THEN {n}" for kind, n in rank.items() if "'" not in kind)
+    return _UPSERT.replace("{stored}", f"(CASE reports.kind {cases} ELSE reports.rank END)")
 
 
 def db_path(state: Path) -> Path:
@@ -219,7 +226,7 @@ def add(conn: sqlite3.Connection, items: Iterable[tuple[Evidence, str]]) -> list
     from envforge.evidence.kinds import ranks  # noqa: PLC0415 - see the imports
 
     rank = ranks()
-
+    upsert = _upsert(rank)
     pending = list(items)
     conn.execute("PRAGMA cache_size = -65536")
     conn.execute("BEGIN IMMEDIATE")
@@ -228,12 +235,12 @@ def add(conn: sqlite3.Connection, items: Iterable[tuple[Evidence, str]]) -> list
         fresh = _fresh(pending, there, rank).values()
         tallies.insert_counted(
             conn,
-            _UPSERT,
+            upsert,
             (_row(record, document, rank) for record, document in fresh),
             _steps(fresh),
         )
         conn.executemany(
-            _UPSERT,
+            upsert,
             (_row(record, document, rank) for record, document in pending if record.key in there),
         )
         conn.execute("COMMIT")

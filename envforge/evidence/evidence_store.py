@@ -11,7 +11,8 @@ Where evidence lives under ``ENVFORGE_HOME``:
   it changed;
 
 Every run becomes evidence through one function, :func:`record`: a certificate (a Docker
-image's, a venv's) or a probe report (``probe --report``).
+image's, a venv's) or a probe report (``probe --report``; with a signing key, the report
+as kept here signed: :func:`signed_report`).
 * ``reports/<run key>.json``: the store before the database, migrated on first use (the
   files stay; each is read once).
 
@@ -40,12 +41,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envforge.core import paths
 from envforge.evidence import evidence_db
 from envforge.evidence.genuine import document_problem
-from envforge.evidence.kinds import ranks
+from envforge.evidence.kinds import ranks, signed_probe
 from envforge.evidence.local_store import opened as opened  # noqa: PLC0414 - re-exported
 from envforge.evidence.local_store import sources as sources  # noqa: PLC0414 - re-exported
 from envforge.evidence.local_store import store_certified_on as store_certified_on  # noqa: PLC0414
@@ -60,6 +61,9 @@ from envforge.evidence.records import (
 from envforge.knowledge.compiled import load_table
 from envforge.knowledge.table import CompatTable
 from envforge.publish.certificate import Certificate, CertificateStore, legacy_venv
+
+if TYPE_CHECKING:
+    from envforge.publish.signing import SigningKey
 
 #: Environment-snapshot keys a stored report keeps (versions only).
 SNAPSHOT_KEPT = (
@@ -171,9 +175,21 @@ def record(
     sanitized and kept in the database. Returns the file or the database kept in."""
     if isinstance(run, Certificate):
         return (store or CertificateStore(paths.certificates_dir(environ))).save(run)
+    if signed_probe.recognises(run):  # signed from what this store keeps: kept as signed
+        key = parse_document(run, lambda text: text).key
+        return save_document(run, key, paths.reports_dir(environ))
     redactor = Redactor.for_this_host() if redact is None else redact
     doc = sanitized_report(run, redactor)
     return save_document(doc, _key_of(doc, redactor), paths.reports_dir(environ))
+
+
+def signed_report(
+    run: Mapping[str, Any], key: SigningKey, redact: Redactor | None = None
+) -> dict[str, Any]:
+    """A probe report (``ProbeReport.to_dict()``) as this store keeps it, signed by ``key``
+    (:mod:`envforge.evidence.kinds.signed_probe`): what ``probe --report`` writes as
+    ``probe.signed.json`` and :func:`record` keeps."""
+    return signed_probe.sign_report(sanitized_report(run, redact), key)
 
 
 # --------------------------------------------------------------------------- import

@@ -27,7 +27,9 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from envforge.evidence.records import parse_time
+from envforge.evidence.kinds.attestation import predicate_of
+from envforge.evidence.kinds.signed_probe import report_of as signed_report_of
+from envforge.evidence.records import EvidenceError, parse_time
 from envforge.probe.report import PASSING, STATUSES
 from envforge.probe.spec import (
     CHECK_PREFIX,
@@ -240,6 +242,25 @@ def document_problem(doc: Any) -> str | None:
         return steps_problem(doc.get("steps"), doc.get("level"), partial=True) or _created_problem(
             doc.get("created")
         )
+    if schema == "envforge.attestation/1":  # a predicate: its steps, host facts and time
+        return _attestation_problem(doc)
+    if schema == "envforge.signed-probe/1":  # the signed report
+        try:
+            return report_problem(signed_report_of(doc))
+        except EvidenceError as exc:
+            return exc.message
     if schema is None and isinstance(doc.get("report"), Mapping):  # a venv's certification
         return report_problem(doc["report"], partial=doc.get("incremental") is True)
     return None
+
+
+def _attestation_problem(doc: Mapping[str, Any]) -> str | None:
+    try:
+        pred = predicate_of(doc)
+    except EvidenceError as exc:
+        return exc.message
+    return (
+        steps_problem(pred.get("steps"), pred.get("level"))
+        or host_problem(pred.get("host"))
+        or _created_problem(pred.get("issuedAt"))
+    )

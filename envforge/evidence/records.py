@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 from envforge.core.fsutil import read_limited, read_reason
 from envforge.core.jsonlimits import BadJSON, loads
 from envforge.errors import EnvforgeError
+from envforge.evidence.kinds.signed_probe import FILE_NAME as SIGNED_REPORT
 from envforge.evidence.model import (
     DETAIL_LIMIT,
     EXPORT_SCHEMA,
@@ -196,6 +197,8 @@ def _files(path: Path, problems: list[Problem]) -> Iterator[Path]:
         for folder, dirs, names in os.walk(path, onerror=unreadable):
             dirs.sort()
             for name in sorted(names):
+                if name == "probe.json" and SIGNED_REPORT in names:
+                    continue  # the same run: probe --report's signed copy, as kept
                 if name.endswith((".json", ".jsonl")) and not name.startswith(".envforge-"):
                     yield Path(folder) / name
     else:

@@ -26,6 +26,7 @@ from typing import Any, Literal
 from envforge.core.fsutil import read_limited
 from envforge.core.jsonlimits import loads
 from envforge.evidence.genuine import document_problem
+from envforge.evidence.kinds import signed_probe
 from envforge.evidence.records import Evidence, EvidenceError, parse_document
 from envforge.fleet.plan import Plan, Task
 from envforge.fleet.slurm_state import JobState
@@ -41,7 +42,7 @@ STATES: tuple[State, ...] = (
     "running",
 )
 #: Report files in the order they are preferred (a certificate names the image digest).
-REPORT_FILES = ("certificate.json", "certified.json", "probe.json")
+REPORT_FILES = ("certificate.json", "certified.json", "probe.signed.json", "probe.json")
 TASK_FILE = "task.json"
 #: Largest report file read.
 MAX_REPORT = 32 * 1024 * 1024
@@ -117,6 +118,8 @@ def _mismatch(task: Task, record: Evidence) -> str:
 
 
 def _host_of(doc: Any) -> Mapping[str, Any]:
+    if signed_probe.recognises(doc):  # parsed before: its signed report is there
+        doc = signed_probe.report_of(doc)
     report = doc.get("report") if "report" in doc else doc
     host = report.get("host") if isinstance(report, Mapping) else None
     return host if isinstance(host, Mapping) else {}

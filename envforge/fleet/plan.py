@@ -22,6 +22,7 @@ from typing import Any
 from envforge.container.refs import registry_ref
 from envforge.errors import InvalidInput
 from envforge.fleet import values
+from envforge.fleet.signing_ref import ref_problem
 from envforge.recipe.model import Recipe
 
 #: Bytes a plan.json may have.
@@ -162,6 +163,9 @@ class Plan:
     workdir: str = ""
     cache_dir: str = ""
     exclusive: bool = False
+    #: Where each node finds the key its task signs with (:mod:`envforge.fleet.signing_ref`:
+    #: an absolute path on the node, or ``env:NAME``); never the key itself.
+    signing_key: str = ""
 
     @property
     def id(self) -> str:
@@ -196,6 +200,8 @@ class Plan:
             data["ca_bundle"] = self.ca_bundle
         if self.overrides:
             data["overrides"] = list(self.overrides)
+        if self.signing_key:
+            data["signing_key"] = self.signing_key
         return data
 
     def to_json(self) -> str:
@@ -427,6 +433,10 @@ def plan_from_dict(data: Any, source: str) -> Plan:
         why = values.setting_problem(setting)
         if why:
             raise values.refuse(f"{source}: key 'overrides'", setting, why, "plan again")
+    signing_key = _text(data, "signing_key", "", source)
+    why = ref_problem(signing_key)
+    if why:  # never quoted: it might be the key itself
+        raise InvalidInput(f"{source}: key 'signing_key' {why}", hint="plan again")
     return Plan(
         engine=engine,
         backend=str(backend),
@@ -440,6 +450,7 @@ def plan_from_dict(data: Any, source: str) -> Plan:
         ca_bundle=_text(data, "ca_bundle", "", source),
         overrides=overrides,
         **_node_local(data, source),
+        signing_key=signing_key,
     )
 
 

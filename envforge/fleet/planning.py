@@ -69,6 +69,7 @@ def make_plan(
     workdir: str = "",
     cache_dir: str = "",
     exclusive: bool = False,
+    signing_key: str = "",
 ) -> Plan:
     """The plan for ``recipes`` ((reference as given, loaded recipe) pairs); see the
     module docstring for the pairing; ``images``: whether ``backend`` makes images (its
@@ -131,6 +132,7 @@ def make_plan(
         workdir=workdir,
         cache_dir=cache_dir,
         exclusive=exclusive,
+        signing_key=signing_key,
     )
 
 

@@ -4,12 +4,14 @@ The task runs envforge as a child (``build RECIPE --backend venv`` or ``build RE
 ``certify IMAGE`` for Docker) with ``--report`` into its report folder and, unless the
 plan says otherwise, an ``ENVFORGE_HOME`` of its own under the plan's folder
 (``homes/NNN``): concurrent tasks on a shared file system never write the same store.
-The GPUs the scheduler granted are passed on as ``--gpu`` (:mod:`envforge.host.grant`).
-With node-local work (``Plan.workdir``: ``fleet plan --workdir``, by default the job's
-``$TMPDIR``, else ``/tmp``) the home is ``WORK/envforge-PLAN-RUN-TTT/home`` on the node
-instead, removed when the task ends (a marker file names it for ``fleet clean`` when a
-killed task could not); ``Plan.cache_dir`` is uv's wheel cache (``UV_CACHE_DIR``). Only
-the report, its certificate, the log and ``task.json`` reach the shared plan folder.
+The GPUs the scheduler granted are passed on as ``--gpu`` (:mod:`envforge.host.grant`);
+a plan's signing key (``fleet plan --signing-key``) by reference, as ``ENVFORGE_SIGNING_KEY``
+(:mod:`envforge.fleet.signing_ref`). With node-local work (``Plan.workdir``: ``fleet plan
+--workdir``, by default the job's ``$TMPDIR``, else ``/tmp``) the home is
+``WORK/envforge-PLAN-RUN-TTT/home`` on the node instead, removed when the task ends (a
+marker file names it for ``fleet clean`` when a killed task could not); ``Plan.cache_dir``
+is uv's wheel cache (``UV_CACHE_DIR``). Only the report, its certificate, the log and
+``task.json`` reach the shared plan folder.
 ``task.json`` (written last, atomically) records the exit status, the node, the grant and
 the seconds; its presence tells ``fleet status`` that the task ended.
 """
@@ -22,7 +24,8 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -33,7 +36,9 @@ from envforge.errors import InvalidInput
 from envforge.fleet import runs
 from envforge.fleet.outcome import TASK_FILE
 from envforge.fleet.plan import JOB_TMPDIR, Plan, Task
+from envforge.fleet.signing_ref import key_path
 from envforge.host.grant import FLEET_VARIABLE, granted, seen
+from envforge.publish.signing import ENV_SIGNING_KEY
 
 
 def command(plan: Plan, task: Task, folder: Path) -> list[str]:
@@ -116,6 +121,16 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
+@contextmanager
+def signing_key(plan: Plan, environ: Mapping[str, str]) -> Iterator[str]:
+    """The path of the plan's signing key on this node ("" when the plan names none)."""
+    if not plan.signing_key:
+        yield ""
+        return
+    with key_path(plan.signing_key, environ) as path:
+        yield path
+
+
 def run_task(plan: Plan, folder: Path, index: int, environ: Mapping[str, str] | None = None) -> int:
     """Run task ``index`` of ``plan`` (in ``folder``); its exit status."""
     env_in = dict(os.environ if environ is None else environ)
@@ -134,11 +149,13 @@ def run_task(plan: Plan, folder: Path, index: int, environ: Mapping[str, str] | 
     started = datetime.now(timezone.utc)
     clock = time.monotonic()
     previous = _on_sigterm()
+    env = environment(plan, task, folder, env_in, work)
     try:
-        with proc.spawn(
-            argv, env=environment(plan, task, folder, env_in, work), stdout=None, stderr=None
-        ) as child:
-            code = child.wait()
+        with signing_key(plan, env_in) as key:
+            if key:  # by reference: the key stays where the node keeps it
+                env[ENV_SIGNING_KEY] = key
+            with proc.spawn(argv, env=env, stdout=None, stderr=None) as child:
+                code = child.wait()
     finally:  # also when Slurm cancels the job (SIGTERM, then KillWait, then SIGKILL)
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)

@@ -12,9 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from envforge.evidence.kinds import KINDS, ranks
+from envforge.evidence.kinds.attestation import document
+from envforge.evidence.kinds.signed_probe import sign_report
 from envforge.evidence.records import Redactor, parse_document, read_evidence
+from envforge.publish import attestation as at
+from envforge.publish.signing import PublicKey, SigningKey
 from tests.helpers.matrix_synth import Spec, make_certificate, make_report
 
 SPEC = Spec(
@@ -43,8 +49,28 @@ def _documents() -> dict[str, Mapping[str, Any]]:
     return {
         "certificate": make_certificate(SPEC, report),
         "venv": marker,
+        "signed-probe": sign_report(report.to_dict(), _key()),
+        "attestation": _attestation(report.to_dict()),
         "probe": json.loads(report.to_json()),
     }
+
+
+def _key() -> SigningKey:
+    private = Ed25519PrivateKey.generate()
+    raw = private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    return SigningKey(PublicKey(raw), private)
+
+
+def _attestation(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The run's signed attestation (a venv's), with the key that verified it."""
+    key = _key()
+    pred = at.predicate(
+        report=report,
+        backend="venv",
+        recipe={"name": "cpu", "hash": "sha256:" + "11" * 32, "stack_tag": SPEC.stack},
+    )
+    envelope = at.attest(at.venv_subject("cpu", "sha256:" + "22" * 32), pred, key)
+    return document(envelope.to_dict(), key.public.raw)
 
 
 def test_every_registered_kind_has_a_document_here() -> None:
@@ -54,8 +80,8 @@ def test_every_registered_kind_has_a_document_here() -> None:
 @pytest.mark.parametrize("name", list(KINDS))
 def test_every_registered_kind_reads_its_own_documents_only(name: str) -> None:
     documents = _documents()
-    for other, document in documents.items():
-        assert KINDS[name].recognises(document) == (other == name), (name, other)
+    for other, doc in documents.items():
+        assert KINDS[name].recognises(doc) == (other == name), (name, other)
     record = KINDS[name].read(documents[name], QUIET, signatures=False, table=None)
     assert record.kind == name
     assert record.recipe == "cpu"
@@ -67,8 +93,10 @@ def test_every_registered_kind_reads_its_own_documents_only(name: str) -> None:
 def test_the_kind_listed_first_wins_a_run_read_twice(tmp_path: Path) -> None:
     assert list(ranks()) == list(KINDS)
     assert sorted(ranks().values()) == list(range(len(KINDS)))
-    for name, document in _documents().items():
-        (tmp_path / f"{name}.json").write_text(json.dumps(document), encoding="utf-8")
+    for name, doc in _documents().items():
+        if name == "attestation":  # a predicate is not the report: a run of its own key
+            continue
+        (tmp_path / f"{name}.json").write_text(json.dumps(doc), encoding="utf-8")
     found = read_evidence([tmp_path], QUIET)
     assert found.problems == ()
     (record,) = found.records

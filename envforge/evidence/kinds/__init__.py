@@ -11,13 +11,16 @@ from __future__ import annotations
 from collections.abc import MutableMapping
 from typing import Final
 
-from envforge.evidence.kinds import certificate, probe, venv
+from envforge.evidence.kinds import attestation, certificate, probe, signed_probe, venv
 from envforge.evidence.kinds.base import EvidenceKind
 
-#: The kinds, best first: a certificate over a venv's marker over a bare probe report.
+#: The kinds, best first: a certificate over a venv's marker over a signed probe report
+#: over a signed attestation (a predicate keeps no step details) over a bare probe report.
 KINDS: Final[MutableMapping[str, EvidenceKind]] = {
     "certificate": certificate,
     "venv": venv,
+    "signed-probe": signed_probe,
+    "attestation": attestation,
     "probe": probe,
 }
 
