@@ -1,8 +1,11 @@
-"""Build progress for logs: when stderr is not a terminal (CI, ``| tee``), a long build
-prints one heartbeat line at most every ``ENVFORGE_HEARTBEAT`` seconds (default 30) -- the
-step, the time since the build began and the last meaningful line -- instead of every
-BuildKit or uv progress line. Every line still goes to a log file; a build that fails
-shows the log's tail and names the file (kept), a build that ends otherwise removes it.
+"""Build progress for logs: when stderr is not a terminal (CI, ``| tee``), a build prints
+each step's first line once (``Step 3/9 : RUN ...``, BuildKit's ``[build 3/9] RUN ...``)
+and, during a long step, one heartbeat line at most every ``ENVFORGE_HEARTBEAT`` seconds
+(default 30) -- the step, the time since the build began and the last meaningful line --
+instead of every BuildKit or uv progress line. Terminal escapes (the classic builder's
+colours) are removed and other control characters escaped. Every line still goes to a log
+file; a build that fails shows the log's tail and names the file (kept), a build that ends
+otherwise removes it.
 
 On a terminal :class:`~envforge.cli.display.BuildDisplay` is used as before
 (:func:`build_display` picks). ``ENVFORGE_HEARTBEAT=0`` streams every line to a log too.
@@ -23,7 +26,7 @@ from typing import IO, TextIO
 
 from envforge.cli.display import BuildDisplay
 from envforge.core import paths
-from envforge.errors import BuildFailed, InvalidInput, Unavailable, clip
+from envforge.errors import BuildFailed, InvalidInput, Unavailable, clip, printable
 
 HEARTBEAT_ENV = "ENVFORGE_HEARTBEAT"
 DEFAULT_EVERY = 30.0
@@ -41,6 +44,13 @@ _STEP_RES = (
 #: BuildKit's line prefix (``#7 12.34 ``) and its bookkeeping lines (no news in them).
 _BUILDKIT_PREFIX = re.compile(r"^#\d+ (?:\d+\.\d+ )?")
 _NOISE = re.compile(r"^(?:#\d+ (?:DONE|CACHED)\b.*|---> .*|Removing intermediate container .*)$")
+#: A terminal's control sequences (CSI: colours, cursor moves) in a builder's output.
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+
+
+def _plain(line: str) -> str:
+    """``line`` without terminal control sequences, other controls escaped."""
+    return printable(_ANSI.sub("", line))
 
 
 def heartbeat_every(environ: Mapping[str, str] | None = None) -> float:
@@ -101,9 +111,9 @@ class Heartbeat:
         with self._lock:
             self._record(line)
             if self.every == 0:
-                self._write(line)
+                self._write(_plain(line))
                 return
-            self._note(line)
+            self._note(_plain(line))
             self._beat_if_due()
 
     def step(self, text: str) -> None:
@@ -177,7 +187,11 @@ class Heartbeat:
         for pattern in _STEP_RES:
             found = pattern.match(line)
             if found:
-                self._step = clip(found.group(1), 100)
+                step = clip(found.group(1), 100)
+                if step != self._step:  # each step once, as it starts
+                    self._step = step
+                    self._last = ""
+                    self._write(f"envforge: [{self.clock() - self.started:5.0f}s] {step}")
                 return
         if _NOISE.match(line):
             return

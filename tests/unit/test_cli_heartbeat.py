@@ -75,9 +75,12 @@ def test_a_log_gets_heartbeats_not_every_line(tmp_path: Path) -> None:
     _feed(beat, clock, BUILDKIT)
     beat.finish()
     shown = out.getvalue().splitlines()
-    assert len(shown) == 2  # 65 lines over 63 s: one beat per 30 s
+    # 65 lines over 63 s: each step's first line once, one beat per 30 s
+    assert len(shown) == 4
     assert all(line.startswith("envforge: [") for line in shown)
-    first, second = shown
+    assert shown[0] == "envforge: [    1s] [build 2/6] RUN apt-get update"
+    assert shown[2] == "envforge: [   32s] [build 3/6] RUN uv pip install torch"
+    first, second = shown[1], shown[3]
     assert "30s]" in first
     assert "[build 2/6] RUN apt-get update" in first
     assert "Get:58" in first  # the last meaningful line, without BuildKit's "#5 30.50"
@@ -90,15 +93,33 @@ def test_a_log_gets_heartbeats_not_every_line(tmp_path: Path) -> None:
 def test_no_beat_before_the_interval(tmp_path: Path) -> None:
     beat, out, clock = _beat(tmp_path, every=10)
     _feed(beat, clock, [(1.0, "Step 1/3 : FROM ubuntu:22.04"), (9.9, "Collecting numpy")])
-    assert out.getvalue() == ""
+    step = "envforge: [    1s] Step 1/3 : FROM ubuntu:22.04"
+    assert out.getvalue().splitlines() == [step]  # the step once; no beat yet
     clock.now += 0.2  # 10.1 s: a silent step beats when the ticker ticks
     beat.tick()
     assert out.getvalue().splitlines() == [
-        "envforge: [   10s] Step 1/3 : FROM ubuntu:22.04 | Collecting numpy"
+        step,
+        "envforge: [   10s] Step 1/3 : FROM ubuntu:22.04 | Collecting numpy",
     ]
     beat.tick()  # not due again yet
     beat.finish()
-    assert len(out.getvalue().splitlines()) == 1
+    assert len(out.getvalue().splitlines()) == 2
+
+
+def test_terminal_escapes_never_reach_the_log(tmp_path: Path) -> None:
+    """The classic builder colours its lines; a log gets the text, a stray control
+    character its escape."""
+    beat, out, clock = _beat(tmp_path, every=10)
+    _feed(
+        beat,
+        clock,
+        [(0.0, "Step 10/16 : RUN make \x1b[0m"), (11.0, "\x1b[31mwarning\x1b[0m: bell\x07")],
+    )
+    beat.finish()
+    assert out.getvalue().splitlines() == [
+        "envforge: [    0s] Step 10/16 : RUN make",
+        "envforge: [   11s] Step 10/16 : RUN make | warning: bell\\x07",
+    ]
 
 
 def test_a_stage_said_names_the_step(tmp_path: Path) -> None:
@@ -114,7 +135,7 @@ def test_zero_streams_every_line(tmp_path: Path) -> None:
     _feed(beat, clock, [(0.0, "Step 1/2 : FROM x"), (0.1, " ---> abc")])
     beat.tick()
     beat.finish()
-    assert out.getvalue() == "Step 1/2 : FROM x\n ---> abc\n"
+    assert out.getvalue() == "Step 1/2 : FROM x\n ---> abc\n"  # every line, as it came
 
 
 def test_a_success_removes_the_log(tmp_path: Path) -> None:
@@ -149,7 +170,7 @@ def test_another_error_removes_the_log(tmp_path: Path) -> None:
         _failing_build(beat, clock, [(0.0, "Step 1/2 : FROM x")], KeyboardInterrupt())
     assert beat.log_path is not None
     assert not beat.log_path.exists()
-    assert out.getvalue() == ""
+    assert out.getvalue() == "envforge: [    0s] Step 1/2 : FROM x\n"  # the step; no tail
 
 
 def test_a_failure_before_any_line_says_nothing_more(tmp_path: Path) -> None:
