@@ -114,6 +114,29 @@ def all_containers() -> set[str]:
     return set(out.split())
 
 
+def containers_mounting(folder: Path) -> set[str]:
+    """The containers (any state) with a bind mount from ``folder`` or below it: those
+    ``envforge shell`` made for a command run there (its working folder is mounted). Other
+    tests' containers come and go meanwhile (and envforge sweeps those of a killed
+    envforge): a test of its own command's leftovers counts only these."""
+    ids = all_containers()
+    if not ids:
+        return set()
+    out = subprocess.run(
+        ["docker", "inspect", "--format", "{{.Id}}{{range .Mounts}} {{.Source}}{{end}}", *ids],
+        capture_output=True,
+        text=True,
+        check=False,  # a container removed since the listing: the others still print
+    ).stdout
+    root = str(folder.resolve())
+    found = set()
+    for line in out.splitlines():
+        cid, *sources = line.split(" ")
+        if any(src == root or src.startswith(root + "/") for src in sources):
+            found.add(cid)
+    return found
+
+
 def build_args(
     recipe: str, standin: str, wheelhouse: Path, ca_bundle: Path, *extra: str
 ) -> list[str]:

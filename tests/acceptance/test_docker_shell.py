@@ -11,17 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import Built, Envforge, all_containers
+from .helpers import Built, Envforge, containers_mounting
 
 pytestmark = pytest.mark.engine
 
 
 def test_exit_code_is_passed_through(built_cpu: Built, envforge: Envforge, tmp_path: Path) -> None:
-    before = all_containers()
     done = envforge("shell", "cpu", "--", "python", "-c", "import sys; sys.exit(7)", cwd=tmp_path)
     assert done.returncode == 7, done.stderr
     assert "Traceback" not in done.stderr
-    assert all_containers() == before
+    assert containers_mounting(tmp_path) == set()
 
 
 def test_files_in_workdir_belong_to_the_caller(
@@ -56,7 +55,6 @@ def test_env_caches_and_home_are_writable(
 def test_a_signal_reaches_the_command(built_cpu: Built, envforge: Envforge, tmp_path: Path) -> None:
     """SIGTERM to envforge is forwarded: the command's trap runs, its code comes back."""
 
-    before = all_containers()
     script = "trap 'exit 42' TERM; echo ready; while :; do sleep 0.2; done"
     with subprocess.Popen(
         [sys.executable, "-m", "envforge", "shell", "cpu", "--", "sh", "-c", script],
@@ -77,7 +75,7 @@ def test_a_signal_reaches_the_command(built_cpu: Built, envforge: Envforge, tmp_
                 proc.kill()
                 proc.wait()
     assert code == 42
-    assert all_containers() == before
+    assert containers_mounting(tmp_path) == set()
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
@@ -86,7 +84,6 @@ def test_a_signal_ends_a_command_without_a_handler(
 ) -> None:
     """`sleep` has no handler: under docker's init (not PID 1) the signal ends it, the status
     is 128+N as outside a container, and the container is gone."""
-    before = all_containers()
     with subprocess.Popen(
         [sys.executable, "-m", "envforge", "shell", "cpu", "--", "sh", "-c",
          "echo ready; exec sleep 600"],
@@ -109,7 +106,7 @@ def test_a_signal_ends_a_command_without_a_handler(
                 proc.kill()
                 proc.wait()
     assert code == 128 + sig
-    assert all_containers() == before
+    assert containers_mounting(tmp_path) == set()
     print(f"{sig.name}: envforge exited after {took:.3f}s")
 
 
