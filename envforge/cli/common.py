@@ -413,7 +413,10 @@ def _signing() -> ModuleType:
 
 
 def load_signer(path: Path | None) -> SigningKey | None:
-    """The ``--signing-key`` / ``ENVFORGE_SIGNING_KEY`` key, loaded before any work."""
+    """The ``--signing-key`` / ``ENVFORGE_SIGNING_KEY`` key, loaded before any work; None
+    without one (and cryptography is not loaded: a probe without a key needs none)."""
+    if path is None or not str(path):
+        return None
     key: SigningKey | None = _signing().load_signer(path, say=say)
     return key
 

@@ -7,6 +7,8 @@ import base64
 import json
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -347,3 +349,16 @@ def test_a_key_readable_by_others_is_used_with_a_warning(
     key_path.chmod(0o644)
     assert load_signer(key_path) is not None
     assert "can be read by other users" in capsys.readouterr().err
+
+
+def test_no_key_loads_no_cryptography() -> None:
+    """A probe, build or certify without a signing key runs where cryptography is missing
+    (a GPU node's own Python running envforge from source): no key, no import of it."""
+    code = (
+        "import sys; from envforge.cli.common import load_signer; "
+        "assert load_signer(None) is None; "
+        "names = ('cryptography', 'envforge.publish'); "
+        "print(sorted(m for m in sys.modules if m.startswith(names)))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
