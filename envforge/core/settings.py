@@ -39,6 +39,10 @@ Source = Literal["flag", "environment", "project", "user file", "default"]
 Held = Union[Path, tuple[Path, ...], str, None]
 
 
+#: The environment variable naming the signing key file (every command that signs).
+SIGNING_KEY_ENV = "ENVFORGE_SIGNING_KEY"
+
+
 @dataclasses.dataclass(frozen=True)
 class Key:
     """A setting: what it holds, its flag and environment variable (None: none);
@@ -71,7 +75,7 @@ KEYS: Mapping[str, Key] = {
         "a registry prefix the recipe's Docker Hub base image is pulled through",
     ),
     "registry": Key("text", "--registry", None, "publish to HOST[:PORT][/NAMESPACE]"),
-    "signing_key": Key("file", "--signing-key", "ENVFORGE_SIGNING_KEY", "an ed25519 key file"),
+    "signing_key": Key("file", "--signing-key", SIGNING_KEY_ENV, "an ed25519 key file"),
     "trusted_keys": Key(
         "files", "--trust", "ENVFORGE_TRUSTED_KEYS", "a list of envforge.pub trust files"
     ),

@@ -32,13 +32,13 @@ from typing import Any
 
 from envforge.core import proc
 from envforge.core.fsutil import make_dirs, write_atomically
+from envforge.core.settings import SIGNING_KEY_ENV
 from envforge.errors import InvalidInput
 from envforge.fleet import runs
 from envforge.fleet.outcome import TASK_FILE
 from envforge.fleet.plan import JOB_TMPDIR, Plan, Task
 from envforge.fleet.signing_ref import key_path
 from envforge.host.grant import FLEET_VARIABLE, granted, seen
-from envforge.publish.signing import ENV_SIGNING_KEY
 
 
 def command(plan: Plan, task: Task, folder: Path) -> list[str]:
@@ -153,7 +153,7 @@ def run_task(plan: Plan, folder: Path, index: int, environ: Mapping[str, str] | 
     try:
         with signing_key(plan, env_in) as key:
             if key:  # by reference: the key stays where the node keeps it
-                env[ENV_SIGNING_KEY] = key
+                env[SIGNING_KEY_ENV] = key
             with proc.spawn(argv, env=env, stdout=None, stderr=None) as child:
                 code = child.wait()
     finally:  # also when Slurm cancels the job (SIGTERM, then KillWait, then SIGKILL)

@@ -52,7 +52,6 @@ SCHEME = "envforge-ed25519/1"
 PUBLIC_PREFIX = "envforge-ed25519"
 KEY_NAME = "envforge.key"
 PUB_NAME = "envforge.pub"
-ENV_SIGNING_KEY = "ENVFORGE_SIGNING_KEY"
 ENV_TRUSTED_KEYS = "ENVFORGE_TRUSTED_KEYS"
 _CONTEXT = b"envforge.certificate/1 signature\n"
 #: Bytes a private key file may have (a PEM ed25519 key is 119).
