@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from packaging.specifiers import SpecifierSet
 
 from envforge.core.patterns import Confidence
-from envforge.knowledge.arch_checks import tegra_route, tegra_sources
+from envforge.knowledge.arch_checks import tegra_route, tegra_scope, tegra_sources
 from envforge.knowledge.table import PLATFORMS, CompatTable, Release
 from envforge.solve.solution import HSA_OVERRIDE, Candidate, Pick, SolveRequest, Stack
 
@@ -162,7 +162,7 @@ def no_wheel_message(arch: str, table: CompatTable, platform: str = PLATFORMS[0]
         route = table.tegra
         text = (
             f"{what} is a Jetson (Tegra) GPU: the package index's torch wheels are built for "
-            "x86_64 and server arm64 (SBSA) CUDA and do not run on L4T/JetPack"
+            f"x86_64 and server arm64 (SBSA) CUDA and do not run on {tegra_scope(table, arch)}"
         )
         if route is not None:
             text += (
