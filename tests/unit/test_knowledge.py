@@ -780,3 +780,15 @@ def test_an_overlay_toolkit_row_replaces_its_cuda_line() -> None:
     }
     with pytest.raises(TableError, match=r"cuda_toolkits\[0\]\.released"):
         parse_layers([("compat.yaml", raw), ("bad.yaml", bad)])
+
+
+def test_rocm_10_is_recorded_as_released_but_its_pytorch_index_build_unconfirmed() -> None:
+    """ROCm 10.0.0 (2026-08-26) validates PyTorch 2.13 from AMD's own index; the PyTorch
+    index's rocm10.0 build of 2.15 stays uncertain until a file of it is seen."""
+    variant = load_table().variant("2.15.0", "rocm10.0")
+    assert variant is not None
+    assert variant.confidence == "uncertain"
+    assert "rocm.docs.amd.com/en/docs-10.0.0/about/release-notes.html" in variant.source
+    assert "pytorch/test-infra#8670" in variant.source
+    assert "2026-08-26" in variant.note
+    assert "AMD" in variant.note
