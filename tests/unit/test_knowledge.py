@@ -792,3 +792,10 @@ def test_rocm_10_is_recorded_as_released_but_its_pytorch_index_build_unconfirmed
     assert "pytorch/test-infra#8670" in variant.source
     assert "2026-08-26" in variant.note
     assert "AMD" in variant.note
+
+
+def test_knowledge_show_lists_the_cuda_toolkit_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["knowledge", "show"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("CUDA toolkits"))
+    assert "13.2.2 (2026-07-16, torch 2.15)" in line
+    assert "13.5.0 (2026-11-04, no torch yet)" in line
