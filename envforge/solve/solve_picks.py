@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from packaging.specifiers import SpecifierSet
 
@@ -144,14 +144,15 @@ def picks(
     return tuple(picks)
 
 
-def last_runnable(candidates: Sequence[Candidate]) -> str:
-    """``torch X+variant`` of the newest candidate whose variant is verified, for an error
-    saying which release could run the arch (an unconfirmed one only when no other is,
-    and then marked so)."""
-    last = next(
-        (c for c in reversed(candidates) if c.variant.confidence == "verified"), candidates[-1]
-    )
-    doubt = "" if last.variant.confidence == "verified" else f" ({last.variant.confidence})"
+def last_runnable(
+    candidates: Sequence[Candidate], confidence: Callable[[Candidate], Confidence]
+) -> str:
+    """``torch X+variant`` of the newest candidate whose every fact is verified (the
+    variant and the arch in it: ``confidence``), for an error saying which release could
+    run the arch (an unconfirmed one only when no other is, and then marked so)."""
+    rated = [(c, confidence(c)) for c in candidates]
+    last, conf = next(((c, k) for c, k in reversed(rated) if k == "verified"), rated[-1])
+    doubt = "" if conf == "verified" else f" ({conf})"
     return f"torch {last.version}+{last.variant.name}{doubt}"
 
 

@@ -462,3 +462,15 @@ def test_thor_says_its_evidence_is_for_2_10_cu130_and_that_ptxas_may_reject_sm_1
     assert "2.10.0+cu130" in out
     assert "sm_110a" in out
     assert "vllm-project/vllm#34470" in out
+
+
+def test_the_last_release_named_in_an_error_has_the_arch_confirmed_in_its_wheel() -> None:
+    """2.14's rocm7.14 arch list is inferred: an error names 2.14.1+rocm7.2, whose list was
+    read, not the unconfirmed +rocm7.14 (audit 2026-11-27 C15: an uncertain build is not
+    presented as fact); with nothing confirmed the one named says it is uncertain."""
+    with pytest.raises(NoStack) as err:
+        solve(SolveRequest("gfx1100", python="3.15"), TABLE)
+    assert str(err.value).endswith("last release that can run gfx1100 is torch 2.14.1+rocm7.2")
+    with pytest.raises(NoStack) as err:
+        solve(SolveRequest("gfx1250", python="3.15"), TABLE)
+    assert str(err.value).endswith("(uncertain)")
