@@ -24,6 +24,7 @@ from envforge.errors import InvalidInput, Unavailable, printable
 from envforge.knowledge import load_table
 from envforge.knowledge.index import IndexClient, default_cache_dir, pip_index_url
 from envforge.knowledge.refresh import STALE_DAYS, refresh, status
+from envforge.knowledge.table import CudaToolkit
 
 
 def register(group: click.Group) -> None:
@@ -69,6 +70,7 @@ def show_cmd(*, as_json: bool) -> None:
         ("HSA overrides", [(o.arch, o.origin) for o in table.overrides]),
         ("base images", [(b.distro, b.origin) for b in table.base_images]),
         ("driver floors", [(f"CUDA {f.cuda_major}", f.origin) for f in table.driver_floors]),
+        ("CUDA toolkits", [(_toolkit(k), k.origin) for k in table.cuda_toolkits]),
         ("archs", [(a.arch, a.origin) for a in (*table.amd_archs, *table.nvidia_archs)]),
     )
     for title, rows in sections:
@@ -77,6 +79,11 @@ def show_cmd(*, as_json: bool) -> None:
             by_file.setdefault(origin, []).append(name)
         for origin, names in by_file.items():
             out(f"{title}: {', '.join(names)}  [{origin}]")
+
+
+def _toolkit(kit: CudaToolkit) -> str:
+    used = f"torch {'/'.join(kit.torch)}" if kit.torch else "no torch yet"
+    return f"{kit.version} ({kit.released}, {used})"
 
 
 def _client_options(func: Any) -> Any:

@@ -236,8 +236,7 @@ def tegra_arch(
         "tegra",
         f"{arch} is a Jetson (Tegra) GPU: torch {base_version(recipe.torch.version)}+"
         f"{variant.name} from the package index is built for x86_64 and server arm64 "
-        "(SBSA) CUDA and does not run on L4T/JetPack"
-        + (" before the JetPack lines named in the fix" if jetpack_rows(t, arch) else ""),
+        f"(SBSA) CUDA and does not run on {tegra_scope(t, arch)}",
         cite(t, tegra_sources(t, arch), route.origin) if route else "",
         f"use {tegra_route(t, arch)}",
     )
@@ -245,6 +244,19 @@ def tegra_arch(
 
 def jetpack_rows(t: CompatTable, arch: str) -> tuple[JetPack, ...]:
     return t.tegra.for_arch(arch) if t.tegra is not None else ()
+
+
+def tegra_scope(t: CompatTable, arch: str) -> str:
+    """Where the package index's wheels do not run on the Jetson ``arch``: every L4T,
+    or (where a JetPack line runs them: 7.2 on Orin) the newest line that needs
+    NVIDIA's Jetson wheels and those before it, from the ``tegra.jetpacks`` rows."""
+    rows = jetpack_rows(t, arch)
+    if not any(j.wheels != "tegra" for j in rows):
+        return "L4T/JetPack"
+    older = [j for j in rows if j.wheels == "tegra"]
+    if not older:
+        return "the JetPacks before the lines named in the fix"
+    return f"{older[-1].label} and older"
 
 
 def tegra_sources(t: CompatTable, arch: str) -> str:

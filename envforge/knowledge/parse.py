@@ -36,11 +36,13 @@ from envforge.knowledge.rows import (
     read_numpy_releases,
     read_overrides,
     read_pci_ids,
+    read_toolkit,
 )
 from envforge.knowledge.table import (
     ArchInfo,
     BaseImage,
     CompatTable,
+    CudaToolkit,
     DriverFloor,
     NumpyRelease,
     Override,
@@ -67,6 +69,7 @@ _TOP_KEYS = (
     "amd_pci_ids",
     "nvidia_model_names",
     "tegra",
+    "cuda_toolkits",
 )
 
 _Tops = Sequence[tuple[Check, dict[str, Any]]]
@@ -84,6 +87,7 @@ class _Rows:
     """Rows merged by identity over the layers (a later layer's row replaces)."""
 
     floors: dict[int, DriverFloor] = field(default_factory=dict)
+    toolkits: dict[str, CudaToolkit] = field(default_factory=dict)
     images: dict[str, BaseImage] = field(default_factory=dict)
     numpy_by: dict[str, NumpyRelease] = field(default_factory=dict)
     numpy_source: str = ""
@@ -105,7 +109,8 @@ def parse_layers(
     other row is added): ``sources`` by key; ``releases`` by ``series`` (the overlay's
     release-level keys replace the earlier row's, its ``variants`` merge by ``name``);
     ``rocm_archs`` / ``rocm_broken`` by (``archs``, ``rocm_min``); ``hsa_overrides`` by
-    arch; ``nvidia_driver_floor`` by ``cuda_major``; ``base_images`` by ``distro``;
+    arch; ``nvidia_driver_floor`` by ``cuda_major``; ``cuda_toolkits`` by CUDA line (13.4);
+    ``base_images`` by ``distro``;
     ``numpy_releases.series`` by ``series``; ``amd_archs`` / ``nvidia_archs``,
     ``amd_pci_ids`` and ``nvidia_model_names`` by arch; ``index_root``,
     ``rocm_python_caveat`` and ``numpy_releases.source``: the last layer that sets them.
@@ -130,6 +135,7 @@ def parse_layers(
         index_root=scalars.index_root,
         layers=tuple(where for where, _ in layers),
         tegra=_tegra(tops),
+        cuda_toolkits=tuple(sorted(rows.toolkits.values(), key=lambda k: Version(k.version))),
     )
 
 
@@ -280,6 +286,9 @@ def _rows(tops: _Tops) -> _Rows:
         for i, raw in read_items(c, top, "nvidia_driver_floor"):
             floor = read_floor(c, raw, f"nvidia_driver_floor[{i}]")
             out.floors[floor.cuda_major] = floor
+        for i, raw in read_items(c, top, "cuda_toolkits"):
+            kit = read_toolkit(c, raw, f"cuda_toolkits[{i}]")
+            out.toolkits[kit.line] = kit
         for i, raw in read_items(c, top, "base_images"):
             image = read_image(c, raw, f"base_images[{i}]")
             out.images[image.distro] = image

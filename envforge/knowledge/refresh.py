@@ -58,7 +58,13 @@ from envforge.knowledge.report import (
     problem_lines,
 )
 from envforge.knowledge.table import CompatTable, series_of
-from envforge.knowledge.watch import watch, watch_findings, watch_problems, watched_packages
+from envforge.knowledge.watch import (
+    watch,
+    watch_findings,
+    watch_problems,
+    watched_packages,
+    watched_toolkit,
+)
 
 __all__ = [
     "STALE_DAYS",
@@ -171,7 +177,7 @@ def refresh(
     pages.problems += found.problems + pinned.problems
     others = watched_packages(
         companion_table, load_extensions(), skip=listed_companions(companion_table)
-    )
+    ) + watched_toolkit(table)
     watched = [
         w
         for page in pages.torch
@@ -448,6 +454,7 @@ def status(
             watched_packages(
                 load_companions() if companions is None else companions,
                 load_extensions() if extensions is None else extensions,
-            ),
+            )
+            + watched_toolkit(table),
         ),
     )

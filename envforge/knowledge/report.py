@@ -294,7 +294,8 @@ class StatusReport:
             out.append(f"rows not checked for more than {self.stale_days} days: none")
         if self.packages:
             out.append(
-                "companions and extensions (newest row of the table, newest release on the index):"
+                "companions, extensions and the CUDA toolkit (newest row of the table, "
+                "newest release on the index):"
             )
             out.extend(f"  {w.line()}" for w in self.packages)
         out.append(

@@ -25,6 +25,7 @@ from envforge.knowledge.table import (
     OVERRIDE_STATUSES,
     ArchInfo,
     BaseImage,
+    CudaToolkit,
     DriverFloor,
     JetPack,
     NumpyRelease,
@@ -151,6 +152,21 @@ def read_floor(c: Check, raw: object, path: str) -> DriverFloor:
         min=c.text(body["min"], f"{path}.min"),
         confidence=c.confidence(body.get("confidence"), f"{path}.confidence"),
         source=c.text(body["source"], f"{path}.source"),
+        origin=c.source,
+    )
+
+
+def read_toolkit(c: Check, raw: object, path: str) -> CudaToolkit:
+    """A ``cuda_toolkits`` row: version, released (YYYY-MM-DD), torch (series), source."""
+    keys = ("version", "released", "torch", "source", "checked")
+    body = c.mapping(raw, path, keys, ("version", "released", "torch", "source"))
+    torch = body["torch"]
+    return CudaToolkit(
+        version=str(c.version(body["version"], f"{path}.version")),
+        released=read_checked(c, body["released"], f"{path}.released"),
+        torch=() if torch == [] else c.texts(torch, f"{path}.torch"),
+        source=c.text(body["source"], f"{path}.source"),
+        checked=read_checked(c, body.get("checked"), f"{path}.checked"),
         origin=c.source,
     )
 

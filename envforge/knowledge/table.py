@@ -85,6 +85,25 @@ class DriverFloor:
 
 
 @dataclass(frozen=True)
+class CudaToolkit:
+    """One CUDA toolkit line on the package index (``cuda_toolkits`` rows): the newest
+    release of the ``cuda-toolkit`` metapackage seen, when it was published and the torch
+    series whose package-index wheels pin that line (none: no torch uses it yet)."""
+
+    version: str
+    released: str
+    torch: tuple[str, ...]
+    source: str
+    checked: str = ""
+    origin: str = "compat.yaml"
+
+    @property
+    def line(self) -> str:
+        """The CUDA line (``13.4`` of 13.4.3): a row's identity across overlays."""
+        return ".".join(str(n) for n in Version(self.version).release[:2])
+
+
+@dataclass(frozen=True)
 class BaseImage:
     distro: str
     python: str
@@ -163,6 +182,8 @@ class CompatTable:
     layers: tuple[str, ...] = ("compat.yaml",)
     #: Where Jetson (Tegra) users get torch (``tegra:``), None when not stated.
     tegra: TegraRoute | None = None
+    #: CUDA toolkit lines on the package index, oldest first (``cuda_toolkits:``).
+    cuda_toolkits: tuple[CudaToolkit, ...] = ()
 
     # ------------------------------------------------------------------ releases
 
@@ -418,6 +439,7 @@ __all__ = [
     "BaseImage",
     "BrokenArch",
     "CompatTable",
+    "CudaToolkit",
     "DriverFloor",
     "IndexForm",
     "JetPack",

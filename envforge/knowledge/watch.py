@@ -5,7 +5,9 @@ rest of what the table pins: the companions the package index serves (torchvisio
 torchaudio and triton: the ``packages`` of ``companions.yaml`` with a cpu or cuda family;
 the ROCm Triton packages live on the PyTorch rocm indexes, where refresh reads them
 through torch's own metadata) and the compiled extensions with release rows in
-``extensions.yaml`` (xformers). For each, the index's project page gives the final
+``extensions.yaml`` (xformers), and the CUDA toolkit (``cuda-toolkit``, against the
+newest ``cuda_toolkits`` row of ``compat.yaml``: a torch built with a newer CUDA needs a
+variant row the table lacks). For each, the index's project page gives the final
 releases newer than the newest row. A page the index does not have (HTTP 404) is an
 answer (nothing listed); any other failure is a problem (the check is partial).
 """
@@ -20,9 +22,16 @@ from envforge.knowledge.companions import CompanionTable
 from envforge.knowledge.extensions import ExtensionTable
 from envforge.knowledge.index import IndexClient, IndexProblem, Listing, listing_url
 from envforge.knowledge.report import Finding, Watched
+from envforge.knowledge.table import CompatTable
 
 #: the families whose builds the package index serves
 INDEX_FAMILIES = ("cpu", "cuda")
+#: the package the ``cuda_toolkits`` rows describe
+TOOLKIT = "cuda-toolkit"
+#: what to do about a newer release, per package (default: pair it with torch)
+_ADVICE = {
+    TOOLKIT: "add a cuda_toolkits row; a torch built with it needs its own variant row",
+}
 
 
 def watched_packages(
@@ -39,6 +48,12 @@ def watched_packages(
         v = Version(release.version)
         newest[release.package] = max(newest.get(release.package, v), v)
     return tuple((name, str(v)) for name, v in newest.items() if name not in skip)
+
+
+def watched_toolkit(table: CompatTable) -> tuple[tuple[str, str], ...]:
+    """(``cuda-toolkit``, the newest release the table's ``cuda_toolkits`` rows name)."""
+    kits = table.cuda_toolkits
+    return ((TOOLKIT, max((k.version for k in kits), key=Version)),) if kits else ()
 
 
 def watch(
@@ -73,8 +88,11 @@ def watch_findings(items: Sequence[Watched]) -> list[Finding]:
         Finding(
             "package-new",
             f"{w.package} {v}",
-            f"{w.package} {v} is newer than the table's newest row ({w.known}): pair it "
-            "with torch (knowledge refresh proposes companion rows from its metadata)",
+            f"{w.package} {v} is newer than the table's newest row ({w.known}): "
+            + _ADVICE.get(
+                w.package,
+                "pair it with torch (knowledge refresh proposes companion rows from its metadata)",
+            ),
             w.url,
             new=True,
         )

@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from packaging.specifiers import SpecifierSet
 
 from envforge.core.patterns import Confidence
-from envforge.knowledge.arch_checks import tegra_route, tegra_sources
+from envforge.knowledge.arch_checks import tegra_route, tegra_scope, tegra_sources
 from envforge.knowledge.table import PLATFORMS, CompatTable, Release
 from envforge.solve.solution import HSA_OVERRIDE, Candidate, Pick, SolveRequest, Stack
 
@@ -144,14 +144,15 @@ def picks(
     return tuple(picks)
 
 
-def last_runnable(candidates: Sequence[Candidate]) -> str:
-    """``torch X+variant`` of the newest candidate whose variant is verified, for an error
-    saying which release could run the arch (an unconfirmed one only when no other is,
-    and then marked so)."""
-    last = next(
-        (c for c in reversed(candidates) if c.variant.confidence == "verified"), candidates[-1]
-    )
-    doubt = "" if last.variant.confidence == "verified" else f" ({last.variant.confidence})"
+def last_runnable(
+    candidates: Sequence[Candidate], confidence: Callable[[Candidate], Confidence]
+) -> str:
+    """``torch X+variant`` of the newest candidate whose every fact is verified (the
+    variant and the arch in it: ``confidence``), for an error saying which release could
+    run the arch (an unconfirmed one only when no other is, and then marked so)."""
+    rated = [(c, confidence(c)) for c in candidates]
+    last, conf = next(((c, k) for c, k in reversed(rated) if k == "verified"), rated[-1])
+    doubt = "" if conf == "verified" else f" ({conf})"
     return f"torch {last.version}+{last.variant.name}{doubt}"
 
 
@@ -162,7 +163,7 @@ def no_wheel_message(arch: str, table: CompatTable, platform: str = PLATFORMS[0]
         route = table.tegra
         text = (
             f"{what} is a Jetson (Tegra) GPU: the package index's torch wheels are built for "
-            "x86_64 and server arm64 (SBSA) CUDA and do not run on L4T/JetPack"
+            f"x86_64 and server arm64 (SBSA) CUDA and do not run on {tegra_scope(table, arch)}"
         )
         if route is not None:
             text += (

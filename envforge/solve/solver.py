@@ -201,7 +201,8 @@ def _solve(request: SolveRequest, table: CompatTable, *, predicted: bool = False
     if not stacks:
         raise NoStack(
             f"no published wheel runs {arch} under the constraints given ({rejected[-1]}); the "
-            f"last release that can run {arch} is {last_runnable(all_candidates)}",
+            f"last release that can run {arch} is "
+            f"{last_runnable(all_candidates, lambda c: doubts(c, arch)[0])}",
             hint="drop or change --torch/--python/--base-image/--driver/--platform",
         )
 

@@ -343,3 +343,19 @@ def test_list_escapes_a_file_name_with_control_characters(
     assert "\x1b" not in captured.out + captured.err
     assert "bad\\x1b[2J  " in captured.out
     assert "BROKEN" in captured.out
+
+
+def test_strix_halo_names_its_hangs_and_their_workarounds_with_evidence() -> None:
+    """gfx1151's silent hangs (HSA_ENABLE_INTERRUPT=0) and the MES firmware / CWSR page
+    faults (MES 0x80, amdgpu.cwsr_enable=0) are known issues with their reports
+    (audit 2026-11-27 §4.6)."""
+    recipe = Catalogue(folders=(recipes_dir(),)).load("gfx1151")
+    fixes = {
+        "HSA_ENABLE_INTERRUPT=0": "ROCm/legacy-rocm-build/issues/6530",
+        "amdgpu.cwsr_enable=0": "ROCm/legacy-rocm-build/issues/5991",
+        "MES firmware": "ROCm/legacy-rocm-build/issues/5724",
+    }
+    for fix, report in fixes.items():
+        issue = next((k for k in recipe.known_issues if fix in k.workaround), None)
+        assert issue is not None, fix
+        assert any(report in e for e in issue.evidence), (fix, issue.evidence)

@@ -128,3 +128,17 @@ def test_validate_refuses_it_in_one_line() -> None:
     assert "packages[1]: flash-attn on sm_75" in done.stderr
     assert len(done.stderr.strip().splitlines()) <= 2  # the line (and its fix)
     assert "Traceback" not in done.stderr
+
+
+def test_the_maxwell_limit_says_a_source_build_helps_only_below_0_49() -> None:
+    """bitsandbytes 0.49.0 removed the Maxwell code from the sources too
+    (bitsandbytes-foundation/bitsandbytes#1806): the workaround may not offer a source
+    build of a current release (audit 2026-11-27 E7)."""
+    limit = next(
+        lim
+        for lim in load_extensions().limits
+        if lim.package == "bitsandbytes" and "Maxwell" in lim.issue.symptom
+    )
+    assert "bitsandbytes<0.48" in limit.issue.workaround
+    assert "0.49.0" in limit.issue.workaround
+    assert any("bitsandbytes/pull/1806" in e for e in limit.issue.evidence)

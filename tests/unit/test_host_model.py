@@ -146,3 +146,10 @@ def test_longest_fragment_wins_is_the_rule_not_the_file_order() -> None:
     )
     assert shuffled.arch_for_model("Quadro RTX 4000") == "sm_75"
     assert shuffled.arch_for_model("NVIDIA GeForce RTX 4090") == "sm_89"
+
+
+def test_gfx1150_names_both_strix_point_igpus() -> None:
+    """The Radeon 880M is gfx1150 too (audit 2026-11-27 D5)."""
+    table = load_table()
+    for product in ("Radeon 890M", "Radeon 880M", "AMD Radeon 880M"):
+        assert table.arch_for_product(product) == "gfx1150", product

@@ -33,7 +33,7 @@ from envforge.knowledge import (
     recipe_arch_for,
 )
 from envforge.knowledge.arch import sm_covered
-from envforge.knowledge.parse import parse_table
+from envforge.knowledge.parse import parse_layers, parse_table
 from envforge.recipe.catalogue import Catalogue
 from envforge.recipe.model import Recipe
 
@@ -736,3 +736,66 @@ def test_variant_hint_prefers_a_confirmed_variant() -> None:
     found = check(recipe)
     assert found[0].rule == "variant-published"
     assert 'set cuda: "13.2"' in found[0].hint  # not the unconfirmed cu134
+
+
+def test_cuda_toolkit_rows_name_the_lines_torch_pins_and_those_none_uses() -> None:
+    """cuda_toolkits (audit 2026-11-27 §4.7): each torch series a row names pins that CUDA
+    line in its package-index build; 13.3 to 13.5 are published and no torch uses them."""
+    table = load_table()
+    kits = {k.line: k for k in table.cuda_toolkits}
+    assert {"13.4", "13.5"} <= set(kits)
+    for kit in table.cuda_toolkits:
+        assert kit.released
+        assert kit.checked
+        for series in kit.torch:
+            release = table.series(series)
+            assert release is not None, f"{kit.version}: no {series} row"
+            default = next(v for v in release.variants if v.pypi_default)
+            assert default.name == "cu" + kit.line.replace(".", ""), (kit.version, series)
+    assert kits["13.2"].torch == ("2.15",)
+    for line in ("13.3", "13.4", "13.5"):
+        assert kits[line].torch == ()
+
+
+def test_an_overlay_toolkit_row_replaces_its_cuda_line() -> None:
+    raw = yaml.safe_load(data_file("compat.yaml").read_text(encoding="utf-8"))
+    overlay = {
+        "schema": 1,
+        "cuda_toolkits": [
+            {
+                "version": "13.5.1",
+                "released": "2026-12-01",
+                "torch": [],
+                "source": "https://example.org/k",
+            }
+        ],
+    }
+    table = parse_layers([("compat.yaml", raw), ("mine.yaml", overlay)])
+    newest = table.cuda_toolkits[-1]
+    assert (newest.version, newest.origin) == ("13.5.1", "mine.yaml")
+    assert sum(k.line == "13.5" for k in table.cuda_toolkits) == 1
+    bad = {
+        "schema": 1,
+        "cuda_toolkits": [{"version": "13.6.0", "released": "soon", "torch": [], "source": "x"}],
+    }
+    with pytest.raises(TableError, match=r"cuda_toolkits\[0\]\.released"):
+        parse_layers([("compat.yaml", raw), ("bad.yaml", bad)])
+
+
+def test_rocm_10_is_recorded_as_released_but_its_pytorch_index_build_unconfirmed() -> None:
+    """ROCm 10.0.0 (2026-08-26) validates PyTorch 2.13 from AMD's own index; the PyTorch
+    index's rocm10.0 build of 2.15 stays uncertain until a file of it is seen."""
+    variant = load_table().variant("2.15.0", "rocm10.0")
+    assert variant is not None
+    assert variant.confidence == "uncertain"
+    assert "rocm.docs.amd.com/en/docs-10.0.0/about/release-notes.html" in variant.source
+    assert "pytorch/test-infra#8670" in variant.source
+    assert "2026-08-26" in variant.note
+    assert "AMD" in variant.note
+
+
+def test_knowledge_show_lists_the_cuda_toolkit_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["knowledge", "show"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("CUDA toolkits"))
+    assert "13.2.2 (2026-07-16, torch 2.15)" in line
+    assert "13.5.0 (2026-11-04, no torch yet)" in line

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packaging.version import Version
+
 from envforge.core.net import Policy
 from envforge.knowledge import load_table
 from envforge.knowledge.companions import load_companions
@@ -145,3 +147,45 @@ def test_refresh_reports_new_triton_and_extension_releases_once() -> None:
     assert not any(
         f.subject.startswith("torch") for f in report.findings if f.kind == "package-new"
     )
+
+
+def _toolkit_page(*versions: str) -> dict[str, Any]:
+    files = [
+        {
+            "filename": f"cuda_toolkit-{v}-py2.py3-none-any.whl",
+            "hashes": {"sha256": "0" * 64},
+            "upload-time": "2026-11-04T23:44:09Z",
+            "url": f"/packages/cuda_toolkit-{v}-py2.py3-none-any.whl",
+            "yanked": False,
+        }
+        for v in versions
+    ]
+    return {
+        "meta": {"api-version": "1.1"},
+        "name": "cuda-toolkit",
+        "versions": list(versions),
+        "files": files,
+    }
+
+
+def test_status_watches_the_cuda_toolkit_against_the_newest_toolkit_row() -> None:
+    """A CUDA newer than every ``cuda_toolkits`` row (a torch built with it would need a
+    variant row the table lacks) makes status not current (audit 2026-11-27 §4.7)."""
+    table = load_table()
+    newest = max((k.version for k in table.cuda_toolkits), key=Version)
+    assert newest == "13.5.0"
+    current = status(
+        table, _client(**{"cuda-toolkit": _toolkit_page("13.4.3", newest)}), ROOT, today=DAY
+    )
+    assert current.current
+    kit = next(w for w in current.packages if w.package == "cuda-toolkit")
+    assert (kit.known, kit.listed, kit.newer) == (newest, newest, ())
+    client = _client(**{"cuda-toolkit": _toolkit_page(newest, "13.6.0")})
+    report = status(table, client, ROOT, today=DAY)
+    assert not report.current
+    assert {w.package: w.newer for w in report.packages if w.newer} == {"cuda-toolkit": ("13.6.0",)}
+    found = [
+        f for f in refresh(table, client, [ROOT], today=DAY).findings if f.kind == "package-new"
+    ]
+    assert [f.subject for f in found] == ["cuda-toolkit 13.6.0"]
+    assert "cuda_toolkits row" in found[0].message

@@ -277,3 +277,18 @@ def test_a_malformed_jetpack_row_is_one_line(tmp_path: Path) -> None:
     raw["tegra"]["jetpacks"][0]["wheels"] = "linux/riscv64"
     with pytest.raises(TableError, match=r"tegra\.jetpacks\[0\]\.wheels"):
         parse_table(raw)
+
+
+def test_the_jetson_refusal_scopes_its_claim_to_the_jetpacks_that_need_jetson_wheels(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The package index's wheels run Orin on JetPack 7.2: the refusal says they do not
+    run on JetPack 6 and older, not on every L4T (audit 2026-11-27 B15)."""
+    assert main(["solve", "sm_87"]) == 2
+    head = capsys.readouterr().err.split("; use ")[0]
+    assert "do not run on JetPack 6 (L4T R36, CUDA 12.6) and older" in head
+    assert main(["solve", "sm_72"]) == 2  # Xavier: no JetPack line runs them
+    assert "do not run on L4T/JetPack" in capsys.readouterr().err
+    orin = make_recipe(**ORIN, index="https://download.pytorch.org/whl/cu130")
+    refused = [v for v in check(orin, TABLE) if v.rule == "tegra"]
+    assert "does not run on JetPack 6 (L4T R36, CUDA 12.6) and older" in refused[0].message

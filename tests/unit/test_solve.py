@@ -438,3 +438,39 @@ def test_the_variant_note_reaches_the_output() -> None:
     asked = solve(SolveRequest("gfx1100", torch="2.14.1+rocm7.14"), TABLE)
     variant = next(p for p in asked.picks if p.key == "variant")
     assert "rocm[libraries,device-all]==7.14.*" in variant.reason
+
+
+def test_the_sm_120_old_driver_workaround_names_what_solve_picks_for_that_driver() -> None:
+    """Recipe prose must not lag the table (audit 2026-11-27 E10): the driver < 580
+    workaround names the torch and CUDA that ``solve sm_120 --driver 570.86`` picks."""
+    picked = solve(SolveRequest("sm_120", driver="570.86"), TABLE).stack
+    recipe = load_recipe_file(Path(__file__).resolve().parents[2] / "recipes" / "sm_120.yaml")
+    issue = next(k for k in recipe.known_issues if "driver" in k.symptom.lower())
+    cuda = picked.variant.removeprefix("cu")
+    assert f"--set torch.version={picked.torch}" in issue.workaround
+    assert f"--set cuda={cuda[:-1]}.{cuda[-1]}" in issue.workaround
+    assert f"whl/{picked.variant}" in issue.workaround
+
+
+def test_thor_says_its_evidence_is_for_2_10_cu130_and_that_ptxas_may_reject_sm_110a(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The only Thor report is torch 2.10.0+cu130, and in it Triton's ptxas rejects
+    sm_110a (vllm-project/vllm#34470): the answer says both (audit 2026-11-27 C8)."""
+    assert main(["solve", "sm_110"]) == 0
+    out = capsys.readouterr().out
+    assert "2.10.0+cu130" in out
+    assert "sm_110a" in out
+    assert "vllm-project/vllm#34470" in out
+
+
+def test_the_last_release_named_in_an_error_has_the_arch_confirmed_in_its_wheel() -> None:
+    """2.14's rocm7.14 arch list is inferred: an error names 2.14.1+rocm7.2, whose list was
+    read, not the unconfirmed +rocm7.14 (audit 2026-11-27 C15: an uncertain build is not
+    presented as fact); with nothing confirmed the one named says it is uncertain."""
+    with pytest.raises(NoStack) as err:
+        solve(SolveRequest("gfx1100", python="3.15"), TABLE)
+    assert str(err.value).endswith("last release that can run gfx1100 is torch 2.14.1+rocm7.2")
+    with pytest.raises(NoStack) as err:
+        solve(SolveRequest("gfx1250", python="3.15"), TABLE)
+    assert str(err.value).endswith("(uncertain)")

@@ -113,6 +113,8 @@ def _table_sources(t: CompatTable) -> Iterator[tuple[str, str]]:
         yield f"nvidia_driver_floor {f.cuda_major}", f.source
     for b in t.base_images:
         yield f"base_images {b.distro}", b.source
+    for k in t.cuda_toolkits:
+        yield f"cuda_toolkits {k.version}", k.source
     if t.tegra is not None:
         yield "tegra.source", t.tegra.source
 
