@@ -14,6 +14,7 @@ from envforge.cli import main
 from envforge.errors import CertificationFailed
 from envforge.publish import admission
 from envforge.publish.signing import load_trust
+from tests.helpers import paths
 from tests.unit.test_attestations import IMAGE, _keys, _pred, _signed
 
 
@@ -142,5 +143,5 @@ def test_keys_pem_is_what_pem_readers_take_and_verifies_our_envelopes(
     envelope = Envelope.from_dict(_signed(key))
     loaded.verify(envelope.signatures[0].sig, pae(envelope.payload_type, envelope.payload))
     # the docs' Kyverno example carries a key in this form
-    policy = Path(__file__).parents[2] / "docs" / "policy" / "kyverno-clusterpolicy.yaml"
+    policy = paths.ROOT / "docs" / "policy" / "kyverno-clusterpolicy.yaml"
     assert "MCowBQYDK2VwAyEA" in policy.read_text()  # the ed25519 SPKI prefix

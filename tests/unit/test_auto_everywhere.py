@@ -5,15 +5,15 @@ Detection is driven by ENVFORGE_GPU_VENDOR/ENVFORGE_GPU_ARCH, through main()."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from envforge.cli import main
 from envforge.container.refs import certified_ref
 from envforge.host.detect import OVERRIDE_VARS
+from tests.helpers import paths
 
-SYSFS = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"
+SYSFS = paths.TESTS / "fixtures" / "sysfs"
 
 
 @pytest.fixture(autouse=True)

@@ -21,13 +21,14 @@ from envforge.fleet.task import command
 from envforge.host.detect import HostInfo, detect, no_tools
 from envforge.host.doctor import Finding
 from envforge.recipe.model import Recipe
+from tests.helpers import paths
 from tests.helpers.backend_contract import Drive, check_doctor, check_shape, run_backend
 from tests.helpers.fake_backend import FakeBackend
 from tests.helpers.recipes import make_recipe
 from tests.unit.test_docker_pipeline import CERTIFIED, FakeProbe
 from tests.unit.test_docker_pipeline import _engine as docker_engine
 
-NO_GPU = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs" / "none"
+NO_GPU = paths.TESTS / "fixtures" / "sysfs" / "none"
 
 
 @pytest.fixture
@@ -187,7 +188,7 @@ def test_a_fleet_plan_runs_a_registered_backend_by_name(
 
 
 def test_no_module_outside_backends_compares_a_backend_name() -> None:
-    root = Path(__file__).resolve().parents[2] / "envforge"
+    root = paths.ROOT / "envforge"
     names = {"docker", "venv"}
     found = []
     for path in root.rglob("*.py"):

@@ -11,9 +11,10 @@ from envforge.errors import InvalidInput
 from envforge.host.detect import HostInfo, detect, no_tools
 from envforge.recipe.model import EnvVar
 from envforge.solve.choose import Choice, choose_recipe, nearest
+from tests.helpers import paths
 from tests.helpers.recipes import make_recipe
 
-SYSFS = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"
+SYSFS = paths.TESTS / "fixtures" / "sysfs"
 
 
 #: What the model catalogue's recipes share.

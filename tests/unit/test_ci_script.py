@@ -7,7 +7,9 @@ import os
 import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import paths
+
+ROOT = paths.ROOT
 
 
 def _ci_apt(listing: Path) -> subprocess.CompletedProcess[str]:

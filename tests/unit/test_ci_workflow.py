@@ -4,15 +4,15 @@ in it is one the CLI accepts (actionlint, run by scripts/test, checks the Action
 from __future__ import annotations
 
 import shlex
-from pathlib import Path
 from typing import Any
 
 import click
 import yaml
 
 from envforge.cli import cli
+from tests.helpers import paths
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = paths.ROOT
 WORKFLOW = ROOT / "docs" / "ci" / "github-actions.yml"
 
 

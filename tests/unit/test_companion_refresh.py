@@ -9,7 +9,6 @@ import copy
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -28,8 +27,9 @@ from envforge.knowledge.companions import CompanionTable, load_companions
 from envforge.knowledge.index import PEP691_JSON, IndexClient, IndexProblem, Listing, Response
 from envforge.knowledge.listing import parse_listing
 from envforge.knowledge.report import RefreshReport
+from tests.helpers import paths
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "index"
+FIXTURES = paths.TESTS / "fixtures" / "index"
 ROOT = "http://127.0.0.1:9/simple"
 DAY = "2026-12-03"
 TV_META = "torchvision-0.28.0-cp311-cp311-manylinux_2_28_x86_64.whl.metadata"

@@ -22,8 +22,9 @@ from envforge.host.detect import (
     system_tools,
 )
 from envforge.knowledge.arch import gfx_from_target_version, sm_from_compute_cap
+from tests.helpers import paths
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+FIXTURES = paths.TESTS / "fixtures"
 SYSFS = FIXTURES / "sysfs"
 TOOLS = FIXTURES / "tools"
 

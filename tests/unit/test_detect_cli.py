@@ -11,8 +11,9 @@ import pytest
 
 from envforge.cli import main
 from envforge.host.detect import OVERRIDE_VARS
+from tests.helpers import paths
 
-SYSFS = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"
+SYSFS = paths.TESTS / "fixtures" / "sysfs"
 
 
 @pytest.fixture(autouse=True)

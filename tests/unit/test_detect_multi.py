@@ -15,8 +15,9 @@ from envforge.host.detect import GpuInfo, HostInfo, detect, no_tools
 from envforge.knowledge import load_table
 from envforge.knowledge.parse import load_table_file
 from envforge.solve.choose import choose_per_arch, choose_recipe, load_catalogue
+from tests.helpers import paths
 
-SYSFS = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"
+SYSFS = paths.TESTS / "fixtures" / "sysfs"
 IGPU = SYSFS / "igpu-rx7900xtx"
 MIXED = SYSFS / "mixed-rx7900xtx-rx6700xt"
 

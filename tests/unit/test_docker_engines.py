@@ -13,8 +13,9 @@ from envforge.container.cdi import CdiInventory, parse_spec, scan
 from envforge.container.devices import DeviceFlags, SharedMemory, device_flags
 from envforge.container.identity import EngineIdentity, engine_kind, identify, version_tuple
 from envforge.errors import DataFileError
+from tests.helpers import paths
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = paths.TESTS / "fixtures"
 ENGINES = FIXTURES / "engines"
 CDI = FIXTURES / "cdi"
 SYSFS = FIXTURES / "sysfs"

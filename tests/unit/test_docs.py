@@ -12,8 +12,9 @@ import pytest
 
 from envforge.cli import COMMANDS
 from envforge.errors import ExitCode
+from tests.helpers import paths
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = paths.ROOT
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 TOP = ("envforge", "templates", "recipes", "scripts", "tests", "bench", "docs", "Dockerfiles")

@@ -23,9 +23,10 @@ from envforge.host.doctor import (
     parse_group_file,
 )
 from envforge.recipe.model import Recipe
+from tests.helpers import paths
 from tests.helpers.recipes import make_recipe
 
-SYSFS = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"
+SYSFS = paths.TESTS / "fixtures" / "sysfs"
 
 
 #: The recipe most checks run against: ROCm 6.2 on a gfx1031.

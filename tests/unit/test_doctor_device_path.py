@@ -19,9 +19,10 @@ from envforge.container.identity import EngineIdentity, identify
 from envforge.doctor import diagnose
 from envforge.host.detect import detect, no_tools
 from envforge.host.doctor import DoctorReport, Finding, Identity
+from tests.helpers import paths
 from tests.helpers.recipes import make_recipe
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+FIXTURES = paths.TESTS / "fixtures"
 
 AMD = make_recipe(
     name="gfx942",

@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,8 +16,9 @@ from envforge.knowledge.extensions import extension_checks, load_extensions, par
 from envforge.recipe.catalogue import Catalogue
 from envforge.recipe.model import PackageIndex, Recipe
 from envforge.stack import stack_of
+from tests.helpers import paths
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = paths.ROOT
 WHEEL = "https://127.0.0.1/flash_attn-2.8.3+cu12torch2.8-cp311-cp311-linux_x86_64.whl#sha256="
 
 

@@ -14,10 +14,11 @@ from envforge.errors import Unavailable
 from envforge.evidence.records import Redactor
 from envforge.fleet import outcome, slurm, slurm_state
 from envforge.fleet.slurm_state import JobState, job_states, parse_sacct, parse_scontrol
+from tests.helpers import paths
 
 from .test_fleet import plan_of
 
-FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
+FIXTURES = paths.UNIT / "fixtures" / "slurm"
 
 
 def test_scontrol_of_the_real_cluster_names_each_task_state() -> None:

@@ -20,9 +20,10 @@ from envforge.fleet import clean, runs
 from envforge.fleet.plan import Plan
 from envforge.fleet.task import MARKER, run_task, work_folder
 from envforge.fleet.write import write_plan
+from tests.helpers import paths
 from tests.unit.test_fleet import plan_of
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = paths.ROOT
 
 #: ``envforge build ... --report DIR``: fills its home, says what it saw in DIR/seen.json.
 CHILD = """

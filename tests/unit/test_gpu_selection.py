@@ -26,8 +26,9 @@ from envforge.container.devices import (
 )
 from envforge.errors import InvalidInput
 from envforge.host.detect import OVERRIDE_VARS, HostInfo, detect
+from tests.helpers import paths
 
-SYSFS = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"
+SYSFS = paths.TESTS / "fixtures" / "sysfs"
 MI300X = SYSFS / "mi300x"  # 8 AMD GPUs, one arch
 H100X2 = SYSFS / "h100x2"  # 2 NVIDIA GPUs, one arch
 MIXED = SYSFS / "mixed-rx7900xtx-rx6700xt"  # gfx1100 + gfx1031

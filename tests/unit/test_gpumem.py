@@ -18,9 +18,10 @@ from envforge.host.detect import detect, no_tools
 from envforge.host.doctor import Identity
 from envforge.host.gpumem import GIB, MIB, GpuMemory, Holder
 from envforge.host.hostinfo import ToolRunner
+from tests.helpers import paths
 from tests.helpers.recipes import make_recipe
 
-SYSFS = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"
+SYSFS = paths.TESTS / "fixtures" / "sysfs"
 UUID0 = "GPU-3f9b5e2c-8a41-6d7e-19f0-2b4c6d8e0a13"
 UUID1 = "GPU-77c1d0aa-5e2f-4b9c-8d3e-0f1a2b3c4d5e"
 #: nvidia-smi on an H200 another process fills (138.3 of 140.4 GiB), its neighbour idle.

@@ -12,8 +12,9 @@ from envforge.host import detect as detect_module
 from envforge.host.detect import detect, no_tools
 from envforge.knowledge import load_table
 from envforge.probe.report import ReportGpu, host_info
+from tests.helpers import paths
 
-SYSFS = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"
+SYSFS = paths.TESTS / "fixtures" / "sysfs"
 
 
 @pytest.mark.parametrize("case", ["rx5700xt", "rx6700xt", "mi300x", "h100", "none"])

@@ -19,8 +19,9 @@ from envforge.cli import main
 from envforge.host.detect import detect, no_tools, parse_kfd_properties
 from envforge.host.doctor import gpu_holders, parse_group_file
 from envforge.host.hostfs import host_int, numeric_name, read_host_text
+from tests.helpers import paths
 
-HOSTILE = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs-hostile"
+HOSTILE = paths.TESTS / "fixtures" / "sysfs-hostile"
 HANG_LIMIT_S = 60
 
 #: Files of the hostile tree replaced by FIFOs (relative to the root).

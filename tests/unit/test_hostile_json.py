@@ -20,9 +20,9 @@ from envforge.core import jsonlimits
 from envforge.core.jsonlimits import BadJSON
 from envforge.errors import EnvforgeError, ExitCode, InvalidInput
 from envforge.publish import registry
-from tests.helpers import hostile_registry
+from tests.helpers import hostile_registry, paths
 
-HOSTILE = Path(__file__).resolve().parents[1] / "fixtures" / "hostile"
+HOSTILE = paths.TESTS / "fixtures" / "hostile"
 REGISTRY_CASES = sorted(p.name for p in (HOSTILE / "registry").iterdir())
 EVIDENCE_CASES = sorted(p.name for p in (HOSTILE / "evidence").iterdir())
 
@@ -211,7 +211,7 @@ JSON_ALLOWED = {
 def test_every_json_input_goes_through_the_one_decoder() -> None:
     import ast
 
-    root = Path(__file__).resolve().parents[2]
+    root = paths.ROOT
     found: list[str] = []
     for path in sorted((root / "envforge").rglob("*.py")):
         rel = path.relative_to(root).as_posix()

@@ -25,10 +25,11 @@ from envforge.lock import check_lock
 from envforge.project.init import init_project
 from envforge.project.read import load_project
 from envforge.recipe.load import load_recipe_file
+from tests.helpers import paths
 
 HEX = "ab" * 32
 ZEROS = "0" * 64
-GOLDEN = Path(__file__).resolve().parent.parent / "fixtures" / "recipes" / "golden-cpu.yaml"
+GOLDEN = paths.TESTS / "fixtures" / "recipes" / "golden-cpu.yaml"
 
 
 def write(folder: Path, name: str, text: str) -> Path:

@@ -29,13 +29,14 @@ from hypothesis import strategies as st
 from envforge.cli import main
 from envforge.core import yamlcheck
 from envforge.errors import DataFileError
+from tests.helpers import paths
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:mypy_extensions.TypedDict is deprecated:DeprecationWarning"
 )
 
-CORPUS = Path(__file__).resolve().parent.parent / "hostile"
-GOOD = Path(__file__).resolve().parent.parent / "fixtures" / "recipes" / "golden-cpu.yaml"
+CORPUS = paths.TESTS / "hostile"
+GOOD = paths.TESTS / "fixtures" / "recipes" / "golden-cpu.yaml"
 HANG_LIMIT_S = 60
 
 #: What the one line must say for each corpus file (a fragment).

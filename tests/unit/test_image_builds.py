@@ -17,12 +17,13 @@ from envforge.cli import main
 from envforge.errors import BuildFailed, InvalidInput, Unavailable
 from envforge.lock import inputs_digest, split_lock
 from envforge.recipe.load import load_recipe_file
+from tests.helpers import paths
 from tests.helpers.fake_engine import FakeEngine
 from tests.helpers.recipes import make_recipe
 
-ENGINES = Path(__file__).resolve().parents[1] / "fixtures" / "engines"
+ENGINES = paths.TESTS / "fixtures" / "engines"
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = paths.ROOT
 H = "--hash=sha256:" + "0" * 64
 LOCK = f"""# envforge-lock: recipe=cpu inputs=sha256:{"1" * 64} python=3.11 platform=x
 filelock==4.2.12 \\

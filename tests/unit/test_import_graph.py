@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[2] / "envforge"
+from tests.helpers import paths
+
+PACKAGE = paths.ROOT / "envforge"
 
 #: Modules outside ``envforge/backends/`` that may still import a backend's own modules,
 #: and why. Everything else reaches a backend through :data:`envforge.backends.BACKENDS`.

@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime
 import json
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -23,8 +22,9 @@ from envforge.knowledge.index import (
     requires_dist,
 )
 from envforge.knowledge.refresh import StatusReport, problem_lines, stale_rows
+from tests.helpers import paths
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "index"
+FIXTURES = paths.TESTS / "fixtures" / "index"
 URL = "http://127.0.0.1:9/simple/torch/"
 
 

@@ -11,7 +11,6 @@ import datetime
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from envforge.core.net import Policy
@@ -21,8 +20,9 @@ from envforge.knowledge.extensions import load_extensions
 from envforge.knowledge.index import PEP691_JSON, IndexClient, IndexProblem, Response
 from envforge.knowledge.refresh import refresh, status
 from envforge.knowledge.watch import watch, watched_packages
+from tests.helpers import paths
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "index"
+FIXTURES = paths.TESTS / "fixtures" / "index"
 ROOT = "http://127.0.0.1:9/simple"
 DAY = datetime.date(2026, 11, 27)
 RECORDED = ("torch", "torchvision", "torchaudio", "torchcodec", "torchao", "triton", "xformers")

@@ -17,8 +17,9 @@ import click
 import pytest
 
 from envforge.cli import COMMANDS, SUMMARIES, cli
+from tests.helpers import paths
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = paths.ROOT
 NO_GPU = ROOT / "tests" / "fixtures" / "sysfs" / "none"
 
 #: Loaded after a command in a fresh interpreter: these must not be.

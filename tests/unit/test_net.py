@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -35,8 +34,9 @@ from envforge.knowledge.listing import (
     scan_anchors,
     version_key,
 )
+from tests.helpers import paths
 
-CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "hostile-index"
+CORPUS = paths.TESTS / "fixtures" / "hostile-index"
 URL = "http://127.0.0.1:9/simple/torch/"
 WHEEL = "torch-{v}-cp311-cp311-manylinux_2_28_x86_64.whl"
 

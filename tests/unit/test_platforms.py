@@ -18,6 +18,7 @@ from envforge.knowledge import check, load_table
 from envforge.knowledge.parse import parse_table
 from envforge.knowledge.platforms import platform_of
 from envforge.lock import serves_platform
+from tests.helpers import paths
 from tests.helpers.recipes import make_recipe
 
 TABLE = load_table()
@@ -118,7 +119,7 @@ def test_validate_platform_rows() -> None:
 
 
 def test_validate_cli_takes_platform(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    root = Path(__file__).resolve().parents[2]
+    root = paths.ROOT
     assert main(["validate", str(root / "recipes/sm_90.yaml"), "--platform", "linux/arm64"]) == 0
     assert main(["validate", str(root / "recipes/gfx1100.yaml"), "--platform", "linux/arm64"]) == 2
     assert "linux/amd64 only" in capsys.readouterr().err

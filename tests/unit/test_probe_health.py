@@ -45,8 +45,9 @@ from envforge.probe.health import (
 from envforge.probe.report import ProbeReport, ReportHost
 from envforge.probe.runner import LocalPythonTarget, WorkerHandle, run_probe
 from envforge.probe.spec import HEALTH_STEP, ProbeSpec
+from tests.helpers import paths
 
-FIXTURES = Path(__file__).parent / "fixtures" / "gpu-health"
+FIXTURES = paths.UNIT / "fixtures" / "gpu-health"
 H200 = (FIXTURES / "nvidia-h200-query-gpu.csv").read_text()
 H200_REMAP = (FIXTURES / "nvidia-h200-remapped-rows.csv").read_text()
 MI210 = (FIXTURES / "amd-smi-metric-mi210.json").read_text()

@@ -19,8 +19,9 @@ from envforge.probe import runner
 from envforge.probe.bundle import BOOT, worker_modules
 from envforge.probe.report import printable
 from envforge.probe.spec import FULL_STEPS
+from tests.helpers import paths
 
-PACKAGE = Path(__file__).resolve().parents[2] / "envforge" / "probe" / "worker"
+PACKAGE = paths.ROOT / "envforge" / "probe" / "worker"
 
 
 def _source() -> str:

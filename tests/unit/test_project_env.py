@@ -21,6 +21,7 @@ from envforge.probe.spec import ProbeSpec
 from envforge.project.checks import project_checks
 from envforge.project.read import load_project
 from envforge.recipe.catalogue import Catalogue
+from tests.helpers import paths
 from tests.helpers.fake_engine import FakeEngine, image_attrs
 
 CPU = Catalogue.default({}).load("cpu")
@@ -168,7 +169,7 @@ def test_shell_and_certify_take_a_project(tmp_path: Path) -> None:
         assert "--project DIR" in done.stdout
 
 
-NO_GPU = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs" / "none"
+NO_GPU = paths.TESTS / "fixtures" / "sysfs" / "none"
 
 
 def test_doctor_checks_the_project_on_its_stack(

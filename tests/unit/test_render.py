@@ -23,6 +23,7 @@ from envforge.render import (
     render_dockerfile,
     torch_requirement,
 )
+from tests.helpers import paths
 from tests.helpers.dockerfile_syntax import (
     Instruction,
     install_requirements,
@@ -32,7 +33,7 @@ from tests.helpers.dockerfile_syntax import (
     stages,
 )
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "recipes"
+FIXTURES = paths.TESTS / "fixtures" / "recipes"
 
 
 @pytest.fixture

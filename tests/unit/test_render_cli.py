@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from envforge.cli import main
+from tests.helpers import paths
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = paths.ROOT
 FIXTURES = ROOT / "tests" / "fixtures" / "recipes"
 
 

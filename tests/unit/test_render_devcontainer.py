@@ -21,8 +21,9 @@ from envforge.container.refs import certified_ref
 from envforge.recipe.catalogue import Catalogue
 from envforge.recipe.model import Recipe
 from envforge.render.devcontainer import devcontainer_json, generic_flags, render_devcontainer
+from tests.helpers import paths
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = paths.TESTS / "fixtures"
 SCHEMA = json.loads((FIXTURES / "devcontainer" / "devcontainer.subset.schema.json").read_text())
 SYSFS = FIXTURES / "sysfs"
 

@@ -8,15 +8,15 @@ When this fails, regenerate (with ENVFORGE_RECIPE_PATH unset) and commit the res
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 
 import pytest
 
 from envforge.recipe.catalogue import Catalogue
 from envforge.render import RenderOptions, plan_venv, render_dockerfile
+from tests.helpers import paths
 from tests.helpers.dockerfile_syntax import parse
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = paths.ROOT
 DOCKERFILES = ROOT / "Dockerfiles"
 SHIPPED = Catalogue(folders=(ROOT / "recipes",))
 FIX = "regenerate with `envforge render --all -o Dockerfiles` and commit it"

@@ -17,8 +17,9 @@ import pytest
 from envforge.recipe.load import load_recipe_file
 from envforge.recipe.model import Recipe
 from envforge.render import RenderOptions, plan_venv, render_dockerfile
+from tests.helpers import paths
 
-TESTS = Path(__file__).resolve().parent.parent
+TESTS = paths.TESTS
 FIXTURES = TESTS / "fixtures" / "recipes"
 GOLDEN = TESTS / "golden"
 UPDATE = os.environ.get("ENVFORGE_UPDATE_GOLDEN") == "1"

@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import shlex
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -25,6 +24,7 @@ from envforge.recipe.load import load_recipe_file, parse_recipe
 from envforge.recipe.model import UNQUOTABLE, EnvVar, Recipe
 from envforge.render import RenderOptions, plan_venv, render_dockerfile
 from envforge.render.quoting import MAX_VALUE_CHARS
+from tests.helpers import paths
 from tests.helpers.dockerfile_syntax import (
     Instruction,
     install_requirements,
@@ -40,7 +40,7 @@ pytestmark = pytest.mark.filterwarnings(
     "ignore:mypy_extensions.TypedDict is deprecated:DeprecationWarning"
 )
 
-FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "recipes" / "golden-rocm.yaml"
+FIXTURE = paths.TESTS / "fixtures" / "recipes" / "golden-rocm.yaml"
 BASE: Recipe = load_recipe_file(FIXTURE)
 OPTIONS = (RenderOptions(), RenderOptions(wheelhouse=True, ca_bundle=True))
 BENIGN = {o: [i.keyword for i in parse(render_dockerfile(BASE, o))] for o in OPTIONS}

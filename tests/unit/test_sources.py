@@ -19,8 +19,9 @@ from envforge.knowledge.links import citations, evidence_links, source_problem
 from envforge.knowledge.table import CompatTable
 from envforge.recipe.catalogue import Catalogue
 from envforge.solve.solver import NoStack, SolveRequest, known_archs, solve
+from tests.helpers import paths
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = paths.ROOT
 TABLE = load_table()
 DATA_FILES = sorted((ROOT / "envforge" / "data").glob("*.yaml"))
 RECIPE_FILES = sorted((ROOT / "recipes").glob("*.yaml"))

@@ -15,8 +15,9 @@ from envforge.host.syspkg import missing_packages
 from envforge.project.read import load_project
 from envforge.recipe.catalogue import Catalogue
 from envforge.render import RenderOptions, render_dockerfile
+from tests.helpers import paths
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = paths.ROOT
 CPU = Catalogue.default({}).load("cpu")
 
 

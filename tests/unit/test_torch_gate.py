@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 
-from tests.helpers import torch_gate
+from tests.helpers import paths, torch_gate
 
-UNIT = Path(__file__).resolve().parent
+UNIT = paths.UNIT
 
 
 @dataclass
@@ -99,7 +98,7 @@ def torch_users(tree: ast.Module) -> list[str]:
 def test_no_unit_test_imports_torch_unmarked() -> None:
     found = {
         path.name: users
-        for path in sorted(UNIT.glob("*.py"))
+        for path in sorted(UNIT.rglob("*.py"))
         if (users := torch_users(ast.parse(path.read_text(encoding="utf-8"))))
     }
     assert found == {}
