@@ -58,7 +58,7 @@ COMMANDS: Mapping[str, str] = {
 
 
 #: Every command's summary for ``envforge --help``: the first paragraph of its help, so
-#: that the overview imports no command module (tests/unit/test_light_imports.py checks
+#: that the overview imports no command module (tests/unit/house/test_light_imports.py checks
 #: that each one matches its command's help).
 SUMMARIES: Mapping[str, str] = {
     "list": "List the recipes in the catalogue (shipped and ENVFORGE_RECIPE_PATH).",

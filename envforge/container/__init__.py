@@ -7,6 +7,6 @@
 * :mod:`.identity`: what an engine is (Docker or Podman, CDI, rootless) from its answers.
 
 Nothing here talks to an engine: no ``docker`` SDK, nothing from :mod:`envforge.backends`
-(``tests/unit/test_import_graph.py`` checks both). The Docker backend turns these values
+(``tests/unit/house/test_import_graph.py`` checks both). The Docker backend turns these values
 into SDK calls (:func:`envforge.backends.docker.containers.sdk_kwargs`).
 """

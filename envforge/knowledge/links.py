@@ -1,7 +1,7 @@
 """Sources as links a user can open: URLs and ``owner/repo#N`` references in a source text.
 
 The accepted shape (issue 20 §5), checked by :func:`source_problem` and walked over every
-source of the shipped table and recipes by ``tests/unit/test_sources.py``:
+source of the shipped table and recipes by ``tests/unit/knowledge/test_sources.py``:
 
 - A source text is one or more **citations** separated by ``"; "`` outside parentheses
   and brackets (``TORCH_CUDA_ARCH_LIST 3.7;5.0`` is one citation).

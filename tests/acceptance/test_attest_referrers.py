@@ -231,7 +231,7 @@ def test_certify_attach_puts_a_pulled_images_attestation_on_its_digest(
     from envforge.errors import InvalidInput
     from tests.helpers.fake_engine import FakeEngine, image_attrs
     from tests.helpers.recipes import make_recipe
-    from tests.unit.test_docker_pipeline import FakeProbe
+    from tests.unit.backends.docker.test_docker_pipeline import FakeProbe
 
     monkeypatch.setenv("ENVFORGE_HOME", str(tmp_path / "home"))
     repo = f"envforge-test/attach-{os.getpid()}-{int(time.time())}"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from envforge.cli import main
-from tests.unit.test_summary import _cells, _table_rows
+from tests.unit.evidence.test_summary import _cells, _table_rows
 
 
 @pytest.fixture(autouse=True)

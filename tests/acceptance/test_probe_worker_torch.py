@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.unit.test_probe_worker import _load_worker
+from tests.unit.probe.worker.test_probe_worker import _load_worker
 
 W = _load_worker()
 

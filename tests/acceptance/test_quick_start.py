@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_docs import quick_start_commands
+from tests.unit.house.test_docs import quick_start_commands
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -6,7 +6,7 @@ skipped, saying why, only where torch is missing, and never where it is there; w
 ``ENVFORGE_REQUIRE_TORCH=1`` (``scripts/test``) a missing torch is an error instead of a
 skip, so CI cannot lose these tests to a broken install.
 
-``tests/unit/test_torch_gate.py`` keeps the unit tier honest: a unit test that imports
+``tests/unit/house/test_torch_gate.py`` keeps the unit tier honest: a unit test that imports
 torch carries the marker, and no unit module imports it at its top.
 """
 
