@@ -22,6 +22,7 @@ from envforge.solve.solver import (
     known_archs,
     solve,
 )
+from tests.helpers.paths import ROOT
 
 TABLE = load_table()
 
@@ -444,7 +445,7 @@ def test_the_sm_120_old_driver_workaround_names_what_solve_picks_for_that_driver
     """Recipe prose must not lag the table (audit 2026-11-27 E10): the driver < 580
     workaround names the torch and CUDA that ``solve sm_120 --driver 570.86`` picks."""
     picked = solve(SolveRequest("sm_120", driver="570.86"), TABLE).stack
-    recipe = load_recipe_file(Path(__file__).resolve().parents[2] / "recipes" / "sm_120.yaml")
+    recipe = load_recipe_file(ROOT / "recipes" / "sm_120.yaml")
     issue = next(k for k in recipe.known_issues if "driver" in k.symptom.lower())
     cuda = picked.variant.removeprefix("cu")
     assert f"--set torch.version={picked.torch}" in issue.workaround
