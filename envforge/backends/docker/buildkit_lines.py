@@ -12,6 +12,7 @@ Everything else passes through as it comes.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 _METADATA = re.compile(r"^#(\d+) \[internal\] load metadata for (\S+)$")
 _ERROR = re.compile(r"^#(\d+) ERROR: ")
@@ -59,3 +60,31 @@ class HeldNoise:
             f"(BuildKit found no {names} in a registry and used this engine's copy: "
             "its 'ERROR: not found' lines are not a failure, and are not shown)"
         ]
+
+
+_CANCELED = re.compile(r"^#(\d+) CANCELED$")
+
+
+def failure_reason(log: Sequence[str]) -> str:
+    """The line that says why a build that named no failing step failed: the last one
+    with "error" in it, or BuildKit's own "failed to solve ..."; else "no image"."""
+    return next(
+        (ln for ln in reversed(log) if "error" in ln.lower() or ln.startswith("failed to ")),
+        "no image",
+    )
+
+
+def base_stopped(
+    what: str, failed: tuple[int, str] | None, base_vertices: set[int], log: Sequence[str]
+) -> bool:
+    """Whether a failed BuildKit build stopped on its base image (a network problem, exit
+    4, not the recipe's): the FROM step failed, a vertex resolving the base (``[internal]
+    load metadata for ...``) errored, or, when no step is named, one was cancelled, as
+    BuildKit does when the solve fails on ``Head .../manifests/TAG`` before the vertex
+    reports its own error."""
+    if what.startswith("step FROM "):
+        return True
+    if failed is not None:
+        return failed[0] in base_vertices
+    cancelled = {int(m.group(1)) for m in map(_CANCELED.match, log) if m}
+    return bool(cancelled & base_vertices)

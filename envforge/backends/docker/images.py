@@ -17,7 +17,7 @@ from typing import IO, Any
 import docker.errors
 import docker.utils.build
 
-from envforge.backends.docker.buildkit_lines import HeldNoise
+from envforge.backends.docker.buildkit_lines import HeldNoise, base_stopped, failure_reason
 from envforge.backends.docker.client import EngineClient
 from envforge.backends.docker.sdkerrors import TRANSPORT_ERRORS, api_message, first_line
 from envforge.container.identity import engine_kind
@@ -592,9 +592,9 @@ def build_image_buildkit(
             reason = failed[1]
         else:
             what = "the build"
-            reason = next((ln for ln in reversed(log) if "error" in ln.lower()), "no image")
+            reason = failure_reason(log)
         message = f"{what} failed (BuildKit): {first_line(reason)}"
-        if what.startswith("step FROM ") or (failed is not None and failed[0] in base_vertices):
+        if base_stopped(what, failed, base_vertices, log):
             raise Unavailable(message, hint=BASE_UNAVAILABLE)  # a network problem: exit 4
         raise BuildFailed(message, hint="see the build output above")
     return BuildResult(image_id, time.monotonic() - start, steps, tuple(log))

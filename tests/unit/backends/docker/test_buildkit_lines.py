@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from envforge.backends.docker.buildkit_lines import HeldNoise
+from envforge.backends.docker.buildkit_lines import HeldNoise, base_stopped, failure_reason
 
 BASE = "docker.io/envforge-standin/debian:bookworm-python3"
 #: BuildKit's plain progress for a base image only this engine has (empty lines dropped,
@@ -56,3 +56,31 @@ def test_an_error_of_another_step_passes_through_at_once() -> None:
 def test_a_block_that_is_not_the_lookup_is_shown_even_on_success() -> None:
     lines = ["------", " > [torch 4/5] RUN something:", "------"]
     assert shown(lines, ok=True) == lines
+
+
+#: BuildKit's plain output for an unreachable base image, as a CI run printed it: the
+#: metadata vertex is cancelled when the solve fails, so no ``#3 ERROR`` names it.
+UNREACHABLE_BASE = [
+    "#1 [internal] load build definition from Dockerfile",
+    "#1 DONE 0.0s",
+    "#3 [internal] load metadata for 127.0.0.1:1/envforge-nope:t",
+    "#3 CANCELED",
+    "failed to solve with frontend dockerfile.v0: failed to create LLB definition: failed to"
+    ' do request: Head "http://127.0.0.1:1/v2/envforge-nope/manifests/t": dial tcp'
+    " 127.0.0.1:1: connect: connection refused",
+]
+
+
+def test_a_cancelled_base_vertex_is_the_base_image_failing() -> None:
+    assert base_stopped("the build", None, {3}, UNREACHABLE_BASE)
+    assert failure_reason(UNREACHABLE_BASE).startswith("failed to solve with frontend")
+
+
+def test_a_failing_step_is_the_recipes_own_failure() -> None:
+    assert base_stopped("step FROM x AS torch", (5, "boom"), {3}, [])
+    assert base_stopped("step RUN x", (3, "not found"), {3}, [])  # the base vertex errored
+    assert not base_stopped("step RUN pip install", (7, "exit 1"), {3}, UNREACHABLE_BASE)
+    # another vertex cancelled (a step stopped because a sibling failed): not the base
+    assert not base_stopped("the build", None, {3}, ["#9 CANCELED", "ERROR: exit 1"])
+    assert failure_reason(["#9 CANCELED", "ERROR: exit 1"]) == "ERROR: exit 1"
+    assert failure_reason(["#1 DONE 0.0s"]) == "no image"
