@@ -16,9 +16,10 @@ Routes (every path ends with ``/<project>/`` like a simple-API project page):
 - ``/simple/torchvision/``, ``/simple/torchaudio/``: the recorded PEP 691 pages;
   ``/future/...`` adds torchvision 0.30.0 (requires torch==2.16.0) and torchaudio 2.12.0
   (no torch requirement, like torchaudio 2.11.0).
-- ``/simple/triton/``, ``/simple/xformers/``, ``/simple/torchcodec/``, ``/simple/torchao/``:
-  the recorded PEP 691 pages (3.8.0-3.9.0, 0.0.34-0.0.35, 0.16.0-0.17.0 and 0.17.0-0.18.0)
-  that ``knowledge status`` and ``refresh`` watch.
+- ``/simple/triton/``, ``/simple/xformers/``, ``/simple/torchcodec/``, ``/simple/torchao/``,
+  ``/simple/cuda-toolkit/``: the recorded PEP 691 pages (3.8.0-3.9.0, 0.0.34-0.0.35,
+  0.16.0-0.17.0, 0.17.0-0.18.0 and 13.4.0rc1-13.5.0) that ``knowledge status`` and
+  ``refresh`` watch.
 - ``/pypi/torch/json``: the recorded JSON API ``info`` of the newest torch.
 - ``/whl/<variant>/torch/``: PEP 503 pages of PyTorch variant indexes, built from the
   wheel names in ``VARIANT_FILES`` (the real variant indexes cannot be reached here);
@@ -47,7 +48,7 @@ METADATA = "torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl.metadata"
 RECORDED_METADATA = (METADATA, "torchvision-0.28.0-cp311-cp311-manylinux_2_28_x86_64.whl.metadata")
 COMPANIONS = ("torchvision", "torchaudio")
 #: the other pages knowledge status/refresh watch (recorded 2026-11-27)
-WATCHED = ("triton", "xformers", "torchcodec", "torchao")
+WATCHED = ("triton", "xformers", "torchcodec", "torchao", "cuda-toolkit")
 #: the /future root: torch 2.16.0, then its companions, uploaded minutes later
 FUTURE_UPLOADS = {
     "torch": "2026-12-02T10:00:00Z",
