@@ -92,3 +92,22 @@ def test_the_commit_message_hook_caps_the_subject_at_72(
         },
     )
     assert (done.returncode == 0) is ok, done.stdout + done.stderr
+
+
+def test_unit_tests_sit_in_folders_that_mirror_the_package() -> None:
+    """tests/unit/README.md: a folder of test files is a package of envforge/ (or house/),
+    with an __init__.py; a test file at the top is one of a top-level module."""
+    unit, package = paths.UNIT, ROOT / "envforge"
+    misplaced = []
+    for test in sorted(unit.rglob("test_*.py")):
+        folder = test.parent.relative_to(unit)
+        if "fixtures" in folder.parts:
+            continue
+        if not (test.parent / "__init__.py").is_file():
+            misplaced.append(f"{test.relative_to(unit)}: its folder has no __init__.py")
+        elif folder == Path("."):
+            if not list(package.glob(f"{test.stem.removeprefix('test_').split('_')[0]}*.py")):
+                misplaced.append(f"{test.name}: no top-level module of envforge/ by that name")
+        elif folder.parts[0] != "house" and not (package / folder / "__init__.py").is_file():
+            misplaced.append(f"{folder}/: not a package of envforge/ (envforge/{folder})")
+    assert not misplaced, "misplaced unit tests (see tests/unit/README.md): " + "; ".join(misplaced)
