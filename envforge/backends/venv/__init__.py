@@ -33,9 +33,10 @@ Building
    runs; else the probe runs where the venv is and, on a pass, the certificate is
    written (a failure leaves any earlier certificate as it was).
 4. Otherwise build a new venv *aside*, in ``.<name>.tmp-<pid>.<start>-XXXX`` next to the
-   target (``uv venv --relocatable``, then ``uv pip install --link-mode copy`` — or ``uv
-   pip sync --require-hashes`` from the recipe's lock file), check every file against its
-   RECORD hash, probe it there, and swap it in (one ``renameat2(RENAME_EXCHANGE)``) when
+   target (``uv venv --relocatable``, then ``uv pip install`` — or ``uv pip sync
+   --require-hashes`` from the recipe's lock file — by hard links from uv's cache where
+   :mod:`.share` allows), check every file against its RECORD hash, probe it there,
+   and swap it in (one ``renameat2(RENAME_EXCHANGE)``) when
    the probe passed — or, when it failed, only if there is no certified venv to keep.
    A certified venv therefore stays usable and certified until a new one passes; a
    failure or Ctrl-C removes the folder aside.
@@ -114,7 +115,6 @@ from envforge.backends.venv.layout import (
     DEFAULT_OPTIONS,
     ENV_SCRIPT,
     INSTALL_TIMEOUT,
-    LINK_MODE,
     MARKER_DIR,
     BuildStatus,
     Say,
@@ -360,7 +360,6 @@ __all__ = [
     "GIB",
     "INSTALL_TIMEOUT",
     "INTERPRETER_TIMEOUT",
-    "LINK_MODE",
     "MARKER_DIR",
     "SPACE_ESTIMATE",
     "BuildStatus",

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envforge import lock
-from envforge.core import proc
+from envforge.backends.venv import share
+from envforge.core import paths, proc
 from envforge.core.fsutil import write_atomically
 from envforge.core.mirror import Mirrors, index_mirror_from_env, index_mirror_options
 from envforge.recipe.model import Recipe
@@ -26,7 +27,6 @@ from envforge.backends.venv.layout import (
     ACTIVATE_HOOK,
     ENV_SCRIPT,
     INSTALL_TIMEOUT,
-    LINK_MODE,
     VenvOptions,
     project_binding,
     venv_python,
@@ -117,7 +117,6 @@ def _install_editable(  # noqa: PLR0917 - one step of build, its inputs spelled 
             "--python",
             py,
             "--no-config",
-            *LINK_MODE,
             "--no-deps",
             "-e",
             str(root),
@@ -151,7 +150,6 @@ def _install_pip(
             "--python",
             py,
             "--no-config",
-            *LINK_MODE,
             "pip",
             *sources,
         ],
@@ -181,6 +179,22 @@ def venv_environ(
     return env
 
 
+def link_mode(target: Path, options: VenvOptions, env: Mapping[str, str]) -> str:
+    """uv's link mode for the venv at ``target`` (:func:`share.link_mode`): hard links
+    from uv's cache where it, the venv and envforge's store share a file system."""
+    store = share.store_dir(paths.state_dir(options.environ))
+    return share.link_mode(target.parent, store, _uv_cache(env))
+
+
+def _uv_cache(env: Mapping[str, str]) -> Path | None:
+    """uv's cache folder as uv names it for ``env`` (None: no cache, or uv cannot say)."""
+    if env.get("UV_NO_CACHE", "").lower() not in ("", "0", "false", "no", "off"):
+        return None
+    done = proc.run([lock.uv_bin(), "cache", "dir", "--no-config"], timeout=30.0, env=env)
+    text = done.stdout.strip()
+    return Path(text) if done.ok and text.startswith("/") else None
+
+
 def _install(  # noqa: PLR0917 - one step of build, its inputs spelled out
     recipe: Recipe,
     interp: Interpreter,
@@ -203,6 +217,7 @@ def _install(  # noqa: PLR0917 - one step of build, its inputs spelled out
         private = Path(tmp) / "tmp"
         private.mkdir()
         env.update({"TMPDIR": str(private), "TMP": str(private), "TEMP": str(private)})
+        env["UV_LINK_MODE"] = link_mode(target, options, env)
         _fill(recipe, interp, target, options, lock_file, stack, env, Path(tmp), fresh=fresh)
 
 
@@ -233,7 +248,6 @@ def _fill(  # noqa: PLR0917 - one step of build, its inputs spelled out
             py,
             "--require-hashes",
             "--no-config",
-            *LINK_MODE,
             str(lock_file),
             *sources,
         ]
@@ -325,7 +339,6 @@ def _install_argv(
         "--python",
         py,
         "--no-config",
-        *LINK_MODE,
         *(["--exact"] if exact else []),
         "-r",
         str(req),

@@ -29,12 +29,6 @@ from envforge.backends.venv.interpreter import Interpreter
 INSTALL_TIMEOUT = 3600.0
 
 
-#: Files are copied from uv's cache, never hard-linked: an edit inside a venv must not
-#: change uv's cache (and every venv linked to it), and a reinstall must bring back the
-#: real files.
-LINK_MODE = ("--link-mode", "copy")
-
-
 MARKER_DIR = ".envforge"
 
 

@@ -1,10 +1,11 @@
 """One copy on disk of what every venv installs alike: a store of shared, read-only files.
 
-A venv's installed files are copies (uv's ``--link-mode copy``: an edit in one venv must
-never reach uv's cache). Two projects on one stack would each hold torch (0.9 GB on the
-cpu stack, several GB on CUDA and ROCm). So each file a RECORD lists with a hash is kept
-once, in ``$ENVFORGE_HOME/store/sha256/<2 hex>/<64 hex>`` (the name is the RECORD's
-hash), and every venv that installs the same bytes holds a hard link to it:
+A venv's installed files are never uv's cache files once built (an edit in one venv must
+never reach uv's cache, and a reinstall must bring back the real files). Two projects on
+one stack would each hold torch (0.9 GB on the cpu stack, several GB on CUDA and ROCm).
+So each file a RECORD lists with a hash is kept once, in
+``$ENVFORGE_HOME/store/sha256/<2 hex>/<64 hex>`` (the name is the RECORD's hash), and
+every venv that installs the same bytes holds a hard link to it:
 
 1. :func:`link_shared`, after the install: a file whose copy is in the store, with the
    bytes its name says (read again: a write through another venv's link may have changed
@@ -19,6 +20,13 @@ them then refuses to run until it is rebuilt: detected, never propagated silentl
 write bits are cleared so that such a write fails for anyone but root in the first place.
 Where the file system has no hard links (or the store is on another one), files stay
 copies. ``envforge gc`` removes store files that no venv links any more.
+
+uv installs by hard links from its cache when the cache, the venv and the store share one
+file system (:func:`link_mode`): a second venv of a stack then costs links, not a copy of
+torch that the store would replace (freeing a copy's blocks is what made rebuilds slow).
+Such a file is uv's, never the store's: :func:`add_to_store` copies it into the store
+(its hash checked while copying) and links the venv to the copy, so after a build no venv
+file is uv's cache file, and an edit in a venv cannot reach uv's cache.
 """
 
 from __future__ import annotations
@@ -124,22 +132,98 @@ def link_shared(venv: Path, store: Path) -> int:
 
 def add_to_store(venv: Path, store: Path) -> int:
     """The files of ``venv`` (checked against their RECORD hashes) that the store lacks
-    join it, read-only; how many."""
-    added = 0
+    join it, read-only; how many. A file with other links (uv's cache, when uv installed
+    by hard links) is copied into the store and the venv linked to the copy: uv's file is
+    left as it is. Raises :class:`OSError` when such a file can be neither stored nor
+    made the venv's own copy (it would stay uv's cache file)."""
+    added, linking = 0, True
     for path, key in _files(venv):
         target = _where(store, key)
         mine = _regular(path)
-        if mine is None or _regular(target) is not None:
+        if mine is None:
             continue
-        try:
-            os.chmod(path, stat.S_IMODE(mine.st_mode) & ~WRITE_BITS)
-            target.parent.mkdir(parents=True, exist_ok=True)
-        except OSError:
-            return added
-        if not _replace_with_link(path, target):
-            return added
-        added += 1
+        kept = _regular(target)
+        if kept is not None:
+            if mine.st_nlink > 1 and (kept.st_ino, kept.st_dev) != (mine.st_ino, mine.st_dev):
+                _own_copy(path, mine)  # uv's file, which link_shared could not replace
+        elif mine.st_nlink > 1:
+            added += _store_copy(path, mine, target, key)
+        elif linking:
+            linking = _store_link(path, mine, target)  # False: no links here, copies stay
+            added += 1 if linking else 0
     return added
+
+
+def _store_link(path: Path, mine: os.stat_result, target: Path) -> bool:
+    """The venv's own file ``path`` becomes the store's ``target``, read-only."""
+    try:
+        os.chmod(path, stat.S_IMODE(mine.st_mode) & ~WRITE_BITS)
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return False
+    return _replace_with_link(path, target)
+
+
+def _store_copy(path: Path, mine: os.stat_result, target: Path, key: str) -> int:
+    """Copy ``path`` (a file with other links) into the store as ``target`` when its bytes
+    hash to ``key``, and link the venv to the copy: 1. Else the venv gets its own copy: 0."""
+    tmp = target.with_name(f".{target.name}.envforge-copy")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if _copy_hashing(path, tmp) == key:
+            os.chmod(tmp, stat.S_IMODE(mine.st_mode) & ~WRITE_BITS)
+            os.replace(tmp, target)
+            if _replace_with_link(target, path):
+                return 1
+    except OSError:
+        pass
+    with contextlib.suppress(OSError):
+        tmp.unlink()
+    _own_copy(path, mine)
+    return 0
+
+
+def _copy_hashing(source: Path, dest: Path) -> str:
+    digest = hashlib.sha256()
+    with open(source, "rb") as src, open(dest, "xb") as out:
+        while chunk := src.read(1 << 20):
+            digest.update(chunk)
+            out.write(chunk)
+    return digest.hexdigest()
+
+
+def _own_copy(path: Path, mine: os.stat_result) -> None:
+    """Replace ``path`` by a copy of its bytes that no other name links (raises OSError)."""
+    tmp = path.with_name(f".{path.name}.envforge-own")
+    try:
+        _copy_hashing(path, tmp)
+        os.chmod(tmp, stat.S_IMODE(mine.st_mode))
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def link_mode(venv_parent: Path, store: Path, uv_cache: Path | None) -> str:
+    """uv's ``--link-mode`` for installing into a venv under ``venv_parent``: ``hardlink``
+    when uv's cache (None: no cache), the venv and the store are on one file system (the
+    store then takes its own copies, :func:`add_to_store`), else ``copy``."""
+    if uv_cache is None:
+        return "copy"
+    try:
+        devices = {_device(uv_cache), _device(venv_parent), _device(store)}
+    except OSError:
+        return "copy"
+    return "hardlink" if len(devices) == 1 else "copy"
+
+
+def _device(path: Path) -> int:
+    """The device of ``path``, or of its nearest existing parent (a store not made yet)."""
+    for candidate in (path, *path.parents):
+        with contextlib.suppress(FileNotFoundError):
+            return candidate.stat().st_dev
+    raise FileNotFoundError(path)
 
 
 def unused(store: Path) -> list[tuple[Path, int]]:

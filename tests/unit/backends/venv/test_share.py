@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
 import os
 import stat
 from pathlib import Path
+
+import pytest
 
 from envforge.backends.venv import share
 from envforge.backends.venvfs import verify_records
@@ -93,3 +96,99 @@ def test_a_store_file_changed_through_a_link_leaves_the_store_and_is_replaced(
     assert verify_records(b) == []
     assert share.add_to_store(b, store) == 1
     assert hashlib.sha256(kept.read_bytes()).hexdigest() == key
+
+
+# ------------------------------------------------------------------ uv installing by links
+
+SP = "lib/python3.11/site-packages"
+
+
+def as_uv_would(venv: Path, cache: Path) -> dict[str, Path]:
+    """Give each of ``venv``'s package files a second name in ``cache``, as uv's
+    ``--link-mode hardlink`` leaves them: the venv's file *is* uv's cache file."""
+    cache.mkdir(parents=True, exist_ok=True)
+    names = {}
+    for rel in FILES:
+        names[rel] = cache / rel.replace("/", "_")
+        os.link(venv / SP / rel, names[rel])
+    return names
+
+
+def test_a_file_uv_linked_is_copied_into_the_store_and_uvs_cache_is_left_alone(
+    tmp_path: Path,
+) -> None:
+    store = tmp_path / "store"
+    a = make_venv(tmp_path / "a", FILES)
+    cached = as_uv_would(a, tmp_path / "uv-cache")
+    modes = {rel: path.stat().st_mode for rel, path in cached.items()}
+    assert share.link_shared(a, store) == 0
+    assert share.add_to_store(a, store) == 2
+    for rel, path in cached.items():
+        mine, theirs = (a / SP / rel).stat(), path.stat()
+        key = hashlib.sha256(FILES[rel]).hexdigest()
+        assert mine.st_ino == (store / key[:2] / key).stat().st_ino
+        assert mine.st_ino != theirs.st_ino  # the venv's file is the store's, not uv's
+        assert (theirs.st_nlink, theirs.st_mode) == (1, modes[rel])  # uv's file untouched
+        assert not mine.st_mode & share.WRITE_BITS
+    assert verify_records(a) == []
+
+
+def test_a_second_venv_uv_linked_ends_on_the_stores_files(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    a = make_venv(tmp_path / "a", FILES)
+    share.add_to_store(a, store)
+    b = make_venv(tmp_path / "b", FILES)
+    cached = as_uv_would(b, tmp_path / "uv-cache")
+    assert share.link_shared(b, store) == 2
+    assert share.add_to_store(b, store) == 0
+    for rel, path in cached.items():
+        assert (b / SP / rel).stat().st_ino == (a / SP / rel).stat().st_ino
+        assert path.stat().st_nlink == 1
+
+
+def test_a_uv_linked_file_that_is_not_its_record_hash_is_never_stored(tmp_path: Path) -> None:
+    """Bytes that are not what RECORD says (an edited cache) get the venv its own copy:
+    the store never holds a file under a name its bytes do not hash to."""
+    store = tmp_path / "store"
+    a = make_venv(tmp_path / "a", FILES)
+    cached = as_uv_would(a, tmp_path / "uv-cache")
+    cached["pkg/__init__.py"].write_bytes(b"x = 2\n")  # through uv's name: same inode
+    assert share.add_to_store(a, store) == 1
+    mine = (a / SP / "pkg/__init__.py").stat()
+    assert mine.st_nlink == 1
+    assert mine.st_ino != cached["pkg/__init__.py"].stat().st_ino
+    bad = hashlib.sha256(b"x = 2\n").hexdigest()
+    good = hashlib.sha256(FILES["pkg/__init__.py"]).hexdigest()
+    assert not (store / bad[:2] / bad).exists()
+    assert not (store / good[:2] / good).exists()
+
+
+def test_a_uv_linked_file_that_cannot_be_made_the_venvs_own_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = tmp_path / "store"
+    a = make_venv(tmp_path / "a", FILES)
+    as_uv_would(a, tmp_path / "uv-cache")
+
+    def full(source: Path, dest: Path) -> str:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(share, "_copy_hashing", full)
+    with pytest.raises(OSError, match="No space"):
+        share.add_to_store(a, store)
+    assert not list(store.rglob("*.envforge-*"))
+    assert not list((a / SP).rglob("*.envforge-*"))
+
+
+def test_uv_links_only_where_its_cache_the_venv_and_the_store_share_a_file_system(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    store = home / "store" / "sha256"  # not made yet: its nearest parent counts
+    home.mkdir()
+    assert share.link_mode(home, store, tmp_path / "uv-cache-not-made") == "hardlink"
+    assert share.link_mode(home, store, None) == "copy"
+    other = Path("/dev/shm")
+    if other.is_dir() and other.stat().st_dev != tmp_path.stat().st_dev:
+        assert share.link_mode(home, store, other) == "copy"
+        assert share.link_mode(other, store, home) == "copy"
