@@ -415,7 +415,7 @@ def _print(found: tuple[TaskState, ...]) -> None:
     for item in found:
         node = item.to_dict()
         where = f" on {node['node']}" if node["node"] else ""
-        gpus = f" GPU {node['gpus']}" if node["gpus"] else ""
+        gpus = outcome.gpus_text(node)
         detail = f": {item.detail}" if item.detail else ""
         # task.json is written on the node: its values reach the terminal escaped
         click.echo(

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -24,7 +23,6 @@ from envforge.fleet.preflight import (
     preflight_spec,
     slurm_files,
 )
-from envforge.host.grant import granted
 from envforge.probe.bundle import worker_source
 from envforge.probe.runner import LocalPythonTarget, run_probe
 from envforge.probe.spec import ProbeSpec, step_timeout_problem
@@ -157,8 +155,9 @@ def node_check_cmd(  # noqa: PLR0917 - click passes options positionally by name
     recipe = load_checked(recipe_ref)
     spec = ProbeSpec.from_recipe(recipe, step_timeout=_timeout(step_timeout))
     spec = replace(preflight_spec(spec, collective), health=True, require_healthy=require_healthy)
-    grant = granted(os.environ)
-    environ = gpu_environ(pick_for(recipe, grant.gpus)) if grant is not None else None
+    # The Prolog runs outside the job's cgroup, with the node's numbering in both of
+    # Slurm's variables; inside a job the pick carries the job's (envforge.host.grant).
+    environ = gpu_environ(pick_for(recipe, None, from_grant=True))
     report = run_probe(spec, LocalPythonTarget(python=python or sys.executable, env=environ))
     if report_dir is not None:
         report_dir.mkdir(parents=True, exist_ok=True)

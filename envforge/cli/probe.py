@@ -235,10 +235,12 @@ def _raise_failed(report: ProbeReport, problem: StepResult | None, spec: ProbeSp
 def _say_grant() -> None:
     """Inside a scheduler's job, say what it granted. The probe runs in this process's own
     environment, where the scheduler has already narrowed the GPUs (its
-    ``CUDA_VISIBLE_DEVICES``/``ROCR_VISIBLE_DEVICES`` are inherited as they are): the
-    grant is said, not re-applied, so a node whose device numbering differs from the
-    scheduler's cannot make the probe pick another GPU."""
+    ``CUDA_VISIBLE_DEVICES``/``ROCR_VISIBLE_DEVICES`` are inherited as they are, in the
+    job's numbering: from 0 under ConstrainDevices): the grant is said, not re-applied,
+    so the node's GRES indexes never replace the job's numbers (:mod:`envforge.host.grant`)."""
     grant = granted(os.environ)
     if grant is not None:
-        where = f"{grant.variable}={grant.gpus} on {grant.node or 'this node'}"
-        say(f"the scheduler granted GPU {grant.gpus} ({where}); probing the GPUs this job sees")
+        say(
+            f"the scheduler granted GPU {grant.gpus} ({grant.describe()}); "
+            "probing the GPUs this job sees"
+        )

@@ -15,10 +15,11 @@ from typing import Any, TypeVar
 import click
 
 from envforge.cli.common import load_checked, load_for_host, say
-from envforge.container.devices import GpuPick, pick_gpus, visible_env
+from envforge.container.devices import GpuPick, granted_spec, pick_gpus, visible_env
 from envforge.errors import InvalidInput
 from envforge.host.detect import detect
-from envforge.host.grant import granted
+from envforge.host.grant import Grant, granted
+from envforge.host.hostinfo import GpuInfo
 from envforge.probe.spec import require_free_problem
 from envforge.recipe.model import Recipe
 from envforge.solve.choose import Choice
@@ -81,58 +82,75 @@ def load_with_gpus(
     """:func:`load_for_host` with ``--gpu``: the selection is checked against the detected
     GPUs (out of range, several archs, another vendor: exit 2, one line), and ``auto``
     chooses for the selected GPUs. Says the selection on stderr in one line. Inside a
-    scheduler's job (Slurm, a pod) the GPUs it granted are the default ``--gpu``."""
-    if gpu is None:
-        gpu = _granted_gpu(ref, overrides)
-    if gpu is None:
+    scheduler's job (Slurm, a pod) the GPUs it granted are the default ``--gpu``, and the
+    pick carries the job's numbering beside the node's (:mod:`envforge.host.grant`)."""
+    grant = granted(os.environ)
+    from_grant = gpu is None and _grant_used(ref, overrides, grant)
+    if gpu is None and not from_grant:
         recipe, choice = load_for_host(ref, None, overrides, platform=platform)
         return recipe, choice, None
 
     if ref != "auto":
         recipe = load_checked(ref, overrides, platform=platform)
-        return recipe, None, pick_for(recipe, gpu)
+        return recipe, None, pick_for(recipe, gpu, from_grant=from_grant)
     host = detect()
-    pick = pick_gpus(gpu, host.gpus)
+    spec = gpu if gpu is not None else _from_grant(grant, host.gpus, None)
+    pick = pick_gpus(spec, host.gpus, grant=grant)
     chosen = tuple(g for g in host.gpus if g.index in pick.indexes)
     recipe, choice = load_for_host(ref, replace(host, gpus=chosen), overrides, platform=platform)
-    _say_pick(gpu, pick)
+    _say_pick(spec, pick)
     return recipe, choice, pick
 
 
-def _granted_gpu(ref: str, overrides: Sequence[str]) -> str | None:
-    """The scheduler's grant as ``--gpu`` (said on stderr), or None: outside a job, or
-    for a recipe that needs no GPU (:mod:`envforge.host.grant`)."""
-    grant = granted(os.environ)
+def _grant_used(ref: str, overrides: Sequence[str], grant: Grant | None) -> bool:
+    """Whether the scheduler's grant becomes ``--gpu`` (said on stderr): inside a job,
+    for a recipe that needs a GPU (:mod:`envforge.host.grant`)."""
     if grant is None:
-        return None
-    where = f"{grant.variable}={grant.gpus} on {grant.node or 'this node'}"
+        return False
     if ref != "auto" and load_checked(ref, overrides).gpu.vendor == "none":
-        say(f"the scheduler granted GPU {grant.gpus} ({where}): not used, the recipe needs none")
-        return None
-    say(f"--gpu {grant.gpus}: the GPUs the scheduler granted ({where})")
-    return grant.gpus
+        granted_text = f"the scheduler granted GPU {grant.gpus} ({grant.describe()})"
+        say(f"{granted_text}: not used, the recipe needs none")
+        return False
+    return True
 
 
-def pick_for(recipe: Recipe | None, gpu: str | None) -> GpuPick | None:
+def pick_for(recipe: Recipe | None, gpu: str | None, *, from_grant: bool = False) -> GpuPick | None:
     """``--gpu`` for a chosen recipe (None: any vendor, still one arch), checked against
     the detected GPUs (``all``: those of the recipe's vendor); said on stderr in one line.
-    None without ``--gpu``."""
-    if gpu is None:
+    None without ``--gpu``, unless ``from_grant``: then the scheduler's grant is the
+    selection. Inside a job the pick carries the job's numbering too."""
+    grant = granted(os.environ)
+    if gpu is None and (not from_grant or grant is None):
         return None
 
-    pick = pick_gpus(gpu, detect().gpus, recipe.gpu.vendor if recipe is not None else None)
+    gpus = detect().gpus
+    vendor = recipe.gpu.vendor if recipe is not None else None
+    if gpu is None:
+        gpu = _from_grant(grant, gpus, vendor)
+    pick = pick_gpus(gpu, gpus, vendor, grant=grant)
     _say_pick(gpu, pick)
     return pick
 
 
+def _from_grant(grant: Grant | None, gpus: Sequence[GpuInfo], vendor: str | None) -> str:
+    """The grant as ``--gpu`` in detect's numbering (:func:`granted_spec`), said."""
+    assert grant is not None  # the callers take the grant only inside a job
+    spec = granted_spec(grant, gpus, vendor)
+    say(f"--gpu {spec}: the GPUs the scheduler granted ({grant.describe()})")
+    return spec
+
+
 def _say_pick(gpu: str, pick: GpuPick) -> None:
     which = ",".join(str(i) for i in pick.indexes)
-    say(f"--gpu {gpu}: GPU {which} ({pick.arch or '?'}), NPROC_PER_NODE={pick.count}")
+    job = ",".join(pick.job_visible)
+    mine = f"; this job numbers them {job}" if job and job != which else ""
+    say(f"--gpu {gpu}: GPU {which} ({pick.arch or '?'}), NPROC_PER_NODE={pick.count}{mine}")
 
 
 def gpu_environ(pick: GpuPick | None) -> dict[str, str] | None:
-    """This process's environment plus the ``--gpu`` variables in the host's numbering
-    (for the venv backend and ``probe``: processes on this host); None without ``--gpu``."""
+    """This process's environment plus the ``--gpu`` variables in the host's numbering,
+    inside a scheduler's job in the job's own (for the venv backend and ``probe``:
+    processes on this host, in this job's device cgroup); None without ``--gpu``."""
     if pick is None:
         return None
 

@@ -14,6 +14,7 @@ from envforge.errors import InvalidInput
 
 if TYPE_CHECKING:
     from envforge.host.detect import GpuInfo
+    from envforge.host.grant import Grant
 
 #: How the GPUs reach the container: raw device nodes, CDI names, Docker's GPU request.
 DevicePath = Literal["none", "raw", "cdi", "request"]
@@ -221,12 +222,17 @@ class GpuPick:
     #: ``envforge detect``'s indexes.
     indexes: tuple[int, ...]
     vendor: str
-    #: Each GPU's place among the host's GPUs of its vendor (ROCr's and CUDA's numbering
-    #: on the host, the NVIDIA container toolkit's device index).
+    #: Each GPU's place among the node's GPUs of its vendor (ROCr's and CUDA's numbering
+    #: on the node, the NVIDIA container toolkit's device index, CDI's name): what a
+    #: container started by a daemon, outside a scheduler's job, is given.
     ordinals: tuple[int, ...]
     #: AMD: the chosen render nodes (``/dev/dri/renderD129``), host paths.
     render_nodes: tuple[str, ...]
     arch: str | None
+    #: Inside a scheduler's job: the same GPUs as the job's own processes name them
+    #: (``0,1`` under Slurm's ConstrainDevices; :mod:`envforge.host.grant`); () where
+    #: they are named as the node names them (:attr:`ordinals`).
+    job_visible: tuple[str, ...] = ()
 
     @property
     def count(self) -> int:
@@ -251,10 +257,17 @@ def parse_gpu_spec(text: str) -> tuple[int, ...] | None:
     return tuple(out)
 
 
-def pick_gpus(text: str, gpus: Sequence[GpuInfo], vendor: str | None = None) -> GpuPick:
+def pick_gpus(
+    text: str, gpus: Sequence[GpuInfo], vendor: str | None = None, grant: Grant | None = None
+) -> GpuPick:
     """Resolve ``--gpu`` against the detected ``gpus``. Refused (exit 2, one line): an
     index out of range, a GPU of another vendor than ``vendor`` (the recipe's), and a
-    selection spanning archs (one stack cannot serve them: one selection per arch)."""
+    selection spanning archs (one stack cannot serve them: one selection per arch).
+
+    Inside a scheduler's job (``grant``) the pick carries both numberings
+    (:meth:`Grant.translate`): the node's for a daemon's container, the job's for this
+    job's processes; a GPU the job was not granted is refused where the job numbers its
+    GPUs otherwise than the node (device cgroups: the job cannot open it)."""
     wanted = parse_gpu_spec(text)
     if not gpus:
         raise InvalidInput(
@@ -301,13 +314,50 @@ def pick_gpus(text: str, gpus: Sequence[GpuInfo], vendor: str | None = None) -> 
         same = [h.index for h in gpus if h.vendor == g.vendor]
         ordinals.append(same.index(g.index))
         nodes += [n for n in g.device_nodes if n.startswith("/dev/dri/renderD")]
-    return GpuPick(
+    pick = GpuPick(
         indexes=tuple(g.index for g in chosen),
         vendor=chosen[0].vendor,
         ordinals=tuple(ordinals),
         render_nodes=tuple(nodes),
         arch=chosen[0].arch,
     )
+    return pick if grant is None else _in_job(text, pick, gpus, grant)
+
+
+def _in_job(text: str, pick: GpuPick, gpus: Sequence[GpuInfo], grant: Grant) -> GpuPick:
+    """``pick`` with the job's numbering (:meth:`Grant.translate`)."""
+    count = sum(1 for g in gpus if g.vendor == pick.vendor)
+    both = grant.translate(pick.ordinals, count)
+    if both is not None:
+        return replace(pick, ordinals=both[0], job_visible=both[1])
+    if grant.renumbered:
+        raise InvalidInput(
+            f"--gpu {text}: not among the GPUs the scheduler granted this job "
+            f"({grant.describe()}); the job cannot open the others",
+            hint="leave --gpu out (the grant is the default) or pick among the granted GPUs",
+        )
+    return pick
+
+
+def granted_spec(grant: Grant, gpus: Sequence[GpuInfo], vendor: str | None = None) -> str:
+    """The scheduler's grant as ``--gpu`` in ``envforge detect``'s numbering: the node's
+    GRES indexes where detect lists every GPU of the node (sysfs, procfs), the job's own
+    where it lists only the job's (a pod; ``nvidia-smi`` alone in a device cgroup).
+    Refused (exit 2) when the grant fits neither."""
+    if not gpus:
+        return grant.gpus  # pick_gpus says "no GPU detected"
+    kinds = {g.vendor for g in gpus}
+    if vendor in (None, "none") and len(kinds) > 1:
+        vendor = "amd" if grant.visible_variable.startswith(("ROCR", "HIP")) else "nvidia"
+    same = [g for g in gpus if vendor in (None, "none") or g.vendor == vendor]
+    numbers = grant.in_detected(len(same))
+    if numbers is None:
+        raise InvalidInput(
+            f"the scheduler granted GPU {grant.describe()}, but envforge detect sees "
+            f"{len(same)} {vendor or ''} GPU(s) here".replace("  ", " "),
+            hint="pass --gpu to choose (envforge detect numbers the GPUs)",
+        )
+    return ",".join(str(same[n].index) for n in numbers)
 
 
 def visible_env(pick: GpuPick, *, container: bool) -> dict[str, str]:
@@ -315,9 +365,13 @@ def visible_env(pick: GpuPick, *, container: bool) -> dict[str, str]:
 
     In a container only the picked GPUs are passed in (render nodes, device request), so
     the runtime numbers them from 0; on the host (venv, ``probe``) they keep the host's
-    numbering (NVIDIA: PCI bus order, as ``envforge detect`` and nvidia-smi count).
+    numbering (NVIDIA: PCI bus order, as ``envforge detect`` and nvidia-smi count), and
+    inside a scheduler's job the job's own (:attr:`GpuPick.job_visible`: from 0 under
+    Slurm's ConstrainDevices, https://slurm.schedmd.com/gres.html#GPU_Management).
     """
-    numbers = range(pick.count) if container else pick.ordinals
+    numbers: Sequence[object] = range(pick.count)
+    if not container:
+        numbers = pick.job_visible or pick.ordinals
     listed = ",".join(str(n) for n in numbers)
     env: dict[str, str] = {}
     if pick.vendor == "amd":
@@ -344,8 +398,9 @@ def select_devices(
         names = tuple(f"{kind}={o}" for kind in kinds for o in pick.ordinals)
         return replace(flags, cdi_devices=names, gpu_count=pick.count, env=env)
     if flags.vendor == "amd" and not pick.render_nodes:
-        # Render nodes unknown (detected by a tool): all of /dev/dri, the host's numbering.
-        host_env = tuple(visible_env(pick, container=False).items())
+        # Render nodes unknown (detected by a tool): all of /dev/dri, the node's numbering
+        # (the daemon starts the container outside any job's device cgroup).
+        host_env = tuple(visible_env(replace(pick, job_visible=()), container=False).items())
         return replace(flags, gpu_count=pick.count, env=host_env)
     if flags.vendor == "amd":
         nodes = [dev_root / n.removeprefix("/dev/") for n in pick.render_nodes]

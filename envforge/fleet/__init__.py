@@ -8,8 +8,9 @@ The pipeline on a fleet reads as on one host, spread over nodes:
   by :data:`.engines.ENGINES`, the one way commands reach them): the plan as the engine's
   own files (sbatch job arrays; Kubernetes Jobs; a GitHub Actions matrix), handing it over
   and what the scheduler still queues (Slurm's submit and queue);
-* :mod:`.node` -- on a node: the GPUs the scheduler granted (``SLURM_JOB_GPUS``,
-  ``CUDA_VISIBLE_DEVICES``, ``ROCR_VISIBLE_DEVICES``);
+* :mod:`envforge.host.grant` -- on a node: the GPUs the scheduler granted, in the node's
+  numbering (``SLURM_JOB_GPUS``) and the job's (``CUDA_VISIBLE_DEVICES``,
+  ``ROCR_VISIBLE_DEVICES``: from 0 under ConstrainDevices);
 * :mod:`.task` -- one task: ``envforge build``/``certify`` with ``--report`` into the
   plan's ``reports/NNN/`` folder, and ``task.json`` (exit status, node, granted GPUs);
 * :mod:`.values` -- what each value may be (Slurm, Kubernetes, GitHub) and its quoting;

@@ -30,6 +30,7 @@ from envforge.evidence.kinds import signed_probe
 from envforge.evidence.records import Evidence, EvidenceError, parse_document
 from envforge.fleet.plan import Plan, Task
 from envforge.fleet.slurm_state import JobState
+from envforge.host.grant import Grant
 
 State = Literal["queued", "running", "blocked", "passed", "failed", "missing", "refused"]
 STATES: tuple[State, ...] = (
@@ -64,6 +65,10 @@ class TaskState:
     job: JobState | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        granted = dict(self.node or {}).get("granted")
+        # The node's numbering (``gpus``), and the job's (``visible``, empty in a task.json
+        # from before it was recorded): envforge.host.grant.
+        grant = Grant.from_dict(granted) if isinstance(granted, Mapping) else None
         return {
             "task": self.task.index,
             "recipe": self.task.recipe,
@@ -71,9 +76,8 @@ class TaskState:
             "state": self.state,
             "detail": self.detail,
             "node": dict(self.node or {}).get("node", ""),
-            "gpus": dict(self.node or {}).get("granted", {}).get("gpus", "")
-            if isinstance(dict(self.node or {}).get("granted"), Mapping)
-            else "",
+            "gpus": grant.gpus if grant else "",
+            "visible": grant.visible if grant else "",
             "pinned": self.task.node,
             "seen": _seen(self.node),
             "report": self.source,
@@ -86,6 +90,15 @@ class TaskState:
             if self.job
             else None,
         }
+
+
+def gpus_text(task: Mapping[str, Any]) -> str:
+    """`` GPU 2,3 (the job's 0,1)`` for ``fleet status`` from :meth:`TaskState.to_dict`:
+    the node's numbering, and the job's where it differs; "" without a grant."""
+    gpus, visible = task.get("gpus", ""), task.get("visible", "")
+    if not gpus:
+        return ""
+    return f" GPU {gpus}" + (f" (the job's {visible})" if visible and visible != gpus else "")
 
 
 _SEEN_KEYS = ("node", "job", "job_variable", "node_indexes", "node_indexes_variable")

@@ -372,24 +372,24 @@ def _merge_smi(gpus: list[GpuInfo], rows: list[SmiRow]) -> list[GpuInfo]:
             )
             for i, r in enumerate(rows)
         ]
-    merged: list[GpuInfo] = []
-    for i, gpu in enumerate(gpus):
-        row = rows[i] if i < len(rows) else None
-        if row is None:
-            merged.append(gpu)
-            continue
-        # compute_cap from the driver itself beats the product-name table.
-        merged.append(
-            replace(
-                gpu,
-                product=row.name if gpu.product.startswith("NVIDIA GPU") else gpu.product,
-                arch=row.arch or gpu.arch,
-                arch_guessed=gpu.arch_guessed and not row.arch,
-                driver_version=gpu.driver_version or row.driver_version,
-                source=gpu.source if gpu.arch == row.arch else f"{gpu.source}+nvidia-smi",
-            )
-        )
-    return merged
+    if len(rows) != len(gpus):
+        # nvidia-smi in a job's device cgroup lists only the job's GPUs, procfs all of the
+        # node's: a row is matched by product name, never by position.
+        named = {r.name: r for r in rows}
+        return [_with_smi(g, named[g.product]) if g.product in named else g for g in gpus]
+    return [_with_smi(gpu, row) for gpu, row in zip(gpus, rows, strict=True)]
+
+
+def _with_smi(gpu: GpuInfo, row: SmiRow) -> GpuInfo:
+    # compute_cap from the driver itself beats the product-name table.
+    return replace(
+        gpu,
+        product=row.name if gpu.product.startswith("NVIDIA GPU") else gpu.product,
+        arch=row.arch or gpu.arch,
+        arch_guessed=gpu.arch_guessed and not row.arch,
+        driver_version=gpu.driver_version or row.driver_version,
+        source=gpu.source if gpu.arch == row.arch else f"{gpu.source}+nvidia-smi",
+    )
 
 
 def _kernel(root: Path) -> str:
@@ -519,6 +519,11 @@ def _nvidia_gpus(
     rows = parse_nvidia_smi_csv(smi) if smi else []
     if rows:
         sources.append("nvidia-smi")
+        if nvidia and len(rows) != len(nvidia):
+            notes.append(
+                f"nvidia-smi lists {len(rows)} of the {len(nvidia)} NVIDIA GPUs in "
+                "/proc/driver/nvidia (a job's device cgroup hides the others)"
+            )
         nvidia = _merge_smi(nvidia, rows)
     return nvidia
 

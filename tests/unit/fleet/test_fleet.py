@@ -15,6 +15,7 @@ import yaml
 
 from envforge.backends import BACKENDS
 from envforge.cli import main
+from envforge.cli.fleet import _print
 from envforge.errors import InvalidInput
 from envforge.evidence.records import Redactor
 from envforge.fleet import github, k8s, outcome, slurm
@@ -282,6 +283,28 @@ def test_task_states_passed_failed_missing_queued_and_a_foreign_report(tmp_path:
         "queued": 1,
         "running": 0,
     }
+
+
+def test_status_names_the_nodes_gpus_and_the_jobs_and_reads_an_old_task_json(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """task.json's ``granted`` since issue 33 carries the job's numbering (``visible``);
+    one from before has the node's only and still reads."""
+    task = plan_of("cpu", nodes=2).tasks[0]
+    new = {"variable": "SLURM_JOB_GPUS", "gpus": "2,3", "node": "n4", "job": "9"}
+    new |= {"visible": "0,1", "visible_variable": "CUDA_VISIBLE_DEVICES"}
+    old = {"variable": "SLURM_JOB_GPUS", "gpus": "2,3", "node": "n4", "job": "9"}
+    states = [
+        outcome.TaskState(task, "failed", node={"node": "n4", "granted": g}) for g in (new, old)
+    ]
+    assert [(s.to_dict()["gpus"], s.to_dict()["visible"]) for s in states] == [
+        ("2,3", "0,1"),
+        ("2,3", ""),
+    ]
+    _print(tuple(states))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("failed on n4 GPU 2,3 (the job's 0,1)")
+    assert lines[1].endswith("failed on n4 GPU 2,3")
 
 
 # --------------------------------------------------------------------------- node
