@@ -10,6 +10,12 @@
 #     missing) on $STATE/rootless/podman.sock, when the machine allows it; when it does not,
 #     the reason goes to $STATE/rootless.skip and the rootless tests skip with it;
 #   - the stand-in base image (from the Docker engine: `docker save | podman load`).
+# The rootful engine's image store (graph root) outlives the run, in $PODMAN_STORE, so its
+# build cache is warm like the Docker engine's (a torch image was 157 s of a CI run to
+# build from nothing). What a test could find there without doing the work is cleared at
+# `up` and `down`: every container, pod and volume, and every tag but the stand-in; only
+# untagged layers (the build cache) stay. A store over $PODMAN_STORE_MAX_GB is reset, and
+# a store another run holds (its lock) is not shared: that run gets one of its own.
 # Run after `scripts/ci-engine.sh up` (it needs the Docker engine's stand-in image and the
 # registry). `up` prints export lines (also in $STATE/env):
 #   ENVFORGE_PODMAN_HOST, ENVFORGE_PODMAN_ROOTLESS_HOST or ENVFORGE_PODMAN_ROOTLESS_SKIP.
@@ -22,6 +28,8 @@ STATE="$BASE/podman"
 STANDIN="${ENVFORGE_STANDIN_IMAGE:-envforge-standin/debian:bookworm-python3}"
 ROOTLESS_USER="${ENVFORGE_PODMAN_ROOTLESS_USER:-envforge-podman}"
 WAIT="${ENVFORGE_ENGINE_WAIT:-60}"
+PODMAN_STORE="${ENVFORGE_PODMAN_STORE:-/var/tmp/envforge-ci-podman-store}"
+PODMAN_STORE_MAX_GB="${ENVFORGE_PODMAN_STORE_MAX_GB:-12}"
 
 log() { echo "ci-podman: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -31,9 +39,9 @@ ensure_packages() {  # the one list of CI packages, one apt-get step (scripts/ci
     bash "$(dirname "${BASH_SOURCE[0]}")/ci-apt.sh" >&2
 }
 
-write_conf() {  # write_conf DIR: containers.conf, storage.conf, registries.conf for one engine
-    local dir="$1" registry="${ENVFORGE_TEST_REGISTRY:-}"
-    mkdir -p "$dir/graph" "$dir/run"
+write_conf() {  # write_conf DIR [GRAPH]: containers.conf, storage.conf, registries.conf
+    local dir="$1" graph="${2:-$1/graph}" registry="${ENVFORGE_TEST_REGISTRY:-}"
+    mkdir -p "$graph" "$dir/run"
     cat >"$dir/containers.conf" <<CONF
 [containers]
 default_ulimits = []
@@ -41,7 +49,7 @@ CONF
     cat >"$dir/storage.conf" <<CONF
 [storage]
 driver = "overlay"
-graphroot = "$dir/graph"
+graphroot = "$graph"
 runroot = "$dir/run"
 CONF
     {
@@ -84,23 +92,89 @@ conf_env() {  # conf_env DIR: the env the service of DIR runs with
         "CONTAINERS_REGISTRIES_CONF=$1/registries.conf"
 }
 
+# The persistent store is this run's while $PODMAN_STORE.lock (a folder, made atomically)
+# names a live pid: this script's while it starts the service, then the service's. A lock
+# whose pid is gone (a killed run) is taken over.
+take_store() {
+    local lock="$PODMAN_STORE.lock" owner
+    mkdir -p "$(dirname "$PODMAN_STORE")"
+    if ! mkdir "$lock" 2>/dev/null; then
+        owner="$(cat "$lock/pid" 2>/dev/null || true)"
+        if [ -n "$owner" ] && kill -0 "$owner" 2>/dev/null; then
+            return 1
+        fi
+        rm -rf "$lock"
+        mkdir "$lock" 2>/dev/null || return 1
+    fi
+    echo "$$" >"$lock/pid"
+    echo "$lock" >"$STATE/store.lock"
+}
+
+rootful_graph() {  # the rootful graph root: the persistent store when free, else a run's own
+    if ! take_store; then
+        log "the persistent store $PODMAN_STORE is another run's: a store of this run's own"
+        echo "$STATE/rootful/graph"
+        return
+    fi
+    local gb
+    gb=$(du -s -BG "$PODMAN_STORE" 2>/dev/null | cut -f1 | tr -d G || echo 0)
+    if [ "${gb:-0}" -gt "$PODMAN_STORE_MAX_GB" ]; then
+        log "the persistent store holds ${gb} GB (over $PODMAN_STORE_MAX_GB): starting it afresh"
+        as_root rm -rf "$PODMAN_STORE"
+    fi
+    echo "$PODMAN_STORE"
+}
+
+# What a test could find without doing the work: containers, pods, volumes, tags (all but
+# the stand-in). Untagged layers, the build cache, stay.
+clear_store() {  # clear_store DIR
+    local dir="$1"
+    in_engine "$dir" "" podman rm -a -f >/dev/null 2>&1 || true
+    in_engine "$dir" "" podman pod rm -a -f >/dev/null 2>&1 || true
+    in_engine "$dir" "" podman volume rm -a -f >/dev/null 2>&1 || true
+    local tag
+    in_engine "$dir" "" podman images --format '{{.Repository}}:{{.Tag}}' 2>/dev/null \
+        | grep -v -x -F -e "$STANDIN" -e "localhost/$STANDIN" -e '<none>:<none>' \
+        | while read -r tag; do
+            in_engine "$dir" "" podman untag "$tag" >/dev/null 2>&1 || true
+        done || true
+}
+
 start_rootful() {
-    local dir="$STATE/rootful" sock="$STATE/rootful/podman.sock"
+    local dir="$STATE/rootful" sock="$STATE/rootful/podman.sock" graph
     if answers "$sock"; then
         service_pid "$sock" >"$dir/service.pid"
         log "rootful podman already answers on $sock"
         return
     fi
-    write_conf "$dir"
+    graph="$(rootful_graph)"
+    write_conf "$dir" "$graph"
+    clear_store "$dir"
     rm -f "$sock"
+    if ! serve_rootful "$dir" "$sock"; then
+        # A store a killed run left may not open: once more, afresh.
+        log "rootful podman did not start on $graph: starting with that store emptied"
+        tail -n 5 "$dir/service.log" >&2 || true
+        in_engine "$dir" "" podman system reset -f >/dev/null 2>&1 || true
+        as_root rm -rf "$graph"
+        write_conf "$dir" "$graph"
+        serve_rootful "$dir" "$sock" \
+            || die "rootful podman did not answer on $sock (log: $dir/service.log)"
+    fi
+    if [ -f "$STATE/store.lock" ]; then
+        cp "$dir/service.pid" "$(cat "$STATE/store.lock")/pid"
+    fi
+    log "rootful $(podman --version) answers on $sock (store: $graph)"
+    load_standin "$dir" ""
+}
+
+serve_rootful() {  # serve_rootful DIR SOCKET
+    local dir="$1" sock="$2"
     in_engine "$dir" "" podman system service -t 0 "unix://$sock" >"$dir/service.log" 2>&1 &
     echo "$!" >"$dir/service.pid"
-    wait_for "$sock" "$dir/service.pid" "$dir/service.log" \
-        || die "rootful podman did not answer on $sock (log: $dir/service.log)"
+    wait_for "$sock" "$dir/service.pid" "$dir/service.log" || return 1
     # The launcher's pid is not the service's (podman re-executes itself): record the real one.
     service_pid "$sock" >"$dir/service.pid"
-    log "rootful $(podman --version) answers on $sock"
-    load_standin "$dir" ""
 }
 
 in_engine() {  # in_engine DIR USER CMD...: run CMD with the env of the engine of DIR
@@ -231,10 +305,17 @@ down() {
         in_engine "$STATE/rootless" "$ROOTLESS_USER" podman system reset -f >/dev/null 2>&1 || true
     fi
     if [ -f "$STATE/rootful/storage.conf" ]; then
-        in_engine "$STATE/rootful" "" podman system reset -f >/dev/null 2>&1 || true
+        if [ -f "$STATE/store.lock" ]; then
+            # the persistent store: what a test could find cleared, the build cache kept
+            clear_store "$STATE/rootful"
+            in_engine "$STATE/rootful" "" podman umount -a >/dev/null 2>&1 || true
+            rm -rf "$(cat "$STATE/store.lock")"
+        else
+            in_engine "$STATE/rootful" "" podman system reset -f >/dev/null 2>&1 || true
+        fi
     fi
     as_root rm -rf "$STATE"
-    log "down (stores removed; the user $ROOTLESS_USER stays)"
+    log "down (stores removed but the persistent one's build cache; the user $ROOTLESS_USER stays)"
 }
 
 case "${1:-}" in
