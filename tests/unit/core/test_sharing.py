@@ -3,10 +3,12 @@ environment or the user's file; a bad value is one line naming where it was set.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
+from envforge.cli import main
 from envforge.core.settings import resolve
 from envforge.core.sharing import Sharing, sharing
 from envforge.errors import ConfigError
@@ -56,3 +58,18 @@ def test_a_probe_report_records_the_site(tmp_path: Path) -> None:
     assert host.site == "lumi"
     assert host.to_dict()["site"] == "lumi"
     assert "site" not in host_info(tmp_path, environ={"XDG_CONFIG_HOME": str(tmp_path)}).to_dict()
+
+
+def test_config_shows_the_switch_as_toml_writes_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("ENVFORGE_SHARE_NODE_NAMES", "yes")
+    monkeypatch.setenv("ENVFORGE_SITE", "lumi")
+    assert main(["config"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert re.search(
+        r"^share_node_names +true +\[environment: \$ENVFORGE_SHARE_NODE_NAMES\]$",
+        "\n".join(lines),
+        re.M,
+    )
+    assert any(re.fullmatch(r"site +lumi +\[environment: \$ENVFORGE_SITE\]", ln) for ln in lines)
