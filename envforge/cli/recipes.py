@@ -227,6 +227,10 @@ def _show_project(view: Mapping[str, Any]) -> None:
     out(f"  lock       {view['lock']}: {view['lock_state']}")
 
 
+#: Nodes ``show --by-node`` lists, the worst first (``--json`` has all).
+NODE_LINES = 40
+
+
 def _show_nodes(nodes: tuple[NodeGroup, ...] | None) -> None:
     """``show --by-node``'s lines (the names escaped: a report's text)."""
     if nodes is None:
@@ -235,8 +239,15 @@ def _show_nodes(nodes: tuple[NodeGroup, ...] | None) -> None:
         click.echo("  by node: no runs in this host's evidence store")
         return
     click.echo("  by node (most failures first):")
-    for group in nodes:
+    for group in nodes[:NODE_LINES]:
         click.echo(f"    {group.line()}")
+    rest = nodes[NODE_LINES:]
+    if rest:
+        bad = sum(1 for g in rest if g.bad)
+        click.echo(
+            f"    ... and {len(rest)} more node(s), {bad} with runs that did not pass "
+            "(--json lists every one)"
+        )
 
 
 def _certified_on(

@@ -314,3 +314,21 @@ def test_show_by_node_lists_the_nodes(home: Path, capsys: pytest.CaptureFixture[
     assert data["by_node"][0]["node"] == "nid002"
     assert main(["show", "cpu", "--json"]) == 0
     assert "by_node" not in json.loads(capsys.readouterr().out)
+
+
+def test_show_by_node_lists_the_worst_nodes_and_counts_the_rest(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    reports = [
+        _report(i, "lumi", f"n{i:03d}", recipe="cpu", outcome="fail" if i < 42 else "pass")
+        for i in range(50)
+    ]
+    import_documents(_docs(reports), redact=QUIET)
+    assert main(["show", "cpu", "--by-node"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    named = [ln for ln in lines if ln.startswith("    lumi / ")]
+    assert len(named) == 40
+    assert all("1 fail" in ln for ln in named)
+    assert lines[-1] == (
+        "    ... and 10 more node(s), 2 with runs that did not pass (--json lists every one)"
+    )
