@@ -25,8 +25,8 @@ reduced to its last part, and the rest of the environment snapshot (the executab
 platform string, environment variables) is dropped: user names and this host's names are
 never stored. The name of the node a scheduler ran the probe on is the site's own fact:
 the store keeps it (column ``node``; a signed report, a certificate, an export drop it
-unless the site shares node names, :mod:`envforge.core.sharing`), and so is the site's
-name. An import refuses, named, a report that is not shaped like a real probe
+unless the site shares node names, :mod:`envforge.core.sharing`), and the site's name
+too. An import refuses, named, a report that is not shaped like a real probe
 run (:mod:`envforge.evidence.genuine`: its level's steps, the schema). Imported
 certificates are kept as they are (altering them would break their
 digest); their reports come from other hosts and were made in containers.
