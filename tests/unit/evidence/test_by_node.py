@@ -332,3 +332,21 @@ def test_show_by_node_lists_the_worst_nodes_and_counts_the_rest(
     assert lines[-1] == (
         "    ... and 10 more node(s), 2 with runs that did not pass (--json lists every one)"
     )
+
+
+def test_fleet_collect_files_a_run_under_the_node_its_task_json_names(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from envforge.fleet.planning import load_plan
+    from tests.unit.fleet.test_hostile_fleet import _write, report
+
+    plan_dir = tmp_path / "plan"
+    argv = ["fleet", "plan", "--engine", "slurm", "--recipe", "cpu", "--level", "quick"]
+    assert main([*argv, "--nodes", "1", "-o", str(plan_dir)]) == 0
+    doc = report(load_plan(plan_dir), 0)
+    del doc["host"]["node"]  # as a certificate (or a signed report) carries it: none
+    _write(plan_dir, 0, doc)  # task.json: {"node": "n1"}
+    capsys.readouterr()
+    assert main(["fleet", "collect", str(plan_dir), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["added"] == 1
+    assert [r.node for r in read_store().records] == ["n1"]
