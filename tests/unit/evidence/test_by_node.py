@@ -31,6 +31,7 @@ from envforge.evidence.local_store import store_by_node
 from envforge.evidence.matrix import aggregate, render_page
 from envforge.evidence.matrix_db import store_matrix
 from envforge.evidence.records import Redactor, parse_document
+from envforge.evidence.summary import summarizing
 from envforge.probe.report import ProbeReport
 from envforge.publish.signing import SigningKey, generate, load_signing_key
 from tests.helpers.matrix_synth import Spec, make_report
@@ -350,3 +351,18 @@ def test_fleet_collect_files_a_run_under_the_node_its_task_json_names(
     assert main(["fleet", "collect", str(plan_dir), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["added"] == 1
     assert [r.node for r in read_store().records] == ["n1"]
+
+
+def test_a_ci_summary_names_the_node_only_when_the_site_shares_them(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "summary.md"
+    with summarizing(out, "envforge certify mi250x") as notes:
+        notes.add(FLEET[2])
+    text = out.read_text(encoding="utf-8")
+    assert "| site | lumi |" in text
+    assert "nid002" not in text
+    monkeypatch.setenv("ENVFORGE_SHARE_NODE_NAMES", "1")
+    with summarizing(out, "envforge certify mi250x") as notes:
+        notes.add(FLEET[2])
+    assert "| node | nid002 |" in out.read_text(encoding="utf-8")
