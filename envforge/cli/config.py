@@ -63,6 +63,8 @@ def _check(settings: Settings) -> None:
 def _shown(value: Value) -> str:
     if value.value is None:
         return "-"
+    if isinstance(value.value, bool):  # a switch, as TOML writes it
+        return "true" if value.value else "false"
     if isinstance(value.value, tuple):
         return " ".join(str(p) for p in value.value)
     return str(value.value)

@@ -30,6 +30,7 @@ from envforge.container.refs import CERTIFICATE_LABEL
 from envforge.core.fsutil import check_file_target, write_atomically
 from envforge.core.jsonlimits import BadJSON, loads
 from envforge.core.net import Deadline, NotAnswered, deadline_seconds
+from envforge.core.sharing import sharing
 from envforge.errors import EnvforgeError, InvalidInput, Unavailable
 from envforge.evidence.attested import fetch, without_same_run
 from envforge.evidence.evidence_store import export_lines, import_documents, read_store
@@ -200,12 +201,15 @@ def import_cmd(
 )
 @json_option
 def export_cmd(recipe: str | None, out: Path, as_json: bool) -> None:
-    """Write the local store's evidence as a shareable, redacted JSON-lines bundle."""
+    """Write the local store's evidence as a shareable, redacted JSON-lines bundle.
+
+    Node names are left out unless the site shares them (share_node_names)."""
     check_file_target(out, setting="-o")
+    shared = sharing().node_names
     found = read_store()
-    lines = list(export_lines(found.records, recipe=recipe))
+    lines = list(export_lines(found.records, recipe=recipe, node=shared))
     write_atomically(out, "".join(line + "\n" for line in lines), setting="-o")
     if as_json:
-        echo_json({"file": str(out), "records": len(lines), "recipe": recipe})
+        echo_json({"file": str(out), "records": len(lines), "recipe": recipe, "node_names": shared})
         return
     click.echo(f"wrote {out}: {len(lines)} record{'' if len(lines) == 1 else 's'}")

@@ -531,9 +531,8 @@ def collect_cmd(
     from_logs = _from_logs(plan, folder, logs) if logs is not None else ()
     number, found = _states(plan, folder, run, strict=False)
     docs = [(s.source, s.document) for s in found if s.document is not None and s.record]
-    imported = import_documents(
-        docs, refuse=lambda r: None if policy.counts(r.signer) else policy.refusal(r.signer)
-    )
+    nodes = {s.source: str(s.to_dict()["node"]) for s in found}  # the node task.json names
+    imported = import_documents(docs, refuse=policy.refused, nodes=nodes)
     records = [s.record for s in found if s.record]
     counted, left = policy.split(r.signer for r in records)
     summary: dict[str, Any] = {

@@ -10,6 +10,9 @@ Each signed report shows its signer's key fingerprint, and the key's name when a
 (``--trust``, ``ENVFORGE_TRUSTED_KEYS``) lists it. ``--require-signed`` (or
 ``ENVFORGE_REQUIRE_SIGNED=1``): only reports signed by a trusted key are counted; without
 it the summary says how many counted reports are unsigned (the page labels each).
+``--by site|node``: each cell's runs counted per site, or per site and node, the worst
+first, so a failing cell names the node to drain; ``--by node`` writes node names into
+the page (said on stderr when the site does not share them: keep such a page inside).
 """
 
 from __future__ import annotations
@@ -28,11 +31,12 @@ from envforge.cli.common import (
     trusted_keys,
 )
 from envforge.core.fsutil import read_limited, read_reason
+from envforge.core.sharing import sharing
 from envforge.errors import InvalidInput
 from envforge.evidence import evidence_db
 from envforge.evidence.attested import registry_evidence
 from envforge.evidence.local_store import opened
-from envforge.evidence.matrix import Matrix, aggregate, write_site
+from envforge.evidence.matrix import BY, Matrix, aggregate, write_site
 from envforge.evidence.matrix_db import store_matrix
 from envforge.evidence.model import EvidenceSet
 from envforge.evidence.records import missing_paths, read_evidence
@@ -42,17 +46,17 @@ from envforge.evidence.signed import SignedPolicy
 MAX_REF_LIST_BYTES = 4 * 1024 * 1024
 
 
-def _store_matrix(policy: SignedPolicy) -> tuple[Matrix, list[str]]:
+def _store_matrix(policy: SignedPolicy, by: str = "") -> tuple[Matrix, list[str]]:
     """The local store's matrix, aggregated in its database (:mod:`envforge.evidence.matrix_db`);
     with signed evidence required, of the records signed by a trusted key. And every
     stored record's signer."""
     with opened() as (conn, problems):
         if not policy.required:
             signers = [str(s) for (s,) in conn.execute("SELECT signer FROM reports")]
-            return store_matrix(conn, problems), signers
+            return store_matrix(conn, problems, by), signers
         records = evidence_db.records(conn)
     kept = EvidenceSet(tuple(r for r in records if policy.counts(r.signer)), problems)
-    return aggregate(kept), [r.signer for r in records]
+    return aggregate(kept, by), [r.signer for r in records]
 
 
 def _signed_line(policy: SignedPolicy, signers: list[str]) -> str:
@@ -141,6 +145,14 @@ def register(group: click.Group) -> None:
     "(HOST[:PORT]/REPO:TAG or @sha256:…; a FILE lists such refs, one a line; repeatable), "
     "each checked against the trusted keys; with --evidence, both.",
 )
+@click.option(
+    "--by",
+    "by",
+    type=click.Choice(BY),
+    default=None,
+    help="Count each cell's runs per site, or per site and node (worst first), "
+    "so a failing cell names the node to drain.",
+)
 @trust_option("Public key file naming signers (repeatable; default: $ENVFORGE_TRUSTED_KEYS).")
 @require_signed_option
 @json_option
@@ -152,8 +164,10 @@ def matrix(
     trust: tuple[Path, ...],
     require_signed: bool,
     as_json: bool,
+    by: str | None = None,
 ) -> None:
     """Write the certified-on matrix (GPU arch x recipe) as a static site."""
+    grouping = by or ""
     sources = list(evidence)
     if evidence:
         missing = missing_paths(sources)
@@ -166,12 +180,14 @@ def matrix(
     signers = dict(policy.trusted)
     if evidence or from_registry:
         found = _gathered(sources, from_registry, trust)
-        by = [r.signer for r in found.records]
+        signed_by = [r.signer for r in found.records]
         kept = tuple(r for r in found.records if policy.counts(r.signer))
-        result = aggregate(EvidenceSet(kept, found.problems, found.duplicates, found.files))
+        result = aggregate(
+            EvidenceSet(kept, found.problems, found.duplicates, found.files), grouping
+        )
         read = found.files
     else:
-        (result, by), read = _store_matrix(policy), 0
+        (result, signed_by), read = _store_matrix(policy, grouping), 0
     for problem in result.problems:
         click.echo(f"envforge: skipped {problem.line()}", err=True)
     site = write_site(result, out, signers=signers)
@@ -186,8 +202,11 @@ def matrix(
         "columns": len(result.columns),
         "cells": len(result.cells),
         "require_signed": policy.required,
-        "signed": _signed_line(policy, by),
+        "signed": _signed_line(policy, signed_by),
+        "by": grouping or None,
+        "groups": len(result.groups),
     }
+    _node_note(result)
     if as_json:
         echo_json(summary)
         return
@@ -200,3 +219,14 @@ def matrix(
         f"{'' if len(result.columns) == 1 else 's'}"
     )
     click.echo(f"envforge: {summary['signed']}", err=True)
+
+
+def _node_note(result: Matrix) -> None:
+    """Say so when a ``--by node`` page names nodes and the site does not share them."""
+    named = sum(1 for g in result.groups if g.node)
+    if result.by == "node" and named and not sharing().node_names:
+        click.echo(
+            f"envforge: the page names {named} node{'' if named == 1 else 's'} and this site "
+            "does not share node names (share_node_names is off): keep it inside the site",
+            err=True,
+        )

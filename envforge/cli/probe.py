@@ -40,6 +40,7 @@ from envforge.cli.common import (
 from envforge.cli.display import ProbeProgress
 from envforge.cli.running import gpu_environ, health_options, pick_for, require_free_option
 from envforge.core.fsutil import REPORT_FILES, check_folder_target, write_atomically
+from envforge.core.sharing import sharing
 from envforge.errors import CertificationFailed, InvalidInput, clip
 from envforge.evidence.evidence_store import record, signed_report
 from envforge.evidence.kinds.signed_probe import FILE_NAME as SIGNED_NAME
@@ -188,8 +189,8 @@ def _write_report(report: ProbeReport, folder: Path, key: SigningKey | None) -> 
     run: Mapping[str, Any] = report.to_dict()
     try:
         json_path, junit_path = report.write(folder)
-        if key is not None:
-            run = signed_report(run, key)
+        if key is not None:  # made to be shared: a node's name only if the site shares them
+            run = signed_report(run, key, node=sharing().node_names)
             signed = folder / SIGNED_NAME
             write_atomically(signed, json.dumps(run, indent=2) + "\n", setting="--report")
             click.echo(f"wrote {signed} (signed by {key.public.label})", err=True)
@@ -199,7 +200,7 @@ def _write_report(report: ProbeReport, folder: Path, key: SigningKey | None) -> 
             hint="pass a folder you can write to",
         ) from None
     click.echo(f"wrote {json_path} and {junit_path}", err=True)
-    stored = record(run)  # a certification: probe --report
+    stored = record(run, node=report.host.node or "")  # a certification: probe --report
     click.echo(f"kept in the evidence store: {stored}", err=True)
 
 

@@ -40,6 +40,7 @@ from envforge.stack import Stack, requirement_name, stack_of
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from envforge.evidence.by_node import NodeGroup
     from envforge.evidence.signed import SignedPolicy
     from envforge.project.model import Project
     from envforge.recipe.model import Recipe
@@ -53,6 +54,12 @@ if TYPE_CHECKING:
 @strict_option
 @require_signed_option
 @trust_option("Public key file of signers to trust (repeatable; default: $ENVFORGE_TRUSTED_KEYS).")
+@click.option(
+    "--by-node",
+    "by_node",
+    is_flag=True,
+    help="Also list the recipe's runs by site and node, the most failures first.",
+)
 @json_option
 def show(  # noqa: PLR0917 - click passes options positionally by name
     recipe_ref: str | None,
@@ -62,12 +69,14 @@ def show(  # noqa: PLR0917 - click passes options positionally by name
     require_signed: bool,
     trust: tuple[Path, ...],
     as_json: bool,
+    by_node: bool = False,
 ) -> None:
     """Show a recipe's stack, why each pin and env var is there, and how sure we are.
 
     "certified on" counts this host's evidence store; with --require-signed (or
     ENVFORGE_REQUIRE_SIGNED=1) only runs signed by a trusted key count, and with trusted
-    keys alone the unsigned passing runs are said."""
+    keys alone the unsigned passing runs are said. --by-node: the runs (all outcomes) per
+    site and node, so a failing node shows."""
     policy = signed_policy(require_signed, trust)
     signed = policy if policy.required or policy.trusted else None
     project = load_project_option(project_dir, extras)
@@ -76,8 +85,12 @@ def show(  # noqa: PLR0917 - click passes options positionally by name
     project_view = _project_view(project, recipe, stack) if project is not None else None
     reasons = explain(recipe)
     unknown = unknowns(recipe)
-    where = _certified_on(
-        recipe.name, gpu=recipe.gpu.vendor != "none", arch=recipe.gpu.arch, policy=signed
+    where, nodes = _certified_on(
+        recipe.name,
+        gpu=recipe.gpu.vendor != "none",
+        arch=recipe.gpu.arch,
+        policy=signed,
+        by_node=by_node,
     )
     beside: Beside | None = None
     if recipe.gpu.arch and recipe.gpu.vendor in ("amd", "nvidia"):  # cpu: nothing to solve
@@ -91,6 +104,8 @@ def show(  # noqa: PLR0917 - click passes options positionally by name
         data["confidence"] = "uncertain" if unknown else "known"
         data["unknown"] = [v.one_line(recipe.origin) for v in unknown]
         data["certified_on"] = where
+        if nodes is not None:
+            data["by_node"] = [g.to_dict() for g in nodes]
         data["reasons"] = [{"pin": r.pin, "why": r.why, "source": r.source} for r in reasons]
         data["stack"] = stack.to_dict()
         data["solve"] = beside.to_dict() if beside is not None else None
@@ -131,6 +146,7 @@ def show(  # noqa: PLR0917 - click passes options positionally by name
         + (f", {checks} extra check(s)" if checks else "")
     )
     out(f"Evidence: {where}")
+    _show_nodes(nodes)
     if project_view is not None:
         _show_project(project_view)
 
@@ -211,18 +227,48 @@ def _show_project(view: Mapping[str, Any]) -> None:
     out(f"  lock       {view['lock']}: {view['lock_state']}")
 
 
+#: Nodes ``show --by-node`` lists, the worst first (``--json`` has all).
+NODE_LINES = 40
+
+
+def _show_nodes(nodes: tuple[NodeGroup, ...] | None) -> None:
+    """``show --by-node``'s lines (the names escaped: a report's text)."""
+    if nodes is None:
+        return
+    if not nodes:
+        click.echo("  by node: no runs in this host's evidence store")
+        return
+    click.echo("  by node (most failures first):")
+    for group in nodes[:NODE_LINES]:
+        click.echo(f"    {group.line()}")
+    rest = nodes[NODE_LINES:]
+    if rest:
+        bad = sum(1 for g in rest if g.bad)
+        click.echo(
+            f"    ... and {len(rest)} more node(s), {bad} with runs that did not pass "
+            "(--json lists every one)"
+        )
+
+
 def _certified_on(
-    name: str, *, gpu: bool, arch: str | None, policy: SignedPolicy | None = None
-) -> str:
+    name: str,
+    *,
+    gpu: bool,
+    arch: str | None,
+    policy: SignedPolicy | None = None,
+    by_node: bool = False,
+) -> tuple[str, tuple[NodeGroup, ...] | None]:
     """Where the recipe passed, from this host's evidence store (certificates, probe
     reports, venv certifications, imports); see
     :func:`envforge.evidence.certified_on.certified_on`. With a signed-evidence
-    ``policy`` (trusted keys or --require-signed): signatures counted and said."""
+    ``policy`` (trusted keys or --require-signed): signatures counted and said. And with
+    ``by_node``, the runs by site and node (:mod:`envforge.evidence.by_node`), else None."""
     from envforge.evidence import local_store  # noqa: PLC0415 - only for show
 
+    nodes = local_store.store_by_node(name, policy) if by_node else None
     if policy is None:
-        return local_store.store_certified_on(name, gpu=gpu, arch=arch)
-    return local_store.signed_certified_on(name, policy, gpu=gpu, arch=arch)
+        return local_store.store_certified_on(name, gpu=gpu, arch=arch), nodes
+    return local_store.signed_certified_on(name, policy, gpu=gpu, arch=arch), nodes
 
 
 @click.command()

@@ -33,14 +33,20 @@ else:  # pragma: no cover - Python 3.9/3.10
 
 CONFIG_ENV = "ENVFORGE_CONFIG"
 
-Kind = Literal["dir", "file", "files", "text", "mirrors"]
+Kind = Literal["dir", "file", "files", "text", "mirrors", "switch"]
 Source = Literal["flag", "environment", "project", "user file", "default"]
-#: What a setting holds once read: a path, paths, text (a mirror list stays its text).
-Held = Union[Path, tuple[Path, ...], str, None]
+#: What a setting holds once read: a path, paths, text (a mirror list stays its text), a
+#: switch (on or off).
+Held = Union[Path, tuple[Path, ...], str, bool, None]
 
 
 #: The environment variable naming the signing key file (every command that signs).
 SIGNING_KEY_ENV = "ENVFORGE_SIGNING_KEY"
+#: The site's name, and whether node names may leave it (:mod:`envforge.core.sharing`).
+SITE_ENV = "ENVFORGE_SITE"
+SHARE_NODES_ENV = "ENVFORGE_SHARE_NODE_NAMES"
+#: How a switch is written in the environment.
+_ON, _OFF = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +85,20 @@ KEYS: Mapping[str, Key] = {
     "trusted_keys": Key(
         "files", "--trust", "ENVFORGE_TRUSTED_KEYS", "a list of envforge.pub trust files"
     ),
+    "site": Key(
+        "text",
+        None,
+        SITE_ENV,
+        "this site's name, recorded in each probe report (letters, digits, . _ -)",
+        project=False,
+    ),
+    "share_node_names": Key(
+        "switch",
+        None,
+        SHARE_NODES_ENV,
+        "keep node names in what leaves the site (certificates, exports); default off",
+        project=False,
+    ),
 }
 
 #: What each kind holds, and an example value (the fix a refusal names).
@@ -88,6 +108,7 @@ _TYPES: Mapping[Kind, tuple[str, str]] = {
     "files": ("a list of file paths", '["~/keys/team.pub"]'),
     "text": ("a string", '"NAME"'),
     "mirrors": ("an index URL and/or ORIGINAL=MIRROR URL pairs in one string", '"http://m/simple"'),
+    "switch": ("true or false", "true"),
 }
 
 
@@ -133,6 +154,10 @@ class Settings:
     def paths(self, key: str) -> tuple[Path, ...]:
         value = self.get(key).value
         return value if isinstance(value, tuple) else ()
+
+    def switch(self, key: str) -> bool:
+        """A switch's value (off when not set)."""
+        return self.get(key).value is True
 
 
 def config_path(environ: Mapping[str, str] | None = None) -> Path:
@@ -194,6 +219,10 @@ def check_value(key: str, value: object, source: Path, where: str) -> Held:
     what, example = _TYPES[kind]
     wrong = f"must be {what}, not {type(value).__name__}"
     fix = f"write it as {key} = {example}"
+    if kind == "switch":
+        if not isinstance(value, bool):
+            raise ConfigError(str(source), where, wrong, hint=fix)
+        return value
     if kind == "files":
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
             raise ConfigError(str(source), where, wrong, hint=fix)
@@ -228,6 +257,16 @@ def _from_env(key: str, env: Mapping[str, str]) -> Held:
     if not raw:
         return None
     kind = KEYS[key].kind
+    if kind == "switch":
+        word = raw.strip().lower()
+        if word not in (*_ON, *_OFF):
+            raise ConfigError(
+                f"${name}",
+                "",
+                f"is {raw!r}, not a switch",
+                hint=f"set {name}=1 (on) or {name}=0 (off)",
+            )
+        return word in _ON
     if kind == "files":
         return tuple(Path(p) for p in raw.split(os.pathsep) if p.strip()) or None
     if kind in ("dir", "file"):

@@ -30,6 +30,7 @@ from envforge.core.fsutil import make_dirs, read_limited, refuse_special_file
 from envforge.core.jsonlimits import loads
 from envforge.errors import BadPath, EnvforgeError, StorageUnavailable
 from envforge.evidence import tallies
+from envforge.evidence.by_node import NodeRow
 from envforge.evidence.certified_on import PassRow, host_key
 
 if TYPE_CHECKING:
@@ -68,13 +69,19 @@ COLUMNS = (
     "host_key",
     "certificate",
     "signer",
+    "site",
+    "node",
     "steps",
 )
+#: Columns added since the table was first made: a store without them gets them, empty,
+#: when it is opened (:func:`_add_columns`).
+ADDED = ("site", "node")
 _TYPES = {
     "key": "TEXT PRIMARY KEY",
     "rank": "INTEGER NOT NULL",
     "gpu_count": "INTEGER NOT NULL",
     "seconds": "REAL NOT NULL",
+    **dict.fromkeys(ADDED, "TEXT NOT NULL DEFAULT ''"),
 }
 _DDL = f"""
 CREATE TABLE IF NOT EXISTS reports (
@@ -132,11 +139,33 @@ def connect(path: Path) -> Iterator[sqlite3.Connection]:
             if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
                 conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
-            conn.executescript(_DDL + tallies.DDL)
+            conn.executescript(_DDL)
+            _add_columns(conn)
+            conn.executescript(tallies.DDL)
             tallies.migrate(conn)
             yield conn
     except sqlite3.DatabaseError as exc:
         raise _database_error(exc, path) from None
+
+
+def _missing_columns(conn: sqlite3.Connection) -> list[str]:
+    have = {str(r[1]) for r in conn.execute("PRAGMA table_info(reports)")}
+    return [c for c in ADDED if c not in have]
+
+
+def _add_columns(conn: sqlite3.Connection) -> None:
+    """:data:`ADDED`'s columns on a store made before them (empty for its rows), under
+    the write lock: two processes opening it together add them once."""
+    if not _missing_columns(conn):
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for column in _missing_columns(conn):
+            conn.execute(f"ALTER TABLE reports ADD COLUMN {column} {_TYPES[column]}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
 
 
 def _database_error(exc: sqlite3.DatabaseError, path: Path) -> EnvforgeError:
@@ -185,6 +214,8 @@ def _row(record: Evidence, document: str, rank: Mapping[Any, int]) -> tuple[Any,
         host_key(record.host, record.kernel, record.driver, record.gpu.product),
         record.certificate,
         record.signer,
+        record.site,
+        record.node,
         json.dumps([s.to_dict() for s in record.steps], separators=(",", ":")),
         document,
     )
@@ -295,6 +326,8 @@ def record_of(row: Sequence[Any]) -> Evidence:
         pci_id=v["pci_id"],
         host=v["host"],
         signer=v["signer"],
+        site=v["site"],
+        node=v["node"],
     )
 
 
@@ -322,6 +355,17 @@ def pass_rows(conn: sqlite3.Connection, recipe: str) -> tuple[int, list[PassRow]
         (recipe,),
     )
     return int(runs), [PassRow(*r) for r in rows]
+
+
+def node_rows(conn: sqlite3.Connection, recipe: str) -> list[NodeRow]:
+    """``recipe``'s runs per (site, node, vendor, arch, outcome), from the tally the
+    triggers keep (its matrix column: the recipe's name): ``show --by-node``."""
+    rows = conn.execute(
+        "SELECT site, node, vendor, arch, outcome, SUM(n) FROM node_tally WHERE col = ? "
+        "GROUP BY 1, 2, 3, 4, 5",
+        (recipe,),
+    )
+    return [NodeRow(*r) for r in rows]
 
 
 def documents(conn: sqlite3.Connection) -> list[str]:

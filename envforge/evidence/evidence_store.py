@@ -22,15 +22,18 @@ vendor and PCI id, driver, kernel, the anonymous host id of
 :func:`envforge.probe.report.host_id`), the torch/ROCm/CUDA versions torch saw
 (:data:`SNAPSHOT_KEPT`) and the envforge version. The probed interpreter's path is
 reduced to its last part, and the rest of the environment snapshot (the executable, the
-platform string, environment variables) is dropped, and so is the name of the node a
-scheduler ran the probe on (the GPUs it granted are kept): host names and user names are
-never stored. An import refuses, named, a report that is not shaped like a real probe
+platform string, environment variables) is dropped: user names and this host's names are
+never stored. The name of the node a scheduler ran the probe on is the site's own fact:
+the store keeps it (column ``node``; a signed report, a certificate, an export drop it
+unless the site shares node names, :mod:`envforge.core.sharing`), and the site's name
+too. An import refuses, named, a report that is not shaped like a real probe
 run (:mod:`envforge.evidence.genuine`: its level's steps, the schema). Imported
 certificates are kept as they are (altering them would break their
 digest); their reports come from other hosts and were made in containers.
 
 ``envforge evidence export`` writes :meth:`envforge.evidence.records.Evidence.to_export` lines:
-normalised records (no probe target, no snapshot) with step details redacted again.
+normalised records (no probe target, no snapshot) with step details redacted again, and
+without node names unless the site shares them.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ import gc
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
@@ -105,12 +108,18 @@ def _compact(doc: Any) -> str:
     return json.dumps(doc, separators=(",", ":"))
 
 
-def sanitized_report(report: Mapping[str, Any], redact: Redactor | None = None) -> dict[str, Any]:
-    """A probe report's JSON form as the store keeps it (see the module docstring)."""
-    return _sanitized(report, Redactor.for_this_host() if redact is None else redact)[0]
+def sanitized_report(
+    report: Mapping[str, Any], redact: Redactor | None = None, *, node: bool = False
+) -> dict[str, Any]:
+    """A probe report's JSON form as it may be kept or shared (see the module docstring):
+    ``node``: with the node's name (the store's own copy, or a site that shares them)."""
+    redactor = Redactor.for_this_host() if redact is None else redact
+    return _sanitized(report, redactor, node=node)[0]
 
 
-def _sanitized(report: Mapping[str, Any], redactor: Redactor) -> tuple[dict[str, Any], str]:
+def _sanitized(
+    report: Mapping[str, Any], redactor: Redactor, *, node: bool = False
+) -> tuple[dict[str, Any], str]:
     """:func:`sanitized_report` and its compact JSON text (written once)."""
     data = dict(report)
     env = data.get("environment")
@@ -126,14 +135,18 @@ def _sanitized(report: Mapping[str, Any], redactor: Redactor) -> tuple[dict[str,
             target = PurePath(target).name  # an interpreter path: its owner is no fact
         data["environment"] = {"target": target, "snapshot": kept}
     host = data.get("host")
-    if isinstance(host, Mapping) and "node" in host:  # a node's name is a host name
-        data["host"] = {k: v for k, v in host.items() if k != "node"}
+    name = host.get("node") if isinstance(host, Mapping) else None
+    if isinstance(host, Mapping) and "node" in host:  # a node's name is a host name:
+        data["host"] = {k: v for k, v in host.items() if k != "node"}  # not redacted
     text = _compact(data)
-    if not redactor.may_change(text):
-        return data, text  # nothing to redact: the walk below would copy it unchanged
-    result = _redact_any(data, redactor)
-    assert isinstance(result, dict)
-    return result, _compact(result)
+    if redactor.may_change(text):  # else the walk below would copy it unchanged
+        redacted = _redact_any(data, redactor)
+        assert isinstance(redacted, dict)
+        data, text = redacted, _compact(redacted)
+    if node and name is not None:
+        data["host"] = {**data["host"], "node": name}
+        text = _compact(data)
+    return data, text
 
 
 def _state(root: Path | None) -> Path:
@@ -142,10 +155,15 @@ def _state(root: Path | None) -> Path:
     return paths.state_dir() if root is None else root.parent
 
 
-def save_document(doc: Mapping[str, Any], key: str, root: Path | None = None) -> Path:
+def save_document(
+    doc: Mapping[str, Any], key: str, root: Path | None = None, *, node: str = ""
+) -> Path:
     """Keep ``doc`` (its record's key is ``key``) in the store's database; the database's
-    path. A report already there is kept as it was."""
+    path. A report already there is kept as it was. ``node``: the node it ran on, kept in
+    the row when the document does not name it (a signed report without it)."""
     record = parse_document(doc, lambda text: text)
+    if node and not record.node:
+        record = replace(record, node=node)
     if record.key != key:
         raise ValueError(f"save_document: key {key} is not the document's ({record.key})")
     path = evidence_db.db_path(_state(root))
@@ -164,6 +182,7 @@ def record(
     environ: Mapping[str, str] | None = None,
     store: CertificateStore | None = None,
     redact: Redactor | None = None,
+    node: str = "",
 ) -> Path:
     """Keep a run as evidence: the one way in for every backend and ``probe --report``.
 
@@ -172,24 +191,26 @@ def record(
     ``environ``), which ``publish`` reads and the database reads in when next opened;
     its issuer decides what its report holds (the digest covers it: a venv's is
     :func:`sanitized_report` already). A probe report (``ProbeReport.to_dict()``) is
-    sanitized and kept in the database. Returns the file or the database kept in."""
+    sanitized and kept in the database, with the node's name (``node``: the node of a
+    signed report, which may not carry it). Returns the file or the database kept in."""
     if isinstance(run, Certificate):
         return (store or CertificateStore(paths.certificates_dir(environ))).save(run)
     if signed_probe.recognises(run):  # signed from what this store keeps: kept as signed
         key = parse_document(run, lambda text: text).key
-        return save_document(run, key, paths.reports_dir(environ))
+        return save_document(run, key, paths.reports_dir(environ), node=node)
     redactor = Redactor.for_this_host() if redact is None else redact
-    doc = sanitized_report(run, redactor)
+    doc = sanitized_report(run, redactor, node=True)  # the site's own store
     return save_document(doc, _key_of(doc, redactor), paths.reports_dir(environ))
 
 
 def signed_report(
-    run: Mapping[str, Any], key: SigningKey, redact: Redactor | None = None
+    run: Mapping[str, Any], key: SigningKey, redact: Redactor | None = None, *, node: bool = False
 ) -> dict[str, Any]:
     """A probe report (``ProbeReport.to_dict()``) as this store keeps it, signed by ``key``
     (:mod:`envforge.evidence.kinds.signed_probe`): what ``probe --report`` writes as
-    ``probe.signed.json`` and :func:`record` keeps."""
-    return signed_probe.sign_report(sanitized_report(run, redact), key)
+    ``probe.signed.json`` and :func:`record` keeps; ``node``: with the node's name (a
+    signed report is made to be shared: only when the site shares node names)."""
+    return signed_probe.sign_report(sanitized_report(run, redact, node=node), key)
 
 
 # --------------------------------------------------------------------------- import
@@ -212,7 +233,7 @@ def _storable(doc: Mapping[str, Any], redact: Redactor) -> tuple[Mapping[str, An
         copy["report"] = sanitized_report(doc["report"], redact)
         return copy, _compact(copy)
     if schema == "envforge.probe/1":
-        return _sanitized(doc, redact)
+        return _sanitized(doc, redact, node=True)  # the store is the site's own
     return doc, _compact(doc)  # certificates as issued; exported records are normalised
 
 
@@ -237,15 +258,18 @@ def import_documents(
     root: Path | None = None,
     redact: Redactor | None = None,
     refuse: Callable[[Evidence], str | None] | None = None,
+    nodes: Mapping[str, str] | None = None,
 ) -> Imported:
     """Check each document and keep the new ones in the store, in one transaction (each
     document parsed and written to text once; the compatibility table read once). A run
     that comes twice is one record: its best-ranked copy (a certificate over a report).
-    ``refuse``: why a parsed record is not kept (None: kept), e.g. unsigned ones."""
+    ``refuse``: why a parsed record is not kept (None: kept), e.g. unsigned ones.
+    ``nodes``: source -> the node it ran on (``fleet collect``: what the task's
+    ``task.json`` says), kept in the row of a record whose document does not name it."""
     redactor = Redactor.for_this_host() if redact is None else redact
     table = load_table()  # once, not per NVIDIA report without an arch
     with _collector_paused():
-        return _import(docs, problems, root, redactor, table, refuse=refuse)
+        return _import(docs, problems, root, redactor, table, refuse=refuse, nodes=nodes or {})
 
 
 def _import(
@@ -256,6 +280,7 @@ def _import(
     table: CompatTable,
     *,
     refuse: Callable[[Evidence], str | None] | None = None,
+    nodes: Mapping[str, str],
 ) -> Imported:
     skipped = list(problems)
     rank = ranks()
@@ -271,6 +296,8 @@ def _import(
         except Exception as exc:  # what _storable meets in a malformed report, too
             skipped.append(Problem(source, str(getattr(exc, "message", exc))))
             continue
+        if not stored.node and nodes.get(source):
+            stored = replace(stored, node=nodes[source])
         why = refuse(stored) if refuse is not None else None
         if why:
             skipped.append(Problem(source, why))
@@ -294,11 +321,19 @@ def import_paths(paths_: Iterable[Path], *, root: Path | None = None) -> Importe
 
 
 def export_lines(
-    records: Iterable[Evidence], *, recipe: str | None = None, redact: Redactor | None = None
+    records: Iterable[Evidence],
+    *,
+    recipe: str | None = None,
+    redact: Redactor | None = None,
+    node: bool = False,
 ) -> Iterator[str]:
-    """One JSON line per record (``envforge.evidence/1``), redacted, newest first."""
+    """One JSON line per record (``envforge.evidence/1``), redacted, newest first;
+    ``node``: with node names (only when the site shares them), not redacted."""
     redactor = Redactor.for_this_host() if redact is None else redact
     for record in records:
         if recipe is not None and record.recipe != recipe:
             continue
-        yield json.dumps(_redact_any(record.to_export(), redactor), sort_keys=False)
+        line = _redact_any(record.to_export(), redactor)
+        if node and record.node:
+            line["node"] = record.node
+        yield json.dumps(line, sort_keys=False)

@@ -169,8 +169,10 @@ def host_problem(host: Any) -> str | None:
         why = _text_problem(host.get(key), f"host.{key}", optional=False)
         if why:
             return why
-    why = _text_problem(host.get("driver"), "host.driver") or _text_problem(
-        host.get("node"), "host.node"
+    why = (
+        _text_problem(host.get("driver"), "host.driver")
+        or _text_problem(host.get("node"), "host.node")
+        or _text_problem(host.get("site"), "host.site")
     )
     if why:
         return why

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from envforge.core import paths
 from envforge.evidence import evidence_db
+from envforge.evidence.by_node import NodeGroup, node_groups, rows_of
 from envforge.evidence.certified_on import describe, pass_row
 from envforge.evidence.redact import Redactor
 
@@ -59,6 +60,21 @@ def store_certified_on(
     with opened(environ) as (conn, _problems):
         runs, passes = evidence_db.pass_rows(conn, recipe)
     return describe(runs, passes, gpu=gpu, arch=arch)
+
+
+def store_by_node(
+    recipe: str,
+    policy: SignedPolicy | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+) -> tuple[NodeGroup, ...]:
+    """``recipe``'s runs in the store by site and node (:mod:`envforge.evidence.by_node`);
+    with signed evidence required, only the runs signed by a trusted key."""
+    with opened(environ) as (conn, _problems):
+        if policy is None or not policy.required:
+            return node_groups(evidence_db.node_rows(conn, recipe))
+        runs = evidence_db.records(conn, recipe)
+    return node_groups(rows_of(r for r in runs if policy.counts(r.signer)))
 
 
 def signed_certified_on(

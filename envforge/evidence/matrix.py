@@ -11,7 +11,12 @@
   ``mixed``), the newest run's time, the lowest and highest driver seen (natural version
   order), per-step timings over all runs (median and maximum seconds, outcomes), the
   newest :data:`RUNS_PER_CELL` runs with their steps and the newest
-  :data:`FAILURES_PER_CELL` runs that did not pass, with the failing step's detail.
+  :data:`FAILURES_PER_CELL` runs that did not pass, with the failing step's detail;
+* **groups** (``by``: :data:`BY`, what ``matrix --by site|node`` asks): each cell's
+  counts per site, or per site and node, the groups with the most runs that did not pass
+  first (a red cell names the node to drain), and the same over the whole matrix; each
+  run names its site (and node). Without ``by`` neither appears: the default
+  ``matrix.json`` names no node (:mod:`envforge.core.sharing`).
 
 :func:`write_site` renders ``templates/matrix/index.html.j2`` (autoescaped; the data is
 embedded as JSON in a ``<script type="application/json">`` block with ``<``, ``>``, ``&``
@@ -53,6 +58,8 @@ FAILURES_PER_CELL = 5
 INDEX_NAME = "index.html"
 DATA_NAME = "matrix.json"
 TEMPLATE = "matrix/index.html.j2"
+#: What runs may be grouped by within a cell.
+BY = ("site", "node")
 
 
 @dataclass(frozen=True)
@@ -81,6 +88,58 @@ class StepStat:
 
 
 @dataclass(frozen=True)
+class Group:
+    """A site's runs (``by="site"``: node "") or a node's (``by="node"``) in a cell, or in
+    the whole matrix: the count of each outcome. "" is a run that names none."""
+
+    site: str
+    node: str
+    counts: Mapping[str, int]
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def bad(self) -> int:
+        return self.total - self.counts.get("pass", 0)
+
+    @property
+    def verdict(self) -> str:
+        return _verdict(self.counts)
+
+    def to_dict(self, by: str) -> dict[str, Any]:
+        return {
+            "site": self.site,
+            **({"node": self.node} if by == "node" else {}),
+            "counts": {k: self.counts.get(k, 0) for k in OUTCOMES},
+            "total": self.total,
+            "verdict": self.verdict,
+        }
+
+
+def _verdict(counts: Mapping[str, int]) -> str:
+    passed, total = counts.get("pass", 0), sum(counts.values())
+    if passed == total:
+        return "pass"
+    return "fail" if passed == 0 else "mixed"
+
+
+def groups_of(counts: Mapping[tuple[str, str], Mapping[str, int]]) -> tuple[Group, ...]:
+    """(site, node) -> outcome counts as groups: the most runs that did not pass first,
+    then the most runs, then by name."""
+    found = [Group(site, node, dict(c)) for (site, node), c in counts.items()]
+    return tuple(
+        sorted(found, key=lambda g: (-g.bad, -g.total, natural_key(g.site), natural_key(g.node)))
+    )
+
+
+def group_key(record: Evidence, by: str) -> tuple[str, str]:
+    """The group of ``record`` when grouping ``by`` (see :data:`BY`)."""
+    return record.site, record.node if by == "node" else ""
+
+
+@dataclass(frozen=True)
 class Cell:
     row: str
     column: str
@@ -92,6 +151,8 @@ class Cell:
     steps: tuple[StepStat, ...]
     runs: tuple[Evidence, ...]
     failures: tuple[Evidence, ...]
+    #: Its runs by site or node (:data:`BY`); () when the matrix is not grouped.
+    groups: tuple[Group, ...] = ()
 
     @property
     def total(self) -> int:
@@ -99,10 +160,7 @@ class Cell:
 
     @property
     def verdict(self) -> str:
-        passed = self.counts.get("pass", 0)
-        if passed == self.total:
-            return "pass"
-        return "fail" if passed == 0 else "mixed"
+        return _verdict(self.counts)
 
 
 @dataclass(frozen=True)
@@ -112,6 +170,10 @@ class Matrix:
     cells: tuple[Cell, ...]
     duplicates: int = 0
     problems: tuple[Problem, ...] = ()
+    #: What each cell's runs are grouped by ("", "site" or "node"), and the groups over
+    #: the whole matrix.
+    by: str = ""
+    groups: tuple[Group, ...] = ()
 
     @property
     def reports(self) -> int:
@@ -123,14 +185,15 @@ class Matrix:
     def to_dict(
         self, generated: datetime | None = None, signers: Mapping[str, str] | None = None
     ) -> dict[str, Any]:
-        """The ``matrix.json`` form (also embedded in the page). No paths, no host names.
+        """The ``matrix.json`` form (also embedded in the page). No paths, no host names
+        (node names only when grouped ``by`` node).
 
         ``signers``: key fingerprint -> name (from trust files), shown beside each signed
         report's fingerprint.
         """
         when = generated or datetime.now(timezone.utc)
         names = dict(signers or {})
-        return {
+        data = {
             "schema": SCHEMA,
             "generated": _iso(when),
             "envforge_version": __version__,
@@ -151,17 +214,27 @@ class Matrix:
             "columns": [
                 {"key": c.key, "stacks": list(c.stacks), "reports": c.reports} for c in self.columns
             ],
-            "cells": [_cell_dict(c, names) for c in self.cells],
+            "cells": [_cell_dict(c, names, self.by) for c in self.cells],
         }
+        if self.by:
+            data["by"] = self.by
+            data["groups"] = [g.to_dict(self.by) for g in self.groups]
+        return data
 
 
 def _iso(when: datetime) -> str:
     return when.astimezone(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
-def _run_dict(run: Evidence, names: Mapping[str, str]) -> dict[str, Any]:
+def _run_dict(run: Evidence, names: Mapping[str, str], by: str = "") -> dict[str, Any]:
     problem = run.first_problem
+    where: dict[str, str] = {}
+    if by:
+        where["site"] = run.site
+    if by == "node":
+        where["node"] = run.node
     return {
+        **where,
         "created": _iso(run.created),
         "outcome": run.outcome,
         "recipe": run.recipe,
@@ -187,7 +260,8 @@ def _run_dict(run: Evidence, names: Mapping[str, str]) -> dict[str, Any]:
     }
 
 
-def _cell_dict(cell: Cell, names: Mapping[str, str]) -> dict[str, Any]:
+def _cell_dict(cell: Cell, names: Mapping[str, str], by: str) -> dict[str, Any]:
+    grouped = {"groups": [g.to_dict(by) for g in cell.groups]} if by else {}
     return {
         "row": cell.row,
         "column": cell.column,
@@ -208,8 +282,9 @@ def _cell_dict(cell: Cell, names: Mapping[str, str]) -> dict[str, Any]:
             }
             for s in cell.steps
         ],
-        "runs": [_run_dict(r, names) for r in cell.runs],
-        "failures": [_run_dict(r, names) for r in cell.failures],
+        "runs": [_run_dict(r, names, by) for r in cell.runs],
+        "failures": [_run_dict(r, names, by) for r in cell.failures],
+        **grouped,
     }
 
 
@@ -252,7 +327,7 @@ def _step_stats(runs: Sequence[Evidence]) -> tuple[StepStat, ...]:
     )
 
 
-def _cell(row: str, column: str, runs: Sequence[Evidence]) -> Cell:
+def _cell(row: str, column: str, runs: Sequence[Evidence], by: str) -> Cell:
     ordered = sorted(runs, key=lambda r: (r.created, r.key), reverse=True)
     drivers = sorted({r.driver for r in ordered if r.driver}, key=natural_key)
     return Cell(
@@ -266,7 +341,23 @@ def _cell(row: str, column: str, runs: Sequence[Evidence]) -> Cell:
         steps=_step_stats(ordered),
         runs=tuple(ordered[:RUNS_PER_CELL]),
         failures=tuple([r for r in ordered if r.outcome != "pass"][:FAILURES_PER_CELL]),
+        groups=_grouped(ordered, by),
     )
+
+
+def _grouped(records: Iterable[Evidence], by: str) -> tuple[Group, ...]:
+    if not by:
+        return ()
+    counts: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
+    for record in records:
+        counts[group_key(record, by)][record.outcome] += 1
+    return groups_of(counts)
+
+
+def check_by(by: str) -> str:
+    if by and by not in BY:
+        raise ValueError(f"by must be one of {', '.join(BY)}, not {by!r}")
+    return by
 
 
 def row_order(key: str) -> tuple[int, tuple[tuple[int, int | str], ...]]:
@@ -275,8 +366,10 @@ def row_order(key: str) -> tuple[int, tuple[tuple[int, int | str], ...]]:
     return rank, natural_key(arch)
 
 
-def aggregate(evidence: EvidenceSet | Iterable[Evidence]) -> Matrix:
-    """Group records by (GPU arch, recipe); see the module docstring."""
+def aggregate(evidence: EvidenceSet | Iterable[Evidence], by: str = "") -> Matrix:
+    """Group records by (GPU arch, recipe), and within a cell ``by`` site or node (see
+    the module docstring)."""
+    check_by(by)
     if isinstance(evidence, EvidenceSet):
         records: Sequence[Evidence] = evidence.records
         duplicates, problems = evidence.duplicates, evidence.problems
@@ -311,12 +404,12 @@ def aggregate(evidence: EvidenceSet | Iterable[Evidence]) -> Matrix:
     row_index = {r.key: i for i, r in enumerate(rows)}
     column_index = {c.key: i for i, c in enumerate(columns)}
     cells = tuple(
-        _cell(row, column, runs)
+        _cell(row, column, runs, by)
         for (row, column), runs in sorted(
             groups.items(), key=lambda kv: (row_index[kv[0][0]], column_index[kv[0][1]])
         )
     )
-    return Matrix(rows, columns, cells, duplicates, problems)
+    return Matrix(rows, columns, cells, duplicates, problems, by, _grouped(records, by))
 
 
 # --------------------------------------------------------------------------- the site
@@ -367,6 +460,7 @@ def render_page(data: Mapping[str, Any], folder: Path | None = None) -> str:
         title="envforge: certified-on matrix",
         generated=data.get("generated", ""),
         reports=data.get("reports", 0),
+        by=data.get("by", ""),
         data=script_json(data),
     )
 

@@ -7,7 +7,8 @@ comes from the store's tallies (:mod:`envforge.evidence.tallies`: counts per cel
 product, stack, driver and outcome; per step its times with their counts, so the median
 is exact) and, per cell, the newest :data:`~envforge.evidence.matrix.RUNS_PER_CELL` runs
 and :data:`~envforge.evidence.matrix.FAILURES_PER_CELL` failures through the cell indexes:
-what is decoded is a few rows per cell, whatever the store's size.
+what is decoded is a few rows per cell, whatever the store's size. Grouped ``by`` site or
+node, each cell's groups come from ``node_tally`` (a row per cell, site, node and outcome).
 """
 
 from __future__ import annotations
@@ -25,9 +26,12 @@ from envforge.evidence.matrix import (
     STEP_ORDER,
     Cell,
     Column,
+    Group,
     Matrix,
     Row,
     StepStat,
+    check_by,
+    groups_of,
     natural_key,
     row_order,
 )
@@ -157,7 +161,11 @@ def _step_order(
 
 
 def _cell(
-    conn: sqlite3.Connection, key: tuple[str, str, str], tally: _Tally, steps: _Steps
+    conn: sqlite3.Connection,
+    key: tuple[str, str, str],
+    tally: _Tally,
+    steps: _Steps,
+    groups: tuple[Group, ...],
 ) -> Cell:
     runs = _records(conn, f"WHERE {_CELL}{_ORDER} LIMIT {RUNS_PER_CELL}", key)
     failures = _records(
@@ -176,7 +184,25 @@ def _cell(
         steps=steps.ordered(_step_order(conn, key, runs, steps.stats)),
         runs=runs,
         failures=failures,
+        groups=groups,
     )
+
+
+CellKey = tuple[str, str, str]
+_Counts = dict[tuple[str, str], Counter[str]]
+
+
+def _node_tallies(conn: sqlite3.Connection, by: str) -> tuple[dict[CellKey, _Counts], _Counts]:
+    """Each cell's outcome counts per (site, node) (node "" when ``by`` is site), and the
+    same over all cells, from ``node_tally``."""
+    cells: dict[CellKey, _Counts] = defaultdict(lambda: defaultdict(Counter))
+    overall: _Counts = defaultdict(Counter)
+    rows = conn.execute("SELECT vendor, arch, col, site, node, outcome, n FROM node_tally")
+    for vendor, arch, column, site, node, outcome, n in rows:
+        group = (site, node if by == "node" else "")
+        cells[(vendor, arch, column)][group][outcome] += n
+        overall[group][outcome] += n
+    return cells, overall
 
 
 def _tallies(
@@ -189,8 +215,12 @@ def _tallies(
         yield (vendor, arch, column), (outcome, product, stack, driver), int(n)
 
 
-def store_matrix(conn: sqlite3.Connection, problems: tuple[Problem, ...] = ()) -> Matrix:
-    """The matrix of everything in the store (see the module docstring)."""
+def store_matrix(
+    conn: sqlite3.Connection, problems: tuple[Problem, ...] = (), by: str = ""
+) -> Matrix:
+    """The matrix of everything in the store, its cells' runs grouped ``by`` site or node
+    (see the module docstring)."""
+    check_by(by)
     cells: dict[tuple[str, str, str], _Tally] = defaultdict(_Tally)
     by_row: dict[str, _Tally] = defaultdict(_Tally)
     by_column: dict[str, _Tally] = defaultdict(_Tally)
@@ -218,7 +248,9 @@ def store_matrix(conn: sqlite3.Connection, problems: tuple[Problem, ...] = ()) -
     row_index = {r.key: i for i, r in enumerate(rows)}
     column_index = {c.key: i for i, c in enumerate(columns)}
     steps = _step_tallies(conn)
+    by_cell, overall = _node_tallies(conn, by) if by else ({}, {})
     ordered = sorted(cells, key=lambda k: (row_index[f"{k[0]}:{k[1]}"], column_index[k[2]]))
-    return Matrix(
-        rows, columns, tuple(_cell(conn, k, cells[k], steps[k]) for k in ordered), 0, problems
+    built = tuple(
+        _cell(conn, k, cells[k], steps[k], groups_of(by_cell[k]) if by else ()) for k in ordered
     )
+    return Matrix(rows, columns, built, 0, problems, by, groups_of(overall) if by else ())

@@ -72,9 +72,14 @@ class Evidence:
     host: str = ""
     #: Fingerprint of the key that signed the certificate ("" when unsigned).
     signer: str = ""
+    #: The site that ran it (setting ``site``; "" when unnamed) and the node a scheduler
+    #: ran it on ("" when unknown or not shared: :mod:`envforge.core.sharing`).
+    site: str = ""
+    node: str = ""
 
-    def to_export(self) -> dict[str, Any]:
-        """The ``envforge.evidence/1`` form (one line of ``evidence export``)."""
+    def to_export(self, *, node: bool = False) -> dict[str, Any]:
+        """The ``envforge.evidence/1`` form (one line of ``evidence export``); ``node``:
+        with the node's name (only when the site shares node names)."""
         return {
             "schema": EXPORT_SCHEMA,
             "key": self.key,
@@ -100,6 +105,8 @@ class Evidence:
             "envforge_version": self.envforge_version,
             "seconds": self.seconds,
             "host": self.host,
+            "site": self.site,
+            **({"node": self.node} if node and self.node else {}),
             "certificate": self.certificate,
             "signer": self.signer,
             "steps": [s.to_dict() for s in self.steps],
@@ -219,4 +226,6 @@ def from_report(
         pci_id=pci_of(report, gpu),
         host=_str(report.host.id),
         signer=signer,
+        site=_str(report.host.site),
+        node=_str(report.host.node),
     )

@@ -136,6 +136,8 @@ def _from_export(data: Mapping[str, Any], redact: Callable[[str], str]) -> Evide
         # an export names a signer but carries no signature to check: a claim, not kept
         # (signed evidence is a certificate whose signature was verified)
         signer="",
+        site=_str(data.get("site")),
+        node=_str(data.get("node")),
     )
 
 

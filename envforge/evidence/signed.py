@@ -13,8 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from envforge.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from envforge.evidence.model import Evidence
 
 #: ``1`` (or ``true``, ``yes``): ``--require-signed`` by default.
 REQUIRE_ENV = "ENVFORGE_REQUIRE_SIGNED"
@@ -63,6 +67,10 @@ class SignedPolicy:
     def refusal(self, signer: str) -> str:
         """Why a record does not count (a line for the skipped list)."""
         return f"{self.label(signer)}: not counted (signed evidence is required)"
+
+    def refused(self, record: Evidence) -> str | None:
+        """Why ``record`` is not kept (:meth:`refusal`), None when it counts."""
+        return None if self.counts(record.signer) else self.refusal(record.signer)
 
     def split(self, signers: Iterable[str]) -> tuple[int, int]:
         """How many of ``signers`` count, and how many do not."""

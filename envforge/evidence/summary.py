@@ -19,7 +19,9 @@ page. One summary section is::
     | recipe | cpu |
     …
 
-followed by the facts (recipe, stack, GPU, driver, certificate, signer). Sections are
+followed by the facts (recipe, stack, GPU, driver, site, certificate, signer; the node a
+scheduler ran it on only when the site shares node names, :mod:`envforge.core.sharing`:
+a run's page is read outside the site). Sections are
 *appended* to FILE (several steps, or several images of one ``certify``, share a file as
 GitHub intends); a command that fails before its probe ran still appends a section with
 its one-line error.
@@ -41,6 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envforge.core.fsutil import append_text, check_file_target
+from envforge.core.sharing import sharing
 from envforge.errors import EnvforgeError
 
 if TYPE_CHECKING:
@@ -142,8 +145,9 @@ def section(
     return "\n".join(out) + "\n"
 
 
-def report_facts(report: ProbeReport | None) -> list[tuple[str, str]]:
-    """The host and stack facts of a report, for :func:`section`."""
+def report_facts(report: ProbeReport | None, *, node: bool = True) -> list[tuple[str, str]]:
+    """The host and stack facts of a report, for :func:`section` (``node``: with the
+    node's name)."""
     if report is None:
         return []
     snap = report.snapshot
@@ -158,7 +162,8 @@ def report_facts(report: ProbeReport | None) -> list[tuple[str, str]]:
         ("GPU", ", ".join(g.name for g in report.host.gpus) or "none (CPU only)"),
         ("driver", report.host.driver or ""),
         ("kernel", report.host.kernel),
-        ("node", report.host.node or ""),
+        ("site", report.host.site or ""),
+        ("node", (report.host.node or "") if node else ""),
         ("granted GPUs", report.host.grant_text),
         ("torch", str(snap.get("torch") or "") + (f" ({runtime})" if runtime else "")),
         ("envforge", report.envforge_version),
@@ -183,6 +188,8 @@ class SummaryNotes:
     sections: list[tuple[str, ProbeReport | None, list[tuple[str, str]], str | None]] = field(
         default_factory=list
     )
+    #: Whether the node's name may be said (the site shares node names).
+    node_names: bool = False
 
     def add(
         self,
@@ -192,7 +199,8 @@ class SummaryNotes:
         title: str | None = None,
         error: str | None = None,
     ) -> None:
-        self.sections.append((title or self.title, report, [*facts, *report_facts(report)], error))
+        shown = report_facts(report, node=self.node_names)
+        self.sections.append((title or self.title, report, [*facts, *shown], error))
 
 
 @contextlib.contextmanager
@@ -205,6 +213,7 @@ def summarizing(path: Path | None, title: str) -> Iterator[SummaryNotes]:
         yield notes
         return
     check_file_target(path, setting="--summary")  # before any work: one line, exit 2
+    notes.node_names = sharing().node_names
     try:
         yield notes
     except EnvforgeError as exc:

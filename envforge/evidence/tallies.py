@@ -5,12 +5,13 @@ not reports.
 driver, host) with the newest time (what ``show``'s "certified on" line says);
 ``cell_tally``: reports per (vendor, arch, matrix column, outcome, product, stack,
 driver); ``step_tally``: step results per (vendor, arch, column, step name, status,
-seconds). They are kept by triggers on ``reports`` (insert, delete, and the replacement of
-a plain copy by a certificate of the same run), inside the writer's own transaction, so
-they always agree with the rows whoever writes them. A batch of new rows (``evidence
-import``, ``fleet collect``) pauses the triggers and is counted once after its inserts,
-in the same transaction (:func:`insert_counted`: one upsert per tally key, not per row
-and step). A step's median is exact from its
+seconds); ``node_tally``: reports per (vendor, arch, column, site, node, outcome), what
+``matrix --by`` and ``show --by-node`` read. They are kept by triggers on ``reports``
+(insert, delete, and the replacement of a plain copy by a certificate of the same run),
+inside the writer's own transaction, so they always agree with the rows whoever writes
+them. A batch of new rows (``evidence import``, ``fleet collect``) pauses the triggers
+and is counted once after its inserts, in the same transaction (:func:`insert_counted`:
+one upsert per tally key, not per row and step). A step's median is exact from its
 tally (each distinct time with its count). The matrix column is the recipe, else the
 stack, else ``(unnamed)`` (:attr:`envforge.evidence.records.Evidence.column`).
 
@@ -18,7 +19,8 @@ A store made before these tables, or by a version whose tallies differ (``meta``
 is not :data:`VERSION`), is migrated the first time it is opened (:func:`migrate`): its
 triggers and tallies are made again and counted from the rows, once, under the write
 lock, and the mark is set; a later open finds the mark and does nothing. A store of a
-version that counts the same (:data:`SAME_COUNTS`) only has its triggers made again.
+version that counts the same but for ``node_tally`` (:data:`SAME_COUNTS`) has its
+triggers made again and ``node_tally`` counted.
 
 Indexes for the per-cell queries: the newest runs of a cell, and its newest runs that
 did not pass (a partial index, so a cell of 100,000 passes costs no scan to find none).
@@ -43,9 +45,10 @@ _STEP = (
 )
 MARK = "tallies"
 #: 1: cell and step tallies; 2: show_tally, step_tally keyed by time; 3: the triggers
-#: pause for :func:`insert_counted` (the same counts as 2)
-VERSION = "3"
-SAME_COUNTS = ("2",)
+#: pause for :func:`insert_counted` (the same counts as 2); 4: node_tally
+VERSION = "4"
+SAME_COUNTS = ("2", "3")
+_NODE_KEY = ("vendor", "arch", "col", "site", "node", "outcome")
 
 
 def _column(r: str) -> str:
@@ -68,6 +71,15 @@ def _cell_match(r: str) -> str:
         f"{r}.driver",
     )
     return " AND ".join(f"{k} = {v}" for k, v in zip(_CELL_KEY, values, strict=True))
+
+
+def _node_values(r: str) -> str:
+    return f"{r}.vendor, {r}.arch, {_column(r)}, {r}.site, {r}.node, {r}.outcome"
+
+
+def _node_match(r: str) -> str:
+    values = (f"{r}.vendor", f"{r}.arch", _column(r), f"{r}.site", f"{r}.node", f"{r}.outcome")
+    return " AND ".join(f"{k} = {v}" for k, v in zip(_NODE_KEY, values, strict=True))
 
 
 _SHOW_KEY = ("recipe", "passed", "vendor", "arch", "product", "driver", "host_key")
@@ -95,6 +107,8 @@ def _add(r: str) -> str:
         ON CONFLICT DO UPDATE SET n = n + 1, newest = MAX(newest, excluded.newest);
     INSERT INTO cell_tally VALUES ({_cell_values(r)}, 1)
         ON CONFLICT DO UPDATE SET n = n + 1;
+    INSERT INTO node_tally VALUES ({_node_values(r)}, 1)
+        ON CONFLICT DO UPDATE SET n = n + 1;
     INSERT INTO step_tally SELECT {r}.vendor, {r}.arch, {_column(r)}, {", ".join(_STEP)}, 1
         FROM json_each({r}.steps) AS j WHERE 1 ON CONFLICT DO UPDATE SET n = n + 1;"""
 
@@ -113,6 +127,8 @@ def _take(r: str) -> str:
         WHERE {_show_match(r)} AND {r}.outcome = 'pass' AND newest = {r}.created;
     UPDATE cell_tally SET n = n - 1 WHERE {_cell_match(r)};
     DELETE FROM cell_tally WHERE {_cell_match(r)} AND n <= 0;
+    UPDATE node_tally SET n = n - 1 WHERE {_node_match(r)};
+    DELETE FROM node_tally WHERE {_node_match(r)} AND n <= 0;
     UPDATE step_tally SET n = n - (SELECT COUNT(*) FROM json_each({r}.steps) AS j WHERE {same})
         WHERE {cell} AND (name, status, seconds) IN
             (SELECT {", ".join(_STEP)} FROM json_each({r}.steps) AS j);
@@ -139,6 +155,11 @@ _TABLES = (
     status TEXT NOT NULL, seconds REAL NOT NULL, n INTEGER NOT NULL,
     PRIMARY KEY (vendor, arch, col, name, seconds, status)
 ) WITHOUT ROWID""",
+    f"""CREATE TABLE IF NOT EXISTS node_tally (
+    vendor TEXT NOT NULL, arch TEXT NOT NULL, col TEXT NOT NULL, site TEXT NOT NULL,
+    node TEXT NOT NULL, outcome TEXT NOT NULL, n INTEGER NOT NULL,
+    PRIMARY KEY ({", ".join(_NODE_KEY)})
+) WITHOUT ROWID""",
 )
 #: While this table has a row (only ever inside :func:`insert_counted`'s transaction, so
 #: no other connection sees it), inserting and updating rows leaves the tallies alone.
@@ -162,6 +183,11 @@ _CREATE = (
 DDL = "".join(f"{statement};\n" for statement in _CREATE)
 
 
+def _node_count(where: str) -> str:
+    return f"""INSERT INTO node_tally SELECT {_node_values("reports")}, COUNT(*) FROM reports
+    WHERE {where} GROUP BY 1, 2, 3, 4, 5, 6 ON CONFLICT DO UPDATE SET n = n + excluded.n"""
+
+
 def _counts(where: str) -> tuple[str, ...]:
     """The statements that add the rows of ``reports`` matching ``where`` to the tallies
     (set-based: one upsert per tally key, not per row)."""
@@ -172,6 +198,7 @@ def _counts(where: str) -> tuple[str, ...]:
     ON CONFLICT DO UPDATE SET n = n + excluded.n, newest = MAX(newest, excluded.newest)""",
         f"""INSERT INTO cell_tally SELECT {_cell_values("reports")}, COUNT(*) FROM reports
     WHERE {where} GROUP BY 1, 2, 3, 4, 5, 6, 7 ON CONFLICT DO UPDATE SET n = n + excluded.n""",
+        _node_count(where),
         f"""INSERT INTO step_tally SELECT reports.vendor, reports.arch, {_column("reports")},
     {", ".join(_STEP)}, COUNT(*) FROM reports, json_each(reports.steps) AS j WHERE {where}
     GROUP BY 1, 2, 3, 4, 5, 6 ON CONFLICT DO UPDATE SET n = n + excluded.n""",
@@ -179,10 +206,10 @@ def _counts(where: str) -> tuple[str, ...]:
 
 
 _COUNT = _counts("1")
-#: The show and cell tallies of a batch, from its rows. Its step tally is counted in
+#: The show, cell and node tallies of a batch, from its rows. Its step tally is counted in
 #: Python: SQL's GROUP BY sorts every step of the batch (100,000 reports: 1,000,000
 #: steps, ~5 s of CPU here), a ``Counter`` does not.
-_COUNT_SINCE = _counts("reports.rowid > ?")[:2]
+_COUNT_SINCE = _counts("reports.rowid > ?")[:3]
 #: A step's time as the triggers have it: its JSON text read by SQLite's JSON parser
 #: (the very conversion ``json_extract`` makes of the stored steps, to the last bit).
 _STEP_UPSERT = (
@@ -243,19 +270,17 @@ def _mark(conn: sqlite3.Connection) -> str | None:
 
 
 def _remake(conn: sqlite3.Connection, *, count: bool) -> None:
-    """This version's triggers (and, when ``count``, its tallies counted from the rows)
-    in place of an older version's."""
+    """This version's triggers (and its tallies counted from the rows: all of them when
+    ``count``, else ``node_tally``, new in version 4) in place of an older version's."""
     for name in _TRIGGERS:
         conn.execute(f"DROP TRIGGER IF EXISTS {name}")
-    if count:
-        _announce(conn)
-        for table in ("show_tally", "cell_tally", "step_tally"):
-            conn.execute(f"DROP TABLE IF EXISTS {table}")
+    _announce(conn)
+    for table in ("show_tally", "cell_tally", "step_tally", "node_tally")[0 if count else 3 :]:
+        conn.execute(f"DROP TABLE IF EXISTS {table}")
     for statement in _CREATE:
         conn.execute(statement)
-    if count:
-        for statement in _COUNT:
-            conn.execute(statement)
+    for statement in _COUNT if count else (_node_count("1"),):
+        conn.execute(statement)
 
 
 def migrate(conn: sqlite3.Connection) -> None:

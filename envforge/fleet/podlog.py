@@ -42,6 +42,7 @@ from typing import Any
 from envforge.core.fsutil import make_dirs, read_limited, write_atomically
 from envforge.core.jsonlimits import BadJSON, loads
 from envforge.core.proc import signal_name
+from envforge.core.sharing import sharing
 from envforge.fleet.k8s import task_spec
 from envforge.fleet.outcome import TASK_FILE
 from envforge.fleet.plan import Plan, Task
@@ -307,6 +308,7 @@ def _host(record: Mapping[str, Any], plan: Plan, task: Task) -> Any:
         node=facts["node"],
         granted=tuple((k, granted[k]) for k in GRANT_VARIABLES if k in granted),
         fleet=(("plan", plan.id), ("task", str(task.index)), ("nonce", plan.nonce)),
+        site=sharing().site or None,  # the pod ran at this site: the collector's setting
     )
 
 

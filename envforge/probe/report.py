@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from envforge.core.fsutil import write_files
 from envforge.core.jsonlimits import BadJSON, loads
+from envforge.core.sharing import sharing
 from envforge.errors import InvalidInput
 from envforge.host.detect import detect, no_tools
 from envforge.host.grant import fleet_facts, node_facts
@@ -120,13 +121,16 @@ class ReportHost:
     #: name, and the GPU grant variables as the run saw them (``SLURM_JOB_GPUS``,
     #: ``ROCR_VISIBLE_DEVICES``, ``CUDA_VISIBLE_DEVICES``, ``NVIDIA_VISIBLE_DEVICES``).
     #: Both absent elsewhere (and in reports before them). The node's name stays in the
-    #: report the run writes; what is shared (a certificate, the evidence store) drops it
-    #: (:meth:`without_node`).
+    #: report the run writes and in the site's evidence store; what leaves the site (a
+    #: certificate, a signed report, an export) drops it unless the site opted in
+    #: (:meth:`without_node`, :mod:`envforge.core.sharing`).
     node: str | None = None
     granted: tuple[tuple[str, str], ...] = ()
     #: The fleet task the run was for (:func:`envforge.host.grant.fleet_facts`: plan id,
     #: task, the plan's nonce); kept in certificates, checked by ``fleet collect``.
     fleet: tuple[tuple[str, str], ...] = ()
+    #: The site's name (setting ``site``, :mod:`envforge.core.sharing`); None when unset.
+    site: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -143,6 +147,8 @@ class ReportHost:
             data["granted"] = dict(self.granted)
         if self.fleet:
             data["fleet"] = dict(self.fleet)
+        if self.site:
+            data["site"] = self.site
         return data
 
     def without_node(self) -> ReportHost:
@@ -172,6 +178,7 @@ class ReportHost:
             node=str(data["node"]) if data.get("node") else None,
             granted=_granted(data.get("granted")),
             fleet=_granted(data.get("fleet"), "host.fleet"),
+            site=str(data["site"]) if data.get("site") else None,
         )
 
 
@@ -320,6 +327,7 @@ class ProbeReport:
             ("gpus", ", ".join(g.name for g in self.host.gpus)),
             ("driver", self.host.driver or ""),
             ("envforge_version", self.envforge_version),
+            *((("site", self.host.site),) if self.host.site else ()),
             *((("node", self.host.node),) if self.host.node else ()),
             *((("granted", self.host.grant_text),) if self.host.granted else ()),
             *((("warnings", ", ".join(s.name for s in self.warnings)),) if self.warnings else ()),
@@ -416,6 +424,7 @@ def host_info(root: Path = Path("/"), environ: Mapping[str, str] | None = None) 
         node=node,
         granted=grant,
         fleet=fleet_facts(env),
+        site=sharing(env).site or None,
     )
 
 

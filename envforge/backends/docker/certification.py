@@ -12,6 +12,7 @@ from envforge.backends.docker.probe_target import DockerTarget
 from envforge.backends.docker.projects import ProjectProbe
 from envforge.container.devices import DeviceFlags, device_flags
 from envforge.container.refs import CERTIFICATE_LABEL, bound_config
+from envforge.core.sharing import sharing
 from envforge.errors import InvalidInput
 from envforge.evidence.evidence_store import record
 from envforge.lock_variants import with_locked_variant
@@ -96,7 +97,8 @@ def certify_image(
     )
     report = (prober or _run_probe)(spec, target, listener)
     cert = issue(
-        report=report.without_node().to_dict(),  # a host name is not shared
+        # a node's name leaves the site only when it shares them (envforge.core.sharing)
+        report=(report if sharing().node_names else report.without_node()).to_dict(),
         recipe_name=recipe.name,
         recipe_hash=recipe.hash,
         stack_tag=recipe.stack_tag,

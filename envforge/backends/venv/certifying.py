@@ -16,6 +16,7 @@ from envforge.backends.venvfs import (
 )
 from envforge.backends.venvscan import CERTIFIED_LIST, certified_list
 from envforge.core.fsutil import write_files
+from envforge.core.sharing import sharing
 from envforge.errors import (
     CertificationFailed,
     Interrupted,
@@ -318,7 +319,7 @@ def _keep_evidence(
     the steps it re-ran)."""
     project = options.project
     cert = issue(
-        report=sanitized_report(report.to_dict()),
+        report=sanitized_report(report.to_dict(), node=sharing(options.environ).node_names),
         recipe_name=recipe.name,
         recipe_hash=recipe.hash,
         stack_tag=recipe.stack_tag,

@@ -111,7 +111,7 @@ def _tallies(db: Path) -> list[list[tuple[Any, ...]]]:
     with sqlite3.connect(db) as conn:
         return [
             sorted(conn.execute(f"SELECT * FROM {t}"))
-            for t in ("show_tally", "cell_tally", "step_tally")
+            for t in ("show_tally", "cell_tally", "step_tally", "node_tally")
         ]
 
 
@@ -172,7 +172,7 @@ def test_a_batch_that_fails_leaves_neither_rows_nor_counts(home: Path) -> None:
             evidence_db.add(conn, batch)
         assert conn.execute("SELECT COUNT(*) FROM reports").fetchone() == (0,)
         assert conn.execute("SELECT COUNT(*) FROM tally_pause").fetchone() == (0,)
-    assert _tallies(home / "evidence.sqlite") == [[], [], []]
+    assert _tallies(home / "evidence.sqlite") == [[], [], [], []]
     import_documents([(f"r{i}", d) for i, d in enumerate(docs)], redact=QUIET)
     expected, got = _both()
     assert got == expected

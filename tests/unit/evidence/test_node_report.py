@@ -101,14 +101,15 @@ def test_what_is_shared_drops_the_node_name_and_keeps_the_grant(
     monkeypatch.setenv("ENVFORGE_HOME", str(tmp_path / "home"))
     report = _on_node()
     assert "node" not in report.without_node().to_dict()["host"]
-    kept = sanitized_report(report.to_dict(), Redactor(("alice",)))
-    assert "node" not in kept["host"]
-    assert kept["host"]["granted"]["SLURM_JOB_GPUS"] == "1,3"
+    shared = sanitized_report(report.to_dict(), Redactor(("alice",)))
+    assert "node" not in shared["host"]
+    assert shared["host"]["granted"]["SLURM_JOB_GPUS"] == "1,3"
     # the run is the same run with or without its node's name: one record
     redact = Redactor(())
     plain = sanitized_report(report.without_node().to_dict(), redact)
-    assert parse_document(kept, redact).key == parse_document(plain, redact).key
+    assert parse_document(shared, redact).key == parse_document(plain, redact).key
+    # the site's own store keeps the node's name (issue 33 §8: which node to drain)
     record(report.to_dict(), redact=Redactor(()))
-    (home_db,) = (tmp_path / "home").glob("evidence.sqlite")
-    assert b"gpu-n07" not in home_db.read_bytes()
-    assert len(read_store().records) == 1
+    (kept,) = read_store().records
+    assert kept.node == "gpu-n07"
+    assert kept.key == parse_document(plain, redact).key
