@@ -212,32 +212,24 @@ def certificate_view(venv: Path) -> dict[str, Any]:
     return view
 
 
-def push_oci_image(
-    addr: str, repo: str, labels: Mapping[str, str] | None = None
-) -> tuple[str, str]:
-    """A one-layer OCI image pushed over the registry's HTTP API (no engine needed) as
-    ``addr/repo:v1``, with ``labels`` (a test label when None); returns its manifest digest
-    and its config digest (the image ID)."""
-    reg = rf._Registry.open(f"{addr}/{repo}:v1")
-    layer = b"not really a tarball, the registry does not look"
-    config = rf.canonical(
-        {
-            "architecture": "amd64",
-            "os": "linux",
-            "rootfs": {"type": "layers", "diff_ids": [rf.sha256(layer)]},
-            "config": {"Labels": dict(labels if labels is not None else _TEST_LABELS)},
-        }
-    )
-    reg.put_blob(layer)
-    reg.put_blob(config)
+def put_oci_image(
+    addr: str, repo: str, tag: str, config: dict[str, Any], layers: Sequence[bytes]
+) -> str:
+    """``config`` (canonical JSON) and ``layers`` uploaded over the registry's HTTP API (no
+    engine needed) and an OCI manifest naming them put as ``addr/repo:tag``; its digest."""
+    reg = rf._Registry.open(f"{addr}/{repo}:{tag}")
+    blob = rf.canonical(config)
+    for layer in layers:
+        reg.put_blob(layer)
+    reg.put_blob(blob)
     manifest = rf.canonical(
         {
             "schemaVersion": 2,
             "mediaType": rf.OCI_MANIFEST,
             "config": {
                 "mediaType": "application/vnd.oci.image.config.v1+json",
-                "digest": rf.sha256(config),
-                "size": len(config),
+                "digest": rf.sha256(blob),
+                "size": len(blob),
             },
             "layers": [
                 {
@@ -245,8 +237,24 @@ def push_oci_image(
                     "digest": rf.sha256(layer),
                     "size": len(layer),
                 }
+                for layer in layers
             ],
         }
     )
-    reg.put_manifest("v1", manifest, rf.OCI_MANIFEST)
-    return rf.sha256(manifest), rf.sha256(config)
+    reg.put_manifest(tag, manifest, rf.OCI_MANIFEST)
+    return rf.sha256(manifest)
+
+
+def push_oci_image(
+    addr: str, repo: str, labels: Mapping[str, str] | None = None
+) -> tuple[str, str]:
+    """A one-layer OCI image as ``addr/repo:v1`` (:func:`put_oci_image`), with ``labels`` (a
+    test label when None); returns its manifest digest and its config digest (the image ID)."""
+    layer = b"not really a tarball, the registry does not look"
+    config = {
+        "architecture": "amd64",
+        "os": "linux",
+        "rootfs": {"type": "layers", "diff_ids": [rf.sha256(layer)]},
+        "config": {"Labels": dict(labels if labels is not None else _TEST_LABELS)},
+    }
+    return put_oci_image(addr, repo, "v1", config, [layer]), rf.sha256(rf.canonical(config))

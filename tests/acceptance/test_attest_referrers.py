@@ -25,7 +25,7 @@ from envforge.publish import attestation as at
 from envforge.publish import referrers as rf
 from envforge.publish.attest_verify import check_envelope
 from envforge.publish.signing import generate, load_signing_key, load_trust
-from tests.acceptance.helpers import push_oci_image
+from tests.acceptance.helpers import push_oci_image, put_oci_image
 
 
 def _free_port() -> int:
@@ -223,24 +223,8 @@ def test_certify_attach_puts_a_pulled_images_attestation_on_its_digest(
 
     # a tag that names another image in the registry: refused, nothing attached
     other = f"envforge-test/other-{os.getpid()}-{int(time.time())}"
-    reg = rf._Registry.open(f"{registry}/{other}:x")
-    config = rf.canonical(
-        {"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": []}}
-    )
-    reg.put_blob(config)
-    manifest = rf.canonical(
-        {
-            "schemaVersion": 2,
-            "mediaType": rf.OCI_MANIFEST,
-            "config": {
-                "mediaType": "application/vnd.oci.image.config.v1+json",
-                "digest": rf.sha256(config),
-                "size": len(config),
-            },
-            "layers": [],
-        }
-    )
-    reg.put_manifest("v2", manifest, rf.OCI_MANIFEST)
+    config = {"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": []}}
+    other_digest = put_oci_image(registry, other, "v2", config, [])
     with pytest.raises(InvalidInput, match="not the one certified here"):
         attest_result(result, recipe, key_path, None, attach_to=f"{registry}/{other}:v2")
-    assert rf.referrers(f"{registry}/{other}@{rf.sha256(manifest)}") == []
+    assert rf.referrers(f"{registry}/{other}@{other_digest}") == []
