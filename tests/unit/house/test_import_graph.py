@@ -310,8 +310,9 @@ def test_pure_packages_import_no_backend_and_no_sdk(package: str) -> None:
 #: Imports inside function bodies under ``envforge/`` (issue 31 §3): at most this many.
 #: Each defers a load on purpose (``envforge --help``, list, show, solve, validate, render
 #: and detect load only what they print: test_light_imports.py); one that every caller has
-#: loaded anyway belongs at the module's top, and repeated deferred imports of one module
-#: in one file share one lazy accessor. The figure may only fall: lower it with them.
+#: loaded anyway belongs at the module's top, and a module deferred at several places is one
+#: ``LazyModule`` at the top (envforge/core/lazy.py). The figure may only fall: lower it
+#: with them.
 FUNCTION_IMPORTS_CEILING = 70
 
 
@@ -350,7 +351,7 @@ def test_function_level_imports_stay_under_the_ceiling() -> None:
     assert total <= FUNCTION_IMPORTS_CEILING, (
         f"{total} imports inside functions under envforge/, above the ceiling"
         f" {FUNCTION_IMPORTS_CEILING}: move one to its module's top where every caller has"
-        f" loaded that module anyway, or share one lazy accessor per module; most in:"
+        f" loaded that module anyway, or make it one LazyModule (envforge/core/lazy.py); most in:"
         f" {_most(counts)}"
     )
 
