@@ -57,6 +57,29 @@ def timed(argv: list[str], cwd: Path = ROOT) -> tuple[float, str]:
     return seconds, done.stdout
 
 
+def run_audit(path: Path, *flags: str, label: str) -> None:
+    """``envforge audit`` of this interpreter (this tree's envforge) into ``path``; says
+    its exit status and seconds on stderr as ``label``."""
+    py = sys.executable
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    began = time.perf_counter()
+    done = subprocess.run(
+        [py, "-m", "envforge", "audit", "--python", py, *flags],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=240,
+    )
+    path.write_text(done.stdout + done.stderr[-4000:])
+    print(
+        f"{label}: exit {done.returncode} in {time.perf_counter() - began:.1f} s",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 IMPORTS = {
     "import torch": "import torch",
     "import torch + CUDA context": "import torch; torch.zeros(1, device='cuda'); "
@@ -163,40 +186,9 @@ def main() -> int:
         return probe_once(audit=not args.no_audit)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
+    run_audit(out / "audit.json", "--json", label="audit")
+    run_audit(out / "audit.txt", label="audit (again, warm)")
     py = sys.executable
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    began = time.perf_counter()
-    audit = subprocess.run(
-        [py, "-m", "envforge", "audit", "--python", py, "--json"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=240,
-    )
-    (out / "audit.json").write_text(audit.stdout + audit.stderr[-4000:])
-    print(
-        f"audit: exit {audit.returncode} in {time.perf_counter() - began:.1f} s",
-        file=sys.stderr,
-        flush=True,
-    )
-    began = time.perf_counter()
-    audit = subprocess.run(
-        [py, "-m", "envforge", "audit", "--python", py],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=240,
-    )
-    (out / "audit.txt").write_text(audit.stdout + audit.stderr[-4000:])
-    print(
-        f"audit (again, warm): exit {audit.returncode} in {time.perf_counter() - began:.1f} s",
-        file=sys.stderr,
-        flush=True,
-    )
     _, probe = timed([py, str(ROOT / "bench" / "gpu_probe_bench.py"), "--probe-once"])
     (out / "probe.json").write_text(probe)
     imports = import_costs(3)

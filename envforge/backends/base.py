@@ -38,7 +38,8 @@ def _quiet(_text: str) -> None:
 
 
 class LineSink(Protocol):
-    """Where build output goes, line by line (``envforge.cli.display.BuildDisplay``)."""
+    """Where build output goes, line by line (``envforge.cli.display.BuildDisplay``); the
+    backend hands on printable lines (the docker backend: ``buildkit_lines.plain``)."""
 
     def __call__(self, line: str) -> None: ...
 

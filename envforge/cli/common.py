@@ -9,12 +9,12 @@ import re
 import signal
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from click.core import ParameterSource
 
+from envforge.core.lazy import LazyModule
 from envforge.core.patterns import LEVELS, Level, strict_from_env
 from envforge.errors import InvalidInput
 
@@ -26,6 +26,13 @@ if TYPE_CHECKING:
     from envforge.publish.signing import SigningKey, TrustList
     from envforge.recipe.model import Recipe
     from envforge.solve.choose import Choice
+
+#: Imported when a command takes a platform (``--help`` and ``list`` load nothing of the
+#: knowledge package).
+_platforms = LazyModule("envforge.knowledge.platforms")
+
+#: Imported when a key is used (it loads cryptography).
+_signing = LazyModule("envforge.publish.signing")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -246,7 +253,7 @@ def signed_policy(require_signed: bool, trust: Sequence[Path]) -> SignedPolicy:
     files, setting = trusted_files(trust)
     names: dict[str, str] = {}
     if files:
-        keys: TrustList = _signing().load_trust(files, setting=setting)
+        keys: TrustList = _signing.load_trust(files, setting=setting)
         names = {fp: key.name for fp, key in keys.keys.items()}
     how = "--require-signed" if require_signed else f"{REQUIRE_ENV}=1"
     return SignedPolicy.of(required, names, setting=how)
@@ -282,16 +289,8 @@ def root_option(func: F) -> F:
 
 def host_platform() -> str:
     """This host's platform in docker's names (``linux/amd64``, ``linux/arm64``)."""
-    found: str = _platforms().host_platform()
+    found: str = _platforms.host_platform()
     return found
-
-
-def _platforms() -> ModuleType:
-    """:mod:`envforge.knowledge.platforms`, imported when a command takes a platform
-    (``--help`` and ``list`` load nothing of the knowledge package)."""
-    from envforge.knowledge import platforms  # noqa: PLC0415 - see above
-
-    return platforms
 
 
 def platform_option(func: F) -> F:
@@ -299,7 +298,7 @@ def platform_option(func: F) -> F:
     return click.option(
         "--platform",
         "platform",
-        type=click.Choice(_platforms().PLATFORMS),
+        type=click.Choice(_platforms.PLATFORMS),
         default=None,
         help="Wheel and image platform (default: this host's).",
     )(func)
@@ -405,19 +404,12 @@ def echo_json(data: Any) -> None:
 # --------------------------------------------------------------------------- signing, Ctrl-C
 
 
-def _signing() -> ModuleType:
-    """:mod:`envforge.publish.signing`, imported when a key is used (it loads cryptography)."""
-    from envforge.publish import signing  # noqa: PLC0415 - cryptography
-
-    return signing
-
-
 def load_signer(path: Path | None) -> SigningKey | None:
     """The ``--signing-key`` / ``ENVFORGE_SIGNING_KEY`` key, loaded before any work; None
     without one (and cryptography is not loaded: a probe without a key needs none)."""
     if path is None or not str(path):
         return None
-    key: SigningKey | None = _signing().load_signer(path, say=say)
+    key: SigningKey | None = _signing.load_signer(path, say=say)
     return key
 
 
@@ -544,6 +536,5 @@ def trusted_keys(trust: Sequence[Path]) -> TrustList:
     """The trusted keys themselves (:func:`trusted_files`; empty without any), for what
     is verified with them (an attestation names no key of its own)."""
     files, setting = trusted_files(trust)
-    signing = _signing()
-    keys: TrustList = signing.load_trust(files, setting=setting) if files else signing.TrustList()
+    keys: TrustList = _signing.load_trust(files, setting=setting) if files else _signing.TrustList()
     return keys

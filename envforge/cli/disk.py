@@ -49,8 +49,19 @@ def _store() -> Path:
     return share.store_dir(paths.state_dir())
 
 
-def _others() -> list[dict[str, Any]]:
+def _uv_entry() -> dict[str, Any]:
+    return {
+        "what": "uv's cache (wheels the venv builds downloaded)",
+        "path": str(_uv_cache()),
+        "reclaim": "uv cache prune (shared with other uv use; builds download again)",
+    }
+
+
+def _others(uv_cache: bool) -> list[dict[str, Any]]:
+    """What else envforge keeps, each with its bytes; uv's cache only with ``uv_cache``
+    (measuring it walks every file in it, often hundreds of thousands)."""
     state = paths.state_dir()
+    uv = [{**_uv_entry(), "bytes": folder_bytes(_uv_cache())}] if uv_cache else []
     return [
         {
             "what": "shared files no venv links any more",
@@ -70,12 +81,7 @@ def _others() -> list[dict[str, Any]]:
             "bytes": folder_bytes(paths.cache_dir()),
             "reclaim": "safe to delete: envforge remakes it",
         },
-        {
-            "what": "uv's cache (wheels the venv builds downloaded)",
-            "path": str(_uv_cache()),
-            "bytes": folder_bytes(_uv_cache()),
-            "reclaim": "uv cache prune (shared with other uv use; builds download again)",
-        },
+        *uv,
     ]
 
 
@@ -86,16 +92,24 @@ def _venv_line(v: disk.VenvDisk) -> str:
 
 
 @click.command("du")
+@click.option(
+    "--uv-cache",
+    is_flag=True,
+    help="Count uv's cache too (it reads every file in it: slow on a large cache).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print data as JSON.")
-def du_cmd(as_json: bool) -> None:
+def du_cmd(uv_cache: bool, as_json: bool) -> None:
     """Show what envforge keeps on disk: venvs, caches and evidence, with what reclaims it.
 
     Files that hard links share between venvs (a project's rebuild keeps the stack's
-    files) count once in the total. Images are the engine's: `docker system df`.
+    files) count once in the total. uv's cache is named but counted only with --uv-cache.
+    Images are the engine's: `docker system df`.
     """
     venvs, total = _venvs(older_than=None)
-    others = _others()
+    others = _others(uv_cache)
+    skipped = [] if uv_cache else [{**_uv_entry(), "count_with": "envforge du --uv-cache"}]
     free = [v for v in venvs if disk.removable(v)]
+    everything = total + sum(o["bytes"] for o in others)
     if as_json:
         click.echo(
             json.dumps(
@@ -103,7 +117,8 @@ def du_cmd(as_json: bool) -> None:
                     "venvs": [v.to_dict() for v in venvs],
                     "venvs_bytes": total,
                     "others": others,
-                    "total_bytes": total + sum(o["bytes"] for o in others),
+                    "not_counted": skipped,
+                    "total_bytes": everything,
                     "gc_bytes": sum(v.own for v in free),
                 },
                 indent=2,
@@ -115,7 +130,9 @@ def du_cmd(as_json: bool) -> None:
         click.echo(_venv_line(v))
     for o in others:
         click.echo(f"{o['what']} in {o['path']}: {human(o['bytes'])} ({o['reclaim']})")
-    click.echo(f"total: {human(total + sum(o['bytes'] for o in others))}")
+    for o in skipped:
+        click.echo(f"{o['what']} in {o['path']}: not counted ({o['count_with']} counts it)")
+    click.echo(f"total: {human(everything)}" + (" (uv's cache not counted)" if skipped else ""))
     if free:
         click.echo(
             f"envforge gc removes {len(free)} venv(s), {human(sum(v.own for v in free))} "

@@ -2,8 +2,8 @@
 each step's first line once (``Step 3/9 : RUN ...``, BuildKit's ``[build 3/9] RUN ...``)
 and, during a long step, one heartbeat line at most every ``ENVFORGE_HEARTBEAT`` seconds
 (default 30) -- the step, the time since the build began and the last meaningful line --
-instead of every BuildKit or uv progress line. Terminal escapes (the classic builder's
-colours) are removed and other control characters escaped. Every line still goes to a log
+instead of every BuildKit or uv progress line. The lines come printable (the backend's
+``plain``: envforge/backends/docker/buildkit_lines.py). Every line still goes to a log
 file; a build that fails shows the log's tail and names the file (kept), a build that ends
 otherwise removes it.
 
@@ -26,7 +26,7 @@ from typing import IO, TextIO
 
 from envforge.cli.display import BuildDisplay
 from envforge.core import paths
-from envforge.errors import BuildFailed, InvalidInput, Unavailable, clip, printable
+from envforge.errors import BuildFailed, InvalidInput, Unavailable, clip
 
 HEARTBEAT_ENV = "ENVFORGE_HEARTBEAT"
 DEFAULT_EVERY = 30.0
@@ -44,13 +44,6 @@ _STEP_RES = (
 #: BuildKit's line prefix (``#7 12.34 ``) and its bookkeeping lines (no news in them).
 _BUILDKIT_PREFIX = re.compile(r"^#\d+ (?:\d+\.\d+ )?")
 _NOISE = re.compile(r"^(?:#\d+ (?:DONE|CACHED)\b.*|---> .*|Removing intermediate container .*)$")
-#: A terminal's control sequences (CSI: colours, cursor moves) in a builder's output.
-_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
-
-
-def _plain(line: str) -> str:
-    """``line`` without terminal control sequences, other controls escaped."""
-    return printable(_ANSI.sub("", line))
 
 
 def heartbeat_every(environ: Mapping[str, str] | None = None) -> float:
@@ -111,9 +104,9 @@ class Heartbeat:
         with self._lock:
             self._record(line)
             if self.every == 0:
-                self._write(_plain(line))
+                self._write(line)
                 return
-            self._note(_plain(line))
+            self._note(line)
             self._beat_if_due()
 
     def step(self, text: str) -> None:

@@ -44,11 +44,11 @@ import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from envforge.core.fsutil import read_limited, read_reason
 from envforge.core.jsonlimits import BadJSON, loads
+from envforge.core.lazy import LazyModule
 from envforge.errors import EnvforgeError
 from envforge.evidence.kinds.signed_probe import FILE_NAME as SIGNED_REPORT
 from envforge.evidence.model import (
@@ -75,20 +75,16 @@ from envforge.probe.report import StepResult
 if TYPE_CHECKING:
     from envforge.evidence.kinds.base import EvidenceKind
 
-
-def _kinds() -> ModuleType:
-    """:mod:`envforge.evidence.kinds`, imported when a record is read (the kinds read
-    records: their modules load the certificate's)."""
-    from envforge.evidence import kinds  # noqa: PLC0415 - the kinds read records
-
-    return kinds
+#: Imported when a record is read (the kinds read records: their modules load the
+#: certificate's).
+_kinds = LazyModule("envforge.evidence.kinds")
 
 
 def _from_export(data: Mapping[str, Any], redact: Callable[[str], str]) -> Evidence:
     outcome = data["outcome"]
     if outcome not in OUTCOMES:
         raise EvidenceError(f"key 'outcome' is not one of {', '.join(OUTCOMES)}: {outcome!r}")
-    known: Mapping[str, EvidenceKind] = _kinds().KINDS
+    known: Mapping[str, EvidenceKind] = _kinds.KINDS
     kind = data.get("kind", "probe")
     if not isinstance(kind, str) or kind not in known:
         raise EvidenceError(
@@ -167,7 +163,7 @@ def _parse(
     signatures: bool = False,
     table: CompatTable | None = None,
 ) -> Evidence:
-    known: Mapping[str, EvidenceKind] = _kinds().KINDS
+    known: Mapping[str, EvidenceKind] = _kinds.KINDS
     if not isinstance(data, dict):
         raise EvidenceError("not an envforge report: expected a JSON object")
     schema = data.get("schema")
@@ -294,7 +290,7 @@ def read_evidence(
                 memo[text] = done
         return done
 
-    rank: dict[str, int] = _kinds().ranks()
+    rank: dict[str, int] = _kinds.ranks()
     kept: dict[str, Evidence] = {}
     problems: list[Problem] = []
     files = 0

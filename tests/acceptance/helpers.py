@@ -25,6 +25,7 @@ from envforge.backends.docker.client import EngineClient
 from envforge.backends.docker.images import inspect_image
 from envforge.container.refs import CERTIFICATE_LABEL
 from envforge.core.proc import Completed, run
+from envforge.publish import referrers as rf
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,6 +37,9 @@ STATE = Path(os.environ.get("ENVFORGE_CI_STATE", "/tmp/envforge-ci-engine"))
 
 
 DEFAULT_STANDIN = "envforge-standin/debian:bookworm-python3"
+
+
+_TEST_LABELS = {"io.envforge.test": "1"}
 
 
 #: Seconds one envforge build may take in these tests (a cold cpu build is ~2-4 minutes).
@@ -206,3 +210,51 @@ def certificate_view(venv: Path) -> dict[str, Any]:
     view = read_certificate(venv)
     assert view is not None, f"{venv} has no valid certificate"
     return view
+
+
+def put_oci_image(
+    addr: str, repo: str, tag: str, config: dict[str, Any], layers: Sequence[bytes]
+) -> str:
+    """``config`` (canonical JSON) and ``layers`` uploaded over the registry's HTTP API (no
+    engine needed) and an OCI manifest naming them put as ``addr/repo:tag``; its digest."""
+    reg = rf._Registry.open(f"{addr}/{repo}:{tag}")
+    blob = rf.canonical(config)
+    for layer in layers:
+        reg.put_blob(layer)
+    reg.put_blob(blob)
+    manifest = rf.canonical(
+        {
+            "schemaVersion": 2,
+            "mediaType": rf.OCI_MANIFEST,
+            "config": {
+                "mediaType": "application/vnd.oci.image.config.v1+json",
+                "digest": rf.sha256(blob),
+                "size": len(blob),
+            },
+            "layers": [
+                {
+                    "mediaType": "application/vnd.oci.image.layer.v1.tar",
+                    "digest": rf.sha256(layer),
+                    "size": len(layer),
+                }
+                for layer in layers
+            ],
+        }
+    )
+    reg.put_manifest(tag, manifest, rf.OCI_MANIFEST)
+    return rf.sha256(manifest)
+
+
+def push_oci_image(
+    addr: str, repo: str, labels: Mapping[str, str] | None = None
+) -> tuple[str, str]:
+    """A one-layer OCI image as ``addr/repo:v1`` (:func:`put_oci_image`), with ``labels`` (a
+    test label when None); returns its manifest digest and its config digest (the image ID)."""
+    layer = b"not really a tarball, the registry does not look"
+    config = {
+        "architecture": "amd64",
+        "os": "linux",
+        "rootfs": {"type": "layers", "diff_ids": [rf.sha256(layer)]},
+        "config": {"Labels": dict(labels if labels is not None else _TEST_LABELS)},
+    }
+    return put_oci_image(addr, repo, "v1", config, [layer]), rf.sha256(rf.canonical(config))

@@ -16,7 +16,8 @@ from envforge.host.detect import detect
 from envforge.publish import admission
 from envforge.publish import referrers as rf
 from envforge.publish.signing import generate, load_signing_key, load_trust
-from tests.acceptance.test_attest_referrers import _envelope, _push_image, registry
+from tests.acceptance.helpers import push_oci_image
+from tests.acceptance.test_attest_referrers import _envelope, registry
 
 __all__ = ["registry"]  # the fixture
 
@@ -28,7 +29,7 @@ def test_pull_admission_reads_the_registry_and_keeps_what_it_verified(
         pytest.skip("the envelopes here record a CPU host; this host has a GPU")
     monkeypatch.setenv("ENVFORGE_HOME", str(tmp_path / "home"))
     repo = f"envforge-test/admit-{os.getpid()}-{int(time.time())}"
-    digest, image_id = _push_image(registry, repo)
+    digest, image_id = push_oci_image(registry, repo)
     key_path, pub = generate(tmp_path / "keys", "site")
     stranger_path, stranger_pub = generate(tmp_path / "stranger", "stranger")
     key, stranger = load_signing_key(key_path), load_signing_key(stranger_path)

@@ -25,6 +25,7 @@ from envforge.container.refs import CERTIFICATE_LABEL
 from envforge.publish import attestation as at
 from envforge.publish import referrers as rf
 from envforge.publish.signing import SigningKey, generate, load_signing_key
+from tests.acceptance.helpers import push_oci_image
 from tests.acceptance.test_attest_referrers import registry  # noqa: F401 - the fixture
 from tests.helpers.matrix_synth import Spec, make_certificate
 
@@ -40,42 +41,6 @@ def _spec(outcome: str = "pass", arch: str = "gfx1031", day: int = 20) -> Spec:
         outcome=outcome,
         created=datetime(2026, 11, day, tzinfo=timezone.utc),
     )
-
-
-def _push(addr: str, repo: str, labels: dict[str, str]) -> tuple[str, str]:
-    """A one-layer OCI image with ``labels``; its manifest digest and its config digest."""
-    reg = rf._Registry.open(f"{addr}/{repo}:v1")
-    layer = b"not really a tarball, the registry does not look"
-    config = rf.canonical(
-        {
-            "architecture": "amd64",
-            "os": "linux",
-            "rootfs": {"type": "layers", "diff_ids": [rf.sha256(layer)]},
-            "config": {"Labels": labels},
-        }
-    )
-    reg.put_blob(layer)
-    reg.put_blob(config)
-    manifest = rf.canonical(
-        {
-            "schemaVersion": 2,
-            "mediaType": rf.OCI_MANIFEST,
-            "config": {
-                "mediaType": "application/vnd.oci.image.config.v1+json",
-                "digest": rf.sha256(config),
-                "size": len(config),
-            },
-            "layers": [
-                {
-                    "mediaType": "application/vnd.oci.image.layer.v1.tar",
-                    "digest": rf.sha256(layer),
-                    "size": len(layer),
-                }
-            ],
-        }
-    )
-    reg.put_manifest("v1", manifest, rf.OCI_MANIFEST)
-    return rf.sha256(manifest), rf.sha256(config)
 
 
 def _attestation(key: SigningKey, cert: dict[str, Any], image_id: str) -> bytes:
@@ -122,7 +87,7 @@ def published(
     stamp = f"{os.getpid()}-{int(time.time() * 1000)}"
     cert = make_certificate(_spec())
     first = f"envforge-test/evidence-a-{stamp}"
-    digest, image_id = _push(registry, first, {CERTIFICATE_LABEL: json.dumps(cert)})
+    digest, image_id = push_oci_image(registry, first, {CERTIFICATE_LABEL: json.dumps(cert)})
     same_run = _attestation(site, cert, image_id)
     rf.attach(
         f"{registry}/{first}@{digest}",
@@ -134,7 +99,7 @@ def published(
     )
     rf.attach(f"{registry}/{first}@{digest}", [same_run])  # attached again, by another host
     second = f"envforge-test/evidence-b-{stamp}"
-    digest2, image_id2 = _push(registry, second, {})
+    digest2, image_id2 = push_oci_image(registry, second, {})
     rf.attach(
         f"{registry}/{second}@{digest2}",
         [_attestation(site, make_certificate(_spec(day=23)), image_id2)],

@@ -25,6 +25,7 @@ from envforge.publish import attestation as at
 from envforge.publish import referrers as rf
 from envforge.publish.attest_verify import check_envelope
 from envforge.publish.signing import generate, load_signing_key, load_trust
+from tests.acceptance.helpers import push_oci_image, put_oci_image
 
 
 def _free_port() -> int:
@@ -76,42 +77,6 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         proc.wait(timeout=10)
 
 
-def _push_image(addr: str, repo: str) -> tuple[str, str]:
-    """A one-layer OCI image; returns its manifest digest and its config digest."""
-    reg = rf._Registry.open(f"{addr}/{repo}:x")
-    layer = b"not really a tarball, the registry does not look"
-    config = rf.canonical(
-        {
-            "architecture": "amd64",
-            "os": "linux",
-            "rootfs": {"type": "layers", "diff_ids": [rf.sha256(layer)]},
-            "config": {"Labels": {"io.envforge.test": "1"}},
-        }
-    )
-    reg.put_blob(layer)
-    reg.put_blob(config)
-    manifest = rf.canonical(
-        {
-            "schemaVersion": 2,
-            "mediaType": rf.OCI_MANIFEST,
-            "config": {
-                "mediaType": "application/vnd.oci.image.config.v1+json",
-                "digest": rf.sha256(config),
-                "size": len(config),
-            },
-            "layers": [
-                {
-                    "mediaType": "application/vnd.oci.image.layer.v1.tar",
-                    "digest": rf.sha256(layer),
-                    "size": len(layer),
-                }
-            ],
-        }
-    )
-    reg.put_manifest("v1", manifest, rf.OCI_MANIFEST)
-    return rf.sha256(manifest), rf.sha256(config)
-
-
 def _envelope(key: object, image_id: str, status: str, host: str = "ab" * 16) -> bytes:
     report = {
         "steps": [{"name": "import-torch", "status": status, "seconds": 1.0}],
@@ -138,7 +103,7 @@ def test_attestations_attach_as_referrers_and_oras_lists_them(
 ) -> None:
     oras_provider = pytest.importorskip("oras.provider")
     repo = f"envforge-test/attest-{os.getpid()}-{int(time.time())}"
-    digest, image_id = _push_image(registry, repo)
+    digest, image_id = push_oci_image(registry, repo)
     key_path, pub = generate(tmp_path / "keys", "site")
     key = load_signing_key(key_path)
     ref = f"{registry}/{repo}@{digest}"
@@ -195,7 +160,7 @@ def test_publish_attaches_the_stored_attestations(
 
     monkeypatch.setenv("ENVFORGE_HOME", str(tmp_path / "home"))
     repo = f"envforge-test/publish-{os.getpid()}-{int(time.time())}"
-    digest, image_id = _push_image(registry, repo)
+    digest, image_id = push_oci_image(registry, repo)
     pinned = f"{registry}/{repo}@{digest}"
     assert attach_published(pinned, image_id) is None  # nothing attested: nothing sent
     key_path, pub = generate(tmp_path / "keys", "site")
@@ -235,7 +200,7 @@ def test_certify_attach_puts_a_pulled_images_attestation_on_its_digest(
 
     monkeypatch.setenv("ENVFORGE_HOME", str(tmp_path / "home"))
     repo = f"envforge-test/attach-{os.getpid()}-{int(time.time())}"
-    digest, image_id = _push_image(registry, repo)
+    digest, image_id = push_oci_image(registry, repo)
     engine = FakeEngine()
     engine.images.add(image_attrs(image_id))
     recipe = make_recipe()
@@ -258,24 +223,8 @@ def test_certify_attach_puts_a_pulled_images_attestation_on_its_digest(
 
     # a tag that names another image in the registry: refused, nothing attached
     other = f"envforge-test/other-{os.getpid()}-{int(time.time())}"
-    reg = rf._Registry.open(f"{registry}/{other}:x")
-    config = rf.canonical(
-        {"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": []}}
-    )
-    reg.put_blob(config)
-    manifest = rf.canonical(
-        {
-            "schemaVersion": 2,
-            "mediaType": rf.OCI_MANIFEST,
-            "config": {
-                "mediaType": "application/vnd.oci.image.config.v1+json",
-                "digest": rf.sha256(config),
-                "size": len(config),
-            },
-            "layers": [],
-        }
-    )
-    reg.put_manifest("v2", manifest, rf.OCI_MANIFEST)
+    config = {"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": []}}
+    other_digest = put_oci_image(registry, other, "v2", config, [])
     with pytest.raises(InvalidInput, match="not the one certified here"):
         attest_result(result, recipe, key_path, None, attach_to=f"{registry}/{other}:v2")
-    assert rf.referrers(f"{registry}/{other}@{rf.sha256(manifest)}") == []
+    assert rf.referrers(f"{registry}/{other}@{other_digest}") == []

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from envforge.evidence import evidence_db
+from tests.helpers.fleet_args import plan_args
 
 from .helpers import unavailable
 
@@ -238,10 +239,8 @@ def test_hostile_values_are_refused_before_sbatch_and_a_forged_report_is_not_cou
 
 
 def _plan_cpu(env: dict[str, str], out: Path, *extra: str) -> None:
-    planned = envforge(
-        "fleet", "plan", "--engine", "slurm", "--recipe", "cpu", "--backend", "venv",
-        "--wheelhouse", str(WHEELS), "--level", "quick", *extra, "-o", str(out), env=env,
-    )  # fmt: skip
+    options = ("--backend", "venv", "--wheelhouse", str(WHEELS), "--level", "quick", *extra)
+    planned = envforge(*plan_args(out, *options), env=env)
     assert planned.returncode == 0, planned.stderr
 
 

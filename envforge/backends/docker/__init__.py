@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING
 
 from envforge.backends.base import HostCheck, LineSink, Options
@@ -36,6 +35,7 @@ from envforge.backends.docker.options import (
 )
 from envforge.backends.docker.results import Certified, DockerBuildResult
 from envforge.container.refs import certified_ref, split_ref
+from envforge.core.lazy import LazyModule
 from envforge.recipe.model import Recipe
 
 if TYPE_CHECKING:
@@ -44,22 +44,13 @@ if TYPE_CHECKING:
     from envforge.host.detect import HostInfo
     from envforge.host.doctor import Finding
 
+#: Imported when first used (it loads the ``docker`` SDK).
+_pipeline = LazyModule("envforge.backends.docker.pipeline")
+#: Imported for ``envforge doctor`` only.
+_doctor = LazyModule("envforge.backends.docker.doctor")
+
 #: The options of a call that gives none.
 DEFAULT_OPTIONS = DockerOptions()
-
-
-def _pipeline() -> ModuleType:
-    """:mod:`.pipeline`, imported when first used (it loads the ``docker`` SDK)."""
-    from envforge.backends.docker import pipeline  # noqa: PLC0415 - loads the SDK
-
-    return pipeline
-
-
-def _doctor() -> ModuleType:
-    """:mod:`.doctor`, imported for ``envforge doctor`` only."""
-    from envforge.backends.docker import doctor  # noqa: PLC0415 - doctor only
-
-    return doctor
 
 
 def build(
@@ -76,7 +67,7 @@ def build(
     raise); a failed build raises :class:`BuildFailed`, a missing engine
     :class:`Unavailable`.
     """
-    result: DockerBuildResult = _pipeline().build(recipe, options, client=client, prober=prober)
+    result: DockerBuildResult = _pipeline.build(recipe, options, client=client, prober=prober)
     return result
 
 
@@ -95,7 +86,7 @@ def certify(
     Returns the verdict (a failed probe is a result, not an error: see
     :meth:`Certified.failure`).
     """
-    certified: Certified = _pipeline().certify(
+    certified: Certified = _pipeline.certify(
         recipe, options, image=image, retag=retag, client=client, prober=prober
     )
     return certified
@@ -103,7 +94,7 @@ def certify(
 
 def serves(recipe: Recipe, options: Options | DockerOptions = DEFAULT_OPTIONS) -> tuple[bool, str]:
     """Whether this backend can run ``recipe`` now: an engine answers and has its image."""
-    answer: tuple[bool, str] = _pipeline().serves(recipe, options)
+    answer: tuple[bool, str] = _pipeline.serves(recipe, options)
     return answer
 
 
@@ -114,7 +105,7 @@ def check(
     step_timeout: float = 30.0,
 ) -> str | None:
     """Quick probe of the recipe's certified image now; None on a pass, else why not."""
-    problem: str | None = _pipeline().check(recipe, options, step_timeout=step_timeout)
+    problem: str | None = _pipeline.check(recipe, options, step_timeout=step_timeout)
     return problem
 
 
@@ -130,7 +121,7 @@ def run(
     GPUs, the recipe's env and the cache volumes are passed in; the current directory is
     mounted at /workspace; the command's exit code is returned.
     """
-    code: int = _pipeline().run(recipe, argv, options, client=client)
+    code: int = _pipeline.run(recipe, argv, options, client=client)
     return code
 
 
@@ -153,14 +144,14 @@ def findings(recipe: Recipe | None, host: HostInfo, check: HostCheck) -> list[Fi
     """What this backend needs of the host: an engine that answers, and a way for the
     recipe's GPUs into its containers (:mod:`.doctor`)."""
     del host  # the engine and the device path are read from check.root
-    found: list[Finding] = _doctor().host_findings(recipe, check)
+    found: list[Finding] = _doctor.host_findings(recipe, check)
     return found
 
 
 def disk_need(vendor: str) -> tuple[int, Path]:
     """Bytes an image build for ``vendor`` takes (ROCm base images are large), and the
     engine's data folder (this host's ``/var/lib/docker`` when there is one)."""
-    need: tuple[int, Path] = _doctor().disk_need(vendor)
+    need: tuple[int, Path] = _doctor.disk_need(vendor)
     return need
 
 

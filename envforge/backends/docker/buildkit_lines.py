@@ -7,6 +7,9 @@ local image and succeeds, but the lines read like a failure (user journey 2e). T
 held back while the build runs: on success one line says what happened instead; on a
 failure they are shown after all, in their order, since they may be the cause.
 Everything else passes through as it comes.
+
+Every line either builder hands on (to ``on_line``: a terminal's display, the heartbeat of
+a log) is first made :func:`plain`: the one place build output is made printable.
 """
 
 from __future__ import annotations
@@ -14,13 +17,24 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from envforge.errors import printable
+
+#: A terminal's control sequences (CSI: colours, cursor moves) in a builder's output.
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 _METADATA = re.compile(r"^#(\d+) \[internal\] load metadata for (\S+)$")
 _ERROR = re.compile(r"^#(\d+) ERROR: ")
 _RULE = "------"
 
 
+def plain(line: str) -> str:
+    """A builder's output line as a person is shown it: terminal control sequences (the
+    classic builder's colours) removed, other control characters escaped (``\\x07``)."""
+    return printable(_ANSI.sub("", line))
+
+
 class HeldNoise:
-    """Feed each line; show what :meth:`feed` and, at the end, :meth:`finish` return."""
+    """Feed each raw line; show what :meth:`feed` and, at the end, :meth:`finish` return
+    (each line :func:`plain`)."""
 
     def __init__(self) -> None:
         self._base: dict[int, str] = {}  # vertex -> the base image it resolves
@@ -29,24 +43,25 @@ class HeldNoise:
         self._missing: list[str] = []
 
     def feed(self, line: str) -> list[str]:
+        shown = plain(line)
         if self._in_block:
-            self._held.append(line)
+            self._held.append(shown)
             self._in_block = line != _RULE
             return []
         if line == _RULE:
-            self._held.append(line)
+            self._held.append(shown)
             self._in_block = True
             return []
         found = _METADATA.match(line)
         if found:
             self._base[int(found.group(1))] = found.group(2)
-            return [line]
+            return [shown]
         error = _ERROR.match(line)
         if error and int(error.group(1)) in self._base:
-            self._held.append(line)
+            self._held.append(shown)
             self._missing.append(self._base[int(error.group(1))])
             return []
-        return [line]
+        return [shown]
 
     def finish(self, ok: bool) -> list[str]:
         """What to show once the build ended (``ok``: it made an image)."""
@@ -55,7 +70,7 @@ class HeldNoise:
             return held
         if not self._missing:
             return held  # a block that is not the base image's lookup: shown as it was
-        names = ", ".join(dict.fromkeys(self._missing))
+        names = plain(", ".join(dict.fromkeys(self._missing)))
         return [
             f"(BuildKit found no {names} in a registry and used this engine's copy: "
             "its 'ERROR: not found' lines are not a failure, and are not shown)"

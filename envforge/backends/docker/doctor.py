@@ -11,16 +11,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 
 from envforge.backends.base import HostCheck
 from envforge.container.cdi import scan as scan_cdi
 from envforge.container.devices import device_flags
 from envforge.container.identity import EngineIdentity
+from envforge.core.lazy import LazyModule
 from envforge.core.paths import state_dir
 from envforge.errors import EnvforgeError
 from envforge.host.doctor import GIB, Finding, Severity
 from envforge.recipe.model import Recipe
+
+#: Imported when the engine is asked (it loads the ``docker`` SDK).
+_engine = LazyModule("envforge.backends.docker.engine")
 
 #: Rough space an image build takes, by vendor: the ROCm base images are large.
 SPACE_ESTIMATE: dict[str, int] = {"amd": 30 * GIB, "nvidia": 18 * GIB, "none": 3 * GIB}
@@ -35,17 +38,10 @@ DockerPing = Callable[[], "str | None"]
 EngineProbe = Callable[[], "EngineIdentity | None"]
 
 
-def _engine() -> ModuleType:
-    """:mod:`.engine`, imported when the engine is asked (it loads the ``docker`` SDK)."""
-    from envforge.backends.docker import engine  # noqa: PLC0415 - loads the SDK
-
-    return engine
-
-
 def docker_ping() -> str | None:
     """Ask the engine the docker CLI would use (DOCKER_HOST, context) for a ping."""
     try:
-        _engine().connect().close()
+        _engine.connect().close()
     except EnvforgeError as exc:
         return exc.message
     except Exception as exc:  # any failure means "not reachable"; say why
@@ -56,13 +52,12 @@ def docker_ping() -> str | None:
 
 def engine_identity() -> EngineIdentity | None:
     """The engine the docker CLI would use, identified; None when none answers."""
-    engine = _engine()
     try:
-        client = engine.connect()
+        client = _engine.connect()
     except Exception:  # check_docker says why the engine does not answer
         return None
     try:
-        identity: EngineIdentity = engine.identify_engine(client)
+        identity: EngineIdentity = _engine.identify_engine(client)
         return identity
     finally:
         client.close()

@@ -17,7 +17,7 @@ from typing import IO, Any
 import docker.errors
 import docker.utils.build
 
-from envforge.backends.docker.buildkit_lines import HeldNoise, base_stopped, failure_reason
+from envforge.backends.docker.buildkit_lines import HeldNoise, base_stopped, failure_reason, plain
 from envforge.backends.docker.client import EngineClient
 from envforge.backends.docker.sdkerrors import TRANSPORT_ERRORS, api_message, first_line
 from envforge.container.identity import engine_kind
@@ -164,11 +164,11 @@ class _BuildOutput:
         self.error = error
         for line in error.splitlines():
             self.log.append(line)
-            self.on_line(line)
+            self.on_line(plain(line))
 
     def _line(self, line: str) -> None:
         self.log.append(line)
-        self.on_line(line)
+        self.on_line(plain(line))
         m = _STEP_RE.match(line)
         if m:
             self._close_step()

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import ModuleType
 from typing import TYPE_CHECKING
 
 from envforge.container.refs import (
@@ -37,6 +36,7 @@ from envforge.container.refs import (
     registry_ref,
     split_ref,
 )
+from envforge.core.lazy import LazyModule
 from envforge.core.net import DEADLINE_ENV, Deadline, deadline_seconds
 from envforge.errors import CertificationFailed, InvalidInput, PublishRefused
 from envforge.publish.certificate import V1_PARTIAL, Certificate, CertificateStore, binding_problems
@@ -46,6 +46,9 @@ from envforge.recipe.model import Recipe
 
 if TYPE_CHECKING:
     from envforge.backends.docker.client import EngineClient
+
+#: Imported when an engine is talked to (it loads the ``docker`` SDK).
+_images = LazyModule("envforge.backends.docker.images")
 
 
 @dataclass(frozen=True)
@@ -118,20 +121,13 @@ def older_format(cert: Certificate, what: str) -> str | None:
     return f"{what}: {V1_PARTIAL}"
 
 
-def _images() -> ModuleType:
-    """:mod:`.images`, imported when an engine is talked to (it loads the ``docker`` SDK)."""
-    from envforge.backends.docker import images  # noqa: PLC0415 - loads the SDK
-
-    return images
-
-
 def publishable(
     client: EngineClient, recipe: Recipe, store: CertificateStore, *, require_signed: bool = False
 ) -> tuple[ImageInfo, Certificate]:
     """The local certified image of ``recipe`` and its certificate, or :class:`PublishRefused`."""
     ref = certified_ref(recipe.name, recipe.stack_tag)
     hint = f"envforge build {recipe.name}"
-    info = _images().inspect_image(client, ref)
+    info = _images.inspect_image(client, ref)
     if info is None:
         raise PublishRefused(f"no certified image {ref} on this engine", hint=hint)
     try:
@@ -188,21 +184,20 @@ def publish(
     """Push ``recipe``'s certified image to ``registry``; the push ends (exit 4) when the
     engine reports no progress for ``stall`` seconds (default: ``ENVFORGE_NET_DEADLINE``,
     else 45)."""
-    images = _images()
     target = registry_ref(registry, recipe.name, recipe.stack_tag)
     info, cert = publishable(
         client, recipe, store or CertificateStore(), require_signed=require_signed
     )
-    before = images.inspect_image(client, target)
-    images.tag_image(client, info.id, target)
+    before = _images.inspect_image(client, target)
+    _images.tag_image(client, info.id, target)
     try:
-        result = images.push(client, target, on_line=on_line, stall=_stall(stall))
+        result = _images.push(client, target, on_line=on_line, stall=_stall(stall))
     except BaseException:
         # a failed (or interrupted) push leaves the local registry tag as it was
         if before is not None and before.id != info.id:
-            images.tag_image(client, before.id, target)
+            _images.tag_image(client, before.id, target)
         elif before is None:
-            images.untag(client, target)
+            _images.untag(client, target)
         raise
     return Published(
         ref=target,
@@ -250,7 +245,7 @@ def adopt(client: EngineClient, verified: Verified, recipe: Recipe) -> str:
             hint=f"`envforge shell {recipe.name} --image {verified.ref}` runs it anyway",
         )
     target = certified_ref(recipe.name, recipe.stack_tag)
-    _images().tag_image(client, verified.image_id, target)
+    _images.tag_image(client, verified.image_id, target)
     return target
 
 
@@ -259,11 +254,10 @@ def verify(
 ) -> Verified:
     """Pull ``ref`` (unless ``pull`` is False) and verify it; the pull ends (exit 4) when
     the engine reports no progress for ``stall`` seconds (default as :func:`publish`)."""
-    images = _images()
     if pull:
-        info = images.pull(client, ref, stall=_stall(stall))
+        info = _images.pull(client, ref, stall=_stall(stall))
     else:
-        found = images.inspect_image(client, ref)
+        found = _images.inspect_image(client, ref)
         if found is None:
             raise CertificationFailed(f"no image {ref} on this engine", hint="drop --no-pull")
         info = found

@@ -7,26 +7,22 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Mapping
-from types import ModuleType
 from typing import Any
 
 from envforge.core.jsonlimits import loads
+from envforge.core.lazy import LazyModule
 from envforge.evidence.model import EvidenceError
 
-
-def dsse() -> ModuleType:
-    """:mod:`envforge.publish.dsse`, imported when an envelope is read or made (it loads
-    cryptography; ``show`` loads the evidence kinds and must stay light)."""
-    from envforge.publish import dsse as module  # noqa: PLC0415 - cryptography
-
-    return module
+#: :mod:`envforge.publish.dsse`, imported when an envelope is read or made (it loads
+#: cryptography; ``show`` loads the evidence kinds and must stay light).
+dsse = LazyModule("envforge.publish.dsse")
 
 
 def payload_of(data: Mapping[str, Any], payload_type: str) -> Any:
     """The envelope's payload, decoded JSON (no signature checked); :class:`EvidenceError`
     when the document holds no envelope of ``payload_type``."""
     try:
-        envelope = dsse().Envelope.from_dict(data.get("envelope"))
+        envelope = dsse.Envelope.from_dict(data.get("envelope"))
     except ValueError as exc:
         raise EvidenceError(f"its envelope: {exc}") from None
     if envelope.payload_type != payload_type:
@@ -43,20 +39,19 @@ def signer_of(data: Mapping[str, Any], *, signatures: bool, what: str) -> str:
     it (``what``: the document, as the error names it)."""
     if "public_key" not in data:
         return ""
-    module = dsse()
     try:
         raw = base64.b64decode(str(data.get("public_key")), validate=True)
     except (binascii.Error, ValueError):
         raw = b""
     if len(raw) != 32:
         raise EvidenceError("its public_key is not 32 bytes of base64")
-    key = module.PublicKey(raw)
+    key = dsse.PublicKey(raw)
     if signatures:
         try:
-            envelope = module.Envelope.from_dict(data.get("envelope"))
+            envelope = dsse.Envelope.from_dict(data.get("envelope"))
         except ValueError as exc:
             raise EvidenceError(f"its envelope: {exc}") from None
-        if not module.verified_keys(envelope, [key]):
+        if not dsse.verified_keys(envelope, [key]):
             raise EvidenceError(f"{what} signature does not verify with its key")
     fingerprint: str = key.fingerprint
     return fingerprint

@@ -39,7 +39,7 @@ FILE_NAME = "probe.signed.json"
 def sign_report(report: Mapping[str, Any], key: SigningKey) -> dict[str, Any]:
     """The signed document of ``report`` (a probe report's JSON object)."""
     payload = json.dumps(report, separators=(",", ":"), sort_keys=True).encode()
-    envelope = dsse().sign(payload, key, PAYLOAD_TYPE)
+    envelope = dsse.sign(payload, key, PAYLOAD_TYPE)
     return {
         "schema": SCHEMA,
         "envelope": envelope.to_dict(),

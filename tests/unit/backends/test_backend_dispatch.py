@@ -24,6 +24,7 @@ from envforge.recipe.model import Recipe
 from tests.helpers import paths
 from tests.helpers.backend_contract import Drive, check_doctor, check_shape, run_backend
 from tests.helpers.fake_backend import FakeBackend
+from tests.helpers.fleet_args import plan_args
 from tests.helpers.recipes import make_recipe
 from tests.unit.backends.docker.test_docker_pipeline import CERTIFIED, FakeProbe
 from tests.unit.backends.docker.test_docker_pipeline import _engine as docker_engine
@@ -140,25 +141,7 @@ def test_a_fleet_plan_runs_a_registered_backend_by_name(
     fake: FakeBackend, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "plan"
-    assert (
-        main(
-            [
-                "fleet",
-                "plan",
-                "--engine",
-                "slurm",
-                "--recipe",
-                "cpu",
-                "--backend",
-                "fake",
-                "--wheelhouse",
-                str(tmp_path),
-                "-o",
-                str(out),
-            ]
-        )
-        == 0
-    )
+    assert main(plan_args(out, "--backend", "fake", "--wheelhouse", str(tmp_path))) == 0
     plan = load_plan(out)
     (task,) = plan.tasks
     assert task.image == ""  # the fake backend makes no image
@@ -167,23 +150,7 @@ def test_a_fleet_plan_runs_a_registered_backend_by_name(
     assert argv[argv.index("--wheelhouse") + 1] == str(tmp_path)
     # Kubernetes runs images: a backend without them is refused, naming it
     capsys.readouterr()
-    assert (
-        main(
-            [
-                "fleet",
-                "plan",
-                "--engine",
-                "k8s",
-                "--recipe",
-                "cpu",
-                "--backend",
-                "fake",
-                "-o",
-                str(tmp_path / "k8s"),
-            ]
-        )
-        == 2
-    )
+    assert main(plan_args(tmp_path / "k8s", "--backend", "fake", engine="k8s")) == 2
     assert "--backend fake is for Slurm" in capsys.readouterr().err
 
 

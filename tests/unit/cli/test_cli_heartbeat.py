@@ -106,22 +106,6 @@ def test_no_beat_before_the_interval(tmp_path: Path) -> None:
     assert len(out.getvalue().splitlines()) == 2
 
 
-def test_terminal_escapes_never_reach_the_log(tmp_path: Path) -> None:
-    """The classic builder colours its lines; a log gets the text, a stray control
-    character its escape."""
-    beat, out, clock = _beat(tmp_path, every=10)
-    _feed(
-        beat,
-        clock,
-        [(0.0, "Step 10/16 : RUN make \x1b[0m"), (11.0, "\x1b[31mwarning\x1b[0m: bell\x07")],
-    )
-    beat.finish()
-    assert out.getvalue().splitlines() == [
-        "envforge: [    0s] Step 10/16 : RUN make",
-        "envforge: [   11s] Step 10/16 : RUN make | warning: bell\\x07",
-    ]
-
-
 def test_a_stage_said_names_the_step(tmp_path: Path) -> None:
     beat, out, clock = _beat(tmp_path)
     beat.step("installing 12 requirement(s) with uv")

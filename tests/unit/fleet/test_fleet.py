@@ -23,6 +23,7 @@ from envforge.fleet.plan import Plan, Site
 from envforge.fleet.planning import load_plan, make_plan, plan_from_dict
 from envforge.host.grant import granted
 from envforge.recipe.catalogue import Catalogue
+from tests.helpers.fleet_args import plan_args
 from tests.helpers.matrix_synth import corpus, make_report
 
 CAT = Catalogue.default({})
@@ -364,23 +365,7 @@ def test_cli_plan_writes_the_files_and_refuses_bad_input_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "plan"
-    assert (
-        main(
-            [
-                "fleet",
-                "plan",
-                "--engine",
-                "github",
-                "--recipe",
-                "cpu",
-                "--arch",
-                "gfx942",
-                "-o",
-                str(out),
-            ]
-        )
-        == 0
-    )
+    assert main(plan_args(out, "--arch", "gfx942", engine="github")) == 0
     assert sorted(p.name for p in out.iterdir()) == [
         "actionlint.yaml",
         "logs",
@@ -392,23 +377,7 @@ def test_cli_plan_writes_the_files_and_refuses_bad_input_in_one_line(
     assert yaml.safe_load(text)["jobs"]["certify"]["strategy"]["matrix"]["include"]
     capsys.readouterr()
     bad = tmp_path / "bad"
-    assert (
-        main(
-            [
-                "fleet",
-                "plan",
-                "--engine",
-                "slurm",
-                "--recipe",
-                "cpu",
-                "--feature",
-                "gfx942",
-                "-o",
-                str(bad),
-            ]
-        )
-        == 2
-    )
+    assert main(plan_args(bad, "--feature", "gfx942")) == 2
     err = capsys.readouterr().err
     assert err.count("error") == 1
     assert "--feature 'gfx942': expected ARCH=NAME" in err

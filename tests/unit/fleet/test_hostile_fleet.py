@@ -40,6 +40,7 @@ from envforge.host.grant import FLEET_VARIABLE, fleet_facts
 from envforge.probe.report import host_info
 from envforge.probe.spec import FULL_STEPS, QUICK_STEPS
 from envforge.recipe.catalogue import Catalogue
+from tests.helpers.fleet_args import plan_args
 
 CAT = Catalogue.default({})
 HOSTILE = [
@@ -121,9 +122,7 @@ def test_plan_refuses_each_hostile_value_in_one_line_and_writes_nothing(  # noqa
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     out = tmp_path / "plan"
-    code = main(
-        ["fleet", "plan", "--engine", engine, "--recipe", "cpu", *make(value), "-o", str(out)]
-    )
+    code = main(plan_args(out, *make(value), engine=engine))
     err = capsys.readouterr().err
     if (option, value) in ALLOWED:
         assert code == 0, err
@@ -333,22 +332,7 @@ def test_counts_are_bounded_before_any_task_is_made(
     args: list[str], named: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     start = time.monotonic()
-    assert (
-        main(
-            [
-                "fleet",
-                "plan",
-                "--engine",
-                "slurm",
-                "--recipe",
-                "cpu",
-                *args,
-                "-o",
-                str(tmp_path / "p"),
-            ]
-        )
-        == 2
-    )
+    assert main(plan_args(tmp_path / "p", *args)) == 2
     assert time.monotonic() - start < 10
     assert named in capsys.readouterr().err
 
@@ -467,25 +451,7 @@ def test_forged_reports_are_refused_and_never_imported(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     folder = tmp_path / "plan"
-    assert (
-        main(
-            [
-                "fleet",
-                "plan",
-                "--engine",
-                "slurm",
-                "--recipe",
-                "cpu",
-                "--level",
-                "quick",
-                "--nodes",
-                str(len(FORGERIES) + 1),
-                "-o",
-                str(folder),
-            ]
-        )
-        == 0
-    )
+    assert main(plan_args(folder, "--level", "quick", "--nodes", str(len(FORGERIES) + 1))) == 0
     plan = load_plan(folder)
     for index, make in enumerate(FORGERIES.values()):
         _write(folder, index, make(plan, index))
@@ -577,21 +543,7 @@ def test_a_real_report_imports_and_the_nonce_comes_from_the_task(tmp_path: Path)
 
 def test_the_hostile_subprocess_plan_hangs_no_more(tmp_path: Path) -> None:
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "envforge",
-            "fleet",
-            "plan",
-            "--engine",
-            "slurm",
-            "--recipe",
-            "cpu",
-            "--nodes",
-            "100000000",
-            "-o",
-            str(tmp_path / "p"),
-        ],
+        [sys.executable, "-m", "envforge", *plan_args(tmp_path / "p", "--nodes", "100000000")],
         capture_output=True,
         text=True,
         timeout=60,

@@ -1,8 +1,14 @@
-"""BuildKit's registry lookup of a local base image is not shown as a failure."""
+"""BuildKit's registry lookup of a local base image is not shown as a failure; every line
+shown is printable."""
 
 from __future__ import annotations
 
-from envforge.backends.docker.buildkit_lines import HeldNoise, base_stopped, failure_reason
+from envforge.backends.docker.buildkit_lines import (
+    HeldNoise,
+    base_stopped,
+    failure_reason,
+    plain,
+)
 
 BASE = "docker.io/envforge-standin/debian:bookworm-python3"
 #: BuildKit's plain progress for a base image only this engine has (empty lines dropped,
@@ -42,6 +48,22 @@ def test_a_failed_build_shows_the_held_lines_after_all() -> None:
     out = shown(LOOKUP[:8], ok=False)
     assert out[-4:] == ["#2 ERROR: not found", "------", LOOKUP[6], "------"]
     assert not any("used this engine's copy" in line for line in out)
+
+
+def test_a_plain_has_no_terminal_sequence_and_escapes_other_controls() -> None:
+    assert plain("\x1b[31mwarning\x1b[0m: bell\x07") == "warning: bell\\x07"
+    assert plain("#4 0.51 \x1b[2K\rGet:1 x") == "#4 0.51 \\rGet:1 x"
+    assert plain("#3 [torch 1/5] FROM base") == "#3 [torch 1/5] FROM base"
+
+
+def test_what_is_shown_passed_and_held_is_printable() -> None:
+    noise = HeldNoise()
+    assert noise.feed("#5 1.0 \x1b[1mbold\x1b[0m") == ["#5 1.0 bold"]
+    assert noise.feed(f"#2 [internal] load metadata for {BASE}") == [
+        f"#2 [internal] load metadata for {BASE}"
+    ]
+    assert noise.feed("#2 ERROR: not found\x07") == []
+    assert noise.finish(ok=False) == ["#2 ERROR: not found\\x07"]
 
 
 def test_an_error_of_another_step_passes_through_at_once() -> None:

@@ -162,6 +162,21 @@ def test_build_output_parsing_marks_cached_steps(tmp_path: Path) -> None:
     assert "Step 2/3 : ENV A=1" in lines
 
 
+def test_the_classic_builders_colours_never_reach_the_display(tmp_path: Path) -> None:
+    """The classic builder colours its lines: the display (and a log's heartbeat) gets the
+    text, a stray control character its escape; the build's own log keeps them as sent."""
+    client = FakeEngine()
+    client.api.build_chunks = [
+        {"stream": "Step 1/1 : RUN make \x1b[0m\n"},
+        {"stream": "\x1b[31mwarning\x1b[0m: bell\x07\n"},
+        {"aux": {"ID": "sha256:" + "f" * 64}},
+    ]
+    lines: list[str] = []
+    result = build_image(client, tmp_path, on_line=lines.append)
+    assert lines == ["Step 1/1 : RUN make ", "warning: bell\\x07"]
+    assert result.log == ("Step 1/1 : RUN make \x1b[0m", "\x1b[31mwarning\x1b[0m: bell\x07")
+
+
 def test_build_error_names_the_failing_step(tmp_path: Path) -> None:
     client = FakeEngine()
     client.api.build_chunks = [

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from envforge.backends.venv import disk
 from envforge.cli import cli
+from envforge.cli import disk as disk_cli
 from envforge.core.diskuse import folder_bytes, human
 from envforge.recipe.catalogue import Catalogue
 
@@ -142,16 +143,48 @@ def test_du_lists_venvs_caches_and_evidence_with_the_total(home: Path) -> None:
     make_venv(home, f"torch-cpu-{SHORT}", CPU_HASH, payload=3 * MB)
     (home.parent / "uv").mkdir()
     (home.parent / "uv" / "wheel").write_bytes(os.urandom(MB))
-    result = CliRunner().invoke(cli, ["du", "--json"])
+    result = CliRunner().invoke(cli, ["du", "--uv-cache", "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["venvs"][0]["verdict"] == "in use"
     assert data["venvs_bytes"] >= 3 * MB
     uv = next(o for o in data["others"] if o["path"] == str(home.parent / "uv"))
     assert uv["bytes"] >= MB
+    assert data["not_counted"] == []
     assert data["total_bytes"] == data["venvs_bytes"] + sum(o["bytes"] for o in data["others"])
-    text = CliRunner().invoke(cli, ["du"])
+    text = CliRunner().invoke(cli, ["du", "--uv-cache"])
     assert f"torch-cpu-{SHORT}: {human(data['venvs'][0]['bytes'])}" in text.output
+    assert "not counted" not in text.output
+
+
+def test_du_names_uvs_cache_but_counts_it_only_when_asked(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_venv(home, f"torch-cpu-{SHORT}", CPU_HASH, payload=MB)
+    (home.parent / "uv").mkdir()
+    (home.parent / "uv" / "wheel").write_bytes(os.urandom(MB))
+    walked: list[Path] = []
+    real = folder_bytes
+
+    def counting(root: Path) -> int:
+        walked.append(root)
+        return real(root)
+
+    monkeypatch.setattr(disk_cli, "folder_bytes", counting)
+    result = CliRunner().invoke(cli, ["du", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert home.parent / "uv" not in walked  # not read at all
+    assert str(home.parent / "uv") not in [o["path"] for o in data["others"]]
+    (skipped,) = data["not_counted"]
+    assert skipped["path"] == str(home.parent / "uv")
+    assert "--uv-cache" in skipped["count_with"]
+    assert data["total_bytes"] == data["venvs_bytes"] + sum(o["bytes"] for o in data["others"])
+    text = CliRunner().invoke(cli, ["du"]).output.splitlines()
+    assert f"in {home.parent / 'uv'}: not counted (envforge du --uv-cache counts it)" in text[-2]
+    assert text[-1] == f"total: {human(data['total_bytes'])} (uv's cache not counted)"
+    asked = json.loads(CliRunner().invoke(cli, ["du", "--uv-cache", "--json"]).output)
+    assert asked["total_bytes"] >= data["total_bytes"] + MB
 
 
 def test_a_removal_killed_midway_leaves_a_folder_the_next_gc_sweeps(home: Path) -> None:
