@@ -38,7 +38,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from envforge.errors import InvalidInput
@@ -72,6 +71,7 @@ from envforge.solve.solution import (
     Via,
 )
 from envforge.solve.solve_picks import (
+    admits_any,
     last_runnable,
     no_wheel_hint,
     no_wheel_message,
@@ -367,7 +367,7 @@ def _stack_for(
         return None, found
     python, image, distro = found
     numpy, _ = numpy_spec(c.release, python, table)
-    if not any(SpecifierSet(numpy).contains(v) for v in table.numpy_installable(python)):
+    if not admits_any(numpy, table.numpy_installable(python)):
         return None, f"no NumPy release admitted by {numpy} has a wheel for Python {python}"
     confidence, why = doubts(c, arch, jetson_info(arch, table))
     accel = c.variant.version or ""
