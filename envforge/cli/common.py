@@ -375,6 +375,13 @@ def load_for_host(
     return _enforced(choosing().load_choice(choice, overrides), platform), choice
 
 
+def detect_host() -> HostInfo:
+    """This host's GPUs (:func:`envforge.host.detect.detect`), for ``auto`` only."""
+    from envforge.host.detect import detect  # noqa: PLC0415 - host detection only for auto
+
+    return detect()
+
+
 def choosing() -> ModuleType:
     """:mod:`envforge.solve.choose`, imported for ``auto`` or a GPU named as RECIPE (a
     recipe named or a path loads neither the solver nor host detection)."""
@@ -394,9 +401,7 @@ def _enforced(recipe: Recipe, platform: str | None) -> Recipe:
 
 def auto_choice(host: HostInfo | None = None) -> Choice:
     """What ``auto`` means on ``host`` (detected when None), said on stderr in one line."""
-    from envforge.host.detect import detect  # noqa: PLC0415 - host detection only for auto
-
-    choice: Choice = choosing().choose(host if host is not None else detect())
+    choice: Choice = choosing().choose(host if host is not None else detect_host())
     say(f"auto -> {choice.recipe}: {choice.reason}")
     return choice
 

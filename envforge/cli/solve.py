@@ -9,6 +9,7 @@ import click
 
 from envforge.cli.common import (
     OutputPath,
+    detect_host,
     echo_json,
     json_option,
     platform_option,
@@ -103,9 +104,7 @@ def solve_cmd(
         check_file_target(write, setting="--write")
     detected = ""
     if arch == "auto":
-        from envforge.host.detect import detect  # noqa: PLC0415 - only for auto
-
-        host = detect()
+        host = detect_host()
         gpu = host.primary
         if gpu is None or gpu.arch is None:
             raise InvalidInput(

@@ -36,7 +36,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from packaging.version import InvalidVersion, Version
 
@@ -47,7 +47,6 @@ from envforge.knowledge.arch import (
     vendor_of,
 )
 from envforge.knowledge.arch_checks import jetpack_note, jetpack_runs, jetson_info
-from envforge.knowledge.families import Families
 from envforge.knowledge.links import evidence_links
 from envforge.knowledge.table import (
     PLATFORMS,
@@ -78,6 +77,9 @@ from envforge.solve.solve_picks import (
     numpy_spec,
     picks,
 )
+
+if TYPE_CHECKING:
+    from envforge.knowledge.families import Families
 
 __all__ = [
     "HSA_OVERRIDE",

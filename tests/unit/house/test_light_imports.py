@@ -242,6 +242,7 @@ _NOT_PRINTED: list[tuple[list[str], tuple[str, ...]]] = [
             "envforge.evidence",
             "envforge.stack",  # only --with prints pins
             "envforge.knowledge.companions",  # the same
+            "envforge.knowledge.families",  # an arch with no row only (predictions)
             "envforge.knowledge.extensions",
             "envforge.knowledge.rules",  # strict_mode reads the environment only
             "sqlite3",
