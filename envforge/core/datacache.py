@@ -1,7 +1,8 @@
 """Parsed data files kept compiled: a value read from YAML once, then from a JSON cache.
 
 The knowledge tables (``envforge/data/compat.yaml`` with its overlays, ``companions.yaml``,
-``extensions.yaml``) are frozen dataclasses of plain values. Parsing and checking the YAML
+``extensions.yaml``) and the catalogue's recipes (:mod:`envforge.recipe.compiled`) are
+frozen dataclasses of plain values. Parsing and checking the YAML
 costs more than starting Python with click and PyYAML, so :func:`load` keeps the checked
 value in ``$ENVFORGE_CACHE_DIR/compiled/NAME.json`` (default ``~/.cache/envforge``) and
 reads it back on the next call.
