@@ -149,7 +149,7 @@ print(json.dumps([t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4]))
 PHASES = (
     "import click, yaml (the floor's imports)",
     "import the CLI group (commands load when used)",
-    "import solve's module (solver, stack, recipe loader)",
+    "import solve's module (solver, recipe model; the loader on a miss only)",
     "load the table (compiled cache)",
     "run solve sm_89",
 )

@@ -12,13 +12,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
-from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from envforge.core import pep508
 from envforge.errors import ConstraintViolation
 from envforge.knowledge import load_table
 from envforge.knowledge.companion_route import python_gap, route
@@ -28,6 +27,9 @@ from envforge.knowledge.table import CompatTable
 from envforge.knowledge.torch_index import IndexForm, index_form, local_tag, torch_requirement
 from envforge.knowledge.wheel_variants import WheelVariant
 from envforge.recipe.model import PackageIndex, Recipe
+
+if TYPE_CHECKING:
+    from packaging.requirements import Requirement
 
 
 @dataclass(frozen=True)
@@ -188,10 +190,7 @@ class Stack:
 
 def requirement_name(line: str) -> str | None:
     """The canonical distribution name of a requirement line; None if it is not PEP 508."""
-    try:
-        return canonicalize_name(Requirement(line).name)
-    except InvalidRequirement:
-        return None
+    return pep508.name_of(line)
 
 
 def stack_of(
@@ -252,12 +251,11 @@ def split_packages(
     rest: list[str] = []
     for i, entry in enumerate(recipe.packages):
         key = f"packages[{i}]"
-        try:
-            req = Requirement(entry)
-        except InvalidRequirement:
+        req = pep508.parse(entry)
+        if req is None:
             rest.append(entry)  # the loader refuses these; a hand-made recipe keeps them
             continue
-        name = canonicalize_name(req.name)
+        name = pep508.canonical_name(req.name)
         if name == "torch":
             check.torch(key, req)
             continue
@@ -497,11 +495,10 @@ class PackageCheck:
     def project_line(self, line: str, environment: Mapping[str, str]) -> Pin | None:
         """The pin a project's requirement ``line`` becomes when it names a companion
         (None: not one, a URL, or a marker that does not hold here)."""
-        try:
-            req = Requirement(line)
-        except InvalidRequirement:
+        req = pep508.parse(line)
+        if req is None:
             return None
-        package = self.table.package(canonicalize_name(req.name))
+        package = self.table.package(pep508.canonical_name(req.name))
         if (
             package is None
             or req.url
@@ -532,7 +529,7 @@ class PackageCheck:
                 "the pairing release",
             )
         pin = self.companion(
-            key, req if version is not None else Requirement(package.name), package.name
+            key, req if version is not None else pep508.requirement(package.name), package.name
         )
         if pin is None:
             return None
@@ -549,7 +546,7 @@ class PackageCheck:
 
     def _within(self, key: str, req: Requirement, pin: Pin) -> None:
         """A range (``torchvision>=0.20``) must admit the release that pairs with torch."""
-        version = Version(_pinned(Requirement(pin.requirement)) or "0").public
+        version = Version(_pinned(pep508.requirement(pin.requirement)) or "0").public
         if not req.specifier.contains(version, prereleases=True):
             raise self.refuse(
                 "companion-pairing",

@@ -345,9 +345,7 @@ def load_checked(ref: str, overrides: Sequence[str] = (), *, platform: str | Non
     if ref in catalogue.files() or os.sep in ref or ref.endswith((".yaml", ".yml")):
         recipe = catalogue.load(ref, overrides)
     else:  # a GPU or an arch by name ("RX 7900 XTX", gfx1012), else the catalogue's error
-        from envforge.solve.choose import load_named  # noqa: PLC0415 - only for a GPU name
-
-        recipe = load_named(ref, overrides, catalogue, say=say)
+        recipe = choosing().load_named(ref, overrides, catalogue, say=say)
     return _enforced(recipe, platform)
 
 
@@ -364,8 +362,6 @@ def load_for_host(
     compatibility table for ``platform`` (None: this host's)."""
     if ref != "auto":
         return load_checked(ref, overrides, platform=platform), None
-    from envforge.solve.choose import load_choice  # noqa: PLC0415 - only for auto
-
     choice = auto_choice(host)
     if choice.predicted and strict_mode():
         from envforge.solve.predict import Predicted  # noqa: PLC0415 - only for auto
@@ -375,7 +371,22 @@ def load_for_host(
             f"{choice.predicted}",
             hint=f"drop --strict (ENVFORGE_STRICT), or add a row for {choice.arch} to the table",
         )
-    return _enforced(load_choice(choice, overrides), platform), choice
+    return _enforced(choosing().load_choice(choice, overrides), platform), choice
+
+
+def detect_host() -> HostInfo:
+    """This host's GPUs (:func:`envforge.host.detect.detect`), for ``auto`` only."""
+    from envforge.host.detect import detect  # noqa: PLC0415 - host detection only for auto
+
+    return detect()
+
+
+def choosing() -> ModuleType:
+    """:mod:`envforge.solve.choose`, imported for ``auto`` or a GPU named as RECIPE (a
+    recipe named or a path loads neither the solver nor host detection)."""
+    from envforge.solve import choose  # noqa: PLC0415 - see above
+
+    return choose
 
 
 def _enforced(recipe: Recipe, platform: str | None) -> Recipe:
@@ -389,10 +400,7 @@ def _enforced(recipe: Recipe, platform: str | None) -> Recipe:
 
 def auto_choice(host: HostInfo | None = None) -> Choice:
     """What ``auto`` means on ``host`` (detected when None), said on stderr in one line."""
-    from envforge.host.detect import detect  # noqa: PLC0415 - host detection only for auto
-    from envforge.solve.choose import choose  # noqa: PLC0415 - only for auto
-
-    choice = choose(host if host is not None else detect())
+    choice: Choice = choosing().choose(host if host is not None else detect_host())
     say(f"auto -> {choice.recipe}: {choice.reason}")
     return choice
 

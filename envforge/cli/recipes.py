@@ -13,6 +13,7 @@ from envforge.cli.choices import RegistryChoice, render_formats
 from envforge.cli.common import (
     OutputPath,
     auto_choice,
+    choosing,
     echo_json,
     host_platform,
     json_option,
@@ -476,8 +477,8 @@ def _load_unchecked(catalogue: Catalogue, ref: str, overrides: tuple[str, ...]) 
     an arch by name (``"RX 7900 XTX"``) → the one auto chooses for it."""
     if ref in catalogue.files() or os.sep in ref or ref.endswith((".yaml", ".yml")):
         return catalogue.load(ref, overrides)
-    from envforge.solve.choose import load_choice, load_named  # noqa: PLC0415 - a GPU or auto
-
-    if ref != "auto":
-        return load_named(ref, overrides, catalogue, say=say)
-    return load_choice(auto_choice(), overrides, catalogue)
+    if ref != "auto":  # a GPU or an arch by name: the recipe auto chooses for it
+        named: Recipe = choosing().load_named(ref, overrides, catalogue, say=say)
+        return named
+    chosen: Recipe = choosing().load_choice(auto_choice(), overrides, catalogue)
+    return chosen

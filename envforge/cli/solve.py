@@ -6,11 +6,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
-import yaml
-from packaging.utils import canonicalize_name
 
 from envforge.cli.common import (
     OutputPath,
+    detect_host,
     echo_json,
     json_option,
     platform_option,
@@ -19,13 +18,13 @@ from envforge.cli.common import (
     strict_option,
 )
 from envforge.core.fsutil import check_file_target, write_atomically
+from envforge.core.pep508 import canonical_name
 from envforge.errors import InvalidInput
 from envforge.knowledge import load_table
-from envforge.knowledge.companions import companion_names
 from envforge.knowledge.gpu_names import arch_for_name
 from envforge.knowledge.platforms import solve_default
 from envforge.knowledge.table import CompatTable
-from envforge.recipe.load import parse_recipe
+from envforge.recipe import compiled
 from envforge.solve.beside import Beside, for_solution
 from envforge.solve.solver import Solution, SolveRequest, solve
 
@@ -105,9 +104,7 @@ def solve_cmd(
         check_file_target(write, setting="--write")
     detected = ""
     if arch == "auto":
-        from envforge.host.detect import detect  # noqa: PLC0415 - only for auto
-
-        host = detect()
+        host = detect_host()
         gpu = host.primary
         if gpu is None or gpu.arch is None:
             raise InvalidInput(
@@ -138,9 +135,8 @@ def solve_cmd(
     data, pins = _with_companions(solution, with_names)
     beside = for_solution(solution)  # the curated recipe for the arch, when it differs: why
     if write is not None:
-        text = "# Solved by `envforge solve`; review before curating.\n" + yaml.safe_dump(
-            data, sort_keys=False, allow_unicode=True, width=100
-        )
+        text = "# Solved by `envforge solve`; review before curating.\n"
+        text += compiled.recipe_yaml(data)
         write_atomically(write, text, setting="--write")
         click.echo(f"wrote {write} (recipe {solution.arch})", err=True)
     if as_json:
@@ -182,16 +178,18 @@ def _with_companions(
     wanted = [n.strip() for n in (names or "").split(",") if n.strip()]
     if not wanted:
         return data, ()
+    from envforge.knowledge.companions import companion_names  # noqa: PLC0415 - --with only
+
     known = companion_names()
     for name in wanted:
-        if canonicalize_name(name) not in known:
+        if canonical_name(name) not in known:
             raise InvalidInput(
                 f"--with: {name!r} is not a companion envforge pins",
                 hint="one or more of " + ", ".join(sorted(known)),
             )
     from envforge.stack import stack_of  # noqa: PLC0415 - --with only: the plain solve prints no pin
 
-    recipe = parse_recipe({**data, "packages": wanted}, "envforge solve --with")
+    recipe = compiled.parse_recipe({**data, "packages": wanted}, "envforge solve --with")
     pins = stack_of(recipe).companions
     data["packages"] = [p.requirement for p in pins]
     return data, pins

@@ -1,7 +1,8 @@
 """Parsed data files kept compiled: a value read from YAML once, then from a JSON cache.
 
 The knowledge tables (``envforge/data/compat.yaml`` with its overlays, ``companions.yaml``,
-``extensions.yaml``) are frozen dataclasses of plain values. Parsing and checking the YAML
+``extensions.yaml``) and the catalogue's recipes (:mod:`envforge.recipe.compiled`) are
+frozen dataclasses of plain values. Parsing and checking the YAML
 costs more than starting Python with click and PyYAML, so :func:`load` keeps the checked
 value in ``$ENVFORGE_CACHE_DIR/compiled/NAME.json`` (default ``~/.cache/envforge``) and
 reads it back on the next call.
@@ -29,12 +30,17 @@ import stat
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from envforge.core.fsutil import write_atomically
 from envforge.core.jsonlimits import loads
 from envforge.core.paths import cache_dir
+from envforge.errors import TableError
 from envforge.version import __version__
+
+if TYPE_CHECKING:
+    from envforge.core.yamlcheck import Reader
 
 SCHEMA = "envforge.compiled/1"
 #: Largest cache file read back, and largest data file hashed (bytes).
@@ -78,9 +84,12 @@ def code_stamp(modules: Sequence[str]) -> list[str]:
     return out
 
 
-def cache_key(name: str, files: Sequence[Path], code: Sequence[str]) -> dict[str, object]:
-    """The key a cache file must hold to be used (``OSError`` when a file cannot be read)."""
-    return {
+def cache_key(
+    name: str, files: Sequence[Path], code: Sequence[str], extra: Sequence[str] = ()
+) -> dict[str, object]:
+    """The key a cache file must hold to be used (``OSError`` when a file cannot be read).
+    ``extra``: more that the value depends on (a library's version), when there is any."""
+    key: dict[str, object] = {
         "schema": SCHEMA,
         "name": name,
         "envforge": __version__,
@@ -89,6 +98,9 @@ def cache_key(name: str, files: Sequence[Path], code: Sequence[str]) -> dict[str
         "code": code_stamp(code),
         "files": [[str(f), digest_file(f)] for f in files],
     }
+    if extra:
+        key["extra"] = list(extra)
+    return key
 
 
 # --------------------------------------------------------------------------- encoding
@@ -190,26 +202,30 @@ def load(
     classes: Iterable[type],
     *,
     code: Sequence[str] = (),
+    extra: Sequence[str] = (),
     folder: Path | None = None,
+    keep: Callable[[T], bool] | None = None,
 ) -> T:
     """``build()``'s value for these data files, from the compiled cache when it is fresh.
 
     ``name`` names the cache file (one per table); ``files`` are the data files the value
     is parsed from, in order; ``kind`` the value's class and ``classes`` every dataclass it
     may hold; ``code`` the parser's modules, relative to the envforge package (a changed
-    parser in a checkout means a stale cache). Errors of ``build()`` propagate; errors of
-    the cache never do.
+    parser in a checkout means a stale cache); ``extra`` anything else the value depends
+    on; ``keep`` whether a built value may be cached (default: always). Errors of
+    ``build()`` propagate; errors of the cache never do.
     """
     classes = tuple(classes)
     try:
-        key = cache_key(name, files, code)
+        key = cache_key(name, files, code, extra)
     except OSError:  # a data file that cannot be read: build() says why
         return build()
     path = cache_file(name, folder)
     with contextlib.suppress(Exception):  # absent, stale or corrupt: never trusted, rebuilt
         return read(path, key, kind, classes)
     value = build()
-    _write(path, key, value, lambda: cache_key(name, files, code))
+    if keep is None or keep(value):
+        _write(path, key, value, lambda: cache_key(name, files, code, extra))
     return value
 
 
@@ -222,3 +238,27 @@ def _write(
     with contextlib.suppress(Exception):  # a cache: the command works without it
         if key_now() == key:
             write_atomically(path, serialize(key, value), mode=0o644)
+
+
+# --------------------------------------------------------------------------- a miss
+
+
+def read_yaml(path: Path) -> Any:
+    """A shipped data file's YAML (:func:`envforge.core.yamlcheck.load_file`; a refusal
+    is a :class:`~envforge.errors.TableError` naming the file), for a ``build()``."""
+    return _yamlcheck().load_file(path, path.name, error=TableError)
+
+
+def yaml_reader(source: str) -> Reader:
+    """The one YAML reader's typed access (:class:`envforge.core.yamlcheck.Reader`) for a
+    data file's values; refusals are :class:`~envforge.errors.TableError`."""
+    reader: Reader = _yamlcheck().Reader(source, error=TableError)
+    return reader
+
+
+def _yamlcheck() -> ModuleType:
+    """:mod:`envforge.core.yamlcheck`, and with it PyYAML, imported on a cache miss only:
+    a command whose tables are all compiled does not load PyYAML."""
+    from envforge.core import yamlcheck  # noqa: PLC0415 - see above
+
+    return yamlcheck

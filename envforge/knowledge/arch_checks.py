@@ -65,9 +65,11 @@ def table_archs(table: CompatTable) -> tuple[str, ...]:
     names: set[str] = {a.arch for a in (*table.amd_archs, *table.nvidia_archs)}
     names.update(o.arch for o in table.overrides)
     names.update(NVIDIA_COMPUTE_CAPABILITIES)
+    listed: set[str] = set()  # each name checked once: the wheels list the same archs again
     for r in table.releases:
         for v in r.variants:
-            names.update(a for a in v.archs if is_device_arch(a))
+            listed.update(v.archs)
+    names.update(a for a in listed if is_device_arch(a))
     return tuple(sorted(names, key=sort_key))
 
 

@@ -14,21 +14,21 @@ import json
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from envforge.core import datacache, yamlcheck
+from envforge.core import datacache, pep508
 from envforge.core.patterns import CONFIDENCES, Confidence
 from envforge.core.resources import data_file
-from envforge.errors import TableError
 
 Family = Literal["cpu", "cuda", "rocm"]
 FAMILIES: tuple[Family, ...] = ("cpu", "cuda", "rocm")
 DATA_FILE = "companions.yaml"
+
+if TYPE_CHECKING:
+    from envforge.core import yamlcheck
 
 
 def family_of(accelerator: str) -> Family:
@@ -98,11 +98,11 @@ class CompanionTable:
     rows: tuple[Row, ...]
 
     def package(self, name: str) -> Package | None:
-        key = canonicalize_name(name)
+        key = pep508.canonical_name(name)
         return next((p for p in self.packages if p.name == key), None)
 
     def rows_of(self, name: str) -> tuple[Row, ...]:
-        key = canonicalize_name(name)
+        key = pep508.canonical_name(name)
         return tuple(r for r in self.rows if r.package == key)
 
     def pairing(self, name: str, torch: str) -> Row | None:
@@ -198,12 +198,12 @@ def load_companions(path: Path | None = None) -> CompanionTable:
 
 
 def _load_file(where: Path) -> CompanionTable:
-    data = yamlcheck.load_file(where, str(where.name), error=TableError)
+    data = datacache.read_yaml(where)
     return parse_companions(data, where.name)
 
 
 def parse_companions(data: Any, source: str = DATA_FILE) -> CompanionTable:
-    r = yamlcheck.Reader(source, error=TableError)
+    r = datacache.yaml_reader(source)
     top = r.mapping(data, "", _TOP_KEYS, required=_TOP_KEYS)
     if top["schema"] != 1:
         raise r.fail("schema", f"{top['schema']!r} is not a schema this envforge reads", "1")
@@ -222,8 +222,8 @@ def parse_companions(data: Any, source: str = DATA_FILE) -> CompanionTable:
 def _package(r: yamlcheck.Reader, name: object, spec: object) -> Package:
     key = f"packages.{name}"
     text = r.text(name, key)
-    if canonicalize_name(text) != text:
-        raise r.fail(key, "is not a canonical distribution name", canonicalize_name(text))
+    if pep508.canonical_name(text) != text:
+        raise r.fail(key, "is not a canonical distribution name", pep508.canonical_name(text))
     m = r.mapping(spec, key, _PACKAGE_KEYS, required=("families", "local_tag"))
     families = r.texts(m["families"], f"{key}.families", non_empty=True)
     for fam in families:
@@ -313,13 +313,12 @@ def torch_requirement(metadata: str) -> tuple[str, str, str | None]:
     msg = HeaderParser().parsestr(metadata)
     name, version = str(msg.get("Name") or "").strip(), str(msg.get("Version") or "").strip()
     for line in msg.get_all("Requires-Dist") or []:
-        try:
-            req = Requirement(str(line))
-        except InvalidRequirement:
+        req = pep508.parse(str(line))
+        if req is None:
             continue
         if req.marker is not None and "extra" in str(req.marker):
             continue  # an optional extra is no requirement of torch
-        if canonicalize_name(req.name) == "torch" and str(req.specifier):
+        if pep508.canonical_name(req.name) == "torch" and str(req.specifier):
             return name, version, str(req.specifier)
     return name, version, None
 
@@ -342,7 +341,7 @@ def propose_row(metadata: str, *, torch: str | None, source: str, checked: str) 
     if not name:
         return None
     base = Row(
-        package=canonicalize_name(name),
+        package=pep508.canonical_name(name),
         version=Version(version).public,
         torch="",
         requires="",

@@ -13,17 +13,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from envforge.core import datacache, yamlcheck
+from envforge.core import datacache, pep508
 from envforge.core.patterns import CONFIDENCES, SM_RE, Confidence
 from envforge.core.resources import data_file
-from envforge.errors import TableError
 from envforge.recipe.model import KnownIssue, Recipe
 
 DATA_FILE = "extensions.yaml"
@@ -44,6 +41,9 @@ _LIMIT_KEYS = (
     "confidence",
     "from_index",
 )
+
+if TYPE_CHECKING:
+    from envforge.core import yamlcheck
 
 
 @dataclass(frozen=True)
@@ -150,12 +150,12 @@ def load_extensions(path: Path | None = None) -> ExtensionTable:
 
 
 def _load_file(where: Path) -> ExtensionTable:
-    data = yamlcheck.load_file(where, str(where.name), error=TableError)
+    data = datacache.read_yaml(where)
     return parse_extensions(data, where.name)
 
 
 def parse_extensions(data: Any, source: str = DATA_FILE) -> ExtensionTable:
-    r = yamlcheck.Reader(source, error=TableError)
+    r = datacache.yaml_reader(source)
     top = r.mapping(data, "", _TOP_KEYS, required=_TOP_KEYS)
     if top["schema"] != 1:
         raise r.fail("schema", f"{top['schema']!r} is not a schema this envforge reads", "1")
@@ -171,9 +171,9 @@ def parse_extensions(data: Any, source: str = DATA_FILE) -> ExtensionTable:
 
 def _common(r: yamlcheck.Reader, key: str, m: dict[str, Any], link: str) -> Confidence:
     name = r.text(m["package"], f"{key}.package")
-    if canonicalize_name(name) != name:
+    if pep508.canonical_name(name) != name:
         raise r.fail(
-            f"{key}.package", "is not a canonical distribution name", canonicalize_name(name)
+            f"{key}.package", "is not a canonical distribution name", pep508.canonical_name(name)
         )
     if not r.text(m[link], f"{key}.{link}").startswith("https://"):
         raise r.fail(f"{key}.{link}", "must be a URL a user can open", "https://...")
@@ -254,22 +254,18 @@ def _entries(recipe: Recipe) -> Iterator[tuple[str, str, str | None, bool]]:
     ``packages`` entry: a ``==`` pin's version, or a wheel URL's version from its file
     name."""
     for i, entry in enumerate(recipe.packages):
-        try:
-            req = Requirement(entry)
-        except InvalidRequirement:
+        req = pep508.parse(entry)
+        if req is None:
             continue
         version = next((s.version for s in req.specifier if s.operator in ("==", "===")), None)
         if req.url:
-            try:
-                version = str(parse_wheel_filename(req.url.split("#")[0].rsplit("/", 1)[-1])[1])
-            except InvalidWheelFilename:
-                version = None
+            version = pep508.wheel_version(req.url.split("#")[0].rsplit("/", 1)[-1])
         try:
             version = None if version is None else str(Version(version))
         except InvalidVersion:
             version = None
         from_index = not req.url and recipe.index_of(entry) is None
-        yield f"packages[{i}]", canonicalize_name(req.name), version, from_index
+        yield f"packages[{i}]", pep508.canonical_name(req.name), version, from_index
 
 
 def extension_checks(

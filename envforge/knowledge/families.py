@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from envforge.core import yamlcheck
+from envforge.core import datacache
 from envforge.core.resources import data_file
-from envforge.errors import TableError
 from envforge.knowledge.arch import parse_gfx, parse_sm
+
+if TYPE_CHECKING:
+    from envforge.core import yamlcheck
 
 DATA_FILE = "families.yaml"
 
@@ -74,11 +76,11 @@ class Families:
 def load_families(path: Path | None = None) -> Families:
     """Parse ``families.yaml`` (or ``path``); :class:`TableError` when malformed."""
     where = path or data_file(DATA_FILE)
-    return parse_families(yamlcheck.load_file(where, where.name, error=TableError), where.name)
+    return parse_families(datacache.read_yaml(where), where.name)
 
 
 def parse_families(data: Any, source: str = DATA_FILE) -> Families:
-    r = yamlcheck.Reader(source, error=TableError)
+    r = datacache.yaml_reader(source)
     keys = ("schema", "nvidia", "amd_generic")
     top = r.mapping(data, "", keys, required=keys)
     if top["schema"] != 1:

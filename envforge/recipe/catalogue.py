@@ -55,14 +55,16 @@ class Catalogue:
         raise InvalidInput(f"no recipe named {ref!r}", hint=hint)
 
     def load(self, ref: str, overrides: Sequence[str] = ()) -> Recipe:
-        return _load_file(self.resolve(ref), overrides)
+        return self._load_file(self.resolve(ref), overrides)
 
     def load_all(self, overrides: Sequence[str] = ()) -> list[Recipe]:
-        return [_load_file(p, overrides) for p in self.files().values()]
+        return [self._load_file(p, overrides) for p in self.files().values()]
 
+    def _load_file(self, path: Path, overrides: Sequence[str]) -> Recipe:
+        """:func:`envforge.recipe.compiled.load_recipe` (imported when a recipe is loaded):
+        a file in one of the folders is kept compiled, any other is read every time."""
+        from envforge.recipe import compiled  # noqa: PLC0415 - keeps `list` light
 
-def _load_file(path: Path, overrides: Sequence[str]) -> Recipe:
-    """:func:`envforge.recipe.load.load_recipe_file`, imported when a recipe is loaded."""
-    from envforge.recipe.load import load_recipe_file  # noqa: PLC0415 - keeps `list` light
-
-    return load_recipe_file(path, overrides)
+        folder = os.path.abspath(path.parent)
+        ours = any(folder == os.path.abspath(f) for f in self.folders)
+        return compiled.load_recipe(path, overrides, compiled=ours)

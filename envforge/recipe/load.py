@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -431,3 +432,8 @@ def load_recipe_file(path: Path, overrides: Sequence[str] = ()) -> Recipe:
         data = apply_overrides(data, overrides)
         source = f"{source} (with --set {' '.join(overrides)})"
     return parse_recipe(data, source, base_dir=path.parent)
+
+
+def recipe_yaml(data: Mapping[str, Any]) -> str:
+    """Recipe data as a recipe file holds it (``solve --write``): keys in their order."""
+    return yaml.safe_dump(dict(data), sort_keys=False, allow_unicode=True, width=100)

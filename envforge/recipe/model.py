@@ -12,10 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
-
-from envforge.core import patterns
+from envforge.core import patterns, pep508
 from envforge.core.patterns import Confidence
 
 Vendor = Literal["amd", "nvidia", "none"]
@@ -170,7 +167,7 @@ class Recipe:
 
     def index_of(self, requirement: str) -> str | None:
         """The index a ``packages`` entry is pinned to; None: the stack's usual sources."""
-        name = _canonical_name(requirement)
+        name = pep508.name_of(requirement)
         return next((p.url for p in self.package_indexes if p.name == name), None)
 
     def _packages_data(self) -> list[Any]:
@@ -191,13 +188,6 @@ class Recipe:
         data["certify"]["extra_checks"] = [_file_digest(p) for p in self.certify.extra_checks]
         blob = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
         return "sha256:" + hashlib.sha256(blob).hexdigest()
-
-
-def _canonical_name(requirement: str) -> str | None:
-    try:
-        return canonicalize_name(Requirement(requirement).name)
-    except InvalidRequirement:
-        return None
 
 
 def _file_digest(path: Path) -> str:

@@ -31,7 +31,7 @@ from envforge.knowledge.arch import gfx_from_isa, vendor_of
 from envforge.knowledge.platforms import solve_default
 from envforge.recipe import listing
 from envforge.recipe.catalogue import Catalogue
-from envforge.solve.choose import candidate_archs, curated_cover, override_for
+from envforge.solve.choose import candidate_archs, curated_cover, override_for, solver
 
 if TYPE_CHECKING:
     from envforge.recipe.model import KnownIssue, Recipe
@@ -226,12 +226,13 @@ def for_recipe(recipe: Recipe, catalogue: Catalogue | None = None) -> Beside | N
     arch = recipe.gpu.arch
     if not arch or recipe.gpu.vendor not in ("amd", "nvidia"):
         return None
-    from envforge.solve.solver import SolveRequest, solve  # noqa: PLC0415 - show only
-
+    solving = solver()  # show only
     solution: Solution | None = None
     problem: str | None = None
     try:
-        solution = solve(SolveRequest(arch=arch, platform=solve_default()), load_table())
+        solution = solving.solve(
+            solving.SolveRequest(arch=arch, platform=solve_default()), load_table()
+        )
     except EnvforgeError as exc:
         problem = exc.message
     auto = covering_recipe(arch, catalogue, known=recipe)

@@ -29,7 +29,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from envforge import knowledge
 from envforge.errors import EnvforgeError, InvalidInput
@@ -38,9 +39,12 @@ from envforge.knowledge import load_table
 from envforge.knowledge.arch import gfx_from_isa, vendor_of
 from envforge.knowledge.arch import ordinal as arch_ordinal
 from envforge.knowledge.platforms import solve_default
+from envforge.recipe import compiled
 from envforge.recipe.catalogue import Catalogue
-from envforge.recipe.load import apply_overrides, parse_recipe
 from envforge.recipe.model import Recipe
+
+if TYPE_CHECKING:
+    from envforge.solve.solution import Solution
 
 CPU_RECIPE = "cpu"
 
@@ -329,6 +333,14 @@ def curated_cover(
     return None, None
 
 
+def solver() -> ModuleType:
+    """:mod:`envforge.solve.solver`, imported when a stack is solved (no curated recipe
+    covers the GPU; ``show`` of a GPU recipe): choosing a curated recipe needs none."""
+    from envforge.solve import solver as module  # noqa: PLC0415 - see above
+
+    return module
+
+
 def _auto_for_gpu(gpu: GpuInfo, recipes: Sequence[Recipe], *, where: Mapping[str, Path]) -> Choice:
     """A curated recipe that covers ``gpu`` (:func:`covers`), else the solved stack."""
     curated, problem = curated_cover(gpu, recipes, where=where)
@@ -336,12 +348,10 @@ def _auto_for_gpu(gpu: GpuInfo, recipes: Sequence[Recipe], *, where: Mapping[str
         return curated
     if gpu.arch is None:  # _choose_for_gpu asked for ENVFORGE_GPU_ARCH
         raise problem or InvalidInput(f"cannot tell the arch of {gpu.product}")
-    from envforge.solve.solver import SolveRequest, solve  # noqa: PLC0415 - only without a recipe
-
     driver = gpu.driver_version if gpu.vendor == "nvidia" else None
-
-    request = SolveRequest(arch=gpu.arch, driver=driver, platform=solve_default())
-    solution = solve(request, load_table())
+    solving = solver()
+    request = solving.SolveRequest(arch=gpu.arch, driver=driver, platform=solve_default())
+    solution: Solution = solving.solve(request, load_table())
     s = solution.stack
     sure = ""
     if solution.prediction:
@@ -392,12 +402,8 @@ def load_choice(
     if choice.solved is None:
         return (catalogue or Catalogue.default()).load(choice.ref, overrides)
 
-    data = dict(choice.solved)
     source = f"<solved stack for {choice.recipe}: envforge solve {choice.recipe}>"
-    if overrides:
-        data = apply_overrides(data, overrides)
-        source += f" (with --set {' '.join(overrides)})"
-    return parse_recipe(data, source)
+    return compiled.parse_recipe(dict(choice.solved), source, overrides)
 
 
 def choose_named(ref: str, catalogue: Catalogue | None = None) -> Choice | None:

@@ -18,13 +18,16 @@ stack is uncertain, its reason names the rule and the source; ``--strict`` refus
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from envforge.errors import InvalidInput
 from envforge.knowledge.arch import family, isa_from_gfx, ordinal, parse_gfx, parse_sm, sort_key
-from envforge.knowledge.families import Families, GenericTarget, load_families
 from envforge.knowledge.table import CompatTable, Override
 from envforge.solve.coverage import known_archs
 from envforge.solve.solution import HSA_OVERRIDE, Solution, Stack
+
+if TYPE_CHECKING:
+    from envforge.knowledge.families import Families, GenericTarget
 
 #: The confidence word of a predicted answer.
 PREDICTED = "predicted"
@@ -53,7 +56,11 @@ def prediction_for(
     applies; None for a known arch or one no rule speaks for (the solver then refuses it)."""
     if arch in known_archs(table):
         return None
-    rules = families or load_families()
+    if families is None:  # the rules are read for an arch the table has no row for only
+        from envforge.knowledge.families import load_families  # noqa: PLC0415 - see above
+
+        families = load_families()
+    rules = families
     sm = parse_sm(arch)
     if sm is not None:
         return Prediction(arch, table, rules)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Sequence
 
@@ -14,6 +15,14 @@ from envforge.knowledge.table import PLATFORMS, CompatTable, Release
 from envforge.solve.solution import HSA_OVERRIDE, Candidate, Pick, SolveRequest, Stack
 
 
+@functools.lru_cache(maxsize=256)
+def admits_any(spec: str, versions: tuple[str, ...]) -> bool:
+    """Some of ``versions`` satisfies the specifier ``spec`` (once per pair: a solve asks
+    for every candidate stack, in both modes)."""
+    specifier = SpecifierSet(spec)
+    return any(specifier.contains(v) for v in versions)
+
+
 def numpy_spec(release: Release, python: str, table: CompatTable) -> tuple[str, str]:
     """(specifier, reason) for NumPy on this release and Python."""
     available = table.numpy_installable(python)
@@ -22,7 +31,7 @@ def numpy_spec(release: Release, python: str, table: CompatTable) -> tuple[str, 
         bound = f"<{m.group(1)}" if m else "<2"
         return bound, f"torch {release.series} wheels break with NumPy {release.numpy_breaks}"
     spec = ">=1.26,<3"
-    if not any(SpecifierSet(spec).contains(v) for v in available):
+    if not admits_any(spec, available):
         spec = "<3"
     return spec, (
         f"no NumPy break known for torch {release.series} on Linux; NumPy 3 is not released "

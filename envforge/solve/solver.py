@@ -36,9 +36,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from envforge.errors import InvalidInput
@@ -48,7 +47,6 @@ from envforge.knowledge.arch import (
     vendor_of,
 )
 from envforge.knowledge.arch_checks import jetpack_note, jetpack_runs, jetson_info
-from envforge.knowledge.families import Families
 from envforge.knowledge.links import evidence_links
 from envforge.knowledge.table import (
     PLATFORMS,
@@ -72,12 +70,16 @@ from envforge.solve.solution import (
     Via,
 )
 from envforge.solve.solve_picks import (
+    admits_any,
     last_runnable,
     no_wheel_hint,
     no_wheel_message,
     numpy_spec,
     picks,
 )
+
+if TYPE_CHECKING:
+    from envforge.knowledge.families import Families
 
 __all__ = [
     "HSA_OVERRIDE",
@@ -367,7 +369,7 @@ def _stack_for(
         return None, found
     python, image, distro = found
     numpy, _ = numpy_spec(c.release, python, table)
-    if not any(SpecifierSet(numpy).contains(v) for v in table.numpy_installable(python)):
+    if not admits_any(numpy, table.numpy_installable(python)):
         return None, f"no NumPy release admitted by {numpy} has a wheel for Python {python}"
     confidence, why = doubts(c, arch, jetson_info(arch, table))
     accel = c.variant.version or ""

@@ -198,6 +198,27 @@ def test_an_unwritable_cache_folder_only_costs_a_parse(setup: tuple[Path, Builds
     assert build.calls == 2
 
 
+def test_extra_key_parts_decide_too(setup: tuple[Path, Builds, Path]) -> None:
+    data, build, folder = setup
+
+    def load(extra: tuple[str, ...]) -> Tree:
+        return datacache.load("tree", [data], build, Tree, (Tree, Leaf), extra=extra, folder=folder)
+
+    load(("lib 1",))
+    load(("lib 1",))
+    assert build.calls == 1
+    load(("lib 2",))  # another library version: parsed again
+    assert build.calls == 2
+
+
+def test_a_value_keep_refuses_is_not_written(setup: tuple[Path, Builds, Path]) -> None:
+    data, build, folder = setup
+    datacache.load("tree", [data], build, Tree, (Tree, Leaf), folder=folder, keep=lambda _: False)
+    assert not (folder / "tree.json").exists()
+    assert _load(data, build, folder) == _load(data, build, folder)
+    assert build.calls == 2  # kept once keep no longer refuses
+
+
 def test_an_unreadable_data_file_is_left_to_build(tmp_path: Path) -> None:
     """The cache never hides the parser's own error (a missing overlay: TableError)."""
     build = Builds(tmp_path / "missing.txt")

@@ -169,6 +169,16 @@ _TABLE_PARSER = (
     "envforge.knowledge.rows",
     "envforge.knowledge.release",
 )
+#: What reads a recipe's YAML: with a fresh compiled recipe no command loads it (issue 32
+#: §1: PyYAML itself, the recipe checks, packaging's PEP 508 parser with packaging.tags).
+_RECIPE_READER = (
+    "envforge.recipe.load",
+    "envforge.recipe.checks",
+    "envforge.core.yamlcheck",
+    "yaml",
+    "packaging.requirements",
+    "packaging.utils",
+)
 #: Each light command and what it prints nothing of, so must not load (warm caches).
 _NOT_PRINTED: list[tuple[list[str], tuple[str, ...]]] = [
     (
@@ -202,6 +212,7 @@ _NOT_PRINTED: list[tuple[list[str], tuple[str, ...]]] = [
         ["validate", "cpu"],
         (
             *_TABLE_PARSER,
+            *_RECIPE_READER,
             "envforge.solve",
             "envforge.evidence",
             "envforge.render",
@@ -211,14 +222,27 @@ _NOT_PRINTED: list[tuple[list[str], tuple[str, ...]]] = [
         ),
     ),
     # a recipe without a GPU arch: nothing to solve beside it
-    (["show", "cpu"], (*_TABLE_PARSER, "envforge.render", "envforge.solve", "jinja2", "tempfile")),
+    (
+        ["show", "cpu"],
+        (
+            *_TABLE_PARSER,
+            *_RECIPE_READER,
+            "envforge.render",
+            "envforge.solve",
+            "jinja2",
+            "tempfile",
+        ),
+    ),
     (
         ["solve", "sm_89"],
         (
             *_TABLE_PARSER,
+            *_RECIPE_READER,  # the curated sm_89 recipe beside the answer: compiled
             "envforge.render",
             "envforge.evidence",
             "envforge.stack",  # only --with prints pins
+            "envforge.knowledge.companions",  # the same
+            "envforge.knowledge.families",  # an arch with no row only (predictions)
             "envforge.knowledge.extensions",
             "envforge.knowledge.rules",  # strict_mode reads the environment only
             "sqlite3",
