@@ -33,6 +33,9 @@ _platforms = LazyModule("envforge.knowledge.platforms")
 
 #: Imported when a key is used (it loads cryptography).
 _signing = LazyModule("envforge.publish.signing")
+#: :mod:`envforge.solve.choose`, imported for ``auto`` or a GPU named as RECIPE (a recipe
+#: named or a path loads neither the solver nor host detection).
+solver = LazyModule("envforge.solve.choose")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -345,7 +348,7 @@ def load_checked(ref: str, overrides: Sequence[str] = (), *, platform: str | Non
     if ref in catalogue.files() or os.sep in ref or ref.endswith((".yaml", ".yml")):
         recipe = catalogue.load(ref, overrides)
     else:  # a GPU or an arch by name ("RX 7900 XTX", gfx1012), else the catalogue's error
-        recipe = choosing().load_named(ref, overrides, catalogue, say=say)
+        recipe = solver.load_named(ref, overrides, catalogue, say=say)
     return _enforced(recipe, platform)
 
 
@@ -371,7 +374,7 @@ def load_for_host(
             f"{choice.predicted}",
             hint=f"drop --strict (ENVFORGE_STRICT), or add a row for {choice.arch} to the table",
         )
-    return _enforced(choosing().load_choice(choice, overrides), platform), choice
+    return _enforced(solver.load_choice(choice, overrides), platform), choice
 
 
 def detect_host() -> HostInfo:
@@ -379,14 +382,6 @@ def detect_host() -> HostInfo:
     from envforge.host.detect import detect  # noqa: PLC0415 - host detection only for auto
 
     return detect()
-
-
-def choosing() -> ModuleType:
-    """:mod:`envforge.solve.choose`, imported for ``auto`` or a GPU named as RECIPE (a
-    recipe named or a path loads neither the solver nor host detection)."""
-    from envforge.solve import choose  # noqa: PLC0415 - see above
-
-    return choose
 
 
 def _enforced(recipe: Recipe, platform: str | None) -> Recipe:
@@ -400,7 +395,7 @@ def _enforced(recipe: Recipe, platform: str | None) -> Recipe:
 
 def auto_choice(host: HostInfo | None = None) -> Choice:
     """What ``auto`` means on ``host`` (detected when None), said on stderr in one line."""
-    choice: Choice = choosing().choose(host if host is not None else detect_host())
+    choice: Choice = solver.choose(host if host is not None else detect_host())
     say(f"auto -> {choice.recipe}: {choice.reason}")
     return choice
 

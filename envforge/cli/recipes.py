@@ -13,7 +13,6 @@ from envforge.cli.choices import RegistryChoice, render_formats
 from envforge.cli.common import (
     OutputPath,
     auto_choice,
-    choosing,
     echo_json,
     host_platform,
     json_option,
@@ -26,6 +25,7 @@ from envforge.cli.common import (
     say,
     set_option,
     signed_policy,
+    solver,
     strict_mode,
     strict_option,
     trust_option,
@@ -478,7 +478,7 @@ def _load_unchecked(catalogue: Catalogue, ref: str, overrides: tuple[str, ...]) 
     if ref in catalogue.files() or os.sep in ref or ref.endswith((".yaml", ".yml")):
         return catalogue.load(ref, overrides)
     if ref != "auto":  # a GPU or an arch by name: the recipe auto chooses for it
-        named: Recipe = choosing().load_named(ref, overrides, catalogue, say=say)
+        named: Recipe = solver.load_named(ref, overrides, catalogue, say=say)
         return named
-    chosen: Recipe = choosing().load_choice(auto_choice(), overrides, catalogue)
+    chosen: Recipe = solver.load_choice(auto_choice(), overrides, catalogue)
     return chosen
