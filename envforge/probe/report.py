@@ -248,9 +248,20 @@ class ProbeReport:
         }
 
     def without_node(self) -> ProbeReport:
-        """This report without the node's name (what a certificate carries)."""
+        """This report without the node's name, nor the GPUs' serial UUIDs of its health
+        facts (what a certificate carries: it travels with the image)."""
         host = self.host.without_node()
-        return self if host is self.host else dataclasses.replace(self, host=host)
+        gpus = self.health.get("gpus")
+        health = self.health
+        if isinstance(gpus, list) and any(isinstance(g, Mapping) and "uuid" in g for g in gpus):
+            kept = [
+                {k: v for k, v in g.items() if k != "uuid"} if isinstance(g, Mapping) else g
+                for g in gpus
+            ]
+            health = {**self.health, "gpus": kept}
+        if host is self.host and health is self.health:
+            return self
+        return dataclasses.replace(self, host=host, health=health)
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, sort_keys=False, default=str)

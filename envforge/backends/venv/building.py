@@ -144,7 +144,11 @@ def make(recipe: Recipe, options: VenvOptions = DEFAULT_OPTIONS) -> VenvBuildRes
         )
     if why is None and built is not None:
         cert = valid_certificate(recipe, target, content, project)
-        if cert is not None and not options.extra_checks and _level_ok(cert, level):
+        if (
+            cert is not None
+            and not options.extra_checks
+            and _level_ok(cert, level, options.gpu_checks)
+        ):
             return VenvBuildResult(
                 recipe.name,
                 target,
