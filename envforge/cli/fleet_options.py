@@ -3,8 +3,8 @@ in seconds, and the probe's GPU steps (``--health/--no-health``, ``--require-hea
 ``--collective/--no-collective``), which reach the command as one :class:`PlanChecks`.
 
 The GPU steps are settled per task on its node by the rule ``build`` follows
-(:meth:`envforge.probe.spec.GpuChecks.chosen`): the health facts for a GPU recipe, the
-collective step for a task of two or more GPUs (``--gpus N``, ``--gpus all``). A
+(:meth:`envforge.probe.spec.GpuChecks.chosen`): the health facts for a GPU recipe, and
+the collective step for its task of two or more GPUs (``--gpus N``, ``--gpus all``). A
 Kubernetes pod runs envforge's worker alone, without envforge on the node to read the
 health tools: there the health step is off, and asking for it is refused.
 """
@@ -118,7 +118,7 @@ def probe_check_options(func: F) -> F:
             "--collective/--no-collective",
             default=None,
             help="Each task's probe runs a timed all-reduce across its GPUs. Default: on "
-            "for a task of two or more GPUs (--gpus N, --gpus all).",
+            "for a GPU recipe's task of two or more GPUs (--gpus N, --gpus all).",
         ),
     ]
     for option in reversed(options):

@@ -108,8 +108,8 @@ class PlanChecks:
     """``fleet plan --health/--no-health``, ``--require-healthy`` and
     ``--collective/--no-collective`` as given (None: not given). Each task's probe gets
     them settled for its recipe and GPU count by :meth:`GpuChecks.chosen`, the rule
-    ``build`` follows: health for a GPU recipe, the collective for a task of two or more
-    GPUs."""
+    ``build`` follows: health for a GPU recipe, and the collective for its task of two
+    or more GPUs."""
 
     health: bool | None = None
     require_healthy: bool = False

@@ -244,17 +244,19 @@ class GpuChecks:
         ``--collective/--no-collective`` (None: not given) come to. Health is recorded by
         default for a GPU recipe (``vendor`` not ``none``: a few tenths of a second, and a
         tool that is not installed is a fact, not a failure); ``--require-healthy`` implies
-        it. The collective runs by default when two or more GPUs were chosen (``gpus``:
-        ``--gpu``'s or the scheduler's count; None: no choice, none by default)."""
+        it. The collective runs by default for a GPU recipe when two or more GPUs were
+        chosen (``gpus``: ``--gpu``'s or the scheduler's count; None: no choice, none by
+        default); a CPU recipe's probe uses no GPU, so it has nothing to reduce across."""
         if require_healthy and health is False:
             raise InvalidInput(
                 "--require-healthy and --no-health contradict each other",
                 hint="leave one of them out",
             )
+        gpu = vendor != "none"
         return cls(
-            health=require_healthy or (health if health is not None else vendor != "none"),
+            health=require_healthy or (health if health is not None else gpu),
             require_healthy=require_healthy,
-            collective=collective if collective is not None else (gpus or 0) > 1,
+            collective=collective if collective is not None else gpu and (gpus or 0) > 1,
         )
 
     def applied(self, spec: ProbeSpec) -> ProbeSpec:

@@ -59,6 +59,11 @@ def test_the_task_command_says_every_choice() -> None:
         "--require-healthy",
         "--collective",
     ]
+    assert _flags(command(plan, plan.tasks[1], Path("/p"))) == [
+        "--health",  # --require-healthy implies it, for a CPU recipe too
+        "--require-healthy",
+        "--no-collective",
+    ]
     plan = plan_of("gfx942", "cpu", checks=PlanChecks())
     assert _flags(command(plan, plan.tasks[0], Path("/p"))) == ["--health", "--no-collective"]
     assert _flags(command(plan, plan.tasks[1], Path("/p"))) == ["--no-health", "--no-collective"]
@@ -130,7 +135,7 @@ def test_fleet_plan_without_them_settles_by_gpu_count(tmp_path: Path) -> None:
     assert plan.checks == PlanChecks()
     assert [plan.task_checks(t) for t in plan.tasks] == [
         GpuChecks(health=True, collective=True),
-        GpuChecks(health=False, collective=True),  # a CPU recipe given two GPUs all the same
+        GpuChecks(health=False, collective=False),  # a CPU recipe's probe uses no GPU
     ]
 
 
@@ -172,7 +177,7 @@ def test_kubernetes_specs_carry_the_collective_and_never_the_health_step(tmp_pat
         for name, text in d["data"].items()
         if name.startswith("spec-")
     ]
-    assert [COLLECTIVE_STEP in s["steps"] for s in specs] == [True, True]
+    assert [COLLECTIVE_STEP in s["steps"] for s in specs] == [True, False]  # gfx942, cpu
     one = plan_of("gfx942", engine="k8s", checks=PlanChecks(health=False))
     assert not k8s.task_spec(one, one.tasks[0]).collective
 

@@ -24,6 +24,7 @@ from tests.helpers.fake_backend import FakeBackend
         ((None, False, None), "amd", 2, (True, False, True)),
         ((None, False, None), "none", None, (False, False, False)),
         ((None, False, None), "none", 0, (False, False, False)),
+        ((None, False, None), "none", 2, (False, False, False)),  # its probe uses no GPU
         # what is said wins
         ((False, False, False), "nvidia", 8, (False, False, False)),
         ((True, False, True), "none", None, (True, False, True)),
