@@ -242,7 +242,7 @@ class GpuChecks:
     ) -> GpuChecks:
         """What ``--health/--no-health``, ``--require-healthy`` and
         ``--collective/--no-collective`` (None: not given) come to. Health is recorded by
-        default for a GPU recipe (``vendor`` not ``none``: a few tenths of a second, and a
+        default for a GPU recipe (``vendor`` not ``none``: well under a second, and a
         tool that is not installed is a fact, not a failure); ``--require-healthy`` implies
         it. The collective runs by default for a GPU recipe when two or more GPUs were
         chosen (``gpus``: ``--gpu``'s or the scheduler's count; None: no choice, none by

@@ -116,22 +116,22 @@ def moved_report(report: ProbeReport, old: Path, new: Path) -> ProbeReport:
     return ProbeReport.from_dict(moved(report.to_dict()))
 
 
-def _level_ok(certified: Mapping[str, Any], wanted: Level, checks: GpuChecks | None = None) -> bool:
-    """Whether the certificate answers a probe at ``wanted`` with ``checks``: its level,
-    and the health and collective steps asked for (a venv certified without them is
-    certified again, in place, to record them)."""
+def _level_ok(certified: Mapping[str, Any], wanted: Level) -> bool:
     have = certified.get("level")
-    if not (have == wanted or (have == "full" and wanted == "quick")):
-        return False
+    return have == wanted or (have == "full" and wanted == "quick")
+
+
+def has_gpu_steps(certified: Mapping[str, Any], checks: GpuChecks | None) -> bool:
+    """Whether the certificate's report has the health and collective steps ``checks``
+    asks for (a venv certified without them is certified again, in place, to run them)."""
     report = certified.get("report")
     steps = report.get("steps") if isinstance(report, Mapping) else None
-    names = (
-        {s.get("name") for s in steps if isinstance(s, Mapping)}
-        if isinstance(steps, list)
-        else set()
+    listed = steps if isinstance(steps, list) else []
+    names = {s.get("name") for s in listed if isinstance(s, Mapping)}
+    asked = (HEALTH_STEP,) * bool(checks and checks.health) + (COLLECTIVE_STEP,) * bool(
+        checks and checks.collective
     )
-    asked = ProbeSpec(health=checks.health, collective=checks.collective) if checks else ProbeSpec()
-    return all(step in names for step in asked.steps if step in (HEALTH_STEP, COLLECTIVE_STEP))
+    return all(step in names for step in asked)
 
 
 def _failure(

@@ -14,7 +14,7 @@ from envforge.backends import docker
 from envforge.backends.base import Options
 from envforge.backends.docker.options import docker_options
 from envforge.backends.venv import venv_options
-from envforge.backends.venv.certifying import _level_ok, full_steps
+from envforge.backends.venv.certifying import full_steps, has_gpu_steps
 from envforge.backends.venv.layout import VenvOptions
 from envforge.container.refs import CERTIFICATE_LABEL, certified_ref
 from envforge.probe.report import ProbeReport, StepResult
@@ -107,10 +107,11 @@ def test_the_venv_probe_has_them_and_a_certificate_without_them_is_not_enough() 
         return {"level": "full", "report": {"steps": [{"name": n} for n in names]}}
 
     health = GpuChecks(health=True)
-    assert _level_ok(cert("matmul"), "quick")
-    assert not _level_ok(cert("matmul"), "quick", health)  # certified again, to record them
-    assert _level_ok(cert("matmul", HEALTH_STEP), "quick", health)
+    assert has_gpu_steps(cert("matmul"), None)
+    assert has_gpu_steps(cert("matmul"), GpuChecks())
+    assert not has_gpu_steps(cert("matmul"), health)  # certified again, to record them
+    assert has_gpu_steps(cert("matmul", HEALTH_STEP), health)
     both = GpuChecks(health=True, collective=True)
-    assert not _level_ok(cert("matmul", HEALTH_STEP), "full", both)
-    assert _level_ok(cert(HEALTH_STEP, COLLECTIVE_STEP), "full", both)
-    assert not _level_ok({"level": "quick"}, "full", health)
+    assert not has_gpu_steps(cert("matmul", HEALTH_STEP), both)
+    assert has_gpu_steps(cert(HEALTH_STEP, COLLECTIVE_STEP), both)
+    assert not has_gpu_steps({"level": "full"}, health)
