@@ -23,9 +23,10 @@ vendor and PCI id, driver, kernel, the anonymous host id of
 (:data:`SNAPSHOT_KEPT`) and the envforge version. The probed interpreter's path is
 reduced to its last part, and the rest of the environment snapshot (the executable, the
 platform string, environment variables) is dropped, and so is the name of the node a
-scheduler ran the probe on (the GPUs it granted are kept): host names and user names are
-never stored. An import refuses, named, a report that is not shaped like a real probe
-run (:mod:`envforge.evidence.genuine`: its level's steps, the schema). Imported
+scheduler ran the probe on (the GPUs it granted are kept), and the GPUs' serial UUIDs
+of its health facts (the facts are kept): host names and user names are never stored.
+An import refuses, named, a report that is not shaped like a real probe run
+(:mod:`envforge.evidence.genuine`: its level's steps, the schema). Imported
 certificates are kept as they are (altering them would break their
 digest); their reports come from other hosts and were made in containers.
 
@@ -60,6 +61,7 @@ from envforge.evidence.records import (
 )
 from envforge.knowledge.compiled import load_table
 from envforge.knowledge.table import CompatTable
+from envforge.probe.report import without_uuids
 from envforge.publish.certificate import Certificate, CertificateStore, legacy_venv
 
 if TYPE_CHECKING:
@@ -128,6 +130,9 @@ def _sanitized(report: Mapping[str, Any], redactor: Redactor) -> tuple[dict[str,
     host = data.get("host")
     if isinstance(host, Mapping) and "node" in host:  # a node's name is a host name
         data["host"] = {k: v for k, v in host.items() if k != "node"}
+    health = data.get("health")
+    if isinstance(health, Mapping):  # the facts stay, the boards' serial UUIDs do not
+        data["health"] = without_uuids(health)
     text = _compact(data)
     if not redactor.may_change(text):
         return data, text  # nothing to redact: the walk below would copy it unchanged
