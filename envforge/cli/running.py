@@ -84,8 +84,8 @@ def gpu_check_options(func: F) -> F:
             "--collective/--no-collective",
             default=None,
             help="The collective step: a timed torch.distributed all-reduce across the "
-            "GPUs (nccl; skipped below two). Default: on for a GPU recipe when --gpu (or "
-            "the scheduler) chose two or more GPUs.",
+            "GPUs (nccl; skipped below two). Default: on for a GPU recipe when --gpu chose "
+            "two or more GPUs (build: also a scheduler's grant, its default --gpu).",
         ),
         click.option(
             "--require-healthy",
