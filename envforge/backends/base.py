@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from envforge.container.devices import GpuPick
     from envforge.probe.report import ProbeReport
     from envforge.probe.runner import ProbeListener
+    from envforge.probe.spec import GpuChecks
     from envforge.project.model import Project
 
 Say = Callable[[str], None]
@@ -55,6 +56,9 @@ class Options:
     step_timeout: float | None = None
     #: ``--require-free GIB``: the probe's memory step fails below GIB free on a GPU.
     require_free: float | None = None
+    #: ``--health``, ``--require-healthy``, ``--collective`` as the command settled them
+    #: (:meth:`envforge.probe.spec.GpuChecks.chosen`); None: none of these steps.
+    gpu_checks: GpuChecks | None = None
     #: Write the probe's reports (and the certificate) here.
     report_dir: Path | None = None
     #: Folder of wheels to install from; PEM bundle the installer trusts.

@@ -49,7 +49,12 @@ from envforge.cli.common import (
 )
 from envforge.cli.display import ProbeProgress
 from envforge.cli.heartbeat import Heartbeat, build_display, build_output
-from envforge.cli.running import load_with_gpus, require_free_option
+from envforge.cli.running import (
+    gpu_check_options,
+    gpu_checks,
+    load_with_gpus,
+    require_free_option,
+)
 from envforge.core.fsutil import REPORT_FILES, check_folder_target
 from envforge.evidence.summary import summarizing
 from envforge.recipe.model import Level
@@ -75,6 +80,7 @@ KEYS_USED = (
 @level_option("Probe level (default: the recipe's).")
 @step_timeout_option("Seconds per probe step (default: the recipe's).")
 @require_free_option
+@gpu_check_options
 @report_option("Write probe.json, probe.junit.xml and certificate.json here.")
 @backend_option("Build an image (docker, the default) or a virtualenv on this host (venv).")
 @backend_flags("build")
@@ -94,6 +100,9 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
     level: Level | None,
     step_timeout: float | None,
     require_free: float | None,
+    health: bool | None,
+    require_healthy: bool,
+    collective: bool | None,
     report_dir: Path | None,
     backend: str | None,
     signing_key: Path | None,
@@ -154,6 +163,7 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
             level=level,
             step_timeout=step_timeout,
             require_free=require_free,
+            gpu_checks=gpu_checks(health, require_healthy, collective, recipe, gpus),
             report_dir=report_dir,
             wheelhouse=settings.path("wheelhouse"),
             ca_bundle=settings.path("ca_bundle"),

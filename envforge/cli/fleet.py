@@ -40,8 +40,9 @@ from envforge.cli.common import (
     wheelhouse_option,
 )
 from envforge.cli.fleet_nodes import GPU_COUNT, NodeChoice, clean_cmd, node_options, plan_arguments
+from envforge.cli.fleet_options import pairs, preamble_text, probe_check_options, seconds
 from envforge.cli.fleet_preflight import node_check_cmd, preflight_cmd
-from envforge.core.fsutil import check_folder_target, read_limited
+from envforge.core.fsutil import check_folder_target
 from envforge.errors import CertificationFailed, InvalidInput, Unavailable, printable
 from envforge.evidence.evidence_store import import_documents
 from envforge.evidence.matrix import aggregate, write_site
@@ -49,11 +50,11 @@ from envforge.evidence.records import Redactor
 from envforge.fleet import outcome, runs
 from envforge.fleet.engines import ENGINES, engine_for
 from envforge.fleet.outcome import counts
-from envforge.fleet.plan import Site
+from envforge.fleet.plan import PlanChecks, Site
 from envforge.fleet.planning import load_plan, make_plan
 from envforge.fleet.signing_ref import key_ref
 from envforge.fleet.task import run_task
-from envforge.fleet.values import MAX_PREAMBLE, arch_problem, refuse, time_problem, time_seconds
+from envforge.fleet.values import arch_problem
 from envforge.fleet.write import submit, write_plan
 from envforge.knowledge import load_table
 from envforge.knowledge.gpu_names import arch_for_name
@@ -72,18 +73,6 @@ DEFAULT_WAIT = 86400.0
 @click.group("fleet")
 def fleet() -> None:
     """Certify recipes on a fleet's nodes: Slurm arrays, Kubernetes Jobs, Actions matrix."""
-
-
-def _pairs(values: tuple[str, ...], setting: str) -> tuple[tuple[str, str], ...]:
-    found = []
-    for value in values:
-        arch, sep, name = value.partition("=")
-        if not sep or not arch or not name:
-            raise InvalidInput(
-                f"{setting} {value!r}: expected ARCH=NAME", hint=f"{setting} gfx942=mi300x"
-            )
-        found.append((arch, name))
-    return tuple(found)
 
 
 @fleet.command("plan")
@@ -238,6 +227,7 @@ def _pairs(values: tuple[str, ...], setting: str) -> tuple[tuple[str, str], ...]
 )
 @json_option
 @node_options
+@probe_check_options
 def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
     engine: str,
     recipes: tuple[str, ...],
@@ -272,6 +262,7 @@ def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
     out: Path,
     as_json: bool,
     where: NodeChoice,
+    checks: PlanChecks,
 ) -> None:
     """Write a fleet plan (plan.json) and the scheduler's files for it."""
     check_folder_target(out, setting="-o")
@@ -279,7 +270,7 @@ def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
         partition=partition,
         account=account,
         time=time_limit or "00:30:00",
-        features=_pairs(features, "--feature"),
+        features=pairs(features, "--feature"),
         namespace=namespace,
         arch_label=arch_label,
         registry=registry,
@@ -289,10 +280,10 @@ def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
         mem=mem,
         cpus_per_task=cpus_per_task,
         sbatch_args=sbatch_args,
-        preamble=_preamble(preamble),
+        preamble=preamble_text(preamble),
         tolerations=tolerations,
         cpu=cpu,
-        deadline=_seconds(time_limit),
+        deadline=seconds(time_limit),
         ttl=ttl,
         digests=digests,
         groups=groups,
@@ -315,6 +306,7 @@ def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
         overrides=overrides,
         **plan_arguments(engine, where, recipes=loaded, archs=archs, site=site, gpus=gpus),
         signing_key=key_ref(signing_key, out) if signing_key else "",
+        checks=checks,
     )
     written = write_plan(plan, out.resolve())
     if as_json:
@@ -326,26 +318,6 @@ def plan_cmd(  # noqa: PLR0917 - click passes options positionally by name
         f"plan {plan.id}: {len(plan.tasks)} task{'' if len(plan.tasks) == 1 else 's'} "
         f"({engine}); next: envforge fleet submit {out}"
     )
-
-
-def _preamble(path: Path | None) -> str:
-    """The text of ``--preamble FILE`` (checked where the site is: :mod:`envforge.fleet.values`)."""
-    if path is None:
-        return ""
-    try:
-        return read_limited(path, MAX_PREAMBLE + 1).decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidInput(f"--preamble {path}: cannot read: {exc}", hint="a text file") from None
-
-
-def _seconds(time_limit: str | None) -> int:
-    """``--time`` in seconds for the Kubernetes deadline (0: not given, or unlimited)."""
-    if time_limit is None:
-        return 0
-    why = time_problem(time_limit)
-    if why:
-        raise refuse("--time", time_limit, why, "--time 01:00:00")
-    return time_seconds(time_limit)
 
 
 def _named_archs(archs: tuple[str, ...]) -> tuple[str, ...]:

@@ -50,7 +50,7 @@ from envforge.cli.common import (
     summary_option,
 )
 from envforge.cli.display import BuildDisplay, ProbeProgress
-from envforge.cli.running import pick_for, require_free_option
+from envforge.cli.running import gpu_check_options, gpu_checks, pick_for, require_free_option
 from envforge.core.fsutil import REPORT_FILES, check_folder_target
 from envforge.errors import CertificationFailed, InvalidInput
 from envforge.evidence.summary import summarizing
@@ -130,6 +130,7 @@ def _project_backend(refs: Sequence[str], project: Project | None) -> str | None
 @level_option("Probe level (default: the recipe's).")
 @step_timeout_option("Seconds per probe step (default: the recipe's).")
 @require_free_option
+@gpu_check_options
 @report_option("Write probe.json, probe.junit.xml and certificate.json (per image: DIR/NAME/).")
 @backend_option("Certify on this backend (default: docker; IMAGE refs: docker).")
 @backend_flags("certify")
@@ -146,6 +147,9 @@ def certify(  # noqa: PLR0917 - click passes options positionally by name
     level: Level | None,
     step_timeout: float | None,
     require_free: float | None,
+    health: bool | None,
+    require_healthy: bool,
+    collective: bool | None,
     report_dir: Path | None,
     backend: str | None,
     signing_key: Path | None,
@@ -196,13 +200,15 @@ def certify(  # noqa: PLR0917 - click passes options positionally by name
             sub = None
             if report_dir is not None:
                 sub = report_dir if len(refs) == 1 else report_dir / _safe_name(ref)
+            pick = pick_for(recipe, gpu)
             options = Options(
                 level=level,
                 step_timeout=step_timeout,
                 require_free=require_free,
+                gpu_checks=gpu_checks(health, require_healthy, collective, recipe, pick),
                 report_dir=sub,
                 signing_key=signing_key,
-                gpus=pick_for(recipe, gpu),
+                gpus=pick,
                 listener=ProbeProgress(table=False),
                 say=say,
                 note=note,

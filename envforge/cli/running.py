@@ -20,7 +20,7 @@ from envforge.errors import InvalidInput
 from envforge.host.detect import detect
 from envforge.host.grant import Grant, granted
 from envforge.host.hostinfo import GpuInfo
-from envforge.probe.spec import require_free_problem
+from envforge.probe.spec import GpuChecks, require_free_problem
 from envforge.recipe.model import Recipe
 from envforge.solve.choose import Choice
 
@@ -74,6 +74,54 @@ def health_options(func: F) -> F:
     ):
         func = option(func)
     return func
+
+
+def gpu_check_options(func: F) -> F:
+    """``build``'s and ``certify``'s ``--health/--no-health``, ``--require-healthy`` and
+    ``--collective/--no-collective`` (None: not given; :meth:`GpuChecks.chosen` holds
+    the defaults, :func:`gpu_checks` settles them)."""
+    for option in (
+        click.option(
+            "--collective/--no-collective",
+            default=None,
+            help="The collective step: a timed torch.distributed all-reduce across the "
+            "GPUs (nccl; skipped below two). Default: on for a GPU recipe when --gpu chose "
+            "two or more GPUs (build: also a scheduler's grant, its default --gpu).",
+        ),
+        click.option(
+            "--require-healthy",
+            is_flag=True,
+            help="A failing health fact (uncorrected ECC errors, pages or rows waiting to "
+            "be retired or remapped, a hardware slowdown) fails the certification "
+            "(default: a warning in the report).",
+        ),
+        click.option(
+            "--health/--no-health",
+            default=None,
+            help="The health step: ECC errors, retired pages, remapped rows, throttling, "
+            "temperature and power from nvidia-smi or amd-smi/rocm-smi, recorded in the "
+            "report and certificate. Default: on for a GPU recipe.",
+        ),
+    ):
+        func = option(func)
+    return func
+
+
+def gpu_checks(
+    health: bool | None,
+    require_healthy: bool,
+    collective: bool | None,
+    recipe: Recipe,
+    pick: GpuPick | None,
+) -> GpuChecks:
+    """The GPU steps of a certification of ``recipe`` on the GPUs ``pick``ed."""
+    return GpuChecks.chosen(
+        health=health,
+        require_healthy=require_healthy,
+        collective=collective,
+        vendor=recipe.gpu.vendor,
+        gpus=pick.count if pick is not None else None,
+    )
 
 
 def load_with_gpus(

@@ -23,11 +23,12 @@ vendor and PCI id, driver, kernel, the anonymous host id of
 (:data:`SNAPSHOT_KEPT`) and the envforge version. The probed interpreter's path is
 reduced to its last part, and the rest of the environment snapshot (the executable, the
 platform string, environment variables) is dropped: user names and this host's names are
-never stored. The name of the node a scheduler ran the probe on is the site's own fact:
-the store keeps it (column ``node``; a signed report, a certificate, an export drop it
-unless the site shares node names, :mod:`envforge.core.sharing`), and the site's name
-too. An import refuses, named, a report that is not shaped like a real probe
-run (:mod:`envforge.evidence.genuine`: its level's steps, the schema). Imported
+never stored, nor the GPUs' serial UUIDs of its health facts (the facts are kept). The
+name of the node a scheduler ran the probe on is the site's own fact: the store keeps it
+(column ``node``; a signed report, a certificate, an export drop it unless the site
+shares node names, :mod:`envforge.core.sharing`), and the site's name too. An import
+refuses, named, a report that is not shaped like a real probe run
+(:mod:`envforge.evidence.genuine`: its level's steps, the schema). Imported
 certificates are kept as they are (altering them would break their
 digest); their reports come from other hosts and were made in containers.
 
@@ -63,6 +64,7 @@ from envforge.evidence.records import (
 )
 from envforge.knowledge.compiled import load_table
 from envforge.knowledge.table import CompatTable
+from envforge.probe.report import without_uuids
 from envforge.publish.certificate import Certificate, CertificateStore, legacy_venv
 
 if TYPE_CHECKING:
@@ -138,6 +140,9 @@ def _sanitized(
     name = host.get("node") if isinstance(host, Mapping) else None
     if isinstance(host, Mapping) and "node" in host:  # a node's name is a host name:
         data["host"] = {k: v for k, v in host.items() if k != "node"}  # not redacted
+    health = data.get("health")
+    if isinstance(health, Mapping):  # the facts stay, the boards' serial UUIDs do not
+        data["health"] = without_uuids(health)
     text = _compact(data)
     if redactor.may_change(text):  # else the walk below would copy it unchanged
         redacted = _redact_any(data, redactor)

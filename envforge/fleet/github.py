@@ -26,7 +26,7 @@ from typing import Any
 from envforge.errors import InvalidInput
 from envforge.fleet import values
 from envforge.fleet.base import yaml_text
-from envforge.fleet.plan import CPU, Plan
+from envforge.fleet.plan import CPU, Plan, Task
 from envforge.fleet.slurm_state import JobState
 
 PYTHON = "3.11"
@@ -52,6 +52,8 @@ def _certify_command(plan: Plan) -> str:
         cmd += f" --wheelhouse {shlex.quote(plan.wheelhouse)}"
     if plan.level:
         cmd += f" --level {plan.level}"
+    if plan.checks is not None:  # each task's own flags (fixed words), as bash words
+        cmd = 'read -r -a checks <<< "$PROBE_CHECKS"\n' + cmd + ' "${checks[@]}"'
     return cmd
 
 
@@ -61,6 +63,7 @@ _OWN_EXPRESSIONS = (
     "${{ matrix.arch }}",
     "${{ matrix.recipe }}",
     "${{ matrix.task }}",
+    "${{ matrix.checks }}",
     f"${{{{ vars.ENVFORGE_PIP_SPEC || '{DISTRIBUTION}' }}}}",
 )
 
@@ -113,9 +116,21 @@ def _recipe_ref(ref: str, name: str) -> str:
     return f"{RECIPES}/recipe-{name}.yaml" if values.recipe_name_problem(ref) else ref
 
 
+def _checks(plan: Plan, task: Task) -> dict[str, str]:
+    """The task's health and collective flags as a matrix value (none in plans from
+    before them)."""
+    checks = plan.task_checks(task)
+    return {} if checks is None else {"checks": " ".join(checks.argv())}
+
+
 def _workflow(plan: Plan) -> dict[str, Any]:
     include = [
-        {"task": f"{t.index:03d}", "recipe": _recipe_ref(t.ref, t.recipe), "arch": t.arch}
+        {
+            "task": f"{t.index:03d}",
+            "recipe": _recipe_ref(t.ref, t.recipe),
+            "arch": t.arch,
+            **_checks(plan, t),
+        }
         for t in plan.tasks
     ]
     labels = [*plan.site.runner_labels]
@@ -135,6 +150,7 @@ def _workflow(plan: Plan) -> dict[str, Any]:
         # the plan's nonce, recorded by the probe in each report (fleet collect checks it)
         "env": {
             "RECIPE": "${{ matrix.recipe }}",
+            **({"PROBE_CHECKS": "${{ matrix.checks }}"} if plan.checks is not None else {}),
             "ENVFORGE_FLEET_TASK": f"{plan.id}:${{{{ matrix.task }}}}:{plan.nonce}",
         },
         "steps": [

@@ -67,14 +67,18 @@ def check_backend(backend: str, *, images: bool) -> None:
 
 
 def task_spec(plan: Plan, task: Task) -> ProbeSpec:
-    """The probe spec of a task: its recipe's, at the plan's level, without the audit
-    (it runs on the host, with envforge: a pod has neither)."""
+    """The probe spec of a task: its recipe's, at the plan's level, with the collective
+    step where the plan asks it of the task (:meth:`Plan.task_checks`), without the audit
+    and the health step (they run on the host, with envforge: a pod has neither)."""
     from envforge.recipe.catalogue import Catalogue  # noqa: PLC0415 - the recipes, when used
 
     recipe = Catalogue.default().load(task.ref)
     level = plan.level if plan.level in ("quick", "full") else None
     spec = ProbeSpec.from_recipe(recipe, level=level)  # type: ignore[arg-type]
-    return dataclasses.replace(spec, audit=False)
+    checks = plan.task_checks(task)
+    return dataclasses.replace(
+        spec, audit=False, collective=checks is not None and checks.collective
+    )
 
 
 def pod_script() -> str:
@@ -88,11 +92,16 @@ def files(plan: Plan, folder: Path) -> dict[str, str]:
 
     table = load_table()
     specs: dict[int, str] = {}
-    seen: set[tuple[str, str]] = set()
-    for task in plan.tasks:  # one spec per (recipe, arch): its first task's
-        if (task.recipe, task.arch) not in seen:
-            seen.add((task.recipe, task.arch))
-            specs[task.index] = task_spec(plan, task).worker_json()
+    made: dict[tuple[str, bool], str] = {}
+    seen: set[tuple[str, str, str]] = set()
+    for task in plan.tasks:  # one spec per Job (recipe, arch, node): its first task's
+        if (task.recipe, task.arch, task.node) not in seen:
+            seen.add((task.recipe, task.arch, task.node))
+            checks = plan.task_checks(task)
+            key = (task.ref, checks is not None and checks.collective)
+            if key not in made:  # a recipe is read once per collective choice
+                made[key] = task_spec(plan, task).worker_json()
+            specs[task.index] = made[key]
 
     def pci_ids(arch: str) -> list[int]:
         return [p.device_id for p in table.amd_pci_ids if p.arch == arch]

@@ -13,7 +13,9 @@ about another recipe hash or image than planned, not shaped like a real probe ru
 (:mod:`envforge.evidence.genuine`: the steps of its level, the schema), not at the plan's
 level, without the plan's nonce for this task (``host.fleet``, recorded by the probe run
 the task started: :mod:`envforge.host.grant`), or with host facts that contradict the
-task (another node than ``task.json`` names; no GPU of the planned arch for a GPU recipe).
+task (another node than ``task.json`` names; no GPU of the planned arch for a GPU recipe),
+or without the health or collective step the plan asks of the task (or with a health step
+that only warned where the plan requires healthy GPUs).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from envforge.evidence.records import Evidence, EvidenceError, parse_document
 from envforge.fleet.plan import Plan, Task
 from envforge.fleet.slurm_state import JobState
 from envforge.host.grant import Grant
+from envforge.probe.spec import COLLECTIVE_STEP, HEALTH_STEP
 
 State = Literal["queued", "running", "blocked", "passed", "failed", "missing", "refused"]
 STATES: tuple[State, ...] = (
@@ -181,7 +184,28 @@ def refusal(plan: Plan, task: Task, record: Evidence, doc: Any, node: Mapping[st
     if plan.level and record.level != plan.level:
         return f"its report is a {record.level} probe, the plan asks for {plan.level}"
     host = _host_of(doc)
-    return _fleet_problem(plan, task, host) or _host_problem(task, record, host, node)
+    return (
+        _fleet_problem(plan, task, host)
+        or _host_problem(task, record, host, node)
+        or _checks_problem(plan, task, record)
+    )
+
+
+def _checks_problem(plan: Plan, task: Task, record: Evidence) -> str:
+    """Why the report is not of the probe the plan asked of the task: a health or
+    collective step it lacks, a health step that only warned where healthy GPUs were
+    required ("" when it is, and for plans from before these choices)."""
+    checks = plan.task_checks(task)
+    if checks is None:
+        return ""
+    ran = {step.name: step for step in record.steps}
+    for step, asked in ((HEALTH_STEP, checks.health), (COLLECTIVE_STEP, checks.collective)):
+        if asked and step not in ran:
+            return f"its report has no {step} step; the plan asks for it"
+    health = ran.get(HEALTH_STEP)
+    if checks.require_healthy and health is not None and health.status == "warn":
+        return "its health step only warned; the plan requires healthy GPUs"
+    return ""
 
 
 def _report(folder: Path, redact: Callable[[str], str]) -> tuple[Evidence, Any, str] | str:

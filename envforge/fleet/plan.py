@@ -23,6 +23,7 @@ from envforge.container.refs import registry_ref
 from envforge.errors import InvalidInput
 from envforge.fleet import values
 from envforge.fleet.signing_ref import ref_problem
+from envforge.probe.spec import GpuChecks
 from envforge.recipe.model import Recipe
 
 #: Bytes a plan.json may have.
@@ -103,6 +104,31 @@ _LATER_SITE: Mapping[str, object] = {
 
 
 @dataclass(frozen=True)
+class PlanChecks:
+    """``fleet plan --health/--no-health``, ``--require-healthy`` and
+    ``--collective/--no-collective`` as given (None: not given). Each task's probe gets
+    them settled for its recipe and GPU count by :meth:`GpuChecks.chosen`, the rule
+    ``build`` follows: health for a GPU recipe, and the collective for its task of two
+    or more GPUs."""
+
+    health: bool | None = None
+    require_healthy: bool = False
+    collective: bool | None = None
+
+    def for_task(self, task: Task) -> GpuChecks:
+        return GpuChecks.chosen(
+            health=self.health,
+            require_healthy=self.require_healthy,
+            collective=self.collective,
+            vendor=task.vendor,
+            gpus=task.gpus,
+        )
+
+    def to_dict(self) -> dict[str, bool | None]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class Task:
     """One node's work: certify ``recipe`` on a node of ``arch`` with ``gpus`` GPUs."""
 
@@ -166,6 +192,15 @@ class Plan:
     #: Where each node finds the key its task signs with (:mod:`envforge.fleet.signing_ref`:
     #: an absolute path on the node, or ``env:NAME``); never the key itself.
     signing_key: str = ""
+    #: The probe's health and collective steps (:class:`PlanChecks`); None in plans from
+    #: before them (their tasks pass no such flag, and their reports are not asked for
+    #: the steps).
+    checks: PlanChecks | None = None
+
+    def task_checks(self, task: Task) -> GpuChecks | None:
+        """The health and collective steps ``task``'s probe runs (None: the plan says
+        nothing of them)."""
+        return self.checks.for_task(task) if self.checks is not None else None
 
     @property
     def id(self) -> str:
@@ -202,6 +237,8 @@ class Plan:
             data["overrides"] = list(self.overrides)
         if self.signing_key:
             data["signing_key"] = self.signing_key
+        if self.checks is not None:
+            data["checks"] = self.checks.to_dict()
         return data
 
     def to_json(self) -> str:
@@ -451,6 +488,7 @@ def plan_from_dict(data: Any, source: str) -> Plan:
         overrides=overrides,
         **_node_local(data, source),
         signing_key=signing_key,
+        checks=_checks(data.get("checks"), source),
     )
 
 
@@ -465,3 +503,25 @@ def _node_local(data: Mapping[str, Any], source: str) -> dict[str, Any]:
     if type(exclusive) is not bool:
         raise InvalidInput(f"{source}: key 'exclusive' is not true or false", hint="plan again")
     return {**found, "exclusive": exclusive}
+
+
+def _checks(data: Any, source: str) -> PlanChecks | None:
+    """``checks`` of a plan.json (None: a plan from before them)."""
+    if data is None:
+        return None
+    if not isinstance(data, Mapping):
+        raise InvalidInput(f"{source}: key 'checks' is not an object", hint="plan again")
+    found: dict[str, Any] = {}
+    for key, default in (("health", None), ("require_healthy", False), ("collective", None)):
+        value = data.get(key, default)
+        if not (isinstance(value, bool) or (value is None and default is None)):
+            allowed = "true, false or null" if default is None else "true or false"
+            raise InvalidInput(f"{source}: key 'checks.{key}' is not {allowed}", hint="plan again")
+        found[key] = value
+    checks = PlanChecks(**found)
+    if checks.require_healthy and checks.health is False:
+        raise InvalidInput(
+            f"{source}: keys 'checks.require_healthy' and 'checks.health' contradict",
+            hint="plan again",
+        )
+    return checks

@@ -24,6 +24,7 @@ from envforge.fleet.plan import (
     BackendName,
     EngineName,
     Plan,
+    PlanChecks,
     Site,
     Task,
     _check_counts,
@@ -70,13 +71,15 @@ def make_plan(
     cache_dir: str = "",
     exclusive: bool = False,
     signing_key: str = "",
+    checks: PlanChecks | None = None,
 ) -> Plan:
     """The plan for ``recipes`` ((reference as given, loaded recipe) pairs); see the
     module docstring for the pairing; ``images``: whether ``backend`` makes images (its
     ``runs_images()``), which Kubernetes needs and each task then names. Raises
     :class:`InvalidInput` for what cannot run, and for a value its scheduler would not
     take (:mod:`.values`), before any task is made. ``placement``: arch -> the nodes its
-    tasks are pinned to, one task per node instead of ``nodes`` (:mod:`.nodes`)."""
+    tasks are pinned to, one task per node instead of ``nodes`` (:mod:`.nodes`).
+    ``checks``: the probe's health and collective choices (:class:`PlanChecks`)."""
     chosen = engine_for(engine, "--engine")
     _check_counts(recipes, nodes, gpus)
     chosen.check_backend(backend, images=images)
@@ -133,6 +136,7 @@ def make_plan(
         cache_dir=cache_dir,
         exclusive=exclusive,
         signing_key=signing_key,
+        checks=checks,
     )
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from envforge.core import proc
 from envforge.errors import InvalidInput, Unavailable
 from envforge.fleet import runs, slurm_state, values
-from envforge.fleet.plan import CPU, Plan
+from envforge.fleet.plan import CPU, Plan, Task
 from envforge.render.templates import render_template
 
 #: Seconds sbatch/squeue may take before the scheduler counts as unreachable.
@@ -102,8 +102,16 @@ def render(plan: Plan, folder: Path) -> dict[str, str]:
             folder_quoted=shlex.quote(str(folder)),
             output=arg(str(folder / "logs" / "%A_%a.out")),
             command=shlex.join(plan.envforge),
+            checks=_checks(plan, tasks),
         )
     return files
+
+
+def _checks(plan: Plan, tasks: Sequence[Task]) -> str:
+    """The probe flags the group's tasks pass on (``fleet task`` reads them from
+    plan.json), for the script's comment: one set per recipe kind, ``|`` between."""
+    found = [plan.task_checks(t) for t in tasks]
+    return " | ".join(dict.fromkeys(" ".join(c.argv()) for c in found if c is not None))
 
 
 def _call(argv: Sequence[str], environ: Mapping[str, str] | None) -> proc.Completed:

@@ -6,12 +6,13 @@ plan says otherwise, an ``ENVFORGE_HOME`` of its own under the plan's folder
 (``homes/NNN``): concurrent tasks on a shared file system never write the same store.
 The GPUs the scheduler granted are passed on as ``--gpu`` (:mod:`envforge.host.grant`);
 a plan's signing key (``fleet plan --signing-key``) by reference, as ``ENVFORGE_SIGNING_KEY``
-(:mod:`envforge.fleet.signing_ref`). With node-local work (``Plan.workdir``: ``fleet plan
---workdir``, by default the job's ``$TMPDIR``, else ``/tmp``) the home is
-``WORK/envforge-PLAN-RUN-TTT/home`` on the node instead, removed when the task ends (a
-marker file names it for ``fleet clean`` when a killed task could not); ``Plan.cache_dir``
-is uv's wheel cache (``UV_CACHE_DIR``). Only the report, its certificate, the log and
-``task.json`` reach the shared plan folder.
+(:mod:`envforge.fleet.signing_ref`); the plan's health and collective choices as the
+task's flags (:meth:`envforge.fleet.plan.Plan.task_checks`). With node-local work
+(``Plan.workdir``: ``fleet plan --workdir``, by default the job's ``$TMPDIR``, else
+``/tmp``) the home is ``WORK/envforge-PLAN-RUN-TTT/home`` on the node instead, removed
+when the task ends (a marker file names it for ``fleet clean`` when a killed task could
+not); ``Plan.cache_dir`` is uv's wheel cache (``UV_CACHE_DIR``). Only the report, its
+certificate, the log and ``task.json`` reach the shared plan folder.
 ``task.json`` (written last, atomically) records the exit status, the node, the grant and
 the seconds; its presence tells ``fleet status`` that the task ended.
 """
@@ -53,6 +54,9 @@ def command(plan: Plan, task: Task, folder: Path) -> list[str]:
         argv += ["--ca-bundle", plan.ca_bundle]
     for setting in plan.overrides:
         argv += ["--set", setting]
+    checks = plan.task_checks(task)
+    if checks is not None:  # every choice said: the node's defaults decide nothing
+        argv += checks.argv()
     return argv
 
 

@@ -182,6 +182,18 @@ class ReportHost:
         )
 
 
+def without_uuids(health: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A report's ``health`` section without the GPUs' serial UUIDs (``health`` itself
+    when it has none): they name one board as a host name names one machine."""
+    gpus = health.get("gpus")
+    if not isinstance(gpus, list) or not any(isinstance(g, Mapping) and "uuid" in g for g in gpus):
+        return health
+    kept = [
+        {k: v for k, v in g.items() if k != "uuid"} if isinstance(g, Mapping) else g for g in gpus
+    ]
+    return {**health, "gpus": kept}
+
+
 def _health(value: Any) -> dict[str, Any]:
     if value is None:
         return {}
@@ -255,9 +267,13 @@ class ProbeReport:
         }
 
     def without_node(self) -> ProbeReport:
-        """This report without the node's name (what a certificate carries)."""
+        """This report without the node's name, nor the GPUs' serial UUIDs of its health
+        facts (what a certificate carries: it travels with the image)."""
         host = self.host.without_node()
-        return self if host is self.host else dataclasses.replace(self, host=host)
+        health = without_uuids(self.health)
+        if host is self.host and health is self.health:
+            return self
+        return dataclasses.replace(self, host=host, health=health)
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, sort_keys=False, default=str)

@@ -12,7 +12,7 @@ import math
 import os
 import stat
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -218,6 +218,71 @@ def read_checks(paths: Sequence[Path | str]) -> tuple[CheckFile, ...]:
         used.add(name)
         out.append(CheckFile.read(path, name))
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class GpuChecks:
+    """The probe's optional GPU steps as a command settled them: ``health`` (the host's
+    health facts; ``require_healthy``: a failing fact fails the step) and ``collective``
+    (the all-reduce across the visible GPUs). :meth:`chosen` holds the defaults."""
+
+    health: bool = False
+    require_healthy: bool = False
+    collective: bool = False
+
+    @classmethod
+    def chosen(
+        cls,
+        *,
+        health: bool | None,
+        require_healthy: bool,
+        collective: bool | None,
+        vendor: str,
+        gpus: int | None,
+    ) -> GpuChecks:
+        """What ``--health/--no-health``, ``--require-healthy`` and
+        ``--collective/--no-collective`` (None: not given) come to. Health is recorded by
+        default for a GPU recipe (``vendor`` not ``none``: well under a second, and a
+        tool that is not installed is a fact, not a failure); ``--require-healthy`` implies
+        it. The collective runs by default for a GPU recipe when two or more GPUs were
+        chosen (``gpus``: ``--gpu``'s or the scheduler's count; None: no choice, none by
+        default); a CPU recipe's probe uses no GPU, so it has nothing to reduce across."""
+        if require_healthy and health is False:
+            raise InvalidInput(
+                "--require-healthy and --no-health contradict each other",
+                hint="leave one of them out",
+            )
+        gpu = vendor != "none"
+        return cls(
+            health=require_healthy or (health if health is not None else gpu),
+            require_healthy=require_healthy,
+            collective=collective if collective is not None else gpu and (gpus or 0) > 1,
+        )
+
+    def applied(self, spec: ProbeSpec) -> ProbeSpec:
+        """``spec`` with these steps."""
+        return replace(
+            spec,
+            health=self.health,
+            require_healthy=self.require_healthy,
+            collective=self.collective,
+        )
+
+    def argv(self) -> list[str]:
+        """These choices as ``build``/``certify`` flags (every one said: a node's defaults
+        never decide what a plan asked for)."""
+        return [
+            "--health" if self.health else "--no-health",
+            *(["--require-healthy"] if self.require_healthy else []),
+            "--collective" if self.collective else "--no-collective",
+        ]
+
+    def to_dict(self) -> dict[str, bool]:
+        return {
+            "health": self.health,
+            "require_healthy": self.require_healthy,
+            "collective": self.collective,
+        }
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from envforge.evidence.evidence_store import record
 from envforge.lock_variants import with_locked_variant
 from envforge.probe.report import ProbeReport
 from envforge.probe.runner import ProbeListener, ProbeTarget, run_probe
-from envforge.probe.spec import ProbeSpec
+from envforge.probe.spec import GpuChecks, ProbeSpec
 from envforge.publish.certificate import Certificate, CertificateStore, Signer, issue, sign
 from envforge.recipe.model import Level, Recipe
 from envforge.stack import Stack, stack_of
@@ -54,6 +54,7 @@ def certify_image(
     level: Level | None = None,
     step_timeout: float | None = None,
     require_free: float | None = None,
+    gpu_checks: GpuChecks | None = None,
     listener: ProbeListener | None = None,
     store: CertificateStore | None = None,
     flags: DeviceFlags | None = None,
@@ -88,6 +89,8 @@ def certify_image(
         skip_imports=skips,
     )
     spec = replace(spec, require_free=require_free)
+    if gpu_checks is not None:  # the health step runs on this host, beside the container
+        spec = gpu_checks.applied(spec)
     target = DockerTarget(
         client,
         info.id,

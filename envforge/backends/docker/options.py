@@ -16,6 +16,7 @@ from envforge.recipe.model import Level
 if TYPE_CHECKING:
     from envforge.backends.base import Admit
     from envforge.container.devices import GpuPick
+    from envforge.probe.spec import GpuChecks
     from envforge.project.model import Project
     from envforge.publish.certificate import Signer
 
@@ -44,6 +45,8 @@ class DockerOptions:
     step_timeout: float | None = None
     #: ``--require-free GIB``: the probe's memory step fails below GIB free on a GPU.
     require_free: float | None = None
+    #: The probe's health and collective steps (None: neither).
+    gpu_checks: GpuChecks | None = None
     #: Also tag the certified image (or, with ``certify=False``, the built one).
     tags: tuple[str, ...] = ()
     #: Build FROM this image instead of the recipe's.
@@ -172,6 +175,7 @@ def docker_options(options: Options | DockerOptions) -> DockerOptions:
         level=options.level,
         step_timeout=options.step_timeout,
         require_free=options.require_free,
+        gpu_checks=options.gpu_checks,
         tags=tuple(extra.get("tags", ())),
         base_image=extra.get("base_image"),
         base_image_mirror=extra.get("base_image_mirror"),

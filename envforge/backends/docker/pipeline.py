@@ -121,6 +121,7 @@ def certify_and_tag(
         level=options.level,
         step_timeout=options.step_timeout,
         require_free=options.require_free,
+        gpu_checks=options.gpu_checks,
         listener=options.listener,
         flags=flags_for(client, recipe, options),
         prober=prober,

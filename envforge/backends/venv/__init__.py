@@ -204,6 +204,7 @@ def venv_options(options: Options | VenvOptions) -> VenvOptions:
         level=options.level,
         step_timeout=options.step_timeout,
         require_free=options.require_free,
+        gpu_checks=options.gpu_checks,
         listener=options.listener,
         say=options.say,
         environ=environ,

@@ -21,6 +21,7 @@ from envforge.backends.venv.certifying import (
     _probe,
     _recertify_in_place,
     full_steps,
+    has_gpu_steps,
     state,
     valid_certificate,
 )
@@ -144,7 +145,12 @@ def make(recipe: Recipe, options: VenvOptions = DEFAULT_OPTIONS) -> VenvBuildRes
         )
     if why is None and built is not None:
         cert = valid_certificate(recipe, target, content, project)
-        if cert is not None and not options.extra_checks and _level_ok(cert, level):
+        if (
+            cert is not None
+            and not options.extra_checks
+            and _level_ok(cert, level)
+            and has_gpu_steps(cert, options.gpu_checks)
+        ):
             return VenvBuildResult(
                 recipe.name,
                 target,

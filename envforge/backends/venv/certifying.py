@@ -25,7 +25,7 @@ from envforge.errors import (
 )
 from envforge.probe.report import ProbeReport, StepResult
 from envforge.probe.runner import LocalPythonTarget, ProbeListener, run_probe
-from envforge.probe.spec import CheckFile, ProbeSpec
+from envforge.probe.spec import COLLECTIVE_STEP, HEALTH_STEP, CheckFile, GpuChecks, ProbeSpec
 from envforge.project.checks import checks_digest
 from envforge.publish.certificate import VenvBinding, issue
 from envforge.recipe.model import Level, Recipe
@@ -67,6 +67,7 @@ def probe_venv(
     checks: Sequence[CheckFile] = (),
     only: tuple[str, ...] | None = None,
     require_free: float | None = None,
+    gpu_checks: GpuChecks | None = None,
     skip_imports: Sequence[tuple[str, str]] = (),
     shown_as: Path | None = None,
     write_bytecode: bool = False,
@@ -86,6 +87,8 @@ def probe_venv(
         skip_imports=skip_imports,
     )
     spec = replace(spec, only=only, require_free=require_free)
+    if gpu_checks is not None:
+        spec = gpu_checks.applied(spec)
     env = venv_environ(venv, recipe, environ)
     if write_bytecode:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -119,6 +122,19 @@ def _level_ok(certified: Mapping[str, Any], wanted: Level) -> bool:
     return have == wanted or (have == "full" and wanted == "quick")
 
 
+def has_gpu_steps(certified: Mapping[str, Any], checks: GpuChecks | None) -> bool:
+    """Whether the certificate's report has the health and collective steps ``checks``
+    asks for (a venv certified without them is certified again, in place, to run them)."""
+    report = certified.get("report")
+    steps = report.get("steps") if isinstance(report, Mapping) else None
+    listed = steps if isinstance(steps, list) else []
+    names = {s.get("name") for s in listed if isinstance(s, Mapping)}
+    asked = (HEALTH_STEP,) * bool(checks and checks.health) + (COLLECTIVE_STEP,) * bool(
+        checks and checks.collective
+    )
+    return all(step in names for step in asked)
+
+
 def _failure(
     recipe: Recipe, where: Path, report: ProbeReport, *, kept: str | None, rebuilt: bool = False
 ) -> CertificationFailed:
@@ -141,14 +157,15 @@ def _failure(
 
 def full_steps(recipe: Recipe, level: Level, options: VenvOptions, stack: Stack) -> tuple[str, ...]:
     """The steps of the probe :func:`_probe` runs (without ``only``)."""
-    return ProbeSpec.from_recipe(
+    spec = ProbeSpec.from_recipe(
         recipe,
         level=level,
         step_timeout=options.step_timeout,
         extra_checks=options.extra_checks,
         stack=stack,
         checks=project_steps(options.project),
-    ).steps
+    )
+    return (options.gpu_checks.applied(spec) if options.gpu_checks else spec).steps
 
 
 def _probe(  # noqa: PLR0917 - one step of build, its inputs spelled out
@@ -180,6 +197,7 @@ def _probe(  # noqa: PLR0917 - one step of build, its inputs spelled out
             skip_imports=options.project.skip_imports if options.project else (),
             shown_as=shown_as,
             require_free=options.require_free,
+            gpu_checks=options.gpu_checks,
             write_bytecode=bytecode,
         )
     except Interrupted:

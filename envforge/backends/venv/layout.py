@@ -21,6 +21,7 @@ from envforge.recipe.model import Level, Recipe
 
 if TYPE_CHECKING:
     from envforge.backends.base import Admit
+    from envforge.probe.spec import GpuChecks
     from envforge.project.model import Project
 
 from envforge.backends.venv.interpreter import Interpreter
@@ -158,6 +159,8 @@ class VenvOptions:
     step_timeout: float | None = None
     #: ``--require-free GIB``: the probe's memory step fails below GIB free on a GPU.
     require_free: float | None = None
+    #: The probe's health and collective steps (None: neither).
+    gpu_checks: GpuChecks | None = None
     extra_checks: tuple[Path, ...] = ()
     #: ``--project``: the project's requirements on the stack, the project installed
     #: (editable) and its checks certified; an environment of its own.

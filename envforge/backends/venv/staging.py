@@ -51,7 +51,7 @@ from envforge.backends.venvfs import (
     site_packages,
     verify_records,
 )
-from envforge.probe.spec import CHECK_PREFIX, IMPORT_PREFIX
+from envforge.probe.spec import CHECK_PREFIX, COLLECTIVE_STEP, HEALTH_STEP, IMPORT_PREFIX
 from envforge.recipe.model import Level, Recipe
 from envforge.stack import stack_of
 
@@ -358,6 +358,10 @@ def _startup_files(venv: Path, skip: set[str]) -> dict[str, bytes | str]:
     return found
 
 
+#: Steps about the GPUs as they are now, not about what changed: always run again.
+_NOW_STEPS = (HEALTH_STEP, COLLECTIVE_STEP)
+
+
 def plan_incremental(
     base: Base,
     venv: Path,
@@ -392,6 +396,7 @@ def plan_incremental(
         s
         for s in steps
         if s.startswith(CHECK_PREFIX)
+        or s in _NOW_STEPS
         or (s.startswith(IMPORT_PREFIX) and canonicalize_name(s[len(IMPORT_PREFIX) :]) in changed)
     )
     return Incremental(

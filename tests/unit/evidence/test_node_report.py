@@ -113,3 +113,24 @@ def test_what_is_shared_drops_the_node_name_and_keeps_the_grant(
     (kept,) = read_store().records
     assert kept.node == "gpu-n07"
     assert kept.key == parse_document(plain, redact).key
+
+
+def test_what_is_shared_keeps_the_health_facts_and_drops_the_gpu_uuids(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ENVFORGE_HOME", str(tmp_path / "home"))
+    facts = {
+        "gpus": [{"index": "0", "uuid": "GPU-7f3e-serial", "ecc_volatile": 0}],
+        "tools": {"nvidia-smi": "read"},
+    }
+    report = replace(_on_node(), health=facts)
+    kept = sanitized_report(report.to_dict(), Redactor(()))
+    assert kept["health"] == {
+        "gpus": [{"index": "0", "ecc_volatile": 0}],
+        "tools": {"nvidia-smi": "read"},
+    }
+    record(report.to_dict(), redact=Redactor(()))
+    (home_db,) = (tmp_path / "home").glob("evidence.sqlite")
+    stored = home_db.read_bytes()
+    assert b"GPU-7f3e-serial" not in stored
+    assert b"ecc_volatile" in stored

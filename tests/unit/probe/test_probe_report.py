@@ -200,3 +200,24 @@ def test_junit_is_well_formed_whatever_a_message_holds(tmp_path: Path) -> None:
     assert "\\udc80" in (failure.text or "")
     data = json.loads(json_path.read_text(encoding="utf-8"))
     assert data["steps"][1]["detail"] == HOSTILE  # JSON escapes; the text itself survives
+
+
+def test_what_a_certificate_carries_has_no_node_and_no_gpu_uuid() -> None:
+    facts = {
+        "gpus": [{"index": "0", "uuid": "GPU-5a1e", "temperature": 31.0}, "odd"],
+        "tools": {"nvidia-smi": "read"},
+    }
+    report = replace(
+        _report(StepResult("health", "pass", 0.1, "")),
+        health=facts,
+        host=ReportHost(kernel="k", machine="m", node="gpu01"),
+    )
+    carried = report.without_node()
+    assert carried.host.node is None
+    assert carried.health == {
+        "gpus": [{"index": "0", "temperature": 31.0}, "odd"],
+        "tools": {"nvidia-smi": "read"},
+    }
+    assert report.health["gpus"][0]["uuid"] == "GPU-5a1e"  # the local report keeps it
+    plain = replace(report, host=ReportHost(kernel="k", machine="m"), health={})
+    assert plain.without_node() is plain

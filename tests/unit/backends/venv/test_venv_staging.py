@@ -24,7 +24,7 @@ from envforge.backends.venv.staging import (
     stack_closure,
 )
 from envforge.backends.venvfs import content_digests
-from envforge.probe.spec import ProbeSpec
+from envforge.probe.spec import COLLECTIVE_STEP, HEALTH_STEP, ProbeSpec
 from envforge.project.model import Project
 
 SP = "lib/python3.11/site-packages"
@@ -174,6 +174,24 @@ def test_a_changed_project_dependency_is_imported_again(certified: Base, tmp_pat
     assert isinstance(plan, Incremental), plan
     assert "import:six" in plan.steps
     assert "import:torch" not in plan.steps
+
+
+def test_the_gpu_steps_run_again_whatever_changed(certified: Base, tmp_path: Path) -> None:
+    """Health and the collective are about the GPUs now, not about the change."""
+    aside = _cloned(certified, tmp_path)
+    add_dist(aside, "pyparsing", "3.3.3", {"pyparsing/__init__.py": b"P = 1\n"})
+    steps = (*STEPS, COLLECTIVE_STEP, HEALTH_STEP)
+    plan = plan_incremental(
+        certified, aside, content_digests(aside), level="full", project=None, steps=steps
+    )
+    assert isinstance(plan, Incremental), plan
+    assert plan.steps == (
+        "import:pyparsing",
+        "check:import demo",
+        "check:tests/smoke.py",
+        COLLECTIVE_STEP,
+        HEALTH_STEP,
+    )
 
 
 @pytest.mark.parametrize(
