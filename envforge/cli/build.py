@@ -158,12 +158,13 @@ def build(  # noqa: PLR0917 - click passes options positionally by name
         refuse_foreign(BACKENDS, backend, "build", extra)
         extra = settled_extra(backend, "build", extra, project, ("base_image",))
         extra = with_base_mirror(backend, extra, base_mirror)
-        display = build_display()
+        checks = gpu_checks(health, require_healthy, collective, recipe, gpus)
+        display = build_display()  # its ticker runs until build_output below ends it
         options = Options(
             level=level,
             step_timeout=step_timeout,
             require_free=require_free,
-            gpu_checks=gpu_checks(health, require_healthy, collective, recipe, gpus),
+            gpu_checks=checks,
             report_dir=report_dir,
             wheelhouse=settings.path("wheelhouse"),
             ca_bundle=settings.path("ca_bundle"),

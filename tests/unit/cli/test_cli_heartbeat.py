@@ -4,11 +4,13 @@ a failed build shows the tail and keeps the full log in the file its error names
 from __future__ import annotations
 
 import io
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from envforge.cli import main
 from envforge.cli.heartbeat import (
     TAIL_LINES,
     Heartbeat,
@@ -199,3 +201,19 @@ def test_the_ticker_thread_beats_a_silent_build(tmp_path: Path) -> None:
         time.sleep(0.1)
     beat.finish()
     assert "installing with uv" in out.getvalue()
+
+
+def test_a_build_refused_before_it_starts_leaves_no_ticker_running(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Options refused after the recipe loaded (exit 2) come before the heartbeat's
+    ticker starts: no thread outlives the command to write on a closed stream."""
+
+    def tickers() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if "_tick_loop" in t.name}
+
+    before = tickers()
+    code = main(["build", "gfx1030", "--backend", "venv", "--no-health", "--require-healthy"])
+    assert code == 2
+    assert "--require-healthy" in capsys.readouterr().err
+    assert tickers() == before
