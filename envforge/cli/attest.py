@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from envforge.backends.docker.engine import connect
+from envforge.backends.docker import engine as docker_engine
 from envforge.backends.docker.images import inspect_image
 from envforge.backends.venv.attesting import attestations_file, certified
 from envforge.cli.common import (
@@ -179,7 +179,7 @@ def attest() -> None:
 
 
 def _image_id(ref: str) -> str:
-    client = connect()
+    client = docker_engine.connect()
     try:
         info = inspect_image(client, ref)
     finally:

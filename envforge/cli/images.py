@@ -13,7 +13,7 @@ import click
 
 from envforge.backends import BACKENDS, Options, default_backend, docker, pick
 from envforge.backends.base import refuse_foreign
-from envforge.backends.docker.engine import connect
+from envforge.backends.docker import engine as docker_engine
 from envforge.backends.docker.images import inspect_image
 from envforge.backends.docker.push import certificate_of, publish
 from envforge.cli.attest import (
@@ -107,7 +107,7 @@ def _safe_name(ref: str) -> str:
 def _image_target(ref: str, overrides: Sequence[str]) -> tuple[Recipe, dict[str, Any]]:
     """An IMAGE ref: the recipe it was built from, and the image (retagged on a pass when
     named by tag) as backend options."""
-    client = connect()
+    client = docker_engine.connect()
     try:
         info = inspect_image(client, ref)
     finally:
@@ -282,7 +282,7 @@ def publish_cmd(
         )
     recipe, _choice = load_for_host(recipe_ref, None, overrides)
     key = load_signer(settings.path("signing_key"))  # a bad key file: exit 2 before the push
-    client = connect()
+    client = docker_engine.connect()
     display = BuildDisplay()
     try:
         result = publish(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import docker.errors
 
-from envforge.backends.docker.engine import connect
+from envforge.backends.docker import engine as docker_engine
 from envforge.backends.docker.probe_target import DockerTarget
 from envforge.backends.docker.sdkerrors import TRANSPORT_ERRORS, api_message
 from envforge.errors import InvalidInput, Unavailable, printable
@@ -20,7 +20,7 @@ PYTHONS = ("python3", "python")
 def image_targets(ref: str) -> list[DockerTarget]:
     """A container target of ``ref`` for each interpreter name; exit 2 when the engine
     has no such image, 4 when there is no engine."""
-    client = connect()
+    client = docker_engine.connect()
     try:
         image = client.images.get(ref)
     except docker.errors.ImageNotFound:

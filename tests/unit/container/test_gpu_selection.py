@@ -197,12 +197,9 @@ def test_commands_refuse_an_index_out_of_range_in_one_line(
     if argv[0] == "certify":  # certify connects first: stand in for the engine's absence
         pytest.importorskip("docker")
         from envforge.backends.docker import engine
-        from envforge.cli import images
 
-        # Both names: cli.images binds `connect` when it is first imported, and a first
-        # import under the patch would keep the stand-in for every later test.
+        # the CLI calls engine.connect through the module: the patch ends with the test
         monkeypatch.setattr(engine, "connect", lambda *_a, **_k: object())
-        monkeypatch.setattr(images, "connect", lambda *_a, **_k: object())
     assert main(argv) == 2
     err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if "error" in line]
