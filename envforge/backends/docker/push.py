@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from envforge.container.identity import engine_kind
 from envforge.container.refs import (
     CERTIFICATE_LABEL,
     ImageInfo,
@@ -191,7 +192,7 @@ def publish(
     before = _images.inspect_image(client, target)
     _images.tag_image(client, info.id, target)
     try:
-        result = _images.push(client, target, on_line=on_line, stall=_stall(stall))
+        result = _images.push(client, target, on_line=on_line, stall=_push_stall(client, stall))
     except BaseException:
         # a failed (or interrupted) push leaves the local registry tag as it was
         if before is not None and before.id != info.id:
@@ -222,6 +223,22 @@ def verify_remote(ref: str, *, deadline: float | None = None) -> Verified:
     (the certificate label, the layers' diff IDs, the config) through its HTTP API, all
     within ``deadline`` seconds (default: ``ENVFORGE_NET_DEADLINE``, else 45)."""
     return verify_local(remote_image(ref, deadline=Deadline.start(_stall(deadline))), ref)
+
+
+#: Podman's Docker API says nothing while it compresses a layer before sending it (seen:
+#: 45 s with no line for the cpu stack's torch layer on a loaded 2-core machine), where
+#: Docker reports bytes as they go: its push may be silent this many times as long.
+PODMAN_PUSH_STALL_FACTOR = 4.0
+
+
+def _push_stall(client: EngineClient, given: float | None) -> float:
+    """The push's no-progress deadline: :func:`_stall`, longer on Podman."""
+    seconds = _stall(given)
+    try:
+        podman = engine_kind(client.api.version()) == "podman"
+    except Exception:  # no version: the push itself then says what is wrong
+        podman = False
+    return seconds * PODMAN_PUSH_STALL_FACTOR if podman else seconds
 
 
 def _stall(given: float | None) -> float:

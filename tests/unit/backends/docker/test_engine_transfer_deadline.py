@@ -139,3 +139,34 @@ def test_a_bad_deadline_variable_is_exit_2_before_anything_is_asked(
     assert "ENVFORGE_NET_DEADLINE='soon' is not a number of seconds" in err
     assert len(err.strip().splitlines()) == 1
     assert asked == []
+
+
+class _Versioned:
+    """An engine client whose API answers only /version (``api.version()``)."""
+
+    def __init__(self, version: object) -> None:
+        self.api = self
+        self._version = version
+
+    def version(self) -> object:
+        if isinstance(self._version, Exception):
+            raise self._version
+        return self._version
+
+
+def test_a_push_through_podman_may_be_silent_longer_than_through_docker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Podman says nothing while it compresses a layer: its push gets the deadline times
+    PODMAN_PUSH_STALL_FACTOR; Docker, or an engine that does not say, the deadline."""
+    from envforge.backends.docker import push as push_module
+
+    monkeypatch.delenv("ENVFORGE_NET_DEADLINE", raising=False)
+    podman = _Versioned({"Components": [{"Name": "Podman Engine"}]})
+    docker_engine = _Versioned({"Components": [{"Name": "Engine"}]})
+    silent = _Versioned(OSError("no answer"))
+    factor = push_module.PODMAN_PUSH_STALL_FACTOR
+    assert factor > 1
+    assert push_module._push_stall(podman, 30.0) == 30.0 * factor  # type: ignore[arg-type]
+    assert push_module._push_stall(docker_engine, 30.0) == 30.0  # type: ignore[arg-type]
+    assert push_module._push_stall(silent, 30.0) == 30.0  # type: ignore[arg-type]
