@@ -44,7 +44,7 @@ import io
 import os
 import stat
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 #: The key of :func:`content_digests` for the files no RECORD lists.
@@ -314,6 +314,25 @@ def scan(venv: Path, *, use_memo: bool = True) -> Scan:
         if rel not in files:
             files[rel], found_owner[rel] = MISSING, dist
     return Scan(files, found_owner, dists, hashed, fresh)
+
+
+def restat(venv: Path, found: Scan) -> Scan:
+    """``found`` with its memo's ``lstat`` data read again (never the bytes), for a build's
+    own folder aside after it moved the files into the store: a hard link and a mode
+    change alter a file's ctime, not its bytes. An entry whose size, mtime or inode
+    changed is dropped (read again next time). Only for a folder that nothing else writes
+    between :func:`scan` and this call."""
+    memo: dict[str, tuple[str, str]] = {}
+    for rel, (key, value) in found.memo.items():
+        try:
+            info = os.lstat(os.path.join(venv, rel))
+        except OSError:
+            continue
+        size, mtime, _ctime, ino, _mode = key.split(":")
+        same = (str(info.st_size), str(info.st_mtime_ns), str(info.st_ino)) == (size, mtime, ino)
+        if same and stat.S_ISREG(info.st_mode):
+            memo[rel] = (_stat_key(info), value)
+    return replace(found, memo=memo)
 
 
 def save_memo(venv: Path, found: Scan) -> None:

@@ -59,7 +59,7 @@ from envforge.backends.venvfs import (
     sweep_leftovers,
     verify_records,
 )
-from envforge.backends.venvscan import CERTIFIED_LIST, certified_list, save_memo, scan
+from envforge.backends.venvscan import CERTIFIED_LIST, certified_list, restat, save_memo, scan
 from envforge.core import paths
 from envforge.core.fsutil import (
     check_folder_target,
@@ -365,7 +365,6 @@ def _stage(  # noqa: PLR0917 - one step of build, its inputs spelled out
     # every file read (a clone's carried-over files too: never trusted by stat data)
     found = scan(aside, use_memo=False)
     (aside / MARKER_DIR).mkdir(exist_ok=True)
-    save_memo(aside, found)
     content = found.digests()
     old = base.cert.get("content") if base is not None else None
     only = (
@@ -388,6 +387,7 @@ def _stage(  # noqa: PLR0917 - one step of build, its inputs spelled out
             f"cannot keep the venv's files apart from uv's cache: {exc.strerror or exc}",
             hint=f"free space where {store} and the venv are, then build again",
         ) from exc
+    save_memo(aside, restat(aside, found))  # the store's links: new ctimes, same bytes
     if shared or added:
         options.say(f"files shared with other venvs: {shared} linked, {added} added ({store})")
     return content, base

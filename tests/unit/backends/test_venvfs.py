@@ -124,6 +124,28 @@ def test_a_touched_file_is_hashed_again_and_is_the_same_content(tmp_path: Path) 
     assert verify_records(venv) == []
 
 
+def test_restat_keeps_what_a_link_or_mode_change_left_and_drops_a_rewrite(
+    tmp_path: Path,
+) -> None:
+    """A build moves its files into the store (a hard link, write bits cleared: new
+    ctimes, the same bytes); the memo's stat data are read again, the bytes never. A file
+    rewritten since (a new mtime) loses its memo entry and is read again."""
+    venv = make_venv(tmp_path / "v")
+    (venv / MARKER_DIR).mkdir()
+    found = venvscan.scan(venv, use_memo=False)
+    init, core = venv / SP / "pkg" / "__init__.py", venv / SP / "pkg" / "core.py"
+    os.link(init, tmp_path / "stored")
+    init.chmod(0o444)
+    st = core.stat()
+    core.write_bytes(b"def f():\n    return 3\n")
+    os.utime(core, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    venvscan.save_memo(venv, venvscan.restat(venv, found))
+    again = venvscan.scan(venv)
+    assert again.hashed == 1  # core.py only: the linked, read-only __init__.py is known
+    rel = (SP + "/pkg/core.py").lstrip("/")
+    assert again.files[rel] == hashlib.sha256(b"def f():\n    return 3\n").hexdigest()
+
+
 def test_added_and_removed_distributions_and_pth_files(tmp_path: Path) -> None:
     venv = make_venv(tmp_path / "v")
     before = content_digests(venv)
