@@ -69,13 +69,28 @@ class Backend(Protocol):
     def disk_need(self, vendor: str) -> tuple[int, Path]: ...
 
 
+class _HasFlags(Protocol):
+    def cli_options(self) -> tuple[BackendOption, ...]: ...
+
+
 class _Backends(MutableMapping[str, Backend]):
     """Backend names to backend modules, each named by its module path and imported when
     it is first looked up (Python's module cache keeps it); a module may be registered
-    directly too (tests register a fake)."""
+    directly too (tests register a fake). A backend's flags may live in a light module
+    of their own (``flags``): :meth:`cli_options` reads them without importing the
+    backend, so a command line is parsed without the backends it does not use."""
 
-    def __init__(self, paths: Mapping[str, str]) -> None:
+    def __init__(self, paths: Mapping[str, str], flags: Mapping[str, str] | None = None) -> None:
         self._entries: dict[str, str | Backend] = dict(paths)
+        self._flags: dict[str, str] = dict(flags or {})
+
+    def cli_options(self, name: str) -> tuple[BackendOption, ...]:
+        """The flags backend ``name`` declares, from its flags module where it has one."""
+        entry = self._entries[name]
+        flags = self._flags.get(name)
+        if isinstance(entry, str) and flags is not None:
+            return cast("_HasFlags", importlib.import_module(flags)).cli_options()
+        return self[name].cli_options()
 
     def __getitem__(self, name: str) -> Backend:
         entry = self._entries[name]
@@ -85,9 +100,11 @@ class _Backends(MutableMapping[str, Backend]):
 
     def __setitem__(self, name: str, backend: Backend) -> None:
         self._entries[name] = backend
+        self._flags.pop(name, None)
 
     def __delitem__(self, name: str) -> None:
         del self._entries[name]
+        self._flags.pop(name, None)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._entries)
@@ -98,7 +115,8 @@ class _Backends(MutableMapping[str, Backend]):
 
 #: The backends, in the order :func:`pick` prefers them (the first is the default).
 BACKENDS: Final[MutableMapping[str, Backend]] = _Backends(
-    {"docker": "envforge.backends.docker", "venv": "envforge.backends.venv"}
+    {"docker": "envforge.backends.docker", "venv": "envforge.backends.venv"},
+    flags={"docker": "envforge.backends.flags.docker", "venv": "envforge.backends.flags.venv"},
 )
 
 

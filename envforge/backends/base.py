@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 from envforge.errors import CertificationFailed, InvalidInput
 
@@ -160,11 +160,20 @@ class HostCheck:
     stand_ins: Mapping[str, Callable[[], Any]] = field(default_factory=dict)
 
 
+def _options_of(backends: Mapping[str, Any], name: str) -> tuple[BackendOption, ...]:
+    """Backend ``name``'s flags: through the registry's own lookup where it has one (a
+    backend's flags module, the backend not imported), else from the backend."""
+    lookup = getattr(backends, "cli_options", None)
+    if callable(lookup):
+        return cast("tuple[BackendOption, ...]", lookup(name))
+    return cast("tuple[BackendOption, ...]", backends[name].cli_options())
+
+
 def declared(backends: Mapping[str, Any], command: Command) -> dict[str, list[str]]:
     """Flag -> the backends (by name) that declare it for ``command``."""
     out: dict[str, list[str]] = {}
-    for name, backend in backends.items():
-        for option in backend.cli_options():
+    for name in backends:
+        for option in _options_of(backends, name):
             if command in option.commands:
                 out.setdefault(option.flag, []).append(name)
     return out
@@ -173,8 +182,8 @@ def declared(backends: Mapping[str, Any], command: Command) -> dict[str, list[st
 def unique_options(backends: Mapping[str, Any], command: Command) -> list[BackendOption]:
     """The flags the backends declare for ``command``, each once (first declaration)."""
     seen: dict[str, BackendOption] = {}
-    for backend in backends.values():
-        for option in backend.cli_options():
+    for name in backends:
+        for option in _options_of(backends, name):
             if command in option.commands:
                 seen.setdefault(option.flag, option)
     return list(seen.values())

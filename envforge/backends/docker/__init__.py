@@ -27,13 +27,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envforge.backends.base import HostCheck, LineSink, Options
-from envforge.backends.docker.options import (
-    CLI_OPTIONS,
-    DockerOptions,
-    cli_options,
-    docker_options,
-)
+from envforge.backends.docker.options import DockerOptions, docker_options
 from envforge.backends.docker.results import Certified, DockerBuildResult
+from envforge.backends.flags.docker import CLI_OPTIONS, cli_options
 from envforge.container.refs import certified_ref, split_ref
 from envforge.core.lazy import LazyModule
 from envforge.recipe.model import Recipe

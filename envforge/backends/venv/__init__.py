@@ -67,7 +67,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from envforge.backends.base import BackendOption, HostCheck, Options, ProbeFailed
+from envforge.backends.base import HostCheck, Options, ProbeFailed
 from envforge.container.devices import visible_env
 from envforge.core import paths
 from envforge.core.fsutil import write_atomically
@@ -83,6 +83,7 @@ if TYPE_CHECKING:
     from envforge.host.detect import HostInfo
     from envforge.host.doctor import Finding
 
+from envforge.backends.flags.venv import CLI_OPTIONS, cli_options
 from envforge.backends.venv import hostpython
 from envforge.backends.venv.building import (
     _reinstall_reason,
@@ -134,50 +135,12 @@ from envforge.backends.venv.running import (
     run_in_venv,
 )
 
-#: The flags only this backend has (``envforge build`` / ``shell``).
-CLI_OPTIONS: tuple[BackendOption, ...] = (
-    BackendOption(
-        "--python",
-        "python",
-        "venv backend: the interpreter to use (must be the recipe's Python version).",
-        ("build", "shell"),
-        metavar="PATH",
-    ),
-    BackendOption(
-        "--no-certify",
-        "no_certify",
-        "Build only; no probe (venv: `certify` on a host with the GPU certifies it).",
-        ("build",),
-        is_flag=True,
-    ),
-    BackendOption(
-        "--wheelhouse",
-        "wheelhouse",
-        "venv backend, when the venv must be built: install torch from these wheels.",
-        ("shell",),
-        kind="dir",
-    ),
-    BackendOption(
-        "--ca-bundle",
-        "ca_bundle",
-        "venv backend, when the venv must be built: PEM bundle uv trusts.",
-        ("shell",),
-        kind="file",
-    ),
-)
-
-
 GIB = 1024**3
 
 
 #: Rough space a venv takes (site-packages), by vendor: ROCm wheels bundle the
 #: user-space ROCm libraries.
 SPACE_ESTIMATE: dict[str, int] = {"amd": 16 * GIB, "nvidia": 8 * GIB, "none": 2 * GIB}
-
-
-def cli_options() -> tuple[BackendOption, ...]:
-    """The flags only this backend has."""
-    return CLI_OPTIONS
 
 
 def venv_options(options: Options | VenvOptions) -> VenvOptions:
