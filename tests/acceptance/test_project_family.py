@@ -33,6 +33,9 @@ pytestmark = venv_marks
 
 #: torch 2.14.1 and the torchvision released with it (the companion table's row).
 FAMILY = ("torch==2.14.1", "torchvision==0.29.1", "numpy>=1.26,<3")
+#: The index's port where it is free (below Linux's ephemeral range): uv caches an index's
+#: wheels by its URL, and these are several GB to unpack again under a new one each run.
+INDEX_PORT = 29613
 
 NMS_CHECK = """\
 import torch
@@ -89,7 +92,7 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list[
     )
     assert got.returncode == 0, got.stderr[-3000:]
     simple_index(base / "root" / "simple", wheels)
-    with serving_folder(base / "root") as server:
+    with serving_folder(base / "root", INDEX_PORT) as server:
         yield f"{server.url}/simple", server.requests
 
 

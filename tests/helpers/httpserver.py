@@ -73,10 +73,22 @@ class Handler(BaseHTTPRequestHandler):
             return
 
 
+def _server(handler: Callable[..., BaseHTTPRequestHandler], port: int) -> ThreadingHTTPServer:
+    """A server on ``port`` of 127.0.0.1, or on a free one when that is taken (or 0)."""
+    if port:
+        try:
+            return ThreadingHTTPServer(("127.0.0.1", port), handler)
+        except OSError:
+            pass
+    return ThreadingHTTPServer(("127.0.0.1", 0), handler)
+
+
 @contextmanager
-def serving(handler: Callable[..., BaseHTTPRequestHandler]) -> Iterator[Served]:
-    """Serve with ``handler`` (a handler class, or a partial of one) until the block ends."""
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+def serving(handler: Callable[..., BaseHTTPRequestHandler], port: int = 0) -> Iterator[Served]:
+    """Serve with ``handler`` (a handler class, or a partial of one) until the block ends,
+    on ``port`` where it is free (an index URL that stays the same from run to run keeps
+    uv's cache of its wheels), else on any free port."""
+    httpd = _server(handler, port)
     httpd.daemon_threads = True
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
@@ -89,15 +101,15 @@ def serving(handler: Callable[..., BaseHTTPRequestHandler]) -> Iterator[Served]:
 
 
 @contextmanager
-def serving_folder(folder: Path) -> Iterator[Served]:
-    """Serve the files under ``folder``; :attr:`Served.requests` lists each path asked for
-    (query included), in order."""
+def serving_folder(folder: Path, port: int = 0) -> Iterator[Served]:
+    """Serve the files under ``folder`` (on ``port`` where it is free, :func:`serving`);
+    :attr:`Served.requests` lists each path asked for (query included), in order."""
     seen: list[str] = []
 
     class Recording(SimpleHTTPRequestHandler):
         def log_message(self, format: str, *args: Any) -> None:
             seen.append(self.path)
 
-    with serving(partial(Recording, directory=str(folder))) as served:
+    with serving(partial(Recording, directory=str(folder)), port) as served:
         served.requests = seen
         yield served

@@ -48,3 +48,13 @@ def test_a_folder_is_served_and_each_path_recorded(tmp_path: Path) -> None:
         assert _get(f"{served.url}/simple/seven/")[0] == 404
         assert served.requests[0] == "/simple/six/"
         assert "/simple/seven/" in served.requests
+
+
+def test_a_port_asked_for_is_used_while_free_and_another_taken_when_not(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        wanted = int(probe.getsockname()[1])
+    with serving_folder(tmp_path, wanted) as first:
+        assert first.port == wanted
+        with serving_folder(tmp_path, wanted) as second:  # taken: any free port
+            assert second.port not in (0, wanted)
