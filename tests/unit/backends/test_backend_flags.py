@@ -40,5 +40,5 @@ def test_a_backend_registered_in_place_of_one_brings_its_own_flags() -> None:
     backends = _Backends(
         {"docker": "envforge.backends.docker"}, flags={"docker": "envforge.backends.flags.docker"}
     )
-    backends["docker"] = fake  # type: ignore[assignment]
+    backends["docker"] = fake
     assert unique_options(backends, "shell") == [mine]
