@@ -43,7 +43,7 @@ import hashlib
 import io
 import os
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -316,12 +316,18 @@ def scan(venv: Path, *, use_memo: bool = True) -> Scan:
     return Scan(files, found_owner, dists, hashed, fresh)
 
 
-def restat(venv: Path, found: Scan) -> Scan:
+def restat(venv: Path, found: Scan, copied: Collection[Path] = ()) -> Scan:
     """``found`` with its memo's ``lstat`` data read again (never the bytes), for a build's
     own folder aside after it moved the files into the store: a hard link and a mode
     change alter a file's ctime, not its bytes. An entry whose size, mtime or inode
-    changed is dropped (read again next time). Only for a folder that nothing else writes
-    between :func:`scan` and this call."""
+    changed is dropped (read again next time), but for a file of ``copied``: replaced by a
+    copy whose bytes were hashed while copied (the same value). Only for a folder that
+    nothing else writes between :func:`scan` and this call."""
+    prefix = os.path.join(venv, "")
+    known = {
+        str(path)[len(prefix) :] if str(path).startswith(prefix) else os.path.relpath(path, venv)
+        for path in copied
+    }
     memo: dict[str, tuple[str, str]] = {}
     for rel, (key, value) in found.memo.items():
         try:
@@ -330,7 +336,8 @@ def restat(venv: Path, found: Scan) -> Scan:
             continue
         size, mtime, _ctime, ino, _mode = key.split(":")
         same = (str(info.st_size), str(info.st_mtime_ns), str(info.st_ino)) == (size, mtime, ino)
-        if same and stat.S_ISREG(info.st_mode):
+        kept = same or (rel in known and str(info.st_size) == size)
+        if kept and stat.S_ISREG(info.st_mode):
             memo[rel] = (_stat_key(info), value)
     return replace(found, memo=memo)
 

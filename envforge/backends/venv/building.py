@@ -380,14 +380,15 @@ def _stage(  # noqa: PLR0917 - one step of build, its inputs spelled out
             hint="uv's cache or envforge's store of shared files holds a modified copy: "
             f"`uv cache clean` and remove {store}, then build again",
         )
+    copied: list[Path] = []
     try:
-        added = share.add_to_store(aside, store)
+        added = share.add_to_store(aside, store, copied)
     except OSError as exc:
         raise BuildFailed(
             f"cannot keep the venv's files apart from uv's cache: {exc.strerror or exc}",
             hint=f"free space where {store} and the venv are, then build again",
         ) from exc
-    save_memo(aside, restat(aside, found))  # the store's links: new ctimes, same bytes
+    save_memo(aside, restat(aside, found, copied))  # the store's links: the same bytes
     if shared or added:
         options.say(f"files shared with other venvs: {shared} linked, {added} added ({store})")
     return content, base

@@ -179,15 +179,11 @@ def venv_environ(
     return env
 
 
-def link_mode(target: Path, options: VenvOptions, env: Mapping[str, str], stack: Stack) -> str:
+def link_mode(target: Path, options: VenvOptions, env: Mapping[str, str]) -> str:
     """uv's link mode for the venv at ``target`` (:func:`share.link_mode`): hard links
-    from uv's cache where envforge's store holds the stack's torch already and it, uv's
-    cache and the venv share a file system; copies for the first venv of a stack."""
+    from uv's cache where it, the venv and envforge's store share a file system."""
     store = share.store_dir(paths.state_dir(options.environ))
-    name, _, version = stack.torch.partition("==")
-    if not share.holds(store, f"{name}-{version}.dist-info"):
-        return "copy"  # uv's cache is not even asked where it is
-    return share.link_mode(target.parent, store, _uv_cache(env), stored=True)
+    return share.link_mode(target.parent, store, _uv_cache(env))
 
 
 def _uv_cache(env: Mapping[str, str]) -> Path | None:
@@ -221,7 +217,7 @@ def _install(  # noqa: PLR0917 - one step of build, its inputs spelled out
         private = Path(tmp) / "tmp"
         private.mkdir()
         env.update({"TMPDIR": str(private), "TMP": str(private), "TEMP": str(private)})
-        env["UV_LINK_MODE"] = link_mode(target, options, env, stack)
+        env["UV_LINK_MODE"] = link_mode(target, options, env)
         _fill(recipe, interp, target, options, lock_file, stack, env, Path(tmp), fresh=fresh)
 
 

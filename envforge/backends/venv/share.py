@@ -21,17 +21,14 @@ write bits are cleared so that such a write fails for anyone but root in the fir
 Where the file system has no hard links (or the store is on another one), files stay
 copies. ``envforge gc`` removes store files that no venv links any more.
 
-How uv installs (:func:`link_mode`) follows what the store holds. The first venv of a
-stack is copied by uv (in Rust, in parallel) and its files join the store as they are, by
-links: one copy of torch written, not two. Once the store holds the stack's torch
-(:func:`holds`: a marker per stored distribution), uv installs by hard links from its
-cache when the cache, the venv and the store share one file system: a second venv of the
-stack then costs links, not a copy of torch that the store would replace (freeing a
-copy's blocks is what made rebuilds slow). Such a file is uv's, never the store's:
-:func:`link_shared` replaces it by the store's copy, and :func:`add_to_store` copies
-what the store lacks (its hash checked while copying) and links the venv to the copy, so
-after a build no venv file is uv's cache file, and an edit in a venv cannot reach uv's
-cache.
+uv installs by hard links from its cache when the cache, the venv and the store share one
+file system (:func:`link_mode`): a second venv of a stack then costs links, not a copy of
+torch that the store would replace (freeing a copy's blocks is what made rebuilds slow).
+Such a file is uv's, never the store's: :func:`add_to_store` copies it into the store
+(its hash checked while copying) and links the venv to the copy, so after a build no venv
+file is uv's cache file, and an edit in a venv cannot reach uv's cache. (Measured on the
+CI machine, 2026-11-28: uv's own copy of the first venv instead, its files then linked
+into the store, was 1-2 s slower.)
 """
 
 from __future__ import annotations
@@ -48,8 +45,6 @@ from envforge.backends.venvscan import distributions, read_record
 
 #: Below ``$ENVFORGE_HOME``: the store's folder.
 STORE = "store"
-#: Beside the store's ``sha256`` folder: a marker per distribution whose files it holds.
-DISTS = "dists"
 WRITE_BITS = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
 
 
@@ -139,12 +134,14 @@ def link_shared(venv: Path, store: Path) -> int:
     return linked
 
 
-def add_to_store(venv: Path, store: Path) -> int:
+def add_to_store(venv: Path, store: Path, copied: list[Path] | None = None) -> int:
     """The files of ``venv`` (checked against their RECORD hashes) that the store lacks
     join it, read-only; how many. A file with other links (uv's cache, when uv installed
     by hard links) is copied into the store and the venv linked to the copy: uv's file is
     left as it is. Raises :class:`OSError` when such a file can be neither stored nor
-    made the venv's own copy (it would stay uv's cache file)."""
+    made the venv's own copy (it would stay uv's cache file). ``copied`` (when given)
+    gets each venv file now linked to a store copy whose bytes hashed to its RECORD hash
+    while copied."""
     added, linking = 0, True
     for path, key in _files(venv):
         target = _where(store, key)
@@ -156,12 +153,13 @@ def add_to_store(venv: Path, store: Path) -> int:
             if mine.st_nlink > 1 and (kept.st_ino, kept.st_dev) != (mine.st_ino, mine.st_dev):
                 _own_copy(path, mine)  # uv's file, which link_shared could not replace
         elif mine.st_nlink > 1:
-            added += _store_copy(path, mine, target, key)
+            stored = _store_copy(path, mine, target, key)
+            added += stored
+            if stored and copied is not None:
+                copied.append(path)
         elif linking:
             linking = _store_link(path, mine, target)  # False: no links here, copies stay
             added += 1 if linking else 0
-    if linking:
-        _mark_stored(venv, store)
     return added
 
 
@@ -217,49 +215,17 @@ def _own_copy(path: Path, mine: os.stat_result) -> None:
         raise
 
 
-def link_mode(venv_parent: Path, store: Path, uv_cache: Path | None, *, stored: bool) -> str:
+def link_mode(venv_parent: Path, store: Path, uv_cache: Path | None) -> str:
     """uv's ``--link-mode`` for installing into a venv under ``venv_parent``: ``hardlink``
-    when the store already holds the stack (``stored``, :func:`holds`) and uv's cache
-    (None: no cache), the venv and the store are on one file system: the venv's files then
-    become links to the store's copies (:func:`link_shared`), no bytes written. Else
-    ``copy``: uv copies the first venv of a stack (in parallel, in the kernel) and its own
-    files join the store as they are (:func:`add_to_store` links them, no copy again)."""
-    if uv_cache is None or not stored:
+    when uv's cache (None: no cache), the venv and the store are on one file system (the
+    store then takes its own copies, :func:`add_to_store`), else ``copy``."""
+    if uv_cache is None:
         return "copy"
     try:
         devices = {_device(uv_cache), _device(venv_parent), _device(store)}
     except OSError:
         return "copy"
     return "hardlink" if len(devices) == 1 else "copy"
-
-
-def _marker(store: Path, dist: str) -> Path:
-    return store.parent / DISTS / dist
-
-
-def holds(store: Path, dist: str) -> bool:
-    """Whether the store holds the files of the distribution whose dist-info folder is
-    ``dist`` (``torch-2.13.0+cpu.dist-info``): its marker names the store file of its
-    METADATA, still there (``envforge gc`` may have removed it since)."""
-    try:
-        key = _marker(store, dist).read_text(encoding="ascii").strip()
-    except (OSError, UnicodeDecodeError):
-        return False
-    return len(key) == 64 and _regular(_where(store, key)) is not None
-
-
-def _mark_stored(venv: Path, store: Path) -> None:
-    """A marker per distribution of ``venv`` whose METADATA is in the store (best effort:
-    a missing marker only makes the next venv of the stack a copy)."""
-    folder = store.parent / DISTS
-    with contextlib.suppress(OSError):
-        folder.mkdir(parents=True, exist_ok=True)
-        for _sp, dist in distributions(venv):
-            key = _sha256(dist / "METADATA")
-            if key is not None and _regular(_where(store, key)) is not None:
-                tmp = folder / f".{dist.name}.{os.getpid()}.tmp"
-                tmp.write_text(key + "\n", encoding="ascii")
-                os.replace(tmp, folder / dist.name)
 
 
 def _device(path: Path) -> int:

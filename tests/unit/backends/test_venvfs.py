@@ -146,6 +146,21 @@ def test_restat_keeps_what_a_link_or_mode_change_left_and_drops_a_rewrite(
     assert again.files[rel] == hashlib.sha256(b"def f():\n    return 3\n").hexdigest()
 
 
+def test_restat_keeps_a_file_replaced_by_a_checked_copy_and_only_that(tmp_path: Path) -> None:
+    """A file the store replaced by its own copy (hashed while copied) has a new inode:
+    kept when the build names it, read again when not."""
+    venv = make_venv(tmp_path / "v")
+    (venv / MARKER_DIR).mkdir()
+    found = venvscan.scan(venv, use_memo=False)
+    init, core = venv / SP / "pkg" / "__init__.py", venv / SP / "pkg" / "core.py"
+    for path in (init, core):
+        copy = path.with_name(path.name + ".copy")
+        copy.write_bytes(path.read_bytes())
+        os.replace(copy, path)
+    venvscan.save_memo(venv, venvscan.restat(venv, found, [init]))
+    assert venvscan.scan(venv).hashed == 1  # core.py, not named
+
+
 def test_added_and_removed_distributions_and_pth_files(tmp_path: Path) -> None:
     venv = make_venv(tmp_path / "v")
     before = content_digests(venv)

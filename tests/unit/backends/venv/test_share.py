@@ -186,47 +186,23 @@ def test_uv_links_only_where_its_cache_the_venv_and_the_store_share_a_file_syste
     home = tmp_path / "home"
     store = home / "store" / "sha256"  # not made yet: its nearest parent counts
     home.mkdir()
-    cache = tmp_path / "uv-cache-not-made"
-    assert share.link_mode(home, store, cache, stored=True) == "hardlink"
-    assert share.link_mode(home, store, None, stored=True) == "copy"
+    assert share.link_mode(home, store, tmp_path / "uv-cache-not-made") == "hardlink"
+    assert share.link_mode(home, store, None) == "copy"
     other = Path("/dev/shm")
     if other.is_dir() and other.stat().st_dev != tmp_path.stat().st_dev:
-        assert share.link_mode(home, store, other, stored=True) == "copy"
-        assert share.link_mode(other, store, home, stored=True) == "copy"
+        assert share.link_mode(home, store, other) == "copy"
+        assert share.link_mode(other, store, home) == "copy"
 
 
-def test_the_first_venv_of_a_stack_is_copied_by_uv_and_joins_the_store_without_a_copy(
-    tmp_path: Path,
-) -> None:
-    """Where the store lacks the stack, uv copies (hard links from its cache would each
-    cost the store a copy); the venv's own files then become the store's by links."""
-    home = tmp_path / "home"
-    home.mkdir()
-    store = home / "store" / "sha256"
-    assert share.link_mode(home, store, tmp_path, stored=False) == "copy"
-    a = make_venv(tmp_path / "a", {**FILES, "pkg-1.0.dist-info/METADATA": b"Name: pkg\n"})
-    big = a / "lib/python3.11/site-packages/pkg/big.so"
-    inode = big.stat().st_ino
-    assert not share.holds(store, "pkg-1.0.dist-info")
-    assert share.add_to_store(a, store) == 3
-    assert big.stat().st_ino == inode  # linked, not copied
-    assert share.holds(store, "pkg-1.0.dist-info")
-    assert not share.holds(store, "other-1.0.dist-info")
-
-
-def test_a_stored_marker_whose_files_gc_removed_holds_nothing(tmp_path: Path) -> None:
-    store = tmp_path / "store" / "sha256"
-    a = make_venv(tmp_path / "a", {**FILES, "pkg-1.0.dist-info/METADATA": b"Name: pkg\n"})
-    share.add_to_store(a, store)
-    for path, _size in share.unused(store) or []:
-        path.unlink()
-    assert share.holds(store, "pkg-1.0.dist-info")  # the venv still links them
-    for path in sorted(a.rglob("*"), reverse=True):
-        if path.is_file():
-            path.unlink()
-    for path, _size in share.unused(store):
-        path.unlink()  # what `envforge gc` does
-    assert not share.holds(store, "pkg-1.0.dist-info")
-    marker = store.parent / share.DISTS / "pkg-1.0.dist-info"
-    marker.write_text("not a hash\n", encoding="ascii")
-    assert not share.holds(store, "pkg-1.0.dist-info")
+def test_the_store_names_the_files_it_replaced_by_checked_copies(tmp_path: Path) -> None:
+    """uv's hard-linked files are copied into the store, each hashed while copied: the
+    build keeps their scanned values (no second read), and only theirs."""
+    store = tmp_path / "store"
+    a = make_venv(tmp_path / "a", FILES)
+    as_uv_would(a, tmp_path / "uv-cache")
+    own = a / "lib/python3.11/site-packages/pkg-1.0.dist-info/RECORD"
+    copied: list[Path] = []
+    assert share.add_to_store(a, store, copied) == 2
+    sp = a / "lib/python3.11/site-packages"
+    assert sorted(copied) == sorted([sp / "pkg/big.so", sp / "pkg/__init__.py"])
+    assert own not in copied
