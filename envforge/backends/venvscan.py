@@ -316,7 +316,7 @@ def scan(venv: Path, *, use_memo: bool = True) -> Scan:
     return Scan(files, found_owner, dists, hashed, fresh)
 
 
-def restat(venv: Path, found: Scan, copied: Collection[Path] = ()) -> Scan:
+def restat(venv: Path, found: Scan, copied: Collection[str] = ()) -> Scan:
     """``found`` with its memo's ``lstat`` data read again (never the bytes), for a build's
     own folder aside after it moved the files into the store: a hard link and a mode
     change alter a file's ctime, not its bytes. An entry whose size, mtime or inode
@@ -325,7 +325,7 @@ def restat(venv: Path, found: Scan, copied: Collection[Path] = ()) -> Scan:
     nothing else writes between :func:`scan` and this call."""
     prefix = os.path.join(venv, "")
     known = {
-        str(path)[len(prefix) :] if str(path).startswith(prefix) else os.path.relpath(path, venv)
+        path[len(prefix) :] if path.startswith(prefix) else os.path.relpath(path, venv)
         for path in copied
     }
     memo: dict[str, tuple[str, str]] = {}

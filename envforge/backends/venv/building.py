@@ -380,7 +380,7 @@ def _stage(  # noqa: PLR0917 - one step of build, its inputs spelled out
             hint="uv's cache or envforge's store of shared files holds a modified copy: "
             f"`uv cache clean` and remove {store}, then build again",
         )
-    copied: list[Path] = []
+    copied: list[str] = []
     try:
         added = share.add_to_store(aside, store, copied)
     except OSError as exc:

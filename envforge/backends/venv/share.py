@@ -60,45 +60,53 @@ def _hex(record_hash: str) -> str | None:
     return raw.hex() if len(raw) == 32 else None
 
 
-def _files(venv: Path) -> Iterator[tuple[Path, str]]:
-    """(file, its hash in hex) of every file a RECORD lists with a hash, inside the venv."""
+def _files(venv: Path) -> Iterator[tuple[str, str]]:
+    """(file, its hash in hex) of every file a RECORD lists with a hash, inside the venv.
+    Paths are strings here: the loops below run once per installed file (16,000 for torch)."""
     root = os.path.realpath(venv)
     for sp, dist in distributions(venv):
+        base = str(sp)
         for entry in read_record(dist) or ():
             key = _hex(entry.sha256) if entry.sha256 else None
             if key is None:
                 continue
-            path = os.path.normpath(os.path.join(sp, entry.path))
+            path = os.path.normpath(os.path.join(base, entry.path))
             if not path.startswith(root + os.sep):
                 continue  # ../../bin/x scripts outside site-packages stay: a venv's own
-            yield Path(path), key
+            yield path, key
 
 
-def _where(store: Path, key: str) -> Path:
-    return store / key[:2] / key
+def _where(store: Path, key: str) -> str:
+    return f"{store}/{key[:2]}/{key}"
 
 
-def _regular(path: Path) -> os.stat_result | None:
+def _regular(path: str) -> os.stat_result | None:
     try:
-        info = path.lstat()
+        info = os.lstat(path)
     except OSError:
         return None
     return info if stat.S_ISREG(info.st_mode) else None
 
 
-def _replace_with_link(source: Path, path: Path) -> bool:
-    tmp = path.with_name(f".{path.name}.envforge-link")
+def _beside(path: str, suffix: str) -> str:
+    """``.NAME<suffix>`` in the folder of ``path``: a temporary name for a swap."""
+    head, _, name = path.rpartition("/")
+    return f"{head}/.{name}{suffix}"
+
+
+def _replace_with_link(source: str, path: str) -> bool:
+    tmp = _beside(path, ".envforge-link")
     try:
         os.link(source, tmp)
         os.replace(tmp, path)
     except OSError:
         with contextlib.suppress(OSError):
-            tmp.unlink()
+            os.unlink(tmp)
         return False
     return True
 
 
-def _sha256(path: Path) -> str | None:
+def _sha256(path: str | Path) -> str | None:
     digest = hashlib.sha256()
     try:
         with open(path, "rb") as fh:
@@ -126,7 +134,7 @@ def link_shared(venv: Path, store: Path) -> int:
             continue
         if kept.st_size != mine.st_size or _sha256(kept_path) != key:
             with contextlib.suppress(OSError):
-                kept_path.unlink()  # the venvs that hold it find the change themselves
+                os.unlink(kept_path)  # the venvs that hold it find the change themselves
             continue
         if not _replace_with_link(kept_path, path):
             return linked  # no hard links here (another file system): copies stay
@@ -134,7 +142,7 @@ def link_shared(venv: Path, store: Path) -> int:
     return linked
 
 
-def add_to_store(venv: Path, store: Path, copied: list[Path] | None = None) -> int:
+def add_to_store(venv: Path, store: Path, copied: list[str] | None = None) -> int:
     """The files of ``venv`` (checked against their RECORD hashes) that the store lacks
     join it, read-only; how many. A file with other links (uv's cache, when uv installed
     by hard links) is copied into the store and the venv linked to the copy: uv's file is
@@ -143,6 +151,7 @@ def add_to_store(venv: Path, store: Path, copied: list[Path] | None = None) -> i
     gets each venv file now linked to a store copy whose bytes hashed to its RECORD hash
     while copied."""
     added, linking = 0, True
+    made: set[str] = set()  # the store's folders known to exist
     for path, key in _files(venv):
         target = _where(store, key)
         mine = _regular(path)
@@ -152,6 +161,11 @@ def add_to_store(venv: Path, store: Path, copied: list[Path] | None = None) -> i
         if kept is not None:
             if mine.st_nlink > 1 and (kept.st_ino, kept.st_dev) != (mine.st_ino, mine.st_dev):
                 _own_copy(path, mine)  # uv's file, which link_shared could not replace
+            continue
+        if not _folder(target, made):
+            if mine.st_nlink > 1:
+                _own_copy(path, mine)  # never left as uv's cache file
+            linking = False
         elif mine.st_nlink > 1:
             stored = _store_copy(path, mine, target, key)
             added += stored
@@ -163,55 +177,75 @@ def add_to_store(venv: Path, store: Path, copied: list[Path] | None = None) -> i
     return added
 
 
-def _store_link(path: Path, mine: os.stat_result, target: Path) -> bool:
+def _folder(target: str, made: set[str]) -> bool:
+    """Whether the store folder of ``target`` exists (made now when missing)."""
+    folder = target.rpartition("/")[0]
+    if folder in made:
+        return True
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError:
+        return False
+    made.add(folder)
+    return True
+
+
+def _store_link(path: str, mine: os.stat_result, target: str) -> bool:
     """The venv's own file ``path`` becomes the store's ``target``, read-only."""
     try:
         os.chmod(path, stat.S_IMODE(mine.st_mode) & ~WRITE_BITS)
-        if not target.parent.is_dir():
-            target.parent.mkdir(parents=True, exist_ok=True)
     except OSError:
         return False
     return _replace_with_link(path, target)
 
 
-def _store_copy(path: Path, mine: os.stat_result, target: Path, key: str) -> int:
+def _store_copy(path: str, mine: os.stat_result, target: str, key: str) -> int:
     """Copy ``path`` (a file with other links) into the store as ``target`` when its bytes
     hash to ``key``, and link the venv to the copy: 1. Else the venv gets its own copy: 0."""
-    tmp = target.with_name(f".{target.name}.envforge-copy")
+    tmp = _beside(target, ".envforge-copy")
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if _copy_hashing(path, tmp) == key:
-            os.chmod(tmp, stat.S_IMODE(mine.st_mode) & ~WRITE_BITS)
+        if _copy_hashing(path, tmp, stat.S_IMODE(mine.st_mode) & ~WRITE_BITS) == key:
             os.replace(tmp, target)
             if _replace_with_link(target, path):
                 return 1
     except OSError:
         pass
     with contextlib.suppress(OSError):
-        tmp.unlink()
+        os.unlink(tmp)
     _own_copy(path, mine)
     return 0
 
 
-def _copy_hashing(source: Path, dest: Path) -> str:
+def _copy_hashing(source: str, dest: str, mode: int) -> str:
+    """Copy ``source`` to the new file ``dest`` (made with ``mode``); the sha256 of the
+    bytes copied."""
     digest = hashlib.sha256()
-    with open(source, "rb") as src, open(dest, "xb") as out:
-        while chunk := src.read(1 << 20):
-            digest.update(chunk)
-            out.write(chunk)
+    src = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            while chunk := os.read(src, 1 << 20):
+                digest.update(chunk)
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(out, view) :]
+            os.fchmod(out, mode)
+        finally:
+            os.close(out)
+    finally:
+        os.close(src)
     return digest.hexdigest()
 
 
-def _own_copy(path: Path, mine: os.stat_result) -> None:
+def _own_copy(path: str, mine: os.stat_result) -> None:
     """Replace ``path`` by a copy of its bytes that no other name links (raises OSError)."""
-    tmp = path.with_name(f".{path.name}.envforge-own")
+    tmp = _beside(path, ".envforge-own")
     try:
-        _copy_hashing(path, tmp)
-        os.chmod(tmp, stat.S_IMODE(mine.st_mode))
+        _copy_hashing(path, tmp, stat.S_IMODE(mine.st_mode))
         os.replace(tmp, path)
     except OSError:
         with contextlib.suppress(OSError):
-            tmp.unlink()
+            os.unlink(tmp)
         raise
 
 

@@ -157,7 +157,7 @@ def test_restat_keeps_a_file_replaced_by_a_checked_copy_and_only_that(tmp_path: 
         copy = path.with_name(path.name + ".copy")
         copy.write_bytes(path.read_bytes())
         os.replace(copy, path)
-    venvscan.save_memo(venv, venvscan.restat(venv, found, [init]))
+    venvscan.save_memo(venv, venvscan.restat(venv, found, [str(init)]))
     assert venvscan.scan(venv).hashed == 1  # core.py, not named
 
 

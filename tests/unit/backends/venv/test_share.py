@@ -170,7 +170,7 @@ def test_a_uv_linked_file_that_cannot_be_made_the_venvs_own_is_an_error(
     a = make_venv(tmp_path / "a", FILES)
     as_uv_would(a, tmp_path / "uv-cache")
 
-    def full(source: Path, dest: Path) -> str:
+    def full(source: str, dest: str, mode: int) -> str:
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(share, "_copy_hashing", full)
@@ -201,8 +201,8 @@ def test_the_store_names_the_files_it_replaced_by_checked_copies(tmp_path: Path)
     a = make_venv(tmp_path / "a", FILES)
     as_uv_would(a, tmp_path / "uv-cache")
     own = a / "lib/python3.11/site-packages/pkg-1.0.dist-info/RECORD"
-    copied: list[Path] = []
+    copied: list[str] = []
     assert share.add_to_store(a, store, copied) == 2
     sp = a / "lib/python3.11/site-packages"
-    assert sorted(copied) == sorted([sp / "pkg/big.so", sp / "pkg/__init__.py"])
-    assert own not in copied
+    assert sorted(copied) == sorted([str(sp / "pkg/big.so"), str(sp / "pkg/__init__.py")])
+    assert str(own) not in copied
