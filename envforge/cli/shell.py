@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -32,9 +32,15 @@ from envforge.cli.display import ProbeProgress
 from envforge.cli.running import load_with_gpus
 from envforge.container.devices import GpuPick
 from envforge.core import paths
+from envforge.core.lazy import LazyModule
 from envforge.host.detect import detect
-from envforge.publish.admission import Gate, host_archs
 from envforge.publish.signing import load_trust, trust_paths
+
+if TYPE_CHECKING:
+    from envforge.publish.admission import Gate
+
+#: The admission check (attestations, DSSE): loaded only where keys are trusted.
+_admission = LazyModule("envforge.publish.admission")
 
 
 # Options may follow RECIPE (`envforge shell auto --fallback cpu -- CMD`); `--` ends them.
@@ -120,4 +126,5 @@ def _gate(trust: tuple[Path, ...], gpus: GpuPick | None) -> Gate | None:
         return None
     trusted = load_trust(files, setting="--trust" if trust else "ENVFORGE_TRUSTED_KEYS")
     archs = (gpus.arch,) if gpus is not None and gpus.arch else (g.arch for g in detect().gpus)
-    return Gate(trusted, host_archs(archs), paths.state_dir(), say)
+    gate: Gate = _admission.Gate(trusted, _admission.host_archs(archs), paths.state_dir(), say)
+    return gate

@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from envforge.core.jsonlimits import BadJSON, loads
+from envforge.core.lazy import LazyModule
 from envforge.errors import Interrupted
 from envforge.host.gpumem import probe_holders
-from envforge.probe.audit_step import audit_step
 from envforge.probe.bundle import worker_source
 from envforge.probe.health import health_step
 from envforge.probe.local import (
@@ -39,6 +39,9 @@ from envforge.probe.report import (
 from envforge.probe.spec import AUDIT_STEP, HEALTH_STEP, HOST_STEPS, ProbeSpec
 from envforge.probe.target import LineQueue, ProbeTarget, WorkerHandle, container_exit_status
 from envforge.version import __version__
+
+#: The audit step reads every ELF file of the environment (pyelftools): loaded when it runs.
+_audit = LazyModule("envforge.probe.audit_step")
 
 __all__ = [  # the local target and the target contract, importable from here as before
     "LineQueue",
@@ -138,7 +141,7 @@ def run_probe(
             health = _health(run, spec, clock)
         if AUDIT_STEP in spec.steps:  # after the worker: the same audit as envforge audit
             run.start(AUDIT_STEP, spec.deadline(AUDIT_STEP), clock())
-            run.finish(audit_step(spec, target))
+            run.finish(_audit.audit_step(spec, target))
     except KeyboardInterrupt:
         raise Interrupted(
             "probe interrupted; the worker was stopped", hint="run envforge probe again"
