@@ -2,6 +2,15 @@
 
 from __future__ import annotations
 
+from envforge import early_interrupt
+
+if early_interrupt.run_as_the_cli():  # Ctrl-C from here on is noted, for envforge.entry
+    # built in, no file read (``signal`` imports ``enum`` first); typeshed has no stub
+    import _signal  # type: ignore[import-not-found]
+
+    if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+        _signal.signal(_signal.SIGINT, early_interrupt.note)
+
 from envforge.version import __version__
 
 __all__ = ["__version__", "select_device"]

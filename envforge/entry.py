@@ -17,12 +17,16 @@ the CLI's modules load (click, jinja2, the Docker SDK). So:
 * once the command has finished (or is being abandoned) Ctrl-C is ignored, so that the
   exit itself cannot turn into a traceback.
 
-Only Python's own start-up (the interpreter, ``site``, ``runpy``; ~10 ms) and, for the
-console script, its three import lines come before any of this.
+Only Python's own start-up (the interpreter, ``site``, ``runpy``; ~10 ms) comes before any
+of this: ``envforge/__init__.py``, which Python runs first (for ``-m`` and the console
+script alike), has a Ctrl-C noted from its first lines on (:mod:`envforge.early_interrupt`),
+for :func:`_run` to act on.
 """
 
 import os
 import sys
+
+from envforge import early_interrupt  # loaded already by the package: a lookup
 
 INTERRUPTED = 130  # envforge.errors.ExitCode.INTERRUPTED, not imported: see above
 
@@ -42,11 +46,12 @@ def main() -> int:
 def _run() -> int:
     import signal
 
-    pending: list[int] = []
-    defer = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    pending = early_interrupt.NOTED  # noted while the package loaded, if any
+    current = signal.getsignal(signal.SIGINT)
+    defer = current in (signal.default_int_handler, early_interrupt.note)
     try:
         if defer:
-            signal.signal(signal.SIGINT, lambda signum, _frame: pending.append(signum))
+            signal.signal(signal.SIGINT, early_interrupt.note)
         try:
             from envforge.cli import main as cli_main
         finally:

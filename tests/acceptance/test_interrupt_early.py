@@ -34,15 +34,21 @@ MOMENTS = (0.02, 0.05, 0.1, 0.2, 0.35)
 TICK = os.sysconf("SC_CLK_TCK")
 
 
+#: What Python does before the first line of ``envforge/__init__.py`` runs: its start-up
+#: (``site`` with every ``.pth`` of this environment), ``runpy``, and finding the package
+#: (through the editable install's finder, where envforge is installed so).
+BEFORE_ENVFORGE = "import runpy, importlib.util; importlib.util.find_spec('envforge')"
+
+
 def _startup_cpu() -> float:
-    """CPU seconds this interpreter needs for its own start-up (``site`` with every ``.pth``
-    of this environment, ``runpy``) before any line of envforge could run: the most of
-    five runs, times two. The more packages a venv holds, the longer ``site`` takes (seen:
-    over 20 ms once the dev extras grew), so a fixed figure goes stale."""
+    """CPU seconds this interpreter needs before any line of envforge could run
+    (:data:`BEFORE_ENVFORGE`): the most of five runs, times two. The more packages a venv
+    holds, the longer ``site`` takes (seen: over 20 ms once the dev extras grew), so a
+    fixed figure goes stale."""
     most = 0.0
     for _ in range(5):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        subprocess.run([sys.executable, "-c", "import runpy"], check=True, cwd=ROOT)
+        subprocess.run([sys.executable, "-c", BEFORE_ENVFORGE], check=True, cwd=ROOT)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         most = max(most, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
     return max(0.02, 2 * most)
