@@ -15,7 +15,6 @@ import the docker SDK: the commands that talk to the engine import it when they 
 
 from __future__ import annotations
 
-import importlib
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 import click
 
 from envforge.cli.common import strict_option, term_as_interrupt
+from envforge.core.lazy import import_module
 from envforge.errors import EnvforgeError, ExitCode
 from envforge.version import __version__
 
@@ -133,7 +133,7 @@ class LazyGroup(click.Group):
         if cmd_name not in self.lazy:
             return super().get_command(ctx, cmd_name)
         module, attribute = self.lazy[cmd_name].split(":")
-        command = getattr(importlib.import_module(module), attribute)
+        command = getattr(import_module(module), attribute)  # Ctrl-C held back meanwhile
         if not isinstance(command, click.Command):
             raise TypeError(f"{self.lazy[cmd_name]} is not a click command")
         return command

@@ -36,6 +36,9 @@ _signing = LazyModule("envforge.publish.signing")
 #: :mod:`envforge.solve.choose`, imported for ``auto`` or a GPU named as RECIPE (a recipe
 #: named or a path loads neither the solver nor host detection).
 solver = LazyModule("envforge.solve.choose")
+#: Imported when a command runs: the network deadline, the recipe catalogue (YAML).
+_net = LazyModule("envforge.core.net")
+_catalogue = LazyModule("envforge.recipe.catalogue")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -69,12 +72,12 @@ def json_option(func: F) -> F:
 
 
 def _resolve_deadline(_ctx: object, _param: object, value: float | None) -> float:
-    from envforge.core.net import DEADLINE_ENV, deadline_seconds  # noqa: PLC0415 - when run
-
     try:
-        return deadline_seconds(value)
+        seconds: float = _net.deadline_seconds(value)
     except ValueError as exc:
-        raise InvalidInput(str(exc), hint=f"unset {DEADLINE_ENV} or pass --deadline") from None
+        hint = f"unset {_net.DEADLINE_ENV} or pass --deadline"
+        raise InvalidInput(str(exc), hint=hint) from None
+    return seconds
 
 
 def deadline_option(help: str) -> Callable[[F], F]:
@@ -342,9 +345,7 @@ def load_checked(ref: str, overrides: Sequence[str] = (), *, platform: str | Non
     """Load a recipe by name or path (or a GPU's: envforge.solve.choose.load_named), refused
     if the table does for ``platform`` (``--platform``; None: this host's); what the table
     has no row for is a one-line warning on stderr (a refusal under strict)."""
-    from envforge.recipe.catalogue import Catalogue  # noqa: PLC0415 - yaml when loading
-
-    catalogue = Catalogue.default()
+    catalogue = _catalogue.Catalogue.default()
     if ref in catalogue.files() or os.sep in ref or ref.endswith((".yaml", ".yml")):
         recipe = catalogue.load(ref, overrides)
     else:  # a GPU or an arch by name ("RX 7900 XTX", gfx1012), else the catalogue's error
