@@ -19,14 +19,14 @@ the CLI's modules load (click, jinja2, the Docker SDK). So:
 
 Only Python's own start-up (the interpreter, ``site``, ``runpy``; ~10 ms) comes before any
 of this: ``envforge/__init__.py``, which Python runs first (for ``-m`` and the console
-script alike), has a Ctrl-C noted from its first lines on (:mod:`envforge.early_interrupt`),
-for :func:`_run` to act on.
+script alike), has a Ctrl-C noted from its first lines on (its docstring says how), for
+:func:`_run` to act on.
 """
 
 import os
 import sys
 
-from envforge import early_interrupt  # loaded already by the package: a lookup
+from envforge import _NOTED, _note  # loaded already: the package ran first
 
 INTERRUPTED = 130  # envforge.errors.ExitCode.INTERRUPTED, not imported: see above
 
@@ -46,12 +46,12 @@ def main() -> int:
 def _run() -> int:
     import signal
 
-    pending = early_interrupt.NOTED  # noted while the package loaded, if any
+    pending = _NOTED  # noted while the package loaded, if any
     current = signal.getsignal(signal.SIGINT)
-    defer = current in (signal.default_int_handler, early_interrupt.note)
+    defer = current in (signal.default_int_handler, _note)
     try:
         if defer:
-            signal.signal(signal.SIGINT, early_interrupt.note)
+            signal.signal(signal.SIGINT, _note)
         try:
             from envforge.cli import main as cli_main
         finally:

@@ -1,5 +1,5 @@
 """Ctrl-C while the ``envforge`` package itself loads: noted for the CLI, never taken from a
-program that imports envforge (:mod:`envforge.early_interrupt`)."""
+program that imports envforge (``envforge/__init__.py``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from envforge import early_interrupt
+import envforge
 
 
 @pytest.mark.parametrize(
@@ -26,7 +26,7 @@ def test_only_the_cli_is_the_cli(
 ) -> None:
     monkeypatch.setattr(sys, "orig_argv", orig_argv, raising=False)
     monkeypatch.setattr(sys, "argv", [argv0])
-    assert early_interrupt.run_as_the_cli() is cli
+    assert envforge._run_as_the_cli() is cli
 
 
 def test_a_program_importing_envforge_keeps_its_ctrl_c() -> None:
@@ -47,10 +47,9 @@ def test_the_cli_notes_ctrl_c_from_its_first_lines() -> None:
         "import os, signal, sys\n"
         "sys.orig_argv = [sys.executable, '-m', 'envforge']\n"
         "import envforge\n"
-        "from envforge import early_interrupt\n"
-        "assert signal.getsignal(signal.SIGINT) is early_interrupt.note\n"
+        "assert signal.getsignal(signal.SIGINT) is envforge._note\n"
         "os.kill(os.getpid(), signal.SIGINT)\n"
-        "assert early_interrupt.NOTED == [signal.SIGINT]\n"
+        "assert envforge._NOTED == [signal.SIGINT]\n"
         "from envforge.entry import main\n"
         "main()\n"
     )
@@ -59,3 +58,29 @@ def test_the_cli_notes_ctrl_c_from_its_first_lines() -> None:
     )
     assert done.returncode == 130, done.stderr
     assert done.stderr.lstrip("\n") == "envforge: interrupted\n"
+
+
+def test_the_package_imports_nothing_before_its_ctrl_c_handler() -> None:
+    """Every statement above the one that sets the handler names only what the interpreter
+    loaded before envforge (``sys``, ``_signal``): an import that reads a file there is a
+    window in which Ctrl-C ends in runpy's traceback (seen: ``from __future__``)."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(envforge.__file__).read_text(encoding="utf-8"))
+    before: list[ast.stmt] = []
+    for node in tree.body:
+        if isinstance(node, ast.If) and "_signal.signal" in ast.unparse(node):
+            break
+        before.append(node)
+    else:
+        raise AssertionError("no statement sets the SIGINT handler")
+    imported: set[str] = {
+        alias.name
+        for node in before
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for alias in node.names
+    } | {node.module for node in before if isinstance(node, ast.ImportFrom) and node.module}
+    assert imported <= {"sys", "_signal"}, imported
+    for name in imported:
+        assert name in sys.builtin_module_names, name

@@ -37,7 +37,7 @@ ALLOWED: dict[str, str] = {
 #: recipe as a value, which knowledge judges) sits below ``recipe`` (reading and checking
 #: a recipe file, which asks the companion table which bare names it pins).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("version", "errors", "early_interrupt"),
+    ("version", "errors"),
     ("core",),
     ("recipe.model",),
     ("knowledge",),  # the tables, GPU arch and platform names
@@ -57,8 +57,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("fleet",),
     ("doctor",),  # asks every backend
     ("cli",),
+    ("",),  # the facade: it notes an early Ctrl-C, which entry reads
     ("entry",),
-    ("__main__", ""),
+    ("__main__",),
 )
 _LEVEL = {room: n for n, rooms in enumerate(LAYERS) for room in rooms}
 
