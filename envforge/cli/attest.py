@@ -10,8 +10,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from envforge.backends.docker import engine as docker_engine
-from envforge.backends.docker.images import inspect_image
 from envforge.backends.venv.attesting import attestations_file, certified
 from envforge.cli.common import (
     echo_json,
@@ -25,6 +23,7 @@ from envforge.cli.common import (
 from envforge.core import paths
 from envforge.core.fsutil import check_file_target
 from envforge.core.jsonlimits import loads
+from envforge.core.lazy import LazyModule
 from envforge.errors import CertificationFailed, InvalidInput
 from envforge.evidence.redact import Redactor
 from envforge.publish import attestation as at
@@ -45,6 +44,10 @@ if TYPE_CHECKING:
     from envforge.recipe.model import Recipe
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: Only ``attest check --image`` asks the engine: a venv build loads no Docker SDK.
+_docker_engine = LazyModule("envforge.backends.docker.engine")
+_docker_images = LazyModule("envforge.backends.docker.images")
 
 
 def attest_option(func: F) -> F:
@@ -179,9 +182,9 @@ def attest() -> None:
 
 
 def _image_id(ref: str) -> str:
-    client = docker_engine.connect()
+    client = _docker_engine.connect()
     try:
-        info = inspect_image(client, ref)
+        info = _docker_images.inspect_image(client, ref)
     finally:
         client.close()
     if info is None:
