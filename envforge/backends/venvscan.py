@@ -219,7 +219,7 @@ def _walk(venv: Path) -> Iterator[tuple[str, os.stat_result, str]]:
                 yield path, info, entry.path
 
 
-def _stat_key(info: os.stat_result) -> str:
+def stat_key(info: os.stat_result) -> str:
     return f"{info.st_size}:{info.st_mtime_ns}:{info.st_ctime_ns}:{info.st_ino}:{info.st_mode}"
 
 
@@ -282,10 +282,20 @@ def list_text(entries: Mapping[str, tuple[str, str]]) -> bytes:
     return text.encode("utf-8", errors="surrogateescape")
 
 
-def scan(venv: Path, *, use_memo: bool = True) -> Scan:
+def scan(
+    venv: Path,
+    *,
+    use_memo: bool = True,
+    just_read: Mapping[str, tuple[str, str]] | None = None,
+) -> Scan:
     """Every file of ``venv`` with its value and owner; files whose ``lstat`` data are
-    those of the memo are not read (``use_memo`` False: every file is read)."""
+    those of the memo are not read (``use_memo`` False: every file is read but those of
+    ``just_read``, ``path -> (stat key, value)`` of files this process read a moment ago,
+    such as :func:`envforge.backends.venv.share.link_shared` when it checks a store file's
+    bytes before linking the venv to it: the same bytes are not read twice)."""
     memo = (read_list(venv / MARKERS / MEMO) or {}) if use_memo else {}
+    if just_read:
+        memo = {**memo, **just_read}
     owners, dists, folders = _listed(venv)
     files: dict[str, str] = {}
     found_owner: dict[str, str] = {}
@@ -293,7 +303,7 @@ def scan(venv: Path, *, use_memo: bool = True) -> Scan:
     hashed = 0
     for rel, info, full in _walk(venv):
         if stat.S_ISREG(info.st_mode):
-            key = _stat_key(info)
+            key = stat_key(info)
             known = memo.get(rel)
             if known is not None and known[0] == key:
                 value = known[1]
@@ -328,8 +338,14 @@ def restat(venv: Path, found: Scan, copied: Collection[str] = ()) -> Scan:
         path[len(prefix) :] if path.startswith(prefix) else os.path.relpath(path, venv)
         for path in copied
     }
-    memo: dict[str, tuple[str, str]] = {}
-    for rel, (key, value) in found.memo.items():
+    return replace(found, memo=_restated(venv, found.memo, known))
+
+
+def _restated(
+    venv: Path, memo: Mapping[str, tuple[str, str]], known: Collection[str]
+) -> dict[str, tuple[str, str]]:
+    kept_memo: dict[str, tuple[str, str]] = {}
+    for rel, (key, value) in memo.items():
         try:
             info = os.lstat(os.path.join(venv, rel))
         except OSError:
@@ -338,20 +354,35 @@ def restat(venv: Path, found: Scan, copied: Collection[str] = ()) -> Scan:
         same = (str(info.st_size), str(info.st_mtime_ns), str(info.st_ino)) == (size, mtime, ino)
         kept = same or (rel in known and str(info.st_size) == size)
         if kept and stat.S_ISREG(info.st_mode):
-            memo[rel] = (_stat_key(info), value)
-    return replace(found, memo=memo)
+            kept_memo[rel] = (stat_key(info), value)
+    return kept_memo
+
+
+def refresh_memo(venv: Path) -> None:
+    """The memo of ``venv`` with its ``lstat`` data read again (as :func:`restat`), for a
+    build that just swapped in the folder it scanned and removed the venv it replaced:
+    the files they shared changed link count, so ctime, not bytes. Only right a moment
+    after the scan that wrote the memo, in a folder nothing else wrote since."""
+    memo = read_list(venv / MARKERS / MEMO)
+    if memo:
+        _write_memo(venv, _restated(venv, memo, ()))
 
 
 def save_memo(venv: Path, found: Scan) -> None:
     """Write the memo of ``found`` (best effort: a read-only venv is hashed again next
     time; a venv without markers gets none)."""
+    if found.hashed:
+        _write_memo(venv, found.memo)
+
+
+def _write_memo(venv: Path, memo: Mapping[str, tuple[str, str]]) -> None:
     markers = venv / MARKERS
-    if not found.hashed or not markers.is_dir():
+    if not markers.is_dir():
         return
     tmp = markers / f".{MEMO}.{os.getpid()}.tmp"
     try:
         with open(tmp, "wb") as fh:
-            fh.write(list_text(found.memo))
+            fh.write(list_text(memo))
         os.replace(tmp, markers / MEMO)
     except OSError:
         with contextlib.suppress(OSError):

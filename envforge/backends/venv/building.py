@@ -59,7 +59,14 @@ from envforge.backends.venvfs import (
     sweep_leftovers,
     verify_records,
 )
-from envforge.backends.venvscan import CERTIFIED_LIST, certified_list, restat, save_memo, scan
+from envforge.backends.venvscan import (
+    CERTIFIED_LIST,
+    certified_list,
+    refresh_memo,
+    restat,
+    save_memo,
+    scan,
+)
 from envforge.core import paths
 from envforge.core.fsutil import (
     check_folder_target,
@@ -308,12 +315,14 @@ def _build_aside(  # noqa: PLR0917 - one step of build, its inputs spelled out
         if now != content:  # the probe's bytecode: build.json says what is installed
             build_data["content"] = now
             write_atomically(aside_markers / BUILD_MARKER, _marker_json(build_data))
+        # only a failed probe asks whether a certified venv is there to keep (reading
+        # it: its shared files' link counts, so its memo, changed with this build)
         old = (
             valid_certificate(recipe, target, None, options.project)
-            if venv_python(target).exists()
+            if not report.passed and venv_python(target).exists()
             else None
         )
-        if not report.passed and old is not None:
+        if old is not None:
             # Keep the certified venv; the failed probe is its last probe run.
             report.write(target / MARKER_DIR)
             kept = f"{target} stays as it was, certified ({old.get('level')} probe)"
@@ -361,9 +370,11 @@ def _stage(  # noqa: PLR0917 - one step of build, its inputs spelled out
         shutil.rmtree(aside)  # uv venv wants to create the folder itself
     _install(recipe, interp, aside, options, lock_file, stack, fresh=base is None)
     store = share.store_dir(paths.state_dir(options.environ))
-    shared = share.link_shared(aside, store)  # read by the scan and checked below
-    # every file read (a clone's carried-over files too: never trusted by stat data)
-    found = scan(aside, use_memo=False)
+    just_read: dict[str, tuple[str, str]] = {}
+    shared = share.link_shared(aside, store, just_read)  # checked below, with the rest
+    # every file read (a clone's carried-over files too: never trusted by stat data); the
+    # store's files linked above were read, and their bytes checked, a moment ago
+    found = scan(aside, use_memo=False, just_read=just_read)
     (aside / MARKER_DIR).mkdir(exist_ok=True)
     content = found.digests()
     old = base.cert.get("content") if base is not None else None
@@ -452,9 +463,9 @@ def _swap_in(aside: Path, target: Path) -> None:
         previous = swap_dirs(aside, target)
     if previous is not None:
         shutil.rmtree(previous, ignore_errors=True)
-        # files shared with it (hard links) changed link count, so ctime: hashed again now,
-        # not by the next shell
-        content_digests(target)
+        # files shared with it (hard links) changed link count, so ctime: the memo the
+        # build wrote a moment ago is brought up to date now, not read again by a shell
+        refresh_memo(target)
 
 
 #: Marker of the packages a stale venv was last said to have (said once per change).

@@ -10,7 +10,8 @@ every venv that installs the same bytes holds a hard link to it:
 1. :func:`link_shared`, after the install: a file whose copy is in the store, with the
    bytes its name says (read again: a write through another venv's link may have changed
    them), becomes a link to that copy; a store file that changed leaves the store. The
-   full scan and RECORD check that follow read the linked bytes too.
+   full scan and RECORD check that follow take those bytes as read (they were, a moment
+   before, by this process) and read every other file.
 2. :func:`add_to_store`, once that check passed: the venv's other files join the store,
    read-only (write bits cleared on the shared inode).
 
@@ -41,7 +42,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from envforge.backends.venvscan import distributions, read_record
+from envforge.backends.venvscan import distributions, read_record, stat_key
 
 #: Below ``$ENVFORGE_HOME``: the store's folder.
 STORE = "store"
@@ -117,14 +118,16 @@ def _sha256(path: str | Path) -> str | None:
     return digest.hexdigest()
 
 
-def link_shared(venv: Path, store: Path) -> int:
+def link_shared(venv: Path, store: Path, read: dict[str, tuple[str, str]] | None = None) -> int:
     """Files of ``venv`` whose copy is in ``store`` become hard links to it; how many.
     A store file whose bytes are not what its name says (written through a link of a venv
     since) leaves the store: the venv keeps its own copy, which :func:`add_to_store` puts
-    there once checked."""
+    there once checked. ``read`` (when given) gets, per file linked, its venv-relative
+    path -> (``lstat`` key, sha256 hex): bytes just read, for :func:`venvscan.scan`."""
     linked = 0
     if not store.is_dir():
         return linked
+    cut = len(os.path.realpath(venv)) + 1
     for path, key in _files(venv):
         kept_path = _where(store, key)
         kept, mine = _regular(kept_path), _regular(path)
@@ -139,6 +142,8 @@ def link_shared(venv: Path, store: Path) -> int:
         if not _replace_with_link(kept_path, path):
             return linked  # no hard links here (another file system): copies stay
         linked += 1
+        if read is not None and (now := _regular(path)) is not None:
+            read[path[cut:]] = (stat_key(now), key)
     return linked
 
 

@@ -161,6 +161,45 @@ def test_restat_keeps_a_file_replaced_by_a_checked_copy_and_only_that(tmp_path: 
     assert venvscan.scan(venv).hashed == 1  # core.py, not named
 
 
+def test_refresh_memo_follows_a_link_count_change_and_drops_a_rewrite(tmp_path: Path) -> None:
+    """A build that swapped its venv in removes the one it replaced: files they shared
+    change link count (ctime), not bytes. The memo on disk keeps them; a file rewritten
+    since (a new mtime) is read again."""
+    venv = make_venv(tmp_path / "v")
+    (venv / MARKER_DIR).mkdir()
+    venvscan.save_memo(venv, venvscan.scan(venv, use_memo=False))
+    init, core = venv / SP / "pkg" / "__init__.py", venv / SP / "pkg" / "core.py"
+    os.link(init, tmp_path / "other-venvs-link")
+    (tmp_path / "other-venvs-link").unlink()  # the replaced venv, removed
+    assert venvscan.scan(venv).hashed == 1  # its ctime moved: without a refresh, read again
+    venvscan.save_memo(venv, venvscan.scan(venv, use_memo=False))
+    os.link(init, tmp_path / "other-venvs-link")
+    st = core.stat()
+    core.write_bytes(b"def f():\n    return 3\n")
+    os.utime(core, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    venvscan.refresh_memo(venv)
+    again = venvscan.scan(venv)
+    assert again.hashed == 1  # core.py only
+    rel = (SP + "/pkg/core.py").lstrip("/")
+    assert again.files[rel] == hashlib.sha256(b"def f():\n    return 3\n").hexdigest()
+
+
+def test_a_scan_takes_what_was_just_read_and_reads_the_rest(tmp_path: Path) -> None:
+    """``just_read``: files whose bytes this process read a moment ago (the store's copy,
+    checked before the venv was linked to it) are not read again; every other file is,
+    and one whose lstat data moved since is read again too."""
+    venv = make_venv(tmp_path / "v")
+    init, core = venv / SP / "pkg" / "__init__.py", venv / SP / "pkg" / "core.py"
+    rel_init, rel_core = (str(p.relative_to(venv)) for p in (init, core))
+    first = venvscan.scan(venv, use_memo=False)
+    told = {rel_init: (venvscan.stat_key(os.lstat(init)), first.files[rel_init])}
+    assert venvscan.scan(venv, use_memo=False, just_read=told).hashed == first.hashed - 1
+    stale = {rel_core: (venvscan.stat_key(os.lstat(core)), "0" * 64)}
+    core.write_bytes(b"changed\n")
+    again = venvscan.scan(venv, use_memo=False, just_read=stale)
+    assert again.files[rel_core] == hashlib.sha256(b"changed\n").hexdigest()
+
+
 def test_added_and_removed_distributions_and_pth_files(tmp_path: Path) -> None:
     venv = make_venv(tmp_path / "v")
     before = content_digests(venv)

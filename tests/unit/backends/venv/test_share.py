@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from envforge.backends import venvscan
 from envforge.backends.venv import share
 from envforge.backends.venvfs import verify_records
 
@@ -51,6 +52,21 @@ def test_a_second_venv_links_the_first_ones_files_and_they_are_read_only(tmp_pat
     assert verify_records(b) == []
     assert share.add_to_store(b, store) == 0  # nothing new
     assert share.unused(store) == []
+
+
+def test_link_shared_reports_the_bytes_it_read_for_the_scan(tmp_path: Path) -> None:
+    """Each file linked to the store comes back as read: its venv-relative path, its
+    lstat data after the link and the sha256 its bytes were checked to have."""
+    store = tmp_path / "store"
+    share.add_to_store(make_venv(tmp_path / "a", FILES), store)
+    b = make_venv(tmp_path / "b", FILES)
+    read: dict[str, tuple[str, str]] = {}
+    assert share.link_shared(b, store, read) == 2
+    sp = "lib/python3.11/site-packages"
+    assert sorted(read) == [f"{sp}/pkg/__init__.py", f"{sp}/pkg/big.so"]
+    for rel, (key, value) in read.items():
+        assert value == hashlib.sha256((b / rel).read_bytes()).hexdigest()
+        assert key == venvscan.stat_key(os.lstat(b / rel))
 
 
 def test_files_no_venv_links_are_unused(tmp_path: Path) -> None:
