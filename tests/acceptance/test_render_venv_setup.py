@@ -53,16 +53,20 @@ def test_setup_script_builds_the_cpu_venv(tmp_path: Path, installer: str) -> Non
             pytest.skip("uv is not on PATH")
         argv += ["--uv", uv]
     venv = tmp_path / "venv"
-    done = subprocess.run([*argv, python, str(venv)], capture_output=True, check=False)
+    # pip's own find-links (PIP_FIND_LINKS, pip.conf: the real torch wheel, preferred to a
+    # py3-none-any one of the same version) give way to the wheel directory alone
+    env = {**os.environ, "PIP_FIND_LINKS": wheels}
+    done = subprocess.run([*argv, python, str(venv)], capture_output=True, check=False, env=env)
     assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
     check = (
         f'. "{venv}/bin/activate" && . "{tmp_path}/activate.sh" && python -c '
         "'import os, sys, torch, numpy; "
-        'print(sys.executable, torch.__version__, numpy.__version__, os.environ["ENVFORGE_T"])\''
+        "print(sys.executable, torch.__version__, torch.ORIGIN, numpy.__version__, "
+        'os.environ["ENVFORGE_T"])\''
     )
     out = subprocess.run(["bash", "-c", check], capture_output=True, check=True).stdout.decode()
-    exe, torch_version, numpy_version, value = out.strip().split(" ", 3)
+    exe, torch_version, origin, numpy_version, value = out.strip().split(" ", 4)
     assert exe == str(venv / "bin" / "python")
-    assert torch_version == "2.13.0+cpu"  # from the wheel directory, not an index
+    assert (torch_version, origin) == ("2.13.0+cpu", "stand-in")  # the wheel directory's
     assert numpy_version.split(".")[0] in ("1", "2")
     assert value == "a 'b' $c"
