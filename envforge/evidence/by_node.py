@@ -35,12 +35,11 @@ class NodeRow(NamedTuple):
     n: int
 
 
-@dataclass(frozen=True)
-class NodeGroup:
-    site: str
-    node: str
-    #: ``vendor:arch`` of its runs, most runs first.
-    gpus: tuple[str, ...]
+class Tallied:
+    """Runs counted by outcome (``counts``: outcome -> runs), for a frozen dataclass with
+    that field: a node's runs here, a matrix cell's or a site's in
+    :mod:`envforge.evidence.matrix`."""
+
     counts: Mapping[str, int]
 
     @property
@@ -49,20 +48,35 @@ class NodeGroup:
 
     @property
     def bad(self) -> int:
+        """The runs that did not pass."""
         return self.total - self.counts.get("pass", 0)
 
     @property
     def verdict(self) -> str:
+        """``pass`` (every run, or none), ``fail`` (no run passed) or ``mixed``."""
         if not self.bad:
             return "pass"
         return "fail" if self.bad == self.total else "mixed"
+
+    def count_dict(self) -> dict[str, int]:
+        """Every outcome with its count, in :data:`OUTCOMES` order."""
+        return {k: self.counts.get(k, 0) for k in OUTCOMES}
+
+
+@dataclass(frozen=True)
+class NodeGroup(Tallied):
+    site: str
+    node: str
+    #: ``vendor:arch`` of its runs, most runs first.
+    gpus: tuple[str, ...]
+    counts: Mapping[str, int]
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "site": self.site,
             "node": self.node,
             "gpus": list(self.gpus),
-            "counts": {k: self.counts.get(k, 0) for k in OUTCOMES},
+            "counts": self.count_dict(),
             "total": self.total,
             "verdict": self.verdict,
         }

@@ -49,6 +49,7 @@ from markupsafe import Markup
 from envforge.core import fsutil
 from envforge.core.resources import templates_dir
 from envforge.errors import Unavailable
+from envforge.evidence.by_node import Tallied
 from envforge.evidence.records import OUTCOMES, VENDORS, Evidence, EvidenceSet, Problem
 from envforge.version import __version__
 
@@ -88,7 +89,7 @@ class StepStat:
 
 
 @dataclass(frozen=True)
-class Group:
+class Group(Tallied):
     """A site's runs (``by="site"``: node "") or a node's (``by="node"``) in a cell, or in
     the whole matrix: the count of each outcome. "" is a run that names none."""
 
@@ -96,33 +97,14 @@ class Group:
     node: str
     counts: Mapping[str, int]
 
-    @property
-    def total(self) -> int:
-        return sum(self.counts.values())
-
-    @property
-    def bad(self) -> int:
-        return self.total - self.counts.get("pass", 0)
-
-    @property
-    def verdict(self) -> str:
-        return _verdict(self.counts)
-
     def to_dict(self, by: str) -> dict[str, Any]:
         return {
             "site": self.site,
             **({"node": self.node} if by == "node" else {}),
-            "counts": {k: self.counts.get(k, 0) for k in OUTCOMES},
+            "counts": self.count_dict(),
             "total": self.total,
             "verdict": self.verdict,
         }
-
-
-def _verdict(counts: Mapping[str, int]) -> str:
-    passed, total = counts.get("pass", 0), sum(counts.values())
-    if passed == total:
-        return "pass"
-    return "fail" if passed == 0 else "mixed"
 
 
 def groups_of(counts: Mapping[tuple[str, str], Mapping[str, int]]) -> tuple[Group, ...]:
@@ -140,7 +122,7 @@ def group_key(record: Evidence, by: str) -> tuple[str, str]:
 
 
 @dataclass(frozen=True)
-class Cell:
+class Cell(Tallied):
     row: str
     column: str
     counts: Mapping[str, int]
@@ -153,14 +135,6 @@ class Cell:
     failures: tuple[Evidence, ...]
     #: Its runs by site or node (:data:`BY`); () when the matrix is not grouped.
     groups: tuple[Group, ...] = ()
-
-    @property
-    def total(self) -> int:
-        return sum(self.counts.values())
-
-    @property
-    def verdict(self) -> str:
-        return _verdict(self.counts)
 
 
 @dataclass(frozen=True)
@@ -265,7 +239,7 @@ def _cell_dict(cell: Cell, names: Mapping[str, str], by: str) -> dict[str, Any]:
     return {
         "row": cell.row,
         "column": cell.column,
-        "counts": {k: cell.counts.get(k, 0) for k in OUTCOMES},
+        "counts": cell.count_dict(),
         "total": cell.total,
         "verdict": cell.verdict,
         "newest": _iso(cell.newest),

@@ -365,3 +365,33 @@ def test_a_ci_summary_names_the_node_only_when_the_site_shares_them(
     with summarizing(out, "envforge certify mi250x") as notes:
         notes.add(FLEET[2])
     assert "| node | nid002 |" in out.read_text(encoding="utf-8")
+
+
+def test_the_light_outcome_list_is_the_evidence_models() -> None:
+    """by_node keeps its own copy (it loads without the knowledge table); the order and
+    names are the model's, so a node's counts and a matrix cell's say the same."""
+    from envforge.evidence import by_node, model
+
+    assert by_node.OUTCOMES == model.OUTCOMES
+
+
+@pytest.mark.parametrize(
+    ("counts", "verdict", "bad"),
+    [
+        ({}, "pass", 0),
+        ({"pass": 3}, "pass", 0),
+        ({"pass": 2, "hang": 1}, "mixed", 1),
+        ({"oom": 1, "fail": 2}, "fail", 3),
+    ],
+)
+def test_a_node_group_and_a_matrix_group_judge_alike(
+    counts: dict[str, int], verdict: str, bad: int
+) -> None:
+    from envforge.evidence.by_node import NodeGroup
+    from envforge.evidence.matrix import Group
+
+    node = NodeGroup("site", "n1", ("amd:gfx90a",), counts)
+    group = Group("site", "n1", counts)
+    for tallied in (node, group):
+        assert (tallied.verdict, tallied.bad, tallied.total) == (verdict, bad, sum(counts.values()))
+    assert node.to_dict()["counts"] == group.to_dict("node")["counts"]
