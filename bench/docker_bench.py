@@ -30,6 +30,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from _results import publish
+
 from envforge.backends.docker.client import EngineClient
 from envforge.backends.docker.containers import run_capture
 from envforge.backends.docker.engine import connect
@@ -162,10 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "",
     ]
     text = "\n".join(lines)
-    print(text)
-    if args.write:
-        with RESULTS.open("a", encoding="utf-8") as fh:
-            fh.write(text + "\n")
+    publish(text, RESULTS, args.write)
     return 0 if all_reused and rebuilt_ok else 1
 
 

@@ -42,6 +42,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from _results import publish
+
 from envforge.backends import docker as backend
 from envforge.backends.docker.client import EngineClient
 from envforge.backends.docker.containers import run_capture
@@ -257,10 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _finish(lines: list[str], *, write: bool) -> int:
     text = "\n".join(lines)
-    print(text)
-    if write:
-        with RESULTS.open("a", encoding="utf-8") as fh:
-            fh.write(text + "\n")
+    publish(text, RESULTS, write)
     return 0
 
 

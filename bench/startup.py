@@ -39,6 +39,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from _results import publish
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results-startup.md"
 FLOOR = "python -c 'import click, yaml'"
@@ -235,10 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     times = measure(args.before, args.runs, args.only)
     load = f"{start:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
     text = table(times, args.before, load) + "\n" + breakdown(args.runs)
-    print(text)
-    if args.write:
-        with RESULTS.open("a", encoding="utf-8") as fh:
-            fh.write(text + "\n")
+    publish(text, RESULTS, args.write)
     return 0
 
 

@@ -20,12 +20,13 @@ import argparse
 import os
 import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _results import median_range, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results-venv.md"
@@ -76,10 +77,7 @@ def main() -> None:
     rows = []
     for label, index in (("wall", 1), ("user CPU", 2), ("system CPU", 3)):
         values = [r[index] for r in runs]
-        rows.append(
-            f"| {label} | {statistics.median(values):.2f} s"
-            f" (min {min(values):.2f}, max {max(values):.2f}) |"
-        )
+        rows.append(f"| {label} | {median_range(values, fmt='{:.2f}')} s |")
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     text = (
         f"\n### {stamp}: the store step of a first venv (`bench/store_bench.py`),"
@@ -88,10 +86,7 @@ def main() -> None:
         + "\n".join(rows)
         + "\n"
     )
-    print(text)
-    if args.write:
-        with RESULTS.open("a", encoding="utf-8") as fh:
-            fh.write(text)
+    publish(text, RESULTS, args.write)
 
 
 if __name__ == "__main__":

@@ -21,13 +21,14 @@ import argparse
 import os
 import platform
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from _results import median_range, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results-venv.md"
@@ -44,13 +45,6 @@ def timed(func: Callable[[], object], runs: int) -> list[float]:
         func()
         found.append(time.perf_counter() - start)
     return found
-
-
-def summary(values: list[float], unit: float = 1.0, fmt: str = "{:.3f}") -> str:
-    med, low, high = (
-        fmt.format(v * unit) for v in (statistics.median(values), min(values), max(values))
-    )
-    return f"{med} (min {low}, max {high})"
 
 
 def sleeper_running(seconds: str) -> bool:
@@ -121,18 +115,16 @@ def main() -> None:
         f" {platform.machine()}, {os.cpu_count()} CPUs, {args.runs} run(s), median (min, max)\n\n"
         f"| what | figure |\n|---|---|\n"
         f"| files the RECORDs list | {files} |\n"
-        f"| `content_digests` (cheap re-check: an lstat per file) | {summary(digests, **ms)} ms |\n"
-        f"| RECORD fingerprint | {summary(fingerprint, 1e3, '{:.1f}')} ms |\n"
-        f"| `state()` (what `shell` checks) | {summary(state, **ms)} ms |\n"
-        f"| `verify_records` (full sha256, only on a mismatch) | {summary(full)} s |\n"
-        f"| `envforge shell {args.recipe} --backend venv -- true` | {summary(shell)} s |\n"
+        f"| `content_digests` (cheap re-check: an lstat per file) |"
+        f" {median_range(digests, **ms)} ms |\n"
+        f"| RECORD fingerprint | {median_range(fingerprint, 1e3, '{:.1f}')} ms |\n"
+        f"| `state()` (what `shell` checks) | {median_range(state, **ms)} ms |\n"
+        f"| `verify_records` (full sha256, only on a mismatch) | {median_range(full)} s |\n"
+        f"| `envforge shell {args.recipe} --backend venv -- true` | {median_range(shell)} s |\n"
         f"| SIGTERM to `shell -- sleep 600` until envforge exits 143 |"
-        f" {summary(forward, **ms)} ms |\n"
+        f" {median_range(forward, **ms)} ms |\n"
     )
-    print(text)
-    if args.write:
-        with RESULTS.open("a", encoding="utf-8") as fh:
-            fh.write(text)
+    publish(text, RESULTS, args.write)
 
 
 if __name__ == "__main__":
