@@ -42,7 +42,9 @@ from .helpers import (
 #: containers must be alone on them); ``rest`` everything else, on two pytest-xdist
 #: workers, a file per worker at a time. The files here even the two sides out (seconds
 #: per file end every CI log); unset, every test runs.
-BESIDE_ENGINE = frozenset({"test_render_venv_setup.py"})
+#: (2026-11-28: the rest side was the longer by ~200 s once the pip setup-script test
+#: stopped installing real torch; the family test, ~140 s, moved to the engine side.)
+BESIDE_ENGINE = frozenset({"test_render_venv_setup.py", "test_project_family.py"})
 SIDES = ("engine", "rest")
 
 #: The slowest files first (seconds per file of the CI logs), so that the workers do not
