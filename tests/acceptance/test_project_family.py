@@ -15,6 +15,9 @@ backend, with real wheels and real installers:
 
 from __future__ import annotations
 
+import hashlib
+import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -67,32 +70,46 @@ def simple_index(root: Path, wheels: Path) -> None:
         page.write_text(old + f'<a href="{whl.name}">{whl.name}</a>\n', encoding="utf-8")
 
 
+#: Written last into a kept download folder: the download finished.
+DOWNLOADED = ".downloaded"
+
+
+def family_wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheels of :data:`FAMILY` (2.9 GB), fetched with ``pip download``: once per
+    machine into ``$ENVFORGE_TEST_DOWNLOADS/family-<hash of FAMILY>`` where that is set
+    (CI), else into this run's temporary folder. Kept, the files keep their mtime, so the
+    index below answers uv's revalidation "not modified" and uv keeps the ~5 GB it
+    unpacked (a new download each run had uv unpack them again, the old copy orphaned)."""
+    keep = os.environ.get("ENVFORGE_TEST_DOWNLOADS")
+    tag = hashlib.sha256("\n".join(FAMILY).encode()).hexdigest()[:12]
+    wheels = Path(keep) / f"family-{tag}" if keep else tmp_path_factory.mktemp("family-wheels")
+    if keep and (wheels / DOWNLOADED).is_file():
+        return wheels
+    partial = wheels.with_name(wheels.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    got = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "--only-binary", ":all:",
+         "-d", str(partial), *FAMILY],
+        capture_output=True, text=True, timeout=1800, check=False,
+    )  # fmt: skip
+    assert got.returncode == 0, got.stderr[-3000:]
+    (partial / DOWNLOADED).write_text("\n".join(FAMILY) + "\n", encoding="utf-8")
+    shutil.rmtree(wheels, ignore_errors=True)
+    os.replace(partial, wheels)
+    if keep:  # another FAMILY's download (an older pairing) is not needed any more
+        for old in wheels.parent.glob("family-*"):
+            if old != wheels:
+                shutil.rmtree(old, ignore_errors=True)
+    return wheels
+
+
 @pytest.fixture(scope="module")
 def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list[str]]]:
     """(the index URL, the paths it was asked for) over the real wheels of :data:`FAMILY`."""
     base = tmp_path_factory.mktemp("family-index")
-    wheels = base / "wheels"
-    got = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "-q",
-            "--only-binary",
-            ":all:",
-            "-d",
-            str(wheels),
-            *FAMILY,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-    )
-    assert got.returncode == 0, got.stderr[-3000:]
-    simple_index(base / "root" / "simple", wheels)
-    with serving_folder(base / "root", INDEX_PORT) as server:
+    simple_index(base / "root" / "simple", family_wheels(tmp_path_factory))
+    # uv asks again for what it cached (a kept download: the same files, "not modified")
+    with serving_folder(base / "root", INDEX_PORT, revalidate=True) as server:
         yield f"{server.url}/simple", server.requests
 
 

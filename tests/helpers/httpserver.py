@@ -14,11 +14,14 @@ subclass), so each test's server is its own.
 
 from __future__ import annotations
 
+import os
+import stat
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, cast
@@ -101,14 +104,41 @@ def serving(handler: Callable[..., BaseHTTPRequestHandler], port: int = 0) -> It
 
 
 @contextmanager
-def serving_folder(folder: Path, port: int = 0) -> Iterator[Served]:
+def serving_folder(folder: Path, port: int = 0, *, revalidate: bool = False) -> Iterator[Served]:
     """Serve the files under ``folder`` (on ``port`` where it is free, :func:`serving`);
-    :attr:`Served.requests` lists each path asked for (query included), in order."""
+    :attr:`Served.requests` lists each path asked for (query included), in order.
+    ``revalidate``: every answer says ``Cache-Control: no-cache`` and a file's carries an
+    ``ETag`` (its size and mtime), so a client with a cached copy asks again, answered
+    "304 Not Modified" while the file is unchanged, instead of using it unseen (uv
+    revalidates by ``If-None-Match``)."""
     seen: list[str] = []
 
     class Recording(SimpleHTTPRequestHandler):
+        etag = ""
+
         def log_message(self, format: str, *args: Any) -> None:
             seen.append(self.path)
+
+        def send_head(self) -> Any:
+            if revalidate:
+                try:
+                    info = os.stat(self.translate_path(self.path))
+                except OSError:
+                    info = None
+                if info is not None and stat.S_ISREG(info.st_mode):
+                    self.etag = f'"{info.st_size:x}-{info.st_mtime_ns:x}"'
+                    if self.etag in self.headers.get("If-None-Match", ""):
+                        self.send_response(HTTPStatus.NOT_MODIFIED)
+                        self.end_headers()
+                        return None
+            return super().send_head()
+
+        def end_headers(self) -> None:
+            if revalidate:
+                self.send_header("Cache-Control", "no-cache")
+                if self.etag:
+                    self.send_header("ETag", self.etag)
+            super().end_headers()
 
     with serving(partial(Recording, directory=str(folder)), port) as served:
         served.requests = seen

@@ -58,3 +58,31 @@ def test_a_port_asked_for_is_used_while_free_and_another_taken_when_not(tmp_path
         assert first.port == wanted
         with serving_folder(tmp_path, wanted) as second:  # taken: any free port
             assert second.port not in (0, wanted)
+
+
+@pytest.mark.parametrize("revalidate", [False, True])
+def test_revalidate_has_a_cached_copy_asked_for_again_and_answered_not_modified(
+    tmp_path: Path, revalidate: bool
+) -> None:
+    (tmp_path / "pkg-1.0-py3-none-any.whl").write_bytes(b"wheel")
+    with serving_folder(tmp_path, revalidate=revalidate) as served:
+        url = f"{served.url}/pkg-1.0-py3-none-any.whl"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            cache_control, etag = response.headers["Cache-Control"], response.headers["ETag"]
+            modified = response.headers["Last-Modified"]
+        asked = [{"If-Modified-Since": modified}, *([{"If-None-Match": etag}] if etag else [])]
+        codes = []
+        for headers in asked:
+            with pytest.raises(urllib.error.HTTPError) as not_modified:
+                urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10)
+            codes.append(not_modified.value.code)
+            not_modified.value.close()
+        (tmp_path / "pkg-1.0-py3-none-any.whl").write_bytes(b"another wheel")
+        if etag:
+            changed = urllib.request.Request(url, headers={"If-None-Match": etag})
+            with urllib.request.urlopen(changed, timeout=10) as response:
+                assert response.read() == b"another wheel"
+    expected = ("no-cache", True) if revalidate else (None, False)
+    assert (cache_control, etag is not None) == expected
+    assert codes == [304] * len(asked)
+    assert served.requests == ["/pkg-1.0-py3-none-any.whl"] * (len(asked) + 1 + revalidate)
