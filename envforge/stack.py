@@ -25,11 +25,12 @@ from envforge.knowledge.companions import CompanionTable, Row, family_of, load_c
 from envforge.knowledge.extensions import extension_checks
 from envforge.knowledge.table import CompatTable
 from envforge.knowledge.torch_index import IndexForm, index_form, local_tag, torch_requirement
-from envforge.knowledge.wheel_variants import WheelVariant
 from envforge.recipe.model import PackageIndex, Recipe
 
 if TYPE_CHECKING:
     from packaging.requirements import Requirement
+
+    from envforge.knowledge.wheel_variants import WheelVariant
 
 
 @dataclass(frozen=True)

@@ -28,13 +28,17 @@ from typing import TYPE_CHECKING, Any
 
 from envforge.core.fsutil import make_dirs, read_limited, refuse_special_file
 from envforge.core.jsonlimits import loads
+from envforge.core.lazy import LazyModule
 from envforge.errors import BadPath, EnvforgeError, StorageUnavailable
 from envforge.evidence import tallies
-from envforge.evidence.by_node import NodeRow
 from envforge.evidence.certified_on import PassRow, host_key
 
 if TYPE_CHECKING:
+    from envforge.evidence.by_node import NodeRow
     from envforge.evidence.records import Evidence, Problem
+
+#: ``show --by-node`` only.
+_by_node = LazyModule("envforge.evidence.by_node")
 
 # envforge.evidence.records (and the probe, host and certificate modules it reads) is
 # imported by the functions that make or read records, not here: ``show`` opens the
@@ -365,7 +369,7 @@ def node_rows(conn: sqlite3.Connection, recipe: str) -> list[NodeRow]:
         "GROUP BY 1, 2, 3, 4, 5",
         (recipe,),
     )
-    return [NodeRow(*r) for r in rows]
+    return [_by_node.NodeRow(*r) for r in rows]
 
 
 def documents(conn: sqlite3.Connection) -> list[str]:

@@ -9,20 +9,24 @@ folder holds files not read before (see :func:`envforge.evidence.evidence_db.syn
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envforge.core import paths
+from envforge.core.lazy import LazyModule
 from envforge.evidence import evidence_db
-from envforge.evidence.by_node import NodeGroup, node_groups, rows_of
 from envforge.evidence.certified_on import describe, pass_row
 from envforge.evidence.redact import Redactor
 
 if TYPE_CHECKING:
+    from envforge.evidence.by_node import NodeGroup
     from envforge.evidence.records import Problem
     from envforge.evidence.signed import SignedPolicy
+
+#: ``show --by-node`` only.
+_by_node = LazyModule("envforge.evidence.by_node")
 
 
 def sources(environ: Mapping[str, str] | None = None) -> list[Path]:
@@ -38,7 +42,7 @@ def opened(
 ) -> Iterator[tuple[sqlite3.Connection, tuple[Problem, ...]]]:
     """The store's database, with the folders' new files read in (a signed certificate's
     signature checked: one that does not match is skipped); the files skipped."""
-    redactor = Redactor.for_this_host() if redact is None else redact
+    redactor = _this_host() if redact is None else redact
     with evidence_db.connect(evidence_db.db_path(paths.state_dir(environ))) as conn:
         problems: list[Problem] = []
         for folder in sources(environ):
@@ -46,6 +50,19 @@ def opened(
                 # signatures always: a row is read once, whoever reads it first
                 problems += evidence_db.sync_folder(conn, folder, redactor, signatures=True)
         yield conn, tuple(problems)
+
+
+def _this_host() -> Callable[[str], str]:
+    """:meth:`Redactor.for_this_host`, made when a new file is read: reading this host's
+    names loads ``socket``, which ``show`` over a store with nothing new needs not."""
+    made: list[Redactor] = []
+
+    def redact(text: str) -> str:
+        if not made:
+            made.append(Redactor.for_this_host())
+        return made[0](text)
+
+    return redact
 
 
 def store_certified_on(
@@ -70,11 +87,14 @@ def store_by_node(
 ) -> tuple[NodeGroup, ...]:
     """``recipe``'s runs in the store by site and node (:mod:`envforge.evidence.by_node`);
     with signed evidence required, only the runs signed by a trusted key."""
+    groups: tuple[NodeGroup, ...]
     with opened(environ) as (conn, _problems):
         if policy is None or not policy.required:
-            return node_groups(evidence_db.node_rows(conn, recipe))
+            groups = _by_node.node_groups(evidence_db.node_rows(conn, recipe))
+            return groups
         runs = evidence_db.records(conn, recipe)
-    return node_groups(rows_of(r for r in runs if policy.counts(r.signer)))
+    groups = _by_node.node_groups(_by_node.rows_of(r for r in runs if policy.counts(r.signer)))
+    return groups
 
 
 def signed_certified_on(

@@ -7,10 +7,15 @@ writes (:mod:`envforge.evidence.records`, :mod:`envforge.evidence.evidence_store
 from __future__ import annotations
 
 import contextlib
-import getpass
 import re
-import socket
 from dataclasses import dataclass, field
+
+from envforge.core.lazy import LazyModule
+
+# Only for this host's names, read when a report is stored (``show`` opens the store and
+# stores nothing new, mostly): 3 ms of ``socket`` off every ``show``.
+getpass = LazyModule("getpass")
+socket = LazyModule("socket")
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import pytest
 
 from envforge.cli import main
 from envforge.errors import InvalidInput, Unavailable
-from envforge.evidence import evidence_db
+from envforge.evidence import evidence_db, local_store
 from envforge.evidence.certified_on import certified_on
 from envforge.evidence.evidence_store import (
     export_lines,
@@ -486,3 +486,34 @@ def test_a_stored_report_is_redacted_whatever_its_names_look_like() -> None:
     assert sanitized_report(clean, NAMES) == sanitized_report(clean, Redactor(("zz-nowhere",)))
     named = sanitized_report(_named_report(), NAMES)
     assert "alice" not in json.dumps(named).replace("<redacted>", "")
+
+
+def test_show_reads_files_in_with_this_hosts_names_read_only_then(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``show``'s "certified on" syncs the store's folders with this host's redactor, whose
+    names are read only when a folder is read (so that ``show`` loads no ``socket``
+    otherwise)."""
+    asked: list[str] = []
+
+    def hostname() -> str:
+        asked.append("host")
+        return "alice-ws.lab"
+
+    monkeypatch.setattr(socket, "gethostname", hostname)
+    monkeypatch.setattr(getpass, "getuser", lambda: "carol")
+    redacted: list[str] = []
+    sync = evidence_db.sync_folder
+
+    def spy(conn: Any, folder: Path, redact: Any, **kwargs: Any) -> Any:
+        redacted.append(redact("carol ran it on alice-ws"))
+        return sync(conn, folder, redact, **kwargs)
+
+    monkeypatch.setattr(evidence_db, "sync_folder", spy)
+    assert local_store.store_certified_on("gfx1031").startswith("not yet certified")
+    assert (asked, redacted) == ([], [])  # no folder to read: no names read
+    (home / "certificates").mkdir(parents=True)
+    (home / "certificates" / "c.json").write_text(json.dumps(make_certificate(GPU)))
+    assert local_store.store_certified_on("gfx1031").startswith("certified on AMD")
+    assert redacted == ["<redacted> ran it on <redacted>"]
+    assert asked == ["host"]

@@ -216,7 +216,9 @@ _NOT_PRINTED: list[tuple[list[str], tuple[str, ...]]] = [
             "envforge.solve",
             "envforge.evidence",
             "envforge.render",
+            "envforge.knowledge.wheel_variants",
             "sqlite3",
+            "zipfile",
             "jinja2",
             "tempfile",
         ),
@@ -229,6 +231,10 @@ _NOT_PRINTED: list[tuple[list[str], tuple[str, ...]]] = [
             *_RECIPE_READER,
             "envforge.render",
             "envforge.solve",
+            "envforge.knowledge.wheel_variants",  # a stack's variant is only its type
+            "envforge.evidence.by_node",  # --by-node only
+            "socket",  # this host's names: only to redact a new file read in
+            "zipfile",
             "jinja2",
             "tempfile",
         ),
