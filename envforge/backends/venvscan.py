@@ -32,6 +32,14 @@ The memo is a cache of facts about the files, not what was certified: a wrong me
 only make a file look like its real content. The certified list itself
 (``.envforge/files.certified``) is written with the certificate and is read only to
 name what changed (:func:`describe_changes`).
+
+Files shared by hard links (the store of :mod:`envforge.backends.venv.share`) change
+ctime whenever another venv links or unlinks them, so every other venv's memo would miss
+them after each build. The store keeps a memo of its own (``store/files.memo``), by inode
+(``dev:ino``) with the same ``lstat`` key and sha256: written by the build that links an
+inode (its bytes read a moment before) and by any scan that read a shared file. A scan
+whose own memo misses a file with other links takes the value from it when the whole
+``lstat`` key matches: the same rule, so a write through any link is still found.
 """
 
 from __future__ import annotations
@@ -153,6 +161,10 @@ class Scan:
     #: files read this time (their memo entry missed)
     hashed: int = 0
     memo: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    #: memo entries missed but found in the store's memo (not read)
+    reused: int = 0
+    #: shared files (other links) read this time: ``dev:ino`` -> (stat key, sha256)
+    shared: Mapping[str, tuple[str, str]] = field(default_factory=dict)
 
     def digests(self) -> dict[str, str]:
         """``{dist-info name: digest, VENV_KEY: digest}`` (see the module docstring)."""
@@ -282,17 +294,51 @@ def list_text(entries: Mapping[str, tuple[str, str]]) -> bytes:
     return text.encode("utf-8", errors="surrogateescape")
 
 
+def inode_key(info: os.stat_result) -> str:
+    """A file's key in the store's memo: ``dev:ino``."""
+    return f"{info.st_dev}:{info.st_ino}"
+
+
+class _SharedMemo:
+    """The store's memo as :func:`scan` uses it: read at the first miss of a file with
+    other links (most scans never read it), and what this scan read of such files."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.known: dict[str, tuple[str, str]] | None = None
+        self.read: dict[str, tuple[str, str]] = {}
+        self.reused = 0
+
+    def value(self, info: os.stat_result, key: str, full: str) -> str:
+        """The sha256 of the file (its ``lstat`` key ``key``): the store memo's when it
+        has that key for the inode, else read."""
+        if self.path is None or info.st_nlink < 2:  # no other links
+            return _hash(full)
+        if self.known is None:
+            self.known = read_list(self.path) or {}
+        seen = self.known.get(inode_key(info))
+        if seen is not None and seen[0] == key:
+            self.reused += 1
+            return seen[1]
+        value = _hash(full)
+        if not value.startswith("unreadable:"):
+            self.read[inode_key(info)] = (key, value)
+        return value
+
+
 def scan(
     venv: Path,
     *,
     use_memo: bool = True,
     just_read: Mapping[str, tuple[str, str]] | None = None,
+    shared: Path | None = None,
 ) -> Scan:
     """Every file of ``venv`` with its value and owner; files whose ``lstat`` data are
     those of the memo are not read (``use_memo`` False: every file is read but those of
     ``just_read``, ``path -> (stat key, value)`` of files this process read a moment ago,
     such as :func:`envforge.backends.venv.share.link_shared` when it checks a store file's
-    bytes before linking the venv to it: the same bytes are not read twice)."""
+    bytes before linking the venv to it: the same bytes are not read twice). ``shared``:
+    the store's memo, for files with other links that the venv's memo misses."""
     memo = (read_list(venv / MARKERS / MEMO) or {}) if use_memo else {}
     if just_read:
         memo = {**memo, **just_read}
@@ -300,6 +346,7 @@ def scan(
     files: dict[str, str] = {}
     found_owner: dict[str, str] = {}
     fresh: dict[str, tuple[str, str]] = {}
+    store = _SharedMemo(shared)
     hashed = 0
     for rel, info, full in _walk(venv):
         if stat.S_ISREG(info.st_mode):
@@ -308,7 +355,7 @@ def scan(
             if known is not None and known[0] == key:
                 value = known[1]
             else:
-                value = _hash(full)
+                value = store.value(info, key, full)
                 hashed += 1
             fresh[rel] = (key, value)
         else:
@@ -323,7 +370,7 @@ def scan(
     for rel, dist in owners.items():
         if rel not in files:
             files[rel], found_owner[rel] = MISSING, dist
-    return Scan(files, found_owner, dists, hashed, fresh)
+    return Scan(files, found_owner, dists, hashed - store.reused, fresh, store.reused, store.read)
 
 
 def restat(venv: Path, found: Scan, copied: Collection[str] = ()) -> Scan:
@@ -371,30 +418,53 @@ def refresh_memo(venv: Path) -> None:
 def save_memo(venv: Path, found: Scan) -> None:
     """Write the memo of ``found`` (best effort: a read-only venv is hashed again next
     time; a venv without markers gets none)."""
-    if found.hashed:
+    if found.hashed or found.reused:
         _write_memo(venv, found.memo)
 
 
-def _write_memo(venv: Path, memo: Mapping[str, tuple[str, str]]) -> None:
-    markers = venv / MARKERS
-    if not markers.is_dir():
+#: Entries the store's memo keeps at most (~90 bytes each; torch's stack: ~16,000).
+SHARED_MAX = 400_000
+
+
+def note_shared(path: Path, read: Mapping[str, tuple[str, str]]) -> None:
+    """Add ``read`` (``dev:ino`` -> (stat key, sha256) of shared files just read) to the
+    store's memo at ``path`` (best effort, written whole: a concurrent writer's entries
+    may be lost, and are read again later). Over :data:`SHARED_MAX`, it starts afresh
+    (``envforge gc`` drops the inodes the store no longer has)."""
+    if not read or not path.parent.is_dir():
         return
-    tmp = markers / f".{MEMO}.{os.getpid()}.tmp"
+    merged = {**(read_list(path) or {}), **read}
+    write_list(path, merged if len(merged) <= SHARED_MAX else read)
+
+
+def write_list(path: Path, entries: Mapping[str, tuple[str, str]]) -> None:
+    """Write a memo (:func:`list_text`) atomically, best effort."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as fh:
-            fh.write(list_text(memo))
-        os.replace(tmp, markers / MEMO)
+            fh.write(list_text(entries))
+        os.replace(tmp, path)
     except OSError:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
 
 
-def content_digests(venv: Path, *, use_memo: bool = True) -> dict[str, str]:
+def _write_memo(venv: Path, memo: Mapping[str, tuple[str, str]]) -> None:
+    markers = venv / MARKERS
+    if markers.is_dir():
+        write_list(markers / MEMO, memo)
+
+
+def content_digests(
+    venv: Path, *, use_memo: bool = True, shared: Path | None = None
+) -> dict[str, str]:
     """The content check: ``{dist-info name: digest, VENV_KEY: digest}`` of
-    :func:`scan`; equal dicts mean the same files with the same bytes. The memo is
-    brought up to date."""
-    found = scan(venv, use_memo=use_memo)
+    :func:`scan`; equal dicts mean the same files with the same bytes. The memo (and the
+    store's memo ``shared``, where given) is brought up to date."""
+    found = scan(venv, use_memo=use_memo, shared=shared)
     save_memo(venv, found)
+    if shared is not None:
+        note_shared(shared, found.shared)
     return found.digests()
 
 

@@ -166,6 +166,7 @@ def gc_cmd(older_than: float | None, dry_run: bool, as_json: bool) -> None:
     if not dry_run:
         for path, _n in orphans:
             path.unlink(missing_ok=True)
+        share.prune_memo(_store())
     if as_json:
         click.echo(
             json.dumps(

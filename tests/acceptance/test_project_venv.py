@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from envforge.backends import venvfs
+from envforge.backends import venvfs, venvscan
+from envforge.backends.venv import share
 from envforge.probe.runner import LocalPythonTarget, run_probe
 from envforge.probe.spec import ProbeSpec
 from envforge.project.checks import project_checks
@@ -541,6 +542,11 @@ def test_a_second_project_on_the_stack_shares_torchs_files(
     assert "files shared with other venvs:" in done.stderr
     torch = SP + "/torch/lib/libtorch_cpu.so"
     assert os.stat(first / torch).st_ino == os.stat(second / torch).st_ino
+    # the link moved the ctime of the first venv's torch files, so its own memo misses
+    # them: the store's memo has them as they are now (its next shell reads none again)
+    shared = venvscan.read_list(share.home_memo(base_env(home))) or {}
+    now = os.lstat(first / torch)
+    assert shared[venvscan.inode_key(now)][0] == venvscan.stat_key(now)
     du = json.loads(envforge("du", "--json", env=base_env(home)).stdout)
     mine = {v["path"]: v for v in du["venvs"]}
     assert mine[str(second)]["own_bytes"] <= 100 * 10**6

@@ -34,6 +34,7 @@ from envforge.stack import Stack
 if TYPE_CHECKING:
     from envforge.project.model import Project
 
+from envforge.backends.venv import share
 from envforge.backends.venv.install import stack_for, venv_environ
 from envforge.backends.venv.interpreter import Interpreter
 from envforge.backends.venv.layout import (
@@ -372,7 +373,7 @@ def recertify(recipe: Recipe, options: VenvOptions = DEFAULT_OPTIONS) -> VenvBui
         version=str(built.get("python") or recipe.python),
     )
     level: Level = options.level or recipe.certify.level
-    content = content_digests(current.path)
+    content = content_digests(current.path, shared=share.home_memo(options.environ))
     recorded = built.get("content")
     if recorded != content and not (isinstance(recorded, dict) and _only_added(recorded, content)):
         changed = (
@@ -445,7 +446,7 @@ def state(
     if not venv_python(target).exists():
         return VenvState(target, False, False)
     markers = target / MARKER_DIR
-    content = content_digests(target)
+    content = content_digests(target, shared=share.home_memo(environ))
     if valid_certificate(recipe, target, content, project) is not None:
         return VenvState(target, True, True)
     cert = read_certificate(target)

@@ -39,10 +39,20 @@ import contextlib
 import hashlib
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from envforge.backends.venvscan import distributions, read_record, stat_key
+from envforge.backends.venvscan import (
+    MEMO,
+    distributions,
+    inode_key,
+    note_shared,
+    read_list,
+    read_record,
+    stat_key,
+    write_list,
+)
+from envforge.core import paths
 
 #: Below ``$ENVFORGE_HOME``: the store's folder.
 STORE = "store"
@@ -51,6 +61,17 @@ WRITE_BITS = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
 
 def store_dir(state: Path) -> Path:
     return state / STORE / "sha256"
+
+
+def store_memo(store: Path) -> Path:
+    """The memo of the store ``store`` (:func:`store_dir`): its files' ``lstat`` keys and
+    sha256 by inode, for the venvs that link them (:func:`envforge.backends.venvscan.scan`)."""
+    return store.parent / MEMO
+
+
+def home_memo(environ: Mapping[str, str] | None = None) -> Path:
+    """:func:`store_memo` of the store under ``$ENVFORGE_HOME``."""
+    return store_memo(store_dir(paths.state_dir(environ)))
 
 
 def _hex(record_hash: str) -> str | None:
@@ -128,6 +149,24 @@ def link_shared(venv: Path, store: Path, read: dict[str, tuple[str, str]] | None
     if not store.is_dir():
         return linked
     cut = len(os.path.realpath(venv)) + 1
+    seen: dict[str, tuple[str, str]] = {}
+    try:
+        linked = _link_each(venv, store, cut, read, seen)
+    finally:
+        # each inode linked changed ctime in every venv holding it: the store's memo
+        # says what it holds now, so their next scan need not read it again
+        note_shared(store_memo(store), seen)
+    return linked
+
+
+def _link_each(
+    venv: Path,
+    store: Path,
+    cut: int,
+    read: dict[str, tuple[str, str]] | None,
+    seen: dict[str, tuple[str, str]],
+) -> int:
+    linked = 0
     for path, key in _files(venv):
         kept_path = _where(store, key)
         kept, mine = _regular(kept_path), _regular(path)
@@ -142,8 +181,10 @@ def link_shared(venv: Path, store: Path, read: dict[str, tuple[str, str]] | None
         if not _replace_with_link(kept_path, path):
             return linked  # no hard links here (another file system): copies stay
         linked += 1
-        if read is not None and (now := _regular(path)) is not None:
-            read[path[cut:]] = (stat_key(now), key)
+        if (now := _regular(path)) is not None:
+            seen[inode_key(now)] = (stat_key(now), key)
+            if read is not None:
+                read[path[cut:]] = (stat_key(now), key)
     return linked
 
 
@@ -275,13 +316,12 @@ def _device(path: Path) -> int:
     raise FileNotFoundError(path)
 
 
-def unused(store: Path) -> list[tuple[Path, int]]:
-    """Store files no venv links any more (one link: the store's), with their bytes."""
-    found: list[tuple[Path, int]] = []
+def _stored(store: Path) -> Iterator[tuple[str, os.stat_result]]:
+    """(path, lstat) of each regular file in the store."""
     try:
         folders = sorted(store.iterdir())
     except OSError:
-        return found
+        return
     for folder in folders:
         try:
             entries = list(os.scandir(folder))
@@ -292,6 +332,19 @@ def unused(store: Path) -> list[tuple[Path, int]]:
                 info = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
-            if stat.S_ISREG(info.st_mode) and info.st_nlink == 1:
-                found.append((Path(entry.path), info.st_blocks * 512))
-    return found
+            if stat.S_ISREG(info.st_mode):
+                yield entry.path, info
+
+
+def unused(store: Path) -> list[tuple[Path, int]]:
+    """Store files no venv links any more (one link: the store's), with their bytes."""
+    return [(Path(p), info.st_blocks * 512) for p, info in _stored(store) if info.st_nlink == 1]
+
+
+def prune_memo(store: Path) -> None:
+    """The store's memo less the inodes no store file has any more (``gc``)."""
+    memo = store_memo(store)
+    known = read_list(memo)
+    if known:
+        held = {inode_key(info) for _path, info in _stored(store)}
+        write_list(memo, {k: v for k, v in known.items() if k in held})

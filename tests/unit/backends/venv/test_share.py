@@ -222,3 +222,104 @@ def test_the_store_names_the_files_it_replaced_by_checked_copies(tmp_path: Path)
     sp = a / "lib/python3.11/site-packages"
     assert sorted(copied) == sorted([str(sp / "pkg/big.so"), str(sp / "pkg/__init__.py")])
     assert str(own) not in copied
+
+
+def _memoized(venv: Path) -> dict[str, str]:
+    """``venv``'s content digests, with its memo written (every file read)."""
+    (venv / venvscan.MARKERS).mkdir(exist_ok=True)
+    found = venvscan.scan(venv, use_memo=False)
+    venvscan.save_memo(venv, found)
+    return found.digests()
+
+
+def test_a_build_linking_shared_files_leaves_other_venvs_nothing_to_read(
+    tmp_path: Path,
+) -> None:
+    """Linking a second venv to the store changes the ctime of every venv's shared
+    files. The first venv's memo misses them; the store's memo, written by the linking
+    build, has their new lstat data: nothing is read again, the digests stay."""
+    store = tmp_path / "store"
+    a = make_venv(tmp_path / "a", FILES)
+    share.add_to_store(a, store)
+    before = _memoized(a)
+    assert venvscan.scan(a).hashed == 0
+    assert share.link_shared(make_venv(tmp_path / "b", FILES), store) == 2
+    assert venvscan.scan(a).hashed == 2  # without the store's memo: both read again
+    again = venvscan.scan(a, shared=share.store_memo(store))
+    assert (again.hashed, again.reused) == (0, 2)
+    assert again.digests() == before
+
+
+def test_a_write_through_a_shared_link_is_still_read_and_found(tmp_path: Path) -> None:
+    """A write through another venv's link (same size, the mtime put back) moves the
+    inode's ctime past what the store's memo says: read, and the change found."""
+    store = tmp_path / "store"
+    a = make_venv(tmp_path / "a", FILES)
+    share.add_to_store(a, store)
+    before = _memoized(a)
+    b = make_venv(tmp_path / "b", FILES)
+    share.link_shared(b, store)
+    big = b / "lib/python3.11/site-packages/pkg/big.so"
+    st = big.stat()
+    big.chmod(0o644)
+    data = bytearray(FILES["pkg/big.so"])
+    data[0] ^= 0xFF
+    big.write_bytes(bytes(data))
+    os.utime(big, ns=(st.st_atime_ns, st.st_mtime_ns))
+    after = venvscan.scan(a, shared=share.store_memo(store))
+    assert (after.hashed, after.reused) == (1, 1)
+    assert after.digests() != before
+    assert after.files["lib/python3.11/site-packages/pkg/big.so"] == (
+        hashlib.sha256(bytes(data)).hexdigest()
+    )
+
+
+def test_a_scan_that_read_shared_files_tells_the_store_memo(tmp_path: Path) -> None:
+    """A link count changed by something else (a venv removed): the first scan reads the
+    shared files and notes them in the store's memo; the next venv's scan reads none."""
+    store = tmp_path / "store"
+    a = make_venv(tmp_path / "a", FILES)
+    share.add_to_store(a, store)
+    b = make_venv(tmp_path / "b", FILES)
+    share.link_shared(b, store)
+    before_a, before_b = _memoized(a), _memoized(b)
+    sp = "lib/python3.11/site-packages/pkg"
+    for name in ("big.so", "__init__.py"):
+        os.link(a / sp / name, tmp_path / name)
+        os.unlink(tmp_path / name)  # as a third venv removed
+    memo = share.store_memo(store)
+    assert venvscan.content_digests(a, shared=memo) == before_a  # read, and noted
+    found = venvscan.scan(b, shared=memo)
+    assert (found.hashed, found.reused) == (0, 2)
+    assert found.digests() == before_b
+
+
+def test_the_store_memo_keeps_only_inodes_the_store_still_has(tmp_path: Path) -> None:
+    """``gc`` removes store files no venv links; their inodes leave the store's memo, the
+    others stay."""
+    store = tmp_path / "store"
+    share.add_to_store(make_venv(tmp_path / "a", FILES), store)
+    b = make_venv(tmp_path / "b", FILES)
+    share.link_shared(b, store)
+    memo = share.store_memo(store)
+    sp = "lib/python3.11/site-packages/pkg"
+    keys = {n: venvscan.inode_key(os.lstat(b / sp / n)) for n in ("big.so", "__init__.py")}
+    assert set(venvscan.read_list(memo) or {}) == set(keys.values())
+    for venv in (tmp_path / "a", b):
+        (venv / sp / "big.so").unlink()
+    for path, _n in share.unused(store):
+        path.unlink()
+    share.prune_memo(store)
+    assert set(venvscan.read_list(memo) or {}) == {keys["__init__.py"]}
+
+
+def test_the_store_memo_starts_afresh_over_its_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    memo = tmp_path / "files.memo"
+    venvscan.note_shared(memo, {"1:1": ("k1", "v1"), "1:2": ("k2", "v2")})
+    monkeypatch.setattr(venvscan, "SHARED_MAX", 2)
+    venvscan.note_shared(memo, {"1:2": ("k2b", "v2b")})
+    assert venvscan.read_list(memo) == {"1:1": ("k1", "v1"), "1:2": ("k2b", "v2b")}
+    venvscan.note_shared(memo, {"1:3": ("k3", "v3")})
+    assert venvscan.read_list(memo) == {"1:3": ("k3", "v3")}
