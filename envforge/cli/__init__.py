@@ -22,7 +22,7 @@ from typing import Any
 import click
 
 from envforge.cli.common import strict_option, term_as_interrupt
-from envforge.core.lazy import import_module
+from envforge.core.lazy import import_module, imports_hold_ctrl_c
 from envforge.errors import EnvforgeError, ExitCode
 from envforge.version import __version__
 
@@ -167,7 +167,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     try:
-        with term_as_interrupt():  # SIGTERM and SIGHUP end every command like Ctrl-C
+        # SIGTERM and SIGHUP end every command like Ctrl-C; a command's deferred imports
+        # hold Ctrl-C back until they are done (envforge.core.lazy)
+        with term_as_interrupt(), imports_hold_ctrl_c():
             # Outside standalone mode click returns what ``ctx.exit(N)`` asked for instead
             # of raising: that N is the exit code (``fleet task`` ends with it).
             code = cli.main(args=args, prog_name="envforge", standalone_mode=False)

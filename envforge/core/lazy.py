@@ -8,10 +8,13 @@ at the top, ``signing.load_trust(...)`` where it is needed. The name is a litera
 
 from __future__ import annotations
 
+import builtins
 import importlib
 import signal
 import sys
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
 
@@ -54,3 +57,51 @@ class LazyModule:
 
     def __repr__(self) -> str:
         return f"LazyModule({self.name!r})"
+
+
+def _loaded(name: str, fromlist: Any, level: int) -> bool:
+    """Whether ``import name`` / ``from name import fromlist`` finds everything loaded."""
+    module = sys.modules.get(name) if level == 0 else None
+    if module is None:
+        return False
+    return not fromlist or all(n == "*" or hasattr(module, n) for n in fromlist)
+
+
+@contextmanager
+def imports_hold_ctrl_c() -> Iterator[None]:
+    """While inside, an ``import`` statement that loads a module (the main thread, the
+    default Ctrl-C handler) holds Ctrl-C back until it is done, as :func:`import_module`
+    does: the CLI's deferred imports (a cache miss, ``render``'s templates) would else be
+    open to a ``KeyboardInterrupt`` that the import lock's callback swallows ("Exception
+    ignored ... Traceback", the command going on). Statements whose modules are loaded
+    run as they are."""
+    real: Callable[..., ModuleType] = builtins.__import__
+    main = threading.main_thread()
+
+    def held(
+        name: str,
+        globals: Any = None,  # the signature of builtins.__import__
+        locals: Any = None,
+        fromlist: Any = (),
+        level: int = 0,
+    ) -> ModuleType:
+        if (
+            _loaded(name, fromlist, level)
+            or threading.current_thread() is not main
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+        ):
+            return real(name, globals, locals, fromlist, level)
+        noted: list[int] = []
+        signal.signal(signal.SIGINT, lambda signum, _frame: noted.append(signum))
+        try:
+            return real(name, globals, locals, fromlist, level)
+        finally:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            if noted:
+                raise KeyboardInterrupt
+
+    builtins.__import__ = held
+    try:
+        yield
+    finally:
+        builtins.__import__ = real
