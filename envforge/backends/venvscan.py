@@ -308,11 +308,13 @@ class _SharedMemo:
         self.known: dict[str, tuple[str, str]] | None = None
         self.read: dict[str, tuple[str, str]] = {}
         self.reused = 0
+        self.hashed = 0
 
     def value(self, info: os.stat_result, key: str, full: str) -> str:
         """The sha256 of the file (its ``lstat`` key ``key``): the store memo's when it
         has that key for the inode, else read."""
         if self.path is None or info.st_nlink < 2:  # no other links
+            self.hashed += 1
             return _hash(full)
         if self.known is None:
             self.known = read_list(self.path) or {}
@@ -321,6 +323,7 @@ class _SharedMemo:
             self.reused += 1
             return seen[1]
         value = _hash(full)
+        self.hashed += 1
         if not value.startswith("unreadable:"):
             self.read[inode_key(info)] = (key, value)
         return value
@@ -346,8 +349,7 @@ def scan(
     files: dict[str, str] = {}
     found_owner: dict[str, str] = {}
     fresh: dict[str, tuple[str, str]] = {}
-    store = _SharedMemo(shared)
-    hashed = 0
+    store = _SharedMemo(shared)  # reads (and counts) what the venv's memo misses
     for rel, info, full in _walk(venv):
         if stat.S_ISREG(info.st_mode):
             key = stat_key(info)
@@ -356,7 +358,6 @@ def scan(
                 value = known[1]
             else:
                 value = store.value(info, key, full)
-                hashed += 1
             fresh[rel] = (key, value)
         else:
             value = _value(full, info)
@@ -370,7 +371,7 @@ def scan(
     for rel, dist in owners.items():
         if rel not in files:
             files[rel], found_owner[rel] = MISSING, dist
-    return Scan(files, found_owner, dists, hashed - store.reused, fresh, store.reused, store.read)
+    return Scan(files, found_owner, dists, store.hashed, fresh, store.reused, store.read)
 
 
 def restat(venv: Path, found: Scan, copied: Collection[str] = ()) -> Scan:

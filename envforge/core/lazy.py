@@ -19,27 +19,33 @@ from types import ModuleType
 from typing import Any
 
 
-def import_module(name: str) -> ModuleType:
-    """:func:`importlib.import_module`, with Ctrl-C held back while the module loads (in
-    the main thread, where the default handler is set): a ``KeyboardInterrupt`` raised
-    inside an import can be swallowed by the import lock's callback ("Exception ignored
-    ... Traceback") and the command would go on. A Ctrl-C noted meanwhile is raised once
-    the import is done."""
-    module = sys.modules.get(name)
-    if module is not None:
-        return module
-    in_main = threading.current_thread() is threading.main_thread()
-    if not in_main or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        return importlib.import_module(name)
+def _holding_ctrl_c(load: Callable[[], ModuleType]) -> ModuleType:
+    """``load()``, with Ctrl-C held back meanwhile where it would raise (the main thread,
+    the default handler set): a ``KeyboardInterrupt`` raised inside an import can be
+    swallowed by the import lock's callback ("Exception ignored ... Traceback") and the
+    command would go on. A Ctrl-C noted meanwhile is raised once ``load`` is done."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        return load()
     noted: list[int] = []
     signal.signal(signal.SIGINT, lambda signum, _frame: noted.append(signum))
     try:
-        module = importlib.import_module(name)
+        return load()
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    if noted:
-        raise KeyboardInterrupt
-    return module
+        if noted:
+            raise KeyboardInterrupt
+
+
+def import_module(name: str) -> ModuleType:
+    """:func:`importlib.import_module`, with Ctrl-C held back while the module loads
+    (:func:`_holding_ctrl_c`)."""
+    module = sys.modules.get(name)
+    if module is not None:
+        return module
+    return _holding_ctrl_c(lambda: importlib.import_module(name))
 
 
 class LazyModule:
@@ -76,7 +82,6 @@ def imports_hold_ctrl_c() -> Iterator[None]:
     ignored ... Traceback", the command going on). Statements whose modules are loaded
     run as they are."""
     real: Callable[..., ModuleType] = builtins.__import__
-    main = threading.main_thread()
 
     def held(
         name: str,
@@ -85,20 +90,9 @@ def imports_hold_ctrl_c() -> Iterator[None]:
         fromlist: Any = (),
         level: int = 0,
     ) -> ModuleType:
-        if (
-            _loaded(name, fromlist, level)
-            or threading.current_thread() is not main
-            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
-        ):
+        if _loaded(name, fromlist, level):
             return real(name, globals, locals, fromlist, level)
-        noted: list[int] = []
-        signal.signal(signal.SIGINT, lambda signum, _frame: noted.append(signum))
-        try:
-            return real(name, globals, locals, fromlist, level)
-        finally:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            if noted:
-                raise KeyboardInterrupt
+        return _holding_ctrl_c(lambda: real(name, globals, locals, fromlist, level))
 
     builtins.__import__ = held
     try:

@@ -184,7 +184,7 @@ def _link_each(
         if (now := _regular(path)) is not None:
             seen[inode_key(now)] = (stat_key(now), key)
             if read is not None:
-                read[path[cut:]] = (stat_key(now), key)
+                read[path[cut:]] = seen[inode_key(now)]
     return linked
 
 
